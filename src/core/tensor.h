@@ -1,0 +1,40 @@
+// Dense row-major tensors of one element type, and the dtype tag used in files and reports.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace parity {
+
+enum class DType { f32, f64, i64 };
+
+std::string_view dtype_name(DType d);  // "fp32", "fp64", "int64"
+DType parse_dtype(std::string_view s); // throws Error on an unknown name
+int64_t dtype_size(DType d);
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+
+using Shape = std::vector<int64_t>;
+int64_t numel(const Shape& s);
+std::string shape_str(const Shape& s); // "(2, 3)"
+
+template <class T> struct Tensor {
+  Shape shape;
+  std::vector<T> data;
+
+  Tensor() = default;
+  explicit Tensor(Shape s) : shape(std::move(s)), data(static_cast<size_t>(parity::numel(shape)), T(0)) {}
+  Tensor(Shape s, std::vector<T> d) : shape(std::move(s)), data(std::move(d)) {}
+
+  int64_t numel() const { return static_cast<int64_t>(data.size()); }
+  T* ptr() { return data.data(); }
+  const T* ptr() const { return data.data(); }
+  void zero() { std::fill(data.begin(), data.end(), T(0)); }
+};
+
+}  // namespace parity

@@ -1,0 +1,67 @@
+// The model, optimizer, layout and run configuration: everything a scenario file fixes.
+// Field names match shared/design/MODEL.md and the scenario schema (docs/scenario.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace parity {
+
+enum class Score { softmax, sigmoid };
+enum class OptimKind { sgd, adam, adamw };
+
+struct ModelConfig {
+  int64_t vocab = 64, dim = 16, layers = 2, heads = 2;
+  int64_t seq = 8, batch = 4, microbatches = 1;
+  int64_t dense_layers = 1, mlp_hidden = 32;
+  int64_t experts = 4, top_k = 2, expert_hidden = 16;
+  int64_t shared_experts = 0, shared_hidden = 16;
+  Score score = Score::softmax;
+  bool route_norm = true;
+  double route_scale = 1.0;
+  double aux_alpha = 0.0;  // 0 = no sequence-wise balance loss
+  double bias_rate = 0.0;  // 0 = no expert-bias update
+  bool tie_embeddings = false;
+  DType dtype = DType::f64;
+
+  int64_t head_dim() const { return dim / heads; }
+  int64_t moe_layers() const { return layers - dense_layers; }
+  bool is_moe(int64_t layer) const { return layer >= dense_layers; }
+  int64_t micro_batch() const { return batch / microbatches; }
+};
+
+struct OptimConfig {
+  OptimKind kind = OptimKind::adam;
+  double lr = 1e-3;
+  double momentum = 0.0;  // sgd
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0.0;
+  double clip = 0.0;  // max global grad norm; 0 = no clipping
+};
+
+// World size and parallel degrees (shared/design/FOLDINGS.md). Filled in by later issues;
+// the one-device baseline is world 1 with every degree 1.
+struct LayoutConfig {
+  int64_t world = 1;
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
+  int64_t ep = 1, etp = 1;
+  bool sp = false;
+  std::string backend = "gloo";
+};
+
+struct Scenario {
+  std::string name;      // file stem unless given
+  std::string source;    // path it was read from ("" when built in code)
+  ModelConfig model;
+  OptimConfig optim;
+  LayoutConfig layout;
+  int64_t steps = 10;
+  uint64_t seed = 1234;       // parameter initialisation
+  uint64_t data_seed = 5678;  // the Markov chain and the sequences drawn from it
+};
+
+std::string_view score_name(Score s);
+std::string_view optim_name(OptimKind k);
+
+}  // namespace parity

@@ -1,0 +1,29 @@
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace parity {
+
+// Elementwise gate: h (n) = silu(a) * b, silu(a) = a / (1 + exp(-a)).
+template <class T>
+void swiglu_forward(const T* a, const T* b, int64_t n, T* h);
+// da (n) +=, db (n) +=.
+template <class T>
+void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* db);
+
+// Activations an FFN saves for its backward: a = x·w1, b = x·w3, h = silu(a)*b, each (n, F).
+template <class T> struct FfnCache {
+  std::vector<T> a, b, h;
+};
+
+// SwiGLU FFN (dense MLP, shared expert, one routed expert):
+// out (n, D) = (silu(x·w1) ⊙ (x·w3)) · w2;  x (n, D), w1 (D, F), w3 (D, F), w2 (F, D).
+template <class T>
+void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2, T* out,
+                 FfnCache<T>& cache);
+// dx (n, D) +=, dw1, dw3 (D, F) +=, dw2 (F, D) +=.
+template <class T>
+void ffn_backward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2,
+                  const FfnCache<T>& cache, const T* dout, T* dx, T* dw1, T* dw3, T* dw2);
+
+}  // namespace parity
