@@ -1,0 +1,408 @@
+// Scenario files: strict reading (types, unknown keys, duplicates), one validation pass over
+// the parsed struct, and the inverse mapping to JSON. docs/scenario.md is the schema.
+#include "harness/scenario.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace parity {
+namespace {
+
+using nlohmann::json;
+
+// A value as a user wrote it, for messages: its JSON type and a short rendering.
+std::string describe(const json& v) {
+  std::string text = v.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + text;
+}
+
+// A double for messages: integral values as integers, others as the shortest decimal that
+// reads back to the same double (nlohmann's formatting).
+std::string num(double x) {
+  if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15)
+    return std::to_string(static_cast<long long>(x));
+  return json(x).dump();
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+// Reads the fields of one JSON object at `path`, refusing keys outside `allowed`.
+class ObjectReader {
+ public:
+  ObjectReader(const json& j, std::string path, std::vector<std::string> allowed)
+      : j_(j), path_(std::move(path)) {
+    if (!j_.is_object()) throw ConfigError(path_, "expected an object, got " + describe(j_));
+    for (const auto& [key, value] : j_.items()) {
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
+        throw ConfigError(at(key), "unknown key; allowed keys are: " + join(allowed));
+    }
+  }
+
+  std::string at(const std::string& key) const { return path_ + "." + key; }
+  const json* find(const std::string& key) const {
+    auto it = j_.find(key);
+    return it == j_.end() ? nullptr : &*it;
+  }
+
+  void read(const std::string& key, int64_t& out) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_number_integer())
+      throw ConfigError(at(key), "expected an integer, got " + describe(*v));
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw ConfigError(at(key), "integer too large, got " + v->dump());
+    out = v->get<int64_t>();
+  }
+
+  void read(const std::string& key, uint64_t& out) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_number_integer())
+      throw ConfigError(at(key), "expected a non-negative integer, got " + describe(*v));
+    if (!v->is_number_unsigned() && v->get<int64_t>() < 0)
+      throw ConfigError(at(key), "must be a non-negative integer, got " + v->dump());
+    out = v->get<uint64_t>();
+  }
+
+  void read(const std::string& key, double& out) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_number()) throw ConfigError(at(key), "expected a number, got " + describe(*v));
+    out = v->get<double>();
+  }
+
+  void read(const std::string& key, bool& out) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_boolean())
+      throw ConfigError(at(key), "expected a boolean (true or false), got " + describe(*v));
+    out = v->get<bool>();
+  }
+
+  void read(const std::string& key, std::string& out) const {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_string()) throw ConfigError(at(key), "expected a string, got " + describe(*v));
+    out = v->get<std::string>();
+  }
+
+  // A string that must be one of `names`; `values[i]` is what names[i] means.
+  template <class E>
+  void read_enum(const std::string& key, E& out, const std::vector<std::string>& names,
+                 const std::vector<E>& values) const {
+    const json* v = find(key);
+    if (!v) return;
+    std::string quoted;
+    for (const auto& n : names) quoted += (quoted.empty() ? "\"" : ", \"") + n + "\"";
+    if (v->is_string()) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (v->get<std::string>() == names[i]) {
+          out = values[i];
+          return;
+        }
+      }
+    }
+    throw ConfigError(at(key), "expected one of " + quoted + ", got " + describe(*v));
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+};
+
+void parse_model(const ObjectReader& r, ModelConfig& m) {
+  for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
+           {"vocab", &m.vocab}, {"dim", &m.dim}, {"layers", &m.layers}, {"heads", &m.heads},
+           {"seq", &m.seq}, {"batch", &m.batch}, {"microbatches", &m.microbatches},
+           {"dense_layers", &m.dense_layers}, {"mlp_hidden", &m.mlp_hidden},
+           {"experts", &m.experts}, {"top_k", &m.top_k}, {"expert_hidden", &m.expert_hidden},
+           {"shared_experts", &m.shared_experts}, {"shared_hidden", &m.shared_hidden}})
+    r.read(key, *field);
+  r.read_enum("score", m.score, {"softmax", "sigmoid"}, {Score::softmax, Score::sigmoid});
+  r.read("route_norm", m.route_norm);
+  r.read("route_scale", m.route_scale);
+  r.read("aux_alpha", m.aux_alpha);
+  r.read("bias_rate", m.bias_rate);
+  r.read("tie_embeddings", m.tie_embeddings);
+}
+
+void parse_optim(const ObjectReader& r, OptimConfig& o) {
+  r.read_enum("kind", o.kind, {"sgd", "adam", "adamw"},
+              {OptimKind::sgd, OptimKind::adam, OptimKind::adamw});
+  for (auto [key, field] : std::vector<std::pair<const char*, double*>>{
+           {"lr", &o.lr}, {"momentum", &o.momentum}, {"beta1", &o.beta1}, {"beta2", &o.beta2},
+           {"eps", &o.eps}, {"weight_decay", &o.weight_decay}, {"clip", &o.clip}})
+    r.read(key, *field);
+}
+
+void parse_layout(const ObjectReader& r, LayoutConfig& l) {
+  for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
+           {"world", &l.world}, {"dp_replicate", &l.dp_replicate}, {"dp_shard", &l.dp_shard},
+           {"tp", &l.tp}, {"ep", &l.ep}, {"etp", &l.etp}})
+    r.read(key, *field);
+  r.read("sp", l.sp);
+  std::string backend = l.backend;
+  r.read_enum("backend", backend, {"gloo", "mpi", "nccl"}, {"gloo", "mpi", "nccl"});
+  l.backend = backend;
+}
+
+const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
+                                           "dtype", "model", "optim", "layout"};
+const std::vector<std::string> kModelKeys = {
+    "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
+    "microbatches", "dense_layers", "mlp_hidden", "experts", "top_k", "expert_hidden",
+    "shared_experts", "shared_hidden", "score", "route_norm", "route_scale", "aux_alpha",
+    "bias_rate", "tie_embeddings"};
+const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
+                                             "beta2", "eps", "weight_decay", "clip"};
+const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",
+                                              "ep",    "etp",          "sp",       "backend"};
+
+// ---- validation ------------------------------------------------------------------------
+
+void require(bool ok, const std::string& path, const std::string& rule) {
+  if (!ok) throw ConfigError(path, rule);
+}
+
+void require_at_least(int64_t v, int64_t lo, const std::string& path) {
+  require(v >= lo, path, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+}
+
+void require_in(int64_t v, int64_t lo, int64_t hi, const std::string& path, const std::string& hi_name) {
+  require(v >= lo && v <= hi, path,
+          "must be in [" + std::to_string(lo) + ", " + hi_name + "], got " + std::to_string(v));
+}
+
+// Real-valued rules: every value must be finite; then lo < v (strict) or lo <= v, and v < hi.
+void require_real(double v, double lo, bool strict_lo, double hi, const std::string& path) {
+  bool ok = std::isfinite(v) && (strict_lo ? v > lo : v >= lo) && v < hi;
+  std::string range = (strict_lo ? "> " : ">= ") + num(lo);
+  if (hi != HUGE_VAL) range = std::string(strict_lo ? "in (" : "in [") + num(lo) + ", " + num(hi) + ")";
+  require(ok, path, "must be " + (std::isfinite(v) ? range : "finite") + ", got " + num(v));
+}
+
+// a*b, or -1 when it overflows (callers only multiply positive degrees).
+int64_t checked_mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? -1 : out;
+}
+
+void validate_model(const ModelConfig& m) {
+  const std::string p = "$.model.";
+  require_at_least(m.vocab, 2, p + "vocab");
+  require_at_least(m.dim, 1, p + "dim");
+  require_at_least(m.layers, 1, p + "layers");
+  require_at_least(m.heads, 1, p + "heads");
+  require(m.dim % m.heads == 0, p + "heads",
+          "must divide model.dim (" + std::to_string(m.dim) + "), got " + std::to_string(m.heads));
+  require_at_least(m.seq, 1, p + "seq");
+  require_at_least(m.batch, 1, p + "batch");
+  require_at_least(m.microbatches, 1, p + "microbatches");
+  require(m.batch % m.microbatches == 0, p + "microbatches",
+          "must divide model.batch (" + std::to_string(m.batch) + "), got " +
+              std::to_string(m.microbatches));
+  require_in(m.dense_layers, 0, m.layers, p + "dense_layers",
+             "model.layers = " + std::to_string(m.layers));
+  require_at_least(m.mlp_hidden, 1, p + "mlp_hidden");
+  require_at_least(m.experts, 1, p + "experts");
+  require_in(m.top_k, 1, m.experts, p + "top_k", "model.experts = " + std::to_string(m.experts));
+  require_at_least(m.expert_hidden, 1, p + "expert_hidden");
+  require_in(m.shared_experts, 0, 1, p + "shared_experts", "1");
+  require_at_least(m.shared_hidden, 1, p + "shared_hidden");
+  require(m.score == Score::softmax || m.score == Score::sigmoid, p + "score",
+          "must be softmax or sigmoid");
+  require_real(m.route_scale, 0.0, true, HUGE_VAL, p + "route_scale");
+  require_real(m.aux_alpha, 0.0, false, HUGE_VAL, p + "aux_alpha");
+  require_real(m.bias_rate, 0.0, false, HUGE_VAL, p + "bias_rate");
+  require(m.dtype == DType::f64 || m.dtype == DType::f32, "$.dtype",
+          "must be fp32 or fp64, got " + std::string(dtype_name(m.dtype)));
+}
+
+void validate_optim(const OptimConfig& o) {
+  const std::string p = "$.optim.";
+  require(o.kind == OptimKind::sgd || o.kind == OptimKind::adam || o.kind == OptimKind::adamw,
+          p + "kind", "must be sgd, adam or adamw");
+  require_real(o.lr, 0.0, true, HUGE_VAL, p + "lr");
+  require_real(o.momentum, 0.0, false, 1.0, p + "momentum");
+  require_real(o.beta1, 0.0, false, 1.0, p + "beta1");
+  require_real(o.beta2, 0.0, false, 1.0, p + "beta2");
+  require_real(o.eps, 0.0, true, HUGE_VAL, p + "eps");
+  require_real(o.weight_decay, 0.0, false, HUGE_VAL, p + "weight_decay");
+  require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
+}
+
+void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
+  const std::string p = "$.layout.";
+  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
+           {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
+           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
+    require_at_least(v, 1, p + key);
+  const int64_t dense = checked_mul(checked_mul(l.dp_replicate, l.dp_shard), l.tp);
+  require(dense == l.world, p + "world",
+          "must equal dp_replicate*dp_shard*tp (" + std::to_string(l.dp_replicate) + "*" +
+              std::to_string(l.dp_shard) + "*" + std::to_string(l.tp) + "), got " +
+              std::to_string(l.world));
+  require(l.etp == 1 || l.etp == l.tp, p + "etp",
+          "must be 1 or layout.tp (" + std::to_string(l.tp) + "), got " + std::to_string(l.etp));
+  const int64_t expert = checked_mul(checked_mul(l.dp_replicate, l.ep), l.etp);
+  require(expert > 0 && l.world % expert == 0, p + "ep",
+          "dp_replicate*ep*etp (" + std::to_string(l.dp_replicate) + "*" + std::to_string(l.ep) +
+              "*" + std::to_string(l.etp) + ") must divide layout.world (" +
+              std::to_string(l.world) + ")");
+  require(m.experts % l.ep == 0, p + "ep",
+          "must divide model.experts (" + std::to_string(m.experts) + "), got " +
+              std::to_string(l.ep));
+  require(m.heads % l.tp == 0, p + "tp",
+          "must divide model.heads (" + std::to_string(m.heads) + "), got " + std::to_string(l.tp));
+  if (l.sp) {
+    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
+    require(m.seq % l.tp == 0, p + "sp",
+            "sequence parallel requires layout.tp (" + std::to_string(l.tp) +
+                ") to divide model.seq (" + std::to_string(m.seq) + ")");
+  }
+  require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
+          "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
+}
+
+// ---- files -------------------------------------------------------------------------------
+
+std::string read_text(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path, "cannot open scenario file: it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, "cannot open scenario file (missing or unreadable)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path, "cannot read scenario file");
+  return text.str();
+}
+
+// Parses JSON text, refusing duplicate keys (nlohmann would keep the last one silently).
+json parse_json_strict(const std::string& text) {
+  struct Frame {
+    std::string path;
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Frame> stack;
+  auto child_path = [&]() {
+    if (stack.empty()) return std::string("$");
+    return stack.back().path + (stack.back().last_key.empty() ? "[]" : "." + stack.back().last_key);
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: stack.push_back({child_path(), {}, ""}); break;
+      case json::parse_event_t::array_start: stack.push_back({child_path() , {}, ""}); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end: stack.pop_back(); break;
+      case json::parse_event_t::key: {
+        const std::string key = parsed.get<std::string>();
+        if (!stack.back().keys.insert(key).second)
+          throw ConfigError(stack.back().path + "." + key, "duplicate key");
+        stack.back().last_key = key;
+        break;
+      }
+      case json::parse_event_t::value: break;
+    }
+    return true;
+  };
+  return json::parse(text, cb);
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string parser_message(const json::exception& e) {
+  std::string what = e.what();
+  const size_t close = what.find("] ");
+  return close == std::string::npos ? what : what.substr(close + 2);
+}
+
+}  // namespace
+
+Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
+  ObjectReader top(j, "$", kTopKeys);
+  Scenario s;
+  s.name = name;
+  top.read("name", s.name);
+  top.read("steps", s.steps);
+  top.read("seed", s.seed);
+  top.read("data_seed", s.data_seed);
+  top.read_enum("dtype", s.model.dtype, {"fp64", "fp32"}, {DType::f64, DType::f32});
+  if (const json* m = top.find("model")) parse_model(ObjectReader(*m, "$.model", kModelKeys), s.model);
+  if (const json* o = top.find("optim")) parse_optim(ObjectReader(*o, "$.optim", kOptimKeys), s.optim);
+  if (const json* l = top.find("layout"))
+    parse_layout(ObjectReader(*l, "$.layout", kLayoutKeys), s.layout);
+  validate_scenario(s);
+  return s;
+}
+
+Scenario load_scenario(const std::string& path) {
+  const std::string text = read_text(path);
+  json j;
+  try {
+    j = parse_json_strict(text);
+  } catch (const json::exception& e) {  // parse errors, and numbers that overflow a double
+    throw ConfigError(path, "invalid JSON: " + parser_message(e));
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.path(), e.rule());
+  }
+  try {
+    Scenario s = parse_scenario(j, std::filesystem::path(path).stem().string());
+    s.source = path;
+    return s;
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.path(), e.rule());
+  }
+}
+
+nlohmann::json scenario_to_json(const Scenario& s) {
+  const ModelConfig& m = s.model;
+  const OptimConfig& o = s.optim;
+  const LayoutConfig& l = s.layout;
+  json model = {{"vocab", m.vocab}, {"dim", m.dim}, {"layers", m.layers}, {"heads", m.heads},
+                {"seq", m.seq}, {"batch", m.batch}, {"microbatches", m.microbatches},
+                {"dense_layers", m.dense_layers}, {"mlp_hidden", m.mlp_hidden},
+                {"experts", m.experts}, {"top_k", m.top_k}, {"expert_hidden", m.expert_hidden},
+                {"shared_experts", m.shared_experts}, {"shared_hidden", m.shared_hidden},
+                {"score", std::string(score_name(m.score))}, {"route_norm", m.route_norm},
+                {"route_scale", m.route_scale}, {"aux_alpha", m.aux_alpha},
+                {"bias_rate", m.bias_rate}, {"tie_embeddings", m.tie_embeddings}};
+  json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},
+                {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
+                {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
+  json layout = {{"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
+                 {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"sp", l.sp},
+                 {"backend", l.backend}};
+  return json{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
+              {"data_seed", s.data_seed}, {"dtype", std::string(dtype_name(m.dtype))},
+              {"model", model}, {"optim", optim}, {"layout", layout}};
+}
+
+void validate_scenario(const Scenario& s) {
+  for (char c : s.name) {
+    require(c != '/' && c != '\\' && static_cast<unsigned char>(c) >= 0x20, "$.name",
+            "must not contain path separators or control characters, got \"" + s.name + "\"");
+  }
+  require_at_least(s.steps, 0, "$.steps");
+  validate_model(s.model);
+  validate_optim(s.optim);
+  validate_layout(s.layout, s.model);
+}
+
+}  // namespace parity

@@ -1,0 +1,31 @@
+// Scenario files: one JSON file fixes a model, an optimizer, a layout and a run
+// (docs/scenario.md has the schema). Reading is strict: an unknown key, a wrong type or a
+// value out of range is refused with one ConfigError that names the JSON path
+// ("$.model.heads") and the rule; nothing is silently defaulted except a missing key.
+#pragma once
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.h"
+
+namespace parity {
+
+// Reads, parses and validates a scenario file. The name defaults to the file stem and
+// Scenario::source is set to `path`. Errors name the file first:
+// "scenarios/x.json: $.model.heads: must divide model.dim (16), got 3".
+Scenario load_scenario(const std::string& path);
+
+// Parses and validates a JSON document already in memory. `name` is used when the document
+// has no "name" key. Errors name the JSON path: "$.model.heads: ...".
+Scenario parse_scenario(const nlohmann::json& j, const std::string& name);
+
+// Every field, defaults included, in the schema's shape: parse_scenario(scenario_to_json(s),
+// "") reproduces s (except Scenario::source, which is where a file was read from).
+nlohmann::json scenario_to_json(const Scenario& s);
+
+// Checks every range and cross-field rule of the schema (model sizes, optimizer
+// hyper-parameters, layout degrees). Throws ConfigError naming the JSON path of the field.
+void validate_scenario(const Scenario& s);
+
+}  // namespace parity
