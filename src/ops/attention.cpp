@@ -1,0 +1,112 @@
+#include "ops/attention.h"
+
+#include <cmath>
+#include <vector>
+
+namespace parity {
+
+// Per head h (columns [h*Dh, (h+1)*Dh) of the (S, H*Dh) buffers), per query row i:
+//   score[j] = (sum_d q[i][d] * k[j][d]) * (1 / sqrt(Dh))          for j <= i (d order)
+//   probs[h][i][j] = exp(score[j] - max_j score) / (sum_{j<=i} exp(...))   (j order)
+//   out[i][d] = sum_{j <= i} probs[h][i][j] * v[j][d]                      (j order)
+// probs (H, S, S) has 0 where j > i.
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H, int64_t Dh, T* out, T* probs) {
+  const int64_t W = H * Dh;  // row stride of q, k, v, out
+  const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t c0 = h * Dh;
+    for (int64_t i = 0; i < S; ++i) {
+      T* pr = probs + (h * S + i) * S;  // (S), row i of head h
+      T mx = T(0);
+      for (int64_t j = 0; j <= i; ++j) {
+        T dot = T(0);
+        for (int64_t d = 0; d < Dh; ++d) dot += q[i * W + c0 + d] * k[j * W + c0 + d];
+        pr[j] = dot * scale;
+        mx = (j == 0 || pr[j] > mx) ? pr[j] : mx;
+      }
+      T sum = T(0);
+      for (int64_t j = 0; j <= i; ++j) {
+        pr[j] = std::exp(pr[j] - mx);
+        sum += pr[j];
+      }
+      for (int64_t j = 0; j <= i; ++j) pr[j] = pr[j] / sum;
+      for (int64_t j = i + 1; j < S; ++j) pr[j] = T(0);
+      for (int64_t d = 0; d < Dh; ++d) {
+        T acc = T(0);
+        for (int64_t j = 0; j <= i; ++j) acc += pr[j] * v[j * W + c0 + d];
+        out[i * W + c0 + d] = acc;
+      }
+    }
+  }
+}
+
+namespace {
+
+// dS (S, S) of one head: with dP[i][j] = sum_d dout[i][d] * v[j][d] (d order) and
+// rowdot_i = sum_{j<=i} P[i][j] * dP[i][j] (j order), dS[i][j] = P[i][j] * (dP[i][j] - rowdot_i)
+// for j <= i, else 0. P is probs of this head (S, S); columns c0.. of the (S, W) buffers.
+template <class T>
+void softmax_grad_head(const T* P, const T* v, const T* dout, int64_t S, int64_t W, int64_t c0, int64_t Dh,
+                       T* dS) {
+  for (int64_t i = 0; i < S; ++i) {
+    T* dsr = dS + i * S;  // (S)
+    T rowdot = T(0);
+    for (int64_t j = 0; j <= i; ++j) {
+      T dp = T(0);
+      for (int64_t d = 0; d < Dh; ++d) dp += dout[i * W + c0 + d] * v[j * W + c0 + d];
+      dsr[j] = dp;
+      rowdot += P[i * S + j] * dp;
+    }
+    for (int64_t j = 0; j <= i; ++j) dsr[j] = P[i * S + j] * (dsr[j] - rowdot);
+    for (int64_t j = i + 1; j < S; ++j) dsr[j] = T(0);
+  }
+}
+
+}  // namespace
+
+// Per head, with dS as in softmax_grad_head and scale = 1 / sqrt(Dh):
+//   dq[i][d] += (sum_{j <= i} dS[i][j] * k[j][d]) * scale     (j order, from 0)
+//   dk[j][d] += (sum_{i >= j} dS[i][j] * q[i][d]) * scale     (i order, from 0)
+//   dv[j][d] += sum_{i >= j} P[i][j] * dout[i][d]             (i order, from 0)
+template <class T>
+void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
+                        int64_t Dh, T* dq, T* dk, T* dv) {
+  const int64_t W = H * Dh;
+  const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
+  std::vector<T> dS(static_cast<size_t>(S * S));  // (S, S), one head
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t c0 = h * Dh;
+    const T* P = probs + h * S * S;  // (S, S)
+    softmax_grad_head(P, v, dout, S, W, c0, Dh, dS.data());
+    for (int64_t i = 0; i < S; ++i) {
+      for (int64_t d = 0; d < Dh; ++d) {
+        T acc = T(0);
+        for (int64_t j = 0; j <= i; ++j) acc += dS[i * S + j] * k[j * W + c0 + d];
+        dq[i * W + c0 + d] += acc * scale;
+      }
+    }
+    for (int64_t j = 0; j < S; ++j) {
+      for (int64_t d = 0; d < Dh; ++d) {
+        T acc_k = T(0), acc_v = T(0);
+        for (int64_t i = j; i < S; ++i) {
+          acc_k += dS[i * S + j] * q[i * W + c0 + d];
+          acc_v += P[i * S + j] * dout[i * W + c0 + d];
+        }
+        dk[j * W + c0 + d] += acc_k * scale;
+        dv[j * W + c0 + d] += acc_v;
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(const float*, const float*, const float*, int64_t, int64_t, int64_t, float*,
+                                       float*);
+template void attention_forward<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                        double*, double*);
+template void attention_backward<float>(const float*, const float*, const float*, const float*, const float*,
+                                        int64_t, int64_t, int64_t, float*, float*, float*);
+template void attention_backward<double>(const double*, const double*, const double*, const double*,
+                                         const double*, int64_t, int64_t, int64_t, double*, double*, double*);
+
+}  // namespace parity
