@@ -1,0 +1,342 @@
+// safetensors writer and validating reader (format summary in safetensors.h).
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace parity {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this build assumes a little-endian host");
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kMetadataKey = "__metadata__";
+
+// ---- writing -------------------------------------------------------------------------------
+
+// Closes the descriptor and removes the temporary file unless the write completed.
+class TempFile {
+ public:
+  explicit TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) fail(errno, "cannot create ", tmp_);
+  }
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!done_) ::unlink(tmp_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  void write(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) fail(errno, "write failed");
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+
+  // fsync, close, rename over the final path, then fsync the directory (best effort).
+  void commit() {
+    if (::fsync(fd_) != 0) fail(errno, "fsync failed");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail(errno, "close failed");
+    if (::rename(tmp_.c_str(), final_.c_str()) != 0) fail(errno, "cannot rename ", tmp_);
+    done_ = true;
+    std::string dir = std::filesystem::path(final_).parent_path().string();
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  // `err` is errno as the failing call left it, passed before any string is built.
+  [[noreturn]] void fail(int err, const char* what, const std::string& detail = "") const {
+    throw IoError(final_ + ": cannot write safetensors file: " + what + detail + ": " +
+                  std::strerror(err));
+  }
+
+  std::string final_, tmp_;
+  int fd_ = -1;
+  bool done_ = false;
+};
+
+// ---- reading -------------------------------------------------------------------------------
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& what) {
+  throw IoError(path + ": " + what);
+}
+
+[[noreturn]] void bad_tensor(const std::string& path, const std::string& name,
+                             const std::string& what) {
+  throw IoError(path + ": tensor '" + name + "': " + what);
+}
+
+bool parse_dtype_name(const std::string& s, DType& out) {
+  for (DType d : {DType::f32, DType::f64, DType::i64}) {
+    if (s == safetensors_dtype_name(d)) {
+      out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) bad_file(path, "cannot open safetensors file: it is a directory");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    const int err = errno;
+    bad_file(path, std::string("cannot open safetensors file: ") + std::strerror(err));
+  }
+  const std::streamoff size = in.tellg();
+  std::vector<unsigned char> bytes(size > 0 ? static_cast<size_t>(size) : 0);
+  in.seekg(0);
+  if (!bytes.empty()) in.read(reinterpret_cast<char*>(bytes.data()), size);
+  if (!in || in.gcount() != size) bad_file(path, "cannot read safetensors file");
+  return bytes;
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string parser_message(const json::exception& e) {
+  std::string what = e.what();
+  const size_t close = what.find("] ");
+  return close == std::string::npos ? what : what.substr(close + 2);
+}
+
+}  // namespace
+
+std::string_view safetensors_dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+// ---- SafetensorsWriter -------------------------------------------------------------------
+
+void SafetensorsWriter::check_shape(const std::string& name, const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("safetensors: tensor '" + name + "' has negative shape " + shape_str(shape));
+}
+
+void SafetensorsWriter::check_tensor_size(const std::string& name, const Shape& shape,
+                                          int64_t count) {
+  check_shape(name, shape);
+  if (numel(shape) != count)
+    throw Error("safetensors: tensor '" + name + "' has shape " + shape_str(shape) + " but " +
+                std::to_string(count) + " elements");
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
+                            const void* data) {
+  if (name.empty()) throw Error("safetensors: empty tensor name");
+  if (name == kMetadataKey) throw Error("safetensors: '__metadata__' is reserved, not a tensor name");
+  if (tensors_.count(name)) throw Error("safetensors: tensor '" + name + "' added twice");
+  check_shape(name, shape);
+  const auto n = static_cast<size_t>(numel(shape) * dtype_size(dtype));
+  Entry e{dtype, shape, std::vector<unsigned char>(n)};
+  if (n > 0) std::memcpy(e.bytes.data(), data, n);
+  tensors_.emplace(name, std::move(e));
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
+
+// Element size descending, then name: every tensor starts aligned to its element size.
+std::vector<std::pair<std::string, const SafetensorsWriter::Entry*>> SafetensorsWriter::data_order()
+    const {
+  std::vector<std::pair<std::string, const Entry*>> order;
+  for (const auto& [name, e] : tensors_) order.emplace_back(name, &e);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.second->dtype) > dtype_size(b.second->dtype);
+  });
+  return order;
+}
+
+// The JSON header, padded with spaces so that 8 + its length is a multiple of 8.
+std::string SafetensorsWriter::header() const {
+  json h = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, e] : data_order()) {
+    const uint64_t end = offset + e->bytes.size();
+    h[name] = {{"dtype", std::string(safetensors_dtype_name(e->dtype))},
+               {"shape", e->shape},
+               {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  if (!metadata_.empty()) h[kMetadataKey] = metadata_;
+  std::string text;
+  try {
+    text = h.dump();
+  } catch (const json::exception& e) {  // names or metadata that are not valid UTF-8
+    throw Error(std::string("safetensors: cannot encode header: ") + e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  const std::string text = header();
+  unsigned char len[8];
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  TempFile out(path);
+  out.write(len, sizeof len);
+  out.write(text.data(), text.size());
+  for (const auto& [name, e] : data_order()) out.write(e->bytes.data(), e->bytes.size());
+  out.commit();
+}
+
+// ---- SafetensorsFile ----------------------------------------------------------------------
+
+SafetensorsFile SafetensorsFile::read(const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  std::vector<unsigned char> bytes = read_bytes(path);
+  if (bytes.size() < 8)
+    bad_file(path, "truncated: " + std::to_string(bytes.size()) +
+                       " bytes, too short for the 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<size_t>(i)];
+  if (n > bytes.size() - 8)
+    bad_file(path, "truncated or bad header: header length " + std::to_string(n) +
+                       " exceeds the " + std::to_string(bytes.size() - 8) + " bytes after it");
+  f.parse_header(std::string(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n)));
+  f.data_.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+  f.check_layout();
+  return f;
+}
+
+void SafetensorsFile::parse_header(const std::string& header_text) {
+  json h;
+  try {
+    h = json::parse(header_text);
+  } catch (const json::exception& e) {
+    bad_file(path_, "bad header: invalid JSON: " + parser_message(e));
+  }
+  if (!h.is_object()) bad_file(path_, "bad header: expected a JSON object, got " + std::string(h.type_name()));
+  for (const auto& [name, info] : h.items()) {
+    if (name == kMetadataKey) {
+      if (!info.is_object()) bad_file(path_, "bad header: __metadata__ must be an object");
+      for (const auto& [k, v] : info.items()) {
+        if (!v.is_string()) bad_file(path_, "bad header: __metadata__ '" + k + "' is not a string");
+        metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    if (!info.is_object()) bad_tensor(path_, name, "header entry is not an object");
+    for (const auto& [k, v] : info.items()) {
+      if (k != "dtype" && k != "shape" && k != "data_offsets")
+        bad_tensor(path_, name, "unknown header field '" + k + "'");
+    }
+    Entry e;
+    const auto dt = info.find("dtype");
+    if (dt == info.end() || !dt->is_string()) bad_tensor(path_, name, "missing or non-string dtype");
+    if (!parse_dtype_name(dt->get<std::string>(), e.dtype))
+      bad_tensor(path_, name, "unsupported dtype '" + dt->get<std::string>() + "' (expected F32, F64 or I64)");
+    const auto sh = info.find("shape");
+    if (sh == info.end() || !sh->is_array()) bad_tensor(path_, name, "missing or non-array shape");
+    for (const auto& d : *sh) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
+        bad_tensor(path_, name, "shape entry " + d.dump() + " is not a non-negative integer");
+      e.shape.push_back(d.get<int64_t>());
+    }
+    const auto off = info.find("data_offsets");
+    if (off == info.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      bad_tensor(path_, name, "data_offsets must be two non-negative integers");
+    e.begin = (*off)[0].get<uint64_t>();
+    e.end = (*off)[1].get<uint64_t>();
+    entries_.emplace(name, std::move(e));
+  }
+}
+
+// Sizes match dtype * numel; offsets lie inside the data section and tile it exactly.
+void SafetensorsFile::check_layout() const {
+  std::vector<std::pair<std::string, const Entry*>> order;
+  for (const auto& [name, e] : entries_) {
+    if (e.begin > e.end)
+      bad_tensor(path_, name, "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                                  "] are reversed");
+    uint64_t need = static_cast<uint64_t>(dtype_size(e.dtype));
+    for (int64_t d : e.shape) {
+      if (d != 0 && need > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+        bad_tensor(path_, name, "shape " + shape_str(e.shape) + " is too large");
+      need *= static_cast<uint64_t>(d);
+    }
+    if (e.end - e.begin != need)
+      bad_tensor(path_, name, "data_offsets cover " + std::to_string(e.end - e.begin) +
+                                  " bytes but " + std::string(safetensors_dtype_name(e.dtype)) + " " +
+                                  shape_str(e.shape) + " needs " + std::to_string(need));
+    if (e.end > data_.size())
+      bad_tensor(path_, name, "data ends at " + std::to_string(e.end) + " but the data section has " +
+                                  std::to_string(data_.size()) + " bytes (truncated file?)");
+    order.emplace_back(name, &e);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  uint64_t expected = 0;
+  for (const auto& [name, e] : order) {
+    if (e->begin != expected)
+      bad_tensor(path_, name, "data starts at " + std::to_string(e->begin) + ", expected " +
+                                  std::to_string(expected) +
+                                  (e->begin < expected ? " (overlaps the previous tensor)" : " (gap)"));
+    expected = e->end;
+  }
+  if (expected != data_.size())
+    bad_file(path_, "bad layout: " + std::to_string(data_.size() - expected) +
+                        " bytes after the last tensor's data");
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+std::span<const unsigned char> SafetensorsFile::bytes(const std::string& name) const {
+  const Entry& e = entry(name);
+  return {data_.data() + e.begin, static_cast<size_t>(e.end - e.begin)};
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) bad_tensor(path_, name, "not in the file");
+  return it->second;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name, DType want) const {
+  const Entry& e = entry(name);
+  if (e.dtype != want)
+    bad_tensor(path_, name, "stored as " + std::string(safetensors_dtype_name(e.dtype)) +
+                                ", requested " + std::string(safetensors_dtype_name(want)));
+  return e;
+}
+
+}  // namespace parity
