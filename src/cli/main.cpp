@@ -1,3 +1,34 @@
-// The `parity` command. Placeholder until the subcommands land.
+// `parity`: proves a parallel training layout computes what one device computes.
+// Exit codes: 0 success / parity holds, 1 failure / parity broken, 2 bad input.
 #include <cstdio>
-int main() { std::puts("parity"); return 0; }
+#include <exception>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "parity: runs a Mixture-of-Experts transformer on one device and under parallel layouts,\n"
+      "and checks that every layout computes the same losses, gradients and updates.\n"
+      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 failed, 2 bad input."};
+  app.require_subcommand(1);
+  std::vector<parity::cli::Command> cmds{parity::cli::add_run_command(app), parity::cli::add_dump_command(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& c : cmds)
+      if (c.sub->parsed()) return c.run();
+  } catch (const parity::ConfigError& e) {
+    std::fprintf(stderr, "parity: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parity: error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,18 @@
+// The subcommands of `parity`. Each registers itself on the CLI11 app and runs when chosen.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace parity::cli {
+
+// A registered subcommand: the callback returns the process exit code.
+using Runner = std::function<int()>;
+struct Command {
+  CLI::App* sub;
+  Runner run;
+};
+
+Command add_run_command(CLI::App& app);
+Command add_dump_command(CLI::App& app);
+
+}  // namespace parity::cli

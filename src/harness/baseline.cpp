@@ -1,0 +1,59 @@
+#include "harness/baseline.h"
+
+#include <cmath>
+
+namespace parity {
+
+template <class T>
+BaselineRun<T>::BaselineRun(const Scenario& s)
+    : sc_(s),
+      data_(s.model.vocab, s.data_seed),
+      model_(s.model, s.seed),
+      opt_(s.optim, model_.params.specs) {}
+
+namespace {
+void add_counts(std::vector<int64_t>& into, const std::vector<int64_t>& c) {
+  if (into.empty()) into.assign(c.size(), 0);
+  for (size_t e = 0; e < c.size(); ++e) into[e] += c[e];
+}
+}  // namespace
+
+template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep) {
+  const ModelConfig& c = sc_.model;
+  const int64_t S = c.seq, b = c.micro_batch();
+  StepRecord<T> rec;
+  rec.step = t;
+  rec.inputs.resize(static_cast<size_t>(c.batch * S));
+  rec.targets.resize(static_cast<size_t>(c.batch * S));
+  data_.batch(t, 0, c.batch, S, rec.inputs.data(), rec.targets.data());
+  rec.tokens_per_expert.resize(static_cast<size_t>(c.moe_layers()));
+  rec.chosen.resize(static_cast<size_t>(c.moe_layers()));
+
+  model_.grads.zero();
+  for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+    const int64_t off = mb * b * S;
+    MicroResult r = model_.forward_backward(rec.inputs.data() + off, rec.targets.data() + off, b);
+    rec.micro_losses.push_back(r.loss);
+    rec.loss += r.loss;
+    rec.ce += r.ce;
+    rec.aux += r.aux;
+    for (size_t l = 0; l < r.chosen.size(); ++l) {
+      add_counts(rec.tokens_per_expert[l], r.tokens_per_expert[l]);
+      rec.chosen[l].insert(rec.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
+    }
+  }
+  rec.grad_norm = std::sqrt(sum_of_squares(model_.grads));
+  rec.clip_coef = clip_coefficient(rec.grad_norm, sc_.optim.clip);
+  if (keep == KeepGrads::yes) rec.grads = model_.grads;
+  scale_grads(model_.grads, rec.clip_coef);
+  opt_.step(model_.params, model_.grads);
+  if (c.bias_rate > 0)
+    for (size_t l = 0; l < rec.tokens_per_expert.size(); ++l)
+      expert_bias_update(model_.expert_bias[l].data(), rec.tokens_per_expert[l].data(), c.experts, c.bias_rate);
+  return rec;
+}
+
+template class BaselineRun<float>;
+template class BaselineRun<double>;
+
+}  // namespace parity

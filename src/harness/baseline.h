@@ -1,0 +1,48 @@
+// The one-device baseline run of a scenario: data -> micro-batches -> gradients ->
+// clipping -> optimizer -> expert-bias update, one step at a time, with everything a
+// report or a dump needs recorded per step.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "model/config.h"
+#include "model/data.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+
+namespace parity {
+
+template <class T> struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, ce = 0, aux = 0;
+  std::vector<double> micro_losses;     // (M)
+  double grad_norm = 0, clip_coef = 1;  // before clipping; the factor applied
+  std::vector<int64_t> inputs, targets;  // (B, S)
+  std::optional<ParamSet<T>> grads;      // accumulated, before clipping (when asked for)
+  std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
+  std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
+};
+
+enum class KeepGrads { no, yes };
+
+template <class T> class BaselineRun {
+ public:
+  explicit BaselineRun(const Scenario& s);
+
+  // Runs step `t` (0-based) and returns its record; parameters are updated in place.
+  StepRecord<T> step(int64_t t, KeepGrads keep = KeepGrads::no);
+
+  const Scenario& scenario() const { return sc_; }
+  const MarkovData& data() const { return data_; }
+  Model<T>& model() { return model_; }
+  const Optimizer<T>& optimizer() const { return opt_; }
+
+ private:
+  Scenario sc_;
+  MarkovData data_;
+  Model<T> model_;
+  Optimizer<T> opt_;
+};
+
+}  // namespace parity

@@ -1,0 +1,199 @@
+#include "model/model.h"
+
+#include <string>
+
+#include "model/moe.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/swiglu.h"
+
+namespace parity {
+
+namespace {
+
+template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
+
+// Pointers into a ParamSet for one layer, by MODEL.md name.
+template <class T> struct LayerRefs {
+  T *ln1w, *ln1b, *wq, *wk, *wv, *wo, *ln2w, *ln2b;
+  T *w1 = nullptr, *w3 = nullptr, *w2 = nullptr;  // dense MLP or routed experts
+  T *gate = nullptr, *sw1 = nullptr, *sw3 = nullptr, *sw2 = nullptr;
+};
+
+template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c, int64_t l) {
+  const std::string pre = "layers." + std::to_string(l);
+  auto at = [&](const std::string& s) { return p[pre + s].ptr(); };
+  LayerRefs<T> r{at(".ln1.weight"), at(".ln1.bias"), at(".attn.wq"), at(".attn.wk"),
+                 at(".attn.wv"),    at(".attn.wo"),  at(".ln2.weight"), at(".ln2.bias")};
+  const std::string ffn = c.is_moe(l) ? ".moe.experts" : ".mlp";
+  r.w1 = at(ffn + ".w1");
+  r.w3 = at(ffn + ".w3");
+  r.w2 = at(ffn + ".w2");
+  if (c.is_moe(l)) {
+    r.gate = at(".moe.router.gate");
+    if (c.shared_experts > 0) {
+      r.sw1 = at(".moe.shared.w1");
+      r.sw3 = at(".moe.shared.w3");
+      r.sw2 = at(".moe.shared.w2");
+    }
+  }
+  return r;
+}
+
+template <class T> struct LayerCache {
+  std::vector<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
+  FfnCache<T> mlp;
+  MoeCache<T> moe;
+};
+
+template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bias) {
+  return {r.gate, r.w1, r.w3, r.w2, r.sw1, r.sw3, r.sw2, bias};
+}
+
+// h (n, D) in place: h += Attn(LN1(h)); h += FFN-or-MoE(LN2(h)).
+template <class T>
+void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, LayerCache<T>& L) {
+  const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
+  L.h_in.assign(h, h + n * D);
+  L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
+  layernorm_forward(h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
+  L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.v = zeros<T>(n * D);
+  matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
+  matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
+  matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, D);
+  L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
+  for (int64_t q = 0; q < nseq; ++q)
+    attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
+                      L.att.data() + q * S * D, L.probs.data() + q * H * S * S);
+  auto o = zeros<T>(n * D);  // (n, D)
+  matmul_forward(L.att.data(), w.wo, o.data(), n, D, D);
+  for (int64_t i = 0; i < n * D; ++i) h[i] += o[static_cast<size_t>(i)];
+  L.h_mid.assign(h, h + n * D);
+  L.bn = zeros<T>(n * D), L.m2 = zeros<T>(n), L.r2 = zeros<T>(n);
+  layernorm_forward(h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
+  auto f = zeros<T>(n * D);  // (n, D)
+  if (w.gate)
+    moe_forward(c, moe_weights(w, bias), L.bn.data(), n, f.data(), L.moe);
+  else
+    ffn_forward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, f.data(), L.mlp);
+  for (int64_t i = 0; i < n * D; ++i) h[i] += f[static_cast<size_t>(i)];
+}
+
+// dh (n, D) in place: from d(layer output) to d(layer input); parameter grads +=.
+template <class T>
+void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs<T>& g, const T* bias, int64_t n,
+                    const LayerCache<T>& L, T* dh) {
+  const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
+  auto dbn = zeros<T>(n * D);
+  if (w.gate)
+    moe_backward(c, moe_weights(w, bias), L.bn.data(), n, L.moe, dh, dbn.data(),
+                 MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});
+  else
+    ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
+  layernorm_backward(L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
+
+  auto datt = zeros<T>(n * D);
+  matmul_backward(L.att.data(), w.wo, dh, datt.data(), g.wo, n, D, D);
+  auto dq = zeros<T>(n * D), dk = zeros<T>(n * D), dv = zeros<T>(n * D);
+  for (int64_t q = 0; q < nseq; ++q) {
+    const int64_t o = q * S * D;
+    attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * H * S * S,
+                       datt.data() + o, S, H, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+  }
+  auto da = zeros<T>(n * D);
+  matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);
+  matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, D);
+  matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, D);
+  layernorm_backward(L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
+}
+
+// (rows, cols) -> (cols, rows)
+template <class T> std::vector<T> transpose(const T* x, int64_t rows, int64_t cols) {
+  std::vector<T> out(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(j * rows + i)] = x[i * cols + j];
+  return out;
+}
+
+}  // namespace
+
+template <class T>
+Model<T>::Model(const ModelConfig& c, uint64_t seed)
+    : params(ParamSet<T>::initialised(param_specs(c), seed)), grads(ParamSet<T>::zeros(param_specs(c))), cfg_(c) {
+  expert_bias.assign(static_cast<size_t>(c.moe_layers()), std::vector<T>(static_cast<size_t>(c.experts), T(0)));
+}
+
+template <class T> MicroResult Model<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+  return run(inputs, targets, b, true);
+}
+
+template <class T> MicroResult Model<T>::forward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+  return run(inputs, targets, b, false);
+}
+
+template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_t* targets, int64_t b, bool backward) {
+  const ModelConfig& c = cfg_;
+  const int64_t D = c.dim, V = c.vocab, n = b * c.seq;
+  MicroResult res;
+  auto h = zeros<T>(n * D);  // (n, D) residual stream
+  embedding_forward(inputs, n, params["embed.weight"].ptr(), V, D, h.data());
+  std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
+    auto& L = caches[static_cast<size_t>(l)];
+    layer_forward(c, layer_refs(params, c, l), bias, n, h.data(), L);
+    if (!c.is_moe(l)) continue;
+    res.aux += L.moe.aux;
+    res.chosen.push_back(L.moe.chosen);
+    res.tokens_per_expert.push_back(L.moe.perm.counts);
+  }
+  // head: logits (n, V) = LN(h) · W, W (D, V) = lm_head or embed^T
+  auto hf = zeros<T>(n * D), mf = zeros<T>(n), rf = zeros<T>(n);
+  layernorm_forward(h.data(), params["final_ln.weight"].ptr(), params["final_ln.bias"].ptr(), n, D, hf.data(),
+                    mf.data(), rf.data());
+  std::vector<T> head_t;
+  const T* head = nullptr;
+  if (c.tie_embeddings) {
+    head_t = transpose(params["embed.weight"].ptr(), V, D);
+    head = head_t.data();
+  } else {
+    head = params["lm_head.weight"].ptr();
+  }
+  auto logits = zeros<T>(n * V), losses = zeros<T>(n);
+  matmul_forward(hf.data(), head, logits.data(), n, D, V);
+  const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
+  res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
+  res.loss = res.ce + res.aux;
+  if (!backward) return res;
+
+  auto dlogits = zeros<T>(n * V);
+  cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens), dlogits.data());
+  auto dhf = zeros<T>(n * D);
+  if (c.tie_embeddings) {
+    auto dhead = zeros<T>(D * V);
+    matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), dhead.data(), n, D, V);
+    auto dhead_t = transpose(dhead.data(), D, V);  // (V, D)
+    T* de = grads["embed.weight"].ptr();
+    for (int64_t i = 0; i < V * D; ++i) de[i] += dhead_t[static_cast<size_t>(i)];
+  } else {
+    matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), grads["lm_head.weight"].ptr(), n, D, V);
+  }
+  auto dh = zeros<T>(n * D);
+  layernorm_backward(h.data(), params["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
+                     grads["final_ln.weight"].ptr(), grads["final_ln.bias"].ptr());
+  for (int64_t l = c.layers - 1; l >= 0; --l) {
+    const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
+    layer_backward(c, layer_refs(params, c, l), layer_refs(grads, c, l), bias, n, caches[static_cast<size_t>(l)],
+                   dh.data());
+  }
+  embedding_backward(inputs, n, dh.data(), V, D, grads["embed.weight"].ptr());
+  return res;
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace parity

@@ -1,0 +1,42 @@
+// The one-device reference model of MODEL.md: parameters, gradients, the expert bias,
+// and one micro-batch's forward + backward. This run is the baseline every layout must
+// reproduce.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace parity {
+
+// What one micro-batch produced besides gradients.
+struct MicroResult {
+  double loss = 0;  // this micro-batch's part of the step loss (ce + aux)
+  double ce = 0;    // sum of token cross-entropies / (B*S)
+  double aux = 0;   // aux-loss part, all MoE layers
+  std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (n, K) expert ids
+  std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E) assignment counts
+};
+
+template <class T> class Model {
+ public:
+  Model(const ModelConfig& c, uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  ParamSet<T> params;                     // registry order (params.h)
+  ParamSet<T> grads;                      // same shapes; accumulated by forward_backward
+  std::vector<std::vector<T>> expert_bias;  // per MoE layer: (E), updated by the bias rule only
+
+  // inputs, targets (b, S) for b whole sequences of the step's B. Adds this micro-batch's
+  // gradient of the step loss (normalised by B*S) into grads.
+  MicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b);
+  // Forward only: the same loss, no gradient (used by finite-difference tests).
+  MicroResult forward(const int64_t* inputs, const int64_t* targets, int64_t b);
+
+ private:
+  MicroResult run(const int64_t* inputs, const int64_t* targets, int64_t b, bool backward);
+  ModelConfig cfg_;
+};
+
+}  // namespace parity

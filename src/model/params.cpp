@@ -1,0 +1,121 @@
+#include "model/params.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace parity {
+
+std::string_view family_name(Family f) {
+  switch (f) {
+    case Family::embedding: return "embedding";
+    case Family::attention: return "attention";
+    case Family::layernorm: return "layernorm";
+    case Family::router: return "router";
+    case Family::routed_experts: return "routed_experts";
+    case Family::shared_experts: return "shared_experts";
+    case Family::dense_mlp: return "dense_mlp";
+    case Family::head: return "head";
+  }
+  return "?";
+}
+
+namespace {
+
+void add_layernorm(std::vector<ParamSpec>& out, const std::string& prefix, int64_t D) {
+  out.push_back({prefix + ".weight", {D}, Family::layernorm, 0.0, 1.0});
+  out.push_back({prefix + ".bias", {D}, Family::layernorm, 0.0, 0.0});
+}
+
+// w1, w3 (in, hidden) and w2 (hidden, in), with an optional leading expert dimension.
+void add_ffn(std::vector<ParamSpec>& out, const std::string& prefix, Shape lead, int64_t D, int64_t F, Family fam,
+             double out_std) {
+  auto shape = [&](int64_t a, int64_t b) {
+    Shape s = lead;
+    s.push_back(a);
+    s.push_back(b);
+    return s;
+  };
+  out.push_back({prefix + ".w1", shape(D, F), fam, 0.02});
+  out.push_back({prefix + ".w3", shape(D, F), fam, 0.02});
+  out.push_back({prefix + ".w2", shape(F, D), fam, out_std});
+}
+
+}  // namespace
+
+std::vector<ParamSpec> param_specs(const ModelConfig& c) {
+  const int64_t D = c.dim;
+  const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
+  std::vector<ParamSpec> out;
+  out.push_back({"embed.weight", {c.vocab, D}, Family::embedding, 0.02});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    add_layernorm(out, p + ".ln1", D);
+    for (const char* w : {"wq", "wk", "wv"}) out.push_back({p + ".attn." + w, {D, D}, Family::attention, 0.02});
+    out.push_back({p + ".attn.wo", {D, D}, Family::attention, out_std});
+    add_layernorm(out, p + ".ln2", D);
+    if (!c.is_moe(l)) {
+      add_ffn(out, p + ".mlp", {}, D, c.mlp_hidden, Family::dense_mlp, out_std);
+      continue;
+    }
+    out.push_back({p + ".moe.router.gate", {D, c.experts}, Family::router, 0.02});
+    add_ffn(out, p + ".moe.experts", {c.experts}, D, c.expert_hidden, Family::routed_experts, out_std);
+    if (c.shared_experts > 0) add_ffn(out, p + ".moe.shared", {}, D, c.shared_hidden, Family::shared_experts, out_std);
+  }
+  add_layernorm(out, "final_ln", D);
+  if (!c.tie_embeddings) out.push_back({"lm_head.weight", {D, c.vocab}, Family::head, 0.02});
+  return out;
+}
+
+template <class T>
+void init_elements(const ParamSpec& spec, uint64_t seed, const int64_t* index, int64_t n, T* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = spec.init_std > 0.0
+                   ? spec.init_std * philox_normal(seed, spec.name, static_cast<uint64_t>(index[i]))
+                   : spec.init_value;
+    out[i] = static_cast<T>(v);
+  }
+}
+
+template <class T>
+void init_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t end, T* out) {
+  for (int64_t g = begin; g < end; ++g) init_elements(spec, seed, &g, 1, out + (g - begin));
+}
+
+template <class T>
+ParamSet<T> ParamSet<T>::zeros(const std::vector<ParamSpec>& specs) {
+  ParamSet<T> s;
+  s.specs = specs;
+  for (const auto& sp : specs) s.tensors.emplace_back(sp.shape);
+  return s;
+}
+
+template <class T>
+ParamSet<T> ParamSet<T>::initialised(const std::vector<ParamSpec>& specs, uint64_t seed) {
+  ParamSet<T> s = zeros(specs);
+  for (size_t i = 0; i < specs.size(); ++i) init_range(specs[i], seed, 0, s.tensors[i].numel(), s.tensors[i].ptr());
+  return s;
+}
+
+template <class T>
+int64_t ParamSet<T>::index(std::string_view name) const {
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == name) return static_cast<int64_t>(i);
+  throw Error("no parameter named '" + std::string(name) + "'");
+}
+
+template <class T>
+void ParamSet<T>::zero() {
+  for (auto& t : tensors) t.zero();
+}
+
+#define PARITY_INSTANTIATE(T)                                                                       \
+  template void init_elements<T>(const ParamSpec&, uint64_t, const int64_t*, int64_t, T*);          \
+  template void init_range<T>(const ParamSpec&, uint64_t, int64_t, int64_t, T*);                    \
+  template struct ParamSet<T>;
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity

@@ -1,0 +1,50 @@
+// The parameter registry: every trained tensor of MODEL.md with its name, shape, family
+// and initialisation, in one fixed order. Dumps, checkpoints and reports use these names.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace parity {
+
+// Reported per family (FOLDINGS.md "What a parity run compares").
+enum class Family { embedding, attention, layernorm, router, routed_experts, shared_experts, dense_mlp, head };
+std::string_view family_name(Family f);
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  Family family;
+  double init_std = 0.0;    // > 0: N(0, init_std) from Philox
+  double init_value = 0.0;  // used when init_std == 0 (LayerNorm weight 1, biases 0)
+};
+
+std::vector<ParamSpec> param_specs(const ModelConfig& c);
+
+// Elements of a parameter by flat global index: out[i] = init(spec, seed, index[i]).
+// A rank materialises exactly its shard this way; the full tensor is index 0..numel-1.
+template <class T>
+void init_elements(const ParamSpec& spec, uint64_t seed, const int64_t* index, int64_t n, T* out);
+// Contiguous flat range [begin, end).
+template <class T>
+void init_range(const ParamSpec& spec, uint64_t seed, int64_t begin, int64_t end, T* out);
+
+// A set of named tensors in registry order (parameters, gradients or optimizer state).
+template <class T> struct ParamSet {
+  std::vector<ParamSpec> specs;
+  std::vector<Tensor<T>> tensors;
+
+  static ParamSet zeros(const std::vector<ParamSpec>& specs);
+  static ParamSet initialised(const std::vector<ParamSpec>& specs, uint64_t seed);
+  int64_t index(std::string_view name) const;  // throws Error when absent
+  Tensor<T>& operator[](std::string_view name) { return tensors[static_cast<size_t>(index(name))]; }
+  const Tensor<T>& operator[](std::string_view name) const { return tensors[static_cast<size_t>(index(name))]; }
+  size_t size() const { return tensors.size(); }
+  void zero();
+};
+
+}  // namespace parity

@@ -1,0 +1,100 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+namespace parity {
+
+template <class T>
+Optimizer<T>::Optimizer(const OptimConfig& cfg, const std::vector<ParamSpec>& specs)
+    : cfg_(cfg), m_(ParamSet<T>::zeros(specs)) {
+  if (cfg.kind != OptimKind::sgd) v_ = ParamSet<T>::zeros(specs);
+}
+
+template <class T> void Optimizer<T>::step(ParamSet<T>& params, const ParamSet<T>& grads) {
+  begin_step();
+  for (size_t i = 0; i < params.size(); ++i) {
+    T* v = cfg_.kind == OptimKind::sgd ? nullptr : v_.tensors[i].ptr();
+    step_buffer(params.tensors[i].ptr(), grads.tensors[i].ptr(), m_.tensors[i].ptr(), v, params.tensors[i].numel());
+  }
+}
+
+template <class T> void Optimizer<T>::step_buffer(T* w, const T* g, T* m, T* v, int64_t n) const {
+  const T lr = static_cast<T>(cfg_.lr), wd = static_cast<T>(cfg_.weight_decay);
+  if (cfg_.kind == OptimKind::sgd) {
+    const T mu = static_cast<T>(cfg_.momentum);
+    for (int64_t i = 0; i < n; ++i) {
+      T d = g[i];
+      if (wd != T(0)) d = d + wd * w[i];
+      m[i] = t_ == 1 ? d : mu * m[i] + d;  // buf = g on the first step
+      w[i] = w[i] - lr * m[i];
+    }
+    return;
+  }
+  const T b1 = static_cast<T>(cfg_.beta1), b2 = static_cast<T>(cfg_.beta2), eps = static_cast<T>(cfg_.eps);
+  const T bc1 = T(1) - static_cast<T>(std::pow(cfg_.beta1, static_cast<double>(t_)));
+  const T bc2 = T(1) - static_cast<T>(std::pow(cfg_.beta2, static_cast<double>(t_)));
+  const bool decoupled = cfg_.kind == OptimKind::adamw;
+  for (int64_t i = 0; i < n; ++i) {
+    T gi = g[i];
+    if (decoupled)
+      w[i] = w[i] - lr * wd * w[i];
+    else if (wd != T(0))
+      gi = gi + wd * w[i];
+    m[i] = b1 * m[i] + (T(1) - b1) * gi;
+    v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
+    w[i] = w[i] - lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps);
+  }
+}
+
+template <class T> double sum_of_squares(const T* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return s;
+}
+
+template <class T> double sum_of_squares(const ParamSet<T>& grads) {
+  double s = 0;
+  for (const auto& t : grads.tensors) s += sum_of_squares(t.ptr(), t.numel());
+  return s;
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return 1.0;
+  double c = max_norm / (norm + 1e-6);
+  return c < 1.0 ? c : 1.0;
+}
+
+template <class T> void scale_grads(ParamSet<T>& grads, double coef) {
+  if (coef == 1.0) return;
+  const T c = static_cast<T>(coef);
+  for (auto& t : grads.tensors)
+    for (auto& x : t.data) x *= c;
+}
+
+template <class T> void expert_bias_update(T* bias, const int64_t* counts, int64_t E, double rate) {
+  if (rate == 0 || E == 0) return;
+  double total = 0;
+  for (int64_t e = 0; e < E; ++e) total += static_cast<double>(counts[e]);
+  const double mean_c = total / static_cast<double>(E);
+  std::vector<double> d(static_cast<size_t>(E));
+  double mean_d = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double diff = mean_c - static_cast<double>(counts[e]);
+    d[static_cast<size_t>(e)] = rate * static_cast<double>((diff > 0) - (diff < 0));
+    mean_d += d[static_cast<size_t>(e)];
+  }
+  mean_d /= static_cast<double>(E);
+  for (int64_t e = 0; e < E; ++e) bias[e] += static_cast<T>(d[static_cast<size_t>(e)] - mean_d);
+}
+
+#define PARITY_INSTANTIATE(T)                                                \
+  template class Optimizer<T>;                                               \
+  template double sum_of_squares<T>(const ParamSet<T>&);                     \
+  template double sum_of_squares<T>(const T*, int64_t);                      \
+  template void scale_grads<T>(ParamSet<T>&, double);                        \
+  template void expert_bias_update<T>(T*, const int64_t*, int64_t, double);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity

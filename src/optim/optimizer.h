@@ -1,0 +1,49 @@
+// sgd (momentum), adam and adamw exactly as MODEL.md (PyTorch's definitions), global-norm
+// clipping, and the aux-loss-free expert-bias update. All arithmetic in the parameter
+// dtype T, element by element, so a rank stepping its shard computes the same bits as the
+// one-device run stepping the full tensor.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace parity {
+
+template <class T> class Optimizer {
+ public:
+  Optimizer(const OptimConfig& cfg, const std::vector<ParamSpec>& specs);
+
+  // One step of every parameter from its (already clipped) gradient.
+  void step(ParamSet<T>& params, const ParamSet<T>& grads);
+  // Sharded use: begin_step() once, then step_buffer() on each local slice with its own
+  // state slices (buf_or_m, v); the result is the same as step() on the full tensors.
+  void begin_step() { ++t_; }
+  void step_buffer(T* w, const T* g, T* buf_or_m, T* v, int64_t n) const;
+
+  int64_t steps_taken() const { return t_; }
+  const ParamSet<T>& first_moment() const { return m_; }   // sgd: momentum buffer
+  const ParamSet<T>& second_moment() const { return v_; }  // adam / adamw only
+
+ private:
+  OptimConfig cfg_;
+  int64_t t_ = 0;
+  ParamSet<T> m_, v_;
+};
+
+// Sum of squares of every element of every tensor, accumulated in double in registry
+// order then element order. Parallel layouts add per-shard partial sums of this.
+template <class T> double sum_of_squares(const ParamSet<T>& grads);
+template <class T> double sum_of_squares(const T* x, int64_t n);
+
+// min(1, max_norm / (norm + 1e-6)); 1 when max_norm == 0 (clipping off).
+double clip_coefficient(double norm, double max_norm);
+// Multiplies every gradient by coef (skipped when coef == 1).
+template <class T> void scale_grads(ParamSet<T>& grads, double coef);
+
+// MODEL.md step 4: d_e = u * sign(mean(c) - c_e); d -= mean(d); bias += d.
+// counts (E) = (token, slot) assignments to each expert over the whole step.
+template <class T> void expert_bias_update(T* bias, const int64_t* counts, int64_t E, double rate);
+
+}  // namespace parity
