@@ -9,7 +9,7 @@ namespace parity {
 // masked entries are 0).
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H, int64_t Dh, T* out, T* probs);
-// dq, dk, dv (S, H*Dh) +=.
+// dq, dk, dv (S, H*Dh) +=. Summation orders are written in attention.cpp.
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
                         int64_t Dh, T* dq, T* dk, T* dv);

@@ -4,7 +4,8 @@
 
 namespace parity {
 
-// Elementwise gate: h (n) = silu(a) * b, silu(a) = a / (1 + exp(-a)).
+// Elementwise gate: h (n) = silu(a) * b, silu(a) = a / (1 + exp(-a)), computed as
+// (a * sigmoid(a)) * b with a sigmoid that is stable for large |a|.
 template <class T>
 void swiglu_forward(const T* a, const T* b, int64_t n, T* h);
 // da (n) +=, db (n) +=.
@@ -21,7 +22,8 @@ template <class T> struct FfnCache {
 template <class T>
 void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2, T* out,
                  FfnCache<T>& cache);
-// dx (n, D) +=, dw1, dw3 (D, F) +=, dw2 (F, D) +=.
+// dx (n, D) +=, dw1, dw3 (D, F) +=, dw2 (F, D) +=. Any of them may be nullptr (skipped).
+// dx gets the w1 branch first, then the w3 branch (each a matmul_backward).
 template <class T>
 void ffn_backward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2,
                   const FfnCache<T>& cache, const T* dout, T* dx, T* dw1, T* dw3, T* dw2);
