@@ -26,8 +26,9 @@ uint64_t name_hash(std::string_view name) {
 }
 
 double uniform_open(uint32_t hi, uint32_t lo) {
-  uint64_t bits = (static_cast<uint64_t>(hi) << 21) | (lo >> 11);  // 53 bits
-  return (static_cast<double>(bits) + 0.5) * 0x1.0p-53;
+  // 52 bits: (2^52 - 1 + 0.5) * 2^-52 = 1 - 2^-53 is exact, so the result is never 1.
+  uint64_t bits = (static_cast<uint64_t>(hi) << 20) | (lo >> 12);
+  return (static_cast<double>(bits) + 0.5) * 0x1.0p-52;
 }
 
 double philox_normal(uint64_t seed, std::string_view name, uint64_t index) {

@@ -15,7 +15,7 @@ PhiloxWords philox(uint64_t key, uint64_t c0, uint64_t c1);
 // 64-bit FNV-1a of a name: separates the random streams of different parameters.
 uint64_t name_hash(std::string_view name);
 
-// Uniform in the open interval (0, 1) from 53 random bits.
+// Uniform in the open interval (0, 1) from 52 random bits.
 double uniform_open(uint32_t hi, uint32_t lo);
 
 // N(0, 1) for element `index` of the stream (seed, name): Box-Muller on one Philox block.

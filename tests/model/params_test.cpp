@@ -1,0 +1,62 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "model/params.h"
+
+namespace parity {
+namespace {
+
+TEST(Params, RegistryHasEveryModelMdParameterOnce) {
+  ModelConfig c;
+  c.layers = 3, c.dense_layers = 1, c.shared_experts = 1;
+  auto specs = param_specs(c);
+  std::set<std::string> names;
+  for (const auto& s : specs) EXPECT_TRUE(names.insert(s.name).second) << s.name;
+  EXPECT_TRUE(names.count("embed.weight"));
+  EXPECT_TRUE(names.count("layers.0.mlp.w2"));
+  EXPECT_FALSE(names.count("layers.0.moe.router.gate"));
+  EXPECT_TRUE(names.count("layers.2.moe.experts.w1"));
+  EXPECT_TRUE(names.count("layers.2.moe.shared.w3"));
+  EXPECT_TRUE(names.count("lm_head.weight"));
+  // 1 embed + 3 * (4 LN + 4 attn) + dense 3 + 2 * (gate + 3 experts + 3 shared) + 2 final LN + head
+  EXPECT_EQ(specs.size(), 1u + 3 * 8 + 3 + 2 * 7 + 2 + 1);
+  c.tie_embeddings = true;
+  for (const auto& s : param_specs(c)) EXPECT_NE(s.name, "lm_head.weight");
+}
+
+TEST(Params, ShapesAndInitScalesFollowModelMd) {
+  ModelConfig c;
+  c.layers = 2, c.dim = 8, c.experts = 3, c.expert_hidden = 5;
+  auto specs = param_specs(c);
+  ParamSet<double> p = ParamSet<double>::initialised(specs, 1);
+  EXPECT_EQ(p["layers.1.moe.experts.w1"].shape, (Shape{3, 8, 5}));
+  EXPECT_EQ(p["layers.1.moe.experts.w2"].shape, (Shape{3, 5, 8}));
+  EXPECT_EQ(p["layers.0.ln1.weight"].data, std::vector<double>(8, 1.0));
+  EXPECT_EQ(p["layers.0.ln1.bias"].data, std::vector<double>(8, 0.0));
+  const auto& wo = specs[static_cast<size_t>(p.index("layers.0.attn.wo"))];
+  EXPECT_DOUBLE_EQ(wo.init_std, 0.02 / std::sqrt(4.0));
+  EXPECT_THROW(p.index("nope"), Error);
+}
+
+// Layout independence: any slice, or any set of indices, equals the full tensor's elements.
+TEST(Params, SlicesEqualTheFullTensorBitwise) {
+  ParamSpec spec{"layers.1.moe.experts.w1", {4, 6, 5}, Family::routed_experts, 0.02};
+  std::vector<double> full(120);
+  init_range(spec, 99, 0, 120, full.data());
+  std::vector<double> part(37);
+  init_range(spec, 99, 41, 78, part.data());
+  for (int i = 0; i < 37; ++i) ASSERT_EQ(part[static_cast<size_t>(i)], full[static_cast<size_t>(41 + i)]);
+  std::vector<int64_t> idx{119, 0, 63, 5};
+  std::vector<double> picked(4);
+  init_elements(spec, 99, idx.data(), 4, picked.data());
+  for (size_t i = 0; i < idx.size(); ++i) ASSERT_EQ(picked[i], full[static_cast<size_t>(idx[i])]);
+  std::vector<float> f32(120);
+  init_range(spec, 99, 0, 120, f32.data());
+  for (size_t i = 0; i < 120; ++i) ASSERT_EQ(f32[i], static_cast<float>(full[i]));
+}
+
+}  // namespace
+}  // namespace parity
