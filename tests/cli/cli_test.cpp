@@ -1,0 +1,119 @@
+// The `parity` binary as users call it: exit codes, messages, and the dump's contents.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/safetensors.h"
+#include "harness/baseline.h"
+#include "harness/scenario.h"
+
+namespace parity {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Result parity_cmd(const std::string& args) {
+  std::string cmd = std::string(PARITY_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string tiny_path() { return std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json"; }
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("parity_cli_test_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Cli, RunPrintsEachStepBesideTheEntropyFloor) {
+  Result r = parity_cmd("run " + tiny_path() + " --steps 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("entropy floor"), std::string::npos) << r.out;
+  for (const char* row : {"\n     0 ", "\n     1 ", "\n     2 "}) EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n     3 "), std::string::npos) << r.out;
+}
+
+TEST(Cli, EverySubcommandAnswersHelp) {
+  for (const char* sub : {"", "run ", "dump "}) {
+    Result r = parity_cmd(std::string(sub) + "--help");
+    EXPECT_EQ(r.code, 0) << sub << r.out;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << r.out;
+  }
+}
+
+TEST(Cli, BadInputExitsTwoNamingPathAndRule) {
+  fs::path d = temp_dir("bad");
+  std::ofstream(d / "unknown.json") << R"({"model": {"vocab": 64, "bogus": 1}})";
+  Result r = parity_cmd("run " + (d / "unknown.json").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("$.model.bogus"), std::string::npos) << r.out;
+  std::ofstream(d / "heads.json") << R"({"model": {"dim": 16, "heads": 3}})";
+  r = parity_cmd("run " + (d / "heads.json").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("$.model.heads"), std::string::npos) << r.out;
+  r = parity_cmd("run " + (d / "missing.json").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("missing.json"), std::string::npos) << r.out;
+  r = parity_cmd("run");  // no scenario argument
+  EXPECT_EQ(r.code, 2) << r.out;
+  fs::remove_all(d);
+}
+
+// "Done when": the dump of a 3-step run is complete and described by its manifest, and
+// its contents are the baseline's.
+TEST(Cli, DumpOfThreeStepsIsCompleteAndDescribedByItsManifest) {
+  fs::path d = temp_dir("dump");
+  Result r = parity_cmd("dump " + tiny_path() + " " + d.string() + " --steps 3");
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json m = nlohmann::json::parse(std::ifstream(d / "manifest.json"));
+  ASSERT_EQ(m["files"].size(), 4u);  // init + 3 steps
+  for (const auto& f : m["files"]) {
+    SafetensorsFile st = SafetensorsFile::read((d / f["file"].get<std::string>()).string());
+    EXPECT_EQ(st.names().size(), f["tensors"].size()) << f["file"];
+    for (const auto& [name, desc] : f["tensors"].items()) {
+      ASSERT_TRUE(st.contains(name)) << f["file"] << " lacks " << name;
+      EXPECT_EQ(st.shape(name), desc["shape"].get<Shape>()) << name;
+      EXPECT_EQ(dtype_name(st.dtype(name)), desc["dtype"].get<std::string>()) << name;
+    }
+  }
+  // Against an independent baseline run: init, step-1 gradients and parameters.
+  Scenario s = load_scenario(tiny_path());
+  BaselineRun<double> run(s);
+  SafetensorsFile init = SafetensorsFile::read((d / "init.safetensors").string());
+  const auto& specs = run.model().params.specs;
+  for (size_t p = 0; p < specs.size(); ++p)
+    ASSERT_EQ(init.get<double>(specs[p].name).data, run.model().params.tensors[p].data) << specs[p].name;
+  run.step(0);
+  auto rec = run.step(1, KeepGrads::yes);
+  SafetensorsFile s1 = SafetensorsFile::read((d / "step_000001.safetensors").string());
+  EXPECT_EQ(s1.get<double>("loss").data[0], rec.loss);
+  EXPECT_EQ(s1.get<int64_t>("inputs").data, rec.inputs);
+  for (size_t p = 0; p < specs.size(); ++p) {
+    ASSERT_EQ(s1.get<double>("grads." + specs[p].name).data, rec.grads->tensors[p].data) << specs[p].name;
+    ASSERT_EQ(s1.get<double>("params." + specs[p].name).data, run.model().params.tensors[p].data) << specs[p].name;
+  }
+  EXPECT_EQ(s1.get<int64_t>("layers.1.moe.tokens_per_expert").data, rec.tokens_per_expert[0]);
+  EXPECT_EQ(s1.get<double>("layers.1.moe.expert_bias").data, run.model().expert_bias[0]);
+  EXPECT_EQ(m["steps"].size(), 3u);
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace parity
