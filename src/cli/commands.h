@@ -14,5 +14,6 @@ struct Command {
 
 Command add_run_command(CLI::App& app);
 Command add_dump_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -1,0 +1,33 @@
+// Measurements behind `parity bench`: the baseline's time per step and the reference
+// matmul's throughput on a scenario's shapes, beside this core's measured fp64 peak.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace parity {
+
+struct MatmulTiming {
+  std::string what;  // "attn.wq forward (n, D) x (D, D)"
+  int64_t n, k, m;
+  double seconds;    // best of the repetitions, one call
+  double gflops;
+};
+
+struct StepTiming {
+  int64_t steps;
+  double best_seconds, median_seconds;
+  double tokens_per_second;
+};
+
+// One core's fp64 multiply-add peak in GFLOP/s, measured with independent FMA chains
+// (AVX2+FMA when the CPU has them, scalar otherwise). Only a yardstick: the reference ops
+// never use FMA.
+double measure_fp64_peak_gflops();
+
+template <class T> StepTiming time_baseline_steps(const Scenario& s, int64_t steps);
+template <class T> std::vector<MatmulTiming> time_matmuls(const ModelConfig& c, int reps);
+
+}  // namespace parity
