@@ -1,0 +1,110 @@
+#include "comm/diagnose.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <thread>
+
+namespace parity::comm {
+
+std::string local_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+PeerInfo local_peer() { return PeerInfo{local_host(), static_cast<int64_t>(getpid())}; }
+
+bool peer_exited(const PeerInfo& p) {
+  if (p.pid <= 0 || p.host != local_host()) return false;
+  if (kill(static_cast<pid_t>(p.pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  auto close = line.rfind(')');  // "pid (comm) S ..."
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+std::string encode_peer(const PeerInfo& p) { return p.host + "\n" + std::to_string(p.pid); }
+
+PeerInfo decode_peer(const std::string& s) {
+  PeerInfo p;
+  auto nl = s.find('\n');
+  if (nl == std::string::npos) return p;
+  p.host = s.substr(0, nl);
+  try {
+    p.pid = std::stoll(s.substr(nl + 1));
+  } catch (const std::exception&) {
+    p.pid = 0;
+  }
+  return p;
+}
+
+namespace {
+
+enum class Seen { unknown, reported, exited };
+
+std::string rank_label(int group_rank, int world_rank) {
+  std::string s = "rank " + std::to_string(world_rank);
+  if (group_rank != world_rank) s += " (group rank " + std::to_string(group_rank) + ")";
+  return s;
+}
+
+}  // namespace
+
+std::string name_missing(int me, const std::vector<int>& members,
+                         const std::vector<PeerInfo>& peers, FailureBoard& board,
+                         const std::string& what, std::chrono::milliseconds window) {
+  board.post(what);
+  size_t n = members.size();
+  std::vector<Seen> seen(n, Seen::unknown);
+  std::vector<std::string> notes(n);
+  seen[static_cast<size_t>(me)] = Seen::reported;
+  using clock = std::chrono::steady_clock;
+  auto start = clock::now();
+  auto first_exit = clock::time_point::max();
+  for (;;) {
+    size_t unknown = 0;
+    for (size_t r = 0; r < n; ++r) {
+      if (seen[r] != Seen::unknown) continue;
+      if (auto note = board.read(static_cast<int>(r))) {
+        seen[r] = Seen::reported;
+        notes[r] = *note;
+      } else if (r < peers.size() && peer_exited(peers[r])) {
+        seen[r] = Seen::exited;
+        first_exit = std::min(first_exit, clock::now());
+      } else {
+        ++unknown;
+      }
+    }
+    auto now = clock::now();
+    // Once a member is known to be gone, others still waiting on their timeout are victims.
+    if (unknown == 0 || now - start > window ||
+        (first_exit != clock::time_point::max() && now - first_exit > std::chrono::milliseconds(300)))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string exited, silent, elsewhere;
+  for (size_t r = 0; r < n; ++r) {
+    std::string label = rank_label(static_cast<int>(r), members[r]);
+    std::string pid = r < peers.size() ? "pid " + std::to_string(peers[r].pid) + " on " + peers[r].host : "";
+    if (seen[r] == Seen::exited) {
+      exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " has exited)";
+    } else if (seen[r] == Seen::unknown) {
+      silent += (silent.empty() ? "" : "; ") + label + " (" + pid +
+                " did not report reaching " + what + ")";
+    } else if (!notes[r].empty() && notes[r] != what) {
+      elsewhere += (elsewhere.empty() ? "" : "; ") + label + " failed in " + notes[r];
+    }
+  }
+  std::string out;
+  if (!exited.empty()) out = "missing " + exited;
+  else if (!silent.empty()) out = "missing " + silent;
+  else out = "no member is missing: every member reported a failure";
+  if (!elsewhere.empty()) out += "; mismatched collectives: " + elsewhere;
+  return out;
+}
+
+}  // namespace parity::comm

@@ -1,0 +1,47 @@
+// Naming the rank that is missing after a failed collective.
+//
+// When a collective times out or loses a connection, the failing rank posts a note
+// ("allreduce #12") on a board every member can read (the rendezvous store for gloo,
+// a control communicator for mpi), then looks at every other member for a short window:
+// a member that posted a note failed too (a victim, or in another collective: a
+// mismatch); a member whose process has exited (same host, checked by pid) crashed or
+// left early; a member that is alive and silent never reached the collective.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace parity::comm {
+
+struct PeerInfo {
+  std::string host;
+  int64_t pid = 0;
+};
+
+std::string local_host();
+PeerInfo local_peer();
+// True only when the peer is on this host and its process is gone (or a zombie).
+bool peer_exited(const PeerInfo& p);
+
+// Serialised as "host\npid".
+std::string encode_peer(const PeerInfo& p);
+PeerInfo decode_peer(const std::string& s);
+
+class FailureBoard {
+ public:
+  virtual ~FailureBoard() = default;
+  virtual void post(const std::string& note) = 0;
+  // The note posted by this group rank, if any has arrived.
+  virtual std::optional<std::string> read(int group_rank) = 0;
+};
+
+// Posts `what` and returns a sentence naming the missing member(s), e.g.
+// "missing rank 3 (pid 812 on host h has exited)". members: world ranks in group order;
+// peers: the same order.
+std::string name_missing(int my_group_rank, const std::vector<int>& members,
+                         const std::vector<PeerInfo>& peers, FailureBoard& board,
+                         const std::string& what, std::chrono::milliseconds window);
+
+}  // namespace parity::comm

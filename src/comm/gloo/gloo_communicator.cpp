@@ -1,0 +1,246 @@
+#include "comm/gloo/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace parity::comm {
+
+namespace {
+
+using ms = std::chrono::milliseconds;
+
+// Blob published at rendezvous: "host\npid" (length-prefixed), then one transport address
+// per peer, in rank order skipping this rank.
+std::string encode_blob(const std::string& peer, const std::vector<std::vector<char>>& addrs) {
+  uint32_t len = static_cast<uint32_t>(peer.size());
+  std::string blob(reinterpret_cast<const char*>(&len), sizeof(len));
+  blob += peer;
+  for (const auto& a : addrs) blob.append(a.begin(), a.end());
+  return blob;
+}
+
+// A gloo::Context connected by our own rendezvous (so that a missing rank is named).
+class MeshContext : public gloo::Context {
+ public:
+  using gloo::Context::Context;
+
+  std::vector<PeerInfo> connect(const std::shared_ptr<gloo::transport::Device>& dev,
+                                Rendezvous& rdzv, const std::string& scope,
+                                const std::vector<int>& members, ms timeout) {
+    setTimeout(timeout);
+    auto tctx = dev->createContext(rank, size);
+    tctx->setTimeout(timeout);
+    std::vector<std::vector<char>> addrs;
+    for (int i = 0; i < size; ++i)
+      if (i != rank) addrs.push_back(tctx->createPair(i)->address().bytes());
+    auto blobs = rdzv.exchange(scope, members, rank, encode_blob(encode_peer(local_peer()), addrs), timeout);
+    std::vector<PeerInfo> peers(static_cast<size_t>(size));
+    for (int i = 0; i < size; ++i) {
+      const std::string& b = blobs[static_cast<size_t>(i)];
+      uint32_t len = 0;
+      if (b.size() < sizeof(len)) throw CommError("rendezvous of " + scope + ": short blob from rank " + std::to_string(members[static_cast<size_t>(i)]));
+      std::memcpy(&len, b.data(), sizeof(len));
+      peers[static_cast<size_t>(i)] = decode_peer(b.substr(sizeof(len), len));
+      if (i == rank) continue;
+      size_t off = sizeof(len) + len;
+      size_t each = (b.size() - off) / static_cast<size_t>(size - 1);
+      size_t slot = static_cast<size_t>(rank < i ? rank : rank - 1);
+      std::vector<char> addr(b.begin() + static_cast<long>(off + slot * each),
+                             b.begin() + static_cast<long>(off + (slot + 1) * each));
+      tctx->getPair(i)->connect(addr);
+    }
+    device_ = dev;
+    transportContext_ = std::move(tctx);
+    return peers;
+  }
+};
+
+template <class T> void red_sum(void* c, const void* a, const void* b, size_t n) {
+  auto* z = static_cast<T*>(c);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+}
+template <class T> void red_max(void* c, const void* a, const void* b, size_t n) {
+  auto* z = static_cast<T*>(c);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) z[i] = std::max(x[i], y[i]);
+}
+template <class T> void red_min(void* c, const void* a, const void* b, size_t n) {
+  auto* z = static_cast<T*>(c);
+  auto* x = static_cast<const T*>(a);
+  auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) z[i] = std::min(x[i], y[i]);
+}
+
+template <class T> gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return &red_sum<T>;
+    case ReduceOp::max: return &red_max<T>;
+    case ReduceOp::min: return &red_min<T>;
+  }
+  return &red_sum<T>;
+}
+
+gloo::AllreduceOptions::Func reduce_fn(DType t, ReduceOp op) {
+  switch (t) {
+    case DType::f32: return reduce_fn<float>(op);
+    case DType::f64: return reduce_fn<double>(op);
+    case DType::i64: return reduce_fn<int64_t>(op);
+  }
+  return reduce_fn<float>(op);
+}
+
+// Gloo's typed setters only need the element size; a byte-sized stand-in per dtype.
+template <size_t N> struct Elem { char b[N]; };
+
+// Gloo refuses null pointers even for empty buffers.
+char g_empty[8];
+void* nz(void* p) { return p ? p : g_empty; }
+void* nz(const void* p) { return p ? const_cast<void*>(p) : g_empty; }
+
+struct Shared {
+  std::shared_ptr<Rendezvous> rdzv;
+  std::shared_ptr<gloo::transport::Device> device;
+  int world_size = 1;
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world,
+                   std::shared_ptr<Shared> shared)
+      : Communicator(Backend::gloo, std::move(members), rank, timeout, world),
+        shared_(std::move(shared)) {
+    ctx_ = std::make_shared<MeshContext>(rank, size());
+    scope_ = scope_key(this->members(), shared_->world_size);
+    peers_ = ctx_->connect(shared_->device, *shared_->rdzv, scope_, this->members(), timeout);
+  }
+
+ protected:
+  template <class Opts> void common(Opts& o) { o.setTimeout(timeout()); }
+
+  void do_allreduce(void* buf, int64_t n, DType t, ReduceOp op) override {
+    if (n == 0) return;
+    gloo::AllreduceOptions o(ctx_);
+    common(o);
+    set_io(o, buf, buf, n, n, t);
+    o.setReduceFunction(reduce_fn(t, op));
+    gloo::allreduce(o);
+  }
+  void do_broadcast(void* buf, int64_t n, DType t, int root) override {
+    if (n == 0) return;
+    gloo::BroadcastOptions o(ctx_);
+    common(o);
+    with_elem(t, [&](auto e) {  // in place: the root's output is its input
+      using E = decltype(e);
+      o.template setOutput<E>(static_cast<E*>(buf), static_cast<size_t>(n));
+    });
+    o.setRoot(root);
+    gloo::broadcast(o);
+  }
+  void do_allgather(const void* in, void* out, int64_t n, DType t) override {
+    if (n == 0) return;
+    gloo::AllgatherOptions o(ctx_);
+    common(o);
+    set_io(o, const_cast<void*>(in), out, n, n * size(), t);
+    gloo::allgather(o);
+  }
+  void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& counts,
+                     DType t) override {
+    int64_t tot = 0;
+    for (auto c : counts) tot += c;
+    if (tot == 0) return;
+    gloo::AllgathervOptions o(ctx_);
+    common(o);
+    std::vector<size_t> sz(counts.begin(), counts.end());
+    with_elem(t, [&](auto e) {
+      using E = decltype(e);
+      o.template setInput<E>(static_cast<E*>(nz(in)), sz[static_cast<size_t>(rank())]);
+      o.template setOutput<E>(static_cast<E*>(nz(out)), sz);
+    });
+    gloo::allgatherv(o);
+  }
+  void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
+    if (n == 0) return;
+    gloo::AlltoallOptions o(ctx_);
+    common(o);
+    set_io(o, const_cast<void*>(in), out, n * size(), n * size(), t);
+    gloo::alltoall(o);
+  }
+  void do_alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
+                    const std::vector<int64_t>& recv, DType t) override {
+    gloo::AlltoallvOptions o(ctx_);
+    common(o);
+    with_elem(t, [&](auto e) {
+      using E = decltype(e);
+      o.template setInput<E>(static_cast<E*>(nz(in)), send);
+      o.template setOutput<E>(static_cast<E*>(nz(out)), recv);
+    });
+    gloo::alltoallv(o);
+  }
+  void do_barrier() override {
+    gloo::BarrierOptions o(ctx_);
+    common(o);
+    gloo::barrier(o);
+  }
+  std::unique_ptr<Communicator> do_make_group(const std::vector<int>& world_ranks) override {
+    int me = static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world_rank()) -
+                              world_ranks.begin());
+    return std::make_unique<GlooCommunicator>(world_ranks, me, timeout(), world(), shared_);
+  }
+  std::string diagnose(const std::string& what) override {
+    auto board = shared_->rdzv->board(scope_, members(), rank());
+    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)));
+  }
+
+ private:
+  template <class F> static void with_elem(DType t, F&& f) {
+    if (dtype_size(t) == 4) f(Elem<4>{});
+    else f(Elem<8>{});
+  }
+  template <class Opts>
+  static void set_io(Opts& o, void* in, void* out, int64_t nin, int64_t nout, DType t) {
+    with_elem(t, [&](auto e) {
+      using E = decltype(e);
+      o.template setInput<E>(static_cast<E*>(in), static_cast<size_t>(nin));
+      o.template setOutput<E>(static_cast<E*>(out), static_cast<size_t>(nout));
+    });
+  }
+
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<MeshContext> ctx_;
+  std::string scope_;
+  std::vector<PeerInfo> peers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_world(int rank, int world_size,
+                                              std::shared_ptr<Rendezvous> rendezvous,
+                                              const std::string& host,
+                                              std::chrono::milliseconds timeout) {
+  auto shared = std::make_shared<Shared>();
+  shared->rdzv = std::move(rendezvous);
+  shared->world_size = world_size;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = host;
+  shared->device = gloo::transport::tcp::CreateDevice(attr);
+  std::vector<int> members(static_cast<size_t>(world_size));
+  for (int i = 0; i < world_size; ++i) members[static_cast<size_t>(i)] = i;
+  return std::make_unique<GlooCommunicator>(std::move(members), rank, timeout, nullptr, shared);
+}
+
+}  // namespace parity::comm

@@ -1,0 +1,371 @@
+#include "comm/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace parity::comm {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+// ---- signals: the handler only records the signal and wakes poll() ----
+std::atomic<int> g_signal{0};
+int g_wake_fd = -1;
+
+void on_signal(int sig) {
+  g_signal.store(sig);
+  if (g_wake_fd >= 0) {
+    char c = 1;
+    [[maybe_unused]] auto n = write(g_wake_fd, &c, 1);
+  }
+}
+
+class SignalGuard {
+ public:
+  SignalGuard() {
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw Error("launch: pipe failed");
+    g_signal.store(0);
+    g_wake_fd = wake_[1];
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    g_wake_fd = -1;
+    close(wake_[0]);
+    close(wake_[1]);
+  }
+  int fd() const { return wake_[0]; }
+
+ private:
+  int wake_[2];
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int fd = -1;              // read end of its stdout+stderr pipe
+  std::string partial;      // an unfinished line
+  std::optional<int> status;  // waitpid status once reaped
+  bool stopped = false;     // signalled by the launcher
+  std::ofstream log;
+  std::string log_path;
+};
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) +
+                                  " (" + strsignal(WTERMSIG(status)) + ")";
+  return "ended with status " + std::to_string(status);
+}
+
+int exit_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+std::string make_store_dir(const LaunchOptions& o) {
+  std::string root = o.store_root;
+  if (root.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    root = t && *t ? t : "/tmp";
+  }
+  std::string tmpl = root + "/parity-rdzv-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw IoError("launch: cannot create a store directory under " + root + ": " + strerror(errno));
+  return tmpl;
+}
+
+std::vector<std::string> rank_env(const LaunchOptions& o, int rank, const std::string& store) {
+  static const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+                               "PARITY_BACKEND=", "PARITY_COMM_TIMEOUT_MS=", "PARITY_STORE_DIR="};
+  // An MPI process's own identity (a launcher started from inside an MPI job, or after an
+  // MPI singleton init) must not leak into the ranks.
+  static const char* mpi_identity[] = {"OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE=", "OMPI_MCA_ess",
+                                       "OMPI_MCA_orte_", "OMPI_MCA_pmix", "PMIX_", "OMPI_FILE_LOCATION=",
+                                       "OMPI_APP_CTX_", "OMPI_FIRST_RANKS=", "OMPI_NUM_APP_CTX="};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    bool replaced = false;
+    for (const char* p : ours) replaced = replaced || std::strncmp(*e, p, std::strlen(p)) == 0;
+    for (const char* p : mpi_identity) replaced = replaced || std::strncmp(*e, p, std::strlen(p)) == 0;
+    if (!replaced) env.emplace_back(*e);
+  }
+  std::string n = std::to_string(o.nproc);
+  env.push_back("PARITY_BACKEND=" + std::string(backend_name(o.backend)));
+  env.push_back("PARITY_COMM_TIMEOUT_MS=" + std::to_string(o.timeout.count()));
+  if (o.backend != Backend::mpi) {
+    env.push_back("RANK=" + std::to_string(rank));
+    env.push_back("WORLD_SIZE=" + n);
+    env.push_back("LOCAL_RANK=" + std::to_string(rank));
+    env.push_back("LOCAL_WORLD_SIZE=" + n);
+    env.push_back("PARITY_STORE_DIR=" + store);
+  } else if (geteuid() == 0) {
+    env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  }
+  for (const auto& e : o.extra_env) env.push_back(e);
+  return env;
+}
+
+std::vector<std::string> rank_argv(const LaunchOptions& o, const std::vector<std::string>& command) {
+  if (o.backend != Backend::mpi) return command;
+  std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.nproc), "--oversubscribe"};
+  if (o.prefix_output) argv.push_back("--tag-output");
+  for (const char* v : {"PARITY_BACKEND", "PARITY_COMM_TIMEOUT_MS"}) {
+    argv.push_back("-x");
+    argv.push_back(v);
+  }
+  for (const auto& e : o.extra_env) {
+    argv.push_back("-x");
+    argv.push_back(e.substr(0, e.find('=')));
+  }
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+// fork + exec with the environment prepared beforehand (nothing but async-signal-safe
+// calls between fork and exec). The child dies with the launcher (PR_SET_PDEATHSIG).
+pid_t spawn(const std::vector<std::string>& argv_s, const std::vector<std::string>& env_s, int out_fd) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env_s) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) throw Error(std::string("launch: fork failed: ") + strerror(errno));
+  if (pid > 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  dup2(out_fd, 1);
+  dup2(out_fd, 2);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  execvpe(argv[0], argv.data(), envp.data());
+  const char msg[] = "parity launch: cannot execute the command\n";
+  [[maybe_unused]] auto n = write(2, msg, sizeof(msg) - 1);
+  _exit(127);
+}
+
+class Launcher {
+ public:
+  Launcher(const LaunchOptions& o, std::vector<std::string> command)
+      : o_(o), command_(std::move(command)) {
+    grace_ = o.grace.count() >= 0 ? o.grace : o.timeout + ms(5000);
+  }
+  int run();
+
+ private:
+  void start_all();
+  void pump(int timeout_ms);
+  void emit(Child& c, std::string_view line);
+  void reap();
+  void stop_all(int sig);
+  void summarise() const;
+  bool all_reaped() const {
+    for (const auto& c : children_) if (!c.status) return false;
+    return true;
+  }
+
+  const LaunchOptions& o_;
+  std::vector<std::string> command_;
+  ms grace_;
+  std::string store_;
+  std::vector<Child> children_;
+  int first_failed_ = -1;
+  clock::time_point failed_at_{}, term_at_{};
+  bool terminating_ = false;
+  int interrupted_by_ = 0;
+};
+
+void Launcher::start_all() {
+  int n = o_.backend == Backend::mpi ? 1 : o_.nproc;
+  if (!o_.log_dir.empty()) std::filesystem::create_directories(o_.log_dir);
+  auto argv = rank_argv(o_, command_);
+  for (int r = 0; r < n; ++r) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) throw Error("launch: pipe failed");
+    Child c;
+    c.rank = r;
+    c.fd = p[0];
+    if (!o_.log_dir.empty()) {
+      c.log_path = o_.log_dir + (o_.backend == Backend::mpi ? "/mpirun.log" : "/rank" + std::to_string(r) + ".log");
+      c.log.open(c.log_path);
+    }
+    try {
+      c.pid = spawn(argv, rank_env(o_, r, store_), p[1]);
+    } catch (...) {
+      close(p[0]);
+      close(p[1]);
+      throw;
+    }
+    close(p[1]);
+    children_.push_back(std::move(c));
+  }
+}
+
+void Launcher::emit(Child& c, std::string_view line) {
+  std::string out = (o_.prefix_output && o_.backend != Backend::mpi ? "[" + std::to_string(c.rank) + "] " : "");
+  out.append(line);
+  out += '\n';
+  std::cout << out << std::flush;
+  if (c.log.is_open()) c.log << line << '\n' << std::flush;
+}
+
+void Launcher::pump(int timeout_ms) {
+  std::vector<pollfd> fds;
+  std::vector<Child*> who;
+  for (auto& c : children_)
+    if (c.fd >= 0) {
+      fds.push_back({c.fd, POLLIN, 0});
+      who.push_back(&c);
+    }
+  pollfd wake{-1, POLLIN, 0};
+  fds.push_back(wake);
+  if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+  for (size_t i = 0; i < who.size(); ++i) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    Child& c = *who[i];
+    char buf[65536];
+    ssize_t n = read(c.fd, buf, sizeof(buf));
+    if (n <= 0) {
+      if (!c.partial.empty()) emit(c, c.partial);
+      c.partial.clear();
+      close(c.fd);
+      c.fd = -1;
+      continue;
+    }
+    c.partial.append(buf, static_cast<size_t>(n));
+    size_t start = 0, nl;
+    while ((nl = c.partial.find('\n', start)) != std::string::npos) {
+      emit(c, std::string_view(c.partial).substr(start, nl - start));
+      start = nl + 1;
+    }
+    c.partial.erase(0, start);
+  }
+}
+
+void Launcher::reap() {
+  for (auto& c : children_) {
+    if (c.status) continue;
+    int st = 0;
+    pid_t r = waitpid(c.pid, &st, WNOHANG);
+    if (r != c.pid) continue;
+    c.status = st;
+    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok && first_failed_ < 0 && !c.stopped) {
+      first_failed_ = c.rank;
+      failed_at_ = clock::now();
+      std::cerr << "parity launch: rank " << c.rank << " (pid " << c.pid << ") " << describe_status(st)
+                << (c.log_path.empty() ? "" : "; log: " + c.log_path) << "; giving the other ranks "
+                << grace_.count() << " ms to report before stopping them" << std::endl;
+    }
+  }
+}
+
+void Launcher::stop_all(int sig) {
+  for (auto& c : children_)
+    if (!c.status) {
+      kill(c.pid, sig);
+      c.stopped = true;
+    }
+}
+
+void Launcher::summarise() const {
+  std::cerr << "parity launch: failed; rank verdicts:\n";
+  for (const auto& c : children_) {
+    std::cerr << "  rank " << c.rank << " (pid " << c.pid << "): "
+              << (c.stopped ? "stopped by the launcher, " : "") << describe_status(*c.status)
+              << (c.log_path.empty() ? "" : ", log " + c.log_path) << "\n";
+  }
+  std::cerr << std::flush;
+}
+
+int Launcher::run() {
+  SignalGuard signals;
+  store_ = make_store_dir(o_);
+  try {
+    start_all();
+  } catch (...) {
+    stop_all(SIGKILL);
+    for (auto& c : children_) waitpid(c.pid, nullptr, 0);
+    std::filesystem::remove_all(store_);
+    throw;
+  }
+  for (;;) {
+    pump(50);
+    reap();
+    if (int sig = g_signal.exchange(0); sig && !interrupted_by_) {
+      interrupted_by_ = sig;
+      std::cerr << "parity launch: received " << strsignal(sig) << ", stopping every rank" << std::endl;
+      stop_all(SIGTERM);
+      terminating_ = true;
+      term_at_ = clock::now();
+    }
+    auto now = clock::now();
+    if (first_failed_ >= 0 && !terminating_ && now - failed_at_ > grace_) {
+      stop_all(SIGTERM);
+      terminating_ = true;
+      term_at_ = now;
+    }
+    if (terminating_ && now - term_at_ > o_.kill_after) stop_all(SIGKILL);
+    if (all_reaped()) break;
+  }
+  // Drain what the ranks wrote last (a grandchild may hold a pipe: bounded wait).
+  auto drain_until = clock::now() + ms(500);
+  for (bool open = true; open && clock::now() < drain_until;) {
+    pump(20);
+    open = false;
+    for (const auto& c : children_) open = open || c.fd >= 0;
+  }
+  for (auto& c : children_)
+    if (c.fd >= 0) close(c.fd);
+  std::error_code ec;
+  std::filesystem::remove_all(store_, ec);
+  if (interrupted_by_) {
+    summarise();
+    return 128 + interrupted_by_;
+  }
+  if (first_failed_ < 0) return 0;
+  summarise();
+  for (const auto& c : children_)
+    if (c.rank == first_failed_) return exit_code(*c.status) == 0 ? 1 : exit_code(*c.status);
+  return 1;
+}
+
+}  // namespace
+
+int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command) {
+  if (opts.nproc < 1) throw ConfigError("nproc", "must be at least 1, got " + std::to_string(opts.nproc));
+  if (command.empty()) throw ConfigError("command", "nothing to launch: give a command after --");
+  if (opts.timeout.count() <= 0) throw ConfigError("timeout", "must be positive");
+  Launcher l(opts, command);
+  return l.run();
+}
+
+}  // namespace parity::comm
