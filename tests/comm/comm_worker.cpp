@@ -12,6 +12,8 @@
 //   comm_worker exit K                rank K exits 0 before joining
 //   comm_worker stall K               rank K joins but never reaches the allreduce
 //   comm_worker sleep                 join, print the pid, sleep (for signal tests)
+//   comm_worker bench MAXBYTES [json]  nccl-tests style table (comm/bench.h)
+//   comm_worker nccl                  device-buffer allreduce + alltoallv (needs a GPU)
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,13 +21,18 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <span>
 #include <string>
 #include <thread>
 
+#include "comm/bench.h"
 #include "comm/world.h"
 #include "comm_checks.h"
 #include "core/error.h"
+#if PARITY_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 using namespace parity;
 using namespace parity::comm;
@@ -88,6 +95,43 @@ int fault(const std::string& mode, int k) {
   return 0;
 }
 
+int bench(int64_t max_bytes, bool json) {
+  auto w = make_world_communicator();
+  CommBenchOptions o;
+  o.max_bytes = max_bytes;
+  o.json = json;
+  return run_comm_bench(*w, o, std::cout) == 0 ? 0 : 1;
+}
+
+#if PARITY_HAVE_CUDA
+// Device buffers through the nccl backend: allreduce (exact) and alltoallv with zeros.
+int nccl_check() {
+  auto w = make_world_communicator();
+  int p = w->size(), me = w->rank();
+  std::vector<float> h(1001), back(1001);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(me + 1 + static_cast<int>(i % 7));
+  float* d = nullptr;
+  if (cudaMalloc(&d, h.size() * sizeof(float)) != cudaSuccess) throw Error("cudaMalloc failed");
+  cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
+  w->allreduce(std::span<float>(d, h.size()), ReduceOp::sum);
+  cudaMemcpy(back.data(), d, h.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  int64_t wrong = 0;
+  for (size_t i = 0; i < h.size(); ++i)
+    wrong += back[i] != static_cast<float>(p * (p + 1) / 2 + p * static_cast<int>(i % 7));
+  std::vector<int64_t> send(static_cast<size_t>(p)), recv(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) {
+    send[static_cast<size_t>(j)] = (me + j) % 3;
+    recv[static_cast<size_t>(j)] = (j + me) % 3;
+  }
+  w->alltoallv(std::span<const float>(d, static_cast<size_t>(std::accumulate(send.begin(), send.end(), int64_t{0}))),
+               std::span<const int64_t>(send), std::span<float>(d + 500, static_cast<size_t>(std::accumulate(recv.begin(), recv.end(), int64_t{0}))),
+               std::span<const int64_t>(recv));
+  cudaFree(d);
+  std::printf("rank %d: nccl allreduce #wrong %lld\n", me, static_cast<long long>(wrong));
+  return wrong == 0 ? 0 : 1;
+}
+#endif
+
 int sleeper() {
   auto w = make_world_communicator();
   w->barrier();
@@ -110,6 +154,10 @@ int main(int argc, char** argv) {
     if (mode == "kill" || mode == "absent" || mode == "exit" || mode == "stall")
       return fault(mode, std::stoi(arg));
     if (mode == "sleep") return sleeper();
+    if (mode == "bench") return bench(arg.empty() ? int64_t{1} << 26 : std::stoll(arg), argc > 3 && std::string(argv[3]) == "json");
+#if PARITY_HAVE_CUDA
+    if (mode == "nccl") return nccl_check();
+#endif
     std::cerr << "comm_worker: unknown mode '" << mode << "'\n";
     return 1;
   } catch (const CommError& e) {
