@@ -15,5 +15,6 @@ struct Command {
 Command add_run_command(CLI::App& app);
 Command add_dump_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
+Command add_explain_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -1,0 +1,115 @@
+#include "mesh/explain.h"
+
+#include <sstream>
+
+#include "mesh/param_layout.h"
+#include "mesh/placement.h"
+#include "model/params.h"
+
+namespace parity::mesh {
+
+namespace {
+
+std::string tuple_str(const std::vector<int64_t>& v) {
+  std::string out = "(";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+  return out + ")";
+}
+
+std::string view_header(View v) {
+  std::string out = "(";
+  const auto& dims = view_dims(v);
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::string(dim_short(dims[i]));
+  return out + ")";
+}
+
+std::string view_sizes(const Mesh& m, View v) {
+  std::string out = "(";
+  const auto& dims = view_dims(v);
+  for (size_t i = 0; i < dims.size(); ++i)
+    out += (i ? ", " : "") + std::string(dim_name(dims[i])) + " " + std::to_string(m.size(dims[i]));
+  return out + ")";
+}
+
+std::string dims_str(GroupKind k) {
+  std::string out = std::string(view_name(group_view(k))) + ":";
+  for (MeshDim d : group_dims(k)) out += " " + std::string(dim_name(d));
+  return out;
+}
+
+void write_ranks(std::ostringstream& o, const Mesh& m) {
+  o << "## Ranks\n| rank | dense " << view_header(View::dense) << " | expert " << view_header(View::expert)
+    << " |\n| --- | --- | --- |\n";
+  for (int r = 0; r < m.world(); ++r)
+    o << "| " << r << " | " << tuple_str(m.coords(View::dense, r)) << " | " << tuple_str(m.coords(View::expert, r))
+      << " |\n";
+}
+
+void write_groups(std::ostringstream& o, const Mesh& m) {
+  o << "## Groups (FOLDINGS.md)\n| config | TP | dense DP | EP | EDP | ETP |\n"
+       "| --- | --- | --- | --- | --- | --- |\n"
+    << foldings_row(m) << "\n\n";
+  o << "## Every group\n| group | dimensions | size | members |\n| --- | --- | --- | --- |\n";
+  for (GroupKind k : all_group_kinds()) {
+    const std::vector<Group> gs = m.groups(k);
+    o << "| " << group_kind_name(k) << " | " << dims_str(k) << " | " << gs[0].size() << " | " << groups_str(gs)
+      << " |\n";
+  }
+}
+
+void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model) {
+  o << "## Parameters (local shape on each rank)\n| parameter | shape | view | placements |";
+  for (int r = 0; r < m.world(); ++r) o << " r" << r << " |";
+  o << "\n| --- | --- | --- | --- |";
+  for (int r = 0; r < m.world(); ++r) o << " --- |";
+  o << "\n";
+  for (const ParamSpec& spec : param_specs(model)) {
+    const Layout l = param_layout(m, spec);
+    o << "| " << spec.name << " | " << compact_shape(spec.shape) << " | " << view_name(l.view) << " | "
+      << layout_str(l) << " |";
+    for (int r = 0; r < m.world(); ++r) o << " " << compact_shape(local_shape(m, l, spec.shape, r)) << " |";
+    o << "\n";
+  }
+}
+
+}  // namespace
+
+std::string config_label(const Mesh& m) {
+  std::string out;
+  if (m.size(MeshDim::dp_replicate) > 1) out = "DPR" + std::to_string(m.size(MeshDim::dp_replicate)) + ", ";
+  return out + "TP" + std::to_string(m.size(MeshDim::tp)) + ", EP" + std::to_string(m.size(MeshDim::ep)) + ", ETP" +
+         std::to_string(m.size(MeshDim::etp));
+}
+
+std::string foldings_row(const Mesh& m) {
+  std::string out = "| " + config_label(m) + " |";
+  for (GroupKind k : {GroupKind::tp, GroupKind::dense_dp, GroupKind::ep, GroupKind::edp, GroupKind::etp})
+    out += " " + groups_str(m.groups(k)) + " |";
+  return out;
+}
+
+std::string compact_shape(const Shape& s) {
+  if (s.empty()) return "()";
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "x" : "") + std::to_string(s[i]);
+  return out;
+}
+
+std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title) {
+  validate_layout(layout, model);
+  const Mesh m(layout);
+  std::ostringstream o;
+  o << "# " << title << "\n\n";
+  o << "world " << m.world() << ", folding " << folding_name(folding(m)) << "\n";
+  o << "dense view  " << view_sizes(m, View::dense) << "\n";
+  o << "expert view " << view_sizes(m, View::expert) << "\n";
+  o << "rank = tp_r + tp*(dps_r + dp_shard*dpr_r) = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))\n\n";
+  write_ranks(o, m);
+  o << "\n";
+  write_groups(o, m);
+  o << "\n";
+  write_params(o, m, model);
+  return o.str();
+}
+
+}  // namespace parity::mesh

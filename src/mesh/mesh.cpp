@@ -1,0 +1,279 @@
+#include "mesh/mesh.h"
+
+#include <algorithm>
+
+#include "comm/communicator.h"
+#include "core/error.h"
+
+namespace parity::mesh {
+
+std::string_view view_name(View v) { return v == View::dense ? "dense" : "expert"; }
+
+std::string_view dim_name(MeshDim d) {
+  switch (d) {
+    case MeshDim::dp_replicate: return "dp_replicate";
+    case MeshDim::dp_shard: return "dp_shard";
+    case MeshDim::tp: return "tp";
+    case MeshDim::edp_shard: return "edp_shard";
+    case MeshDim::ep: return "ep";
+    case MeshDim::etp: return "etp";
+  }
+  return "?";
+}
+
+std::string_view dim_short(MeshDim d) {
+  switch (d) {
+    case MeshDim::dp_replicate: return "dpr";
+    case MeshDim::dp_shard: return "dps";
+    case MeshDim::tp: return "tp";
+    case MeshDim::edp_shard: return "edps";
+    case MeshDim::ep: return "ep";
+    case MeshDim::etp: return "etp";
+  }
+  return "?";
+}
+
+const std::vector<MeshDim>& view_dims(View v) {
+  static const std::vector<MeshDim> dense = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::tp};
+  static const std::vector<MeshDim> expert = {MeshDim::dp_replicate, MeshDim::edp_shard, MeshDim::ep, MeshDim::etp};
+  return v == View::dense ? dense : expert;
+}
+
+std::string_view group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::world: return "world";
+    case GroupKind::tp: return "tp";
+    case GroupKind::dp_replicate: return "dp_replicate";
+    case GroupKind::dp_shard: return "dp_shard";
+    case GroupKind::dense_dp: return "dense_dp";
+    case GroupKind::dense_shard: return "dense_shard";
+    case GroupKind::ep: return "ep";
+    case GroupKind::etp: return "etp";
+    case GroupKind::edp_shard: return "edp_shard";
+    case GroupKind::edp: return "edp";
+    case GroupKind::ep_etp: return "ep_etp";
+  }
+  return "?";
+}
+
+const std::vector<GroupKind>& all_group_kinds() {
+  static const std::vector<GroupKind> all = {
+      GroupKind::world, GroupKind::tp,  GroupKind::dp_replicate, GroupKind::dp_shard,
+      GroupKind::dense_dp, GroupKind::dense_shard, GroupKind::ep, GroupKind::etp,
+      GroupKind::edp_shard, GroupKind::edp, GroupKind::ep_etp};
+  return all;
+}
+
+View group_view(GroupKind k) {
+  switch (k) {
+    case GroupKind::ep:
+    case GroupKind::etp:
+    case GroupKind::edp_shard:
+    case GroupKind::edp:
+    case GroupKind::ep_etp: return View::expert;
+    default: return View::dense;
+  }
+}
+
+std::vector<MeshDim> group_dims(GroupKind k) {
+  switch (k) {
+    case GroupKind::world: return view_dims(View::dense);
+    case GroupKind::tp: return {MeshDim::tp};
+    case GroupKind::dp_replicate: return {MeshDim::dp_replicate};
+    case GroupKind::dp_shard: return {MeshDim::dp_shard};
+    case GroupKind::dense_dp: return {MeshDim::dp_replicate, MeshDim::dp_shard};
+    case GroupKind::dense_shard: return {MeshDim::dp_shard, MeshDim::tp};
+    case GroupKind::ep: return {MeshDim::ep};
+    case GroupKind::etp: return {MeshDim::etp};
+    case GroupKind::edp_shard: return {MeshDim::edp_shard};
+    case GroupKind::edp: return {MeshDim::dp_replicate, MeshDim::edp_shard};
+    case GroupKind::ep_etp: return {MeshDim::ep, MeshDim::etp};
+  }
+  return {};
+}
+
+namespace {
+
+void require(bool ok, const std::string& path, const std::string& rule) {
+  if (!ok) throw ConfigError(path, rule);
+}
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// a*b, or -1 on overflow (callers multiply positive degrees only).
+int64_t mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? -1 : out;
+}
+
+size_t index_in_view(View v, MeshDim d) {
+  const auto& dims = view_dims(v);
+  auto it = std::find(dims.begin(), dims.end(), d);
+  if (it == dims.end())
+    throw Error("mesh: dimension " + std::string(dim_name(d)) + " is not in the " + std::string(view_name(v)) +
+                " view");
+  return static_cast<size_t>(it - dims.begin());
+}
+
+}  // namespace
+
+Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
+  const std::string p = "$.layout.";
+  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
+           {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
+           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
+    require(v >= 1, p + key, "must be >= 1, got " + s(v));
+  require(l.world <= (int64_t{1} << 20), p + "world", "must be <= 1048576, got " + s(l.world));
+  const int64_t dense = mul(mul(l.dp_replicate, l.dp_shard), l.tp);
+  require(dense == l.world, p + "world",
+          "must equal dp_replicate*dp_shard*tp (" + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + s(l.tp) +
+              "), got " + s(l.world));
+  const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
+  require(expert > 0 && l.world % expert == 0, p + "ep",
+          "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
+              ") must divide layout.world (" + s(l.world) + ") so that edp_shard is whole");
+  world_ = static_cast<int>(l.world);
+}
+
+int64_t Mesh::size(MeshDim d) const {
+  switch (d) {
+    case MeshDim::dp_replicate: return layout_.dp_replicate;
+    case MeshDim::dp_shard: return layout_.dp_shard;
+    case MeshDim::tp: return layout_.tp;
+    case MeshDim::edp_shard: return layout_.world / (layout_.dp_replicate * layout_.ep * layout_.etp);
+    case MeshDim::ep: return layout_.ep;
+    case MeshDim::etp: return layout_.etp;
+  }
+  return 1;
+}
+
+std::vector<int64_t> Mesh::sizes(View v) const {
+  std::vector<int64_t> out;
+  for (MeshDim d : view_dims(v)) out.push_back(size(d));
+  return out;
+}
+
+std::vector<int64_t> Mesh::coords(View v, int rank) const {
+  if (rank < 0 || rank >= world_)
+    throw Error("mesh: rank " + s(rank) + " is outside the world of " + s(world_));
+  const auto& dims = view_dims(v);
+  std::vector<int64_t> c(dims.size());
+  int64_t rest = rank;
+  for (size_t i = dims.size(); i-- > 0;) {
+    c[i] = rest % size(dims[i]);
+    rest /= size(dims[i]);
+  }
+  return c;
+}
+
+int64_t Mesh::coord(MeshDim d, int rank) const {
+  View v = (d == MeshDim::dp_shard || d == MeshDim::tp) ? View::dense : View::expert;
+  return coords(v, rank)[index_in_view(v, d)];
+}
+
+int Mesh::rank_of(View v, const std::vector<int64_t>& c) const {
+  const auto& dims = view_dims(v);
+  if (c.size() != dims.size())
+    throw Error("mesh: " + s(static_cast<int64_t>(c.size())) + " coordinates for the " + std::string(view_name(v)) +
+                " view of " + s(static_cast<int64_t>(dims.size())) + " dimensions");
+  int64_t r = 0;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (c[i] < 0 || c[i] >= size(dims[i]))
+      throw Error("mesh: coordinate " + std::string(dim_name(dims[i])) + " = " + s(c[i]) + " is outside [0, " +
+                  s(size(dims[i])) + ")");
+    r = r * size(dims[i]) + c[i];
+  }
+  return static_cast<int>(r);
+}
+
+Group Mesh::group_over(View v, const std::vector<MeshDim>& dims, int rank) const {
+  const std::vector<int64_t> mine = coords(v, rank);
+  std::vector<size_t> free;
+  for (MeshDim d : dims) free.push_back(index_in_view(v, d));
+  Group g;
+  for (int r = 0; r < world_; ++r) {
+    const std::vector<int64_t> c = coords(v, r);
+    bool same = true;
+    for (size_t i = 0; i < c.size(); ++i)
+      if (std::find(free.begin(), free.end(), i) == free.end() && c[i] != mine[i]) same = false;
+    if (same) g.push_back(r);
+  }
+  return g;
+}
+
+Group Mesh::group(GroupKind k, int rank) const { return group_over(group_view(k), group_dims(k), rank); }
+
+std::vector<Group> Mesh::groups(GroupKind k) const {
+  std::vector<Group> out;
+  std::vector<bool> seen(static_cast<size_t>(world_), false);
+  for (int r = 0; r < world_; ++r) {
+    if (seen[static_cast<size_t>(r)]) continue;
+    Group g = group(k, r);
+    for (int m : g) seen[static_cast<size_t>(m)] = true;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::string_view folding_name(Folding f) {
+  switch (f) {
+    case Folding::none: return "none";
+    case Folding::tp2ep: return "tp2ep";
+    case Folding::dp2ep: return "dp2ep";
+    case Folding::cross_lane: return "cross-lane";
+  }
+  return "?";
+}
+
+Folding folding(const Mesh& m) {
+  if (m.size(MeshDim::ep) == 1) return Folding::none;
+  bool all_tp = true, all_dp = true;
+  for (const Group& ep : m.groups(GroupKind::ep)) {
+    all_tp = all_tp && ep == m.group(GroupKind::tp, ep[0]);
+    Group dp = m.group(GroupKind::dense_dp, ep[0]);
+    all_dp = all_dp && std::includes(dp.begin(), dp.end(), ep.begin(), ep.end());
+  }
+  return all_tp ? Folding::tp2ep : all_dp ? Folding::dp2ep : Folding::cross_lane;
+}
+
+void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
+  Mesh mesh(l);  // structural rules first
+  const std::string p = "$.layout.";
+  require(m.heads % l.tp == 0, p + "tp",
+          "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
+  require(m.experts % l.ep == 0, p + "ep",
+          "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " +
+              s(l.ep));
+  require(l.etp == 1 || l.etp == l.tp, p + "etp",
+          "must be 1 or layout.tp (" + s(l.tp) + "), got " + s(l.etp));
+  if (l.sp) {
+    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
+    require(m.seq % l.tp == 0, p + "sp",
+            "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
+  }
+}
+
+comm::Communicator& comm_group(comm::Communicator& world, const Mesh& m, GroupKind k) {
+  if (world.size() != m.world())
+    throw CommError("mesh: the communicator has " + s(world.size()) + " ranks but the layout's world is " +
+                    s(m.world()));
+  return world.group(m.group(k, world.world_rank()));
+}
+
+std::string groups_str(const std::vector<Group>& groups) {
+  bool single = true, compact = true;
+  for (const Group& g : groups) {
+    single = single && g.size() == 1;
+    for (int r : g) compact = compact && r < 10;
+  }
+  if (single && groups.size() > 1) return "singletons";
+  std::string out;
+  for (const Group& g : groups) {
+    out += "{";
+    for (size_t i = 0; i < g.size(); ++i) out += (i > 0 && !compact ? "," : "") + std::to_string(g[i]);
+    out += "}";
+  }
+  return out;
+}
+
+}  // namespace parity::mesh

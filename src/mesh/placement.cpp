@@ -1,0 +1,169 @@
+#include "mesh/placement.h"
+
+#include "core/error.h"
+
+namespace parity::mesh {
+
+std::string placement_str(const Placement& p) {
+  switch (p.kind) {
+    case PlacementKind::replicate: return "Replicate";
+    case PlacementKind::shard: return "Shard(" + std::to_string(p.dim) + ")";
+    case PlacementKind::strided_shard:
+      return "StridedShard(" + std::to_string(p.dim) + ", " + std::to_string(p.split_factor) + ")";
+    case PlacementKind::partial: return "Partial(sum)";
+  }
+  return "?";
+}
+
+std::string layout_str(const Layout& l) {
+  std::string out = "(";
+  for (size_t i = 0; i < l.placements.size(); ++i) out += (i ? ", " : "") + placement_str(l.placements[i]);
+  return out + ")";
+}
+
+Layout replicated(View v) { return {v, std::vector<Placement>(view_dims(v).size(), Placement::replicate())}; }
+
+Range chunk(int64_t len, int64_t n, int64_t i) {
+  if (n < 1 || i < 0 || i >= n || len < 0)
+    throw Error("chunk: piece " + std::to_string(i) + " of " + std::to_string(n) + " over length " +
+                std::to_string(len));
+  const int64_t c = (len + n - 1) / n;
+  return {std::min(i * c, len), std::min((i + 1) * c, len)};
+}
+
+namespace {
+
+[[noreturn]] void bad_layout(const Layout& l, const Shape& shape, const std::string& why) {
+  throw Error("layout " + layout_str(l) + " on the " + std::string(view_name(l.view)) + " view for shape " +
+              shape_str(shape) + ": " + why);
+}
+
+// The segments (global ranges) of tensor dimension d of length len held by a rank with
+// these view coordinates, in local order. check_layout has made every step well defined.
+std::vector<Range> dim_segments(const std::vector<int64_t>& sizes, const std::vector<int64_t>& coords,
+                                const Layout& l, int64_t d, int64_t len) {
+  std::vector<Range> segs = {{0, len}};
+  for (size_t i = 0; i < l.placements.size(); ++i) {
+    const Placement& p = l.placements[i];
+    if (!p.is_shard() || p.dim != d) continue;
+    const int64_t n = sizes[i], c = coords[i];
+    const size_t s = segs.size();
+    std::vector<Range> next;
+    if (s == 1) {
+      const Range whole = segs[0];
+      const int64_t sf = p.kind == PlacementKind::shard ? 1 : p.split_factor;
+      for (int64_t j = 0; j < sf; ++j) {
+        const Range ch = chunk(whole.size(), sf, j);
+        const Range piece = chunk(ch.size(), n, c);
+        next.push_back({whole.begin + ch.begin + piece.begin, whole.begin + ch.begin + piece.end});
+      }
+    } else if (p.kind == PlacementKind::shard) {
+      const size_t per = s / static_cast<size_t>(n);
+      for (size_t k = 0; k < per; ++k) next.push_back(segs[static_cast<size_t>(c) * per + k]);
+    } else {
+      for (int64_t j = 0; j < p.split_factor; ++j) next.push_back(segs[static_cast<size_t>(j * n + c)]);
+    }
+    segs = std::move(next);
+  }
+  return segs;
+}
+
+}  // namespace
+
+void check_layout(const Mesh& m, const Layout& l, const Shape& shape) {
+  const std::vector<int64_t> sizes = m.sizes(l.view);
+  if (l.placements.size() != sizes.size())
+    bad_layout(l, shape, std::to_string(l.placements.size()) + " placements for a view of " +
+                             std::to_string(sizes.size()) + " dimensions");
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  for (int64_t len : shape)
+    if (len < 0) bad_layout(l, shape, "negative dimension");
+  for (const Placement& p : l.placements) {
+    if (p.is_shard() && (p.dim < 0 || p.dim >= rank))
+      bad_layout(l, shape, placement_str(p) + " names a dimension outside [0, " + std::to_string(rank) + ")");
+    if (p.kind == PlacementKind::strided_shard && p.split_factor < 1)
+      bad_layout(l, shape, placement_str(p) + ": the split factor must be >= 1");
+  }
+  for (int64_t d = 0; d < rank; ++d) {  // segment counts along d must divide at every step
+    int64_t s = 1;
+    for (size_t i = 0; i < l.placements.size(); ++i) {
+      const Placement& p = l.placements[i];
+      if (!p.is_shard() || p.dim != d) continue;
+      const int64_t n = sizes[i];
+      const bool strided = p.kind == PlacementKind::strided_shard;
+      if (s == 1) {
+        s = strided ? p.split_factor : 1;
+      } else if (!strided && s % n == 0) {
+        s /= n;
+      } else if (strided && s == p.split_factor * n) {
+        s = p.split_factor;
+      } else {
+        bad_layout(l, shape, placement_str(p) + " on " + std::string(dim_name(view_dims(l.view)[i])) + " (size " +
+                                 std::to_string(n) + ") meets " + std::to_string(s) +
+                                 " segments left by a StridedShard to its left; the split factor of that "
+                                 "StridedShard must be the product of the sizes of the mesh dimensions to its "
+                                 "right that shard dimension " + std::to_string(d));
+      }
+    }
+  }
+}
+
+std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+  check_layout(m, l, shape);
+  const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
+  std::vector<std::vector<int64_t>> out(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    for (const Range& r : dim_segments(sizes, coords, l, static_cast<int64_t>(d), shape[d]))
+      for (int64_t g = r.begin; g < r.end; ++g) out[d].push_back(g);
+  return out;
+}
+
+Shape local_shape(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+  Shape out;
+  for (const auto& idx : local_dim_indices(m, l, shape, rank)) out.push_back(static_cast<int64_t>(idx.size()));
+  return out;
+}
+
+std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+  const auto idx = local_dim_indices(m, l, shape, rank);
+  std::vector<int64_t> out = {0};  // flat global offsets of the prefix dimensions
+  for (size_t d = 0; d < shape.size(); ++d) {
+    std::vector<int64_t> next;
+    next.reserve(out.size() * idx[d].size());
+    for (int64_t base : out)
+      for (int64_t g : idx[d]) next.push_back(base * shape[d] + g);
+    out = std::move(next);
+  }
+  return out;
+}
+
+int64_t replication(const Mesh& m, const Layout& l) {
+  const std::vector<int64_t> sizes = m.sizes(l.view);
+  int64_t r = 1;
+  for (size_t i = 0; i < l.placements.size() && i < sizes.size(); ++i)
+    if (!l.placements[i].is_shard()) r *= sizes[i];
+  return r;
+}
+
+bool partial_root(const Mesh& m, const Layout& l, int rank) {
+  const std::vector<int64_t> c = m.coords(l.view, rank);
+  for (size_t i = 0; i < l.placements.size() && i < c.size(); ++i)
+    if (l.placements[i].kind == PlacementKind::partial && c[i] != 0) return false;
+  return true;
+}
+
+bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape) {
+  const Shape first = local_shape(m, l, shape, 0);
+  for (int r = 1; r < m.world(); ++r)
+    if (local_shape(m, l, shape, r) != first) return true;
+  return false;
+}
+
+bool has_empty_shards(const Mesh& m, const Layout& l, const Shape& shape) {
+  if (numel(shape) == 0) return false;
+  for (int r = 0; r < m.world(); ++r)
+    if (numel(local_shape(m, l, shape, r)) == 0) return true;
+  return false;
+}
+
+}  // namespace parity::mesh

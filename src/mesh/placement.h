@@ -1,0 +1,90 @@
+// Placements: where every element of a tensor lives on the mesh (shared/design/FOLDINGS.md).
+//
+// A tensor's Layout is a view and one placement per dimension of that view, applied left
+// to right to the rank's local tensor, as in PyTorch's DTensor:
+//   Replicate            every rank of the mesh dimension holds the whole local tensor
+//   Shard(d)             split tensor dimension d into n pieces (torch.chunk: ceil(len / n)
+//                        per piece, trailing pieces short or empty); rank i keeps piece i
+//   StridedShard(d, sf)  split d into sf chunks, split each chunk into n pieces (both by the
+//                        ceil rule); rank i keeps piece i of every chunk, concatenated
+//   Partial(sum)         every rank holds a full-size addend; the value is their sum
+//
+// After a StridedShard the local dimension is a concatenation of sf segments, and a later
+// Shard or StridedShard of the same tensor dimension splits along segment boundaries: with
+// s segments, Shard keeps segments [i·s/n, (i+1)·s/n) and StridedShard (s = sf·n) keeps
+// segments j·n + i for j < sf. When sizes divide evenly this is exactly DTensor's
+// left-to-right chunking of the local tensor; when they do not it keeps the meaning
+// "the dimensions to the right shard first": (StridedShard(0, tp), Shard(0)) on (dp_shard, tp)
+// is FSDP applied to each TP shard, for any length. A layout whose segment counts do not
+// divide is refused. The usual sf is the product of the sizes of the mesh dimensions to its
+// right that shard the same tensor dimension.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "mesh/mesh.h"
+
+namespace parity::mesh {
+
+enum class PlacementKind { replicate, shard, strided_shard, partial };
+
+struct Placement {
+  PlacementKind kind = PlacementKind::replicate;
+  int64_t dim = -1;          // the tensor dimension (Shard, StridedShard)
+  int64_t split_factor = 1;  // sf (StridedShard)
+
+  static Placement replicate() { return {}; }
+  static Placement shard(int64_t d) { return {PlacementKind::shard, d, 1}; }
+  static Placement strided_shard(int64_t d, int64_t sf) { return {PlacementKind::strided_shard, d, sf}; }
+  static Placement partial() { return {PlacementKind::partial, -1, 1}; }
+  bool is_shard() const { return kind == PlacementKind::shard || kind == PlacementKind::strided_shard; }
+  bool operator==(const Placement&) const = default;
+};
+
+std::string placement_str(const Placement& p);  // "Replicate", "Shard(0)", "StridedShard(0, 2)", "Partial(sum)"
+
+struct Layout {
+  View view = View::dense;
+  std::vector<Placement> placements;  // one per dimension of view_dims(view)
+  bool operator==(const Layout&) const = default;
+};
+
+std::string layout_str(const Layout& l);  // "(Replicate, StridedShard(0, 2), Shard(0))"
+
+// All Replicate in a view.
+Layout replicated(View v);
+
+// Throws Error unless: one placement per view dimension, every sharded dimension exists in
+// `shape`, sf >= 1, and segment counts divide (see above).
+void check_layout(const Mesh& m, const Layout& l, const Shape& shape);
+
+// torch.chunk's rule: piece i of n over a length: [min(i·c, len), min((i+1)·c, len)), c = ceil(len / n).
+struct Range {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Range&) const = default;
+};
+Range chunk(int64_t len, int64_t n, int64_t i);
+
+// For each tensor dimension, the global indices along it held by `rank`, in local order.
+std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+Shape local_shape(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+// The flat (row-major) global index of every local element, in local row-major order.
+std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+
+// How many ranks hold each element: the product of the sizes of the Replicate and Partial
+// dimensions (a Partial rank holds an addend of every element).
+int64_t replication(const Mesh& m, const Layout& l);
+
+// True when `rank` holds the value itself under Partial: its coordinate is 0 on every
+// Partial dimension (shard() gives the other ranks zeros).
+bool partial_root(const Mesh& m, const Layout& l, int rank);
+
+// Whether some rank's shard is shorter than another's along a sharded dimension (uneven),
+// and whether some rank holds no element of a non-empty tensor (empty).
+bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape);
+bool has_empty_shards(const Mesh& m, const Layout& l, const Shape& shape);
+
+}  // namespace parity::mesh
