@@ -1,10 +1,15 @@
-// `parity bench SCENARIO`: the baseline's time per step and the reference matmul's GFLOP/s
-// on the scenario's shapes, beside this core's measured fp64 FMA peak.
+// `parity bench model SCENARIO`: the baseline's time per step and the reference matmul's
+// GFLOP/s on the scenario's shapes, beside this core's measured fp64 FMA peak.
+// `parity bench comm -n N`: nccl-tests columns for every collective across N ranks.
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/self.h"
+#include "comm/bench.h"
+#include "comm/world.h"
 #include "harness/bench.h"
 #include "harness/scenario.h"
 
@@ -18,7 +23,49 @@ struct BenchOptions {
   int reps = 5;
 };
 
-template <class T> int bench(const Scenario& s, const BenchOptions& o) {
+struct CommBenchCli {
+  comm::LaunchOptions launch;
+  std::string backend = "gloo", dtype = "fp32";
+  double timeout_s = 60;
+  comm::CommBenchOptions bench;
+  bool worker = false;
+};
+
+int comm_bench_worker(CommBenchCli& o) {
+  o.bench.dtype = parse_dtype(o.dtype);
+  auto world = comm::make_world_communicator();
+  int64_t wrong = comm::run_comm_bench(*world, o.bench, std::cout);
+  return wrong == 0 ? 0 : 1;
+}
+
+int comm_bench_launch(CommBenchCli& o) {
+  finish_launch_options(o.launch, o.backend, o.timeout_s);
+  o.launch.prefix_output = false;
+  std::vector<std::string> args{"bench", "comm", "--worker", "-n", std::to_string(o.launch.nproc),
+                                "-b", std::to_string(o.bench.min_bytes), "-e", std::to_string(o.bench.max_bytes),
+                                "-f", std::to_string(o.bench.factor), "--dtype", o.dtype};
+  if (o.bench.json) args.push_back("--json");
+  args.push_back("--ops");
+  args.insert(args.end(), o.bench.ops.begin(), o.bench.ops.end());
+  return comm::launch_main(o.launch, self_command(args));
+}
+
+CLI::App* add_comm_bench(CLI::App& bench, std::shared_ptr<CommBenchCli> o) {
+  CLI::App* sub = bench.add_subcommand(
+      "comm", "nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) for every collective\n"
+              "across N ranks, with a one-process memcpy as the ceiling of loopback transports");
+  add_launch_options(*sub, o->launch, o->backend, o->timeout_s);
+  sub->add_option("-b,--min-bytes", o->bench.min_bytes, "Smallest message")->capture_default_str();
+  sub->add_option("-e,--max-bytes", o->bench.max_bytes, "Largest message")->capture_default_str();
+  sub->add_option("-f,--factor", o->bench.factor, "Size multiplier between rows")->capture_default_str();
+  sub->add_option("--dtype", o->dtype, "fp32, fp64 or int64")->capture_default_str();
+  sub->add_option("--ops", o->bench.ops, "Collectives to time")->expected(1, -1);
+  sub->add_flag("--json", o->bench.json, "One JSON object per row");
+  sub->add_flag("--worker", o->worker, "(internal) run as one rank of a launched world")->group("");
+  return sub;
+}
+
+template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
   const double peak = measure_fp64_peak_gflops();
   std::printf("scenario %s (%s), one thread\n", s.name.c_str(), std::string(dtype_name(s.model.dtype)).c_str());
   std::printf("fp64 peak of one core (AVX2 FMA, measured): %.1f GFLOP/s\n\n", peak);
@@ -39,15 +86,20 @@ template <class T> int bench(const Scenario& s, const BenchOptions& o) {
 
 Command add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "bench", "Time the one-device baseline: matmul GFLOP/s on the scenario's shapes against this core's fp64\n"
+  auto c = std::make_shared<CommBenchCli>();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: `bench model SCENARIO`, `bench comm -n N`");
+  bench->require_subcommand(1);
+  CLI::App* comm_sub = add_comm_bench(*bench, c);
+  CLI::App* sub = bench->add_subcommand(
+      "model", "Time the one-device baseline: matmul GFLOP/s on the scenario's shapes against this core's fp64\n"
                "peak, and the time per training step");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (e.g. scenarios/small.json)")->required();
   sub->add_option("--steps", o->steps, "Training steps to time (after one warm-up step)")->check(CLI::PositiveNumber);
   sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(CLI::PositiveNumber);
-  return {sub, [o]() {
+  return {bench, [o, c, comm_sub]() {
+            if (comm_sub->parsed()) return c->worker ? comm_bench_worker(*c) : comm_bench_launch(*c);
             Scenario s = load_scenario(o->scenario);
-            return s.model.dtype == DType::f32 ? bench<float>(s, *o) : bench<double>(s, *o);
+            return s.model.dtype == DType::f32 ? model_bench<float>(s, *o) : model_bench<double>(s, *o);
           }};
 }
 

@@ -1,0 +1,49 @@
+// `parity launch -n N [options] -- COMMAND ARGS`: starts N rank processes, torchrun-style.
+// COMMAND is a parity subcommand (run with this binary) or any executable.
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/self.h"
+#include "comm/launch.h"
+
+namespace parity::cli {
+
+namespace {
+
+struct LaunchCli {
+  comm::LaunchOptions opts;
+  std::string backend = "gloo";
+  double timeout_s = 60, grace_s = -1;
+  bool no_prefix = false;
+  std::vector<std::string> command;
+};
+
+}  // namespace
+
+Command add_launch_command(CLI::App& app) {
+  auto o = std::make_shared<LaunchCli>();
+  CLI::App* sub = app.add_subcommand(
+      "launch",
+      "Start N rank processes of COMMAND (a parity subcommand, or any executable) with RANK, WORLD_SIZE,\n"
+      "LOCAL_RANK and a rendezvous directory in their environment. Each rank's lines are printed as\n"
+      "\"[r] line\". When a rank fails, the others are stopped and the exit code is the failing rank's.\n"
+      "Example: parity launch -n 4 -- run scenarios/tiny.json");
+  add_launch_options(*sub, o->opts, o->backend, o->timeout_s);
+  sub->add_option("--grace", o->grace_s, "Seconds the other ranks get to report after the first failure "
+                                         "(default: timeout + 5)");
+  sub->add_flag("--no-prefix", o->no_prefix, "Print the ranks' lines without the \"[r] \" prefix");
+  sub->add_option("command", o->command, "COMMAND ARGS after --")->required();
+  return {sub, [o]() {
+            finish_launch_options(o->opts, o->backend, o->timeout_s);
+            if (o->grace_s >= 0) o->opts.grace = std::chrono::milliseconds(static_cast<int64_t>(o->grace_s * 1000));
+            o->opts.prefix_output = !o->no_prefix;
+            const std::string& first = o->command.front();
+            const bool subcommand = first.find('/') == std::string::npos && is_parity_subcommand(first);
+            return comm::launch_main(o->opts, subcommand ? self_command(o->command) : o->command);
+          }};
+}
+
+}  // namespace parity::cli

@@ -1,0 +1,20 @@
+// Helpers for subcommands that start this binary again as rank processes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "comm/launch.h"
+
+namespace parity::cli {
+
+std::string self_exe();  // /proc/self/exe, resolved
+bool is_parity_subcommand(const std::string& name);
+// [self_exe(), args...]
+std::vector<std::string> self_command(const std::vector<std::string>& args);
+// -n, --backend, --timeout, --log-dir on `sub`; finish_launch_options converts after parsing.
+void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s);
+void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s);
+
+}  // namespace parity::cli
