@@ -33,3 +33,14 @@ add_test(NAME comm.mpirun.gloo_mpi_bootstrap.w4
                  $<TARGET_FILE:comm_worker> collectives)
 set_tests_properties(comm.launch.smoke.gloo.w8 comm.mpirun.mpi.w5 comm.mpirun.gloo_mpi_bootstrap.w4
   PROPERTIES LABELS "unit;comm;multiprocess" TIMEOUT 120 ENVIRONMENT "${PARITY_MPI_ENV}")
+
+# The same through the real command, `parity launch` (issue 3's done-when): 8 ranks run a
+# collective; a killed rank makes the run fail fast with a message naming it.
+add_test(NAME comm.parity_launch.smoke.w8
+         COMMAND parity launch -n 8 --timeout 20 -- $<TARGET_FILE:comm_worker> smoke)
+add_test(NAME comm.parity_launch.killed_rank_is_named
+         COMMAND sh -c "$<TARGET_FILE:parity> launch -n 4 --timeout 3 -- $<TARGET_FILE:comm_worker> kill 2; echo launcher-exit=$?")
+set_tests_properties(comm.parity_launch.killed_rank_is_named PROPERTIES
+  PASS_REGULAR_EXPRESSION "missing rank 2.*launcher-exit=[1-9]")
+set_tests_properties(comm.parity_launch.smoke.w8 comm.parity_launch.killed_rank_is_named
+  PROPERTIES LABELS "unit;comm;multiprocess" TIMEOUT 60)
