@@ -1,0 +1,53 @@
+// One rank's part of a scenario run under its layout (FSDP, HSDP, TP, SP; EP later): the
+// same training as harness/baseline.h, with every tensor held as this rank's shard under
+// mesh::param_layout(). The verdict (harness) compares what this produces, shard by shard,
+// with the baseline.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "mesh/mesh.h"
+#include "mesh/placement.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace parity {
+
+template <class T> struct RankStepRecord {
+  int64_t step = 0;
+  double loss = 0, ce = 0, aux = 0;     // the step's global values (reduced over ranks)
+  std::vector<double> micro_losses;     // (M), global
+  double grad_norm = 0, clip_coef = 1;  // global
+  // Per parameter, registry order: this rank's local tensor under layouts()[p], i.e. the
+  // elements mesh::global_indices() names. grads: reduced, accumulated, before clipping.
+  std::vector<Tensor<T>> grads, params;  // params: after the optimizer step
+  // Per MoE layer: global counts (identical on every rank) and the bias after its update.
+  std::vector<std::vector<int64_t>> tokens_per_expert;
+  std::vector<std::vector<T>> expert_bias;
+  // Per MoE layer, the tokens this rank routed and reports (each global token reported by
+  // exactly one rank): global token id (sequence * S + position) and its K chosen experts.
+  std::vector<std::vector<int64_t>> token_ids;  // (n_reported)
+  std::vector<std::vector<int64_t>> chosen;     // (n_reported, K)
+};
+
+template <class T> class ParallelRun {
+ public:
+  // Collective over `world` (every rank constructs it). Throws ConfigError naming the
+  // field and rule when the layout cannot run this model.
+  ParallelRun(const Scenario& s, comm::Communicator& world);
+  ~ParallelRun();
+
+  RankStepRecord<T> step(int64_t t);
+
+  const mesh::Mesh& mesh() const;
+  const std::vector<ParamSpec>& specs() const;
+  const std::vector<mesh::Layout>& layouts() const;  // per parameter, registry order
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace parity
