@@ -1,0 +1,102 @@
+// `parity explain`: the library text and the command, for FOLDINGS.md's W = 8, TP 2, EP 4.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/error.h"
+#include "mesh/explain.h"
+
+namespace parity::mesh {
+namespace {
+
+const char* kRow = "| TP2, EP4, ETP1 | {01}{23}{45}{67} | {0246}{1357} | {0123}{4567} | {04}{15}{26}{37} | singletons |";
+
+LayoutConfig tp2_ep4() {
+  LayoutConfig l;
+  l.world = 8;
+  l.dp_shard = 4;
+  l.tp = 2;
+  l.ep = 4;
+  return l;
+}
+
+TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
+  ModelConfig model;  // vocab 64, dim 16, experts 4, expert_hidden 16
+  const std::string t = explain(tp2_ep4(), model, "t");
+  EXPECT_NE(t.find(kRow), std::string::npos) << t;
+  EXPECT_NE(t.find("| 5 | (0, 2, 1) | (0, 1, 1, 0) |"), std::string::npos) << t;
+  EXPECT_NE(t.find("world 8, folding cross-lane"), std::string::npos);
+  EXPECT_NE(t.find("| ep_etp | expert: ep etp | 4 | {0123}{4567} |"), std::string::npos) << t;
+  // embed (64, 16): TP 2 then FSDP 4 of each half -> 8 rows everywhere.
+  EXPECT_NE(t.find("| embed.weight | 64x16 | dense | (Replicate, StridedShard(0, 2), Shard(0)) | 8x16 | 8x16 | 8x16 | "
+                   "8x16 | 8x16 | 8x16 | 8x16 | 8x16 |"),
+            std::string::npos)
+      << t;
+  // 4 experts over EP 4 then edp_shard 2: one expert on edp_shard 0, an empty shard on 1.
+  EXPECT_NE(t.find("| layers.1.moe.experts.w2 | 4x16x16 | expert | (Replicate, StridedShard(0, 4), Shard(0), "
+                   "Shard(1)) | 1x16x16 | 1x16x16 | 1x16x16 | 1x16x16 | 0x16x16 | 0x16x16 | 0x16x16 | 0x16x16 |"),
+            std::string::npos)
+      << t;
+}
+
+TEST(Explain, RefusesAnImpossibleLayout) {
+  LayoutConfig l = tp2_ep4();
+  l.ep = 8;
+  l.dp_shard = 4;
+  EXPECT_THROW(explain(l, ModelConfig{}, "t"), ConfigError);
+}
+
+struct Result {
+  int code;
+  std::string out;
+};
+
+Result parity_cmd(const std::string& args) {
+  FILE* p = popen((std::string(PARITY_BINARY) + " " + args + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string write_scenario(const std::string& stem, int64_t dp_shard, int64_t tp, int64_t ep) {
+  std::ifstream in(std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["name"] = stem;
+  j["layout"]["world"] = dp_shard * tp;
+  j["layout"]["dp_shard"] = dp_shard;
+  j["layout"]["tp"] = tp;
+  j["layout"]["ep"] = ep;
+  const auto path = std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".json");
+  std::ofstream(path) << j.dump(2);
+  return path.string();
+}
+
+TEST(ExplainCommand, W8Tp2Ep4MatchesFoldings) {
+  const std::string path = write_scenario("explain_w8_tp2_ep4", 4, 2, 4);
+  const Result r = parity_cmd("explain " + path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(kRow), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 7 | (0, 3, 1) | (0, 1, 3, 0) |"), std::string::npos) << r.out;
+}
+
+TEST(ExplainCommand, ImpossibleLayoutExitsTwoNamingTheField) {
+  const std::string path = write_scenario("explain_bad", 2, 4, 1);  // tiny has heads 2
+  const Result r = parity_cmd("explain " + path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("$.layout.tp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("must divide model.heads (2)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace parity::mesh

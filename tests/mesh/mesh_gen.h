@@ -1,0 +1,118 @@
+// RapidCheck generators for meshes, shapes and layouts, shared by the in-process property
+// tests (test_mesh) and the rank processes of the multi-process test (mesh_worker).
+// Call them inside a property: they draw with `*gen`.
+#pragma once
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "mesh/mesh.h"
+#include "mesh/placement.h"
+#include "model/config.h"
+
+namespace parity::mesh::testing {
+
+inline std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// W from 1 to 8, weighted towards the worlds with many factorisations.
+inline int64_t draw_world() {
+  return *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::inRange<int64_t>(1, 9)},
+                                           {2, rc::gen::elementOf(std::vector<int64_t>{4, 6, 8})}});
+}
+
+// Any factorisation of `world` into both views.
+inline LayoutConfig draw_layout_config(int64_t world) {
+  LayoutConfig l;
+  l.world = world;
+  l.dp_replicate = *rc::gen::elementOf(divisors(world));
+  l.dp_shard = *rc::gen::elementOf(divisors(world / l.dp_replicate));
+  l.tp = world / (l.dp_replicate * l.dp_shard);
+  const int64_t rest = world / l.dp_replicate;
+  l.ep = *rc::gen::elementOf(divisors(rest));
+  l.etp = *rc::gen::elementOf(divisors(rest / l.ep));
+  return l;
+}
+
+// Rank 0 to 3; lengths 0 to 9, mostly small so that shards are often uneven or empty.
+inline Shape draw_shape() {
+  const int64_t rank = *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {6, rc::gen::inRange<int64_t>(1, 4)}});
+  Shape s;
+  for (int64_t d = 0; d < rank; ++d)
+    s.push_back(*rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)},
+                                                   {8, rc::gen::inRange<int64_t>(1, 6)},
+                                                   {3, rc::gen::inRange<int64_t>(6, 10)}}));
+  return s;
+}
+
+// Product of the sizes of the mesh dimensions right of i that shard tensor dimension d.
+inline int64_t right_product(const std::vector<int64_t>& sizes, const std::vector<Placement>& ps, size_t i,
+                             int64_t d) {
+  int64_t p = 1;
+  for (size_t k = i + 1; k < ps.size(); ++k)
+    if (ps[k].is_shard() && ps[k].dim == d) p *= sizes[k];
+  return p;
+}
+
+// A random layout in a random view: Replicate, Shard, Partial per mesh dimension; some
+// shards become StridedShard with the usual split factor (the product of the sizes to the
+// right sharding the same dimension), and a dimension's only shard may take any factor.
+inline Layout draw_layout(const Mesh& m, const Shape& shape, View v) {
+  const std::vector<int64_t> sizes = m.sizes(v);
+  const auto rank = static_cast<int64_t>(shape.size());
+  Layout l{v, {}};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int kind = *rc::gen::weightedOneOf<int>(
+        {{2, rc::gen::just(0)}, {rank > 0 ? 7 : 0, rc::gen::just(1)}, {1, rc::gen::just(2)}});
+    if (kind == 1) l.placements.push_back(Placement::shard(*rc::gen::inRange<int64_t>(0, rank)));
+    else l.placements.push_back(kind == 2 ? Placement::partial() : Placement::replicate());
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Placement& p = l.placements[i];
+    if (!p.is_shard() || !*rc::gen::arbitrary<bool>()) continue;
+    int64_t sharders = 0;
+    for (const Placement& q : l.placements) sharders += q.is_shard() && q.dim == p.dim;
+    const int64_t sf = sharders == 1 ? *rc::gen::inRange<int64_t>(1, 4) : right_product(sizes, l.placements, i, p.dim);
+    p = Placement::strided_shard(p.dim, sf);
+  }
+  return l;
+}
+
+inline Layout draw_layout(const Mesh& m, const Shape& shape) {
+  return draw_layout(m, shape, *rc::gen::elementOf(std::vector<View>{View::dense, View::expert}));
+}
+
+// Distinct values, with -0.0 at every 7th element so that bitwise equality is tested.
+template <class T> Tensor<T> pattern(const Shape& s, int64_t salt) {
+  Tensor<T> t(s);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      t.data[static_cast<size_t>(i)] = i % 7 == 3 ? T(-0.0) : T(static_cast<double>(i * 131 + salt) / 8.0 + 0.125);
+    else
+      t.data[static_cast<size_t>(i)] = i * 131 + salt;
+  }
+  return t;
+}
+
+template <class T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// The case as a scenario "layout" object plus the tensor's shape and layouts, for replay.
+inline std::string describe(const LayoutConfig& c, const Shape& shape, const Layout& a, const Layout& b) {
+  auto i = [](int64_t v) { return std::to_string(v); };
+  return "\"layout\": {\"world\": " + i(c.world) + ", \"dp_replicate\": " + i(c.dp_replicate) +
+         ", \"dp_shard\": " + i(c.dp_shard) + ", \"tp\": " + i(c.tp) + ", \"ep\": " + i(c.ep) +
+         ", \"etp\": " + i(c.etp) + "}; shape " + shape_str(shape) + "; from " + std::string(view_name(a.view)) +
+         " " + layout_str(a) + "; to " + std::string(view_name(b.view)) + " " + layout_str(b);
+}
+
+}  // namespace parity::mesh::testing
