@@ -28,6 +28,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   data_.batch(t, 0, c.batch, S, rec.inputs.data(), rec.targets.data());
   rec.tokens_per_expert.resize(static_cast<size_t>(c.moe_layers()));
   rec.chosen.resize(static_cast<size_t>(c.moe_layers()));
+  rec.select_scores.resize(static_cast<size_t>(c.moe_layers()));
 
   model_.grads.zero();
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
@@ -40,6 +41,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
     for (size_t l = 0; l < r.chosen.size(); ++l) {
       add_counts(rec.tokens_per_expert[l], r.tokens_per_expert[l]);
       rec.chosen[l].insert(rec.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
+      rec.select_scores[l].insert(rec.select_scores[l].end(), r.select_scores[l].begin(), r.select_scores[l].end());
     }
   }
   rec.grad_norm = std::sqrt(sum_of_squares(model_.grads));

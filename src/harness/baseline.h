@@ -22,6 +22,7 @@ template <class T> struct StepRecord {
   std::optional<ParamSet<T>> grads;      // accumulated, before clipping (when asked for)
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
+  std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
 };
 
 enum class KeepGrads { no, yes };

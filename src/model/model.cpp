@@ -149,6 +149,10 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
     res.tokens_per_expert.push_back(L.moe.perm.counts);
+    std::vector<double> sel(L.moe.s.size());  // (n, E), the values topk_select compared
+    for (size_t i = 0; i < sel.size(); ++i)
+      sel[i] = static_cast<double>(L.moe.s[i] + bias[i % static_cast<size_t>(c.experts)]);
+    res.select_scores.push_back(std::move(sel));
   }
   // head: logits (n, V) = LN(h) · W, W (D, V) = lm_head or embed^T
   auto hf = zeros<T>(n * D), mf = zeros<T>(n), rf = zeros<T>(n);

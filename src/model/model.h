@@ -17,6 +17,7 @@ struct MicroResult {
   double aux = 0;   // aux-loss part, all MoE layers
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (n, K) expert ids
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E) assignment counts
+  std::vector<std::vector<double>> select_scores;       // per MoE layer: (n, E) s + bias, what top-k ranked
 };
 
 template <class T> class Model {

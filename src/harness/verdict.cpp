@@ -1,0 +1,321 @@
+// The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
+// allgather of every group's sums per step, rows folded over the steps.
+#include "harness/verdict.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <span>
+
+#include "harness/baseline.h"
+#include "harness/verdict_detail.h"
+#include "parallel/parallel_run.h"
+
+namespace parity {
+
+namespace vd = verdict_detail;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
+                            Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
+
+std::string layout_desc(const LayoutConfig& l) {
+  auto s = [](int64_t x) { return std::to_string(x); };
+  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) + " x tp " +
+         s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" + (l.sp ? ", sp" : "");
+}
+
+Row make_row(std::string quantity, std::string subject, double tol) {
+  Row r;
+  r.quantity = std::move(quantity), r.subject = std::move(subject), r.tol = tol;
+  return r;
+}
+
+template <class T> class Runner {
+ public:
+  Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
+      : sc_(s), world_(world), opt_(o), base_(s), par_(s, world), rank_(world.rank()) {
+    build_groups();
+  }
+
+  void step(int64_t t, VerdictReport& rep);
+  Timings& time() { return time_; }
+  std::vector<Row>& rows() { return rows_; }
+
+ private:
+  void build_groups();
+  void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                   const std::vector<Tensor<T>>& ref);
+  std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
+  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, const std::vector<int64_t>& coverage,
+            VerdictReport& rep);
+  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
+  void apply_fault(RankStepRecord<T>& p) const;
+
+  const Scenario& sc_;
+  comm::Communicator& world_;
+  VerdictOptions opt_;
+  BaselineRun<T> base_;
+  ParallelRun<T> par_;
+  int rank_;
+  std::vector<vd::GroupSpec> groups_;
+  std::vector<size_t> group_of_param_;      // per parameter: its family's index among the grad groups
+  size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
+  std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
+  std::vector<char> counted_;               // per parameter: first_replica on this rank
+  std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
+  Timings time_;
+};
+
+template <class T> void Runner<T>::build_groups() {
+  const auto& specs = par_.specs();
+  const auto& mesh = par_.mesh();
+  std::vector<int> fam_group(std::size(kFamilies), -1);
+  group_of_param_.resize(specs.size());
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const auto f = static_cast<size_t>(specs[p].family);
+    if (fam_group[f] < 0) fam_group[f] = static_cast<int>(n_fam_++);
+    group_of_param_[p] = static_cast<size_t>(fam_group[f]);
+    idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
+    counted_.push_back(first_replica(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
+  }
+  const DType dt = sc_.model.dtype;
+  groups_.resize(2 * n_fam_);
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const size_t g = group_of_param_[p];
+    for (size_t k = 0; k < 2; ++k) {
+      auto& G = groups_[g + k * n_fam_];
+      G.quantity = k == 0 ? "grad" : "param";
+      G.subject = std::string(family_name(specs[p].family));
+      G.tol = tolerance_for(dt, k == 0 ? Quantity::gradient : Quantity::parameter);
+      G.names.push_back(specs[p].name);
+      G.shapes.push_back(specs[p].shape);
+    }
+  }
+  const ModelConfig& c = sc_.model;
+  if (c.moe_layers() > 0) {
+    vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, {}, {}};
+    vd::GroupSpec bias{"expert_bias", "all MoE layers", tolerance_for(dt, Quantity::parameter), {}, {}};
+    for (int64_t l = 0; l < c.moe_layers(); ++l) {
+      const std::string pre = "layers." + std::to_string(c.dense_layers + l);
+      tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c.experts});
+      bias.names.push_back(pre + ".expert_bias"), bias.shapes.push_back({c.experts});
+    }
+    groups_.push_back(tpe), groups_.push_back(bias);
+  }
+  const Tolerance lt = tolerance_for(dt, Quantity::loss), nt = tolerance_for(dt, Quantity::grad_norm);
+  rows_.push_back(make_row("loss", "all micro-batches", lt.norm_rel));
+  rows_.push_back(make_row("grad_norm", "", nt.norm_rel));
+  rows_.push_back(make_row("clip_coef", "", nt.norm_rel));
+  for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject, g.tol.norm_rel));
+  for (int64_t l = 0; l < c.moe_layers(); ++l)
+    rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
+}
+
+template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
+  if (!opt_.fault) return;
+  const auto& specs = par_.specs();
+  auto& ts = opt_.fault->target == Fault::Target::grad ? p.grads : p.params;
+  for (size_t i = 0; i < specs.size() && i < ts.size(); ++i)
+    if (specs[i].family == opt_.fault->family)
+      for (T& x : ts[i].data) x = static_cast<T>(static_cast<double>(x) * opt_.fault->factor);
+}
+
+// Every local element against the baseline's element of the same global index.
+template <class T>
+void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                            const std::vector<Tensor<T>>& ref) {
+  std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
+  for (size_t p = 0; p < ref.size(); ++p) {
+    const size_t g = group_of_param_[p];
+    const int64_t tensor_id = pos[g]++;
+    vd::LocalSums& s = acc[offset + g];
+    const auto& idx = idx_[p];
+    if (p >= got.size() || got[p].data.size() != idx.size()) {
+      s.shape_bad += 1;
+      continue;
+    }
+    const T* r = ref[p].ptr();
+    const T* x = got[p].ptr();
+    for (size_t i = 0; i < idx.size(); ++i)
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0);
+  }
+}
+
+// This rank's part: scalars (loss, grad_norm, clip_coef, micro losses), every group's sums,
+// every MoE layer's routing.
+template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
+  std::vector<double> out{p.loss, p.grad_norm, p.clip_coef};
+  for (size_t m = 0; m < b.micro_losses.size(); ++m)
+    out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
+  std::vector<vd::LocalSums> acc(groups_.size());
+  add_tensors(acc, 0, p.grads, b.grads->tensors);
+  add_tensors(acc, n_fam_, p.params, base_.model().params.tensors);
+  const ModelConfig& c = sc_.model;
+  const auto L = static_cast<size_t>(c.moe_layers());
+  if (L > 0) {
+    vd::LocalSums& tpe = acc[2 * n_fam_];
+    vd::LocalSums& bias = acc[2 * n_fam_ + 1];
+    for (size_t l = 0; l < L; ++l) {
+      const auto& bt = b.tokens_per_expert[l];
+      const auto& bb = base_.model().expert_bias[l];
+      const bool tpe_ok = l < p.tokens_per_expert.size() && p.tokens_per_expert[l].size() == bt.size();
+      const bool bias_ok = l < p.expert_bias.size() && p.expert_bias[l].size() == bb.size();
+      tpe.shape_bad += tpe_ok ? 0 : 1, bias.shape_bad += bias_ok ? 0 : 1;
+      for (size_t e = 0; tpe_ok && e < bt.size(); ++e)
+        tpe.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.tokens_per_expert[l][e]),
+                static_cast<double>(bt[e]), rank_ == 0);
+      for (size_t e = 0; bias_ok && e < bb.size(); ++e)
+        bias.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.expert_bias[l][e]),
+                 static_cast<double>(bb[e]), rank_ == 0);
+    }
+  }
+  for (const auto& s : acc) s.pack(out);
+  const double tie = tolerance_for(c.dtype, Quantity::routing_score).elem_rel;
+  for (size_t l = 0; l < L; ++l) {
+    static const std::vector<int64_t> none;
+    const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
+    const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
+    vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie).pack(out);
+  }
+  return out;
+}
+
+template <class T>
+StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride) {
+  StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
+  vd::Outcome loss, norm, clip;
+  loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
+  auto consider = [](vd::Outcome& o, double got, double ref, int r, const std::string& name, double tol) {
+    const double err = std::abs(got - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+    if (o.norm_rel < 0 || err > o.norm_rel || std::isnan(err)) {
+      o.norm_rel = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+      o.scale_ratio = ref != 0 ? got / ref : std::numeric_limits<double>::quiet_NaN();
+      o.worst = {name, {}, r, got, ref, std::abs(got - ref)};
+      o.verdict = o.norm_rel <= tol ? RowVerdict::ok : RowVerdict::fail;
+    }
+  };
+  const double lt = rows_[0].tol, nt = rows_[1].tol;
+  for (int r = 0; r < world_.size(); ++r) {
+    const double* x = all.data() + static_cast<size_t>(r) * stride;
+    consider(loss, x[0], b.loss, r, "loss", lt);
+    if (r == 0 || std::abs(x[0] - b.loss) > std::abs(line.loss_diff)) line.loss = x[0], line.loss_diff = x[0] - b.loss;
+    for (size_t m = 0; m < b.micro_losses.size(); ++m) {
+      const double ref = b.micro_losses[m], err = std::abs(x[3 + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+      line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+      consider(loss, x[3 + m], ref, r, "micro-batch " + std::to_string(m), lt);
+    }
+    consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
+    consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
+    if (r == 0) line.clip_coef = x[2];
+  }
+  line.grad_norm_rel = norm.norm_rel;
+  vd::update_row(rows_[0], t, loss);
+  vd::update_row(rows_[1], t, norm);
+  vd::update_row(rows_[2], t, clip);
+  return line;
+}
+
+template <class T>
+void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
+                     const std::vector<int64_t>& coverage, VerdictReport& rep) {
+  const size_t stride = all.size() / static_cast<size_t>(world_.size());
+  StepLine line = scalars(t, b, all, stride);
+  const size_t g0 = 3 + b.micro_losses.size();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<vd::LocalSums> parts;
+    for (int r = 0; r < world_.size(); ++r)
+      parts.push_back(vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
+    vd::update_row(rows_[3 + g], t, vd::group_outcome(groups_[g], vd::combine(parts)));
+  }
+  const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
+  const ModelConfig& c = sc_.model;
+  const size_t n = static_cast<size_t>(c.batch * c.seq);
+  for (size_t l = 0; l < static_cast<size_t>(c.moe_layers()); ++l) {
+    std::vector<vd::RouteLocal> parts;
+    for (int r = 0; r < world_.size(); ++r)
+      parts.push_back(vd::RouteLocal::unpack(all.data() + static_cast<size_t>(r) * stride + r0 + l * vd::RouteLocal::kWidth));
+    std::vector<int64_t> cov(coverage.begin() + static_cast<std::ptrdiff_t>(l * n),
+                             coverage.begin() + static_cast<std::ptrdiff_t>((l + 1) * n));
+    Row& row = rows_[3 + groups_.size() + l];
+    vd::Outcome o = vd::routing_outcome(parts, cov, row.subject);
+    for (const auto& p : parts) line.route_diff += static_cast<int64_t>(p.mismatch);
+    vd::update_row(row, t, o);
+  }
+  rep.step_lines.push_back(line);
+}
+
+template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
+  auto t0 = Clock::now();
+  StepRecord<T> b = base_.step(t, KeepGrads::yes);
+  time_.baseline += since(t0);
+  t0 = Clock::now();
+  RankStepRecord<T> p = par_.step(t);
+  time_.parallel += since(t0);
+  t0 = Clock::now();
+  apply_fault(p);
+  std::vector<double> mine = local_part(b, p);
+  const ModelConfig& c = sc_.model;
+  const auto n = static_cast<size_t>(c.batch * c.seq);
+  std::vector<int64_t> coverage(static_cast<size_t>(c.moe_layers()) * n, 0);
+  for (size_t l = 0; l < static_cast<size_t>(c.moe_layers()) && l < p.token_ids.size(); ++l)
+    for (int64_t id : p.token_ids[l])
+      if (id >= 0 && static_cast<size_t>(id) < n) coverage[l * n + static_cast<size_t>(id)] += 1;
+  time_.compare += since(t0);
+  t0 = Clock::now();
+  std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
+  world_.allgather(std::span<const double>(mine), std::span<double>(all));
+  if (!coverage.empty()) world_.allreduce(std::span<int64_t>(coverage), comm::ReduceOp::sum);
+  time_.compare_comm += since(t0);
+  t0 = Clock::now();
+  fold(t, b, all, coverage, rep);
+  time_.compare += since(t0);
+}
+
+// Rank 0's timings and, per field, the slowest rank's.
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  std::vector<double> v{mine.startup, mine.rendezvous, mine.setup, mine.baseline,
+                        mine.parallel, mine.compare,   mine.compare_comm};
+  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(v), std::span<double>(all));
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6]}; };
+  rep.rank0 = to(all.data());
+  std::vector<double> mx(v.size(), 0);
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  rep.slowest = to(mx.data());
+}
+
+std::string fault_desc(const std::optional<Fault>& f) {
+  if (!f) return "";
+  return std::string(f->target == Fault::Target::grad ? "scale_grad:" : "scale_param:") +
+         std::string(family_name(f->family)) + ":" + std::to_string(f->factor);
+}
+
+}  // namespace
+
+template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
+  VerdictReport rep;
+  rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
+  rep.backend = std::string(comm::backend_name(world.backend()));
+  rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
+  auto t0 = Clock::now();
+  Runner<T> run(s, world, o);
+  run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);
+  for (int64_t t = 0; t < s.steps; ++t) run.step(t, rep);
+  rep.rows = run.rows();
+  std::stable_sort(rep.rows.begin(), rep.rows.end(),
+                   [](const Row& a, const Row& b) { return static_cast<int>(a.verdict) < static_cast<int>(b.verdict); });
+  gather_timings(world, run.time(), rep);
+  return rep;
+}
+
+template VerdictReport run_verdict<float>(const Scenario&, comm::Communicator&, const VerdictOptions&);
+template VerdictReport run_verdict<double>(const Scenario&, comm::Communicator&, const VerdictOptions&);
+
+}  // namespace parity

@@ -1,0 +1,87 @@
+// Internals of the verdict (verdict.h): the local sums one rank contributes per compared
+// group, flattened into doubles so one allgather per step carries every group, and the
+// combination of all ranks' parts in rank order (so every rank gets the same bits).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/compare.h"
+#include "harness/tolerance.h"
+#include "harness/verdict.h"
+
+namespace parity::verdict_detail {
+
+// A compared group: one row of the table (a family's gradients, its parameters, the
+// tokens_per_expert counts, the expert biases), made of named tensors.
+struct GroupSpec {
+  std::string quantity, subject;
+  Tolerance tol;
+  std::vector<std::string> names;  // per tensor
+  std::vector<Shape> shapes;       // per tensor, global
+};
+
+// One rank's part of one group at one step.
+struct LocalSums {
+  NormSums once;  // elements this rank counts (first replica)
+  NormSums all;   // every element this rank holds (every copy)
+  double max_err = -1;  // largest |got - ref| here (inf for a non-finite got), -1 when none
+  double tensor = -1, flat = -1, got = 0, ref = 0;  // where it is
+  double shape_bad = 0;  // local tensors whose size is not the layout's
+
+  static constexpr size_t kWidth = 13;
+  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted);
+  void pack(std::vector<double>& out) const;
+  static LocalSums unpack(const double* in);
+};
+
+// The world's sums of one group at one step.
+struct GroupStep {
+  NormSums once, all;
+  double max_err = -1;
+  int64_t tensor = -1, flat = -1;
+  int rank = -1;
+  double got = 0, ref = 0;
+  int64_t shape_bad = 0;
+};
+// parts: every rank's LocalSums of this group, in rank order.
+GroupStep combine(const std::vector<LocalSums>& parts);
+
+// The step's verdict of a group: normwise error of the counted elements and of every copy
+// against tol.norm_rel, finite values, sizes that match the layout.
+struct Outcome {
+  double norm_rel = 0, scale_ratio = 1;
+  WorstElement worst;
+  std::string detail;
+  RowVerdict verdict = RowVerdict::ok;
+};
+Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
+
+// Folds one step's outcome into a row: a worse verdict replaces what the row shows; among
+// ok steps the largest error is shown; failing and near-tie rows keep their first step.
+void update_row(Row& row, int64_t step, const Outcome& o);
+
+// One MoE layer's routing at one step, on one rank.
+struct RouteLocal {
+  double mismatch = 0, near_tie = 0;
+  double gap = -1;  // the largest decision gap among this rank's differing tokens
+  double token = -1, slot = -1, base_expert = -1, par_expert = -1;
+  double bad_id = 0;  // reported token ids or experts out of range, or sizes that disagree
+
+  static constexpr size_t kWidth = 10;
+  void pack(std::vector<double>& out) const;
+  static RouteLocal unpack(const double* in);
+};
+
+// Compares one rank's reported tokens with the baseline's choices. base_chosen (n, K),
+// base_scores (n, E): the values top-k ranked. near_tie_rel: a differing decision whose
+// baseline gap is <= near_tie_rel * (|v_base| + |v_par|) is a near-tie (tolerance.h).
+RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int64_t>& chosen,
+                          const std::vector<int64_t>& base_chosen, const std::vector<double>& base_scores, int64_t K,
+                          int64_t E, double near_tie_rel);
+
+// parts in rank order; coverage: how many ranks reported each token (n).
+Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<int64_t>& coverage,
+                        const std::string& layer);
+
+}  // namespace parity::verdict_detail

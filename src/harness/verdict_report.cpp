@@ -1,0 +1,127 @@
+// The verdict's table (what rank 0 prints) and its JSON (--report FILE): the same rows.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/compare.h"
+#include "harness/verdict.h"
+
+namespace parity {
+
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string scale_str(double s) { return std::isnan(s) ? "-" : fmt("%.6f", s); }
+
+std::string worst_str(const WorstElement& w) {
+  if (w.name.empty()) return "-";
+  std::string s = w.name + (w.index.empty() ? "" : index_str(w.index)) + " rank " + std::to_string(w.rank);
+  return s + " (got " + fmt("%.6g", w.got) + ", ref " + fmt("%.6g", w.ref) + ", |err| " + fmt("%.2e", w.abs_err) +
+         ")";
+}
+
+std::string row_line(const Row& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %9s %4lld %4lld  %s",
+                std::string(row_verdict_name(r.verdict)).c_str(), r.quantity.c_str(),
+                r.subject.empty() ? "-" : r.subject.c_str(), r.norm_rel, r.tol, scale_str(r.scale_ratio).c_str(),
+                static_cast<long long>(r.step), static_cast<long long>(r.bad_steps), worst_str(r.worst).c_str());
+  std::string s = buf;
+  if (!r.detail.empty()) s += "\n         " + r.detail;
+  return s + "\n";
+}
+
+std::string timings_str(const char* who, const Timings& t) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%-13s start-up %.3f s, rendezvous %.3f s, setup %.3f s, compute %.3f s (baseline %.3f s + layout "
+                "%.3f s, its communication included), compare %.3f s (+ %.3f s reductions)\n",
+                who, t.startup, t.rendezvous, t.setup, t.baseline + t.parallel, t.baseline, t.parallel, t.compare,
+                t.compare_comm);
+  return buf;
+}
+
+nlohmann::json worst_json(const WorstElement& w) {
+  return {{"name", w.name}, {"index", w.index}, {"rank", w.rank}, {"got", w.got}, {"ref", w.ref},
+          {"abs_err", w.abs_err}};
+}
+
+nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt("%g", x)); }
+
+nlohmann::json timings_json(const Timings& t) {
+  return {{"startup_s", t.startup},   {"rendezvous_s", t.rendezvous}, {"setup_s", t.setup},
+          {"baseline_s", t.baseline}, {"parallel_s", t.parallel},     {"compare_s", t.compare},
+          {"compare_comm_s", t.compare_comm}};
+}
+
+}  // namespace
+
+std::string format_verdict(const VerdictReport& r) {
+  std::string out = "parity run " + r.scenario + ": " + r.dtype + ", " + r.backend + ", " + r.layout + ", " +
+                    std::to_string(r.steps) + " steps\n";
+  if (!r.fault.empty()) out += "injected fault (PARITY_FAULT): " + r.fault + "\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s\n", "step", "loss", "loss - ref", "micro rel",
+                "grad_norm rel", "clip_coef", "routing");
+  out += buf;
+  for (const StepLine& s : r.step_lines) {
+    std::snprintf(buf, sizeof buf, "%5lld %16.10f %+11.2e %10.2e %13.2e %10.6f %9lld\n", static_cast<long long>(s.step),
+                  s.loss, s.loss_diff, s.micro_rel, s.grad_norm_rel, s.clip_coef, static_cast<long long>(s.route_diff));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %9s %4s %4s  %s\n", "verdict", "quantity", "subject",
+                "norm_rel", "tol", "scale", "step", "bad", "worst element");
+  out += buf;
+  int fail = 0, tie = 0;
+  for (const Row& row : r.rows) {
+    out += row_line(row);
+    fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
+  }
+  out += timings_str("time rank 0:", r.rank0);
+  out += timings_str("slowest rank:", r.slowest);
+  if (fail > 0)
+    out += "verdict: FAIL: " + std::to_string(fail) + " of " + std::to_string(r.rows.size()) +
+           " rows out of tolerance" + (tie ? ", " + std::to_string(tie) + " near-tie" : std::string()) + "\n";
+  else
+    out += "verdict: PASS: " + std::to_string(r.rows.size()) + " rows within tolerance" +
+           (tie ? " (" + std::to_string(tie) + " near-tie routing decisions, shown above)" : std::string()) + "\n";
+  return out;
+}
+
+nlohmann::json verdict_json(const VerdictReport& r) {
+  nlohmann::json steps = nlohmann::json::array(), rows = nlohmann::json::array();
+  for (const StepLine& s : r.step_lines)
+    steps.push_back({{"step", s.step},
+                     {"loss", num(s.loss)},
+                     {"loss_ref", num(s.loss_ref)},
+                     {"loss_diff", num(s.loss_diff)},
+                     {"micro_rel", num(s.micro_rel)},
+                     {"grad_norm_rel", num(s.grad_norm_rel)},
+                     {"clip_coef", num(s.clip_coef)},
+                     {"clip_ref", num(s.clip_ref)},
+                     {"routing_diff", s.route_diff}});
+  for (const Row& row : r.rows)
+    rows.push_back({{"verdict", row_verdict_name(row.verdict)},
+                    {"quantity", row.quantity},
+                    {"subject", row.subject},
+                    {"norm_rel", num(row.norm_rel)},
+                    {"tol", row.tol},
+                    {"scale_ratio", num(row.scale_ratio)},
+                    {"step", row.step},
+                    {"bad_steps", row.bad_steps},
+                    {"worst", worst_json(row.worst)},
+                    {"detail", row.detail}});
+  return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"backend", r.backend},
+          {"layout", r.layout},     {"world", r.world},   {"steps", r.steps},
+          {"fault", r.fault},       {"passed", r.passed()}, {"step_table", steps},
+          {"rows", rows},           {"time_rank0", timings_json(r.rank0)}, {"time_slowest", timings_json(r.slowest)}};
+}
+
+}  // namespace parity

@@ -1,0 +1,232 @@
+// The verdict's building blocks that do not depend on the element type: faults, the
+// first-replica rule, local sums and their combination over ranks, rows, routing.
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+#include "harness/verdict_detail.h"
+
+namespace parity {
+
+namespace {
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+}  // namespace
+
+Fault parse_fault(std::string_view spec) {
+  const std::string rule =
+      "expected scale_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: embedding, attention, layernorm, "
+      "router, routed_experts, shared_experts, dense_mlp, head), got \"" + std::string(spec) + "\"";
+  const size_t a = spec.find(':'), b = a == std::string_view::npos ? a : spec.find(':', a + 1);
+  if (b == std::string_view::npos) throw ConfigError("PARITY_FAULT", rule);
+  Fault f;
+  const std::string_view what = spec.substr(0, a), fam = spec.substr(a + 1, b - a - 1);
+  if (what == "scale_grad") f.target = Fault::Target::grad;
+  else if (what == "scale_param") f.target = Fault::Target::param;
+  else throw ConfigError("PARITY_FAULT", rule);
+  bool found = false;
+  for (Family x : {Family::embedding, Family::attention, Family::layernorm, Family::router, Family::routed_experts,
+                   Family::shared_experts, Family::dense_mlp, Family::head})
+    if (family_name(x) == fam) f.family = x, found = true;
+  if (!found) throw ConfigError("PARITY_FAULT", rule);
+  const std::string num(spec.substr(b + 1));
+  char* end = nullptr;
+  f.factor = std::strtod(num.c_str(), &end);
+  if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(f.factor))
+    throw ConfigError("PARITY_FAULT", rule);
+  return f;
+}
+
+std::optional<Fault> fault_from_env() {
+  const char* v = std::getenv("PARITY_FAULT");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return parse_fault(v);
+}
+
+bool first_replica(const mesh::Mesh& m, const mesh::Layout& l, int rank) {
+  const auto& dims = mesh::view_dims(l.view);
+  const auto coords = m.coords(l.view, rank);
+  for (size_t i = 0; i < l.placements.size() && i < dims.size(); ++i) {
+    const auto k = l.placements[i].kind;
+    if ((k == mesh::PlacementKind::replicate || k == mesh::PlacementKind::partial) && coords[i] != 0) return false;
+  }
+  return true;
+}
+
+std::string_view row_verdict_name(RowVerdict v) {
+  switch (v) {
+    case RowVerdict::fail: return "FAIL";
+    case RowVerdict::near_tie: return "near-tie";
+    case RowVerdict::ok: return "ok";
+  }
+  return "?";
+}
+
+bool VerdictReport::passed() const {
+  for (const Row& r : rows)
+    if (r.verdict == RowVerdict::fail) return false;
+  return true;
+}
+
+namespace verdict_detail {
+
+void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted) {
+  const double d = g - r;
+  if (counted) once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r;
+  all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
+  double err = std::abs(d);
+  if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
+  if (err > max_err) {
+    max_err = err, tensor = static_cast<double>(tensor_id), flat = static_cast<double>(flat_index);
+    got = g, ref = r;
+  }
+}
+
+void LocalSums::pack(std::vector<double>& out) const {
+  out.insert(out.end(), {once.diff2, once.ref2, once.dot, all.diff2, all.ref2, all.dot, max_err, tensor, flat, got,
+                         ref, shape_bad, 0.0});
+}
+
+LocalSums LocalSums::unpack(const double* in) {
+  LocalSums s;
+  s.once = {in[0], in[1], in[2]};
+  s.all = {in[3], in[4], in[5]};
+  s.max_err = in[6], s.tensor = in[7], s.flat = in[8], s.got = in[9], s.ref = in[10], s.shape_bad = in[11];
+  return s;
+}
+
+GroupStep combine(const std::vector<LocalSums>& parts) {
+  GroupStep g;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const LocalSums& p = parts[r];
+    g.once.add(p.once);
+    g.all.add(p.all);
+    g.shape_bad += static_cast<int64_t>(p.shape_bad);
+    if (p.max_err > g.max_err) {
+      g.max_err = p.max_err, g.tensor = static_cast<int64_t>(p.tensor), g.flat = static_cast<int64_t>(p.flat);
+      g.rank = static_cast<int>(r), g.got = p.got, g.ref = p.ref;
+    }
+  }
+  return g;
+}
+
+Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
+  Outcome o;
+  o.norm_rel = s.once.norm_rel_err();
+  o.scale_ratio = s.once.scale_ratio();
+  const double all_rel = s.all.norm_rel_err();
+  if (s.tensor >= 0 && s.tensor < static_cast<int64_t>(g.names.size())) {
+    const auto t = static_cast<size_t>(s.tensor);
+    o.worst = {g.names[t], unravel(s.flat, g.shapes[t]), s.rank, s.got, s.ref, s.max_err};
+  }
+  const bool finite = std::isfinite(s.max_err) || s.max_err < 0;
+  if (!(o.norm_rel <= g.tol.norm_rel)) o.verdict = RowVerdict::fail;
+  if (!(all_rel <= g.tol.norm_rel)) {
+    o.verdict = RowVerdict::fail;
+    o.detail = "copies disagree: normwise error over every replica " + fmt("%.3e", all_rel);
+  }
+  if (!finite) o.verdict = RowVerdict::fail, o.detail = "non-finite value";
+  if (s.shape_bad > 0) {
+    o.verdict = RowVerdict::fail;
+    o.detail = std::to_string(s.shape_bad) + " local tensors have the wrong size for their layout";
+  }
+  return o;
+}
+
+void update_row(Row& row, int64_t step, const Outcome& o) {
+  if (o.verdict == RowVerdict::fail) ++row.bad_steps;
+  const bool worse = static_cast<int>(o.verdict) < static_cast<int>(row.verdict);
+  const bool larger = o.verdict == row.verdict && row.verdict == RowVerdict::ok && o.norm_rel > row.norm_rel;
+  if (row.step < 0 || worse || larger) {
+    row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
+    row.worst = o.worst, row.detail = o.detail, row.verdict = o.verdict;
+  }
+}
+
+void RouteLocal::pack(std::vector<double>& out) const {
+  out.insert(out.end(), {mismatch, near_tie, gap, token, slot, base_expert, par_expert, bad_id, 0.0, 0.0});
+}
+
+RouteLocal RouteLocal::unpack(const double* in) {
+  RouteLocal r;
+  r.mismatch = in[0], r.near_tie = in[1], r.gap = in[2], r.token = in[3], r.slot = in[4];
+  r.base_expert = in[5], r.par_expert = in[6], r.bad_id = in[7];
+  return r;
+}
+
+RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int64_t>& chosen,
+                          const std::vector<int64_t>& base_chosen, const std::vector<double>& base_scores, int64_t K,
+                          int64_t E, double near_tie_rel) {
+  RouteLocal out;
+  const int64_t n = K > 0 ? static_cast<int64_t>(base_chosen.size()) / K : 0;
+  if (chosen.size() != ids.size() * static_cast<size_t>(K)) out.bad_id += 1;
+  for (size_t i = 0; i < ids.size() && (i + 1) * static_cast<size_t>(K) <= chosen.size(); ++i) {
+    const int64_t tok = ids[i];
+    if (tok < 0 || tok >= n) {
+      out.bad_id += 1;
+      continue;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t b = base_chosen[static_cast<size_t>(tok * K + k)];
+      const int64_t p = chosen[i * static_cast<size_t>(K) + static_cast<size_t>(k)];
+      if (p == b) continue;
+      out.mismatch += 1;
+      double gap = std::numeric_limits<double>::infinity();
+      bool tie = false;
+      if (p >= 0 && p < E) {
+        const double vb = base_scores[static_cast<size_t>(tok * E + b)];
+        const double vp = base_scores[static_cast<size_t>(tok * E + p)];
+        gap = std::abs(vb - vp);
+        tie = gap <= near_tie_rel * (std::abs(vb) + std::abs(vp));
+      }
+      if (tie) out.near_tie += 1;
+      if (gap > out.gap) {
+        out.gap = gap, out.token = static_cast<double>(tok), out.slot = static_cast<double>(k);
+        out.base_expert = static_cast<double>(b), out.par_expert = static_cast<double>(p);
+      }
+      break;  // one decision per token: the first slot that differs
+    }
+  }
+  return out;
+}
+
+Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<int64_t>& coverage,
+                        const std::string& layer) {
+  Outcome o;
+  o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
+  double mismatch = 0, near_tie = 0, bad_id = 0, gap = -1;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    const RouteLocal& p = parts[r];
+    mismatch += p.mismatch, near_tie += p.near_tie, bad_id += p.bad_id;
+    if (p.gap > gap) {
+      gap = p.gap;
+      o.worst = {layer + " token " + std::to_string(static_cast<int64_t>(p.token)),
+                 {static_cast<int64_t>(p.token), static_cast<int64_t>(p.slot)}, static_cast<int>(r), p.par_expert,
+                 p.base_expert, p.gap};
+    }
+  }
+  int64_t missing = 0, twice = 0;
+  for (int64_t c : coverage) missing += c == 0, twice += c > 1;
+  const auto n = static_cast<double>(coverage.size());
+  o.norm_rel = n > 0 ? mismatch / n : 0;
+  const auto i = [](double x) { return std::to_string(static_cast<int64_t>(x)); };
+  if (mismatch > 0)
+    o.detail = i(mismatch) + " of " + i(n) + " tokens chose other experts (" + i(near_tie) +
+               " near-tie); largest baseline score gap " + fmt("%.3e", gap) + ": token " +
+               i(o.worst.index[0]) + " slot " + i(o.worst.index[1]) + " expert " + i(o.worst.got) +
+               " instead of " + i(o.worst.ref);
+  if (missing + twice > 0 || bad_id > 0)
+    o.detail += (o.detail.empty() ? "" : "; ") + std::to_string(missing) + " tokens unreported, " +
+                std::to_string(twice) + " reported twice, " + i(bad_id) + " bad ids or sizes";
+  if (mismatch > near_tie || missing + twice > 0 || bad_id > 0) o.verdict = RowVerdict::fail;
+  else if (near_tie > 0) o.verdict = RowVerdict::near_tie;
+  return o;
+}
+
+}  // namespace verdict_detail
+}  // namespace parity
