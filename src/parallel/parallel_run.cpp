@@ -1,58 +1,160 @@
-// SCAFFOLDING: every rank runs the one-device baseline and reports its own shards of the
-// result, so the verdict can be built and tested while the real parallel model
-// (FSDP/HSDP/TP/SP) replaces this Impl.
-#include "parallel/parallel_run.h"
+// One rank's run of a dense layout: data split over dense DP, micro-batches, TP/SP model,
+// reductions by family, global-norm clipping counting each element once, the optimizer on
+// shards, the expert-bias update from global counts.
+#include <cmath>
 
+#include "core/error.h"
 #include "harness/baseline.h"
 #include "mesh/param_layout.h"
+#include "model/data.h"
+#include "optim/optimizer.h"
+#include "parallel/parallel_run.h"
+#include "parallel/pmodel.h"
 
 namespace parity {
 
+namespace {
+
+void check_supported(const Scenario& s) {
+  mesh::validate_layout(s.layout, s.model);
+  const auto& l = s.layout;
+  if (l.ep != 1) throw ConfigError("$.layout.ep", "expert parallel (ep > 1) is not implemented yet");
+  if (l.etp != l.tp) throw ConfigError("$.layout.etp", "must equal layout.tp while ep is 1 (experts sharded like the MLP)");
+  const int64_t dp = l.dp_replicate * l.dp_shard;
+  if (s.model.batch % (s.model.microbatches * dp) != 0)
+    throw ConfigError("$.model.batch", "must be divisible by microbatches x dp_replicate x dp_shard (" +
+                                           std::to_string(s.model.microbatches * dp) + "), got " +
+                                           std::to_string(s.model.batch));
+}
+
+}  // namespace
+
 template <class T> struct ParallelRun<T>::Impl {
-  Impl(const Scenario& s, comm::Communicator& w)
-      : sc(s), world(w), mesh(s.layout), base(s), specs(param_specs(s.model)) {
+  Impl(const Scenario& s, comm::Communicator& w) : sc(s), world(w), mesh(s.layout), data(s.model.vocab, s.data_seed) {
+    check_supported(s);
+    specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
+    const int r = w.rank();
+    tp = {&mesh::comm_group(w, mesh, mesh::GroupKind::tp), mesh.coord(mesh::MeshDim::tp, r), mesh.size(mesh::MeshDim::tp),
+          s.layout.sp};
+    dp = {&mesh::comm_group(w, mesh, mesh::GroupKind::dp_shard), &mesh::comm_group(w, mesh, mesh::GroupKind::dp_replicate)};
+    dense_dp = &mesh::comm_group(w, mesh, mesh::GroupKind::dense_dp);
+    dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
+               mesh.coord(mesh::MeshDim::dp_shard, r);
+    model = std::make_unique<ParallelModel<T>>(s, mesh, r, tp, dp, layouts);
+    std::vector<ParamSpec> local_specs = specs;
+    for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
+    opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
+    local_specs_ = local_specs;
   }
+
   Scenario sc;
   comm::Communicator& world;
   mesh::Mesh mesh;
-  BaselineRun<T> base;
-  std::vector<ParamSpec> specs;
+  MarkovData data;
+  std::vector<ParamSpec> specs, local_specs_;
   std::vector<mesh::Layout> layouts;
+  TpContext tp;
+  DataParallelGroups dp;
+  comm::Communicator* dense_dp = nullptr;
+  int64_t dp_index = 0;
+  std::unique_ptr<ParallelModel<T>> model;
+  std::unique_ptr<Optimizer<T>> opt;
 
-  Tensor<T> local(size_t p, const Tensor<T>& full) const {
-    auto idx = mesh::global_indices(mesh, layouts[p], full.shape, world.rank());
-    Tensor<T> out(mesh::local_shape(mesh, layouts[p], full.shape, world.rank()));
-    for (size_t i = 0; i < idx.size(); ++i) out.data[i] = full.data[static_cast<size_t>(idx[i])];
-    return out;
+  // Families whose TP-local gradients are partitioned over the lanes under SP.
+  bool tp_partitioned(const ParamSpec& sp) const {
+    return tp.sp && tp.size > 1 && (sp.family == Family::layernorm || sp.family == Family::router);
   }
+  // Each element enters the grad norm once: the first dp_replicate replica, the first TP
+  // lane of a TP-replicated tensor.
+  bool counts_in_norm(size_t p) const {
+    return mesh.coord(mesh::MeshDim::dp_replicate, world.rank()) == 0 &&
+           (model->params[p].tp_dim() >= 0 || tp.rank == 0);
+  }
+  void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
+  void step_optimizer(std::vector<Tensor<T>>& grads);
 };
+
+template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
+  const int64_t S = sc.model.seq, K = sc.model.top_k;
+  const bool split = tp.sp && tp.size > 1;
+  if (!split && tp.rank != 0) return;  // lanes hold the same tokens: lane 0 reports them
+  const int64_t Sl = split ? S / tp.size : S, off = split ? tp.rank * Sl : 0;
+  for (size_t l = 0; l < r.chosen.size(); ++l) {
+    const auto n = static_cast<int64_t>(r.chosen[l].size()) / K;
+    for (int64_t t = 0; t < n; ++t) out.token_ids[l].push_back((g0 + t / Sl) * S + off + t % Sl);
+    out.chosen[l].insert(out.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
+  }
+}
+
+template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<T>>& grads) {
+  ParamSet<T> w, g;
+  w.specs = g.specs = local_specs_;
+  for (size_t p = 0; p < specs.size(); ++p) {
+    w.tensors.push_back(std::move(model->params[p].local));
+    g.tensors.push_back(std::move(grads[p]));
+  }
+  opt->step(w, g);
+  for (size_t p = 0; p < specs.size(); ++p) {
+    model->params[p].local = std::move(w.tensors[p]);
+    grads[p] = std::move(g.tensors[p]);
+  }
+}
 
 template <class T> ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world)
     : impl_(std::make_unique<Impl>(s, world)) {}
 template <class T> ParallelRun<T>::~ParallelRun() = default;
 
 template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
-  StepRecord<T> r = impl_->base.step(t, KeepGrads::yes);
+  Impl& I = *impl_;
+  const ModelConfig& c = I.sc.model;
+  const int64_t S = c.seq, per_micro = c.batch / c.microbatches;
+  const int64_t b = per_micro / (I.sc.layout.dp_replicate * I.sc.layout.dp_shard);
   RankStepRecord<T> out;
-  out.step = t, out.loss = r.loss, out.ce = r.ce, out.aux = r.aux, out.micro_losses = r.micro_losses;
-  out.grad_norm = r.grad_norm, out.clip_coef = r.clip_coef;
-  for (size_t p = 0; p < impl_->specs.size(); ++p) {
-    out.grads.push_back(impl_->local(p, r.grads->tensors[p]));
-    out.params.push_back(impl_->local(p, impl_->base.model().params.tensors[p]));
+  out.step = t;
+  out.token_ids.resize(static_cast<size_t>(c.moe_layers()));
+  out.chosen.resize(static_cast<size_t>(c.moe_layers()));
+  std::vector<int64_t> counts(static_cast<size_t>(c.moe_layers() * c.experts), 0);
+  I.model->zero_grads();
+  std::vector<int64_t> in(static_cast<size_t>(b * S)), tg(in.size());
+  for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+    const int64_t g0 = mb * per_micro + I.dp_index * b;
+    I.data.batch(t, g0, b, S, in.data(), tg.data());
+    PMicroResult r = I.model->forward_backward(in.data(), tg.data(), b);
+    std::vector<double> parts{r.ce, r.aux};
+    I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
+    out.micro_losses.push_back(parts[0] + parts[1]);
+    out.ce += parts[0], out.aux += parts[1], out.loss += parts[0] + parts[1];
+    for (size_t l = 0; l < r.counts.size(); ++l)
+      for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
+    I.report_tokens(out, r, g0);
   }
-  out.tokens_per_expert = r.tokens_per_expert;
-  out.expert_bias = impl_->base.model().expert_bias;
-  const int64_t K = impl_->sc.model.top_k, n = static_cast<int64_t>(r.inputs.size());
-  for (const auto& ch : r.chosen) {  // rank 0 reports every token
-    std::vector<int64_t> ids, mine;
-    if (impl_->world.rank() == 0)
-      for (int64_t i = 0; i < n; ++i) ids.push_back(i);
-    if (impl_->world.rank() == 0) mine = ch;
-    out.token_ids.push_back(ids);
-    out.chosen.push_back(mine);
+  double sq = 0;
+  for (size_t p = 0; p < I.specs.size(); ++p) {
+    Tensor<T>& g = I.model->tp_grads[p];
+    if (I.tp_partitioned(I.specs[p])) tp_allreduce(I.tp, g.data);
+    out.grads.push_back(I.model->params[p].reduce(I.dp, g));
+    if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads.back().ptr(), out.grads.back().numel());
   }
-  (void)K;
+  std::vector<double> sqv{sq};
+  I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
+  out.grad_norm = std::sqrt(sqv[0]);
+  out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
+  std::vector<Tensor<T>> step_grads = out.grads;
+  const T coef = static_cast<T>(out.clip_coef);
+  if (out.clip_coef != 1.0)
+    for (auto& g : step_grads)
+      for (auto& x : g.data) x *= coef;
+  I.step_optimizer(step_grads);
+  for (const auto& p : I.model->params) out.params.push_back(p.local);
+  I.world.allreduce(std::span<int64_t>(counts), comm::ReduceOp::sum);
+  for (int64_t l = 0; l < c.moe_layers(); ++l) {
+    out.tokens_per_expert.emplace_back(counts.begin() + l * c.experts, counts.begin() + (l + 1) * c.experts);
+    if (c.bias_rate > 0)
+      expert_bias_update(I.model->expert_bias[static_cast<size_t>(l)].data(), out.tokens_per_expert.back().data(),
+                         c.experts, c.bias_rate);
+  }
+  out.expert_bias = I.model->expert_bias;
   return out;
 }
 

@@ -1,0 +1,243 @@
+#include "parallel/pmodel.h"
+
+#include "ops/attention.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/swiglu.h"
+#include "parallel/pmoe.h"
+
+namespace parity {
+
+namespace {
+
+template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
+template <class T> void add_into(std::vector<T>& a, const std::vector<T>& b) {
+  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+}
+
+template <class T> struct LayerCache {
+  std::vector<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
+  FfnCache<T> mlp;
+  PMoeCache<T> moe;
+};
+
+// (rows, cols) -> (cols, rows)
+template <class T> std::vector<T> transpose(const T* x, int64_t rows, int64_t cols) {
+  std::vector<T> out(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(j * rows + i)] = x[i * cols + j];
+  return out;
+}
+
+}  // namespace
+
+template <class T> struct ParallelModel<T>::Impl {
+  ParallelModel<T>& m;
+  const ModelConfig& c;
+  int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
+
+  Tensor<T> w(const std::string& name) const { return m.params[m.index(name)].gather(m.dp_); }
+  T* g(const std::string& name) const { return m.tp_grads[m.index(name)].ptr(); }
+  int64_t local_dim(const std::string& name, size_t d) const {
+    return m.params[m.index(name)].tp_local_shape()[d];
+  }
+  std::vector<T> full(const std::vector<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, c.seq, W); }
+  std::vector<T> to_res(std::vector<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, c.seq, W); }
+
+  void attention_forward_block(const std::string& p, std::vector<T>& h, LayerCache<T>& L) const;
+  void attention_backward_block(const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
+  void ffn_forward_block(int64_t l, const std::string& p, std::vector<T>& h, LayerCache<T>& L) const;
+  void ffn_backward_block(int64_t l, const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
+  PMoeWeights<T> moe_weights(const std::string& p, int64_t l, std::map<std::string, Tensor<T>>& keep) const;
+};
+
+template <class T>
+void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, std::vector<T>& h, LayerCache<T>& L) const {
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
+  L.h_in = h;
+  L.a_res = zeros<T>(n_res * D), L.m1 = zeros<T>(n_res), L.r1 = zeros<T>(n_res);
+  layernorm_forward(h.data(), w(p + ".ln1.weight").ptr(), w(p + ".ln1.bias").ptr(), n_res, D, L.a_res.data(),
+                    L.m1.data(), L.r1.data());
+  L.a_full = full(L.a_res, D);
+  L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.v = zeros<T>(n * Dl);
+  matmul_forward(L.a_full.data(), w(p + ".attn.wq").ptr(), L.q.data(), n, D, Dl);
+  matmul_forward(L.a_full.data(), w(p + ".attn.wk").ptr(), L.k.data(), n, D, Dl);
+  matmul_forward(L.a_full.data(), w(p + ".attn.wv").ptr(), L.v.data(), n, D, Dl);
+  L.att = zeros<T>(n * Dl), L.probs = zeros<T>(b * Hl * S * S);
+  for (int64_t q = 0; q < b; ++q)
+    attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dl, L.v.data() + q * S * Dl, S, Hl, Dh,
+                      L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
+  auto o = zeros<T>(n * D);
+  matmul_forward(L.att.data(), w(p + ".attn.wo").ptr(), o.data(), n, Dl, D);
+  add_into(h, to_res(std::move(o), D));
+  L.h_mid = h;
+}
+
+template <class T>
+void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, std::vector<T>& dh,
+                                                      const LayerCache<T>& L) const {
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
+  std::vector<T> dout = full(dh, D);
+  auto datt = zeros<T>(n * Dl);
+  matmul_backward(L.att.data(), w(p + ".attn.wo").ptr(), dout.data(), datt.data(), g(p + ".attn.wo"), n, Dl, D);
+  auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
+  for (int64_t q = 0; q < b; ++q) {
+    const int64_t o = q * S * Dl;
+    attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
+                       datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+  }
+  auto da = zeros<T>(n * D);
+  matmul_backward(L.a_full.data(), w(p + ".attn.wq").ptr(), dq.data(), da.data(), g(p + ".attn.wq"), n, D, Dl);
+  matmul_backward(L.a_full.data(), w(p + ".attn.wk").ptr(), dk.data(), da.data(), g(p + ".attn.wk"), n, D, Dl);
+  matmul_backward(L.a_full.data(), w(p + ".attn.wv").ptr(), dv.data(), da.data(), g(p + ".attn.wv"), n, D, Dl);
+  std::vector<T> da_res = to_res(std::move(da), D);
+  layernorm_backward(L.h_in.data(), w(p + ".ln1.weight").ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
+                     dh.data(), g(p + ".ln1.weight"), g(p + ".ln1.bias"));
+}
+
+template <class T>
+PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std::string& p, int64_t l,
+                                                   std::map<std::string, Tensor<T>>& keep) const {
+  for (const char* s : {".moe.router.gate", ".moe.experts.w1", ".moe.experts.w3", ".moe.experts.w2"})
+    keep[s] = w(p + s);
+  PMoeWeights<T> wt{keep[".moe.router.gate"].ptr(), keep[".moe.experts.w1"].ptr(), keep[".moe.experts.w3"].ptr(),
+                    keep[".moe.experts.w2"].ptr(), nullptr, nullptr, nullptr,
+                    m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data(), local_dim(p + ".moe.experts.w1", 2), 0};
+  if (c.shared_experts > 0) {
+    for (const char* s : {".moe.shared.w1", ".moe.shared.w3", ".moe.shared.w2"}) keep[s] = w(p + s);
+    wt.sw1 = keep[".moe.shared.w1"].ptr(), wt.sw3 = keep[".moe.shared.w3"].ptr(), wt.sw2 = keep[".moe.shared.w2"].ptr();
+    wt.Fsl = local_dim(p + ".moe.shared.w1", 1);
+  }
+  return wt;
+}
+
+template <class T>
+void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, std::vector<T>& h,
+                                               LayerCache<T>& L) const {
+  const int64_t D = c.dim;
+  L.bn_res = zeros<T>(n_res * D), L.m2 = zeros<T>(n_res), L.r2 = zeros<T>(n_res);
+  layernorm_forward(h.data(), w(p + ".ln2.weight").ptr(), w(p + ".ln2.bias").ptr(), n_res, D, L.bn_res.data(),
+                    L.m2.data(), L.r2.data());
+  std::vector<T> f;
+  if (c.is_moe(l)) {
+    std::map<std::string, Tensor<T>> keep;
+    pmoe_forward(c, m.tp_, moe_weights(p, l, keep), L.bn_res, b, f, L.moe);
+  } else {
+    L.bn_full = full(L.bn_res, D);
+    auto part = zeros<T>(n * D);
+    ffn_forward(L.bn_full.data(), n, D, local_dim(p + ".mlp.w1", 1), w(p + ".mlp.w1").ptr(), w(p + ".mlp.w3").ptr(),
+                w(p + ".mlp.w2").ptr(), part.data(), L.mlp);
+    f = to_res(std::move(part), D);
+  }
+  add_into(h, f);
+}
+
+template <class T>
+void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p, std::vector<T>& dh,
+                                                const LayerCache<T>& L) const {
+  const int64_t D = c.dim;
+  auto dbn_res = zeros<T>(n_res * D);
+  if (c.is_moe(l)) {
+    std::map<std::string, Tensor<T>> keep;
+    PMoeWeights<T> wt = moe_weights(p, l, keep);
+    PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
+                    g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
+    if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
+    pmoe_backward(c, m.tp_, wt, L.bn_res, b, L.moe, dh, dbn_res, gr);
+  } else {
+    std::vector<T> dout = full(dh, D);
+    auto dbn = zeros<T>(n * D);
+    ffn_backward(L.bn_full.data(), n, D, local_dim(p + ".mlp.w1", 1), w(p + ".mlp.w1").ptr(), w(p + ".mlp.w3").ptr(),
+                 w(p + ".mlp.w2").ptr(), L.mlp, dout.data(), dbn.data(), g(p + ".mlp.w1"), g(p + ".mlp.w3"),
+                 g(p + ".mlp.w2"));
+    dbn_res = to_res(std::move(dbn), D);
+  }
+  layernorm_backward(L.h_mid.data(), w(p + ".ln2.weight").ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
+                     dh.data(), g(p + ".ln2.weight"), g(p + ".ln2.bias"));
+}
+
+template <class T>
+ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, int rank, const TpContext& tp,
+                                const DataParallelGroups& dp, const std::vector<mesh::Layout>& layouts)
+    : cfg_(s.model), tp_(tp), dp_(dp) {
+  const auto specs = param_specs(s.model);
+  const int64_t dps = m.coord(mesh::MeshDim::dp_shard, rank), dp_shard = m.size(mesh::MeshDim::dp_shard);
+  for (size_t p = 0; p < specs.size(); ++p) {
+    params.emplace_back(specs[p], m, layouts[p], rank, s.seed, tp.rank, tp.size, dps, dp_shard);
+    tp_grads.emplace_back(params.back().tp_local_shape());
+    index_[specs[p].name] = p;
+  }
+  expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), std::vector<T>(static_cast<size_t>(s.model.experts), T(0)));
+}
+
+template <class T> void ParallelModel<T>::zero_grads() {
+  for (auto& t : tp_grads) t.zero();
+}
+
+template <class T>
+PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+  const ModelConfig& c = cfg_;
+  const int64_t D = c.dim, n = b * c.seq;
+  const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
+  const Impl I{*this, c, b, n, n_res};
+  PMicroResult res;
+  const ShardedParam<T>& ep = params[index("embed.weight")];
+  const int64_t v0 = ep.tp_offset(), Vl = ep.tp_local_shape()[0];
+  Tensor<T> emb = ep.gather(dp_);  // (Vl, D)
+  auto e_part = zeros<T>(n * D);
+  vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
+  std::vector<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
+  std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    auto& L = caches[static_cast<size_t>(l)];
+    I.attention_forward_block(p, h, L);
+    I.ffn_forward_block(l, p, h, L);
+    if (!c.is_moe(l)) continue;
+    res.aux += L.moe.aux;
+    res.chosen.push_back(L.moe.chosen);
+    std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
+    if (tp_.sp || tp_.rank == 0)  // without SP every lane routes the same tokens: count them once
+      for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];
+    res.counts.push_back(counts);
+  }
+  // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
+  auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
+  layernorm_forward(h.data(), I.w("final_ln.weight").ptr(), I.w("final_ln.bias").ptr(), n_res, D, hf.data(), mf.data(),
+                    rf.data());
+  std::vector<T> hf_full = I.full(hf, D);
+  std::vector<T> head = c.tie_embeddings ? transpose(emb.ptr(), Vl, D) : I.w("lm_head.weight").data;
+  auto logits = zeros<T>(n * Vl);
+  matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
+  VpCeCache<T> ce;
+  const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
+  res.ce = vp_cross_entropy_forward(tp_, logits.data(), targets, n, v0, Vl, ce) * inv_tokens;
+
+  auto dlogits = zeros<T>(n * Vl);
+  vp_cross_entropy_backward(logits.data(), targets, n, v0, Vl, static_cast<T>(inv_tokens), ce, dlogits.data());
+  auto dhf = zeros<T>(n * D);
+  if (c.tie_embeddings) {
+    auto dhead = zeros<T>(D * Vl);
+    matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), dhead.data(), n, D, Vl);
+    add_into(tp_grads[index("embed.weight")].data, transpose(dhead.data(), D, Vl));
+  } else {
+    matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g("lm_head.weight"), n, D, Vl);
+  }
+  std::vector<T> dhf_res = I.to_res(std::move(dhf), D);
+  auto dh = zeros<T>(n_res * D);
+  layernorm_backward(h.data(), I.w("final_ln.weight").ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
+                     dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
+  for (int64_t l = c.layers - 1; l >= 0; --l) {
+    const std::string p = "layers." + std::to_string(l);
+    I.ffn_backward_block(l, p, dh, caches[static_cast<size_t>(l)]);
+    I.attention_backward_block(p, dh, caches[static_cast<size_t>(l)]);
+  }
+  std::vector<T> dh_full = I.full(dh, D);
+  vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));
+  return res;
+}
+
+template class ParallelModel<float>;
+template class ParallelModel<double>;
+
+}  // namespace parity

@@ -1,0 +1,143 @@
+#include "parallel/tp_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+namespace parity {
+
+template <class T> void tp_allreduce(const TpContext& c, std::vector<T>& buf) {
+  if (c.size > 1) c.tp->allreduce(std::span<T>(buf), comm::ReduceOp::sum);
+}
+
+namespace {
+// (b, S, W) <-> (tp, b, S/tp, W): chunk-major, so lane r's chunk is one contiguous block.
+template <class T> std::vector<T> to_chunk_major(const std::vector<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
+  std::vector<T> out(x.size());
+  const int64_t Sl = S / tp;
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t q = 0; q < b; ++q)
+      std::copy_n(x.begin() + ((q * S + r * Sl) * W), Sl * W, out.begin() + (((r * b + q) * Sl) * W));
+  return out;
+}
+template <class T> std::vector<T> from_chunk_major(const std::vector<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
+  std::vector<T> out(x.size());
+  const int64_t Sl = S / tp;
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t q = 0; q < b; ++q)
+      std::copy_n(x.begin() + (((r * b + q) * Sl) * W), Sl * W, out.begin() + ((q * S + r * Sl) * W));
+  return out;
+}
+}  // namespace
+
+template <class T>
+std::vector<T> sp_gather(const TpContext& c, const std::vector<T>& local, int64_t b, int64_t S, int64_t W) {
+  std::vector<T> cm(static_cast<size_t>(b * S * W));
+  c.tp->allgather(std::span<const T>(local), std::span<T>(cm));
+  return from_chunk_major(cm, c.size, b, S, W);
+}
+
+template <class T>
+std::vector<T> sp_reduce_scatter(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W) {
+  std::vector<T> cm = to_chunk_major(full, c.size, b, S, W);
+  std::vector<T> out(static_cast<size_t>(b * (S / c.size) * W));
+  c.tp->reduce_scatter(std::span<const T>(cm), std::span<T>(out), comm::ReduceOp::sum);
+  return out;
+}
+
+template <class T>
+std::vector<T> sp_slice(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W) {
+  std::vector<T> cm = to_chunk_major(full, c.size, b, S, W);
+  const auto n = static_cast<size_t>(b * (S / c.size) * W);
+  return std::vector<T>(cm.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(c.rank)),
+                        cm.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(c.rank + 1)));
+}
+
+template <class T>
+std::vector<T> tp_to_full(const TpContext& c, const std::vector<T>& res, int64_t b, int64_t S, int64_t W) {
+  return c.sp && c.size > 1 ? sp_gather(c, res, b, S, W) : res;
+}
+
+template <class T> std::vector<T> tp_sum_to_res(const TpContext& c, std::vector<T> full, int64_t b, int64_t S, int64_t W) {
+  if (c.sp && c.size > 1) return sp_reduce_scatter(c, full, b, S, W);
+  tp_allreduce(c, full);
+  return full;
+}
+
+template <class T>
+void vp_embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t v0, int64_t Vl, int64_t D, T* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t row = ids[t] - v0;
+    for (int64_t d = 0; d < D; ++d) out[t * D + d] = (row >= 0 && row < Vl) ? table[row * D + d] : T(0);
+  }
+}
+
+template <class T>
+void vp_embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t v0, int64_t Vl, int64_t D, T* dtable) {
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t row = ids[t] - v0;
+    if (row < 0 || row >= Vl) continue;
+    for (int64_t d = 0; d < D; ++d) dtable[row * D + d] += dout[t * D + d];
+  }
+}
+
+template <class T>
+double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64_t* targets, int64_t n, int64_t v0,
+                                int64_t Vl, VpCeCache<T>& cache) {
+  cache.row_max.assign(static_cast<size_t>(n), T(-INFINITY));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < Vl; ++j) cache.row_max[static_cast<size_t>(t)] = std::max(cache.row_max[static_cast<size_t>(t)], logits[t * Vl + j]);
+  if (c.size > 1) c.tp->allreduce(std::span<T>(cache.row_max), comm::ReduceOp::max);
+  // [sum_exp (n) | target logit (n)] summed over lanes in one allreduce
+  std::vector<T> sums(static_cast<size_t>(2 * n), T(0));
+  for (int64_t t = 0; t < n; ++t) {
+    const T m = cache.row_max[static_cast<size_t>(t)];
+    T s = T(0);
+    for (int64_t j = 0; j < Vl; ++j) s += std::exp(logits[t * Vl + j] - m);
+    sums[static_cast<size_t>(t)] = s;
+    const int64_t col = targets[t] - v0;
+    if (col >= 0 && col < Vl) sums[static_cast<size_t>(n + t)] = logits[t * Vl + col];
+  }
+  tp_allreduce(c, sums);
+  cache.sum_exp.assign(sums.begin(), sums.begin() + n);
+  double total = 0;
+  for (int64_t t = 0; t < n; ++t)
+    total += static_cast<double>(std::log(sums[static_cast<size_t>(t)]) + cache.row_max[static_cast<size_t>(t)] -
+                                 sums[static_cast<size_t>(n + t)]);
+  return total;
+}
+
+template <class T>
+void vp_cross_entropy_backward(const T* logits, const int64_t* targets, int64_t n, int64_t v0, int64_t Vl, T scale,
+                               const VpCeCache<T>& cache, T* dlogits) {
+  for (int64_t t = 0; t < n; ++t) {
+    const T m = cache.row_max[static_cast<size_t>(t)], z = cache.sum_exp[static_cast<size_t>(t)];
+    for (int64_t j = 0; j < Vl; ++j) {
+      T p = std::exp(logits[t * Vl + j] - m) / z;
+      if (targets[t] - v0 == j) p -= T(1);
+      dlogits[t * Vl + j] += scale * p;
+    }
+  }
+}
+
+template std::vector<int64_t> sp_gather<int64_t>(const TpContext&, const std::vector<int64_t>&, int64_t, int64_t, int64_t);
+template std::vector<int64_t> tp_to_full<int64_t>(const TpContext&, const std::vector<int64_t>&, int64_t, int64_t, int64_t);
+
+#define PARITY_INSTANTIATE(T)                                                                                       \
+  template void tp_allreduce<T>(const TpContext&, std::vector<T>&);                                                 \
+  template std::vector<T> sp_gather<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);         \
+  template std::vector<T> tp_to_full<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);        \
+  template std::vector<T> tp_sum_to_res<T>(const TpContext&, std::vector<T>, int64_t, int64_t, int64_t);            \
+  template std::vector<T> sp_reduce_scatter<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t); \
+  template std::vector<T> sp_slice<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);          \
+  template void vp_embedding_forward<T>(const int64_t*, int64_t, const T*, int64_t, int64_t, int64_t, T*);          \
+  template void vp_embedding_backward<T>(const int64_t*, int64_t, const T*, int64_t, int64_t, int64_t, T*);         \
+  template double vp_cross_entropy_forward<T>(const TpContext&, const T*, const int64_t*, int64_t, int64_t, int64_t, \
+                                              VpCeCache<T>&);                                                        \
+  template void vp_cross_entropy_backward<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T,                 \
+                                             const VpCeCache<T>&, T*);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity
