@@ -152,6 +152,13 @@ bool partial_root(const Mesh& m, const Layout& l, int rank) {
   return true;
 }
 
+bool first_replica(const Mesh& m, const Layout& l, int rank) {
+  const std::vector<int64_t> c = m.coords(l.view, rank);
+  for (size_t i = 0; i < l.placements.size() && i < c.size(); ++i)
+    if (l.placements[i].kind == PlacementKind::replicate && c[i] != 0) return false;
+  return true;
+}
+
 bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape) {
   const Shape first = local_shape(m, l, shape, 0);
   for (int r = 1; r < m.world(); ++r)

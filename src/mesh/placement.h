@@ -82,6 +82,11 @@ int64_t replication(const Mesh& m, const Layout& l);
 // Partial dimension (shard() gives the other ranks zeros).
 bool partial_root(const Mesh& m, const Layout& l, int rank);
 
+// True when `rank` is the first of the ranks holding the same elements: coordinate 0 on
+// every Replicate dimension. Counting only first replicas counts each element once
+// (grad norms, checkpoints, comparisons).
+bool first_replica(const Mesh& m, const Layout& l, int rank);
+
 // Whether some rank's shard is shorter than another's along a sharded dimension (uneven),
 // and whether some rank holds no element of a non-empty tensor (empty).
 bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape);

@@ -18,8 +18,6 @@ namespace {
 void check_supported(const Scenario& s) {
   mesh::validate_layout(s.layout, s.model);
   const auto& l = s.layout;
-  if (l.ep != 1) throw ConfigError("$.layout.ep", "expert parallel (ep > 1) is not implemented yet");
-  if (l.etp != l.tp) throw ConfigError("$.layout.etp", "must equal layout.tp while ep is 1 (experts sharded like the MLP)");
   const int64_t dp = l.dp_replicate * l.dp_shard;
   if (s.model.batch % (s.model.microbatches * dp) != 0)
     throw ConfigError("$.model.batch", "must be divisible by microbatches x dp_replicate x dp_shard (" +
@@ -35,13 +33,11 @@ template <class T> struct ParallelRun<T>::Impl {
     specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
     const int r = w.rank();
-    tp = {&mesh::comm_group(w, mesh, mesh::GroupKind::tp), mesh.coord(mesh::MeshDim::tp, r), mesh.size(mesh::MeshDim::tp),
-          s.layout.sp};
-    dp = {&mesh::comm_group(w, mesh, mesh::GroupKind::dp_shard), &mesh::comm_group(w, mesh, mesh::GroupKind::dp_replicate)};
+    model = std::make_unique<ParallelModel<T>>(s, mesh, w, layouts);
+    tp = model->tp();
     dense_dp = &mesh::comm_group(w, mesh, mesh::GroupKind::dense_dp);
     dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
                mesh.coord(mesh::MeshDim::dp_shard, r);
-    model = std::make_unique<ParallelModel<T>>(s, mesh, r, tp, dp, layouts);
     std::vector<ParamSpec> local_specs = specs;
     for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
@@ -55,22 +51,19 @@ template <class T> struct ParallelRun<T>::Impl {
   std::vector<ParamSpec> specs, local_specs_;
   std::vector<mesh::Layout> layouts;
   TpContext tp;
-  DataParallelGroups dp;
   comm::Communicator* dense_dp = nullptr;
   int64_t dp_index = 0;
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
 
-  // Families whose TP-local gradients are partitioned over the lanes under SP.
+  // TP-replicated parameters whose gradient is partitioned over the lanes (FOLDINGS.md):
+  // the router always (each lane routes its own share of the tokens), LayerNorm under SP.
   bool tp_partitioned(const ParamSpec& sp) const {
-    return tp.sp && tp.size > 1 && (sp.family == Family::layernorm || sp.family == Family::router);
+    if (tp.size == 1) return false;
+    return sp.family == Family::router || (tp.sp && sp.family == Family::layernorm);
   }
-  // Each element enters the grad norm once: the first dp_replicate replica, the first TP
-  // lane of a TP-replicated tensor.
-  bool counts_in_norm(size_t p) const {
-    return mesh.coord(mesh::MeshDim::dp_replicate, world.rank()) == 0 &&
-           (model->params[p].tp_dim() >= 0 || tp.rank == 0);
-  }
+  // Each element enters the grad norm once: only its first replica counts it.
+  bool counts_in_norm(size_t p) const { return mesh::first_replica(mesh, layouts[p], world.rank()); }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
@@ -78,11 +71,13 @@ template <class T> struct ParallelRun<T>::Impl {
 template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
   const int64_t S = sc.model.seq, K = sc.model.top_k;
   const bool split = tp.sp && tp.size > 1;
-  if (!split && tp.rank != 0) return;  // lanes hold the same tokens: lane 0 reports them
   const int64_t Sl = split ? S / tp.size : S, off = split ? tp.rank * Sl : 0;
   for (size_t l = 0; l < r.chosen.size(); ++l) {
     const auto n = static_cast<int64_t>(r.chosen[l].size()) / K;
-    for (int64_t t = 0; t < n; ++t) out.token_ids[l].push_back((g0 + t / Sl) * S + off + t % Sl);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = r.first_row[l] + i;  // row of the residual view
+      out.token_ids[l].push_back((g0 + t / Sl) * S + off + t % Sl);
+    }
     out.chosen[l].insert(out.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
   }
 }
@@ -131,9 +126,9 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   }
   double sq = 0;
   for (size_t p = 0; p < I.specs.size(); ++p) {
-    Tensor<T>& g = I.model->tp_grads[p];
+    Tensor<T>& g = I.model->mp_grads[p];
     if (I.tp_partitioned(I.specs[p])) tp_allreduce(I.tp, g.data);
-    out.grads.push_back(I.model->params[p].reduce(I.dp, g));
+    out.grads.push_back(I.model->params[p].reduce(g));
     if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads.back().ptr(), out.grads.back().numel());
   }
   std::vector<double> sqv{sq};

@@ -4,6 +4,7 @@
 #include "ops/layernorm.h"
 #include "ops/matmul.h"
 #include "ops/swiglu.h"
+#include "mesh/param_layout.h"
 #include "parallel/pmoe.h"
 
 namespace parity {
@@ -36,10 +37,10 @@ template <class T> struct ParallelModel<T>::Impl {
   const ModelConfig& c;
   int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
 
-  Tensor<T> w(const std::string& name) const { return m.params[m.index(name)].gather(m.dp_); }
-  T* g(const std::string& name) const { return m.tp_grads[m.index(name)].ptr(); }
+  Tensor<T> w(const std::string& name) const { return m.params[m.index(name)].gather(); }
+  T* g(const std::string& name) const { return m.mp_grads[m.index(name)].ptr(); }
   int64_t local_dim(const std::string& name, size_t d) const {
-    return m.params[m.index(name)].tp_local_shape()[d];
+    return m.params[m.index(name)].mp_shape()[d];
   }
   std::vector<T> full(const std::vector<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, c.seq, W); }
   std::vector<T> to_res(std::vector<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, c.seq, W); }
@@ -100,9 +101,10 @@ PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std::string& p, int64_t
                                                    std::map<std::string, Tensor<T>>& keep) const {
   for (const char* s : {".moe.router.gate", ".moe.experts.w1", ".moe.experts.w3", ".moe.experts.w2"})
     keep[s] = w(p + s);
-  PMoeWeights<T> wt{keep[".moe.router.gate"].ptr(), keep[".moe.experts.w1"].ptr(), keep[".moe.experts.w3"].ptr(),
-                    keep[".moe.experts.w2"].ptr(), nullptr, nullptr, nullptr,
-                    m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data(), local_dim(p + ".moe.experts.w1", 2), 0};
+  PMoeWeights<T> wt{keep[".moe.router.gate"].ptr(),
+                    {keep[".moe.experts.w1"].ptr(), keep[".moe.experts.w3"].ptr(), keep[".moe.experts.w2"].ptr(),
+                     local_dim(p + ".moe.experts.w1", 2)},
+                    nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data()};
   if (c.shared_experts > 0) {
     for (const char* s : {".moe.shared.w1", ".moe.shared.w3", ".moe.shared.w2"}) keep[s] = w(p + s);
     wt.sw1 = keep[".moe.shared.w1"].ptr(), wt.sw3 = keep[".moe.shared.w3"].ptr(), wt.sw2 = keep[".moe.shared.w2"].ptr();
@@ -121,7 +123,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, 
   std::vector<T> f;
   if (c.is_moe(l)) {
     std::map<std::string, Tensor<T>> keep;
-    pmoe_forward(c, m.tp_, moe_weights(p, l, keep), L.bn_res, b, f, L.moe);
+    pmoe_forward(c, m.tp_, m.ep_, moe_weights(p, l, keep), L.bn_res, b, f, L.moe);
   } else {
     L.bn_full = full(L.bn_res, D);
     auto part = zeros<T>(n * D);
@@ -143,7 +145,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
     PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
                     g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
     if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
-    pmoe_backward(c, m.tp_, wt, L.bn_res, b, L.moe, dh, dbn_res, gr);
+    pmoe_backward(c, m.tp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
   } else {
     std::vector<T> dout = full(dh, D);
     auto dbn = zeros<T>(n * D);
@@ -157,21 +159,36 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
 }
 
 template <class T>
-ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, int rank, const TpContext& tp,
-                                const DataParallelGroups& dp, const std::vector<mesh::Layout>& layouts)
-    : cfg_(s.model), tp_(tp), dp_(dp) {
+ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
+                                const std::vector<mesh::Layout>& layouts)
+    : cfg_(s.model) {
+  using mesh::GroupKind;
+  using mesh::MeshDim;
+  const int r = world.rank();
+  tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
+  const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
+  const int64_t etp_r = m.coord(MeshDim::etp, r), etp_n = m.size(MeshDim::etp);
+  ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
+         s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};
+  const DataParallelGroups dense{&mesh::comm_group(world, m, GroupKind::dp_shard),
+                                 &mesh::comm_group(world, m, GroupKind::dp_replicate)};
+  const DataParallelGroups expert{&mesh::comm_group(world, m, GroupKind::edp_shard), dense.replicate};
   const auto specs = param_specs(s.model);
-  const int64_t dps = m.coord(mesh::MeshDim::dp_shard, rank), dp_shard = m.size(mesh::MeshDim::dp_shard);
   for (size_t p = 0; p < specs.size(); ++p) {
-    params.emplace_back(specs[p], m, layouts[p], rank, s.seed, tp.rank, tp.size, dps, dp_shard);
-    tp_grads.emplace_back(params.back().tp_local_shape());
+    const int64_t td = mesh::tp_shard_dim(specs[p]);
+    const bool routed = specs[p].family == Family::routed_experts;
+    std::vector<MpChunk> mp;
+    if (routed) mp = {{0, ep_n, ep_r}, {td, etp_n, etp_r}};
+    else if (td >= 0) mp = {{td, tp_.size, tp_.rank}};
+    params.emplace_back(specs[p], m, layouts[p], r, s.seed, mp, routed ? expert : dense);
+    mp_grads.emplace_back(params.back().mp_shape());
     index_[specs[p].name] = p;
   }
   expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), std::vector<T>(static_cast<size_t>(s.model.experts), T(0)));
 }
 
 template <class T> void ParallelModel<T>::zero_grads() {
-  for (auto& t : tp_grads) t.zero();
+  for (auto& t : mp_grads) t.zero();
 }
 
 template <class T>
@@ -182,8 +199,8 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   const Impl I{*this, c, b, n, n_res};
   PMicroResult res;
   const ShardedParam<T>& ep = params[index("embed.weight")];
-  const int64_t v0 = ep.tp_offset(), Vl = ep.tp_local_shape()[0];
-  Tensor<T> emb = ep.gather(dp_);  // (Vl, D)
+  const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];
+  Tensor<T> emb = ep.gather();  // (Vl, D)
   auto e_part = zeros<T>(n * D);
   vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
   std::vector<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
@@ -196,9 +213,9 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
+    res.first_row.push_back(L.moe.t0);
     std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
-    if (tp_.sp || tp_.rank == 0)  // without SP every lane routes the same tokens: count them once
-      for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];
+    for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
     res.counts.push_back(counts);
   }
   // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
@@ -219,7 +236,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   if (c.tie_embeddings) {
     auto dhead = zeros<T>(D * Vl);
     matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), dhead.data(), n, D, Vl);
-    add_into(tp_grads[index("embed.weight")].data, transpose(dhead.data(), D, Vl));
+    add_into(mp_grads[index("embed.weight")].data, transpose(dhead.data(), D, Vl));
   } else {
     matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g("lm_head.weight"), n, D, Vl);
   }

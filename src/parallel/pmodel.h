@@ -1,13 +1,16 @@
-// The reference model of MODEL.md run by one rank of a dense layout (FSDP / HSDP over
-// dp_shard x dp_replicate, TP with or without SP; routed experts sharded like the dense
-// MLP). Parameters live as ShardedParams; each layer's TP-local weights are all-gathered
-// over dp_shard when the layer runs (forward and again in backward) and freed after.
+// The reference model of MODEL.md run by one rank of a layout: FSDP / HSDP over
+// dp_shard x dp_replicate, TP with or without SP, routed experts over ep x etp with FSDP
+// over edp_shard. Parameters live as ShardedParams; each layer's model-parallel-local
+// weights are all-gathered over their FSDP group when the layer runs (forward and again in
+// backward) and freed after.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
+#include "parallel/ep_dispatch.h"
 #include "parallel/sharded_param.h"
 #include "parallel/tp_ops.h"
 
@@ -15,17 +18,19 @@ namespace parity {
 
 struct PMicroResult {
   double ce = 0, aux = 0;                               // this rank's part (identical on TP lanes)
-  std::vector<std::vector<int64_t>> chosen;             // per MoE layer (n_res, K): this lane's tokens
-  std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): tokens this rank counts
+  std::vector<std::vector<int64_t>> chosen;             // per MoE layer (n_d, K): tokens this rank routed
+  std::vector<int64_t> first_row;                       // per MoE layer: their first row in the residual view
+  std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): assignments this rank routed
 };
 
 template <class T> class ParallelModel {
  public:
-  ParallelModel(const Scenario& s, const mesh::Mesh& m, int rank, const TpContext& tp, const DataParallelGroups& dp,
+  // Collective over `world`: builds the TP, EP, ETP and data-parallel groups.
+  ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
                 const std::vector<mesh::Layout>& layouts);
 
   std::vector<ShardedParam<T>> params;  // registry order
-  std::vector<Tensor<T>> tp_grads;      // TP-local gradient accumulators (registry order)
+  std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
   std::vector<std::vector<T>> expert_bias;
 
   void zero_grads();
@@ -33,14 +38,14 @@ template <class T> class ParallelModel {
   PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b);
 
   const TpContext& tp() const { return tp_; }
-  const DataParallelGroups& dp() const { return dp_; }
+  const EpContext& ep() const { return ep_; }
   size_t index(const std::string& name) const { return index_.at(name); }
 
  private:
   struct Impl;
   ModelConfig cfg_;
   TpContext tp_;
-  DataParallelGroups dp_;
+  EpContext ep_;
   std::map<std::string, size_t> index_;
 };
 
