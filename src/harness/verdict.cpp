@@ -9,6 +9,7 @@
 #include <span>
 
 #include "harness/baseline.h"
+#include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
 #include "parallel/parallel_run.h"
 
@@ -39,12 +40,23 @@ Row make_row(std::string quantity, std::string subject, double tol) {
 template <class T> class Runner {
  public:
   Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
-      : sc_(s), world_(world), opt_(o), base_(s), par_(s, world), rank_(world.rank()) {
+      : sc_(s),
+        world_(world),
+        opt_(o),
+        clock_(std::make_shared<CommClock>()),
+        timed_(timed_communicator(world, clock_)),
+        base_(s),
+        par_(s, *timed_),
+        rank_(world.rank()) {
     build_groups();
+    *clock_ = CommClock{};  // from here on: the steps' communication only
   }
 
   void step(int64_t t, VerdictReport& rep);
-  Timings& time() { return time_; }
+  Timings& time() {
+    time_.layout_comm = clock_->seconds, time_.layout_comm_calls = static_cast<double>(clock_->calls);
+    return time_;
+  }
   std::vector<Row>& rows() { return rows_; }
 
  private:
@@ -60,6 +72,8 @@ template <class T> class Runner {
   const Scenario& sc_;
   comm::Communicator& world_;
   VerdictOptions opt_;
+  std::shared_ptr<CommClock> clock_;
+  std::unique_ptr<comm::Communicator> timed_;  // the world the layout runs on, timed
   BaselineRun<T> base_;
   ParallelRun<T> par_;
   int rank_;
@@ -67,7 +81,7 @@ template <class T> class Runner {
   std::vector<size_t> group_of_param_;      // per parameter: its family's index among the grad groups
   size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
   std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
-  std::vector<char> counted_;               // per parameter: first_replica on this rank
+  std::vector<char> counted_;               // per parameter: counted_copy on this rank
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   Timings time_;
 };
@@ -82,7 +96,7 @@ template <class T> void Runner<T>::build_groups() {
     if (fam_group[f] < 0) fam_group[f] = static_cast<int>(n_fam_++);
     group_of_param_[p] = static_cast<size_t>(fam_group[f]);
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
-    counted_.push_back(first_replica(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
+    counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
   }
   const DType dt = sc_.model.dtype;
   groups_.resize(2 * n_fam_);
@@ -279,11 +293,11 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
 
 // Rank 0's timings and, per field, the slowest rank's.
 void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
-  std::vector<double> v{mine.startup, mine.rendezvous, mine.setup, mine.baseline,
-                        mine.parallel, mine.compare,   mine.compare_comm};
+  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
+                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
   std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
   world.allgather(std::span<const double>(v), std::span<double>(all));
-  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6]}; };
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
   rep.rank0 = to(all.data());
   std::vector<double> mx(v.size(), 0);
   for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)

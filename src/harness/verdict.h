@@ -6,7 +6,7 @@
 //   - per parameter family, the gradients (reduced, before clipping) and the parameters after
 //     the step: each rank slices the baseline's full tensor with mesh::global_indices() and
 //     sums the normwise error over its local elements; an element is counted once, by the
-//     first replica (first_replica()), and every copy is checked for the worst element;
+//     first replica (counted_copy()), and every copy is checked for the worst element;
 //   - routing: each reported token's chosen experts against the baseline's, every token
 //     reported exactly once; a differing decision carries the baseline's score gap between
 //     the two experts, and a gap inside the rounding bound is named "near-tie";
@@ -49,7 +49,7 @@ std::optional<Fault> fault_from_env();
 // every Replicate dimension of the layout's view (and on every Partial one, where
 // coordinate 0 holds the value itself). Each element of the global tensor has exactly one
 // such holder.
-bool first_replica(const mesh::Mesh& m, const mesh::Layout& l, int rank);
+bool counted_copy(const mesh::Mesh& m, const mesh::Layout& l, int rank);
 
 enum class RowVerdict { fail, near_tie, ok };  // the order rows are printed in
 std::string_view row_verdict_name(RowVerdict v);  // "FAIL", "near-tie", "ok"
@@ -92,12 +92,14 @@ struct StepLine {
 
 // Seconds. start-up: from the launcher's start to the rank's verdict entry (process spawn,
 // exec, argument parsing; 0 when unknown); rendezvous: joining the world; setup: building the
-// baseline and the layout's model; baseline, parallel: their steps (the layout's own
-// communication is inside `parallel`); compare: slicing and sums; compare_comm: the
-// verdict's reductions. Per rank; the report keeps rank 0's and the slowest rank's.
+// baseline and the layout's model; baseline, parallel: their steps; layout_comm: the part of
+// `parallel` spent inside collectives (waiting for the slowest peer included), over
+// layout_comm_calls collectives; compare: slicing and sums; compare_comm: the verdict's own
+// reductions. Per rank; the report keeps rank 0's and, per field, the slowest rank's.
 struct Timings {
-  double startup = 0, rendezvous = 0, setup = 0, baseline = 0, parallel = 0, compare = 0, compare_comm = 0;
-  double total() const { return startup + rendezvous + setup + baseline + parallel + compare + compare_comm; }
+  double startup = 0, rendezvous = 0, setup = 0, baseline = 0, parallel = 0;
+  double layout_comm = 0, layout_comm_calls = 0;
+  double compare = 0, compare_comm = 0;
 };
 
 struct VerdictReport {

@@ -41,24 +41,25 @@ std::string row_line(const Row& r) {
 std::string timings_str(const char* who, const Timings& t) {
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "%-13s start-up %.3f s, rendezvous %.3f s, setup %.3f s, compute %.3f s (baseline %.3f s + layout "
-                "%.3f s, its communication included), compare %.3f s (+ %.3f s reductions)\n",
-                who, t.startup, t.rendezvous, t.setup, t.baseline + t.parallel, t.baseline, t.parallel, t.compare,
-                t.compare_comm);
+                "%-13s start-up %.3f s, rendezvous %.3f s, setup %.3f s, baseline %.3f s, layout %.3f s (compute "
+                "%.3f s + communication %.3f s in %.0f collectives), compare %.3f s (+ %.3f s reductions)\n",
+                who, t.startup, t.rendezvous, t.setup, t.baseline, t.parallel, t.parallel - t.layout_comm,
+                t.layout_comm, t.layout_comm_calls, t.compare, t.compare_comm);
   return buf;
 }
 
-nlohmann::json worst_json(const WorstElement& w) {
-  return {{"name", w.name}, {"index", w.index}, {"rank", w.rank}, {"got", w.got}, {"ref", w.ref},
-          {"abs_err", w.abs_err}};
-}
-
+// Non-finite numbers as strings ("nan", "inf"): JSON has no literal for them.
 nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt("%g", x)); }
+
+nlohmann::json worst_json(const WorstElement& w) {
+  return {{"name", w.name}, {"index", w.index}, {"rank", w.rank}, {"got", num(w.got)}, {"ref", num(w.ref)},
+          {"abs_err", num(w.abs_err)}};
+}
 
 nlohmann::json timings_json(const Timings& t) {
   return {{"startup_s", t.startup},   {"rendezvous_s", t.rendezvous}, {"setup_s", t.setup},
-          {"baseline_s", t.baseline}, {"parallel_s", t.parallel},     {"compare_s", t.compare},
-          {"compare_comm_s", t.compare_comm}};
+          {"baseline_s", t.baseline}, {"parallel_s", t.parallel},     {"parallel_comm_s", t.layout_comm},
+          {"parallel_collectives", t.layout_comm_calls}, {"compare_s", t.compare}, {"compare_comm_s", t.compare_comm}};
 }
 
 }  // namespace

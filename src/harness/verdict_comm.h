@@ -1,0 +1,22 @@
+// Where the layout's time goes: a Communicator that forwards every collective to the real
+// one and adds the time spent inside it (waiting for the slowest peer included) to a clock.
+// The verdict hands it to ParallelRun, so the layout's compute and its communication are
+// reported apart without touching the parallel code.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace parity {
+
+struct CommClock {
+  double seconds = 0;  // inside collectives of the wrapped world and its groups
+  int64_t calls = 0;
+};
+
+// `inner` must outlive the result; groups made from the result are timed too and forward
+// to inner.group(...) of the same ranks.
+std::unique_ptr<comm::Communicator> timed_communicator(comm::Communicator& inner, std::shared_ptr<CommClock> clock);
+
+}  // namespace parity

@@ -1,0 +1,242 @@
+// The verdict's parts in one process: the counted-copy rule, faults, per-group sums over
+// ranks, routing decisions with their score gaps and near-ties, rows, the table. The
+// verdict through real ranks is tested by tests/scenarios.cmake (every scenario, injected
+// faults, refused layouts).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "harness/verdict.h"
+#include "harness/verdict_detail.h"
+#include "mesh/param_layout.h"
+
+namespace parity {
+namespace {
+
+namespace vd = verdict_detail;
+
+LayoutConfig layout(int64_t dpr, int64_t dps, int64_t tp) {
+  LayoutConfig l;
+  l.dp_replicate = dpr, l.dp_shard = dps, l.tp = tp, l.etp = tp, l.world = dpr * dps * tp;
+  return l;
+}
+
+// Every element of every parameter is counted by exactly one rank, for layouts with
+// replicas on every dense dimension (HSDP replicas, TP-replicated LayerNorms and router).
+TEST(VerdictCountedCopy, EveryElementOfEveryParameterIsCountedOnce) {
+  ModelConfig c;
+  c.heads = 4, c.shared_experts = 1;
+  for (auto l : {layout(1, 1, 1), layout(2, 1, 1), layout(1, 3, 1), layout(2, 2, 2), layout(1, 3, 2),
+                 layout(2, 1, 4), layout(1, 8, 1)}) {
+    const mesh::Mesh m(l);
+    for (const ParamSpec& spec : param_specs(c)) {
+      const mesh::Layout pl = mesh::param_layout(m, spec);
+      std::vector<int> hits(static_cast<size_t>(numel(spec.shape)), 0);
+      for (int r = 0; r < m.world(); ++r)
+        if (counted_copy(m, pl, r))
+          for (int64_t g : mesh::global_indices(m, pl, spec.shape, r)) hits[static_cast<size_t>(g)] += 1;
+      for (size_t g = 0; g < hits.size(); ++g)
+        ASSERT_EQ(hits[g], 1) << spec.name << " element " << g << " under " << mesh::layout_str(pl) << " world "
+                              << m.world();
+    }
+  }
+}
+
+TEST(VerdictCountedCopy, ReplicateAndPartialDimensionsCountCoordinateZeroOnly) {
+  const mesh::Mesh m(layout(2, 2, 2));  // dense (dpr, dps, tp), rank = tp + 2 (dps + 2 dpr)
+  const mesh::Layout all_rep = mesh::replicated(mesh::View::dense);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(counted_copy(m, all_rep, r), r == 0) << r;
+  mesh::Layout partial_tp{mesh::View::dense,
+                          {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::partial()}};
+  std::vector<int> counted;
+  for (int r = 0; r < 8; ++r)
+    if (counted_copy(m, partial_tp, r)) counted.push_back(r);
+  EXPECT_EQ(counted, (std::vector<int>{0, 2}));  // dpr 0, tp 0, both dp_shard coordinates
+}
+
+TEST(VerdictFault, ParsesTargetFamilyAndFactor) {
+  Fault f = parse_fault("scale_grad:router:2");
+  EXPECT_EQ(f.target, Fault::Target::grad);
+  EXPECT_EQ(f.family, Family::router);
+  EXPECT_EQ(f.factor, 2.0);
+  f = parse_fault("scale_param:routed_experts:0.5");
+  EXPECT_EQ(f.target, Fault::Target::param);
+  EXPECT_EQ(f.family, Family::routed_experts);
+  EXPECT_EQ(f.factor, 0.5);
+  for (const char* bad : {"", "scale_grad", "scale_grad:router", "scale_grad:router:", "scale_grad:rooter:2",
+                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:inf"})
+    EXPECT_THROW(parse_fault(bad), ConfigError) << bad;
+}
+
+vd::GroupSpec spec_2x3(double tol) {
+  vd::GroupSpec g;
+  g.quantity = "grad", g.subject = "router", g.tol = Tolerance{tol, tol * 1000};
+  g.names = {"a", "b"};
+  g.shapes = {{2, 3}, {4}};
+  return g;
+}
+
+// Two ranks, each holding half of tensor "a" (3 elements): a doubled reduction on both.
+TEST(VerdictGroups, ADoubledGradientFailsWithScaleRatioTwoAndNamesTheWorstElement) {
+  std::vector<vd::LocalSums> parts(2);
+  const double ref[6] = {1, -2, 3, 0.5, 4, -1};
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 3; ++i) parts[r].add(0, r * 3 + i, 2 * ref[r * 3 + i], ref[r * 3 + i], true);
+  vd::Outcome o = vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));
+  EXPECT_EQ(o.verdict, RowVerdict::fail);
+  EXPECT_DOUBLE_EQ(o.scale_ratio, 2.0);
+  EXPECT_DOUBLE_EQ(o.norm_rel, 1.0);
+  EXPECT_EQ(o.worst.name, "a");
+  EXPECT_EQ(o.worst.index, (Shape{1, 1}));  // flat 4: the |4| element on rank 1
+  EXPECT_EQ(o.worst.rank, 1);
+  EXPECT_DOUBLE_EQ(o.worst.abs_err, 4.0);
+}
+
+TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
+  vd::LocalSums s;
+  s.add(1, 3, 1.5, 1.25, true);
+  s.add(1, 2, 2.0, 2.0, false);
+  s.shape_bad = 1;
+  std::vector<double> buf;
+  s.pack(buf);
+  ASSERT_EQ(buf.size(), vd::LocalSums::kWidth);
+  vd::LocalSums u = vd::LocalSums::unpack(buf.data());
+  EXPECT_EQ(u.once.diff2, s.once.diff2);
+  EXPECT_EQ(u.all.ref2, s.all.ref2);
+  EXPECT_EQ(u.max_err, 0.25);
+  EXPECT_EQ(u.flat, 3);
+  EXPECT_EQ(u.shape_bad, 1);
+}
+
+TEST(VerdictGroups, AReplicaThatDisagreesFailsEvenWhenTheCountedCopyAgrees) {
+  std::vector<vd::LocalSums> parts(2);
+  parts[0].add(1, 0, 1.0, 1.0, true);   // the counted copy
+  parts[1].add(1, 0, 1.5, 1.0, false);  // a replica that diverged
+  vd::Outcome o = vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));
+  EXPECT_EQ(o.norm_rel, 0.0);
+  EXPECT_EQ(o.verdict, RowVerdict::fail);
+  EXPECT_NE(o.detail.find("replicas disagree"), std::string::npos) << o.detail;
+  EXPECT_EQ(o.worst.rank, 1);
+  EXPECT_EQ(o.worst.name, "b");
+}
+
+TEST(VerdictGroups, NonFiniteValuesAndWrongSizesFail) {
+  std::vector<vd::LocalSums> parts(1);
+  parts[0].add(0, 0, NAN, 1.0, true);
+  EXPECT_EQ(vd::group_outcome(spec_2x3(1), vd::combine(parts)).verdict, RowVerdict::fail);
+  std::vector<vd::LocalSums> sized(1);
+  sized[0].shape_bad = 1;
+  EXPECT_EQ(vd::group_outcome(spec_2x3(1), vd::combine(sized)).verdict, RowVerdict::fail);
+}
+
+TEST(VerdictGroups, RoundingInsideTheBoundPasses) {
+  std::vector<vd::LocalSums> parts(1);
+  parts[0].add(0, 0, 1.0 + 1e-15, 1.0, true);
+  vd::Outcome o = vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));
+  EXPECT_EQ(o.verdict, RowVerdict::ok);
+  EXPECT_NEAR(o.scale_ratio, 1.0, 1e-14);
+}
+
+// Two tokens, E = 4, K = 2. Baseline choices (descending s + bias).
+struct Routes {
+  std::vector<int64_t> base_chosen{0, 1, 2, 3};
+  std::vector<double> scores{0.5, 0.3, 0.15, 0.05,  // token 0: clear gaps
+                             0.1, 0.2, 0.35, 0.35 - 1e-13};  // token 1: experts 2 and 3 nearly tied
+};
+
+TEST(VerdictRouting, IdenticalDecisionsMatch) {
+  Routes R;
+  vd::RouteLocal l = vd::compare_routes({0, 1}, R.base_chosen, R.base_chosen, R.scores, 2, 4, 1e-8);
+  EXPECT_EQ(l.mismatch, 0);
+  EXPECT_EQ(l.bad_id, 0);
+}
+
+TEST(VerdictRouting, AClearlyDifferentDecisionFailsWithItsGap) {
+  Routes R;
+  vd::RouteLocal l = vd::compare_routes({0}, {0, 2}, R.base_chosen, R.scores, 2, 4, 1e-8);
+  EXPECT_EQ(l.mismatch, 1);
+  EXPECT_EQ(l.near_tie, 0);
+  EXPECT_NEAR(l.gap, 0.15, 1e-15);  // 0.3 (expert 1) - 0.15 (expert 2)
+  vd::Outcome o = vd::routing_outcome({l, vd::RouteLocal{}}, {1, 1}, "layers.1");
+  EXPECT_EQ(o.verdict, RowVerdict::fail);
+  EXPECT_EQ(o.worst.rank, 0);
+  EXPECT_NE(o.detail.find("expert 2 instead of 1"), std::string::npos) << o.detail;
+}
+
+TEST(VerdictRouting, ADifferenceInsideTheRoundingBoundIsNamedNearTie) {
+  Routes R;
+  // rank 1 reports token 1 with the nearly tied experts swapped
+  vd::RouteLocal l = vd::compare_routes({1}, {3, 2}, R.base_chosen, R.scores, 2, 4, 1e-8);
+  EXPECT_EQ(l.mismatch, 1);
+  EXPECT_EQ(l.near_tie, 1);
+  vd::Outcome o = vd::routing_outcome({vd::RouteLocal{}, l}, {1, 1}, "layers.1");
+  EXPECT_EQ(o.verdict, RowVerdict::near_tie);
+  EXPECT_EQ(o.worst.rank, 1);
+  EXPECT_NE(o.detail.find("1 near-tie"), std::string::npos) << o.detail;
+  // ... and the same gap under a tighter bound is a failure
+  EXPECT_EQ(vd::compare_routes({1}, {3, 2}, R.base_chosen, R.scores, 2, 4, 1e-15).near_tie, 0);
+}
+
+TEST(VerdictRouting, TokensReportedTwiceOrNeverOrOutOfRangeFail) {
+  Routes R;
+  EXPECT_EQ(vd::routing_outcome({vd::RouteLocal{}}, {1, 0}, "l").verdict, RowVerdict::fail);
+  EXPECT_EQ(vd::routing_outcome({vd::RouteLocal{}}, {2, 1}, "l").verdict, RowVerdict::fail);
+  vd::RouteLocal l = vd::compare_routes({7}, {0, 1}, R.base_chosen, R.scores, 2, 4, 1e-8);
+  EXPECT_EQ(l.bad_id, 1);
+  EXPECT_EQ(vd::routing_outcome({l}, {1, 1}, "l").verdict, RowVerdict::fail);
+  EXPECT_EQ(vd::compare_routes({0}, {0}, R.base_chosen, R.scores, 2, 4, 1e-8).bad_id, 1);  // (n, K) size
+}
+
+TEST(VerdictRows, AFailingRowShowsItsFirstBadStepAndOkRowsTheirLargestError) {
+  Row row;
+  vd::Outcome ok1, ok2, bad1, bad2;
+  ok1.norm_rel = 1e-16, ok2.norm_rel = 3e-16;
+  bad1.norm_rel = 1, bad1.scale_ratio = 2, bad1.verdict = RowVerdict::fail;
+  bad2.norm_rel = 5, bad2.scale_ratio = 7, bad2.verdict = RowVerdict::fail;
+  vd::update_row(row, 0, ok1);
+  vd::update_row(row, 1, ok2);
+  EXPECT_EQ(row.step, 1);
+  vd::update_row(row, 2, ok1);
+  EXPECT_EQ(row.step, 1);
+  vd::update_row(row, 3, bad1);
+  vd::update_row(row, 4, bad2);
+  vd::update_row(row, 5, ok1);
+  EXPECT_EQ(row.verdict, RowVerdict::fail);
+  EXPECT_EQ(row.step, 3);
+  EXPECT_EQ(row.scale_ratio, 2);
+  EXPECT_EQ(row.bad_steps, 2);
+}
+
+TEST(VerdictReportTable, FailingRowsComeFirstAndTheExitCodeIsTheVerdict) {
+  VerdictReport r;
+  r.scenario = "x", r.dtype = "fp64", r.backend = "gloo", r.layout = "world 2", r.world = 2, r.steps = 1;
+  r.step_lines.push_back(StepLine{});
+  Row bad;
+  bad.quantity = "grad", bad.subject = "router", bad.norm_rel = 1, bad.scale_ratio = 2, bad.tol = 1e-11;
+  bad.step = 0, bad.bad_steps = 1, bad.verdict = RowVerdict::fail;
+  bad.worst = {"layers.1.moe.router.gate", {3, 1}, 1, 2.0, 1.0, 1.0};
+  Row good;
+  good.quantity = "loss", good.step = 0;
+  r.rows = {bad, good};
+  const std::string t = format_verdict(r);
+  EXPECT_NE(t.find("FAIL     grad              router"), std::string::npos) << t;
+  EXPECT_NE(t.find("2.000000"), std::string::npos) << t;
+  EXPECT_NE(t.find("layers.1.moe.router.gate[3, 1] rank 1"), std::string::npos) << t;
+  EXPECT_LT(t.find("FAIL     grad"), t.find("ok       loss")) << t;
+  EXPECT_NE(t.find("verdict: FAIL: 1 of 2 rows"), std::string::npos) << t;
+  EXPECT_EQ(r.exit_code(), 1);
+  const nlohmann::json j = verdict_json(r);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["rows"][0]["subject"], "router");
+  EXPECT_EQ(j["rows"][0]["worst"]["index"], (std::vector<int64_t>{3, 1}));
+  r.rows = {good};
+  EXPECT_EQ(r.exit_code(), 0);
+}
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,77 @@
+# Every layout scenario (scenarios/*.json with layout.world > 1) as ctest tests through the
+# real command, `parity run` (issue 5): one test in the file's dtype (fp64) named after the
+# file, one with --dtype fp32 (NAME.fp32), and a sample under --backend mpi (NAME.mpi).
+# Labels: scenario, wN (the world size), the backend, the dtype; `ctest -R fsdp4_tp2` runs
+# one scenario, `ctest -L scenario` all of them. Then the checks that the verdict can fail:
+# an injected fault must give exit 1 naming the family and its scale ratio, and a layout
+# that cannot exist must be refused with exit 2 before any rank starts.
+set(PARITY_SCENARIO_DIR ${PROJECT_SOURCE_DIR}/scenarios)
+file(GLOB PARITY_SCENARIO_FILES CONFIGURE_DEPENDS ${PARITY_SCENARIO_DIR}/*.json)
+set(PARITY_SCENARIO_MPI_SAMPLE fsdp2 tp2_sp fsdp2_tp2)
+set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
+
+foreach(file ${PARITY_SCENARIO_FILES})
+  get_filename_component(name ${file} NAME_WE)
+  file(READ ${file} text)
+  string(JSON world ERROR_VARIABLE err GET "${text}" layout world)
+  string(JSON backend ERROR_VARIABLE err2 GET "${text}" layout backend)
+  if(err OR err2 OR world LESS 2)
+    continue()  # world 1 (tiny, small) trains the baseline only: nothing to compare
+  endif()
+  add_test(NAME ${name} COMMAND parity run ${file})
+  set_tests_properties(${name} PROPERTIES LABELS "scenario;w${world};${backend};fp64")
+  add_test(NAME ${name}.fp32 COMMAND parity run ${file} --dtype fp32)
+  set_tests_properties(${name}.fp32 PROPERTIES LABELS "scenario;w${world};${backend};fp32")
+  set(tests ${name} ${name}.fp32)
+  if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
+    add_test(NAME ${name}.mpi COMMAND parity run ${file} --backend mpi)
+    set_tests_properties(${name}.mpi PROPERTIES LABELS "scenario;w${world};mpi;fp64")
+    list(APPEND tests ${name}.mpi)
+  endif()
+  set_tests_properties(${tests} PROPERTIES TIMEOUT 180 ENVIRONMENT "${PARITY_SCENARIO_ENV}")
+endforeach()
+
+# The verdict can fail: the router's reported gradient doubled -> exit 1, a FAIL row for
+# grad/router with scale ratio 2.000; the layernorm parameters off by 1e-3 -> exit 1.
+set(PARITY_FAULT_SCENARIO ${PARITY_SCENARIO_DIR}/fsdp2_tp2.json)
+add_test(NAME verdict.fault.scale_grad_router
+         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} --steps 2 2>&1; echo exit=$?")
+set_tests_properties(verdict.fault.scale_grad_router PROPERTIES
+  PASS_REGULAR_EXPRESSION "\nFAIL +grad +router +[^\n]* 2\\.000000 [^\n]*layers\\.1\\.moe\\.router\\.gate.*verdict: FAIL.*exit=1\n")
+add_test(NAME verdict.fault.scale_param_layernorm
+         COMMAND sh -c "PARITY_FAULT=scale_param:layernorm:1.001 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} --steps 2 2>&1; echo exit=$?")
+set_tests_properties(verdict.fault.scale_param_layernorm PROPERTIES
+  PASS_REGULAR_EXPRESSION "\nFAIL +param +layernorm +[^\n]* 1\\.001000 .*exit=1\n")
+# A malformed fault is bad input: exit 2 before any rank starts.
+add_test(NAME verdict.fault.malformed_is_refused
+         COMMAND sh -c "PARITY_FAULT=scale_grad:nonsense:2 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} 2>&1; echo exit=$?")
+set_tests_properties(verdict.fault.malformed_is_refused PROPERTIES
+  PASS_REGULAR_EXPRESSION "PARITY_FAULT: expected scale_grad.*exit=2\n")
+
+# Layouts that cannot exist are refused with exit 2 and the field and rule, before any rank
+# starts (no "parity launch" line in the output).
+set(PARITY_BAD_LAYOUT ${CMAKE_CURRENT_BINARY_DIR}/bad_layout_tp3.json)
+file(READ ${PARITY_SCENARIO_DIR}/tp2.json PARITY_BAD_TEXT)
+string(JSON PARITY_BAD_TEXT SET "${PARITY_BAD_TEXT}" layout tp 3)
+string(JSON PARITY_BAD_TEXT SET "${PARITY_BAD_TEXT}" layout etp 3)
+string(JSON PARITY_BAD_TEXT SET "${PARITY_BAD_TEXT}" layout world 3)
+file(WRITE ${PARITY_BAD_LAYOUT} "${PARITY_BAD_TEXT}")
+add_test(NAME verdict.refuses_bad_layout
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_BAD_LAYOUT} 2>&1; echo exit=$?")
+set_tests_properties(verdict.refuses_bad_layout PROPERTIES
+  PASS_REGULAR_EXPRESSION "bad_layout_tp3\\.json: \\$\\.layout\\.tp: must divide model\\.heads \\(4\\)[^\n]*\nexit=2\n"
+  FAIL_REGULAR_EXPRESSION "parity launch")
+add_test(NAME verdict.refuses_bad_backend_override
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2_sp.json --backend tcp 2>&1; echo exit=$?")
+set_tests_properties(verdict.refuses_bad_backend_override PROPERTIES
+  PASS_REGULAR_EXPRESSION "\\$\\.layout\\.backend: [^\n]*\nexit=2\n")
+
+# --report FILE: the same verdict as JSON.
+add_test(NAME verdict.report_json
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/tp2.json --steps 2 --report ${CMAKE_CURRENT_BINARY_DIR}/tp2_report.json >/dev/null && cat ${CMAKE_CURRENT_BINARY_DIR}/tp2_report.json")
+set_tests_properties(verdict.report_json PROPERTIES
+  PASS_REGULAR_EXPRESSION "\"passed\": true.*\"quantity\": \"grad\".*\"subject\": \"router\"")
+
+set_tests_properties(verdict.fault.scale_grad_router verdict.fault.scale_param_layernorm
+  verdict.fault.malformed_is_refused verdict.refuses_bad_layout verdict.refuses_bad_backend_override
+  verdict.report_json PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
