@@ -17,5 +17,6 @@ Command add_dump_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
+Command add_ckpt_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -1,0 +1,353 @@
+// save(): each rank's file, metadata.json from rank 0, the atomic replace; and the pieces.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/checksum.h"
+#include "ckpt/collective.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+
+namespace parity::ckpt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const void* StateEntry::data() const {
+  return std::visit([](auto* t) -> const void* { return t->ptr(); }, local);
+}
+
+Shape StateEntry::local_shape() const {
+  return std::visit([](auto* t) { return t->shape; }, local);
+}
+
+void* StateEntry::resize(const Shape& s) const {
+  return std::visit(
+      [&](auto* t) -> void* {
+        using T = typename std::decay_t<decltype(t->data)>::value_type;
+        *t = Tensor<T>(s);
+        return t->ptr();
+      },
+      local);
+}
+
+void ShardedState::check_new(const std::string& name) const {
+  if (name.empty()) throw Error("checkpoint: a tensor needs a name");
+  if (name.find('#') != std::string::npos) throw Error("checkpoint: tensor name '" + name + "' contains '#'");
+  for (const auto& e : entries_)
+    if (e.name == name) throw Error("checkpoint: tensor '" + name + "' added twice");
+}
+
+namespace {
+
+// Test-only fault injection: PARITY_CKPT_CRASH="<rank>:<point>" makes that rank _exit(86)
+// at that point of a save, as a crash would (no unwinding, no cleanup).
+void maybe_crash(const char* point, int rank) {
+  const char* v = std::getenv("PARITY_CKPT_CRASH");
+  if (v && std::string(v) == std::to_string(rank) + ":" + point) {
+    std::fprintf(stderr, "ckpt: PARITY_CKPT_CRASH: rank %d exits at '%s'\n", rank, point);
+    std::fflush(stderr);
+    ::_exit(86);
+  }
+}
+
+std::vector<uint32_t> block_checksums(const ChunkMeta& c, const unsigned char* p) {
+  std::vector<uint32_t> out;
+  const int64_t rb = c.row_bytes();
+  for (int64_t r = 0; r < c.rows(); r += c.block_rows) {
+    const int64_t n = std::min(c.block_rows, c.rows() - r) * rb;
+    out.push_back(crc32c(p + r * rb, static_cast<size_t>(n)));
+  }
+  return out;
+}
+
+uint32_t file_checksum(const std::string& path, int64_t* size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": cannot read back: " + std::strerror(errno));
+  std::vector<char> buf(size_t{4} << 20);
+  uint32_t crc = 0;
+  *size = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = in.gcount();
+    crc = crc32c(buf.data(), static_cast<size_t>(n), crc);
+    *size += n;
+  }
+  return crc;
+}
+
+}  // namespace
+
+RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const ShardedState& state, int rank) {
+  RankRecord rec;
+  rec.chunks.resize(state.size());
+  SafetensorsWriter w;
+  for (size_t i = 0; i < state.size(); ++i) {
+    const StateEntry& e = state.entries()[i];
+    const Shape ls = mesh::local_shape(m, e.layout, e.shape, rank);
+    if (ls != e.local_shape())
+      throw Error("checkpoint: tensor '" + e.name + "' on rank " + std::to_string(rank) + " has local shape " +
+                  shape_str(e.local_shape()) + ", its layout " + mesh::layout_str(e.layout) + " gives " +
+                  shape_str(ls));
+    if (!writes_shard(m, e.layout, e.name, rank)) continue;
+    const int64_t elem = dtype_size(e.dtype);
+    const auto chunks = shard_chunks(m, e.layout, e.shape, rank);
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      ChunkMeta c;
+      c.rank = rank;
+      c.rect = chunks[k].rect;
+      c.key = e.name + "#" + std::to_string(k);
+      c.bytes = c.rect.numel() * elem;
+      c.block_rows = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, c.row_bytes()));
+      std::vector<unsigned char> buf(static_cast<size_t>(c.bytes));
+      extract_chunk(e.data(), ls, chunks[k], elem, buf.data());
+      c.checksums = block_checksums(c, buf.data());
+      w.add(c.key, e.dtype, c.rect.shape(), buf.data());
+      rec.chunks[i].push_back(std::move(c));
+    }
+  }
+  w.set_metadata("format", "parity-checkpoint");
+  w.set_metadata("rank", std::to_string(rank));
+  const std::string path = dir + "/" + rank_file_name(rank);
+  w.write(path);
+  const auto header = read_safetensors_header(path);
+  for (auto& per : rec.chunks)
+    for (auto& c : per) {
+      const auto it = header.find(c.key);
+      if (it == header.end() || it->second.bytes != c.bytes)
+        throw IoError(path + ": entry '" + c.key + "' is not what was written");
+      c.offset = it->second.offset;
+    }
+  rec.file.rank = rank;
+  rec.file.file = rank_file_name(rank);
+  rec.file.checksum = file_checksum(path, &rec.file.bytes);
+  return rec;
+}
+
+std::string record_to_string(const RankRecord& r) {
+  json j{{"rank", r.file.rank}, {"bytes", r.file.bytes}, {"checksum", r.file.checksum}};
+  json per = json::array();
+  for (const auto& v : r.chunks) {
+    json cs = json::array();
+    for (const auto& c : v) cs.push_back({c.offset, c.checksums});
+    per.push_back(cs);
+  }
+  j["chunks"] = per;
+  return j.dump();
+}
+
+// Only offsets and checksums travel: the rest of each chunk is recomputed from the layout.
+RankRecord record_from_string(const std::string& s) {
+  const json j = json::parse(s);
+  RankRecord r;
+  r.file.rank = j.at("rank").get<int>();
+  r.file.file = rank_file_name(r.file.rank);
+  r.file.bytes = j.at("bytes").get<int64_t>();
+  r.file.checksum = j.at("checksum").get<uint32_t>();
+  for (const auto& v : j.at("chunks")) {
+    r.chunks.emplace_back();
+    for (const auto& c : v) {
+      ChunkMeta x;
+      x.offset = c.at(0).get<int64_t>();
+      x.checksums = c.at(1).get<std::vector<uint32_t>>();
+      r.chunks.back().push_back(std::move(x));
+    }
+  }
+  return r;
+}
+
+Metadata make_metadata(const mesh::Mesh& m, const ShardedState& state, const CheckpointInfo& info,
+                       const std::vector<RankRecord>& records) {
+  Metadata md;
+  md.step = info.step;
+  md.data_position = info.data_position;
+  md.model = info.model;
+  md.mesh = m.layout();
+  for (const auto& r : records) md.files.push_back(r.file);
+  for (size_t i = 0; i < state.size(); ++i) {
+    const StateEntry& e = state.entries()[i];
+    TensorMeta t{e.name, e.dtype, e.shape, e.layout, {}};
+    for (int r = 0; r < m.world(); ++r) {
+      if (!writes_shard(m, e.layout, e.name, r)) continue;
+      const auto chunks = shard_chunks(m, e.layout, e.shape, r);
+      const auto& got = records[static_cast<size_t>(r)].chunks.at(i);
+      if (got.size() != chunks.size())
+        throw Error("checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(got.size()) +
+                    " chunks of '" + e.name + "', its layout has " + std::to_string(chunks.size()));
+      for (size_t k = 0; k < chunks.size(); ++k) {
+        ChunkMeta c;
+        c.rank = r;
+        c.rect = chunks[k].rect;
+        c.key = e.name + "#" + std::to_string(k);
+        c.bytes = c.rect.numel() * dtype_size(e.dtype);
+        c.block_rows = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(1, c.row_bytes()));
+        c.offset = got[k].offset;
+        c.checksums = got[k].checksums;
+        t.chunks.push_back(std::move(c));
+      }
+    }
+    md.tensors.push_back(std::move(t));
+  }
+  return md;
+}
+
+namespace {
+
+std::string strip(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+std::string parent_of(const std::string& dir) {
+  const fs::path p = fs::path(dir).parent_path();
+  return p.empty() ? "." : p.string();
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw IoError("checkpoint: cannot rename " + from + " to " + to + ": " + std::strerror(errno));
+}
+
+int64_t new_nonce() {
+  const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+  return (static_cast<int64_t>(::getpid()) << 32) ^ (t & 0xFFFFFFFF);
+}
+
+std::string temp_dir_for(const std::string& dir, int64_t nonce) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(nonce));
+  return strip(dir) + ".tmp-" + buf;
+}
+
+}  // namespace
+
+std::string old_dir(const std::string& dir) { return strip(dir) + ".old"; }
+
+std::string make_temp_dir(const std::string& dir) {
+  const std::string tmp = temp_dir_for(dir, new_nonce());
+  std::error_code ec;
+  if (!fs::create_directory(tmp, ec)) throw IoError(tmp + ": cannot create: " + (ec ? ec.message() : "exists"));
+  return tmp;
+}
+
+void commit(const std::string& tmp, const std::string& dir_in) {
+  const std::string dir = strip(dir_in), parent = parent_of(dir);
+  fsync_dir(tmp);
+  if (!fs::exists(dir)) {
+    rename_or_throw(tmp, dir);
+    fsync_dir(parent);
+    return;
+  }
+  if (!std::getenv("PARITY_CKPT_NO_EXCHANGE")) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(parent);
+      maybe_crash("exchanged", 0);
+      fs::remove_all(tmp);  // now the previous checkpoint
+      return;
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+      throw IoError("checkpoint: cannot exchange " + tmp + " and " + dir + ": " + std::strerror(errno));
+  }
+  const std::string old = old_dir(dir);  // no atomic exchange here: two renames, each fsynced
+  fs::remove_all(old);
+  rename_or_throw(dir, old);
+  fsync_dir(parent);
+  maybe_crash("between_renames", 0);
+  rename_or_throw(tmp, dir);
+  fsync_dir(parent);
+  fs::remove_all(old);
+}
+
+void recover(const std::string& dir_in) {
+  const std::string dir = strip(dir_in), old = old_dir(dir), parent = parent_of(dir);
+  std::error_code ec;
+  if (!fs::exists(dir) && fs::exists(old + "/" + kMetadataFile)) {
+    rename_or_throw(old, dir);
+    fsync_dir(parent);
+  } else if (fs::exists(dir) && fs::exists(old)) {
+    fs::remove_all(old);
+  }
+  const std::string prefix = fs::path(dir).filename().string() + ".tmp-";
+  if (!fs::exists(parent)) return;
+  for (const auto& e : fs::directory_iterator(parent, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove_all(e.path(), ec);
+}
+
+std::string resolve(const std::string& dir_in) {
+  const std::string dir = strip(dir_in);
+  if (fs::exists(dir + "/" + kMetadataFile)) return dir;
+  if (!fs::exists(dir) && fs::exists(old_dir(dir) + "/" + kMetadataFile)) return old_dir(dir);
+  throw IoError(dir + "/" + kMetadataFile + ": missing: " + dir + " holds no checkpoint");
+}
+
+void save_all(const mesh::Mesh& m, const std::vector<const ShardedState*>& states, const CheckpointInfo& info,
+              const std::string& dir) {
+  if (static_cast<int>(states.size()) != m.world())
+    throw Error("checkpoint: save_all needs one state per rank (" + std::to_string(m.world()) + "), got " +
+                std::to_string(states.size()));
+  recover(dir);
+  const std::string tmp = make_temp_dir(dir);
+  try {
+    std::vector<RankRecord> recs;
+    for (int r = 0; r < m.world(); ++r) recs.push_back(write_rank_file(tmp, m, *states[static_cast<size_t>(r)], r));
+    write_metadata(tmp, make_metadata(m, *states[0], info, recs));
+    commit(tmp, dir);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& state, const CheckpointInfo& info,
+          const std::string& dir) {
+  if (world.size() != m.world())
+    throw Error("checkpoint save: the communicator has " + std::to_string(world.size()) + " ranks, the mesh " +
+                std::to_string(m.world()));
+  const int rank = world.rank();
+  std::vector<int64_t> nonce{0};
+  agreed(world, "save (prepare " + dir + ")", [&] {
+    if (rank != 0) return;
+    recover(dir);
+    nonce[0] = new_nonce();
+    const std::string tmp = temp_dir_for(dir, nonce[0]);
+    std::error_code ec;
+    if (!fs::create_directory(tmp, ec)) throw IoError(tmp + ": cannot create: " + (ec ? ec.message() : "exists"));
+  });
+  world.broadcast(std::span<int64_t>(nonce), 0);
+  const std::string tmp = temp_dir_for(dir, nonce[0]);
+  auto cleanup = [&] {
+    std::error_code ec;
+    if (rank == 0) fs::remove_all(tmp, ec);
+  };
+  try {
+    RankRecord rec;
+    agreed(world, "save (write rank files)", [&] {
+      rec = write_rank_file(tmp, m, state, rank);
+      maybe_crash("rank_file", rank);
+    });
+    const auto strs = allgather_strings(world, record_to_string(rec));
+    agreed(world, "save (commit " + dir + ")", [&] {
+      if (rank != 0) return;
+      std::vector<RankRecord> recs;
+      for (const auto& s : strs) recs.push_back(record_from_string(s));
+      write_metadata(tmp, make_metadata(m, state, info, recs));
+      maybe_crash("metadata", 0);
+      commit(tmp, dir);
+    });
+  } catch (const CommError&) {
+    throw;  // a rank is gone: leave the temporary directory to recover()
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+}  // namespace parity::ckpt
