@@ -64,8 +64,7 @@ template <class T> class Runner {
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                    const std::vector<Tensor<T>>& ref);
   std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
-  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, const std::vector<int64_t>& coverage,
-            VerdictReport& rep);
+  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
   void apply_fault(RankStepRecord<T>& p) const;
 
@@ -236,8 +235,7 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
 }
 
 template <class T>
-void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
-                     const std::vector<int64_t>& coverage, VerdictReport& rep) {
+void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
   const size_t stride = all.size() / static_cast<size_t>(world_.size());
   StepLine line = scalars(t, b, all, stride);
   const size_t g0 = 3 + b.micro_losses.size();
@@ -249,13 +247,16 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   }
   const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
   const ModelConfig& c = sc_.model;
-  const size_t n = static_cast<size_t>(c.batch * c.seq);
-  for (size_t l = 0; l < static_cast<size_t>(c.moe_layers()); ++l) {
+  const size_t n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  const size_t c0 = r0 + L * vd::RouteLocal::kWidth;  // then per layer, how often this rank reported each token
+  for (size_t l = 0; l < L; ++l) {
     std::vector<vd::RouteLocal> parts;
-    for (int r = 0; r < world_.size(); ++r)
-      parts.push_back(vd::RouteLocal::unpack(all.data() + static_cast<size_t>(r) * stride + r0 + l * vd::RouteLocal::kWidth));
-    std::vector<int64_t> cov(coverage.begin() + static_cast<std::ptrdiff_t>(l * n),
-                             coverage.begin() + static_cast<std::ptrdiff_t>((l + 1) * n));
+    std::vector<int64_t> cov(n, 0);
+    for (int r = 0; r < world_.size(); ++r) {
+      const double* x = all.data() + static_cast<size_t>(r) * stride;
+      parts.push_back(vd::RouteLocal::unpack(x + r0 + l * vd::RouteLocal::kWidth));
+      for (size_t i = 0; i < n; ++i) cov[i] += static_cast<int64_t>(x[c0 + l * n + i]);
+    }
     Row& row = rows_[3 + groups_.size() + l];
     vd::Outcome o = vd::routing_outcome(parts, cov, row.subject);
     for (const auto& p : parts) line.route_diff += static_cast<int64_t>(p.mismatch);
@@ -275,19 +276,19 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   apply_fault(p);
   std::vector<double> mine = local_part(b, p);
   const ModelConfig& c = sc_.model;
-  const auto n = static_cast<size_t>(c.batch * c.seq);
-  std::vector<int64_t> coverage(static_cast<size_t>(c.moe_layers()) * n, 0);
-  for (size_t l = 0; l < static_cast<size_t>(c.moe_layers()) && l < p.token_ids.size(); ++l)
+  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  const size_t c0 = mine.size();
+  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
+  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
     for (int64_t id : p.token_ids[l])
-      if (id >= 0 && static_cast<size_t>(id) < n) coverage[l * n + static_cast<size_t>(id)] += 1;
+      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
   time_.compare += since(t0);
   t0 = Clock::now();
   std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
-  world_.allgather(std::span<const double>(mine), std::span<double>(all));
-  if (!coverage.empty()) world_.allreduce(std::span<int64_t>(coverage), comm::ReduceOp::sum);
+  world_.allgather(std::span<const double>(mine), std::span<double>(all));  // the step's one reduction
   time_.compare_comm += since(t0);
   t0 = Clock::now();
-  fold(t, b, all, coverage, rep);
+  fold(t, b, all, rep);
   time_.compare += since(t0);
 }
 
