@@ -1,0 +1,173 @@
+// Faults: each corruption is refused with a message naming the file and the tensor, and
+// inspect's verdict says CORRUPT; a save that fails or crashes never loses the previous
+// checkpoint.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "ckpt/inspect.h"
+#include "ckpt_helpers.h"
+#include "core/error.h"
+
+namespace parity::ckpt {
+namespace {
+
+using testing::load_layout_wrong;
+using testing::save_layout;
+using testing::Scratch;
+
+class Faults : public Scratch {
+ protected:
+  void SetUp() override {
+    Scratch::SetUp();
+    save_layout(path("c"), "dps2.tp2", 1);
+    md_ = read_metadata(path("c"));
+  }
+  // The message of the error a load under `layout` throws ("" when it loads).
+  template <class E> std::string load_error(const std::string& layout = "dps4") {
+    try {
+      load_layout_wrong(path("c"), layout, 1);
+    } catch (const E& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("wrong exception type: ") + e.what();
+    }
+    return "";
+  }
+  static void expect_has(const std::string& msg, const std::string& part) {
+    EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  }
+  Metadata md_;
+};
+
+TEST_F(Faults, FlippedByteIsRefusedNamingFileAndTensor) {
+  const ChunkMeta& c = md_.find("layers.1.moe.experts.w1")->chunks.at(0);
+  {
+    std::fstream f(path("c") + "/" + rank_file_name(c.rank), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(c.offset + 5);
+    const char b = static_cast<char>(f.get());
+    f.seekp(c.offset + 5);
+    f.put(static_cast<char>(b ^ 0x01));
+  }
+  const std::string msg = load_error<IoError>();
+  expect_has(msg, rank_file_name(c.rank) + ": checksum mismatch in tensor 'layers.1.moe.experts.w1'");
+  const InspectReport r = inspect(path("c"));
+  EXPECT_FALSE(r.ok());
+  expect_has(format_report(r, false), "verdict: CORRUPT");
+  expect_has(format_report(r, false), "file checksum mismatch");
+}
+
+TEST_F(Faults, TruncatedFileIsRefused) {
+  std::filesystem::resize_file(path("c/rank2.safetensors"), md_.files[2].bytes - 100);
+  const std::string msg = load_error<IoError>();
+  expect_has(msg, "rank2.safetensors: truncated");
+  expect_has(msg, "tensor '");
+  EXPECT_FALSE(inspect(path("c")).ok());
+}
+
+TEST_F(Faults, DeletedRankFileIsRefused) {
+  std::filesystem::remove(path("c/rank1.safetensors"));
+  const std::string msg = load_error<IoError>();
+  expect_has(msg, "rank1.safetensors: missing (tensor '");
+  expect_has(format_report(inspect(path("c")), false), "rank1.safetensors: missing");
+}
+
+TEST_F(Faults, MissingMetadataIsRefused) {
+  std::filesystem::remove(path("c/metadata.json"));
+  expect_has(load_error<IoError>(), "metadata.json: missing");
+  EXPECT_FALSE(inspect(path("c")).ok());
+}
+
+TEST_F(Faults, WrongModelConfigIsRefused) {
+  Metadata md = md_;
+  md.model["dim"] = 32;
+  write_metadata(path("c"), md);
+  const std::string msg = load_error<ConfigError>();
+  expect_has(msg, "metadata.json: $.model/dim: the checkpoint was saved for another model config");
+  expect_has(msg, "checkpoint has 32, this run has 16");
+}
+
+TEST_F(Faults, DtypeMismatchAndMissingTensorAreRefused) {
+  const mesh::Mesh w1{LayoutConfig{}};
+  Tensor<float> f;
+  ShardedState st;
+  st.add("final_ln.weight", {16}, mesh::replicated(mesh::View::dense), f);
+  try {
+    load_rank(path("c"), md_, w1, st, 0, testing::model_json());
+    ADD_FAILURE() << "fp32 load of an fp64 tensor";
+  } catch (const ConfigError& e) {
+    expect_has(e.what(), "tensor 'final_ln.weight': dtype mismatch: saved as fp64, this run loads fp32");
+  }
+  Tensor<double> d;
+  ShardedState st2;
+  st2.add("no.such.tensor", {3}, mesh::replicated(mesh::View::dense), d);
+  try {
+    load_rank(path("c"), md_, w1, st2, 0, testing::model_json());
+    ADD_FAILURE() << "a missing tensor was loaded";
+  } catch (const ConfigError& e) {
+    expect_has(e.what(), "tensor 'no.such.tensor': missing");
+  }
+}
+
+TEST_F(Faults, AFailedSaveLeavesThePreviousCheckpoint) {
+  const auto before = testing::snapshot(path("c"));
+  const mesh::Mesh w1{LayoutConfig{}};
+  Tensor<double> t({4}), wrong_shape({3});
+  ShardedState st;
+  st.add("ok", {4}, mesh::replicated(mesh::View::dense), t);
+  st.add("bad", {4}, mesh::replicated(mesh::View::dense), wrong_shape);
+  EXPECT_THROW(save_all(w1, {&st}, {}, path("c")), Error);
+  EXPECT_EQ(testing::snapshot(path("c")), before);
+  for (const auto& e : std::filesystem::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// Runs save_all of salt 2 over path("c") in a child with PARITY_CKPT_CRASH set; the child
+// must die at that point (exit 86).
+void crash_in_child(const std::string& dir, const std::string& point, bool no_exchange) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("PARITY_CKPT_CRASH", point.c_str(), 1);
+    if (no_exchange) setenv("PARITY_CKPT_NO_EXCHANGE", "1", 1);
+    save_layout(dir, "dps2.tp2", 2);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 86) << "the crash hook did not fire at " << point;
+}
+
+TEST_F(Faults, CrashBetweenTheTwoRenamesKeepsThePreviousLoadable) {
+  const auto before = testing::snapshot(path("c"));
+  crash_in_child(path("c"), "0:between_renames", true);
+  EXPECT_FALSE(std::filesystem::exists(path("c")));  // the crash fell between the renames
+  EXPECT_EQ(resolve(path("c")), path("c.old"));
+  EXPECT_EQ(load_layout_wrong(path("c"), "dps4", 1), 0);  // the previous one, via c.old
+  recover(path("c"));
+  EXPECT_EQ(testing::snapshot(path("c")), before);
+  EXPECT_FALSE(std::filesystem::exists(path("c.old")));
+  for (const auto& e : std::filesystem::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST_F(Faults, CrashAfterTheExchangeHasTheNewCheckpoint) {
+  crash_in_child(path("c"), "0:exchanged", false);
+  EXPECT_EQ(load_layout_wrong(path("c"), "dps4", 2), 0);
+  recover(path("c"));  // removes the previous one, left under the temporary name
+  EXPECT_EQ(load_layout_wrong(path("c"), "dps1", 2), 0);
+  for (const auto& e : std::filesystem::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST_F(Faults, SaveReplacesAndRecoversLeftovers) {
+  std::filesystem::create_directory(path("c.tmp-dead"));  // a crashed save's leftovers
+  save_layout(path("c"), "dps1", 3);
+  EXPECT_EQ(load_layout_wrong(path("c"), "dps2.tp2", 3), 0);
+  EXPECT_FALSE(std::filesystem::exists(path("c.tmp-dead")));
+}
+
+}  // namespace
+}  // namespace parity::ckpt
