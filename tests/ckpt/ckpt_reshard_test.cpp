@@ -2,6 +2,8 @@
 // state is bitwise the formula's, for the pairs and for every pair of a layout list.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "ckpt/inspect.h"
 #include "ckpt_helpers.h"
 
@@ -101,6 +103,10 @@ TEST_F(Reshard, ALoadReadsOnlyTheBlocksItNeeds) {
   load_rank(path("big"), md, m4, s0, 0, testing::model_json());
   EXPECT_EQ(part.shape, (Shape{75, 1024}));
   EXPECT_EQ(part.data[75 * 1024 - 1], big.data[75 * 1024 - 1]);
+  // rank 2 (rows 150-224) reads block 1 only, which starts at row 128
+  load_rank(path("big"), md, m4, s0, 2, testing::model_json());
+  ASSERT_EQ(part.shape, (Shape{75, 1024}));
+  EXPECT_TRUE(std::equal(part.data.begin(), part.data.end(), big.data.begin() + 150 * 1024));
   try {
     load_rank(path("big"), md, m4, s0, 3, testing::model_json());
     ADD_FAILURE() << "a corrupt block was loaded";
