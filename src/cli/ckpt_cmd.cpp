@@ -67,7 +67,7 @@ std::pair<double, double> raw_disk(const std::string& path, int64_t bytes) {
 }
 
 void row(const char* op, const std::string& layout, int64_t bytes, double s, int64_t wrong) {
-  std::printf("%-22s %-26s %12lld %10.4f %10.1f %8lld\n", op, layout.c_str(), static_cast<long long>(bytes), s,
+  std::printf("%-24s %-20s %12lld %10.4f %10.1f %8lld\n", op, layout.c_str(), static_cast<long long>(bytes), s,
               static_cast<double>(bytes) / s / 1e6, static_cast<long long>(wrong));
 }
 
@@ -121,7 +121,7 @@ int run_bench(const std::string& scenario, std::string dir) {
   std::printf("# parity ckpt bench: %s model, synthetic state (params + Adam m, v + expert bias + step), "
               "one process playing every rank, dir %s\n",
               sc.name.c_str(), dir.c_str());
-  std::printf("%-22s %-26s %12s %10s %10s %8s\n", "op", "layout", "bytes", "time(s)", "MB/s", "#wrong");
+  std::printf("%-24s %-20s %12s %10s %10s %8s\n", "op", "layout", "bytes", "time(s)", "MB/s", "#wrong");
   double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     const auto t0 = Clock::now();
