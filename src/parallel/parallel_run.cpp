@@ -1,6 +1,7 @@
 // One rank's run of a dense layout: data split over dense DP, micro-batches, TP/SP model,
 // reductions by family, global-norm clipping counting each element once, the optimizer on
 // shards, the expert-bias update from global counts.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -65,6 +66,7 @@ template <class T> struct ParallelRun<T>::Impl {
   // Each element enters the grad norm once: only its first replica counts it.
   bool counts_in_norm(size_t p) const { return mesh::first_replica(mesh, layouts[p], world.rank()); }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
+  void reduce_grads(std::vector<Tensor<T>>& out);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
 
@@ -79,6 +81,32 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
       out.token_ids[l].push_back((g0 + t / Sl) * S + off + t % Sl);
     }
     out.chosen[l].insert(out.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
+  }
+}
+
+// TP sums of the partitioned families (one allreduce), then the data-parallel reduction
+// of the dense and the expert parameters (one flat reduce-scatter + allreduce each).
+template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
+  std::vector<T> flat;
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (tp_partitioned(specs[p])) flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
+  tp_allreduce(tp, flat);
+  for (size_t p = 0, at = 0; p < specs.size(); ++p)
+    if (tp_partitioned(specs[p])) {
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), model->mp_grads[p].numel(), model->mp_grads[p].data.begin());
+      at += static_cast<size_t>(model->mp_grads[p].numel());
+    }
+  out.assign(specs.size(), {});
+  for (bool experts : {false, true}) {
+    std::vector<const ShardedParam<T>*> ps;
+    std::vector<const Tensor<T>*> gs;
+    std::vector<size_t> which;
+    for (size_t p = 0; p < specs.size(); ++p)
+      if ((specs[p].family == Family::routed_experts) == experts) {
+        ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+      }
+    std::vector<Tensor<T>> red = reduce_all(ps, gs);
+    for (size_t i = 0; i < which.size(); ++i) out[which[i]] = std::move(red[i]);
   }
 }
 
@@ -124,13 +152,10 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
       for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
     I.report_tokens(out, r, g0);
   }
+  I.reduce_grads(out.grads);
   double sq = 0;
-  for (size_t p = 0; p < I.specs.size(); ++p) {
-    Tensor<T>& g = I.model->mp_grads[p];
-    if (I.tp_partitioned(I.specs[p])) tp_allreduce(I.tp, g.data);
-    out.grads.push_back(I.model->params[p].reduce(g));
-    if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads.back().ptr(), out.grads.back().numel());
-  }
+  for (size_t p = 0; p < I.specs.size(); ++p)
+    if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
   std::vector<double> sqv{sq};
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
   out.grad_norm = std::sqrt(sqv[0]);

@@ -37,7 +37,34 @@ template <class T> struct ParallelModel<T>::Impl {
   const ModelConfig& c;
   int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
 
-  Tensor<T> w(const std::string& name) const { return m.params[m.index(name)].gather(); }
+  // Gathered model-parallel-local weights: the running layer's, and the embedding / final
+  // LayerNorm / head's (held for the micro-batch).
+  mutable std::map<std::string, Tensor<T>> layer, outer;
+
+  // One allgather per FSDP group for every parameter in `names` (a flat FSDP unit).
+  void gather_into(std::map<std::string, Tensor<T>>& into, const std::vector<std::string>& names) const {
+    into.clear();
+    std::vector<const ShardedParam<T>*> dense, experts;
+    for (const auto& nm : names) {
+      const ShardedParam<T>& sp = m.params[m.index(nm)];
+      (sp.spec().family == Family::routed_experts ? experts : dense).push_back(&sp);
+    }
+    for (const auto* unit : {&dense, &experts}) {
+      std::vector<Tensor<T>> got = gather_all(*unit);
+      for (size_t i = 0; i < got.size(); ++i) into[(*unit)[i]->spec().name] = std::move(got[i]);
+    }
+  }
+  void gather_layer(int64_t l) const {
+    const std::string pre = "layers." + std::to_string(l) + ".";
+    std::vector<std::string> names;
+    for (const auto& sp : m.params)
+      if (sp.spec().name.rfind(pre, 0) == 0) names.push_back(sp.spec().name);
+    gather_into(layer, names);
+  }
+  const Tensor<T>& w(const std::string& name) const {
+    auto it = layer.find(name);
+    return it != layer.end() ? it->second : outer.at(name);
+  }
   T* g(const std::string& name) const { return m.mp_grads[m.index(name)].ptr(); }
   int64_t local_dim(const std::string& name, size_t d) const {
     return m.params[m.index(name)].mp_shape()[d];
@@ -49,7 +76,7 @@ template <class T> struct ParallelModel<T>::Impl {
   void attention_backward_block(const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
   void ffn_forward_block(int64_t l, const std::string& p, std::vector<T>& h, LayerCache<T>& L) const;
   void ffn_backward_block(int64_t l, const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
-  PMoeWeights<T> moe_weights(const std::string& p, int64_t l, std::map<std::string, Tensor<T>>& keep) const;
+  PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
 };
 
 template <class T>
@@ -96,18 +123,13 @@ void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, std:
                      dh.data(), g(p + ".ln1.weight"), g(p + ".ln1.bias"));
 }
 
-template <class T>
-PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std::string& p, int64_t l,
-                                                   std::map<std::string, Tensor<T>>& keep) const {
-  for (const char* s : {".moe.router.gate", ".moe.experts.w1", ".moe.experts.w3", ".moe.experts.w2"})
-    keep[s] = w(p + s);
-  PMoeWeights<T> wt{keep[".moe.router.gate"].ptr(),
-                    {keep[".moe.experts.w1"].ptr(), keep[".moe.experts.w3"].ptr(), keep[".moe.experts.w2"].ptr(),
+template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std::string& p, int64_t l) const {
+  PMoeWeights<T> wt{w(p + ".moe.router.gate").ptr(),
+                    {w(p + ".moe.experts.w1").ptr(), w(p + ".moe.experts.w3").ptr(), w(p + ".moe.experts.w2").ptr(),
                      local_dim(p + ".moe.experts.w1", 2)},
                     nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data()};
   if (c.shared_experts > 0) {
-    for (const char* s : {".moe.shared.w1", ".moe.shared.w3", ".moe.shared.w2"}) keep[s] = w(p + s);
-    wt.sw1 = keep[".moe.shared.w1"].ptr(), wt.sw3 = keep[".moe.shared.w3"].ptr(), wt.sw2 = keep[".moe.shared.w2"].ptr();
+    wt.sw1 = w(p + ".moe.shared.w1").ptr(), wt.sw3 = w(p + ".moe.shared.w3").ptr(), wt.sw2 = w(p + ".moe.shared.w2").ptr();
     wt.Fsl = local_dim(p + ".moe.shared.w1", 1);
   }
   return wt;
@@ -122,8 +144,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, 
                     L.m2.data(), L.r2.data());
   std::vector<T> f;
   if (c.is_moe(l)) {
-    std::map<std::string, Tensor<T>> keep;
-    pmoe_forward(c, m.tp_, m.ep_, moe_weights(p, l, keep), L.bn_res, b, f, L.moe);
+    pmoe_forward(c, m.tp_, m.ep_, moe_weights(p, l), L.bn_res, b, f, L.moe);
   } else {
     L.bn_full = full(L.bn_res, D);
     auto part = zeros<T>(n * D);
@@ -140,8 +161,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
   const int64_t D = c.dim;
   auto dbn_res = zeros<T>(n_res * D);
   if (c.is_moe(l)) {
-    std::map<std::string, Tensor<T>> keep;
-    PMoeWeights<T> wt = moe_weights(p, l, keep);
+    PMoeWeights<T> wt = moe_weights(p, l);
     PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
                     g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
     if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
@@ -196,11 +216,14 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   const ModelConfig& c = cfg_;
   const int64_t D = c.dim, n = b * c.seq;
   const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  const Impl I{*this, c, b, n, n_res};
+  Impl I{*this, c, b, n, n_res, {}, {}};
   PMicroResult res;
   const ShardedParam<T>& ep = params[index("embed.weight")];
   const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];
-  Tensor<T> emb = ep.gather();  // (Vl, D)
+  std::vector<std::string> outer_names{"embed.weight", "final_ln.weight", "final_ln.bias"};
+  if (!c.tie_embeddings) outer_names.push_back("lm_head.weight");
+  I.gather_into(I.outer, outer_names);
+  const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
   auto e_part = zeros<T>(n * D);
   vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
   std::vector<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
@@ -208,8 +231,10 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     auto& L = caches[static_cast<size_t>(l)];
+    I.gather_layer(l);  // all-gathered before the layer runs, freed after
     I.attention_forward_block(p, h, L);
     I.ffn_forward_block(l, p, h, L);
+    I.layer.clear();
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
@@ -246,8 +271,10 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
                      dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const std::string p = "layers." + std::to_string(l);
+    I.gather_layer(l);  // gathered again for the backward
     I.ffn_backward_block(l, p, dh, caches[static_cast<size_t>(l)]);
     I.attention_backward_block(p, dh, caches[static_cast<size_t>(l)]);
+    I.layer.clear();
   }
   std::vector<T> dh_full = I.full(dh, D);
   vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));

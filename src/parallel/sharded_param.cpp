@@ -1,5 +1,6 @@
 #include "parallel/sharded_param.h"
 
+#include <algorithm>
 #include <span>
 #include <string>
 
@@ -78,7 +79,94 @@ template <class T> Tensor<T> ShardedParam<T>::reduce(const Tensor<T>& mp_local_g
   return out;
 }
 
+namespace {
+
+// Offsets of piece i of parameter p inside its mp-local tensor (pieces are consecutive).
+template <class T> std::vector<int64_t> piece_offsets(const ShardedParam<T>& p) {
+  std::vector<int64_t> off{0};
+  for (int64_t c : p.piece_counts()) off.push_back(off.back() + c);
+  return off;
+}
+
+template <class T> void check_same_groups(const std::vector<const ShardedParam<T>*>& ps) {
+  for (const auto* p : ps)
+    if (p->groups().fsdp != ps.front()->groups().fsdp || p->groups().replicate != ps.front()->groups().replicate)
+      throw Error("gather_all/reduce_all: " + p->spec().name + " has other data-parallel groups than " +
+                  ps.front()->spec().name);
+}
+
+}  // namespace
+
+template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const ShardedParam<T>*>& ps) {
+  std::vector<Tensor<T>> out;
+  if (ps.empty()) return out;
+  check_same_groups(ps);
+  comm::Communicator& g = *ps.front()->groups().fsdp;
+  if (g.size() == 1) {
+    for (const auto* p : ps) out.push_back(p->local);
+    return out;
+  }
+  const auto n = static_cast<size_t>(g.size());
+  std::vector<int64_t> counts(n, 0);
+  std::vector<T> mine;
+  for (const auto* p : ps) {
+    for (size_t i = 0; i < n; ++i) counts[i] += p->piece_counts()[i];
+    mine.insert(mine.end(), p->local.data.begin(), p->local.data.end());
+  }
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  std::vector<T> all(static_cast<size_t>(total));
+  g.allgatherv(std::span<const T>(mine), std::span<T>(all), std::span<const int64_t>(counts));
+  for (const auto* p : ps) out.emplace_back(p->mp_shape());
+  int64_t at = 0;  // rank i's block: every parameter's piece i in order
+  for (size_t i = 0; i < n; ++i)
+    for (size_t q = 0; q < ps.size(); ++q) {
+      const auto off = piece_offsets(*ps[q]);
+      std::copy_n(all.begin() + at, off[i + 1] - off[i], out[q].data.begin() + off[i]);
+      at += off[i + 1] - off[i];
+    }
+  return out;
+}
+
+template <class T>
+std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
+                                  const std::vector<const Tensor<T>*>& grads) {
+  std::vector<Tensor<T>> out;
+  if (ps.empty()) return out;
+  check_same_groups(ps);
+  comm::Communicator& g = *ps.front()->groups().fsdp;
+  const auto n = static_cast<size_t>(g.size());
+  std::vector<int64_t> counts(n, 0);
+  std::vector<T> blocks;  // rank-major: block i = every parameter's piece i
+  for (size_t i = 0; i < n; ++i)
+    for (size_t q = 0; q < ps.size(); ++q) {
+      const auto off = piece_offsets(*ps[q]);
+      blocks.insert(blocks.end(), grads[q]->data.begin() + off[i], grads[q]->data.begin() + off[i + 1]);
+      counts[i] += off[i + 1] - off[i];
+    }
+  std::vector<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g.rank())]));
+  if (n == 1)
+    mine = blocks;
+  else
+    g.reduce_scatterv(std::span<const T>(blocks), std::span<T>(mine), std::span<const int64_t>(counts), comm::ReduceOp::sum);
+  comm::Communicator& rep = *ps.front()->groups().replicate;
+  if (rep.size() > 1) rep.allreduce(std::span<T>(mine), comm::ReduceOp::sum);
+  int64_t at = 0;
+  for (const auto* p : ps) {
+    out.emplace_back(p->local.shape);
+    std::copy_n(mine.begin() + at, p->local.numel(), out.back().data.begin());
+    at += p->local.numel();
+  }
+  return out;
+}
+
 template class ShardedParam<float>;
 template class ShardedParam<double>;
+template std::vector<Tensor<float>> gather_all<float>(const std::vector<const ShardedParam<float>*>&);
+template std::vector<Tensor<double>> gather_all<double>(const std::vector<const ShardedParam<double>*>&);
+template std::vector<Tensor<float>> reduce_all<float>(const std::vector<const ShardedParam<float>*>&,
+                                                      const std::vector<const Tensor<float>*>&);
+template std::vector<Tensor<double>> reduce_all<double>(const std::vector<const ShardedParam<double>*>&,
+                                                        const std::vector<const Tensor<double>*>&);
 
 }  // namespace parity

@@ -46,6 +46,9 @@ template <class T> class ShardedParam {
   Tensor<T> gather() const;
   Tensor<T> reduce(const Tensor<T>& mp_local_grad) const;
 
+  const DataParallelGroups& groups() const { return groups_; }
+  const std::vector<int64_t>& piece_counts() const { return piece_counts_; }
+
  private:
   ParamSpec spec_;
   Shape mp_shape_;
@@ -54,5 +57,13 @@ template <class T> class ShardedParam {
   DataParallelGroups groups_;
   std::vector<int64_t> piece_counts_;  // elements of each FSDP piece
 };
+
+// The same for several parameters that share their data-parallel groups, in one
+// collective each (a flat FSDP unit): rank i's block is the concatenation of every
+// parameter's piece i. Results are bitwise those of the per-parameter calls.
+template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const ShardedParam<T>*>& ps);
+template <class T>
+std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
+                                  const std::vector<const Tensor<T>*>& mp_local_grads);
 
 }  // namespace parity
