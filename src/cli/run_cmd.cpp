@@ -31,7 +31,8 @@ struct RunOptions {
   std::string scenario;
   int64_t steps = -1;
   int64_t every = 1;
-  std::string report, dtype, backend, log_dir;
+  std::string report, dtype, backend, log_dir, optim;
+  double lr = -1;
   double timeout_s = 60;
   bool as_rank = false;
 };
@@ -74,6 +75,13 @@ Scenario load_with_overrides(const RunOptions& o) {
     s.model.dtype = parse_dtype(o.dtype);
   }
   if (!o.backend.empty()) s.layout.backend = o.backend;
+  if (!o.optim.empty()) {
+    if (o.optim == "sgd") s.optim.kind = OptimKind::sgd;
+    else if (o.optim == "adam") s.optim.kind = OptimKind::adam;
+    else if (o.optim == "adamw") s.optim.kind = OptimKind::adamw;
+    else throw ConfigError("--optim", "must be sgd, adam or adamw, got " + o.optim);
+  }
+  if (o.lr >= 0) s.optim.lr = o.lr;
   try {
     validate_scenario(s);
     mesh::validate_layout(s.layout, s.model);
@@ -102,6 +110,8 @@ int launch_ranks(const Scenario& s, const RunOptions& o) {
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
                                 "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", s.layout.backend};
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
+  if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
+  if (o.lr >= 0) args.insert(args.end(), {"--lr", std::to_string(o.lr)});
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   std::printf("time to verdict: %.3f s (launcher wall clock, %d ranks, exit %d)\n",
@@ -171,6 +181,8 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--dtype", o->dtype, "Override the scenario's dtype: fp32 or fp64");
   sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl");
+  sub->add_option("--optim", o->optim, "Override the optimizer: sgd, adam or adamw");
+  sub->add_option("--lr", o->lr, "Override the learning rate")->check(CLI::PositiveNumber);
   sub->add_option("--report", o->report, "World > 1: also write the verdict as JSON to FILE");
   sub->add_option("--timeout", o->timeout_s, "World > 1: per-collective timeout in seconds")
       ->check(CLI::PositiveNumber)
