@@ -72,6 +72,21 @@ void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model
   }
 }
 
+// Which ranks hold each routed expert: its EP coordinate is e / (E / ep); every rank with
+// that coordinate holds a piece of it (ETP lanes split its hidden dimension, EDP ranks its
+// FSDP rows, dp_replicate copies it).
+void write_expert_owners(std::ostringstream& o, const Mesh& m, const ModelConfig& model) {
+  if (model.moe_layers() == 0) return;
+  const int64_t ep = m.size(MeshDim::ep), per = model.experts / ep;
+  o << "## Expert owners (every MoE layer)\n| expert | ep coordinate | ranks holding a piece |\n| --- | --- | --- |\n";
+  for (int64_t e = 0; e < model.experts; ++e) {
+    o << "| " << e << " | " << e / per << " |";
+    for (int r = 0; r < m.world(); ++r)
+      if (m.coord(MeshDim::ep, r) == e / per) o << " " << r;
+    o << " |\n";
+  }
+}
+
 }  // namespace
 
 std::string config_label(const Mesh& m) {
@@ -109,6 +124,8 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   write_groups(o, m);
   o << "\n";
   write_params(o, m, model);
+  o << "\n";
+  write_expert_owners(o, m, model);
   return o.str();
 }
 

@@ -43,6 +43,9 @@ TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
                    "Shard(1)) | 1x16x16 | 1x16x16 | 1x16x16 | 1x16x16 | 0x16x16 | 0x16x16 | 0x16x16 | 0x16x16 |"),
             std::string::npos)
       << t;
+  // EP groups {0123}{4567}: expert e lives on member e of each group.
+  for (const char* row : {"| 0 | 0 | 0 4 |", "| 1 | 1 | 1 5 |", "| 2 | 2 | 2 6 |", "| 3 | 3 | 3 7 |"})
+    EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
 }
 
 TEST(Explain, RefusesAnImpossibleLayout) {
