@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "core/vec.h"
 
 #include <string>
 
@@ -13,8 +14,6 @@
 namespace parity {
 
 namespace {
-
-template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
 
 // Pointers into a ParamSet for one layer, by MODEL.md name.
 template <class T> struct LayerRefs {
@@ -110,13 +109,6 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   layernorm_backward(L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
 }
 
-// (rows, cols) -> (cols, rows)
-template <class T> std::vector<T> transpose(const T* x, int64_t rows, int64_t cols) {
-  std::vector<T> out(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(j * rows + i)] = x[i * cols + j];
-  return out;
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "model/moe.h"
+#include "core/vec.h"
 
 #include "ops/aux_loss.h"
 #include "ops/matmul.h"
@@ -7,8 +8,6 @@
 namespace parity {
 
 namespace {
-
-template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
 
 // Runs every routed expert on its rows of the grouped buffer.
 template <class T>

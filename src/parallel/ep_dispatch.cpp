@@ -1,12 +1,11 @@
 #include "parallel/ep_dispatch.h"
+#include "core/vec.h"
 
 #include <span>
 
 namespace parity {
 
 namespace {
-
-template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
 
 std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t D) {
   std::vector<int64_t> out(rows);

@@ -1,4 +1,5 @@
 #include "parallel/pmodel.h"
+#include "core/vec.h"
 
 #include "ops/attention.h"
 #include "ops/layernorm.h"
@@ -11,24 +12,12 @@ namespace parity {
 
 namespace {
 
-template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
-template <class T> void add_into(std::vector<T>& a, const std::vector<T>& b) {
-  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
-}
-
 template <class T> struct LayerCache {
   std::vector<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
   FfnCache<T> mlp;
   PMoeCache<T> moe;
 };
 
-// (rows, cols) -> (cols, rows)
-template <class T> std::vector<T> transpose(const T* x, int64_t rows, int64_t cols) {
-  std::vector<T> out(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(j * rows + i)] = x[i * cols + j];
-  return out;
-}
 
 }  // namespace
 

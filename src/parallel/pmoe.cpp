@@ -1,4 +1,5 @@
 #include "parallel/pmoe.h"
+#include "core/vec.h"
 
 #include <span>
 
@@ -10,11 +11,6 @@
 namespace parity {
 
 namespace {
-
-template <class T> std::vector<T> zeros(int64_t n) { return std::vector<T>(static_cast<size_t>(n), T(0)); }
-template <class T> void add_into(std::vector<T>& a, const std::vector<T>& b) {
-  for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
-}
 
 bool split_copies(const TpContext& tp) { return tp.size > 1 && !tp.sp; }
 
