@@ -18,5 +18,7 @@ Command add_bench_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_ckpt_command(CLI::App& app);
+Command add_golden_command(CLI::App& app);
+Command add_plot_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -24,6 +24,14 @@ namespace parity {
 //  - parameters after steps: adam divides by sqrt(v), which turns a relative gradient
 //    error e into a relative update error ~e, accumulated over steps: 1e-10 / 1e-3.
 //  - routing scores: softmax of logits with the gradient's error: 1e-11 / 1e-4.
+//  - golden_curve: a golden's loss / grad_norm / aux loss rerun on another machine
+//    (harness/golden.h). Another libm rounds exp/log/tanh differently in the last bit
+//    (glibc's are < 1 ulp, not correctly rounded), a perturbation of the same size as a
+//    reordered sum, so it grows like the parameters' error: after 50 Adam steps at most
+//    ~1e-10 relative (fp64) / 1e-3 (fp32), and the scalars computed from those parameters
+//    follow. Measured on the goldens themselves (layout against baseline, 50 steps, every
+//    scenario, the same kind of perturbation): see docs/golden.md. A real change in the
+//    model or the data moves the loss by >= 1e-6 at step 1 already.
 // Element bounds are 1000x looser than normwise (single elements can sit on cancellation)
 // and only count elements for the report; the verdict is the normwise bound.
 Tolerance tolerance_for(DType dtype, Quantity q) {
@@ -34,6 +42,7 @@ Tolerance tolerance_for(DType dtype, Quantity q) {
     case Quantity::gradient: return f64 ? Tolerance{1e-11, 1e-8} : Tolerance{1e-3, 1e-1};
     case Quantity::routing_score: return f64 ? Tolerance{1e-11, 1e-8} : Tolerance{1e-4, 1e-2};
     case Quantity::parameter: return f64 ? Tolerance{1e-10, 1e-7} : Tolerance{1e-3, 1e-1};
+    case Quantity::golden_curve: return f64 ? Tolerance{1e-10, 1e-10} : Tolerance{1e-3, 1e-3};
   }
   return {0, 0};
 }
