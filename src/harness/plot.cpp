@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "core/error.h"
+#include "harness/tolerance.h"
 
 namespace parity {
 
@@ -32,7 +33,7 @@ std::string q(const std::string& s) {
 std::string label(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '_' || c == '^' || c == '@' || c == '&' || c == '{' || c == '}') out += "\\\\";
+    if (c == '_' || c == '^' || c == '@' || c == '&' || c == '{' || c == '}') out += "\\";
     out += c;
   }
   return out;
@@ -70,7 +71,8 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
   for (size_t i = 0; i < gs.size(); ++i) {
     const std::string color = "lc " + std::to_string(i + 1);
     if (first_same_baseline(gs, i) == i)
-      s << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 2 lc rgb 'gray40' title "
+      s << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 2 " << (gs.size() > 1 ? color : "lc rgb 'gray40'")
+        << " title "
         << q(label("baseline" + (gs.size() > 1 ? " (" + gs[i].scenario + ")" : std::string()))) << ", \\\n     ";
     if (gs[i].layout_curves)
       s << q(data) << " index " << i << " using 1:3 with lines lw 1.5 " << color << " title "
@@ -81,7 +83,7 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
   }
   for (size_t k = 0; k < floors.size(); ++k)
     s << (k ? ", \\\n     " : "") << num(floors[k]) << " with lines lw 2 lc rgb 'black' title "
-      << q(floors.size() > 1 ? "entropy floor " + num(floors[k]).substr(0, 6) : "entropy floor");
+      << q("entropy floor " + num(floors[k]).substr(0, 6));
   s << "\n";
   if (lower) {
     s << "set logscale y\nset format y '10^{%L}'\nset ylabel '|layout - baseline| loss'\n";
@@ -90,7 +92,10 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
     bool first = true;
     for (size_t i = 0; i < gs.size(); ++i) {
       if (!gs[i].layout_curves) continue;
-      s << (first ? "" : ", \\\n     ") << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.4 lc "
+      if (first)
+        s << q(data) << " index " << i << " using 1:5 with lines dt 2 lw 2 lc rgb 'red' title "
+          << q(label("verdict's loss bound (" + gs[i].dtype + ")")) << ", \\\n     ";
+      s << (first ? "" : ", \\\n     ") << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.5 lw 0.5 lc "
         << i + 1 << " title " << q(label(gs[i].scenario));
       first = false;
     }
@@ -106,14 +111,16 @@ std::string plot_data(const std::vector<Golden>& gs) {
   std::ostringstream s;
   for (size_t i = 0; i < gs.size(); ++i) {
     const Golden& g = gs[i];
-    s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout << "): step baseline layout |layout-baseline|\n";
+    const double bound = tolerance_for(g.dtype == "fp32" ? DType::f32 : DType::f64, Quantity::loss).norm_rel;
+    s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout << "): step baseline layout |layout-baseline| bound\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
       s << t << " " << num(g.baseline.loss[t]);
       if (g.layout_curves && t < g.layout_curves->steps()) {
         const double d = std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]);
-        s << " " << num(g.layout_curves->loss[t]) << " " << num(d > 0 ? d : kZeroDrawnAt);
+        s << " " << num(g.layout_curves->loss[t]) << " " << num(d > 0 ? d : kZeroDrawnAt) << " "
+          << num(bound * std::fabs(g.baseline.loss[t]));
       } else {
-        s << " ? ?";
+        s << " ? ? ?";
       }
       s << "\n";
     }

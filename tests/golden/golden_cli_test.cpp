@@ -1,0 +1,108 @@
+// `parity golden check` through the real binary: the shipped golden passes, and it fails, with
+// the step and the way to regenerate, when the golden is perturbed, stale or missing. These
+// are the proof that the golden checks can fire (ARCHITECTURE.md: no check that cannot).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "harness/golden.h"
+
+namespace parity {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(PARITY_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+std::string scenario(const std::string& name) { return std::string(PARITY_SOURCE_DIR) + "/scenarios/" + name + ".json"; }
+std::string golden(const std::string& name) { return std::string(PARITY_SOURCE_DIR) + "/golden/" + name + ".json"; }
+
+class GoldenCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("parity_golden_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // A golden copied into the temporary directory, changed by `edit`.
+  template <class F> std::string altered(const std::string& name, F edit) {
+    Golden g = load_golden(golden(name));
+    edit(g);
+    save_golden((dir_ / (name + ".json")).string(), g);
+    return "--golden-dir " + dir_.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(GoldenCli, ShippedGoldenPasses) {
+  const Result r = run("golden check " + scenario("fsdp2") + " --backend mpi");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("golden check fsdp2: PASS"), std::string::npos) << r.out;
+}
+
+TEST_F(GoldenCli, PerturbedLayoutLossFailsAtItsStep) {
+  const std::string dir = altered("fsdp2", [](Golden& g) { g.layout_curves->loss[3] *= 1 + 1e-7; });
+  const Result r = run("golden check " + scenario("fsdp2") + " --backend mpi " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("golden check fsdp2: FAIL: 1 of"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layout   loss                       step   3: got"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parity golden update"), std::string::npos) << r.out;
+}
+
+TEST_F(GoldenCli, PerturbedTokenCountFailsExactly) {
+  const std::string dir = altered("tiny", [](Golden& g) {
+    auto& c = g.baseline.tokens_per_expert.at(0).at(5);
+    c.at(0) += 1, c.at(1) -= 1;
+  });
+  const Result r = run("golden check " + scenario("tiny") + " " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("baseline tokens_per_expert.layer1   step   5"), std::string::npos) << r.out;
+}
+
+TEST_F(GoldenCli, StaleHashFailsWithoutRunningAndSaysHowToRegenerate) {
+  const std::string dir = altered("fsdp2", [](Golden& g) { g.scenario_hash = "fnv1a64:0000000000000000"; });
+  const Result r = run("golden check " + scenario("fsdp2") + " " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("made from another version of the scenario"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parity golden update " + scenario("fsdp2")), std::string::npos) << r.out;
+}
+
+TEST_F(GoldenCli, MissingGoldenFails) {
+  const Result r = run("golden check " + scenario("fsdp2") + " --golden-dir " + dir_.string());
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("no golden file"), std::string::npos) << r.out;
+}
+
+TEST_F(GoldenCli, UpdateWritesWhatCheckAccepts) {
+  const Result up = run("golden update " + scenario("tiny") + " --golden-dir " + dir_.string());
+  ASSERT_EQ(up.rc, 0) << up.out;
+  const Result r = run("golden check " + scenario("tiny") + " --golden-dir " + dir_.string());
+  EXPECT_EQ(r.rc, 0) << r.out;
+  // The same values as the shipped golden (only the commit may differ).
+  Golden a = load_golden((dir_ / "tiny.json").string()), b = load_golden(golden("tiny"));
+  a.commit = b.commit;
+  EXPECT_EQ(golden_to_text(a), golden_to_text(b));
+}
+
+}  // namespace
+}  // namespace parity
