@@ -1,0 +1,108 @@
+// The suite can fail, and fails usefully: with a broken reduction injected
+// (PARITY_FAULT=scale_grad:routed_experts:2, the harness doubles every routed-expert
+// gradient a layout reports, as a doubled EDP reduction would) the gradient property must
+// fail, shrink to a small case that still has a MoE layer, and leave that case as a
+// scenario file that `parity run` replays (exit 1 with the fault, exit 0 without).
+// Also: the generators only draw cases that can exist, and cover every folding mode.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "harness/scenario.h"
+#include "mesh/mesh.h"
+#include "properties.h"
+
+namespace parity::property {
+namespace {
+
+rc::detail::TestResult check_with(int cases, uint64_t seed, void (*prop)()) {
+  rc::detail::TestParams params;
+  params.seed = seed, params.maxSuccess = cases;
+  rc::detail::TestMetadata md;
+  md.id = md.description = "programmatic";
+  return rc::detail::checkTestable(prop, md, params);
+}
+
+TEST(PropertyFaults, DoubledExpertReductionIsFoundAndShrunkToAReplayableScenario) {
+  const std::filesystem::path out = work_dir() / "fault-out";
+  ::setenv("PARITY_PROPERTY_OUT", out.c_str(), 1);
+  ::setenv("PARITY_FAULT", "scale_grad:routed_experts:2", 1);
+  const auto result = check_with(30, 8, &prop_gradients);
+  ::unsetenv("PARITY_FAULT");
+  ::unsetenv("PARITY_PROPERTY_OUT");
+  rc::detail::printResultMessage(result, std::cout);
+  std::cout << "\n";
+  ASSERT_TRUE(result.is<rc::detail::FailureResult>()) << "a doubled expert gradient went unnoticed";
+  const std::filesystem::path file = out / "gradients.json";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  std::cout << "shrunk case " << file << ":\n" << read_text(file);
+  const Scenario s = load_scenario(file.string());
+  EXPECT_EQ(s.layout.world, 2);               // shrunk to the smallest world
+  EXPECT_EQ(s.model.moe_layers(), 1);         // kept what the bug needs: one MoE layer
+  EXPECT_EQ(s.model.layers, 1);
+  EXPECT_EQ(s.steps, 1);
+  EXPECT_EQ(s.model.dtype, DType::f64);
+  // The file replays: the fault fails it, the correct build passes it.
+  ::setenv("PARITY_FAULT", "scale_grad:routed_experts:2", 1);
+  const CaseRun bad = run_case(s, "replay_fault");
+  ::unsetenv("PARITY_FAULT");
+  EXPECT_EQ(bad.rc, 1) << bad.log;
+  EXPECT_NE(bad.log.find("FAIL     grad              routed_experts"), std::string::npos) << bad.log;
+  const CaseRun good = run_case(s, "replay_clean");
+  EXPECT_EQ(good.rc, 0) << good.log;
+}
+
+// In-process, no ranks: every drawn case passes the scenario schema, the layout rules and
+// the runner's batch rule, so a property failure is never a generator bug.
+void prop_drawn_cases_are_valid() {
+  CaseSpec spec;
+  spec.need_moe = *rc::gen::arbitrary<bool>(), spec.want_tp = *rc::gen::arbitrary<bool>();
+  spec.draw_clip = *rc::gen::arbitrary<bool>();
+  const Scenario s = *gen_case(spec);
+  validate_scenario(s);
+  mesh::validate_layout(s.layout, s.model);
+  const auto& l = s.layout;
+  RC_ASSERT(s.model.batch % (s.model.microbatches * l.dp_replicate * l.dp_shard) == 0);
+  RC_ASSERT(l.world >= 2 && l.world <= 8);
+  RC_ASSERT(!spec.need_moe || s.model.moe_layers() > 0);
+  const Scenario back = parse_scenario(scenario_to_json(s), "");
+  RC_ASSERT(scenario_to_json(back) == scenario_to_json(s));
+}
+
+TEST(PropertyGenerators, DrawOnlyValidCases) {
+  const auto result = check_with(2000, 1, &prop_drawn_cases_are_valid);
+  rc::detail::printResultMessage(result, std::cout);
+  std::cout << "\n";
+  EXPECT_TRUE(result.is<rc::detail::SuccessResult>());
+}
+
+// Over 1000 draws of the default generator every folding mode occurs, and so do uneven
+// shards, empty shards, sequence parallel, fp32, mpi and MoE layers.
+TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
+  int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0;
+  const auto draw = [&] {
+    const Scenario s = *gen_case(CaseSpec{});
+    const ShardShape sh = shard_shape(s);
+    ++folding[static_cast<int>(folding_of(s.layout))];
+    uneven += sh.uneven, empty += sh.empty, sp += s.layout.sp, fp32 += s.model.dtype == DType::f32;
+    mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0;
+  };
+  rc::detail::TestParams params;
+  params.seed = 3, params.maxSuccess = 1000;
+  ASSERT_TRUE(rc::detail::checkTestable(draw, rc::detail::TestMetadata{}, params).is<rc::detail::SuccessResult>());
+  std::cout << "1000 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
+            << ", cross-lane " << folding[3] << "; uneven " << uneven << ", empty shards " << empty << ", SP " << sp
+            << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "\n";
+  for (int f : folding) EXPECT_GE(f, 50);
+  EXPECT_GE(uneven, 300);
+  EXPECT_GE(empty, 50);
+  EXPECT_GE(sp, 100);
+  EXPECT_GE(fp32, 50);
+  EXPECT_GE(mpi, 20);
+  EXPECT_GE(moe, 300);
+}
+
+}  // namespace
+}  // namespace parity::property

@@ -1,0 +1,17 @@
+// Issue 8, properties 8 and 9 (7, checkpoint round trips across random layouts, waits for
+// `parity run --save-at/--resume`): the same case twice is bitwise identical, and gloo and
+// mpi agree. Each case is two real `parity run` launches.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "properties.h"
+
+namespace parity::property {
+namespace {
+
+RC_GTEST_PROP(RunProps, SameCaseTwiceIsBitwiseIdentical, ()) { prop_twice_bitwise(); }
+
+RC_GTEST_PROP(RunProps, GlooAndMpiAgree, ()) { prop_gloo_mpi(); }
+
+}  // namespace
+}  // namespace parity::property
