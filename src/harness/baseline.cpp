@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "mesh/param_layout.h"
+
 namespace parity {
 
 template <class T>
@@ -9,7 +11,29 @@ BaselineRun<T>::BaselineRun(const Scenario& s)
     : sc_(s),
       data_(s.model.vocab, s.data_seed),
       model_(s.model, s.seed),
-      opt_(s.optim, model_.params.specs) {}
+      opt_(s.optim, model_.params.specs),
+      mesh_(LayoutConfig{}) {
+  for (const auto& sp : model_.params.specs) layouts_.push_back(mesh::param_layout(mesh_, sp));
+}
+
+template <class T> BaselineRun<T>::~BaselineRun() = default;
+
+template <class T> TrainingState<T>& BaselineRun<T>::training() {
+  if (!training_) {
+    TrainingRefs<T> refs{&sc_.model, &model_.params.specs, &layouts_, {}, &opt_, &model_.expert_bias};
+    for (auto& t : model_.params.tensors) refs.params.push_back(&t);
+    training_ = std::make_unique<TrainingState<T>>(std::move(refs));
+  }
+  return *training_;
+}
+
+template <class T> ckpt::ShardedState BaselineRun<T>::state() { return training().state(); }
+template <class T> void BaselineRun<T>::save(const std::string& dir, const ckpt::CheckpointInfo& info) {
+  training().save(nullptr, mesh_, info, dir);
+}
+template <class T> ckpt::CheckpointInfo BaselineRun<T>::load(const std::string& dir, const nlohmann::json& model) {
+  return training().load(nullptr, mesh_, model, dir);
+}
 
 namespace {
 void add_counts(std::vector<int64_t>& into, const std::vector<int64_t>& c) {

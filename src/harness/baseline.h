@@ -3,13 +3,20 @@
 // report or a dump needs recorded per step.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "mesh/mesh.h"
 #include "model/config.h"
 #include "model/data.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "parallel/parallel_state.h"
 
 namespace parity {
 
@@ -30,6 +37,8 @@ enum class KeepGrads { no, yes };
 template <class T> class BaselineRun {
  public:
   explicit BaselineRun(const Scenario& s);
+  ~BaselineRun();
+  BaselineRun(BaselineRun&&) = delete;  // the training state points into the run
 
   // Runs step `t` (0-based) and returns its record; parameters are updated in place.
   StepRecord<T> step(int64_t t, KeepGrads keep = KeepGrads::no);
@@ -39,11 +48,23 @@ template <class T> class BaselineRun {
   Model<T>& model() { return model_; }
   const Optimizer<T>& optimizer() const { return opt_; }
 
+  // Checkpoints (parallel/parallel_state.h names every piece) under the W = 1 mesh, every
+  // tensor whole: save() writes the seed checkpoint any layout can start from (step
+  // info.step); load() takes one saved under any layout and world size of the same model,
+  // after which the next step() must be step(info.step).
+  ckpt::ShardedState state();
+  void save(const std::string& dir, const ckpt::CheckpointInfo& info);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model);
+
  private:
+  TrainingState<T>& training();
   Scenario sc_;
   MarkovData data_;
   Model<T> model_;
   Optimizer<T> opt_;
+  mesh::Mesh mesh_;                       // world 1
+  std::vector<mesh::Layout> layouts_;     // per parameter under mesh_
+  std::unique_ptr<TrainingState<T>> training_;  // built on first use
 };
 
 }  // namespace parity

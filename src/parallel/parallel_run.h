@@ -5,8 +5,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
 #include "comm/communicator.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
@@ -44,6 +48,15 @@ template <class T> class ParallelRun {
   const mesh::Mesh& mesh() const;
   const std::vector<ParamSpec>& specs() const;
   const std::vector<mesh::Layout>& layouts() const;  // per parameter, registry order
+
+  // Checkpoints (parallel/parallel_state.h names every piece): this rank's whole training
+  // state as named global tensors under layouts() (valid until the next call), and a
+  // collective save / load over the run's world. load() takes a checkpoint saved under any
+  // layout and world size of the same model and continues from its step: the next step()
+  // must be step(info.step).
+  ckpt::ShardedState state();
+  void save(const std::string& dir, const ckpt::CheckpointInfo& info);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model);
 
  private:
   struct Impl;

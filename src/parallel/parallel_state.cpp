@@ -1,0 +1,84 @@
+// TrainingState (parallel_state.h) and ParallelRun's checkpoint methods.
+#include "parallel/parallel_state.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ckpt/format.h"
+
+namespace parity {
+
+template <class T> ckpt::ShardedState TrainingState<T>::state() {
+  const ModelConfig& c = *r_.model;
+  const auto& specs = *r_.specs;
+  const auto& layouts = *r_.layouts;
+  if (r_.params.size() != specs.size() || layouts.size() != specs.size())
+    throw Error("training state: " + std::to_string(specs.size()) + " parameters, " +
+                std::to_string(r_.params.size()) + " tensors, " + std::to_string(layouts.size()) + " layouts");
+  ckpt::ShardedState st;
+  for (size_t p = 0; p < specs.size(); ++p) st.add(specs[p].name, specs[p].shape, layouts[p], *r_.params[p]);
+  ParamSet<T>& m = r_.opt->first_moment();
+  for (size_t p = 0; p < specs.size(); ++p)
+    st.add("optim.m." + specs[p].name, specs[p].shape, layouts[p], m.tensors.at(p));
+  if (r_.opt->has_second_moment()) {
+    ParamSet<T>& v = r_.opt->second_moment();
+    for (size_t p = 0; p < specs.size(); ++p)
+      st.add("optim.v." + specs[p].name, specs[p].shape, layouts[p], v.tensors.at(p));
+  }
+  step_ = Tensor<int64_t>(Shape{}, {r_.opt->steps_taken()});
+  st.add("optim.step", {}, mesh::replicated(mesh::View::dense), step_);
+  const auto& bias = *r_.expert_bias;
+  bias_.clear();
+  for (const auto& b : bias) bias_.emplace_back(Shape{c.experts}, b);
+  for (size_t l = 0; l < bias_.size(); ++l)
+    st.add("expert_bias.layers." + std::to_string(c.dense_layers + static_cast<int64_t>(l)), {c.experts},
+           mesh::replicated(mesh::View::dense), bias_[l]);
+  return st;
+}
+
+template <class T>
+void TrainingState<T>::save(comm::Communicator* world, const mesh::Mesh& m, const ckpt::CheckpointInfo& info,
+                            const std::string& dir) {
+  const ckpt::ShardedState st = state();
+  if (world == nullptr)
+    ckpt::save_all(m, {&st}, info, dir);
+  else
+    ckpt::save(*world, m, st, info, dir);
+}
+
+template <class T>
+ckpt::CheckpointInfo TrainingState<T>::load(comm::Communicator* world, const mesh::Mesh& m, const nlohmann::json& model,
+                                            const std::string& dir) {
+  ckpt::ShardedState st = state();
+  ckpt::CheckpointInfo info;
+  if (world == nullptr) {
+    const std::string d = ckpt::resolve(dir);
+    const ckpt::Metadata md = ckpt::read_metadata(d);
+    ckpt::load_rank(d, md, m, st, 0, model);
+    info = {md.step, md.data_position, md.model};
+  } else {
+    info = ckpt::load(*world, m, st, model, dir);
+  }
+  const std::string where = dir + "/metadata.json";
+  if (info.step < 0 || info.data_position != data_position_after(*r_.model, info.step))
+    throw ConfigError(where, "step " + std::to_string(info.step) + " and data_position " +
+                                 std::to_string(info.data_position) + " disagree: a run consumes model.batch (" +
+                                 std::to_string(r_.model->batch) + ") sequences per step");
+  restore(dir);
+  return info;
+}
+
+template <class T> void TrainingState<T>::restore(const std::string& dir) {
+  const std::string where = dir + "/metadata.json";
+  if (step_.numel() != 1 || step_.data[0] < 0)
+    throw ConfigError(where, "tensor 'optim.step': must hold one non-negative count");
+  r_.opt->set_steps(step_.data[0]);
+  auto& bias = *r_.expert_bias;
+  if (bias_.size() != bias.size()) throw Error("training state: expert bias layers changed during a load");
+  for (size_t l = 0; l < bias.size(); ++l) bias[l] = bias_[l].data;
+}
+
+template class TrainingState<float>;
+template class TrainingState<double>;
+
+}  // namespace parity
