@@ -3,10 +3,18 @@
 // hidden --as-rank side), each running the baseline and the layout side by side; rank 0
 // prints the verdict table (harness/verdict.h) and every rank exits with the verdict:
 // 0 within tolerance, 1 not, 2 bad input (refused before any rank starts).
+//
+// Checkpoints (docs/ckpt.md, "Training runs"): --save-at K --ckpt DIR saves the layout's
+// state (world 1: the baseline's, a seed checkpoint) after K steps and goes on; --resume DIR
+// loads it and continues from its step, the baseline replaying the steps before without
+// comparing. A scenario with a "resume" object runs its save-and-resume-elsewhere check:
+// phase 1 trains save_at steps under the scenario's layout and saves into a temporary
+// directory, phase 2 resumes under resume.layout; exit 0 only if both phases pass.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -22,6 +30,7 @@
 #include "harness/scenario.h"
 #include "harness/verdict.h"
 #include "mesh/mesh.h"
+#include "parallel/parallel_state.h"
 
 namespace parity::cli {
 
@@ -35,6 +44,9 @@ struct RunOptions {
   double lr = -1;
   double timeout_s = 60;
   bool as_rank = false;
+  int64_t save_at = -1;       // --save-at K (with --ckpt DIR)
+  std::string ckpt, resume;   // --ckpt DIR, --resume DIR
+  bool resume_layout = false;  // (internal) run the scenario's resume.layout instead of its layout
 };
 
 void print_header(const Scenario& s, double floor) {
@@ -47,11 +59,29 @@ void print_header(const Scenario& s, double floor) {
               "above_floor");
 }
 
+// World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).
 template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
+  const nlohmann::json model = scenario_to_json(s)["model"];
+  int64_t first = 0;
+  if (!o.resume.empty()) {
+    first = run.load(o.resume, model).step;
+    if (first > s.steps)
+      throw ConfigError("--resume", o.resume + " was saved after step " + std::to_string(first) +
+                                        ", beyond the run's last step (steps = " + std::to_string(s.steps) + ")");
+    std::printf("resumed from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first));
+  }
+  if (o.save_at >= 0 && (o.save_at < first || o.save_at > s.steps))
+    throw ConfigError("--save-at", "must be in [" + std::to_string(first) + ", steps = " + std::to_string(s.steps) +
+                                       "], got " + std::to_string(o.save_at));
   print_header(s, floor);
-  for (int64_t t = 0; t < s.steps; ++t) {
+  for (int64_t t = first;; ++t) {
+    if (t == o.save_at) {
+      run.save(o.ckpt, {t, data_position_after(s.model, t), model});
+      std::printf("saved %s after %lld steps\n", o.ckpt.c_str(), static_cast<long long>(t));
+    }
+    if (t >= s.steps) break;
     StepRecord<T> r = run.step(t);
     if (!std::isfinite(r.loss)) {
       std::fprintf(stderr, "parity run: loss is %f at step %lld\n", r.loss, static_cast<long long>(t));
@@ -69,12 +99,18 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
 // exit 2, names the field and the rule).
 Scenario load_with_overrides(const RunOptions& o) {
   Scenario s = load_scenario(o.scenario);
+  if (o.resume_layout) {
+    if (!s.resume) throw ConfigError(o.scenario + ": $.resume", "--resume-layout needs a scenario with a resume object");
+    s.layout = s.resume->layout;
+  }
+  if (o.as_rank) s.resume.reset();  // a rank runs one phase; the launcher checked the whole file
   if (o.steps >= 0) s.steps = o.steps;
   if (!o.dtype.empty()) {
     if (o.dtype != "fp32" && o.dtype != "fp64") throw ConfigError("--dtype", "must be fp32 or fp64, got " + o.dtype);
     s.model.dtype = parse_dtype(o.dtype);
   }
   if (!o.backend.empty()) s.layout.backend = o.backend;
+  if (!o.backend.empty() && s.resume) s.resume->layout.backend = o.backend;
   if (!o.optim.empty()) {
     if (o.optim == "sgd") s.optim.kind = OptimKind::sgd;
     else if (o.optim == "adam") s.optim.kind = OptimKind::adam;
@@ -88,6 +124,20 @@ Scenario load_with_overrides(const RunOptions& o) {
   } catch (const ConfigError& e) {
     throw ConfigError(o.scenario + ": " + e.path(), e.rule());
   }
+  if (s.resume) {
+    try {
+      mesh::validate_layout(s.resume->layout, s.model);
+    } catch (const ConfigError& e) {  // its paths say $.layout.*: this is $.resume.layout.*
+      std::string path = e.path();
+      if (path.rfind("$.layout", 0) == 0) path = "$.resume" + path.substr(1);
+      throw ConfigError(o.scenario + ": " + path, e.rule());
+    }
+  }
+  if ((o.save_at >= 0) != !o.ckpt.empty())
+    throw ConfigError(o.save_at >= 0 ? "--ckpt" : "--save-at", "--save-at K and --ckpt DIR go together");
+  if (o.save_at > s.steps)
+    throw ConfigError("--save-at", "must be <= steps (" + std::to_string(s.steps) + "), got " +
+                                       std::to_string(o.save_at));
   return s;
 }
 
@@ -96,19 +146,21 @@ int64_t now_ns() {
       .count();
 }
 
-// The launcher side: refuse bad input, start the ranks, report the wall time.
-int launch_ranks(const Scenario& s, const RunOptions& o) {
+// The launcher side: refuse bad input, start the ranks of `layout`, report the wall time.
+// `extra` goes to every rank after the common arguments (the checkpoint flags of a phase).
+int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
   comm::LaunchOptions lo;
-  lo.nproc = static_cast<int>(s.layout.world);
-  lo.backend = comm::parse_backend(s.layout.backend);
+  lo.nproc = static_cast<int>(layout.world);
+  lo.backend = comm::parse_backend(layout.backend);
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
   lo.log_dir = o.log_dir;
   const int64_t t0 = now_ns();
   lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
-                                "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", s.layout.backend};
+                                "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", layout.backend};
+  args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
   if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
   if (o.lr >= 0) args.insert(args.end(), {"--lr", std::to_string(o.lr)});
@@ -137,6 +189,7 @@ int run_rank_verdict(const RunOptions& o) {
   vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
   vo.startup_s = startup;
   vo.fault = fault_from_env();
+  vo.save_at = o.save_at, vo.ckpt_dir = o.ckpt, vo.resume_dir = o.resume;
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
                                             " ranks but this run has " + std::to_string(world->size()));
@@ -147,6 +200,64 @@ int run_rank_verdict(const RunOptions& o) {
     if (!o.report.empty()) write_report(o.report, rep);
   }
   return rep.exit_code();
+}
+
+std::string layout_str(const LayoutConfig& l) {
+  auto n = [](int64_t x) { return std::to_string(x); };
+  return "world " + n(l.world) + " (dp_replicate " + n(l.dp_replicate) + ", dp_shard " + n(l.dp_shard) + ", tp " +
+         n(l.tp) + ", ep " + n(l.ep) + ", etp " + n(l.etp) + (l.sp ? ", sp" : "") + ")";
+}
+
+// A fresh directory for the check's checkpoint, removed when the check ends.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "parity-resume-XXXXXX").string();
+    if (mkdtemp(t.data()) == nullptr) throw IoError(t + ": cannot create a temporary directory");
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// The scenario's save-and-resume-elsewhere check: phase 1 trains resume.save_at steps under
+// the scenario's layout (world 1: the baseline) and saves; phase 2 loads that checkpoint
+// under resume.layout and trains to the last step. Both phases are compared with the
+// uninterrupted baseline; --report, if given, is phase 2's.
+int run_resume_check(const Scenario& s, const RunOptions& o) {
+  const ResumeConfig& rc = *s.resume;
+  const TempDir tmp;
+  const std::string dir = tmp.path + "/ckpt", K = std::to_string(rc.save_at);
+  std::printf("resume check, phase 1 of 2: steps 0..%lld under %s, saved after step %s to %s\n",
+              static_cast<long long>(rc.save_at - 1), layout_str(s.layout).c_str(), K.c_str(), dir.c_str());
+  std::fflush(stdout);
+  RunOptions o1 = o;
+  o1.report.clear();
+  o1.save_at = rc.save_at, o1.ckpt = dir, o1.steps = rc.save_at;
+  int rc1 = 0;
+  if (s.layout.world > 1) {
+    Scenario s1 = s;
+    s1.steps = rc.save_at;
+    rc1 = launch_ranks(s1, s.layout, o1, {"--save-at", K, "--ckpt", dir});
+  } else {
+    Scenario s1 = s;
+    s1.steps = rc.save_at, s1.resume.reset();
+    rc1 = s.model.dtype == DType::f32 ? run_baseline<float>(s1, o1) : run_baseline<double>(s1, o1);
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(dir + "/metadata.json", ec)) {
+    std::printf("resume check: phase 1 wrote no checkpoint (exit %d); phase 2 not run\nresume check verdict: FAIL\n", rc1);
+    return rc1 != 0 ? rc1 : 1;
+  }
+  std::printf("resume check, phase 2 of 2: steps %s..%lld under %s, resumed from %s\n", K.c_str(),
+              static_cast<long long>(s.steps - 1), layout_str(rc.layout).c_str(), dir.c_str());
+  std::fflush(stdout);
+  const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir, "--resume-layout"});
+  const int code = rc1 != 0 ? rc1 : rc2;
+  std::printf("resume check verdict: %s (phase 1 exit %d, phase 2 exit %d)\n", code == 0 ? "PASS" : "FAIL", rc1, rc2);
+  return code;
 }
 
 // Errors of a rank carry its rank: the launcher prints every rank's lines unprefixed.
@@ -188,11 +299,24 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   sub->add_option("--log-dir", o->log_dir, "World > 1: also write each rank's output to DIR/rank<r>.log");
+  sub->add_option("--save-at", o->save_at,
+                  "Save the layout's whole training state (world 1: the baseline's, a seed checkpoint) to --ckpt\n"
+                  "DIR after K steps, then go on")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--ckpt", o->ckpt, "Checkpoint directory for --save-at (replaced atomically)");
+  sub->add_option("--resume", o->resume,
+                  "Load the training state from DIR (saved under any layout) and continue from its step; the\n"
+                  "baseline replays the steps before it without comparing");
   sub->add_flag("--as-rank", o->as_rank, "(internal) run as one rank of the verdict")->group("");
+  sub->add_flag("--resume-layout", o->resume_layout, "(internal) run the scenario's resume.layout")->group("");
   return {sub, [o]() {
             if (o->as_rank) return run_rank(*o);
             Scenario s = load_with_overrides(*o);
-            if (s.layout.world > 1) return launch_ranks(s, *o);
+            if (s.resume && o->save_at < 0 && o->resume.empty()) return run_resume_check(s, *o);
+            std::vector<std::string> extra;
+            if (o->save_at >= 0) extra = {"--save-at", std::to_string(o->save_at), "--ckpt", o->ckpt};
+            if (!o->resume.empty()) extra.insert(extra.end(), {"--resume", o->resume});
+            if (s.layout.world > 1) return launch_ranks(s, s.layout, *o, extra);
             return s.model.dtype == DType::f32 ? run_baseline<float>(s, *o) : run_baseline<double>(s, *o);
           }};
 }

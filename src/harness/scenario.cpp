@@ -163,7 +163,8 @@ void parse_layout(const ObjectReader& r, LayoutConfig& l) {
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
-                                           "dtype", "model", "optim", "layout"};
+                                           "dtype", "model", "optim", "layout", "resume"};
+const std::vector<std::string> kResumeKeys = {"save_at", "layout"};
 const std::vector<std::string> kModelKeys = {
     "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
     "microbatches", "dense_layers", "mlp_hidden", "experts", "top_k", "expert_hidden",
@@ -247,8 +248,7 @@ void validate_optim(const OptimConfig& o) {
   require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
 }
 
-void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
-  const std::string p = "$.layout.";
+void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p = "$.layout.") {
   for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
            {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
            {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
@@ -278,6 +278,31 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
   }
   require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
           "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
+}
+
+// The resume layout follows every rule of the main one (reported at $.resume.layout.*), and
+// the run's rules: a world of at least 2 (it is compared with the baseline), and a batch
+// that splits over its micro-batches and data-parallel ranks.
+void validate_resume(const ResumeConfig& r, const Scenario& s) {
+  const std::string p = "$.resume.";
+  require(r.save_at >= 1 && r.save_at < s.steps, p + "save_at",
+          "must be in [1, steps - 1] (steps = " + std::to_string(s.steps) + ") so that both phases run, got " +
+              std::to_string(r.save_at));
+  const LayoutConfig& l = r.layout;
+  validate_layout(l, s.model, p + "layout.");
+  require(l.world >= 2, p + "layout.world",
+          "must be >= 2: the resumed layout is compared with the one-device baseline, got " + std::to_string(l.world));
+  const int64_t dp = l.dp_replicate * l.dp_shard;
+  require(s.model.batch % (s.model.microbatches * dp) == 0, p + "layout.dp_shard",
+          "model.batch (" + std::to_string(s.model.batch) + ") must be divisible by microbatches x dp_replicate x "
+          "dp_shard (" + std::to_string(s.model.microbatches * dp) + ")");
+}
+
+void parse_resume(const ObjectReader& r, ResumeConfig& out) {
+  for (const char* key : {"save_at", "layout"})
+    if (r.find(key) == nullptr) throw ConfigError(r.at(key), "required key is missing");
+  r.read("save_at", out.save_at);
+  parse_layout(ObjectReader(*r.find("layout"), r.at("layout"), kLayoutKeys), out.layout);
 }
 
 // ---- files -------------------------------------------------------------------------------
@@ -348,6 +373,10 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
   if (const json* o = top.find("optim")) parse_optim(ObjectReader(*o, "$.optim", kOptimKeys), s.optim);
   if (const json* l = top.find("layout"))
     parse_layout(ObjectReader(*l, "$.layout", kLayoutKeys), s.layout);
+  if (const json* r = top.find("resume")) {
+    s.resume.emplace();
+    parse_resume(ObjectReader(*r, "$.resume", kResumeKeys), *s.resume);
+  }
   validate_scenario(s);
   return s;
 }
@@ -386,12 +415,15 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},
                 {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
                 {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
-  json layout = {{"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-                 {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"sp", l.sp},
-                 {"backend", l.backend}};
-  return json{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
-              {"data_seed", s.data_seed}, {"dtype", std::string(dtype_name(m.dtype))},
-              {"model", model}, {"optim", optim}, {"layout", layout}};
+  auto layout_json = [](const LayoutConfig& x) {
+    return json{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
+                {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
+  };
+  json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
+           {"data_seed", s.data_seed}, {"dtype", std::string(dtype_name(m.dtype))},
+           {"model", model}, {"optim", optim}, {"layout", layout_json(l)}};
+  if (s.resume) out["resume"] = json{{"save_at", s.resume->save_at}, {"layout", layout_json(s.resume->layout)}};
+  return out;
 }
 
 void validate_scenario(const Scenario& s) {
@@ -403,6 +435,7 @@ void validate_scenario(const Scenario& s) {
   validate_model(s.model);
   validate_optim(s.optim);
   validate_layout(s.layout, s.model);
+  if (s.resume) validate_resume(*s.resume, s);
 }
 
 }  // namespace parity

@@ -8,7 +8,9 @@
 #include <limits>
 #include <span>
 
+#include "core/error.h"
 #include "harness/baseline.h"
+#include "harness/scenario.h"
 #include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
 #include "parallel/parallel_run.h"
@@ -53,6 +55,9 @@ template <class T> class Runner {
   }
 
   void step(int64_t t, VerdictReport& rep);
+  // The layout loads `dir`; the baseline replays the steps before the saved one. Returns it.
+  int64_t resume(const std::string& dir);
+  void save(const std::string& dir, int64_t done);
   Timings& time() {
     time_.layout_comm = clock_->seconds, time_.layout_comm_calls = static_cast<double>(clock_->calls);
     return time_;
@@ -292,6 +297,25 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.compare += since(t0);
 }
 
+template <class T> int64_t Runner<T>::resume(const std::string& dir) {
+  auto t0 = Clock::now();
+  const ckpt::CheckpointInfo info = par_.load(dir, scenario_to_json(sc_)["model"]);
+  time_.parallel += since(t0);
+  if (info.step > sc_.steps)
+    throw ConfigError("--resume", dir + " was saved after step " + std::to_string(info.step) +
+                                      ", beyond the run's last step (steps = " + std::to_string(sc_.steps) + ")");
+  t0 = Clock::now();
+  for (int64_t t = 0; t < info.step; ++t) (void)base_.step(t);  // replayed, not compared
+  time_.baseline += since(t0);
+  return info.step;
+}
+
+template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
+  const auto t0 = Clock::now();
+  par_.save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"]});
+  time_.parallel += since(t0);
+}
+
 // Rank 0's timings and, per field, the slowest rank's.
 void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
   std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
@@ -322,7 +346,23 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
   run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);
-  for (int64_t t = 0; t < s.steps; ++t) run.step(t, rep);
+  if (!o.resume_dir.empty()) {
+    rep.first_step = run.resume(o.resume_dir);
+    rep.checkpoint = "resumed from " + o.resume_dir + " at step " + std::to_string(rep.first_step) +
+                     " (baseline steps 0.." + std::to_string(rep.first_step - 1) + " replayed, not compared)";
+  }
+  if (o.save_at >= 0 && (o.save_at < rep.first_step || o.save_at > s.steps))
+    throw ConfigError("--save-at", "must be in [" + std::to_string(rep.first_step) + ", steps = " +
+                                       std::to_string(s.steps) + "], got " + std::to_string(o.save_at));
+  for (int64_t t = rep.first_step;; ++t) {
+    if (t == o.save_at) {
+      run.save(o.ckpt_dir, t);
+      rep.checkpoint += std::string(rep.checkpoint.empty() ? "" : "; ") + "saved to " + o.ckpt_dir + " after " +
+                        std::to_string(t) + " steps";
+    }
+    if (t >= s.steps) break;
+    run.step(t, rep);
+  }
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(),
                    [](const Row& a, const Row& b) { return static_cast<int>(a.verdict) < static_cast<int>(b.verdict); });

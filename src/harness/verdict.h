@@ -106,7 +106,9 @@ struct VerdictReport {
   std::string scenario, dtype, backend, layout;  // layout: "world 8 = dpr 1 x dps 4 x tp 2, sp"
   int world = 1;
   int64_t steps = 0;
+  int64_t first_step = 0;  // the first step compared (> 0 when the layout resumed)
   std::string fault;  // the injected fault, "" when none
+  std::string checkpoint;  // what the run did with checkpoints ("" when nothing)
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
   Timings rank0, slowest;
@@ -118,6 +120,13 @@ struct VerdictOptions {
   std::optional<Fault> fault;
   double startup_s = 0;     // measured by the caller (launcher start to verdict entry)
   double rendezvous_s = 0;  // measured by the caller (make_world_communicator)
+  // Checkpoints (docs/ckpt.md, "Training runs"). save_at >= 0: the layout saves its whole
+  // state into ckpt_dir when save_at steps are done, and goes on. resume_dir: the layout
+  // loads its state from there (any saved layout or world) and runs from the saved step K;
+  // the baseline replays steps 0..K-1 without comparing, so steps K.. are compared with the
+  // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
+  int64_t save_at = -1;
+  std::string ckpt_dir, resume_dir;
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot

@@ -2,6 +2,7 @@
 // Field names match shared/design/MODEL.md and the scenario schema (docs/scenario.md).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -50,6 +51,14 @@ struct LayoutConfig {
   std::string backend = "gloo";
 };
 
+// A save-and-resume-elsewhere check (docs/scenario.md, "resume"): the run trains save_at
+// steps under the scenario's layout and saves, then this layout loads the checkpoint and
+// trains the remaining steps; both phases are compared with the uninterrupted baseline.
+struct ResumeConfig {
+  int64_t save_at = 0;
+  LayoutConfig layout;
+};
+
 struct Scenario {
   std::string name;      // file stem unless given
   std::string source;    // path it was read from ("" when built in code)
@@ -59,6 +68,7 @@ struct Scenario {
   int64_t steps = 10;
   uint64_t seed = 1234;       // parameter initialisation
   uint64_t data_seed = 5678;  // the Markov chain and the sequences drawn from it
+  std::optional<ResumeConfig> resume;
 };
 
 std::string_view score_name(Score s);
