@@ -31,7 +31,7 @@ namespace parity::property {
 // budget (about 2 minutes on 2 cores); ci/soak sets RC_PARAMS itself (thousands of cases).
 // Set before RapidCheck reads its configuration, which it does on the first check.
 inline const bool kDefaultRcParams = [] {
-  ::setenv("RC_PARAMS", "max_success=12", 0);
+  ::setenv("RC_PARAMS", "max_success=15", 0);
   return true;
 }();
 

@@ -166,7 +166,11 @@ inline Scenario draw_case(const CaseSpec& spec) {
   const Folding want = *rc::gen::elementOf(
       std::vector<Folding>{Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane});
   s.layout = draw_dense_view(spec.want_tp || want == Folding::tp2ep || want == Folding::cross_lane);
-  draw_expert_view(s.layout, spec.need_moe || want != Folding::dense ? want : Folding::dense);
+  // A mode this dense view cannot hold (dp2ep with dp_shard 1, say) gives way to the next.
+  const Folding modes[4] = {Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane};
+  if (want == Folding::dense) draw_expert_view(s.layout, want);
+  for (int k = 0; k < 3 && want != Folding::dense && s.layout.ep == 1; ++k)
+    draw_expert_view(s.layout, modes[(static_cast<int>(want) - 1 + k) % 3 + 1]);
   s.layout.sp = s.layout.tp > 1 && draw_bool();
   if (spec.allow_mpi)
     s.layout.backend = *rc::gen::weightedOneOf<std::string>({{9, rc::gen::just<std::string>("gloo")},

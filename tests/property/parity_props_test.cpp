@@ -1,6 +1,6 @@
 // Issue 8, properties 1-6: drawn layouts (W 2..8, every folding mode), model sizes and seeds
 // checked against the one-device baseline through real rank processes (`parity run`).
-// Each property runs RC_PARAMS' max_success cases (12 by default, case_run.h); ci/soak runs
+// Each property runs RC_PARAMS' max_success cases (15 by default, case_run.h); ci/soak runs
 // thousands. A failure leaves the shrunk case in property-failures/PROPERTY.json (or
 // $PARITY_PROPERTY_OUT) and prints the `parity run` line that replays it; RapidCheck prints
 // the RC_PARAMS="reproduce=..." that redraws it.
