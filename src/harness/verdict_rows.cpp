@@ -49,13 +49,7 @@ std::optional<Fault> fault_from_env() {
 }
 
 bool counted_copy(const mesh::Mesh& m, const mesh::Layout& l, int rank) {
-  const auto& dims = mesh::view_dims(l.view);
-  const auto coords = m.coords(l.view, rank);
-  for (size_t i = 0; i < l.placements.size() && i < dims.size(); ++i) {
-    const auto k = l.placements[i].kind;
-    if ((k == mesh::PlacementKind::replicate || k == mesh::PlacementKind::partial) && coords[i] != 0) return false;
-  }
-  return true;
+  return mesh::first_replica(m, l, rank) && mesh::partial_root(m, l, rank);
 }
 
 std::string_view row_verdict_name(RowVerdict v) {
