@@ -1,5 +1,7 @@
 #include "comm/gloo/gloo_communicator.h"
 
+#include <csignal>
+
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -232,6 +234,10 @@ std::unique_ptr<Communicator> make_gloo_world(int rank, int world_size,
                                               std::shared_ptr<Rendezvous> rendezvous,
                                               const std::string& host,
                                               std::chrono::milliseconds timeout) {
+  // Gloo's tcp pairs write with writev: a write to a peer that has died would raise
+  // SIGPIPE and kill this survivor before it can name the missing rank. Ignored, the
+  // write fails with EPIPE, gloo throws, and the collective reports a CommError.
+  std::signal(SIGPIPE, SIG_IGN);
   auto shared = std::make_shared<Shared>();
   shared->rdzv = std::move(rendezvous);
   shared->world_size = world_size;
