@@ -1,11 +1,47 @@
 #include "parallel/ep_dispatch.h"
 #include "core/vec.h"
 
+#include <algorithm>
+#include <chrono>
 #include <span>
 
 namespace parity {
 
+DispatchStats& dispatch_stats() {
+  static DispatchStats s;
+  return s;
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t total(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+// Rows this flow moves off the rank one way (EP alltoallv to others, ETP allgather from
+// others) and the floor: each token once per other EP rank it must reach.
+template <class T> void count_flow(const EpContext& ep, DispatchCache<T>& k, const int64_t* chosen, int64_t n, int64_t K) {
+  const int64_t me = ep.ep->rank();
+  int64_t moved = 0, floor = 0;
+  for (size_t j = 0; j < k.send_rows.size(); ++j)
+    if (static_cast<int64_t>(j) != me) moved += k.send_rows[j];
+  if (ep.etp->size() > 1) moved += total(k.lane_rows) - k.lane_rows[static_cast<size_t>(ep.etp->rank())];
+  std::vector<char> seen(k.send_rows.size());
+  for (int64_t t = 0; t < n; ++t) {
+    std::fill(seen.begin(), seen.end(), 0);
+    for (int64_t s = 0; s < K; ++s) {
+      const auto dest = static_cast<size_t>(chosen[t * K + s] / ep.El);
+      if (static_cast<int64_t>(dest) != me && !seen[dest]) seen[dest] = 1, ++floor;
+    }
+  }
+  k.rows_moved = 2 * moved, k.rows_floor = 2 * floor;  // there and back
+  dispatch_stats().rows_moved += k.rows_moved;
+  dispatch_stats().rows_floor += k.rows_floor;
+}
 
 std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t D) {
   std::vector<int64_t> out(rows);
@@ -13,11 +49,6 @@ std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t D) {
   return out;
 }
 
-int64_t total(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (int64_t x : v) s += x;
-  return s;
-}
 
 // alltoallv of rows (D elements each).
 template <class T>
@@ -106,10 +137,12 @@ template <class T>
 void ep_dispatch_forward(const ModelConfig& c, const EpContext& ep, const ExpertShard<T>& w, const T* x,
                          const int64_t* chosen, int64_t n, DispatchCache<T>& k) {
   const int64_t D = c.dim, K = c.top_k, F = w.Fl;
+  const auto t0 = Clock::now();
   k.perm = make_permutation(chosen, n, ep.E, K);
   k.xg = zeros<T>(n * K * D);
   permute_forward(x, D, k.perm, k.xg.data());
   plan(ep, k);
+  count_flow(ep, k, chosen, n, K);
   std::vector<T> recv = exchange(*ep.ep, k.xg, k.send_rows, k.recv_rows, D);
   k.xe = take_rows(lane_gather(*ep.etp, recv, k.lane_rows, D), k.order, D);
   auto ye = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
@@ -121,12 +154,15 @@ void ep_dispatch_forward(const ModelConfig& c, const EpContext& ep, const Expert
   std::vector<T> yg = exchange(*ep.ep, mine, k.recv_rows, k.send_rows, D);
   k.y = zeros<T>(n * K * D);
   unpermute_forward(yg.data(), D, k.perm, k.y.data());
+  dispatch_stats().seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  ++dispatch_stats().calls;
 }
 
 template <class T>
 void ep_dispatch_backward(const ModelConfig& c, const EpContext& ep, const ExpertShard<T>& w, const T* dy, int64_t n,
                           const DispatchCache<T>& k, T* dx, T* dw1, T* dw3, T* dw2) {
   const int64_t D = c.dim, K = c.top_k, F = w.Fl;
+  const auto t0 = Clock::now();
   auto dyg = zeros<T>(n * K * D);
   unpermute_backward(dy, D, k.perm, dyg.data());
   std::vector<T> drecv = exchange(*ep.ep, dyg, k.send_rows, k.recv_rows, D);
@@ -139,6 +175,10 @@ void ep_dispatch_backward(const ModelConfig& c, const EpContext& ep, const Exper
   std::vector<T> dmine = lane_reduce_scatter(*ep.etp, put_rows(dxe, k.order, D), k.lane_rows, D);
   std::vector<T> dxg = exchange(*ep.ep, dmine, k.recv_rows, k.send_rows, D);
   permute_backward(dxg.data(), D, k.perm, dx);
+  DispatchStats& st = dispatch_stats();
+  st.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  st.rows_moved += k.rows_moved;  // the backward moves the same rows
+  st.rows_floor += k.rows_floor;
 }
 
 #define PARITY_INSTANTIATE(T)                                                                                   \

@@ -34,12 +34,22 @@ template <class T> struct DispatchCache {
   std::vector<T> xe;                            // (R, D) inputs grouped by local expert
   std::vector<FfnCache<T>> ffn;                 // (El)
   std::vector<T> y;                             // (n*K, D) complete outputs, (token, slot) order
+  int64_t rows_moved = 0, rows_floor = 0;       // this forward's flow, there and back
 };
 
 template <class T> struct ExpertShard {
   const T *w1, *w3, *w2;  // (El, D, Fl), (El, D, Fl), (El, Fl, D)
   int64_t Fl;
 };
+
+// What the token flow cost this rank since the last reset (forward and backward, every
+// MoE layer): rows sent to other ranks, the floor (one copy of each token per other
+// destination rank, what the token counts require), and the wall time of the flow.
+struct DispatchStats {
+  int64_t rows_moved = 0, rows_floor = 0, calls = 0;
+  double seconds = 0;
+};
+DispatchStats& dispatch_stats();  // this process's counters
 
 // x (n, D), chosen (n, K) -> cache.y (n*K, D).
 template <class T>
