@@ -8,7 +8,7 @@ namespace parity {
 
 // What is compared. Later quantities have been through more steps, so rounding has had
 // more chances to grow; each row says how much.
-enum class Quantity { loss, gradient, grad_norm, parameter, routing_score, golden_curve };
+enum class Quantity { loss, gradient, grad_norm, parameter, routing_score, op_result, golden_curve };
 
 struct Tolerance {
   double norm_rel;  // bound on ||x - ref|| / ||ref|| for a whole tensor or family

@@ -1,8 +1,13 @@
 // The one tolerance table of the op tests. Every tolerance used in tests/ops is here,
 // with its derivation; test bodies never write a number of their own.
 #pragma once
+#include "core/tensor.h"
+#include "harness/tolerance.h"
 
 namespace parity::test {
+
+using parity::Quantity;
+using parity::tolerance_for;
 
 // Central differences in fp64 with step kFdStep: the truncation error is O(h^2 * f''')
 // ~ 1e-12 and the rounding error O(eps64 * |f| / h) ~ 2e-16 * |f| / 1e-6 ~ 2e-10 * |f|;
@@ -12,16 +17,10 @@ inline constexpr double kFdStep = 1e-6;
 inline constexpr double kFdRelTol = 1e-7;
 
 // Normwise relative error of a result against an independent formula, keyed by the dtype
-// of the result. fp64: both sides round differently, each elementary result carries
-// O(len * eps64) ~ 100 * 1.1e-16 = 1e-14 relative error; 1e-12 keeps a margin for the
-// O(10) condition numbers of the test inputs. fp32 against the fp64 op on the same
-// (fp32-representable) inputs: O(len * eps32) = 100 * 6e-8 = 6e-6, so 2e-5.
-template <class T> struct Tolerance;
-template <> struct Tolerance<double> {
-  static constexpr double rel = 1e-12;
-};
-template <> struct Tolerance<float> {
-  static constexpr double rel = 2e-5;
+// of the result: the project's one table (harness/tolerance.h, Quantity::op_result, with
+// its derivation there).
+template <class T> struct Tolerance {
+  static inline const double rel = tolerance_for(dtype_of<T>(), Quantity::op_result).norm_rel;
 };
 
 // Absolute tolerance for values that are exactly 0 or 1 in real arithmetic and are
