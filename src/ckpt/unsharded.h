@@ -1,0 +1,44 @@
+// A checkpoint's state unsharded: every tensor whole, as one device holds it, read through
+// the same resharding load as any layout (a world-1 mesh, every tensor replicated). Two
+// checkpoints saved under different layouts hold the same training state exactly when
+// their unsharded states are bitwise equal (`parity ckpt export`, `parity ckpt diff`).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ckpt/format.h"
+#include "core/tensor.h"
+
+namespace parity::ckpt {
+
+struct WholeTensor {
+  std::string name;
+  std::variant<Tensor<float>, Tensor<double>, Tensor<int64_t>> value;
+  DType dtype() const;
+  const Shape& shape() const;
+  const void* data() const;
+  int64_t bytes() const;
+};
+
+struct UnshardedState {
+  Metadata md;                       // of the checkpoint read (step, data position, model, mesh)
+  std::vector<WholeTensor> tensors;  // metadata order
+};
+
+// Reads every tensor of the checkpoint in `dir` (resolved as a reader does) whole, each
+// block checksum verified. Throws IoError / ConfigError as ckpt::load does.
+UnshardedState read_unsharded(const std::string& dir);
+
+// Writes the unsharded state as one safetensors file (metadata: step, data_position and the
+// model config as JSON). Deterministic: equal states give equal bytes, whatever the layouts
+// they were saved under. Throws IoError naming the file.
+void write_unsharded(const UnshardedState& st, const std::string& path);
+
+// Every difference between two unsharded states, one line each: a tensor only in one, a
+// dtype or shape mismatch, or the count of elements whose bits differ with the first one
+// (flat index, both values); then a different step or data position. Empty: bitwise equal.
+std::vector<std::string> diff_unsharded(const UnshardedState& a, const UnshardedState& b);
+
+}  // namespace parity::ckpt
