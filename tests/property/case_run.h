@@ -141,8 +141,9 @@ inline bool has_near_tie(const CaseRun& r) {
 }
 
 // Saves the failing case (the shrunk one, once RapidCheck is done) and logs how to replay it.
+// `replay` replaces the default `parity run FILE` line (a property of several runs).
 inline void record_failure(const std::string& property, const Scenario& s, const CaseRun& r,
-                           const std::string& why) {
+                           const std::string& why, const std::string& replay = "") {
   const auto dir = failure_dir();
   const auto file = dir / (property + ".json");
   write_text(file, scenario_to_json(s).dump(2) + "\n");
@@ -150,7 +151,7 @@ inline void record_failure(const std::string& property, const Scenario& s, const
   const char* fault = std::getenv("PARITY_FAULT");
   const std::string env = fault != nullptr && *fault != '\0' ? std::string("PARITY_FAULT=") + fault + " " : "";
   RC_LOG() << "failing case written to " << file.string() << "\n"
-           << "replay: " << env << parity_binary() << " run " << file.string() << "\n"
+           << "replay: " << (replay.empty() ? env + parity_binary() + " run " + file.string() : replay) << "\n"
            << why;
 }
 

@@ -71,6 +71,59 @@ void prop_drawn_cases_are_valid() {
   RC_ASSERT(scenario_to_json(back) == scenario_to_json(s));
 }
 
+// Property 7's pair: the model fits both the saving and the loading layout.
+void prop_drawn_ckpt_cases_are_valid() {
+  const CkptCase c = *gen_ckpt_case();
+  validate_scenario(c.save);
+  mesh::validate_layout(c.save.layout, c.save.model);
+  mesh::validate_layout(c.load, c.save.model);
+  for (const LayoutConfig& l : {c.save.layout, c.load})
+    RC_ASSERT(c.save.model.batch % (c.save.model.microbatches * l.dp_replicate * l.dp_shard) == 0);
+  RC_ASSERT(c.load.world >= 1 && c.load.world <= 8);
+}
+
+TEST(PropertyGenerators, DrawOnlyValidCheckpointPairs) {
+  const auto result = check_with(1000, 2, &prop_drawn_ckpt_cases_are_valid);
+  rc::detail::printResultMessage(result, std::cout);
+  std::cout << "\n";
+  EXPECT_TRUE(result.is<rc::detail::SuccessResult>());
+}
+
+// Each folding mode is drawn as a mode of its own: the classification of a drawn layout is
+// the mode asked for (a cross-lane draw with tp 1 would really be dp2ep).
+TEST(PropertyGenerators, LayoutsInModeAreOfThatMode) {
+  for (int64_t w = 1; w <= 8; ++w)
+    for (Folding f : {Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane})
+      for (const LayoutConfig& l : layouts_in_mode(w, f)) {
+        EXPECT_EQ(folding_of(l), f) << "W" << w << " tp" << l.tp << " ep" << l.ep << " etp" << l.etp;
+        EXPECT_EQ(l.world, l.dp_replicate * l.dp_shard * l.tp);
+        EXPECT_EQ((l.world / l.dp_replicate) % (l.ep * l.etp), 0);
+      }
+  EXPECT_EQ(layouts_in_mode(2, Folding::cross_lane).size(), 0u);  // tp 2 and ep 2 = tp: tp2ep
+  EXPECT_GT(layouts_in_mode(4, Folding::cross_lane).size(), 0u);  // tp 2, ep 4
+}
+
+// CI runs each property for RC_PARAMS' 15 cases from seed 20261122: those first 15 draws of
+// every property's generator already hold every folding mode (the coverage line each
+// property prints at exit shows it for the real runs).
+TEST(PropertyGenerators, CiSeedReachesEveryFoldingModeInEveryProperty) {
+  CaseSpec moe, tp, sgd, adam, clip;
+  moe.need_moe = true, tp.want_tp = true, sgd.need_moe = sgd.sgd_lr1_one_step = true;
+  adam.adam_family = true, clip.draw_clip = true;
+  CaseSpec no_mpi;
+  no_mpi.allow_mpi = false;
+  for (const CaseSpec& spec : {CaseSpec{}, moe, tp, sgd, adam, clip, no_mpi}) {
+    int folding[4] = {0, 0, 0, 0};
+    const auto draw = [&] { ++folding[static_cast<int>(folding_of((*gen_case(spec)).layout))]; };
+    rc::detail::TestParams params;
+    params.seed = 20261122, params.maxSuccess = 15;
+    ASSERT_TRUE(rc::detail::checkTestable(draw, rc::detail::TestMetadata{}, params).is<rc::detail::SuccessResult>());
+    std::cout << "15 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
+              << ", cross-lane " << folding[3] << "\n";
+    for (int f : folding) EXPECT_GE(f, 1);
+  }
+}
+
 TEST(PropertyGenerators, DrawOnlyValidCases) {
   const auto result = check_with(2000, 1, &prop_drawn_cases_are_valid);
   rc::detail::printResultMessage(result, std::cout);

@@ -10,7 +10,10 @@
 #pragma once
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -65,40 +68,75 @@ inline std::vector<int64_t> divisors_of(int64_t n) {
   return out;
 }
 
-// (dp_replicate, dp_shard, tp) of W; tp > 1 when asked and possible.
-inline LayoutConfig draw_dense_view(bool want_tp) {
-  LayoutConfig l;
-  // One inRange (not a weighted choice of ranges): RapidCheck shrinks it step by step to 2.
-  l.world = *rc::gen::inRange<int64_t>(2, 9);
-  std::vector<int64_t> tps = divisors_of(l.world);
-  if (want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}}))
-    tps.erase(tps.begin());
-  // tp first among the degrees so that shrinking keeps a needed tp and drops replication.
-  l.tp = *rc::gen::elementOf(tps);
-  const std::vector<int64_t> rest = divisors_of(l.world / l.tp);
-  l.dp_replicate = *rc::gen::weightedOneOf<int64_t>(
-      {{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::elementOf(rest)}});
-  l.dp_shard = l.world / (l.tp * l.dp_replicate);
+// Every layout of `world` ranks in folding mode `f`, simplest first (tp, then replication,
+// then ep ascending), so that elementOf shrinks towards the plainest layout of the mode.
+// FOLDINGS.md: dense only has ep 1 (etp 1 or tp); dp2ep has etp = tp and ep | dp_shard;
+// tp2ep has etp 1 and ep = tp; cross-lane has tp > 1, etp 1 and ep | world / dp_replicate
+// with ep not in {1, tp}.
+inline std::vector<LayoutConfig> layouts_in_mode(int64_t world, Folding f) {
+  std::vector<LayoutConfig> out;
+  for (int64_t tp : divisors_of(world))
+    for (int64_t dpr : divisors_of(world / tp)) {
+      LayoutConfig l;
+      l.world = world, l.tp = tp, l.dp_replicate = dpr, l.dp_shard = world / (tp * dpr);
+      const int64_t per_replica = world / dpr;
+      const auto add = [&](int64_t ep, int64_t etp) {
+        LayoutConfig x = l;
+        x.ep = ep, x.etp = etp;
+        out.push_back(x);
+      };
+      if (f == Folding::dense) {
+        add(1, 1);
+        if (tp > 1) add(1, tp);
+      } else if (f == Folding::dp2ep) {
+        for (int64_t ep : divisors_of(l.dp_shard))
+          if (ep > 1) add(ep, tp);
+      } else if (f == Folding::tp2ep) {
+        if (tp > 1) add(tp, 1);
+      } else if (tp > 1) {  // with tp 1, etp 1 = tp: that is dp2ep
+        for (int64_t ep : divisors_of(per_replica))
+          if (ep > 1 && ep != tp) add(ep, 1);
+      }
+    }
+  std::stable_sort(out.begin(), out.end(), [](const LayoutConfig& a, const LayoutConfig& b) {
+    return std::tie(a.tp, a.dp_replicate, a.ep, a.etp) < std::tie(b.tp, b.dp_replicate, b.ep, b.etp);
+  });
+  return out;
+}
+
+// A layout in mode `f` on 2..8 ranks (1..8 with `allow_one`), or its dense view for W = 1:
+// the world is drawn among the sizes that can hold the mode, so every mode is drawn as
+// often as the others and none silently falls back to another. With `want_tp`, tp > 1 in
+// four draws of five where the world allows it.
+inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false) {
+  std::vector<int64_t> worlds;
+  for (int64_t w = allow_one ? 1 : 2; w <= 8; ++w)
+    if (!layouts_in_mode(w, f).empty()) worlds.push_back(w);
+  // One inRange over the feasible sizes: RapidCheck shrinks it step by step to the smallest.
+  const int64_t world = worlds[static_cast<size_t>(*rc::gen::inRange<size_t>(0, worlds.size()))];
+  std::vector<LayoutConfig> ls = layouts_in_mode(world, f);
+  if (want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}})) {
+    std::vector<LayoutConfig> tps;
+    for (const LayoutConfig& l : ls)
+      if (l.tp > 1) tps.push_back(l);
+    if (!tps.empty()) ls = tps;
+  }
+  // Replication (HSDP) in about one draw of four: three in four keep dp_replicate 1.
+  std::vector<LayoutConfig> flat;
+  for (const LayoutConfig& l : ls)
+    if (l.dp_replicate == 1) flat.push_back(l);
+  if (flat.empty()) flat = ls;
+  LayoutConfig l = *rc::gen::weightedOneOf<LayoutConfig>({{3, rc::gen::elementOf(flat)}, {1, rc::gen::elementOf(ls)}});
+  l.sp = l.tp > 1 && draw_bool();
   return l;
 }
 
-// (ep, etp) for the drawn folding mode; falls back to dense when the mode cannot exist.
-inline void draw_expert_view(LayoutConfig& l, Folding want) {
-  const int64_t per_replica = l.world / l.dp_replicate;  // ep * etp * edp_shard
-  l.ep = 1, l.etp = *rc::gen::elementOf(std::vector<int64_t>{1, l.tp});
-  if (want == Folding::dp2ep) {
-    std::vector<int64_t> eps;
-    for (int64_t e : divisors_of(l.dp_shard))
-      if (e > 1) eps.push_back(e);
-    if (!eps.empty()) l.etp = l.tp, l.ep = *rc::gen::elementOf(eps);
-  } else if (want == Folding::tp2ep && l.tp > 1) {
-    l.etp = 1, l.ep = l.tp;
-  } else if (want == Folding::cross_lane && l.tp > 1) {
-    std::vector<int64_t> eps;  // EP over more than one TP lane but not just the TP group
-    for (int64_t e : divisors_of(per_replica))
-      if (e > 1 && e != l.tp) eps.push_back(e);
-    if (!eps.empty()) l.etp = 1, l.ep = *rc::gen::elementOf(eps);
-  }
+// Uniform over the four modes at every size: RapidCheck scales elementOf / inRange with the
+// case's size (0 at the first case), which would draw "dense only" for all the small early
+// cases and leave cross-lane to the last few of a short CI run. Shrinking still goes to dense.
+inline Folding draw_folding() {
+  return *rc::gen::resize(
+      100, rc::gen::elementOf(std::vector<Folding>{Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane}));
 }
 
 // Hidden sizes from 1 to 12, often not a multiple of tp (uneven or empty shards).
@@ -124,22 +162,39 @@ inline void draw_moe(ModelConfig& m, int64_t ep, bool need_moe) {
   m.bias_rate = *rc::gen::elementOf(std::vector<double>{0.0, 0.001});
 }
 
-// A model sized to the layout: heads % tp == 0, seq % tp == 0 under SP, batch divisible by
+// The multiples a model needs to fit every layout of `ls` (a checkpoint's saving and
+// loading layouts, say): heads of tp, seq of tp under SP, batch of microbatches x dp,
+// experts of ep.
+struct Fit {
+  int64_t tp = 1, sp_tp = 1, dp = 1, ep = 1;
+  bool sp = false;
+};
+
+inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
+  Fit f;
+  for (const LayoutConfig& l : ls) {
+    f.tp = std::lcm(f.tp, l.tp), f.dp = std::lcm(f.dp, l.dp_replicate * l.dp_shard), f.ep = std::lcm(f.ep, l.ep);
+    if (l.sp) f.sp = true, f.sp_tp = std::lcm(f.sp_tp, l.tp);
+  }
+  return f;
+}
+
+// A model sized to the layouts: heads % tp == 0, seq % tp == 0 under SP, batch divisible by
 // microbatches x dp; vocab and hidden sizes free (uneven vocab-parallel and MLP shards).
-inline ModelConfig draw_model(const LayoutConfig& l, const CaseSpec& spec) {
+inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpec& spec) {
+  const Fit fit = fit_of(ls);
   ModelConfig m;
-  m.heads = l.tp * *rc::gen::inRange<int64_t>(1, 3);
+  m.heads = fit.tp * *rc::gen::inRange<int64_t>(1, 3);
   // dim >= 2: with dim 1 every LayerNorm output is exactly 0, the gradients are pure
   // cancellation noise (norm ~1e-11 in fp32) and no relative comparison means anything
   // (a case found by this suite: grad norm 5.8e-11 vs 2.9e-11).
   m.dim = m.heads * *rc::gen::inRange<int64_t>(m.heads == 1 ? 2 : 1, 4);
   m.vocab = *rc::gen::inRange<int64_t>(2, 40);
-  m.seq = l.sp ? l.tp * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
+  m.seq = fit.sp ? fit.sp_tp * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
   m.microbatches = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::inRange<int64_t>(2, 4)}});
-  const int64_t dp = l.dp_replicate * l.dp_shard;
-  m.batch = m.microbatches * dp * *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::just<int64_t>(2)}});
+  m.batch = m.microbatches * fit.dp * *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::just<int64_t>(2)}});
   m.mlp_hidden = draw_hidden();
-  draw_moe(m, l.ep, spec.need_moe);
+  draw_moe(m, fit.ep, spec.need_moe);
   m.tie_embeddings = draw_bool();
   m.dtype = *rc::gen::weightedOneOf<DType>({{4, rc::gen::just(DType::f64)}, {1, rc::gen::just(DType::f32)}});
   return m;
@@ -161,24 +216,20 @@ inline OptimConfig draw_optim(const CaseSpec& spec) {
   return o;
 }
 
-// One whole case: layout first (so that shrinking keeps the layout that exposes a bug),
-// then the model, optimizer, steps and seeds.
+// The backend: gloo mostly, mpi in one case of ten when allowed.
+inline std::string draw_backend(bool allow_mpi) {
+  if (!allow_mpi) return "gloo";
+  return *rc::gen::weightedOneOf<std::string>({{9, rc::gen::just<std::string>("gloo")}, {1, rc::gen::just<std::string>("mpi")}});
+}
+
+// One whole case: folding mode and layout first (so that shrinking keeps the layout that
+// exposes a bug), then the model, optimizer, steps and seeds.
 inline Scenario draw_case(const CaseSpec& spec) {
   Scenario s;
   s.name = "property_case";
-  const Folding want = *rc::gen::elementOf(
-      std::vector<Folding>{Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane});
-  s.layout = draw_dense_view(spec.want_tp || want == Folding::tp2ep || want == Folding::cross_lane);
-  // A mode this dense view cannot hold (dp2ep with dp_shard 1, say) gives way to the next.
-  const Folding modes[4] = {Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane};
-  if (want == Folding::dense) draw_expert_view(s.layout, want);
-  for (int k = 0; k < 3 && want != Folding::dense && s.layout.ep == 1; ++k)
-    draw_expert_view(s.layout, modes[(static_cast<int>(want) - 1 + k) % 3 + 1]);
-  s.layout.sp = s.layout.tp > 1 && draw_bool();
-  if (spec.allow_mpi)
-    s.layout.backend = *rc::gen::weightedOneOf<std::string>({{9, rc::gen::just<std::string>("gloo")},
-                                                             {1, rc::gen::just<std::string>("mpi")}});
-  s.model = draw_model(s.layout, spec);
+  s.layout = draw_layout(draw_folding(), spec.want_tp);
+  s.layout.backend = draw_backend(spec.allow_mpi);
+  s.model = draw_model({s.layout}, spec);
   s.optim = draw_optim(spec);
   s.steps = spec.sgd_lr1_one_step ? 1
             : spec.adam_family    ? *rc::gen::inRange<int64_t>(2, 4)
@@ -190,6 +241,31 @@ inline Scenario draw_case(const CaseSpec& spec) {
 
 inline rc::Gen<Scenario> gen_case(CaseSpec spec) {
   return rc::gen::exec([spec] { return draw_case(spec); });
+}
+
+// Property 7: a case trained and saved under one layout, and the layout (any folding mode,
+// world 1..8, the one-device baseline included) that loads its checkpoint; the model fits both.
+struct CkptCase {
+  Scenario save;       // trained save.steps steps, then saved
+  LayoutConfig load;   // loads the checkpoint, then saves it again
+};
+
+inline rc::Gen<CkptCase> gen_ckpt_case() {
+  return rc::gen::exec([] {
+    CkptCase c;
+    Scenario& s = c.save;
+    s.name = "property_ckpt_case";
+    s.layout = draw_layout(draw_folding(), false);
+    s.layout.backend = draw_backend(true);
+    c.load = draw_layout(draw_folding(), false, /*allow_one=*/true);
+    c.load.backend = draw_backend(c.load.world > 1);
+    s.model = draw_model({s.layout, c.load}, CaseSpec{});
+    s.optim = draw_optim(CaseSpec{});
+    s.steps = *rc::gen::inRange<int64_t>(1, 3);
+    s.seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
+    s.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
+    return c;
+  });
 }
 
 // Whether some parameter of the model has an uneven (or empty) shard under the layout.

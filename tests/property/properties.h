@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "case_run.h"
+#include "ckpt/unsharded.h"
 #include "generators.h"
 #include "harness/tolerance.h"
 
@@ -75,6 +76,45 @@ inline void prop_grad_norm_clip() {
     clipped = clipped || (st["clip_ref"].is_number() && st["clip_ref"].get<double>() < 1.0);
   RC_CLASSIFY(clipped, "clips");
   RC_CLASSIFY(!clipped, "does not clip");
+}
+
+// 7. A checkpoint saved under one random layout and loaded under another (any folding mode,
+// another world size, the one-device baseline) gives the bitwise-equal unsharded state:
+// the loading layout resumes at the saved step and at once saves again (`parity run
+// --resume A --save-at K --ckpt B`, no step in between), and `parity ckpt diff A B` must
+// find nothing. The saving run's verdict is other properties' business.
+inline void prop_ckpt_round_trip() {
+  const CkptCase c = *gen_ckpt_case();
+  classify_case(c.save);
+  RC_CLASSIFY(c.load.world != c.save.layout.world, "loaded on another world size");
+  RC_CLASSIFY(folding_of(c.load) != folding_of(c.save.layout), "loaded in another folding mode");
+  Scenario loader = c.save;
+  loader.name = "property_ckpt_load";
+  loader.layout = c.load;
+  const auto dir = work_dir();
+  const std::string a = (dir / "ckpt_saved").string(), b = (dir / "ckpt_loaded").string(),
+                    K = std::to_string(c.save.steps);
+  std::filesystem::remove_all(a), std::filesystem::remove_all(b);
+  const CaseRun saved = run_case(c.save, "ckpt_save", "--save-at " + K + " --ckpt " + a);
+  const CaseRun loaded = run_case(loader, "ckpt_load", "--resume " + a + " --save-at " + K + " --ckpt " + b);
+  std::string why;
+  if (!std::filesystem::exists(a + "/metadata.json"))
+    why = "the saving run wrote no checkpoint (exit " + std::to_string(saved.rc) + ")\n" + saved.log.substr(0, 2000);
+  else if (!std::filesystem::exists(b + "/metadata.json"))
+    why = "the loading run wrote no checkpoint (exit " + std::to_string(loaded.rc) + ")\n" + loaded.log.substr(0, 2000);
+  else
+    for (const std::string& d : ckpt::diff_unsharded(ckpt::read_unsharded(a), ckpt::read_unsharded(b)))
+      why += "DIFF " + d + "\n";
+  if (!why.empty()) {
+    const auto out = failure_dir();
+    write_text(out / "ckpt_round_trip.load.json", scenario_to_json(loader).dump(2) + "\n");
+    const std::string p = parity_binary();
+    record_failure("ckpt_round_trip", c.save, loaded, why,
+                   p + " run " + (out / "ckpt_round_trip.json").string() + " --save-at " + K + " --ckpt /tmp/A && " +
+                       p + " run " + (out / "ckpt_round_trip.load.json").string() + " --resume /tmp/A --save-at " + K +
+                       " --ckpt /tmp/B && " + p + " ckpt diff /tmp/A /tmp/B");
+  }
+  RC_ASSERT(why == std::string());
 }
 
 // The values of a report that must not depend on anything but the case: every step line and
