@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,7 +26,19 @@
 #include "harness/scenario.h"
 #include "model/config.h"
 
+namespace parity {
+// How RapidCheck prints a drawn case in its failure message (found by ADL): the scenario file.
+inline void showValue(const Scenario& s, std::ostream& os) { os << scenario_to_json(s).dump(2); }
+}  // namespace parity
+
 namespace parity::property {
+
+inline void showValue(const CkptCase& c, std::ostream& os) {
+  Scenario loader = c.save;
+  loader.layout = c.load;
+  os << "saved under:\n" << scenario_to_json(c.save).dump(2) << "\nloaded under layout "
+     << scenario_to_json(loader)["layout"].dump();
+}
 
 // CI runs a fixed, small number of cases per property, from a fixed seed, so the gate is
 // reproducible and stays within its budget (about 2 minutes on 2 cores); ci/soak sets

@@ -88,6 +88,7 @@ inline void prop_ckpt_round_trip() {
   classify_case(c.save);
   RC_CLASSIFY(c.load.world != c.save.layout.world, "loaded on another world size");
   RC_CLASSIFY(folding_of(c.load) != folding_of(c.save.layout), "loaded in another folding mode");
+  RC_CLASSIFY(c.load.world == 1, "loaded by the one-device baseline");
   Scenario loader = c.save;
   loader.name = "property_ckpt_load";
   loader.layout = c.load;
