@@ -86,3 +86,9 @@ set_tests_properties(verdict.report_json PROPERTIES
 set_tests_properties(verdict.fault.scale_grad_router verdict.fault.scale_param_layernorm
   verdict.fault.malformed_is_refused verdict.refuses_bad_layout verdict.refuses_bad_backend_override
   verdict.report_json PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
+
+# --lr reaches the ranks exactly: 1e-9 once became "0.000000" (std::to_string), which every
+# rank refused (exit 2); the ranks print the optimizer they ran in the verdict's first line.
+add_test(NAME run.lr_override_reaches_ranks_exactly
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp2.json --steps 1 --lr 1.25e-9 2>&1; echo exit=$?")
+set_tests_properties(run.lr_override_reaches_ranks_exactly PROPERTIES PASS_REGULAR_EXPRESSION "1 steps, adam lr 1.25e-09\n.*exit=0\n")

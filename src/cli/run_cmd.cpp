@@ -147,6 +147,22 @@ int64_t now_ns() {
 }
 
 // The launcher side: refuse bad input, start the ranks of `layout`, report the wall time.
+// A double as text that parses back to the same bits (std::to_string keeps 6 decimals:
+// --lr 1e-7 reached the ranks as 0).
+std::string exact_str(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+// "R.json" -> "R.phase1.json" (any other name: "R.phase1"): phase 1's report in a resume check.
+std::string phase1_report(const std::string& report) {
+  const std::string ext = ".json";
+  if (report.size() > ext.size() && report.compare(report.size() - ext.size(), ext.size(), ext) == 0)
+    return report.substr(0, report.size() - ext.size()) + ".phase1" + ext;
+  return report + ".phase1";
+}
+
 // `extra` goes to every rank after the common arguments (the checkpoint flags of a phase).
 int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
@@ -163,7 +179,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
   if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
-  if (o.lr >= 0) args.insert(args.end(), {"--lr", std::to_string(o.lr)});
+  if (o.lr >= 0) args.insert(args.end(), {"--lr", exact_str(o.lr)});
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   std::printf("time to verdict: %.3f s (launcher wall clock, %d ranks, exit %d)\n",
@@ -225,7 +241,8 @@ struct TempDir {
 // The scenario's save-and-resume-elsewhere check: phase 1 trains resume.save_at steps under
 // the scenario's layout (world 1: the baseline) and saves; phase 2 loads that checkpoint
 // under resume.layout and trains to the last step. Both phases are compared with the
-// uninterrupted baseline; --report, if given, is phase 2's.
+// uninterrupted baseline; --report R.json, if given, is phase 2's, and phase 1's (a layout,
+// not the baseline) goes to R.phase1.json.
 int run_resume_check(const Scenario& s, const RunOptions& o) {
   const ResumeConfig& rc = *s.resume;
   const TempDir tmp;
@@ -234,7 +251,7 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
               static_cast<long long>(rc.save_at - 1), layout_str(s.layout).c_str(), K.c_str(), dir.c_str());
   std::fflush(stdout);
   RunOptions o1 = o;
-  o1.report.clear();
+  o1.report = o.report.empty() ? "" : phase1_report(o.report);
   o1.save_at = rc.save_at, o1.ckpt = dir, o1.steps = rc.save_at;
   int rc1 = 0;
   if (s.layout.world > 1) {
@@ -294,7 +311,9 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl");
   sub->add_option("--optim", o->optim, "Override the optimizer: sgd, adam or adamw");
   sub->add_option("--lr", o->lr, "Override the learning rate")->check(CLI::PositiveNumber);
-  sub->add_option("--report", o->report, "World > 1: also write the verdict as JSON to FILE");
+  sub->add_option("--report", o->report,
+                  "World > 1: also write the verdict as JSON to FILE (a scenario with a resume object: phase 2's; "
+                  "phase 1's goes to FILE.phase1.json)");
   sub->add_option("--timeout", o->timeout_s, "World > 1: per-collective timeout in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -330,6 +330,12 @@ void gather_timings(comm::Communicator& world, const Timings& mine, VerdictRepor
   rep.slowest = to(mx.data());
 }
 
+std::string optim_desc(const OptimConfig& o) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", o.lr);
+  return std::string(optim_name(o.kind)) + " lr " + lr;
+}
+
 std::string fault_desc(const std::optional<Fault>& f) {
   if (!f) return "";
   return std::string(f->target == Fault::Target::grad ? "scale_grad:" : "scale_param:") +
@@ -343,6 +349,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
+  rep.optim = optim_desc(s.optim);
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
   run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);

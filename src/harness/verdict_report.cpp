@@ -66,7 +66,7 @@ nlohmann::json timings_json(const Timings& t) {
 
 std::string format_verdict(const VerdictReport& r) {
   std::string out = "parity run " + r.scenario + ": " + r.dtype + ", " + r.backend + ", " + r.layout + ", " +
-                    std::to_string(r.steps) + " steps\n";
+                    std::to_string(r.steps) + " steps, " + r.optim + "\n";
   if (!r.fault.empty()) out += "injected fault (PARITY_FAULT): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
   char buf[256];
@@ -122,7 +122,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"detail", row.detail}});
   return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"backend", r.backend},
           {"layout", r.layout},     {"world", r.world},   {"steps", r.steps},
-          {"first_step", r.first_step}, {"checkpoint", r.checkpoint},
+          {"first_step", r.first_step}, {"checkpoint", r.checkpoint}, {"optim", r.optim},
           {"fault", r.fault},       {"passed", r.passed()}, {"step_table", steps},
           {"rows", rows},           {"time_rank0", timings_json(r.rank0)}, {"time_slowest", timings_json(r.slowest)}};
 }

@@ -102,3 +102,11 @@ set_tests_properties(${PARITY_RESUME_TESTS} PROPERTIES LABELS "ckpt;multiprocess
 # The fault tests share the good checkpoint's directory: one at a time.
 set_tests_properties(ckpt.run.refuses.flipped_byte ckpt.run.refuses.truncated_file ckpt.run.refuses.deleted_rank_file
   PROPERTIES RESOURCE_LOCK parity_resume_good)
+
+# A resume check with --report R.json writes both phases: R.phase1.json (the saving layout,
+# first_step 0) and R.json (the resumed layout, first_step = resume.save_at).
+add_test(NAME ckpt.run.resume_check_reports_both_phases
+         COMMAND sh -c "rm -f '${S}/rr.json' '${S}/rr.phase1.json'; ${P} run ${PARITY_RESUME_SCEN}/resume_fsdp3_to_fsdp4.json --report '${S}/rr.json' > /dev/null; \
+echo exit=$?; grep -o '\"first_step\": *[0-9]*' '${S}/rr.phase1.json' '${S}/rr.json'")
+set_tests_properties(ckpt.run.resume_check_reports_both_phases PROPERTIES
+  PASS_REGULAR_EXPRESSION "exit=0\n[^\n]*rr.phase1.json:\"first_step\": *0\n[^\n]*rr.json:\"first_step\": *[1-9]")
