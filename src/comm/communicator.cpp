@@ -1,12 +1,30 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <set>
 
 #include "core/error.h"
 
 namespace parity::comm {
+
+namespace {
+// PARITY_COMM_TRACE=R: world rank R prints every collective it takes part in (group, op,
+// sequence number, size, microseconds) to stderr; unset or not a number: nobody (-1).
+int trace_rank() {
+  static const int r = [] {
+    const char* v = std::getenv("PARITY_COMM_TRACE");
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    return *end == '\0' && x >= 0 ? static_cast<int>(x) : -1;
+  }();
+  return r;
+}
+}  // namespace
 
 std::string_view backend_name(Backend b) {
   switch (b) {
@@ -86,6 +104,13 @@ void Communicator::collective(std::string_view op, const std::string& detail, F&
   ++seq_;
   std::string what = std::string(op) + " #" + std::to_string(seq_);
   try {
+    if (trace_rank() == world_rank()) {
+      const auto t0 = std::chrono::steady_clock::now();
+      body();
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "comm trace: %s %s (%s) %.1f us\n", where().c_str(), what.c_str(), detail.c_str(), us);
+      return;
+    }
     body();
   } catch (const std::exception& e) {
     std::string msg = where() + ", " + what + " (" + detail + "): " + e.what();
@@ -184,8 +209,8 @@ void Communicator::barrier() {
   collective("barrier", "no data", [&] { do_barrier(); });
 }
 
-template <class T>
-static void reduce_blocks(const T* blocks, T* out, int64_t n, int nblocks, ReduceOp op) {
+namespace {
+template <class T> void reduce_typed(const T* blocks, T* out, int64_t n, int nblocks, ReduceOp op) {
   for (int64_t i = 0; i < n; ++i) out[i] = blocks[i];
   for (int b = 1; b < nblocks; ++b) {
     const T* x = blocks + b * n;
@@ -198,6 +223,21 @@ static void reduce_blocks(const T* blocks, T* out, int64_t n, int nblocks, Reduc
     }
   }
 }
+}  // namespace
+
+void Communicator::reduce_blocks(const void* blocks, void* out, int64_t n, int nblocks, DType t, ReduceOp op) {
+  switch (t) {
+    case DType::f32:
+      reduce_typed(static_cast<const float*>(blocks), static_cast<float*>(out), n, nblocks, op);
+      break;
+    case DType::f64:
+      reduce_typed(static_cast<const double*>(blocks), static_cast<double*>(out), n, nblocks, op);
+      break;
+    case DType::i64:
+      reduce_typed(static_cast<const int64_t*>(blocks), static_cast<int64_t*>(out), n, nblocks, op);
+      break;
+  }
+}
 
 void Communicator::do_reduce_scatterv(const void* in, void* out,
                                       const std::vector<int64_t>& counts, DType t, ReduceOp op) {
@@ -206,17 +246,7 @@ void Communicator::do_reduce_scatterv(const void* in, void* out,
   std::vector<int64_t> recv(static_cast<size_t>(size()), mine);
   std::vector<char> blocks(static_cast<size_t>(mine * size() * dtype_size(t)));
   do_alltoallv(in, counts, blocks.data(), recv, t);
-  switch (t) {
-    case DType::f32:
-      reduce_blocks(reinterpret_cast<const float*>(blocks.data()), static_cast<float*>(out), mine, size(), op);
-      break;
-    case DType::f64:
-      reduce_blocks(reinterpret_cast<const double*>(blocks.data()), static_cast<double*>(out), mine, size(), op);
-      break;
-    case DType::i64:
-      reduce_blocks(reinterpret_cast<const int64_t*>(blocks.data()), static_cast<int64_t*>(out), mine, size(), op);
-      break;
-  }
+  reduce_blocks(blocks.data(), out, mine, size(), t, op);
 }
 
 Communicator& Communicator::group(const std::vector<int>& world_ranks) {

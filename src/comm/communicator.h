@@ -129,6 +129,10 @@ class Communicator {
   // "missing rank 3 (pid 812 has exited)". `what` is this rank's "allreduce #12".
   virtual std::string diagnose(const std::string& what) = 0;
 
+  // out[i] = blocks[0][i] op blocks[1][i] op ... (nblocks blocks of n elements, in block
+  // order, left to right): the same bits on every rank that reduces the same blocks.
+  static void reduce_blocks(const void* blocks, void* out, int64_t n, int nblocks, DType t, ReduceOp op);
+
   // Runs body as collective `op` of this group with error translation and bookkeeping.
   template <class F> void collective(std::string_view op, const std::string& detail, F&& body);
   std::string where() const;  // "rank 2 (world rank 5) of group{1,5}"

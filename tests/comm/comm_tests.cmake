@@ -44,3 +44,11 @@ set_tests_properties(comm.parity_launch.killed_rank_is_named PROPERTIES
   PASS_REGULAR_EXPRESSION "missing rank 2.*launcher-exit=[1-9]")
 set_tests_properties(comm.parity_launch.smoke.w8 comm.parity_launch.killed_rank_is_named
   PROPERTIES LABELS "unit;comm;multiprocess" TIMEOUT 60)
+
+# Gloo allreduces of up to 1 MiB sent per rank take the one-round direct path; the exact
+# collectives again with PARITY_GLOO_DIRECT_BYTES=0 keep gloo's own ring allreduce tested at
+# a world size the "large" sizes do not reach.
+add_test(NAME comm.launch.gloo_ring_allreduce.w5
+         COMMAND comm_launch -n 5 --timeout-ms 60000 -- $<TARGET_FILE:comm_worker> collectives)
+set_tests_properties(comm.launch.gloo_ring_allreduce.w5 PROPERTIES
+  LABELS "unit;comm;multiprocess" TIMEOUT 120 ENVIRONMENT "PARITY_GLOO_DIRECT_BYTES=0")

@@ -11,8 +11,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -136,6 +138,13 @@ class GlooCommunicator : public Communicator {
 
   void do_allreduce(void* buf, int64_t n, DType t, ReduceOp op) override {
     if (n == 0) return;
+    const int64_t bytes = n * dtype_size(t);
+    if (bytes * (size() - 1) <= direct_allreduce_bytes()) {  // one round: everyone's buffer, reduced here
+      std::vector<char> blocks(static_cast<size_t>(bytes * size()));
+      direct_allgather(buf, std::vector<int64_t>(static_cast<size_t>(size()), bytes), blocks.data());
+      reduce_blocks(blocks.data(), buf, n, size(), t, op);
+      return;
+    }
     gloo::AllreduceOptions o(ctx_);
     common(o);
     set_io(o, buf, buf, n, n, t);
@@ -155,25 +164,16 @@ class GlooCommunicator : public Communicator {
   }
   void do_allgather(const void* in, void* out, int64_t n, DType t) override {
     if (n == 0) return;
-    gloo::AllgatherOptions o(ctx_);
-    common(o);
-    set_io(o, const_cast<void*>(in), out, n, n * size(), t);
-    gloo::allgather(o);
+    direct_allgather(in, std::vector<int64_t>(static_cast<size_t>(size()), n * dtype_size(t)), out);
   }
   void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& counts,
                      DType t) override {
     int64_t tot = 0;
     for (auto c : counts) tot += c;
     if (tot == 0) return;
-    gloo::AllgathervOptions o(ctx_);
-    common(o);
-    std::vector<size_t> sz(counts.begin(), counts.end());
-    with_elem(t, [&](auto e) {
-      using E = decltype(e);
-      o.template setInput<E>(static_cast<E*>(nz(in)), sz[static_cast<size_t>(rank())]);
-      o.template setOutput<E>(static_cast<E*>(nz(out)), sz);
-    });
-    gloo::allgatherv(o);
+    std::vector<int64_t> bytes(counts);
+    for (int64_t& b : bytes) b *= dtype_size(t);
+    direct_allgather(in, bytes, out);
   }
   void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
     if (n == 0) return;
@@ -209,6 +209,51 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
+  // Allreduces of up to 1 MiB sent per rank ((W - 1) x the buffer) take one round
+  // of direct sends (direct_allgather, then a reduction in rank order here) instead of
+  // gloo's ring of 2 (W - 1) dependent steps: on a loaded host every step costs a
+  // scheduler wake-up of each rank and of its transport thread (docs/comm.md).
+  // PARITY_GLOO_DIRECT_BYTES overrides it (0: always gloo's ring; for benchmarks).
+  static int64_t direct_allreduce_bytes() {
+    static const int64_t v = [] {
+      const char* e = std::getenv("PARITY_GLOO_DIRECT_BYTES");
+      return e != nullptr && *e != '\0' ? std::strtoll(e, nullptr, 10) : int64_t{1} << 20;
+    }();
+    return v;
+  }
+
+  // Every rank's block to every rank in one round: rank r's bytes[r] bytes from `in` land at
+  // out + (bytes[0] + ... + bytes[r-1]). All sends and receives are posted before any wait,
+  // so it costs one message latency, not W - 1 as gloo's ring allgather; the volume is the
+  // same (each rank sends its block W - 1 times, the ring forwards W - 1 blocks).
+  void direct_allgather(const void* in, const std::vector<int64_t>& bytes, void* out) {
+    const int me = rank(), n = size();
+    std::vector<int64_t> off(static_cast<size_t>(n) + 1, 0);
+    for (int i = 0; i < n; ++i) off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + bytes[static_cast<size_t>(i)];
+    const auto mine = static_cast<size_t>(bytes[static_cast<size_t>(me)]);
+    if (mine > 0) std::memcpy(static_cast<char*>(out) + off[static_cast<size_t>(me)], in, mine);
+    if (n == 1) return;
+    const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, ++direct_tag_);
+    auto src = ctx_->createUnboundBuffer(nz(in), mine);
+    auto dst = ctx_->createUnboundBuffer(nz(out), static_cast<size_t>(off.back()));
+    int sends = 0, recvs = 0;
+    for (int i = 1; i < n; ++i) {
+      const int to = (me + i) % n, from = (me + n - i) % n;
+      if (mine > 0) src->send(to, slot), ++sends;
+      if (bytes[static_cast<size_t>(from)] > 0)
+        dst->recv(from, slot, static_cast<size_t>(off[static_cast<size_t>(from)]),
+                  static_cast<size_t>(bytes[static_cast<size_t>(from)])),
+            ++recvs;
+    }
+    for (int i = 0; i < sends; ++i)
+      if (!src->waitSend(timeout())) throw CommError("direct allgather: send timed out");
+    for (int i = 0; i < recvs; ++i)
+      if (!dst->waitRecv(timeout())) throw CommError("direct allgather: receive timed out");
+  }
+  // Gloo's own collectives use slot prefixes 0x01..0x08 (gloo/types.h).
+  static constexpr uint8_t kDirectSlotPrefix = 0x40;
+  uint32_t direct_tag_ = 0;
+
   template <class F> static void with_elem(DType t, F&& f) {
     if (dtype_size(t) == 4) f(Elem<4>{});
     else f(Elem<8>{});
