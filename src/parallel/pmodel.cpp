@@ -26,21 +26,19 @@ template <class T> struct ParallelModel<T>::Impl {
   const ModelConfig& c;
   int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
 
-  // Gathered model-parallel-local weights: the running layer's, and the embedding / final
-  // LayerNorm / head's (held for the micro-batch).
-  mutable std::map<std::string, Tensor<T>> layer, outer;
-
-  // One allgather per FSDP group for every parameter in `names` (a flat FSDP unit).
-  void gather_into(std::map<std::string, Tensor<T>>& into, const std::vector<std::string>& names) const {
-    into.clear();
+  // One allgather per FSDP group for the parameters of `names` not gathered yet in this
+  // step (a flat FSDP unit: its dense parameters, and its routed experts), held in
+  // m.gathered_ until the next zero_grads().
+  void gather(const std::vector<std::string>& names) const {
     std::vector<const ShardedParam<T>*> dense, experts;
     for (const auto& nm : names) {
+      if (m.gathered_.count(nm) != 0) continue;
       const ShardedParam<T>& sp = m.params[m.index(nm)];
       (sp.spec().family == Family::routed_experts ? experts : dense).push_back(&sp);
     }
     for (const auto* unit : {&dense, &experts}) {
       std::vector<Tensor<T>> got = gather_all(*unit);
-      for (size_t i = 0; i < got.size(); ++i) into[(*unit)[i]->spec().name] = std::move(got[i]);
+      for (size_t i = 0; i < got.size(); ++i) m.gathered_[(*unit)[i]->spec().name] = std::move(got[i]);
     }
   }
   void gather_layer(int64_t l) const {
@@ -48,12 +46,9 @@ template <class T> struct ParallelModel<T>::Impl {
     std::vector<std::string> names;
     for (const auto& sp : m.params)
       if (sp.spec().name.rfind(pre, 0) == 0) names.push_back(sp.spec().name);
-    gather_into(layer, names);
+    gather(names);
   }
-  const Tensor<T>& w(const std::string& name) const {
-    auto it = layer.find(name);
-    return it != layer.end() ? it->second : outer.at(name);
-  }
+  const Tensor<T>& w(const std::string& name) const { return m.gathered_.at(name); }
   T* g(const std::string& name) const { return m.mp_grads[m.index(name)].ptr(); }
   int64_t local_dim(const std::string& name, size_t d) const {
     return m.params[m.index(name)].mp_shape()[d];
@@ -198,6 +193,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
 
 template <class T> void ParallelModel<T>::zero_grads() {
   for (auto& t : mp_grads) t.zero();
+  gathered_.clear();
 }
 
 template <class T>
@@ -205,13 +201,13 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   const ModelConfig& c = cfg_;
   const int64_t D = c.dim, n = b * c.seq;
   const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  Impl I{*this, c, b, n, n_res, {}, {}};
+  Impl I{*this, c, b, n, n_res};
   PMicroResult res;
   const ShardedParam<T>& ep = params[index("embed.weight")];
   const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];
   std::vector<std::string> outer_names{"embed.weight", "final_ln.weight", "final_ln.bias"};
   if (!c.tie_embeddings) outer_names.push_back("lm_head.weight");
-  I.gather_into(I.outer, outer_names);
+  I.gather(outer_names);
   const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
   auto e_part = zeros<T>(n * D);
   vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
@@ -220,10 +216,9 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     auto& L = caches[static_cast<size_t>(l)];
-    I.gather_layer(l);  // all-gathered before the layer runs, freed after
+    I.gather_layer(l);  // at the first micro-batch of the step; held after
     I.attention_forward_block(p, h, L);
     I.ffn_forward_block(l, p, h, L);
-    I.layer.clear();
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
@@ -260,10 +255,8 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
                      dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const std::string p = "layers." + std::to_string(l);
-    I.gather_layer(l);  // gathered again for the backward
     I.ffn_backward_block(l, p, dh, caches[static_cast<size_t>(l)]);
     I.attention_backward_block(p, dh, caches[static_cast<size_t>(l)]);
-    I.layer.clear();
   }
   std::vector<T> dh_full = I.full(dh, D);
   vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));

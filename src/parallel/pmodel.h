@@ -1,8 +1,12 @@
 // The reference model of MODEL.md run by one rank of a layout: FSDP / HSDP over
 // dp_shard x dp_replicate, TP with or without SP, routed experts over ep x etp with FSDP
-// over edp_shard. Parameters live as ShardedParams; each layer's model-parallel-local
-// weights are all-gathered over their FSDP group when the layer runs (forward and again in
-// backward) and freed after.
+// over edp_shard. Parameters live as ShardedParams; each FSDP unit's model-parallel-local
+// weights (the embedding, final LayerNorm and head; each layer's dense weights; each
+// layer's routed experts) are all-gathered over their FSDP group in one flat collective at
+// their first use in a step and held until the next zero_grads(), the start of the next
+// step: FSDP2 with reshard_after_forward=False under gradient accumulation, one gather per
+// unit per step whatever the micro-batch count. A gather is an exact copy, so when it
+// happens changes no value; it cut the collectives of a step by a third (docs/parallel.md).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,6 +37,8 @@ template <class T> class ParallelModel {
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
   std::vector<std::vector<T>> expert_bias;
 
+  // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
+  // optimizer may have changed the shards since they were gathered).
   void zero_grads();
   // b sequences of this rank (inputs, targets (b, S)); adds their gradient into tp_grads.
   PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b);
@@ -47,6 +53,7 @@ template <class T> class ParallelModel {
   TpContext tp_;
   EpContext ep_;
   std::map<std::string, size_t> index_;
+  std::map<std::string, Tensor<T>> gathered_;  // the units gathered in this step, by parameter name
 };
 
 }  // namespace parity
