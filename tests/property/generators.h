@@ -4,8 +4,8 @@
 // head, aux loss / bias update, softmax / sigmoid), the optimizer, dtype, steps and seeds.
 //
 // Everything is drawn inside `rc::gen::exec`, so RapidCheck shrinks the whole case: every
-// choice is ordered simplest first (elementOf / inRange shrink towards the first element
-// and the low end), so a failure shrinks towards W = 2, one step, one layer, fp64, adam.
+// choice is ordered simplest first (pick shrinks towards the first element, inRange towards
+// the low end), so a failure shrinks towards W = 2, one step, one layer, fp64, adam.
 // Header-only like tests/mesh/mesh_gen.h: tests/CMakeLists.txt compiles *_test.cpp only.
 #pragma once
 #include <rapidcheck.h>
@@ -57,9 +57,15 @@ inline Folding folding_of(const LayoutConfig& l) {
   return Folding::cross_lane;
 }
 
-// false first, so that shrinking turns options off (not elementOf(vector<bool>): its
-// elements are proxies).
-inline bool draw_bool() { return *rc::gen::inRange(0, 2) == 1; }
+// A choice among `v`, uniform at every case size and shrinking towards v[0]. RapidCheck's
+// own generators each miss one of the two: elementOf is uniform but never shrinks, and
+// sizedElementOf / inRange shrink but scale with the case's size (0 at the first case, so
+// inRange(0, 2) gives 0 in every case of the first half of a run). Sizes and counts are
+// drawn with inRange on purpose (small cases first); choices go through pick.
+template <class T> T pick(const std::vector<T>& v) { return *rc::gen::resize(100, rc::gen::sizedElementOf(v)); }
+
+// false first, so that shrinking turns options off.
+inline bool draw_bool() { return pick<int>({0, 1}) == 1; }
 
 inline std::vector<int64_t> divisors_of(int64_t n) {
   std::vector<int64_t> out;
@@ -69,7 +75,7 @@ inline std::vector<int64_t> divisors_of(int64_t n) {
 }
 
 // Every layout of `world` ranks in folding mode `f`, simplest first (tp, then replication,
-// then ep ascending), so that elementOf shrinks towards the plainest layout of the mode.
+// then ep ascending).
 // FOLDINGS.md: dense only has ep 1 (etp 1 or tp); dp2ep has etp = tp and ep | dp_shard;
 // tp2ep has etp 1 and ep = tp; cross-lane has tp > 1, etp 1 and ep | world / dp_replicate
 // with ep not in {1, tp}.
@@ -104,39 +110,62 @@ inline std::vector<LayoutConfig> layouts_in_mode(int64_t world, Folding f) {
   return out;
 }
 
-// A layout in mode `f` on 2..8 ranks (1..8 with `allow_one`), or its dense view for W = 1:
-// the world is drawn among the sizes that can hold the mode, so every mode is drawn as
-// often as the others and none silently falls back to another. With `want_tp`, tp > 1 in
-// four draws of five where the world allows it.
+// Keeps the layouts of `ls` whose `key` is the `raw`-th smallest value among them (the
+// largest when raw is past the end): a raw index that shrinks towards 0 picks ever smaller
+// values, and keeps a meaning when the list changes under it (another mode, another W).
+template <class Key> std::vector<LayoutConfig> keep_rank(std::vector<LayoutConfig> ls, Key key, int64_t raw) {
+  std::vector<int64_t> vals;
+  for (const LayoutConfig& l : ls) vals.push_back(key(l));
+  std::sort(vals.begin(), vals.end());
+  vals.erase(std::unique(vals.begin(), vals.end()), vals.end());
+  const int64_t v = vals[static_cast<size_t>(std::min<int64_t>(raw, static_cast<int64_t>(vals.size()) - 1))];
+  std::erase_if(ls, [&](const LayoutConfig& l) { return key(l) != v; });
+  return ls;
+}
+
+// A layout in mode `f` on 2..8 ranks (1..8 with `allow_one`). Every choice is a raw number
+// drawn independently of the mode and mapped onto what the mode allows: the world is the
+// smallest size >= the raw one that can hold the mode (so every mode is drawn as often as
+// the others and none falls back to another), then tp, dp_replicate and ep by rank among
+// that world's layouts of the mode. Shrinking any raw number, or the mode, keeps the others'
+// meaning, so a failure shrinks towards W 2 even when the mode has to change on the way.
+// With `want_tp`, tp > 1 in four draws of five where the world allows it; dp_replicate > 1
+// (HSDP) in about one draw of four.
 inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false) {
-  std::vector<int64_t> worlds;
-  for (int64_t w = allow_one ? 1 : 2; w <= 8; ++w)
-    if (!layouts_in_mode(w, f).empty()) worlds.push_back(w);
-  // One inRange over the feasible sizes: RapidCheck shrinks it step by step to the smallest.
-  const int64_t world = worlds[static_cast<size_t>(*rc::gen::inRange<size_t>(0, worlds.size()))];
+  const int64_t lo = allow_one ? 1 : 2;
+  const int64_t w_raw = *rc::gen::inRange<int64_t>(lo, 9), tp_raw = *rc::gen::inRange<int64_t>(0, 4);
+  const bool tp_needed = want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}});
+  const int64_t dpr_raw = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(0, 4)}});
+  const int64_t ep_raw = *rc::gen::inRange<int64_t>(0, 4), etp_raw = pick<int64_t>({0, 1});
+  const bool sp = draw_bool();
+  std::vector<int64_t> feasible;
+  for (int64_t w = lo; w <= 8; ++w)
+    if (!layouts_in_mode(w, f).empty()) feasible.push_back(w);
+  int64_t world = feasible.back();
+  for (int64_t w : feasible)
+    if (w >= w_raw) {
+      world = w;
+      break;
+    }
   std::vector<LayoutConfig> ls = layouts_in_mode(world, f);
-  if (want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}})) {
-    std::vector<LayoutConfig> tps;
-    for (const LayoutConfig& l : ls)
-      if (l.tp > 1) tps.push_back(l);
+  if (tp_needed) {
+    std::vector<LayoutConfig> tps = ls;
+    std::erase_if(tps, [](const LayoutConfig& l) { return l.tp == 1; });
     if (!tps.empty()) ls = tps;
   }
-  // Replication (HSDP) in about one draw of four: three in four keep dp_replicate 1.
-  std::vector<LayoutConfig> flat;
-  for (const LayoutConfig& l : ls)
-    if (l.dp_replicate == 1) flat.push_back(l);
-  if (flat.empty()) flat = ls;
-  LayoutConfig l = *rc::gen::weightedOneOf<LayoutConfig>({{3, rc::gen::elementOf(flat)}, {1, rc::gen::elementOf(ls)}});
-  l.sp = l.tp > 1 && draw_bool();
+  ls = keep_rank(ls, [](const LayoutConfig& l) { return l.tp; }, tp_raw);
+  ls = keep_rank(ls, [](const LayoutConfig& l) { return l.dp_replicate; }, dpr_raw);
+  ls = keep_rank(ls, [](const LayoutConfig& l) { return l.ep; }, ep_raw);
+  ls = keep_rank(ls, [](const LayoutConfig& l) { return l.etp; }, etp_raw);
+  LayoutConfig l = ls.front();
+  l.sp = l.tp > 1 && sp;
   return l;
 }
 
-// Uniform over the four modes at every size: RapidCheck scales elementOf / inRange with the
-// case's size (0 at the first case), which would draw "dense only" for all the small early
-// cases and leave cross-lane to the last few of a short CI run. Shrinking still goes to dense.
+// Uniform over the four modes at every size (pick), so that the first cases of a short CI
+// run are not all "dense only"; a failure shrinks towards dense where it still fails.
 inline Folding draw_folding() {
-  return *rc::gen::resize(
-      100, rc::gen::elementOf(std::vector<Folding>{Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane}));
+  return pick<Folding>({Folding::dense, Folding::dp2ep, Folding::tp2ep, Folding::cross_lane});
 }
 
 // Hidden sizes from 1 to 12, often not a multiple of tp (uneven or empty shards).
@@ -153,13 +182,13 @@ inline void draw_moe(ModelConfig& m, int64_t ep, bool need_moe) {
   m.top_k = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::inRange<int64_t>(1, m.experts + 1)},
                                                {1, rc::gen::just(m.experts)}});
   m.expert_hidden = draw_hidden();
-  m.shared_experts = *rc::gen::inRange<int64_t>(0, 2);
+  m.shared_experts = pick<int64_t>({0, 1});
   m.shared_hidden = draw_hidden();
-  m.score = *rc::gen::elementOf(std::vector<Score>{Score::softmax, Score::sigmoid});
+  m.score = pick<Score>({Score::softmax, Score::sigmoid});
   m.route_norm = !draw_bool();
-  m.route_scale = *rc::gen::elementOf(std::vector<double>{1.0, 2.5});
-  m.aux_alpha = *rc::gen::elementOf(std::vector<double>{0.0, 0.01});
-  m.bias_rate = *rc::gen::elementOf(std::vector<double>{0.0, 0.001});
+  m.route_scale = pick<double>({1.0, 2.5});
+  m.aux_alpha = pick<double>({0.0, 0.01});
+  m.bias_rate = pick<double>({0.0, 0.001});
 }
 
 // The multiples a model needs to fit every layout of `ls` (a checkpoint's saving and
@@ -191,12 +220,12 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   m.dim = m.heads * *rc::gen::inRange<int64_t>(m.heads == 1 ? 2 : 1, 4);
   m.vocab = *rc::gen::inRange<int64_t>(2, 40);
   m.seq = fit.sp ? fit.sp_tp * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
-  m.microbatches = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::inRange<int64_t>(2, 4)}});
-  m.batch = m.microbatches * fit.dp * *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(1)}, {1, rc::gen::just<int64_t>(2)}});
+  m.microbatches = pick<int64_t>({1, 1, 1, 1, 1, 1, 2, 3});  // 1 in three draws of four
+  m.batch = m.microbatches * fit.dp * pick<int64_t>({1, 1, 1, 2});
   m.mlp_hidden = draw_hidden();
   draw_moe(m, fit.ep, spec.need_moe);
   m.tie_embeddings = draw_bool();
-  m.dtype = *rc::gen::weightedOneOf<DType>({{4, rc::gen::just(DType::f64)}, {1, rc::gen::just(DType::f32)}});
+  m.dtype = pick<DType>({DType::f64, DType::f64, DType::f64, DType::f64, DType::f32});
   return m;
 }
 
@@ -206,20 +235,22 @@ inline OptimConfig draw_optim(const CaseSpec& spec) {
     o.kind = OptimKind::sgd, o.lr = 1.0;
     return o;
   }
-  o.kind = spec.adam_family ? *rc::gen::elementOf(std::vector<OptimKind>{OptimKind::adam, OptimKind::adamw})
-                            : *rc::gen::elementOf(std::vector<OptimKind>{OptimKind::adam, OptimKind::sgd, OptimKind::adamw});
-  o.lr = *rc::gen::elementOf(std::vector<double>{3e-3, 0.1});
-  if (o.kind == OptimKind::sgd) o.momentum = *rc::gen::elementOf(std::vector<double>{0.0, 0.9});
-  if (o.kind != OptimKind::sgd) o.weight_decay = *rc::gen::elementOf(std::vector<double>{0.0, 0.1});
+  o.kind = spec.adam_family ? pick<OptimKind>({OptimKind::adam, OptimKind::adamw})
+                            : pick<OptimKind>({OptimKind::adam, OptimKind::sgd, OptimKind::adamw});
+  o.lr = pick<double>({3e-3, 0.1});
+  if (o.kind == OptimKind::sgd) o.momentum = pick<double>({0.0, 0.9});
+  if (o.kind != OptimKind::sgd) o.weight_decay = pick<double>({0.0, 0.1});
   // The tiny models' grad norms are about 0.3..3: 0.01 always clips, 100 never does.
-  if (spec.draw_clip) o.clip = *rc::gen::elementOf(std::vector<double>{0.0, 0.01, 0.5, 100.0});
+  if (spec.draw_clip) o.clip = pick<double>({0.0, 0.01, 0.5, 100.0});
   return o;
 }
 
 // The backend: gloo mostly, mpi in one case of ten when allowed.
 inline std::string draw_backend(bool allow_mpi) {
   if (!allow_mpi) return "gloo";
-  return *rc::gen::weightedOneOf<std::string>({{9, rc::gen::just<std::string>("gloo")}, {1, rc::gen::just<std::string>("mpi")}});
+  std::vector<std::string> b(9, "gloo");
+  b.push_back("mpi");
+  return pick(b);
 }
 
 // One whole case: folding mode and layout first (so that shrinking keeps the layout that
