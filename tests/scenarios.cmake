@@ -92,3 +92,20 @@ set_tests_properties(verdict.fault.scale_grad_router verdict.fault.scale_param_l
 add_test(NAME run.lr_override_reaches_ranks_exactly
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp2.json --steps 1 --lr 1.25e-9 2>&1; echo exit=$?")
 set_tests_properties(run.lr_override_reaches_ranks_exactly PROPERTIES PASS_REGULAR_EXPRESSION "1 steps, adam lr 1.25e-09\n.*exit=0\n")
+
+# `parity matrix` (the README's main job): a world-1 file is listed as skipped, never passed;
+# an injected doubled router gradient fails the matrix naming the family and the factor;
+# a missing path is bad input (exit 2) before anything runs.
+set(PARITY_MX ${PROJECT_SOURCE_DIR}/scenarios)
+add_test(NAME matrix.passes_and_skips_world1
+         COMMAND sh -c "$<TARGET_FILE:parity> matrix ${PARITY_MX}/tiny.json ${PARITY_MX}/tp2_ep2.json; echo exit=$?")
+set_tests_properties(matrix.passes_and_skips_world1 PROPERTIES PASS_REGULAR_EXPRESSION
+  "tiny +1 +one device +skipped.*tp2_ep2 +2 +tp 2, ep 2 +PASS.*matrix verdict: PASS: 1 passed, 0 failed, 1 skipped[^\n]*\nexit=0\n")
+add_test(NAME matrix.fault_fails_naming_family_and_factor
+         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 $<TARGET_FILE:parity> matrix ${PARITY_MX}/tp2_ep2.json -j 1; echo exit=$?")
+set_tests_properties(matrix.fault_fails_naming_family_and_factor PROPERTIES PASS_REGULAR_EXPRESSION
+  "replay: PARITY_FAULT=scale_grad:router:2 .*tp2_ep2 +2 +tp 2, ep 2 +FAIL .* grad router x2\n.*matrix verdict: FAIL: 0 passed, 1 failed.*exit=1\n")
+add_test(NAME matrix.missing_path_is_bad_input
+         COMMAND sh -c "$<TARGET_FILE:parity> matrix ${PARITY_MX}/no_such.json 2>&1; echo exit=$?")
+set_tests_properties(matrix.missing_path_is_bad_input PROPERTIES PASS_REGULAR_EXPRESSION
+  "no_such.json: no such scenario file or directory.*exit=2\n")
