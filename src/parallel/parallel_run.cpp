@@ -145,24 +145,31 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   std::vector<int64_t> counts(static_cast<size_t>(c.moe_layers() * c.experts), 0);
   I.model->zero_grads();
   std::vector<int64_t> in(static_cast<size_t>(b * S)), tg(in.size());
+  std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
     const int64_t g0 = mb * per_micro + I.dp_index * b;
     I.data.batch(t, g0, b, S, in.data(), tg.data());
     PMicroResult r = I.model->forward_backward(in.data(), tg.data(), b);
-    std::vector<double> parts{r.ce, r.aux};
-    I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
-    out.micro_losses.push_back(parts[0] + parts[1]);
-    out.ce += parts[0], out.aux += parts[1], out.loss += parts[0] + parts[1];
+    parts.insert(parts.end(), {r.ce, r.aux});
     for (size_t l = 0; l < r.counts.size(); ++l)
       for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
     I.report_tokens(out, r, g0);
+  }
+  I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
+  for (size_t mb = 0; mb < parts.size(); mb += 2) {
+    out.micro_losses.push_back(parts[mb] + parts[mb + 1]);
+    out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
   I.reduce_grads(out.grads);
   double sq = 0;
   for (size_t p = 0; p < I.specs.size(); ++p)
     if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
+  // [squared norm | tokens per expert] in one world allreduce: the counts travel as doubles,
+  // exact below 2^53.
   std::vector<double> sqv{sq};
+  for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + 1]);
   out.grad_norm = std::sqrt(sqv[0]);
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
@@ -172,7 +179,6 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
       for (auto& x : g.data) x *= coef;
   I.step_optimizer(step_grads);
   for (const auto& p : I.model->params) out.params.push_back(p.local);
-  I.world.allreduce(std::span<int64_t>(counts), comm::ReduceOp::sum);
   for (int64_t l = 0; l < c.moe_layers(); ++l) {
     out.tokens_per_expert.emplace_back(counts.begin() + l * c.experts, counts.begin() + (l + 1) * c.experts);
     if (c.bias_rate > 0)
