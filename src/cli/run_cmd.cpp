@@ -30,7 +30,7 @@
 #include "harness/scenario.h"
 #include "harness/verdict.h"
 #include "mesh/mesh.h"
-#include "parallel/parallel_state.h"
+#include "ckpt/training_state.h"
 
 namespace parity::cli {
 

@@ -16,7 +16,7 @@
 #include "model/data.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
-#include "parallel/parallel_state.h"
+#include "ckpt/training_state.h"
 
 namespace parity {
 
@@ -48,7 +48,7 @@ template <class T> class BaselineRun {
   Model<T>& model() { return model_; }
   const Optimizer<T>& optimizer() const { return opt_; }
 
-  // Checkpoints (parallel/parallel_state.h names every piece) under the W = 1 mesh, every
+  // Checkpoints (ckpt/training_state.h names every piece) under the W = 1 mesh, every
   // tensor whole: save() writes the seed checkpoint any layout can start from (step
   // info.step); load() takes one saved under any layout and world size of the same model,
   // after which the next step() must be step(info.step).

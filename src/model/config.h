@@ -6,10 +6,10 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "ops/router.h"  // Score, the router's scoring function (an op)
 
 namespace parity {
 
-enum class Score { softmax, sigmoid };
 enum class OptimKind { sgd, adam, adamw };
 
 struct ModelConfig {

@@ -1,9 +1,10 @@
 #pragma once
 #include <cstdint>
 
-#include "model/config.h"
-
 namespace parity {
+
+// How router logits become scores (MODEL.md); model/config.h's ModelConfig::score.
+enum class Score { softmax, sigmoid };
 
 // s (n, E) = softmax or sigmoid of logits (n, E), per row.
 template <class T>

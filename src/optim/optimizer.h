@@ -26,7 +26,7 @@ template <class T> class Optimizer {
   const ParamSet<T>& first_moment() const { return m_; }   // sgd: momentum buffer
   const ParamSet<T>& second_moment() const { return v_; }  // adam / adamw only
   bool has_second_moment() const { return cfg_.kind != OptimKind::sgd; }
-  // For checkpoints (parallel/parallel_state.h): the moments are filled in place (same
+  // For checkpoints (ckpt/training_state.h): the moments are filled in place (same
   // shapes as the parameters) and the step count restored before the next step.
   ParamSet<T>& first_moment() { return m_; }
   ParamSet<T>& second_moment() { return v_; }

@@ -5,12 +5,10 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "harness/baseline.h"
 #include "mesh/param_layout.h"
 #include "model/data.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_run.h"
-#include "parallel/parallel_state.h"
 #include "parallel/pmodel.h"
 
 namespace parity {
@@ -44,9 +42,6 @@ template <class T> struct ParallelRun<T>::Impl {
     for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
     local_specs_ = local_specs;
-    TrainingRefs<T> refs{&sc.model, &specs, &layouts, {}, opt.get(), &model->expert_bias};
-    for (auto& p : model->params) refs.params.push_back(&p.local);
-    training = std::make_unique<TrainingState<T>>(std::move(refs));
   }
 
   Scenario sc;
@@ -60,7 +55,6 @@ template <class T> struct ParallelRun<T>::Impl {
   int64_t dp_index = 0;
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
-  std::unique_ptr<TrainingState<T>> training;  // points at model and opt
 
   // TP-replicated parameters whose gradient is partitioned over the lanes (FOLDINGS.md):
   // the router always (each lane routes its own share of the tokens), LayerNorm under SP.
@@ -193,12 +187,11 @@ template <class T> const mesh::Mesh& ParallelRun<T>::mesh() const { return impl_
 template <class T> const std::vector<ParamSpec>& ParallelRun<T>::specs() const { return impl_->specs; }
 template <class T> const std::vector<mesh::Layout>& ParallelRun<T>::layouts() const { return impl_->layouts; }
 
-template <class T> ckpt::ShardedState ParallelRun<T>::state() { return impl_->training->state(); }
-template <class T> void ParallelRun<T>::save(const std::string& dir, const ckpt::CheckpointInfo& info) {
-  impl_->training->save(&impl_->world, impl_->mesh, info, dir);
-}
-template <class T> ckpt::CheckpointInfo ParallelRun<T>::load(const std::string& dir, const nlohmann::json& model) {
-  return impl_->training->load(&impl_->world, impl_->mesh, model, dir);
+template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
+  Impl& I = *impl_;
+  TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias};
+  for (auto& p : I.model->params) refs.params.push_back(&p.local);
+  return refs;
 }
 
 template class ParallelRun<float>;

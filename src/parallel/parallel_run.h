@@ -10,12 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckpt/checkpoint.h"
 #include "comm/communicator.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "parallel/training_refs.h"
 
 namespace parity {
 
@@ -49,14 +49,10 @@ template <class T> class ParallelRun {
   const std::vector<ParamSpec>& specs() const;
   const std::vector<mesh::Layout>& layouts() const;  // per parameter, registry order
 
-  // Checkpoints (parallel/parallel_state.h names every piece): this rank's whole training
-  // state as named global tensors under layouts() (valid until the next call), and a
-  // collective save / load over the run's world. load() takes a checkpoint saved under any
-  // layout and world size of the same model and continues from its step: the next step()
-  // must be step(info.step).
-  ckpt::ShardedState state();
-  void save(const std::string& dir, const ckpt::CheckpointInfo& info);
-  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model);
+  // This rank's whole training state (parameter shards under layouts(), the optimizer, the
+  // expert bias) as pointers into the run, for checkpoints (ckpt/training_state.h:
+  // ParallelRunState saves and loads it).
+  TrainingRefs<T> training_refs();
 
  private:
   struct Impl;

@@ -1,4 +1,4 @@
-// The training state of a run as a checkpoint (parallel/parallel_state.h): the one-device
+// The training state of a run as a checkpoint (ckpt/training_state.h): the one-device
 // baseline (W = 1) saves, a fresh run loads, and the state is bitwise the saved one: the
 // parameters, the optimizer's moments and step count, the expert bias; the next steps then
 // give bitwise the same loss and parameters as the run that never stopped. And the

@@ -11,9 +11,9 @@
 // data_position the sequences consumed (step * model.batch): the data of step t is a pure
 // function of t, so a resume needs nothing else.
 //
-// Layering: ckpt/ sits below parallel/ in ARCHITECTURE.md's list, but its interface
-// (ckpt/checkpoint.h) uses only core, comm and mesh; this file is the one place the run
-// classes reach into it.
+// Layering (ARCHITECTURE.md: each layer uses only the ones above it): the runs hand their
+// pieces down as TrainingRefs (parallel/training_refs.h); ParallelRunState wraps a
+// ParallelRun for the harness.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,18 +28,10 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "optim/optimizer.h"
+#include "parallel/parallel_run.h"
+#include "parallel/training_refs.h"
 
 namespace parity {
-
-// What a TrainingState points at (not owned; everything must outlive it).
-template <class T> struct TrainingRefs {
-  const ModelConfig* model = nullptr;
-  const std::vector<ParamSpec>* specs = nullptr;       // global shapes, registry order
-  const std::vector<mesh::Layout>* layouts = nullptr;  // per parameter
-  std::vector<Tensor<T>*> params;                      // this rank's shards under layouts
-  Optimizer<T>* opt = nullptr;                         // over the local shapes
-  std::vector<std::vector<T>>* expert_bias = nullptr;  // per MoE layer (E)
-};
 
 template <class T> class TrainingState {
  public:
@@ -67,6 +59,26 @@ template <class T> class TrainingState {
   TrainingRefs<T> r_;
   Tensor<int64_t> step_{Shape{}};
   std::vector<Tensor<T>> bias_;
+};
+
+// A ParallelRun's whole training state (this rank's shards under run.layouts()) as a
+// checkpoint, saved and loaded collectively over `world` (the run's). load() takes a
+// checkpoint saved under any layout and world size of the same model and continues from
+// its step: the run's next step() must be step(info.step).
+template <class T> class ParallelRunState {
+ public:
+  ParallelRunState(ParallelRun<T>& run, comm::Communicator& world)
+      : run_(run), world_(world), state_(run.training_refs()) {}
+  ckpt::ShardedState state() { return state_.state(); }
+  void save(const std::string& dir, const ckpt::CheckpointInfo& info) { state_.save(&world_, run_.mesh(), info, dir); }
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model) {
+    return state_.load(&world_, run_.mesh(), model, dir);
+  }
+
+ private:
+  ParallelRun<T>& run_;
+  comm::Communicator& world_;
+  TrainingState<T> state_;
 };
 
 // "sequences consumed after `step` steps": step * batch.

@@ -1,5 +1,5 @@
-// TrainingState (parallel_state.h) and ParallelRun's checkpoint methods.
-#include "parallel/parallel_state.h"
+// TrainingState (training_state.h).
+#include "ckpt/training_state.h"
 
 #include <algorithm>
 

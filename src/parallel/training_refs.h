@@ -1,0 +1,26 @@
+// What a run's training state is made of, as pointers into the run (the one-device baseline
+// or a ParallelRun): ckpt/training_state.h turns it into named checkpoint tensors. Here, not
+// in ckpt/, because ARCHITECTURE.md's layers use only the ones above them: parallel/ hands
+// its pieces down, ckpt/ reads and writes them.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+#include "mesh/placement.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "optim/optimizer.h"
+
+namespace parity {
+
+// Not owned; everything must outlive whatever holds the refs.
+template <class T> struct TrainingRefs {
+  const ModelConfig* model = nullptr;
+  const std::vector<ParamSpec>* specs = nullptr;       // global shapes, registry order
+  const std::vector<mesh::Layout>* layouts = nullptr;  // per parameter
+  std::vector<Tensor<T>*> params;                      // this rank's shards under layouts
+  Optimizer<T>* opt = nullptr;                         // over the local shapes
+  std::vector<std::vector<T>>* expert_bias = nullptr;  // per MoE layer (E)
+};
+
+}  // namespace parity
