@@ -84,26 +84,40 @@ void vp_embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t
 template <class T>
 double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64_t* targets, int64_t n, int64_t v0,
                                 int64_t Vl, VpCeCache<T>& cache) {
-  cache.row_max.assign(static_cast<size_t>(n), T(-INFINITY));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < Vl; ++j) cache.row_max[static_cast<size_t>(t)] = std::max(cache.row_max[static_cast<size_t>(t)], logits[t * Vl + j]);
-  if (c.size > 1) c.tp->allreduce(std::span<T>(cache.row_max), comm::ReduceOp::max);
-  // [sum_exp (n) | target logit (n)] summed over lanes in one allreduce
-  std::vector<T> sums(static_cast<size_t>(2 * n), T(0));
-  for (int64_t t = 0; t < n; ++t) {
-    const T m = cache.row_max[static_cast<size_t>(t)];
-    T s = T(0);
-    for (int64_t j = 0; j < Vl; ++j) s += std::exp(logits[t * Vl + j] - m);
-    sums[static_cast<size_t>(t)] = s;
+  // Per row, this lane's [max m | sum of exp(x - m) | target logit, 0 if not here] (3, n),
+  // all-gathered over TP in one collective; then M = max over lanes, sum_exp = sum over
+  // lanes in lane order of s_l * exp(m_l - M), the target logit from the lane holding it.
+  // (Two all-reduces, max then sums, give the same function with one more latency.)
+  const auto N = static_cast<size_t>(n);
+  std::vector<T> mine(3 * N, T(0));
+  for (size_t t = 0; t < N; ++t) {
+    const T* row = logits + static_cast<int64_t>(t) * Vl;
+    T m = T(-INFINITY), s = T(0);
+    for (int64_t j = 0; j < Vl; ++j) m = std::max(m, row[j]);
+    if (Vl > 0)
+      for (int64_t j = 0; j < Vl; ++j) s += std::exp(row[j] - m);
+    mine[t] = m, mine[N + t] = s;
     const int64_t col = targets[t] - v0;
-    if (col >= 0 && col < Vl) sums[static_cast<size_t>(n + t)] = logits[t * Vl + col];
+    if (col >= 0 && col < Vl) mine[2 * N + t] = row[col];
   }
-  tp_allreduce(c, sums);
-  cache.sum_exp.assign(sums.begin(), sums.begin() + n);
+  std::vector<T> all = mine;
+  if (c.size > 1) {
+    all.resize(mine.size() * static_cast<size_t>(c.size));
+    c.tp->allgather(std::span<const T>(mine), std::span<T>(all));
+  }
+  cache.row_max.assign(N, T(-INFINITY));
+  cache.sum_exp.assign(N, T(0));
   double total = 0;
-  for (int64_t t = 0; t < n; ++t)
-    total += static_cast<double>(std::log(sums[static_cast<size_t>(t)]) + cache.row_max[static_cast<size_t>(t)] -
-                                 sums[static_cast<size_t>(n + t)]);
+  for (size_t t = 0; t < N; ++t) {
+    T M = T(-INFINITY), S = T(0), target = T(0);
+    for (size_t l = 0; l < all.size(); l += 3 * N) M = std::max(M, all[l + t]);
+    for (size_t l = 0; l < all.size(); l += 3 * N) {
+      if (all[l + N + t] > T(0)) S += all[l + N + t] * std::exp(all[l + t] - M);
+      target += all[l + 2 * N + t];
+    }
+    cache.row_max[t] = M, cache.sum_exp[t] = S;
+    total += static_cast<double>(std::log(S) + M - target);
+  }
   return total;
 }
 

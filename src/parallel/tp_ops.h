@@ -42,8 +42,9 @@ void vp_embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t
 template <class T>
 void vp_embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t v0, int64_t Vl, int64_t D, T* dtable);
 
-// Vocab-parallel cross-entropy over logits (n, Vl) of vocabulary rows [v0, v0 + Vl): the row
-// max, the sum of exponentials and the target logit are reduced over TP. Returns the sum
+// Vocab-parallel cross-entropy over logits (n, Vl) of vocabulary rows [v0, v0 + Vl): each
+// lane's row max, sum of exp(x - its max) and target logit are all-gathered over TP in one
+// collective and combined (global max M, sum_exp = sum of s_l * exp(m_l - M)). Returns the sum
 // of the n token losses (identical on every lane); saves what the backward needs.
 template <class T> struct VpCeCache {
   std::vector<T> row_max, sum_exp;  // (n)
