@@ -49,8 +49,8 @@ SyntheticState::SyntheticState(const ModelConfig& c, const mesh::Mesh& m, int ra
 }
 
 void SyntheticState::scramble() {
-  for (auto& t : f64_) t = Tensor<double>({1}, {12345.678});
-  for (auto& t : i64_) t = Tensor<int64_t>({1}, {-1});
+  for (auto& t : f64_) t = Tensor<double>({1}, std::vector<double>{12345.678});
+  for (auto& t : i64_) t = Tensor<int64_t>({1}, std::vector<int64_t>{-1});
 }
 
 int64_t SyntheticState::wrong() const {

@@ -25,7 +25,7 @@ template <class T> ckpt::ShardedState TrainingState<T>::state() {
     for (size_t p = 0; p < specs.size(); ++p)
       st.add("optim.v." + specs[p].name, specs[p].shape, layouts[p], v.tensors.at(p));
   }
-  step_ = Tensor<int64_t>(Shape{}, {r_.opt->steps_taken()});
+  step_ = Tensor<int64_t>(Shape{}, std::vector<int64_t>{r_.opt->steps_taken()});
   st.add("optim.step", {}, mesh::replicated(mesh::View::dense), step_);
   const auto& bias = *r_.expert_bias;
   bias_.clear();

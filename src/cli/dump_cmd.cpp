@@ -33,7 +33,8 @@ class ManifestFile {
     w.add(name, t);
     tensors_[name] = {{"dtype", dtype_name(dtype_of<T>())}, {"shape", t.shape}};
   }
-  template <class T> void add_vector(SafetensorsWriter& w, const std::string& name, const std::vector<T>& v, Shape s) {
+  template <class V> void add_vector(SafetensorsWriter& w, const std::string& name, const V& v, Shape s) {
+    using T = typename V::value_type;
     add(w, name, Tensor<T>(std::move(s), v));
   }
   ordered_json json(int64_t step) const {

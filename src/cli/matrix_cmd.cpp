@@ -27,6 +27,7 @@
 
 #include "cli/commands.h"
 #include "cli/self.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "harness/scenario.h"
 
@@ -40,7 +41,8 @@ using Clock = std::chrono::steady_clock;
 
 struct MatrixOptions {
   std::vector<std::string> paths{"scenarios"};
-  int jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int jobs = 0;  // 0: the number of CPUs (cpu), 2 (cuda: every rank holds a CUDA context on the GPU)
+  std::string device;
   std::string out, backend, dtype;
   int64_t steps = -1;
 };
@@ -104,6 +106,7 @@ pid_t start_run(const Entry& e, const MatrixOptions& o, const std::string& repor
   std::vector<std::string> args{"run", e.file, "--report", report};
   if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
   if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
+  if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
   if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
   const std::vector<std::string> cmd = self_command(args);
   std::vector<char*> argv;
@@ -146,6 +149,7 @@ std::string verdict_of(const Entry& e) {
   if (e.world == 1) return "skipped";
   if (e.rc == 0) return "PASS";
   if (e.rc == 1) return "FAIL";
+  if (e.rc == 77) return "not run";
   return "ERROR (exit " + std::to_string(e.rc) + ")";
 }
 
@@ -210,7 +214,15 @@ int print_table(const std::vector<Entry>& entries, double wall) {
   return fail == 0 && pass > 0 ? 0 : 1;
 }
 
-int run_matrix(const MatrixOptions& o) {
+int run_matrix(MatrixOptions o) {
+  if (!o.device.empty()) {
+    if (parse_device(o.device) == Device::cuda && !cuda_unavailable_reason().empty())
+      throw UnavailableError("matrix --device cuda: " + cuda_unavailable_reason());
+  }
+  if (o.jobs <= 0)
+    o.jobs = !o.device.empty() && parse_device(o.device) == Device::cuda
+                 ? 2
+                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<Entry> entries = load_entries(scenario_files(o.paths));
   std::string dir = o.out;
   if (dir.empty()) {
@@ -240,13 +252,16 @@ Command add_matrix_command(CLI::App& app) {
                 "verdict: a progress line per scenario, then a table and the matrix verdict. Exit 0 all layouts "
                 "pass, 1 one fails, 2 bad input");
   sub->add_option("paths", o->paths, "Scenario files or directories of them (default: scenarios)");
-  sub->add_option("-j,--jobs", o->jobs, "Scenarios run at once (default: the number of CPUs)")
+  sub->add_option("-j,--jobs", o->jobs, "Scenarios run at once (default: the number of CPUs; 2 with --device cuda)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--out", o->out,
                   "Keep every report (NAME.report.json) and log (NAME.log) in DIR (default: a temporary directory, "
                   "removed when everything passes)");
   sub->add_option("--backend", o->backend, "Override every layout's backend: gloo, mpi or nccl");
   sub->add_option("--dtype", o->dtype, "Override every scenario's dtype: fp32 or fp64");
+  sub->add_option("--device", o->device,
+                  "Override every layout's device: cpu or cuda (baseline and ranks on the GPU; default --jobs 2).\n"
+                  "Exit 77, nothing run, when no CUDA device is visible");
   sub->add_option("--steps", o->steps, "Override every scenario's number of steps")->check(CLI::NonNegativeNumber);
   return {sub, [o]() { return run_matrix(*o); }};
 }

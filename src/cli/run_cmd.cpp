@@ -25,6 +25,7 @@
 #include "cli/self.h"
 #include "comm/launch.h"
 #include "comm/world.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
@@ -40,7 +41,7 @@ struct RunOptions {
   std::string scenario;
   int64_t steps = -1;
   int64_t every = 1;
-  std::string report, dtype, backend, log_dir, optim;
+  std::string report, dtype, backend, log_dir, optim, device;
   double lr = -1;
   double timeout_s = 60;
   bool as_rank = false;
@@ -59,8 +60,19 @@ void print_header(const Scenario& s, double floor) {
               "above_floor");
 }
 
+// A layout on cuda (or on nccl) needs a CUDA device: refused before any rank starts, exit 77.
+void require_device(const LayoutConfig& layout) {
+  if (layout.device != "cuda") return;
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty())
+    throw UnavailableError("layout.device cuda" + std::string(layout.backend == "nccl" ? " (backend nccl)" : "") +
+                           ": " + why);
+}
+
 // World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).
 template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
+  require_device(s.layout);
+  use_device(parse_device(s.layout.device));
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
   const nlohmann::json model = scenario_to_json(s)["model"];
@@ -111,6 +123,14 @@ Scenario load_with_overrides(const RunOptions& o) {
   }
   if (!o.backend.empty()) s.layout.backend = o.backend;
   if (!o.backend.empty() && s.resume) s.resume->layout.backend = o.backend;
+  if (!o.device.empty()) {
+    (void)parse_device(o.device);  // ConfigError on an unknown name
+    s.layout.device = o.device == "gpu" ? "cuda" : o.device;
+    if (s.resume) s.resume->layout.device = s.layout.device;
+  }
+  // nccl moves device buffers: a layout on nccl computes on the GPU.
+  if (s.layout.backend == "nccl") s.layout.device = "cuda";
+  if (s.resume && s.resume->layout.backend == "nccl") s.resume->layout.device = "cuda";
   if (!o.optim.empty()) {
     if (o.optim == "sgd") s.optim.kind = OptimKind::sgd;
     else if (o.optim == "adam") s.optim.kind = OptimKind::adam;
@@ -174,8 +194,10 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   lo.log_dir = o.log_dir;
   const int64_t t0 = now_ns();
   lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
+  require_device(layout);
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
-                                "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", layout.backend};
+                                "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", layout.backend,
+                                "--device", layout.device};
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
   if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
@@ -199,6 +221,9 @@ int run_rank_verdict(const RunOptions& o) {
   const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
   const double startup = t0 != nullptr ? static_cast<double>(now_ns() - std::atoll(t0)) * 1e-9 : 0.0;
   Scenario s = load_with_overrides(o);
+  const char* local = std::getenv("LOCAL_RANK");
+  if (local == nullptr) local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  use_device(parse_device(s.layout.device), local != nullptr ? std::atoi(local) : 0);
   const auto r0 = std::chrono::steady_clock::now();
   auto world = comm::make_world_communicator();
   VerdictOptions vo;
@@ -287,6 +312,9 @@ int run_rank(const RunOptions& o) {
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
     return 2;
+  } catch (const UnavailableError& e) {
+    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
+    return 77;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
     return 1;
@@ -309,6 +337,9 @@ Command add_run_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--dtype", o->dtype, "Override the scenario's dtype: fp32 or fp64");
   sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl");
+  sub->add_option("--device", o->device,
+                  "Override the layout's device: cpu or cuda (the baseline and every rank on the GPU; ranks share\n"
+                  "the visible GPUs round-robin by local rank). Exit 77 when no CUDA device is visible");
   sub->add_option("--optim", o->optim, "Override the optimizer: sgd, adam or adamw");
   sub->add_option("--lr", o->lr, "Override the learning rate")->check(CLI::PositiveNumber);
   sub->add_option("--report", o->report,

@@ -1,5 +1,5 @@
 // Typed errors. Library code throws these and never exits; a binary turns them into its
-// exit code (ConfigError -> 2, anything else -> 1).
+// exit code (ConfigError -> 2, UnavailableError -> 77, anything else -> 1).
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -25,6 +25,13 @@ class ConfigError : public Error {
 
 // A failed collective or rendezvous: names rank, group and operation.
 class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The run needs hardware this machine lacks (a CUDA device for layout.device "cuda" or the
+// nccl backend). Exit 77, which ctest reports as skipped (SKIP_RETURN_CODE): never a pass.
+class UnavailableError : public Error {
  public:
   using Error::Error;
 };

@@ -2,9 +2,12 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/buffer.h"
 
 namespace parity {
 
@@ -25,11 +28,13 @@ std::string shape_str(const Shape& s); // "(2, 3)"
 
 template <class T> struct Tensor {
   Shape shape;
-  std::vector<T> data;
+  Buffer<T> data;  // managed memory when the process runs on cuda (core/buffer.h)
 
   Tensor() = default;
-  explicit Tensor(Shape s) : shape(std::move(s)), data(static_cast<size_t>(parity::numel(shape)), T(0)) {}
-  Tensor(Shape s, std::vector<T> d) : shape(std::move(s)), data(std::move(d)) {}
+  explicit Tensor(Shape s) : shape(std::move(s)), data(zeros<T>(parity::numel(shape))) {}
+  Tensor(Shape s, Buffer<T> d) : shape(std::move(s)), data(std::move(d)) {}
+  Tensor(Shape s, const std::vector<T>& d) : shape(std::move(s)), data(d.begin(), d.end()) {}
+  Tensor(Shape s, std::initializer_list<T> d) : shape(std::move(s)), data(d) {}
 
   int64_t numel() const { return static_cast<int64_t>(data.size()); }
   T* ptr() { return data.data(); }

@@ -160,6 +160,9 @@ void parse_layout(const ObjectReader& r, LayoutConfig& l) {
   std::string backend = l.backend;
   r.read_enum("backend", backend, {"gloo", "mpi", "nccl"}, {"gloo", "mpi", "nccl"});
   l.backend = backend;
+  std::string device = l.device;
+  r.read_enum("device", device, {"cpu", "cuda"}, {"cpu", "cuda"});
+  l.device = device;
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
@@ -173,7 +176,7 @@ const std::vector<std::string> kModelKeys = {
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
 const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",
-                                              "ep",    "etp",          "sp",       "backend"};
+                                              "ep",    "etp",          "sp",       "backend", "device"};
 
 // ---- validation ------------------------------------------------------------------------
 
@@ -416,8 +419,10 @@ nlohmann::json scenario_to_json(const Scenario& s) {
                 {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
                 {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
   auto layout_json = [](const LayoutConfig& x) {
-    return json{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
-                {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
+    json j{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
+           {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
+    if (x.device != "cpu") j["device"] = x.device;  // cpu is the default: files stay as they were
+    return j;
   };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
            {"data_seed", s.data_seed}, {"dtype", std::string(dtype_name(m.dtype))},

@@ -116,16 +116,16 @@ namespace {
 
 // Step (1): sums the addends of each Partial dimension of `from` over its group.
 template <comm::CommElement T>
-std::vector<T> sum_partials(comm::Communicator& world, const Mesh& m, const Layout& from, std::vector<T> x) {
+Buffer<T> sum_partials(comm::Communicator& world, const Mesh& m, const Layout& from, Buffer<T> x) {
   const auto& dims = view_dims(from.view);
   for (size_t i = 0; i < from.placements.size(); ++i) {
     if (from.placements[i].kind != PlacementKind::partial) continue;
     const Group g = m.group_over(from.view, {dims[i]}, world.rank());
     if (g.size() == 1 || x.empty()) continue;
     comm::Communicator& c = world.group(g);
-    std::vector<T> all(x.size() * g.size());
+    Buffer<T> all(x.size() * g.size());
     c.allgather(std::span<const T>(x), std::span<T>(all));
-    std::vector<T> acc(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
+    Buffer<T> acc(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
     for (size_t k = 1; k < g.size(); ++k)
       for (size_t e = 0; e < acc.size(); ++e) acc[e] += all[k * x.size() + e];
     x = std::move(acc);
@@ -146,7 +146,7 @@ Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& sh
   if (local.shape != want || local.numel() != numel(want))
     throw Error("redistribute: rank " + std::to_string(me) + " holds shape " + shape_str(local.shape) + ", " +
                 layout_str(from) + " gives " + shape_str(want));
-  const std::vector<T> x = sum_partials(world, m, from, local.data);
+  const Buffer<T> x = sum_partials(world, m, from, local.data);
   const RedistributePlan p = plan_redistribute(m, shape, from, to, me);
   std::vector<T> send(p.send_pos.size()), recv(p.recv_pos.size());
   for (size_t i = 0; i < send.size(); ++i) send[i] = x[static_cast<size_t>(p.send_pos[i])];

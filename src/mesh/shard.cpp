@@ -72,7 +72,7 @@ Tensor<T> assemble(const Mesh& m, const Layout& l, const Shape& shape, const std
   std::vector<int> holder(static_cast<size_t>(out.numel()), -1);
   for (int r = 0; r < m.world(); ++r) {
     const std::vector<int64_t> idx = global_indices(m, plain, shape, r);
-    const std::vector<T>& x = summed[static_cast<size_t>(r)].data;
+    const Buffer<T>& x = summed[static_cast<size_t>(r)].data;
     for (size_t i = 0; i < idx.size(); ++i) {
       const size_t g = static_cast<size_t>(idx[i]);
       if (holder[g] < 0) {

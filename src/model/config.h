@@ -49,6 +49,7 @@ struct LayoutConfig {
   int64_t ep = 1, etp = 1;
   bool sp = false;
   std::string backend = "gloo";
+  std::string device = "cpu";  // "cpu" | "cuda": where the baseline and every rank compute
 };
 
 // A save-and-resume-elsewhere check (docs/scenario.md, "resume"): the run trains save_at

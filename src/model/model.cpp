@@ -1,5 +1,5 @@
 #include "model/model.h"
-#include "core/vec.h"
+#include "ops/elementwise.h"
 
 #include <string>
 
@@ -43,7 +43,7 @@ template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c,
 }
 
 template <class T> struct LayerCache {
-  std::vector<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
+  Buffer<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
   FfnCache<T> mlp;
   MoeCache<T> moe;
 };
@@ -56,7 +56,7 @@ template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bia
 template <class T>
 void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, LayerCache<T>& L) {
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
-  L.h_in.assign(h, h + n * D);
+  L.h_in = copy_of(h, n * D);
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
   layernorm_forward(h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
   L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.v = zeros<T>(n * D);
@@ -69,8 +69,8 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
                       L.att.data() + q * S * D, L.probs.data() + q * H * S * S);
   auto o = zeros<T>(n * D);  // (n, D)
   matmul_forward(L.att.data(), w.wo, o.data(), n, D, D);
-  for (int64_t i = 0; i < n * D; ++i) h[i] += o[static_cast<size_t>(i)];
-  L.h_mid.assign(h, h + n * D);
+  add_into(h, o.data(), n * D);
+  L.h_mid = copy_of(h, n * D);
   L.bn = zeros<T>(n * D), L.m2 = zeros<T>(n), L.r2 = zeros<T>(n);
   layernorm_forward(h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
   auto f = zeros<T>(n * D);  // (n, D)
@@ -78,7 +78,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
     moe_forward(c, moe_weights(w, bias), L.bn.data(), n, f.data(), L.moe);
   else
     ffn_forward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, f.data(), L.mlp);
-  for (int64_t i = 0; i < n * D; ++i) h[i] += f[static_cast<size_t>(i)];
+  add_into(h, f.data(), n * D);
 }
 
 // dh (n, D) in place: from d(layer output) to d(layer input); parameter grads +=.
@@ -115,7 +115,7 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
 template <class T>
 Model<T>::Model(const ModelConfig& c, uint64_t seed)
     : params(ParamSet<T>::initialised(param_specs(c), seed)), grads(ParamSet<T>::zeros(param_specs(c))), cfg_(c) {
-  expert_bias.assign(static_cast<size_t>(c.moe_layers()), std::vector<T>(static_cast<size_t>(c.experts), T(0)));
+  expert_bias.assign(static_cast<size_t>(c.moe_layers()), zeros<T>(c.experts));
 }
 
 template <class T> MicroResult Model<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b) {
@@ -150,7 +150,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   auto hf = zeros<T>(n * D), mf = zeros<T>(n), rf = zeros<T>(n);
   layernorm_forward(h.data(), params["final_ln.weight"].ptr(), params["final_ln.bias"].ptr(), n, D, hf.data(),
                     mf.data(), rf.data());
-  std::vector<T> head_t;
+  Buffer<T> head_t;
   const T* head = nullptr;
   if (c.tie_embeddings) {
     head_t = transpose(params["embed.weight"].ptr(), V, D);
@@ -172,8 +172,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
     auto dhead = zeros<T>(D * V);
     matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), dhead.data(), n, D, V);
     auto dhead_t = transpose(dhead.data(), D, V);  // (V, D)
-    T* de = grads["embed.weight"].ptr();
-    for (int64_t i = 0; i < V * D; ++i) de[i] += dhead_t[static_cast<size_t>(i)];
+    add_into(grads["embed.weight"].ptr(), dhead_t.data(), V * D);
   } else {
     matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), grads["lm_head.weight"].ptr(), n, D, V);
   }

@@ -27,7 +27,7 @@ template <class T> class Model {
   const ModelConfig& config() const { return cfg_; }
   ParamSet<T> params;                     // registry order (params.h)
   ParamSet<T> grads;                      // same shapes; accumulated by forward_backward
-  std::vector<std::vector<T>> expert_bias;  // per MoE layer: (E), updated by the bias rule only
+  std::vector<Buffer<T>> expert_bias;  // per MoE layer: (E), updated by the bias rule only
 
   // inputs, targets (b, S) for b whole sequences of the step's B. Adds this micro-batch's
   // gradient of the step loss (normalised by B*S) into grads.

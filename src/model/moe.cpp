@@ -1,5 +1,5 @@
 #include "model/moe.h"
-#include "core/vec.h"
+#include "ops/elementwise.h"
 
 #include "ops/aux_loss.h"
 #include "ops/matmul.h"
@@ -58,14 +58,14 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
   experts_forward(c, wt, cache);
   cache.y = zeros<T>(n * K * D);
   unpermute_forward(cache.yg.data(), D, cache.perm, cache.y.data());
-  std::fill(out, out + n * D, T(0));
+  zero_values(out, n * D);
   combine_forward(cache.y.data(), cache.w.data(), n, K, D, out);
 
   if (c.shared_experts > 0) {
     cache.shared_out = zeros<T>(n * D);
     ffn_forward(x, n, D, c.shared_hidden, wt.shared_w1, wt.shared_w3, wt.shared_w2, cache.shared_out.data(),
                 cache.shared);
-    for (int64_t i = 0; i < n * D; ++i) out[i] += cache.shared_out[static_cast<size_t>(i)];
+    add_into(out, cache.shared_out.data(), n * D);
   }
 
   cache.aux = 0;

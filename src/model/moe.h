@@ -26,15 +26,15 @@ template <class T> struct MoeGrads {
 };
 
 template <class T> struct MoeCache {
-  std::vector<T> logits, s;          // (n, E)
+  Buffer<T> logits, s;          // (n, E)
   std::vector<int64_t> chosen;       // (n, K)
-  std::vector<T> w;                  // (n, K)
+  Buffer<T> w;                  // (n, K)
   Permutation perm;
-  std::vector<T> xg, yg;             // (n*K, D) grouped by expert
+  Buffer<T> xg, yg;             // (n*K, D) grouped by expert
   std::vector<FfnCache<T>> experts;  // (E)
-  std::vector<T> y;                  // (n*K, D) back in (token, slot) order
+  Buffer<T> y;                  // (n*K, D) back in (token, slot) order
   FfnCache<T> shared;
-  std::vector<T> shared_out;         // (n, D)
+  Buffer<T> shared_out;         // (n, D)
   double aux = 0;                    // this block's aux-loss contribution (already * alpha / B)
 };
 

@@ -1,5 +1,10 @@
 #include "ops/attention.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <cmath>
 #include <vector>
 
@@ -12,6 +17,9 @@ namespace parity {
 // probs (H, S, S) has 0 where j > i.
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H, int64_t Dh, T* out, T* probs) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::attention_forward(q, k, v, S, H, Dh, out, probs);
+#endif
   const int64_t W = H * Dh;  // row stride of q, k, v, out
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   for (int64_t h = 0; h < H; ++h) {
@@ -72,6 +80,9 @@ void softmax_grad_head(const T* P, const T* v, const T* dout, int64_t S, int64_t
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
                         int64_t Dh, T* dq, T* dk, T* dv) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::attention_backward(q, k, v, probs, dout, S, H, Dh, dq, dk, dv);
+#endif
   const int64_t W = H * Dh;
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   std::vector<T> dS(static_cast<size_t>(S * S));  // (S, S), one head

@@ -1,5 +1,10 @@
 #include "ops/aux_loss.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <vector>
 
 #include "ops/scalar_math.h"
@@ -35,6 +40,9 @@ std::vector<T> expert_fractions(const int64_t* chosen, int64_t S, int64_t E, int
 // Z_t = sum_e s[t][e] (e order). s (S, E), chosen (S, K). S = 0 or K = 0 gives 0.
 template <class T>
 T aux_loss_forward(const T* s, const int64_t* chosen, int64_t S, int64_t E, int64_t K) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::aux_loss_forward(s, chosen, S, E, K);
+#endif
   if (S == 0 || K == 0) return T(0);
   const std::vector<T> f = expert_fractions<T>(chosen, S, E, K);  // (E)
   std::vector<T> psum(static_cast<size_t>(E), T(0));               // (E)
@@ -53,6 +61,9 @@ T aux_loss_forward(const T* s, const int64_t* chosen, int64_t S, int64_t E, int6
 // ds[t][j] += dloss * that.  f carries no gradient (it is a count).
 template <class T>
 void aux_loss_backward(const T* s, const int64_t* chosen, int64_t S, int64_t E, int64_t K, T dloss, T* ds) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::aux_loss_backward(s, chosen, S, E, K, dloss, ds);
+#endif
   if (S == 0 || K == 0) return;
   const std::vector<T> f = expert_fractions<T>(chosen, S, E, K);  // (E)
   for (int64_t t = 0; t < S; ++t) {

@@ -1,5 +1,10 @@
 #include "ops/cross_entropy.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <cmath>
 
 #include "ops/scalar_math.h"
@@ -24,6 +29,9 @@ T row_logsumexp(const T* row, int64_t V) {
 // logits (n, V), targets (n), losses (n). V must be >= 1 when n > 0.
 template <class T>
 T cross_entropy_forward(const T* logits, const int64_t* targets, int64_t n, int64_t V, T* losses) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::cross_entropy_forward(logits, targets, n, V, losses);
+#endif
   T total = T(0);
   for (int64_t i = 0; i < n; ++i) {
     ops_detail::check_index(targets[i], V, "cross_entropy_forward: target");
@@ -37,6 +45,9 @@ T cross_entropy_forward(const T* logits, const int64_t* targets, int64_t n, int6
 // dlogits[i][v] += scale * (exp(logits[i][v] - lse_i) - [v == target_i]).
 template <class T>
 void cross_entropy_backward(const T* logits, const int64_t* targets, int64_t n, int64_t V, T scale, T* dlogits) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::cross_entropy_backward(logits, targets, n, V, scale, dlogits);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     ops_detail::check_index(targets[i], V, "cross_entropy_backward: target");
     const T* row = logits + i * V;  // (V)

@@ -1,5 +1,10 @@
 #include "ops/embedding.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include "ops/scalar_math.h"
 
 namespace parity {
@@ -7,6 +12,9 @@ namespace parity {
 // out[t] = table[ids[t]];  ids (n), table (V, D), out (n, D).
 template <class T>
 void embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t V, int64_t D, T* out) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::embedding_forward(ids, n, table, V, D, out);
+#endif
   for (int64_t t = 0; t < n; ++t) {
     ops_detail::check_index(ids[t], V, "embedding_forward: id");
     const T* src = table + ids[t] * D;  // (D)
@@ -19,6 +27,9 @@ void embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t V,
 // its rows straight into dtable in that order).  dout (n, D), dtable (V, D).
 template <class T>
 void embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t V, int64_t D, T* dtable) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::embedding_backward(ids, n, dout, V, D, dtable);
+#endif
   for (int64_t t = 0; t < n; ++t) {
     ops_detail::check_index(ids[t], V, "embedding_backward: id");
     const T* src = dout + t * D;     // (D)

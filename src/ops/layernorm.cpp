@@ -1,5 +1,10 @@
 #include "ops/layernorm.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <cmath>
 #include <vector>
 
@@ -13,6 +18,9 @@ namespace parity {
 // w (D), b (D), y (n, D), mean (n), rstd (n). D = 0 gives mean 0, rstd 1/sqrt(eps).
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, int64_t n, int64_t D, T* y, T* mean, T* rstd) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::layernorm_forward(x, w, b, n, D, y, mean, rstd);
+#endif
   const T eps = T(kLayerNormEps);
   for (int64_t i = 0; i < n; ++i) {
     const T* xr = x + i * D;  // (D)
@@ -40,6 +48,9 @@ void layernorm_forward(const T* x, const T* w, const T* b, int64_t n, int64_t D,
 template <class T>
 void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, int64_t n,
                         int64_t D, T* dx, T* dw, T* db) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::layernorm_backward(x, w, mean, rstd, dy, n, D, dx, dw, db);
+#endif
   std::vector<T> dw_acc(static_cast<size_t>(D), T(0));  // (D)
   std::vector<T> db_acc(static_cast<size_t>(D), T(0));  // (D)
   std::vector<T> xhat(static_cast<size_t>(D));          // (D), one row

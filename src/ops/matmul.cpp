@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #define PARITY_MATMUL_HAVE_AVX2 1  // an avx2 kernel is compiled; it runs where the CPU has avx2
@@ -201,6 +205,9 @@ void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t k, int64_t 
 }
 template <class T>
 void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t k, int64_t m) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::matmul_forward(x, w, y, n, k, m);
+#endif
   matmul_forward(x, w, y, n, k, m, MatmulIsa::automatic);
 }
 
@@ -225,6 +232,9 @@ void matmul_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t 
 }
 template <class T>
 void matmul_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t n, int64_t k, int64_t m) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::matmul_backward(x, w, dy, dx, dw, n, k, m);
+#endif
   matmul_backward(x, w, dy, dx, dw, n, k, m, MatmulIsa::automatic);
 }
 

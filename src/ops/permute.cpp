@@ -1,5 +1,10 @@
 #include "ops/permute.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <string>
 
 #include "core/error.h"
@@ -39,6 +44,9 @@ std::vector<int64_t> inverse_rows(const Permutation& p) {
 // xg[r] = x[src[r] / K];  x (n, D), xg (n*K, D).
 template <class T>
 void permute_forward(const T* x, int64_t D, const Permutation& p, T* xg) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::permute_forward(x, D, p.src.data(), static_cast<int64_t>(p.src.size()), p.K, xg);
+#endif
   const int64_t rows = static_cast<int64_t>(p.src.size());
   for (int64_t r = 0; r < rows; ++r) {
     const T* from = x + (p.src[r] / p.K) * D;  // (D)
@@ -51,6 +59,9 @@ void permute_forward(const T* x, int64_t D, const Permutation& p, T* xg) {
 // dxg (n*K, D), dx (n, D). The order is by slot, so it does not depend on expert numbering.
 template <class T>
 void permute_backward(const T* dxg, int64_t D, const Permutation& p, T* dx) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::permute_backward(dxg, D, p.src.data(), static_cast<int64_t>(p.src.size()), p.K, dx);
+#endif
   const int64_t K = p.K;
   const int64_t n = K > 0 ? static_cast<int64_t>(p.src.size()) / K : 0;
   const std::vector<int64_t> dst = inverse_rows(p);  // (n*K)
@@ -66,6 +77,9 @@ void permute_backward(const T* dxg, int64_t D, const Permutation& p, T* dx) {
 // y[src[r]] = yg[r];  yg (n*K, D) grouped, y (n*K, D) in (token, slot) order.
 template <class T>
 void unpermute_forward(const T* yg, int64_t D, const Permutation& p, T* y) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::unpermute_forward(yg, D, p.src.data(), static_cast<int64_t>(p.src.size()), y);
+#endif
   const int64_t rows = static_cast<int64_t>(p.src.size());
   for (int64_t r = 0; r < rows; ++r) {
     const T* from = yg + r * D;       // (D)
@@ -77,6 +91,9 @@ void unpermute_forward(const T* yg, int64_t D, const Permutation& p, T* y) {
 // dyg[r] += dy[src[r]];  dy (n*K, D), dyg (n*K, D).
 template <class T>
 void unpermute_backward(const T* dy, int64_t D, const Permutation& p, T* dyg) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::unpermute_backward(dy, D, p.src.data(), static_cast<int64_t>(p.src.size()), dyg);
+#endif
   const int64_t rows = static_cast<int64_t>(p.src.size());
   for (int64_t r = 0; r < rows; ++r) {
     const T* from = dy + p.src[r] * D;  // (D)
@@ -91,6 +108,9 @@ void unpermute_backward(const T* dy, int64_t D, const Permutation& p, T* dyg) {
 // y (n, K, D), w (n, K), out (n, D).
 template <class T>
 void combine_forward(const T* y, const T* w, int64_t n, int64_t K, int64_t D, T* out) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::combine_forward(y, w, n, K, D, out);
+#endif
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t d = 0; d < D; ++d) {
       T acc = T(0);
@@ -104,6 +124,9 @@ void combine_forward(const T* y, const T* w, int64_t n, int64_t K, int64_t D, T*
 // dout[t][d] * y[t][k][d]).  dout (n, D), dy (n, K, D), dw (n, K).
 template <class T>
 void combine_backward(const T* y, const T* w, const T* dout, int64_t n, int64_t K, int64_t D, T* dy, T* dw) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::combine_backward(y, w, dout, n, K, D, dy, dw);
+#endif
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t k = 0; k < K; ++k) {
       const T* yr = y + (t * K + k) * D;  // (D)

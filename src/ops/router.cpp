@@ -1,5 +1,10 @@
 #include "ops/router.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,6 +18,9 @@ namespace parity {
 // sigmoid: s[i][e] = stable_sigmoid(l[i][e]).  logits (n, E), s (n, E).
 template <class T>
 void router_scores_forward(const T* logits, int64_t n, int64_t E, Score score, T* s) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::router_scores_forward(logits, n, E, score == Score::sigmoid ? 1 : 0, s);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const T* lr = logits + i * E;  // (E)
     T* sr = s + i * E;             // (E)
@@ -36,6 +44,9 @@ void router_scores_forward(const T* logits, int64_t n, int64_t E, Score score, T
 // sigmoid: dl[e] += ds[e] * (s[e] * (1 - s[e])).  s, ds, dlogits (n, E).
 template <class T>
 void router_scores_backward(const T* s, const T* ds, int64_t n, int64_t E, Score score, T* dlogits) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::router_scores_backward(s, ds, n, E, score == Score::sigmoid ? 1 : 0, dlogits);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const T* sr = s + i * E;     // (E)
     const T* dsr = ds + i * E;   // (E)
@@ -56,6 +67,9 @@ void router_scores_backward(const T* s, const T* ds, int64_t n, int64_t E, Score
 // go to the lower expert index. Requires 0 <= K <= E. s (n, E), bias (E), chosen (n, K).
 template <class T>
 void topk_select(const T* s, const T* bias, int64_t n, int64_t E, int64_t K, int64_t* chosen) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::topk_select(s, bias, n, E, K, chosen);
+#endif
   if (K < 0 || K > E)
     throw Error("topk_select: K = " + std::to_string(K) + " must be in [0, E = " + std::to_string(E) + "]");
   std::vector<T> value(static_cast<size_t>(E));      // (E)
@@ -82,6 +96,9 @@ void topk_select(const T* s, const T* bias, int64_t n, int64_t E, int64_t K, int
 template <class T>
 void route_weights_forward(const T* s, const int64_t* chosen, int64_t n, int64_t E, int64_t K, bool norm,
                            double scale, T* w) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::route_weights_forward(s, chosen, n, E, K, norm, scale, w);
+#endif
   const T sc = T(scale);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t* cr = chosen + i * K;  // (K)
@@ -103,6 +120,9 @@ void route_weights_forward(const T* s, const int64_t* chosen, int64_t n, int64_t
 template <class T>
 void route_weights_backward(const T* s, const int64_t* chosen, int64_t n, int64_t E, int64_t K, bool norm,
                             double scale, const T* dw, T* ds) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::route_weights_backward(s, chosen, n, E, K, norm, scale, dw, ds);
+#endif
   const T sc = T(scale);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t* cr = chosen + i * K;  // (K)

@@ -1,5 +1,10 @@
 #include "ops/swiglu.h"
 
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 #include "ops/matmul.h"
 #include "ops/scalar_math.h"
 
@@ -9,6 +14,9 @@ namespace parity {
 // a, b, h (n).
 template <class T>
 void swiglu_forward(const T* a, const T* b, int64_t n, T* h) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::swiglu_forward(a, b, n, h);
+#endif
   for (int64_t i = 0; i < n; ++i) h[i] = (a[i] * ops_detail::stable_sigmoid(a[i])) * b[i];
 }
 
@@ -16,6 +24,9 @@ void swiglu_forward(const T* a, const T* b, int64_t n, T* h) {
 // da[i] += dh[i] * b[i] * silu'(a[i]);  db[i] += dh[i] * silu(a[i]).  (n) each.
 template <class T>
 void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* db) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::swiglu_backward(a, b, dh, n, da, db);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     const T sg = ops_detail::stable_sigmoid(a[i]);
     const T silu = a[i] * sg;
@@ -29,10 +40,9 @@ void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* d
 template <class T>
 void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2, T* out,
                  FfnCache<T>& cache) {
-  const size_t nf = static_cast<size_t>(n * F);
-  cache.a.assign(nf, T(0));
-  cache.b.assign(nf, T(0));
-  cache.h.assign(nf, T(0));
+  cache.a = zeros<T>(n * F);
+  cache.b = zeros<T>(n * F);
+  cache.h = zeros<T>(n * F);
   matmul_forward(x, w1, cache.a.data(), n, D, F);
   matmul_forward(x, w3, cache.b.data(), n, D, F);
   swiglu_forward(cache.a.data(), cache.b.data(), n * F, cache.h.data());
@@ -45,10 +55,9 @@ void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const
 template <class T>
 void ffn_backward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const T* w3, const T* w2,
                   const FfnCache<T>& cache, const T* dout, T* dx, T* dw1, T* dw3, T* dw2) {
-  const size_t nf = static_cast<size_t>(n * F);
-  std::vector<T> dh(nf, T(0));  // (n, F)
-  std::vector<T> da(nf, T(0));  // (n, F)
-  std::vector<T> db(nf, T(0));  // (n, F)
+  Buffer<T> dh = zeros<T>(n * F);  // (n, F)
+  Buffer<T> da = zeros<T>(n * F);  // (n, F)
+  Buffer<T> db = zeros<T>(n * F);  // (n, F)
   matmul_backward(cache.h.data(), w2, dout, dh.data(), dw2, n, F, D);
   swiglu_backward(cache.a.data(), cache.b.data(), dh.data(), n * F, da.data(), db.data());
   matmul_backward(x, w1, da.data(), dx, dw1, n, D, F);

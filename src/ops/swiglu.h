@@ -2,6 +2,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
+
 namespace parity {
 
 // Elementwise gate: h (n) = silu(a) * b, silu(a) = a / (1 + exp(-a)), computed as
@@ -14,7 +16,7 @@ void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* d
 
 // Activations an FFN saves for its backward: a = x·w1, b = x·w3, h = silu(a)*b, each (n, F).
 template <class T> struct FfnCache {
-  std::vector<T> a, b, h;
+  Buffer<T> a, b, h;
 };
 
 // SwiGLU FFN (dense MLP, shared expert, one routed expert):

@@ -2,6 +2,12 @@
 
 #include <cmath>
 
+#include "core/device.h"
+#include "ops/elementwise.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
+
 namespace parity {
 
 template <class T>
@@ -22,6 +28,9 @@ template <class T> void Optimizer<T>::step_buffer(T* w, const T* g, T* m, T* v, 
   const T lr = static_cast<T>(cfg_.lr), wd = static_cast<T>(cfg_.weight_decay);
   if (cfg_.kind == OptimKind::sgd) {
     const T mu = static_cast<T>(cfg_.momentum);
+#if PARITY_HAVE_CUDA
+    if (on_cuda()) return cuda::sgd_step(w, g, m, n, lr, wd, mu, t_ == 1);
+#endif
     for (int64_t i = 0; i < n; ++i) {
       T d = g[i];
       if (wd != T(0)) d = d + wd * w[i];
@@ -34,6 +43,9 @@ template <class T> void Optimizer<T>::step_buffer(T* w, const T* g, T* m, T* v, 
   const T bc1 = T(1) - static_cast<T>(std::pow(cfg_.beta1, static_cast<double>(t_)));
   const T bc2 = T(1) - static_cast<T>(std::pow(cfg_.beta2, static_cast<double>(t_)));
   const bool decoupled = cfg_.kind == OptimKind::adamw;
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::adam_step(w, g, m, v, n, lr, wd, b1, b2, eps, bc1, bc2, decoupled);
+#endif
   for (int64_t i = 0; i < n; ++i) {
     T gi = g[i];
     if (decoupled)
@@ -47,6 +59,9 @@ template <class T> void Optimizer<T>::step_buffer(T* w, const T* g, T* m, T* v, 
 }
 
 template <class T> double sum_of_squares(const T* x, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::sum_of_squares(x, n);
+#endif
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return s;
@@ -67,8 +82,7 @@ double clip_coefficient(double norm, double max_norm) {
 template <class T> void scale_grads(ParamSet<T>& grads, double coef) {
   if (coef == 1.0) return;
   const T c = static_cast<T>(coef);
-  for (auto& t : grads.tensors)
-    for (auto& x : t.data) x *= c;
+  for (auto& t : grads.tensors) scale_values(t.ptr(), c, t.numel());
 }
 
 template <class T> void expert_bias_update(T* bias, const int64_t* counts, int64_t E, double rate) {

@@ -1,5 +1,5 @@
 #include "parallel/ep_dispatch.h"
-#include "core/vec.h"
+#include "ops/elementwise.h"
 
 #include <algorithm>
 #include <chrono>
@@ -52,9 +52,9 @@ std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t D) {
 
 // alltoallv of rows (D elements each).
 template <class T>
-std::vector<T> exchange(comm::Communicator& g, const std::vector<T>& in, const std::vector<int64_t>& send_rows,
+Buffer<T> exchange(comm::Communicator& g, const Buffer<T>& in, const std::vector<int64_t>& send_rows,
                         const std::vector<int64_t>& recv_rows, int64_t D) {
-  std::vector<T> out(static_cast<size_t>(total(recv_rows) * D));
+  Buffer<T> out(static_cast<size_t>(total(recv_rows) * D));
   if (g.size() == 1) return in;
   auto sc = times(send_rows, D), rc = times(recv_rows, D);
   g.alltoallv(std::span<const T>(in), std::span<const int64_t>(sc), std::span<T>(out), std::span<const int64_t>(rc));
@@ -62,20 +62,20 @@ std::vector<T> exchange(comm::Communicator& g, const std::vector<T>& in, const s
 }
 
 template <class T>
-std::vector<T> lane_gather(comm::Communicator& g, const std::vector<T>& mine, const std::vector<int64_t>& lane_rows,
+Buffer<T> lane_gather(comm::Communicator& g, const Buffer<T>& mine, const std::vector<int64_t>& lane_rows,
                            int64_t D) {
   if (g.size() == 1) return mine;
-  std::vector<T> out(static_cast<size_t>(total(lane_rows) * D));
+  Buffer<T> out(static_cast<size_t>(total(lane_rows) * D));
   auto counts = times(lane_rows, D);
   g.allgatherv(std::span<const T>(mine), std::span<T>(out), std::span<const int64_t>(counts));
   return out;
 }
 
 template <class T>
-std::vector<T> lane_reduce_scatter(comm::Communicator& g, const std::vector<T>& all,
+Buffer<T> lane_reduce_scatter(comm::Communicator& g, const Buffer<T>& all,
                                    const std::vector<int64_t>& lane_rows, int64_t D) {
   if (g.size() == 1) return all;
-  std::vector<T> out(static_cast<size_t>(lane_rows[static_cast<size_t>(g.rank())] * D));
+  Buffer<T> out(static_cast<size_t>(lane_rows[static_cast<size_t>(g.rank())] * D));
   auto counts = times(lane_rows, D);
   g.reduce_scatterv(std::span<const T>(all), std::span<T>(out), std::span<const int64_t>(counts), comm::ReduceOp::sum);
   return out;
@@ -117,15 +117,15 @@ template <class T> void plan(const EpContext& ep, DispatchCache<T>& k) {
       }
 }
 
-template <class T> std::vector<T> take_rows(const std::vector<T>& x, const std::vector<int64_t>& order, int64_t D) {
-  std::vector<T> out(order.size() * static_cast<size_t>(D));
+template <class T> Buffer<T> take_rows(const Buffer<T>& x, const std::vector<int64_t>& order, int64_t D) {
+  Buffer<T> out(order.size() * static_cast<size_t>(D));
   for (size_t i = 0; i < order.size(); ++i)
     std::copy_n(x.begin() + order[i] * D, D, out.begin() + static_cast<std::ptrdiff_t>(i) * D);
   return out;
 }
 
-template <class T> std::vector<T> put_rows(const std::vector<T>& x, const std::vector<int64_t>& order, int64_t D) {
-  std::vector<T> out(order.size() * static_cast<size_t>(D));
+template <class T> Buffer<T> put_rows(const Buffer<T>& x, const std::vector<int64_t>& order, int64_t D) {
+  Buffer<T> out(order.size() * static_cast<size_t>(D));
   for (size_t i = 0; i < order.size(); ++i)
     std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(i) * D, D, out.begin() + order[i] * D);
   return out;
@@ -143,15 +143,15 @@ void ep_dispatch_forward(const ModelConfig& c, const EpContext& ep, const Expert
   permute_forward(x, D, k.perm, k.xg.data());
   plan(ep, k);
   count_flow(ep, k, chosen, n, K);
-  std::vector<T> recv = exchange(*ep.ep, k.xg, k.send_rows, k.recv_rows, D);
+  Buffer<T> recv = exchange(*ep.ep, k.xg, k.send_rows, k.recv_rows, D);
   k.xe = take_rows(lane_gather(*ep.etp, recv, k.lane_rows, D), k.order, D);
   auto ye = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
   k.ffn.assign(static_cast<size_t>(ep.El), {});
   for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
     ffn_forward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F, w.w3 + e * D * F,
                 w.w2 + e * F * D, ye.data() + row * D, k.ffn[static_cast<size_t>(e)]);
-  std::vector<T> mine = lane_reduce_scatter(*ep.etp, put_rows(ye, k.order, D), k.lane_rows, D);
-  std::vector<T> yg = exchange(*ep.ep, mine, k.recv_rows, k.send_rows, D);
+  Buffer<T> mine = lane_reduce_scatter(*ep.etp, put_rows(ye, k.order, D), k.lane_rows, D);
+  Buffer<T> yg = exchange(*ep.ep, mine, k.recv_rows, k.send_rows, D);
   k.y = zeros<T>(n * K * D);
   unpermute_forward(yg.data(), D, k.perm, k.y.data());
   dispatch_stats().seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -165,15 +165,15 @@ void ep_dispatch_backward(const ModelConfig& c, const EpContext& ep, const Exper
   const auto t0 = Clock::now();
   auto dyg = zeros<T>(n * K * D);
   unpermute_backward(dy, D, k.perm, dyg.data());
-  std::vector<T> drecv = exchange(*ep.ep, dyg, k.send_rows, k.recv_rows, D);
-  std::vector<T> dye = take_rows(lane_gather(*ep.etp, drecv, k.lane_rows, D), k.order, D);
+  Buffer<T> drecv = exchange(*ep.ep, dyg, k.send_rows, k.recv_rows, D);
+  Buffer<T> dye = take_rows(lane_gather(*ep.etp, drecv, k.lane_rows, D), k.order, D);
   auto dxe = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
   for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
     ffn_backward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
                  w.w3 + e * D * F, w.w2 + e * F * D, k.ffn[static_cast<size_t>(e)], dye.data() + row * D,
                  dxe.data() + row * D, dw1 + e * D * F, dw3 + e * D * F, dw2 + e * F * D);
-  std::vector<T> dmine = lane_reduce_scatter(*ep.etp, put_rows(dxe, k.order, D), k.lane_rows, D);
-  std::vector<T> dxg = exchange(*ep.ep, dmine, k.recv_rows, k.send_rows, D);
+  Buffer<T> dmine = lane_reduce_scatter(*ep.etp, put_rows(dxe, k.order, D), k.lane_rows, D);
+  Buffer<T> dxg = exchange(*ep.ep, dmine, k.recv_rows, k.send_rows, D);
   permute_backward(dxg.data(), D, k.perm, dx);
   DispatchStats& st = dispatch_stats();
   st.seconds += std::chrono::duration<double>(Clock::now() - t0).count();

@@ -24,16 +24,16 @@ struct EpContext {
 
 template <class T> struct DispatchCache {
   Permutation perm;                             // of this rank's n*K assignments
-  std::vector<T> xg;                            // (n*K, D) grouped by expert, as sent
+  Buffer<T> xg;                            // (n*K, D) grouped by expert, as sent
   std::vector<int64_t> send_rows, recv_rows;    // (ep) rows to / from each EP rank
   std::vector<int64_t> recv_expert_rows;        // (ep, El) from each source, per local expert
   std::vector<int64_t> lane_rows;               // (etp) rows each ETP lane received
   std::vector<int64_t> lane_expert_rows;        // (etp, ep, El)
   std::vector<int64_t> order;                   // expert-grouped row -> row of the ETP-gathered buffer
   std::vector<int64_t> expert_rows;             // (El)
-  std::vector<T> xe;                            // (R, D) inputs grouped by local expert
+  Buffer<T> xe;                            // (R, D) inputs grouped by local expert
   std::vector<FfnCache<T>> ffn;                 // (El)
-  std::vector<T> y;                             // (n*K, D) complete outputs, (token, slot) order
+  Buffer<T> y;                             // (n*K, D) complete outputs, (token, slot) order
   int64_t rows_moved = 0, rows_floor = 0;       // this forward's flow, there and back
 };
 

@@ -86,7 +86,7 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
 // TP sums of the partitioned families (one allreduce), then the data-parallel reduction
 // of the dense and the expert parameters (one flat reduce-scatter + allreduce each).
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
-  std::vector<T> flat;
+  Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
     if (tp_partitioned(specs[p])) flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
   tp_allreduce(tp, flat);

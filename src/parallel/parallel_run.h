@@ -29,7 +29,7 @@ template <class T> struct RankStepRecord {
   std::vector<Tensor<T>> grads, params;  // params: after the optimizer step
   // Per MoE layer: global counts (identical on every rank) and the bias after its update.
   std::vector<std::vector<int64_t>> tokens_per_expert;
-  std::vector<std::vector<T>> expert_bias;
+  std::vector<Buffer<T>> expert_bias;
   // Per MoE layer, the tokens this rank routed and reports (each global token reported by
   // exactly one rank): global token id (sequence * S + position) and its K chosen experts.
   std::vector<std::vector<int64_t>> token_ids;  // (n_reported)

@@ -1,5 +1,5 @@
 #include "parallel/pmodel.h"
-#include "core/vec.h"
+#include "ops/elementwise.h"
 
 #include "ops/attention.h"
 #include "ops/layernorm.h"
@@ -13,7 +13,7 @@ namespace parity {
 namespace {
 
 template <class T> struct LayerCache {
-  std::vector<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
+  Buffer<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
   FfnCache<T> mlp;
   PMoeCache<T> moe;
 };
@@ -53,18 +53,18 @@ template <class T> struct ParallelModel<T>::Impl {
   int64_t local_dim(const std::string& name, size_t d) const {
     return m.params[m.index(name)].mp_shape()[d];
   }
-  std::vector<T> full(const std::vector<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, c.seq, W); }
-  std::vector<T> to_res(std::vector<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, c.seq, W); }
+  Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, c.seq, W); }
+  Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, c.seq, W); }
 
-  void attention_forward_block(const std::string& p, std::vector<T>& h, LayerCache<T>& L) const;
-  void attention_backward_block(const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
-  void ffn_forward_block(int64_t l, const std::string& p, std::vector<T>& h, LayerCache<T>& L) const;
-  void ffn_backward_block(int64_t l, const std::string& p, std::vector<T>& dh, const LayerCache<T>& L) const;
+  void attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
+  void attention_backward_block(const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
+  void ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
+  void ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
   PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
 };
 
 template <class T>
-void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, std::vector<T>& h, LayerCache<T>& L) const {
+void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const {
   const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
   L.h_in = h;
   L.a_res = zeros<T>(n_res * D), L.m1 = zeros<T>(n_res), L.r1 = zeros<T>(n_res);
@@ -86,10 +86,10 @@ void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, std::
 }
 
 template <class T>
-void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, std::vector<T>& dh,
+void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, Buffer<T>& dh,
                                                       const LayerCache<T>& L) const {
   const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
-  std::vector<T> dout = full(dh, D);
+  Buffer<T> dout = full(dh, D);
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(p + ".attn.wo").ptr(), dout.data(), datt.data(), g(p + ".attn.wo"), n, Dl, D);
   auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
@@ -102,7 +102,7 @@ void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, std:
   matmul_backward(L.a_full.data(), w(p + ".attn.wq").ptr(), dq.data(), da.data(), g(p + ".attn.wq"), n, D, Dl);
   matmul_backward(L.a_full.data(), w(p + ".attn.wk").ptr(), dk.data(), da.data(), g(p + ".attn.wk"), n, D, Dl);
   matmul_backward(L.a_full.data(), w(p + ".attn.wv").ptr(), dv.data(), da.data(), g(p + ".attn.wv"), n, D, Dl);
-  std::vector<T> da_res = to_res(std::move(da), D);
+  Buffer<T> da_res = to_res(std::move(da), D);
   layernorm_backward(L.h_in.data(), w(p + ".ln1.weight").ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
                      dh.data(), g(p + ".ln1.weight"), g(p + ".ln1.bias"));
 }
@@ -120,13 +120,13 @@ template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std:
 }
 
 template <class T>
-void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, std::vector<T>& h,
+void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h,
                                                LayerCache<T>& L) const {
   const int64_t D = c.dim;
   L.bn_res = zeros<T>(n_res * D), L.m2 = zeros<T>(n_res), L.r2 = zeros<T>(n_res);
   layernorm_forward(h.data(), w(p + ".ln2.weight").ptr(), w(p + ".ln2.bias").ptr(), n_res, D, L.bn_res.data(),
                     L.m2.data(), L.r2.data());
-  std::vector<T> f;
+  Buffer<T> f;
   if (c.is_moe(l)) {
     pmoe_forward(c, m.tp_, m.ep_, moe_weights(p, l), L.bn_res, b, f, L.moe);
   } else {
@@ -140,7 +140,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, 
 }
 
 template <class T>
-void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p, std::vector<T>& dh,
+void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh,
                                                 const LayerCache<T>& L) const {
   const int64_t D = c.dim;
   auto dbn_res = zeros<T>(n_res * D);
@@ -151,7 +151,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
     if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
     pmoe_backward(c, m.tp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
   } else {
-    std::vector<T> dout = full(dh, D);
+    Buffer<T> dout = full(dh, D);
     auto dbn = zeros<T>(n * D);
     ffn_backward(L.bn_full.data(), n, D, local_dim(p + ".mlp.w1", 1), w(p + ".mlp.w1").ptr(), w(p + ".mlp.w3").ptr(),
                  w(p + ".mlp.w2").ptr(), L.mlp, dout.data(), dbn.data(), g(p + ".mlp.w1"), g(p + ".mlp.w3"),
@@ -188,7 +188,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     mp_grads.emplace_back(params.back().mp_shape());
     index_[specs[p].name] = p;
   }
-  expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), std::vector<T>(static_cast<size_t>(s.model.experts), T(0)));
+  expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), Buffer<T>(static_cast<size_t>(s.model.experts), T(0)));
 }
 
 template <class T> void ParallelModel<T>::zero_grads() {
@@ -211,7 +211,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
   auto e_part = zeros<T>(n * D);
   vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
-  std::vector<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
+  Buffer<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
   std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
@@ -221,7 +221,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     I.ffn_forward_block(l, p, h, L);
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
-    res.chosen.push_back(L.moe.chosen);
+    res.chosen.push_back(to_vector(L.moe.chosen));
     res.first_row.push_back(L.moe.t0);
     std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
     for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
@@ -231,8 +231,8 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
   layernorm_forward(h.data(), I.w("final_ln.weight").ptr(), I.w("final_ln.bias").ptr(), n_res, D, hf.data(), mf.data(),
                     rf.data());
-  std::vector<T> hf_full = I.full(hf, D);
-  std::vector<T> head = c.tie_embeddings ? transpose(emb.ptr(), Vl, D) : I.w("lm_head.weight").data;
+  Buffer<T> hf_full = I.full(hf, D);
+  Buffer<T> head = c.tie_embeddings ? transpose(emb.ptr(), Vl, D) : I.w("lm_head.weight").data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   VpCeCache<T> ce;
@@ -249,7 +249,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   } else {
     matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g("lm_head.weight"), n, D, Vl);
   }
-  std::vector<T> dhf_res = I.to_res(std::move(dhf), D);
+  Buffer<T> dhf_res = I.to_res(std::move(dhf), D);
   auto dh = zeros<T>(n_res * D);
   layernorm_backward(h.data(), I.w("final_ln.weight").ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
                      dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
@@ -258,7 +258,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     I.ffn_backward_block(l, p, dh, caches[static_cast<size_t>(l)]);
     I.attention_backward_block(p, dh, caches[static_cast<size_t>(l)]);
   }
-  std::vector<T> dh_full = I.full(dh, D);
+  Buffer<T> dh_full = I.full(dh, D);
   vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));
   return res;
 }

@@ -35,7 +35,7 @@ template <class T> class ParallelModel {
 
   std::vector<ShardedParam<T>> params;  // registry order
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
-  std::vector<std::vector<T>> expert_bias;
+  std::vector<Buffer<T>> expert_bias;
 
   // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
   // optimizer may have changed the shards since they were gathered).

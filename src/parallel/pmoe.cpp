@@ -1,5 +1,5 @@
 #include "parallel/pmoe.h"
-#include "core/vec.h"
+#include "ops/elementwise.h"
 
 #include <span>
 
@@ -17,21 +17,21 @@ bool split_copies(const TpContext& tp) { return tp.size > 1 && !tp.sp; }
 // This lane's rows of the (n, W) replicated view -> all rows (allgatherv over TP), or the
 // SP gather; identity for tp 1.
 template <class T>
-std::vector<T> gather_dispatch(const TpContext& tp, const std::vector<T>& mine, int64_t n, int64_t b, int64_t S, int64_t W) {
+Buffer<T> gather_dispatch(const TpContext& tp, const Buffer<T>& mine, int64_t n, int64_t b, int64_t S, int64_t W) {
   if (tp.size == 1) return mine;
   if (tp.sp) return sp_gather(tp, mine, b, S, W);
   std::vector<int64_t> counts;
   for (int64_t i = 0; i < tp.size; ++i) counts.push_back(mesh::chunk(n, tp.size, i).size() * W);
-  std::vector<T> out(static_cast<size_t>(n * W));
+  Buffer<T> out(static_cast<size_t>(n * W));
   tp.tp->allgatherv(std::span<const T>(mine), std::span<T>(out), std::span<const int64_t>(counts));
   return out;
 }
 
 template <class T>
-std::vector<T> slice_dispatch(const TpContext& tp, const std::vector<T>& full, int64_t t0, int64_t t1, int64_t b,
+Buffer<T> slice_dispatch(const TpContext& tp, const Buffer<T>& full, int64_t t0, int64_t t1, int64_t b,
                               int64_t S, int64_t W) {
   if (tp.size > 1 && tp.sp) return sp_slice(tp, full, b, S, W);
-  return std::vector<T>(full.begin() + t0 * W, full.begin() + t1 * W);
+  return Buffer<T>(full.begin() + t0 * W, full.begin() + t1 * W);
 }
 
 template <class T>
@@ -49,7 +49,7 @@ void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int6
 
 template <class T>
 void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                  const std::vector<T>& x_res, int64_t b, std::vector<T>& out_res, PMoeCache<T>& k) {
+                  const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res, PMoeCache<T>& k) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, n = b * S;
   const int64_t n_res = static_cast<int64_t>(x_res.size()) / D;
   mesh::Range mine = split_copies(tp) ? mesh::chunk(n, tp.size, tp.rank) : mesh::Range{0, n_res};
@@ -79,18 +79,18 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep
 
 template <class T>
 void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                   int64_t b, const PMoeCache<T>& k, const std::vector<T>& dout_res, std::vector<T>& dx_res,
+                   int64_t b, const PMoeCache<T>& k, const Buffer<T>& dout_res, Buffer<T>& dx_res,
                    const PMoeGrads<T>& g) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, n = b * S, n_d = k.t1 - k.t0;
   if (c.shared_experts > 0) {
-    std::vector<T> dout = tp_to_full(tp, dout_res, b, S, D);
+    Buffer<T> dout = tp_to_full(tp, dout_res, b, S, D);
     auto dx_part = zeros<T>(n * D);
     ffn_backward(k.x_full.data(), n, D, wt.Fsl, wt.sw1, wt.sw3, wt.sw2, k.shared, dout.data(), dx_part.data(), g.sw1,
                  g.sw3, g.sw2);
     add_into(dx_res, tp_sum_to_res(tp, std::move(dx_part), b, S, D));
   }
   // routed part: this rank's dispatch rows only (each lane its own rows, once)
-  std::vector<T> dout_d(dout_res.begin() + k.t0 * D, dout_res.begin() + k.t1 * D);
+  Buffer<T> dout_d(dout_res.begin() + k.t0 * D, dout_res.begin() + k.t1 * D);
   auto dy = zeros<T>(n_d * K * D), dw = zeros<T>(n_d * K), dx_d = zeros<T>(n_d * D);
   combine_backward(k.dispatch.y.data(), k.w.data(), dout_d.data(), n_d, K, D, dy.data(), dw.data());
   ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
@@ -115,9 +115,9 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
 
 #define PARITY_INSTANTIATE(T)                                                                                        \
   template void pmoe_forward<T>(const ModelConfig&, const TpContext&, const EpContext&, const PMoeWeights<T>&,       \
-                                const std::vector<T>&, int64_t, std::vector<T>&, PMoeCache<T>&);                     \
+                                const Buffer<T>&, int64_t, Buffer<T>&, PMoeCache<T>&);                     \
   template void pmoe_backward<T>(const ModelConfig&, const TpContext&, const EpContext&, const PMoeWeights<T>&,      \
-                                 int64_t, const PMoeCache<T>&, const std::vector<T>&, std::vector<T>&, const PMoeGrads<T>&);
+                                 int64_t, const PMoeCache<T>&, const Buffer<T>&, Buffer<T>&, const PMoeGrads<T>&);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE

@@ -32,13 +32,13 @@ template <class T> struct PMoeGrads {
 
 template <class T> struct PMoeCache {
   int64_t t0 = 0, t1 = 0;              // this rank's dispatch rows of the residual buffer
-  std::vector<T> x_d;                  // (n_d, D)
-  std::vector<T> logits, s, w;         // (n_d, E), (n_d, E), (n_d, K)
-  std::vector<int64_t> chosen;         // (n_d, K)
-  std::vector<T> s_full;               // (n, E) every token of the micro-batch (aux loss)
-  std::vector<int64_t> chosen_full;    // (n, K)
+  Buffer<T> x_d;                  // (n_d, D)
+  Buffer<T> logits, s, w;         // (n_d, E), (n_d, E), (n_d, K)
+  Buffer<int64_t> chosen;              // (n_d, K)
+  Buffer<T> s_full;               // (n, E) every token of the micro-batch (aux loss)
+  Buffer<int64_t> chosen_full;         // (n, K)
   DispatchCache<T> dispatch;
-  std::vector<T> x_full;               // (n, D) for the shared expert
+  Buffer<T> x_full;               // (n, D) for the shared expert
   FfnCache<T> shared;
   double aux = 0;                      // this micro-batch's aux part (identical on lanes)
 };
@@ -46,11 +46,11 @@ template <class T> struct PMoeCache {
 // x_res (n_res, D) -> out_res (n_res, D); b sequences of S tokens.
 template <class T>
 void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                  const std::vector<T>& x_res, int64_t b, std::vector<T>& out_res, PMoeCache<T>& cache);
+                  const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res, PMoeCache<T>& cache);
 // dx_res (n_res, D) +=; this rank's parameter gradients +=.
 template <class T>
 void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                   int64_t b, const PMoeCache<T>& cache, const std::vector<T>& dout_res, std::vector<T>& dx_res,
+                   int64_t b, const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
                    const PMoeGrads<T>& g);
 
 }  // namespace parity

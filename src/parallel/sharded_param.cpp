@@ -108,14 +108,14 @@ template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const Sha
   }
   const auto n = static_cast<size_t>(g.size());
   std::vector<int64_t> counts(n, 0);
-  std::vector<T> mine;
+  Buffer<T> mine;
   for (const auto* p : ps) {
     for (size_t i = 0; i < n; ++i) counts[i] += p->piece_counts()[i];
     mine.insert(mine.end(), p->local.data.begin(), p->local.data.end());
   }
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  std::vector<T> all(static_cast<size_t>(total));
+  Buffer<T> all(static_cast<size_t>(total));
   g.allgatherv(std::span<const T>(mine), std::span<T>(all), std::span<const int64_t>(counts));
   for (const auto* p : ps) out.emplace_back(p->mp_shape());
   int64_t at = 0;  // rank i's block: every parameter's piece i in order
@@ -137,14 +137,14 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
   comm::Communicator& g = *ps.front()->groups().fsdp;
   const auto n = static_cast<size_t>(g.size());
   std::vector<int64_t> counts(n, 0);
-  std::vector<T> blocks;  // rank-major: block i = every parameter's piece i
+  Buffer<T> blocks;  // rank-major: block i = every parameter's piece i
   for (size_t i = 0; i < n; ++i)
     for (size_t q = 0; q < ps.size(); ++q) {
       const auto off = piece_offsets(*ps[q]);
       blocks.insert(blocks.end(), grads[q]->data.begin() + off[i], grads[q]->data.begin() + off[i + 1]);
       counts[i] += off[i + 1] - off[i];
     }
-  std::vector<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g.rank())]));
+  Buffer<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g.rank())]));
   if (n == 1)
     mine = blocks;
   else

@@ -6,22 +6,22 @@
 
 namespace parity {
 
-template <class T> void tp_allreduce(const TpContext& c, std::vector<T>& buf) {
+template <class T> void tp_allreduce(const TpContext& c, Buffer<T>& buf) {
   if (c.size > 1) c.tp->allreduce(std::span<T>(buf), comm::ReduceOp::sum);
 }
 
 namespace {
 // (b, S, W) <-> (tp, b, S/tp, W): chunk-major, so lane r's chunk is one contiguous block.
-template <class T> std::vector<T> to_chunk_major(const std::vector<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
-  std::vector<T> out(x.size());
+template <class T> Buffer<T> to_chunk_major(const Buffer<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
+  Buffer<T> out(x.size());
   const int64_t Sl = S / tp;
   for (int64_t r = 0; r < tp; ++r)
     for (int64_t q = 0; q < b; ++q)
       std::copy_n(x.begin() + ((q * S + r * Sl) * W), Sl * W, out.begin() + (((r * b + q) * Sl) * W));
   return out;
 }
-template <class T> std::vector<T> from_chunk_major(const std::vector<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
-  std::vector<T> out(x.size());
+template <class T> Buffer<T> from_chunk_major(const Buffer<T>& x, int64_t tp, int64_t b, int64_t S, int64_t W) {
+  Buffer<T> out(x.size());
   const int64_t Sl = S / tp;
   for (int64_t r = 0; r < tp; ++r)
     for (int64_t q = 0; q < b; ++q)
@@ -31,34 +31,34 @@ template <class T> std::vector<T> from_chunk_major(const std::vector<T>& x, int6
 }  // namespace
 
 template <class T>
-std::vector<T> sp_gather(const TpContext& c, const std::vector<T>& local, int64_t b, int64_t S, int64_t W) {
-  std::vector<T> cm(static_cast<size_t>(b * S * W));
+Buffer<T> sp_gather(const TpContext& c, const Buffer<T>& local, int64_t b, int64_t S, int64_t W) {
+  Buffer<T> cm(static_cast<size_t>(b * S * W));
   c.tp->allgather(std::span<const T>(local), std::span<T>(cm));
   return from_chunk_major(cm, c.size, b, S, W);
 }
 
 template <class T>
-std::vector<T> sp_reduce_scatter(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W) {
-  std::vector<T> cm = to_chunk_major(full, c.size, b, S, W);
-  std::vector<T> out(static_cast<size_t>(b * (S / c.size) * W));
+Buffer<T> sp_reduce_scatter(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W) {
+  Buffer<T> cm = to_chunk_major(full, c.size, b, S, W);
+  Buffer<T> out(static_cast<size_t>(b * (S / c.size) * W));
   c.tp->reduce_scatter(std::span<const T>(cm), std::span<T>(out), comm::ReduceOp::sum);
   return out;
 }
 
 template <class T>
-std::vector<T> sp_slice(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W) {
-  std::vector<T> cm = to_chunk_major(full, c.size, b, S, W);
+Buffer<T> sp_slice(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W) {
+  Buffer<T> cm = to_chunk_major(full, c.size, b, S, W);
   const auto n = static_cast<size_t>(b * (S / c.size) * W);
-  return std::vector<T>(cm.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(c.rank)),
+  return Buffer<T>(cm.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(c.rank)),
                         cm.begin() + static_cast<std::ptrdiff_t>(n * static_cast<size_t>(c.rank + 1)));
 }
 
 template <class T>
-std::vector<T> tp_to_full(const TpContext& c, const std::vector<T>& res, int64_t b, int64_t S, int64_t W) {
+Buffer<T> tp_to_full(const TpContext& c, const Buffer<T>& res, int64_t b, int64_t S, int64_t W) {
   return c.sp && c.size > 1 ? sp_gather(c, res, b, S, W) : res;
 }
 
-template <class T> std::vector<T> tp_sum_to_res(const TpContext& c, std::vector<T> full, int64_t b, int64_t S, int64_t W) {
+template <class T> Buffer<T> tp_sum_to_res(const TpContext& c, Buffer<T> full, int64_t b, int64_t S, int64_t W) {
   if (c.sp && c.size > 1) return sp_reduce_scatter(c, full, b, S, W);
   tp_allreduce(c, full);
   return full;
@@ -89,7 +89,7 @@ double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64
   // lanes in lane order of s_l * exp(m_l - M), the target logit from the lane holding it.
   // (Two all-reduces, max then sums, give the same function with one more latency.)
   const auto N = static_cast<size_t>(n);
-  std::vector<T> mine(3 * N, T(0));
+  Buffer<T> mine(3 * N, T(0));
   for (size_t t = 0; t < N; ++t) {
     const T* row = logits + static_cast<int64_t>(t) * Vl;
     T m = T(-INFINITY), s = T(0);
@@ -100,7 +100,7 @@ double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64
     const int64_t col = targets[t] - v0;
     if (col >= 0 && col < Vl) mine[2 * N + t] = row[col];
   }
-  std::vector<T> all = mine;
+  Buffer<T> all = mine;
   if (c.size > 1) {
     all.resize(mine.size() * static_cast<size_t>(c.size));
     c.tp->allgather(std::span<const T>(mine), std::span<T>(all));
@@ -134,16 +134,16 @@ void vp_cross_entropy_backward(const T* logits, const int64_t* targets, int64_t 
   }
 }
 
-template std::vector<int64_t> sp_gather<int64_t>(const TpContext&, const std::vector<int64_t>&, int64_t, int64_t, int64_t);
-template std::vector<int64_t> tp_to_full<int64_t>(const TpContext&, const std::vector<int64_t>&, int64_t, int64_t, int64_t);
+template Buffer<int64_t> sp_gather<int64_t>(const TpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
+template Buffer<int64_t> tp_to_full<int64_t>(const TpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
 
 #define PARITY_INSTANTIATE(T)                                                                                       \
-  template void tp_allreduce<T>(const TpContext&, std::vector<T>&);                                                 \
-  template std::vector<T> sp_gather<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);         \
-  template std::vector<T> tp_to_full<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);        \
-  template std::vector<T> tp_sum_to_res<T>(const TpContext&, std::vector<T>, int64_t, int64_t, int64_t);            \
-  template std::vector<T> sp_reduce_scatter<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t); \
-  template std::vector<T> sp_slice<T>(const TpContext&, const std::vector<T>&, int64_t, int64_t, int64_t);          \
+  template void tp_allreduce<T>(const TpContext&, Buffer<T>&);                                                 \
+  template Buffer<T> sp_gather<T>(const TpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);         \
+  template Buffer<T> tp_to_full<T>(const TpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);        \
+  template Buffer<T> tp_sum_to_res<T>(const TpContext&, Buffer<T>, int64_t, int64_t, int64_t);            \
+  template Buffer<T> sp_reduce_scatter<T>(const TpContext&, const Buffer<T>&, int64_t, int64_t, int64_t); \
+  template Buffer<T> sp_slice<T>(const TpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);          \
   template void vp_embedding_forward<T>(const int64_t*, int64_t, const T*, int64_t, int64_t, int64_t, T*);          \
   template void vp_embedding_backward<T>(const int64_t*, int64_t, const T*, int64_t, int64_t, int64_t, T*);         \
   template double vp_cross_entropy_forward<T>(const TpContext&, const T*, const int64_t*, int64_t, int64_t, int64_t, \

@@ -19,21 +19,21 @@ struct TpContext {
 
 // In-place sum over the TP group (the forward of a row-parallel linear, the backward of a
 // column-parallel one). No-op for tp 1.
-template <class T> void tp_allreduce(const TpContext& c, std::vector<T>& buf);
+template <class T> void tp_allreduce(const TpContext& c, Buffer<T>& buf);
 
 // (b, S/tp, W) local -> (b, S, W) full, every lane's chunk in place.
-template <class T> std::vector<T> sp_gather(const TpContext& c, const std::vector<T>& local, int64_t b, int64_t S, int64_t W);
+template <class T> Buffer<T> sp_gather(const TpContext& c, const Buffer<T>& local, int64_t b, int64_t S, int64_t W);
 // (b, S, W) partial on every lane -> (b, S/tp, W): this lane's chunk of the sum over lanes.
-template <class T> std::vector<T> sp_reduce_scatter(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W);
+template <class T> Buffer<T> sp_reduce_scatter(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
 // (b, S, W) -> (b, S/tp, W): this lane's chunk, no communication.
-template <class T> std::vector<T> sp_slice(const TpContext& c, const std::vector<T>& full, int64_t b, int64_t S, int64_t W);
+template <class T> Buffer<T> sp_slice(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
 
 // Entering a TP region (before a column-parallel matmul): sp ? sp_gather : the same
 // tokens. Its backward is tp_sum_to_res.
-template <class T> std::vector<T> tp_to_full(const TpContext& c, const std::vector<T>& res, int64_t b, int64_t S, int64_t W);
+template <class T> Buffer<T> tp_to_full(const TpContext& c, const Buffer<T>& res, int64_t b, int64_t S, int64_t W);
 // Leaving a TP region (after a row-parallel matmul): sp ? sp_reduce_scatter : allreduce.
 // Its backward is tp_to_full.
-template <class T> std::vector<T> tp_sum_to_res(const TpContext& c, std::vector<T> full, int64_t b, int64_t S, int64_t W);
+template <class T> Buffer<T> tp_sum_to_res(const TpContext& c, Buffer<T> full, int64_t b, int64_t S, int64_t W);
 
 // Vocab-parallel embedding: this lane holds rows [v0, v0 + Vl) of the table (Vl, D).
 // out (n, D) = partial lookup (rows of other lanes are 0); the caller sums over TP.
@@ -47,7 +47,7 @@ void vp_embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t
 // collective and combined (global max M, sum_exp = sum of s_l * exp(m_l - M)). Returns the sum
 // of the n token losses (identical on every lane); saves what the backward needs.
 template <class T> struct VpCeCache {
-  std::vector<T> row_max, sum_exp;  // (n)
+  Buffer<T> row_max, sum_exp;  // (n)
 };
 template <class T>
 double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64_t* targets, int64_t n, int64_t v0,

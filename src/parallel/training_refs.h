@@ -20,7 +20,7 @@ template <class T> struct TrainingRefs {
   const std::vector<mesh::Layout>* layouts = nullptr;  // per parameter
   std::vector<Tensor<T>*> params;                      // this rank's shards under layouts
   Optimizer<T>* opt = nullptr;                         // over the local shapes
-  std::vector<std::vector<T>>* expert_bias = nullptr;  // per MoE layer (E)
+  std::vector<Buffer<T>>* expert_bias = nullptr;  // per MoE layer (E)
 };
 
 }  // namespace parity

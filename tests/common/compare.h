@@ -64,8 +64,9 @@ template <class A, class B>
 }
 
 // Passes when got and want are bitwise identical element by element.
-template <class T>
-::testing::AssertionResult bitwise_equal(const std::vector<T>& got, const std::vector<T>& want) {
+template <class A, class B>
+::testing::AssertionResult bitwise_equal(const A& got, const B& want) {
+  using T = typename A::value_type;
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   int64_t bad = 0, first = -1;

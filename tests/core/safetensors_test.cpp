@@ -60,7 +60,8 @@ Bytes raw_file(const std::string& header, const Bytes& data, int64_t forced_len 
   return out;
 }
 
-template <class T> Bytes bytes_of(const std::vector<T>& v) {
+template <class V> Bytes bytes_of(const V& v) {
+  using T = typename V::value_type;
   Bytes out(v.size() * sizeof(T));
   if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
   return out;

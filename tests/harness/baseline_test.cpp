@@ -51,7 +51,7 @@ TEST(Baseline, ClippingScalesTheUpdate) {
   BaselineRun<double> clipped(s);
   s.optim.clip = 0;
   BaselineRun<double> free(s);
-  std::vector<double> w0 = free.model().params["embed.weight"].data;
+  Buffer<double> w0 = free.model().params["embed.weight"].data;
   auto rc = clipped.step(0), rf = free.step(0);
   EXPECT_EQ(rf.clip_coef, 1.0);
   EXPECT_DOUBLE_EQ(rc.clip_coef, 1e-3 / (rc.grad_norm + 1e-6));

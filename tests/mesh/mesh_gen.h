@@ -102,7 +102,8 @@ template <class T> Tensor<T> pattern(const Shape& s, int64_t salt) {
   return t;
 }
 
-template <class T> bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+template <class A, class B> bool same_bits(const A& a, const B& b) {
+  using T = typename A::value_type;
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 

@@ -12,7 +12,7 @@ std::vector<ParamSpec> one_param(int64_t n) { return {{"p", {n}, Family::embeddi
 
 ParamSet<double> set_of(std::vector<double> v) {
   ParamSet<double> s = ParamSet<double>::zeros(one_param(static_cast<int64_t>(v.size())));
-  s.tensors[0].data = std::move(v);
+  s.tensors[0].data = to_buffer(v);
   return s;
 }
 

@@ -1,0 +1,96 @@
+// GPU twins of the flat-buffer helpers (core/vec.h, ops/elementwise.h), one thread per
+// output element; no reductions, so every result is bitwise the CPU's.
+//   add_into       a[i] += b[i]
+//   copy_values    dst[i] = src[i]
+//   scale_values   x[i] *= c
+//   transpose_into out (cols, rows) from x (rows, cols): out[j*rows + i] = x[i*cols + j]
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "kernels/runtime.cuh"
+
+namespace parity::cuda {
+
+namespace {
+
+__device__ inline int64_t thread_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+// a (n) += b (n).
+template <class T> __global__ void add_elems(T* a, const T* b, int64_t n) {
+  const int64_t i = thread_index();
+  if (i < n) a[i] += b[i];
+}
+
+// dst (n) = src (n).
+template <class T> __global__ void copy_elems(T* dst, const T* src, int64_t n) {
+  const int64_t i = thread_index();
+  if (i < n) dst[i] = src[i];
+}
+
+// x (n) *= c.
+template <class T> __global__ void scale_elems(T* x, T c, int64_t n) {
+  const int64_t i = thread_index();
+  if (i < n) x[i] *= c;
+}
+
+// out (cols, rows)[j][i] = x (rows, cols)[i][j]; thread o = j * rows + i.
+template <class T> __global__ void transpose_elems(const T* x, int64_t rows, int64_t cols, T* out) {
+  const int64_t o = thread_index();
+  if (o >= rows * cols) return;
+  const int64_t j = o / rows, i = o % rows;
+  out[o] = x[i * cols + j];
+}
+
+}  // namespace
+
+template <class T> void add_into(T* a, const T* b, int64_t n) {
+  if (n == 0) return;
+  Stage st;
+  T* da = st.out(a, n);
+  const T* db = st.in(b, n);
+  add_elems<<<blocks_for(n), kThreads, 0, stream()>>>(da, db, n);
+  st.launched("add_into");
+  st.finish();
+}
+
+template <class T> void copy_values(T* dst, const T* src, int64_t n) {
+  if (n == 0) return;
+  Stage st;
+  T* dd = st.out(dst, n);
+  const T* ds = st.in(src, n);
+  copy_elems<<<blocks_for(n), kThreads, 0, stream()>>>(dd, ds, n);
+  st.launched("copy_values");
+  st.finish();
+}
+
+template <class T> void scale_values(T* x, T c, int64_t n) {
+  if (n == 0) return;
+  Stage st;
+  T* dx = st.out(x, n);
+  scale_elems<<<blocks_for(n), kThreads, 0, stream()>>>(dx, c, n);
+  st.launched("scale_values");
+  st.finish();
+}
+
+template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out) {
+  if (rows * cols == 0) return;
+  Stage st;
+  const T* dx = st.in(x, rows * cols);
+  T* dout = st.out(out, rows * cols);
+  transpose_elems<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(dx, rows, cols, dout);
+  st.launched("transpose_into");
+  st.finish();
+}
+
+#define PARITY_INSTANTIATE(T)                                            \
+  template void add_into<T>(T*, const T*, int64_t);                      \
+  template void copy_values<T>(T*, const T*, int64_t);                   \
+  template void scale_values<T>(T*, T, int64_t);                         \
+  template void transpose_into<T>(const T*, int64_t, int64_t, T*);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity::cuda

@@ -1,0 +1,116 @@
+// GPU twin of src/ops/embedding.cpp.
+//   Index check: the CPU throws at the first id (in token order) outside [0, V), after the
+//   tokens before it are done. A first kernel finds that token (integer atomicMax of n - t,
+//   so the result does not depend on the launch); the main kernel does tokens t < that one
+//   only, and the host then throws check_index's message for ids[t].
+//   forward:  one thread per element (t, d) of out: out[t][d] = table[ids[t]][d].
+//   backward: one thread per element (v, d) of dtable, looping over tokens in order and
+//             adding dout[t][d] for each ids[t] == v straight into the element (the CPU's
+//             scatter: the same adds, in the same order). O(n) per thread, no atomics.
+// No exp/log: results match the CPU bitwise.
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "kernels/runtime.cuh"
+#include "ops/scalar_math.h"
+
+namespace parity::cuda {
+namespace {
+
+__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
+
+template <class T> const T* stage_in(Stage& st, const T* p, int64_t n) { return n > 0 ? st.in(p, n) : nullptr; }
+template <class T> T* stage_out(Stage& st, T* p, int64_t n) { return n > 0 ? st.out(p, n) : nullptr; }
+
+// *first = max over bad tokens t of n - t (0: none), so tokens t < n - *first are all valid.
+__global__ void first_bad_kernel(const int64_t* ids, int64_t n, int64_t V, unsigned long long* first) {
+  for (int64_t t = thread_index(); t < n; t += thread_count())
+    if (ids[t] < 0 || ids[t] >= V) atomicMax(first, static_cast<unsigned long long>(n - t));
+}
+
+// out (n, D), table (V, D), ids (n): tokens before the first bad one only.
+template <class T>
+__global__ void embedding_forward_kernel(const int64_t* ids, int64_t n, const T* table, int64_t D,
+                                         const unsigned long long* first, T* out) {
+  const int64_t limit = n - static_cast<int64_t>(*first);
+  for (int64_t e = thread_index(); e < limit * D; e += thread_count()) {
+    const int64_t t = e / D, d = e % D;
+    out[e] = table[ids[t] * D + d];
+  }
+}
+
+// dtable (V, D) element (v, d) += dout[t][d] for each token t with ids[t] == v, in token order.
+template <class T>
+__global__ void embedding_backward_kernel(const int64_t* ids, int64_t n, const T* dout, int64_t V, int64_t D,
+                                          const unsigned long long* first, T* dtable) {
+  const int64_t limit = n - static_cast<int64_t>(*first);
+  for (int64_t e = thread_index(); e < V * D; e += thread_count()) {
+    const int64_t v = e / D, d = e % D;
+    T acc = dtable[e];
+    for (int64_t t = 0; t < limit; ++t)
+      if (ids[t] == v) acc += dout[t * D + d];
+    dtable[e] = acc;
+  }
+}
+
+// After st.finish(): throws what the CPU's check_index throws for the first bad token, if any.
+void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t V, const unsigned long long* d_first,
+                     const char* what) {
+  unsigned long long first = 0;
+  check(cudaMemcpy(&first, d_first, sizeof first, cudaMemcpyDeviceToHost), what);
+  if (first == 0) return;
+  int64_t id = 0;
+  const int64_t t = n - static_cast<int64_t>(first);
+  check(cudaMemcpy(&id, d_ids + t, sizeof id, cudaMemcpyDefault), what);
+  ops_detail::check_index(id, V, what);
+  throw Error(std::string(what) + ": index out of range");  // not reached: ids[t] is out of range
+}
+
+}  // namespace
+
+// ids (n), table (V, D), out (n, D).
+template <class T>
+void embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t V, int64_t D, T* out) {
+  if (n <= 0) return;  // D = 0 still checks the ids
+  Stage st;
+  const int64_t* d_ids = st.in(ids, n);
+  const T* d_table = stage_in(st, table, V * D);
+  T* d_out = stage_out(st, out, n * D);
+  auto* first = st.scratch<unsigned long long>(1);
+  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_ids, n, V, first);
+  st.launched("embedding_forward");
+  if (D > 0) {
+    embedding_forward_kernel<<<blocks_for(n * D), kThreads, 0, stream()>>>(d_ids, n, d_table, D, first, d_out);
+    st.launched("embedding_forward");
+  }
+  st.finish();
+  throw_first_bad(d_ids, n, V, first, "embedding_forward: id");
+}
+
+// ids (n), dout (n, D), dtable (V, D) +=.
+template <class T>
+void embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t V, int64_t D, T* dtable) {
+  if (n <= 0) return;
+  Stage st;
+  const int64_t* d_ids = st.in(ids, n);
+  const T* d_dout = stage_in(st, dout, n * D);
+  T* d_dtable = stage_out(st, dtable, V * D);
+  auto* first = st.scratch<unsigned long long>(1);
+  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_ids, n, V, first);
+  st.launched("embedding_backward");
+  if (V * D > 0) {
+    embedding_backward_kernel<<<blocks_for(V * D), kThreads, 0, stream()>>>(d_ids, n, d_dout, V, D, first,
+                                                                            d_dtable);
+    st.launched("embedding_backward");
+  }
+  st.finish();
+  throw_first_bad(d_ids, n, V, first, "embedding_backward: id");
+}
+
+template void embedding_forward<float>(const int64_t*, int64_t, const float*, int64_t, int64_t, float*);
+template void embedding_forward<double>(const int64_t*, int64_t, const double*, int64_t, int64_t, double*);
+template void embedding_backward<float>(const int64_t*, int64_t, const float*, int64_t, int64_t, float*);
+template void embedding_backward<double>(const int64_t*, int64_t, const double*, int64_t, int64_t, double*);
+
+}  // namespace parity::cuda

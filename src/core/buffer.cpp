@@ -1,0 +1,144 @@
+#include "core/buffer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/device.h"
+#include "core/error.h"
+
+#if PARITY_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace parity {
+
+namespace buffer_detail {
+
+ZeroFill& zero_fill() {
+  thread_local ZeroFill z;
+  return z;
+}
+
+#if PARITY_HAVE_CUDA
+namespace {
+
+// Blocks are rounded up to a size class and kept on a free list per class when freed.
+// Small blocks are carved from 2 MiB slabs (one cudaMallocManaged per slab).
+constexpr std::size_t kSmall = 64 << 10, kSlab = 2 << 20, kSmallAlign = 256, kLargeAlign = 1 << 20;
+
+std::size_t size_class(std::size_t bytes) {
+  const std::size_t a = bytes < kSmall ? kSmallAlign : kLargeAlign;
+  return std::max<std::size_t>(a, (bytes + a - 1) / a * a);
+}
+
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<void*, std::size_t> live;         // block -> its class
+  std::map<std::size_t, std::vector<void*>> free_list;  // class -> cached blocks
+  char* slab = nullptr;
+  std::size_t slab_left = 0;
+  int64_t pool_bytes = 0, live_bytes = 0, peak = 0;
+  std::atomic<bool> used{false};  // any managed block ever handed out (deallocate looks only then)
+
+  void* managed(std::size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocManaged(&p, bytes);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error("buffer: cudaMallocManaged of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e) +
+                  " (pool holds " + std::to_string(pool_bytes) + " bytes)");
+    }
+    pool_bytes += static_cast<int64_t>(bytes);
+    return p;
+  }
+  void* take(std::size_t cls) {
+    auto it = free_list.find(cls);
+    if (it != free_list.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      return p;
+    }
+    if (cls >= kSmall) return managed(cls);
+    if (slab_left < cls) {
+      slab = static_cast<char*>(managed(kSlab));
+      slab_left = kSlab;
+    }
+    void* p = slab;
+    slab += cls;
+    slab_left -= cls;
+    return p;
+  }
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: buffers may be freed during static destruction
+  return *p;
+}
+
+}  // namespace
+#endif
+
+void* allocate(std::size_t bytes) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) {
+    Pool& p = pool();
+    const std::size_t cls = size_class(bytes);
+    void* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(p.mu);
+      block = p.take(cls);
+      p.live[block] = cls;
+      p.used = true;
+      p.live_bytes += static_cast<int64_t>(cls);
+      p.peak = std::max(p.peak, p.live_bytes);
+    }
+    ZeroFill& z = zero_fill();
+    if (z.requested && !z.done) {
+      // Zero on the device (the pages stay there), and wait: the host may read it next.
+      cudaStream_t s = cudaStreamPerThread;
+      if (cudaMemsetAsync(block, 0, bytes, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw Error("buffer: zero-fill on the device failed");
+      }
+      z.done = true;
+    }
+    return block;
+  }
+#endif
+  return ::operator new(bytes);
+}
+
+void deallocate(void* p, std::size_t bytes) noexcept {
+#if PARITY_HAVE_CUDA
+  Pool& pl = pool();
+  if (pl.used) {
+    std::lock_guard<std::mutex> lock(pl.mu);
+    auto it = pl.live.find(p);
+    if (it != pl.live.end()) {
+      pl.free_list[it->second].push_back(p);
+      pl.live_bytes -= static_cast<int64_t>(it->second);
+      pl.live.erase(it);
+      return;
+    }
+  }
+#endif
+  ::operator delete(p, bytes);
+}
+
+}  // namespace buffer_detail
+
+BufferStats buffer_stats() {
+#if PARITY_HAVE_CUDA
+  auto& p = buffer_detail::pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return {p.pool_bytes, p.live_bytes, p.peak};
+#else
+  return {};
+#endif
+}
+
+}  // namespace parity

@@ -1,0 +1,74 @@
+// Buffer<T>: the storage of every model tensor. A std::vector whose allocator follows the
+// process's device (core/device.h): plain heap memory on cpu; CUDA managed memory on cuda,
+// so the kernels of kernels/ work on it in place and the host can still read it (pages
+// move on demand). Managed blocks come from a caching pool: a block freed in one step is
+// reused by the same-sized allocation of the next, with no cudaMalloc/cudaFree per step.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace parity {
+
+namespace buffer_detail {
+// Managed memory from the pool when the process runs on cuda, else ::operator new.
+void* allocate(std::size_t bytes);
+void deallocate(void* p, std::size_t bytes) noexcept;
+// Set by zeros(): the next allocation of this thread is zero-filled on the device, so the
+// vector's value-initialisation may skip writing zeros from the host (which would pull
+// the pages to the host only for the first kernel to pull them back).
+struct ZeroFill {
+  bool requested = false;  // inside zeros()
+  bool done = false;       // the allocation made inside it was zeroed on the device
+};
+ZeroFill& zero_fill();
+}  // namespace buffer_detail
+
+template <class T> struct DeviceAllocator {
+  using value_type = T;
+  DeviceAllocator() noexcept = default;
+  template <class U> DeviceAllocator(const DeviceAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(buffer_detail::allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { buffer_detail::deallocate(p, n * sizeof(T)); }
+  template <class U, class... A> void construct(U* p, A&&... args) {
+    if constexpr (sizeof...(A) == 0) {
+      if (buffer_detail::zero_fill().done) return;  // already zero, on the device
+    }
+    ::new (static_cast<void*>(p)) U(std::forward<A>(args)...);
+  }
+  template <class U> bool operator==(const DeviceAllocator<U>&) const noexcept { return true; }
+};
+
+template <class T> using Buffer = std::vector<T, DeviceAllocator<T>>;
+
+// n zeros; on cuda zero-filled by the device.
+template <class T> Buffer<T> zeros(int64_t n) {
+  auto& z = buffer_detail::zero_fill();
+  z = {true, false};
+  struct Reset {
+    buffer_detail::ZeroFill& z;
+    ~Reset() { z = {}; }
+  } reset{z};
+  return Buffer<T>(static_cast<std::size_t>(n));
+}
+
+// Element-wise equality with a plain vector (found by ADL through the allocator).
+template <class T> bool operator==(const Buffer<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+template <class T> Buffer<T> to_buffer(const std::vector<T>& v) { return Buffer<T>(v.begin(), v.end()); }
+template <class T> std::vector<T> to_vector(const Buffer<T>& b) { return std::vector<T>(b.begin(), b.end()); }
+
+// Managed bytes held by the pool (in use + cached) and in use now; 0 on cpu.
+struct BufferStats {
+  int64_t pool_bytes = 0;
+  int64_t live_bytes = 0;
+  int64_t peak_live_bytes = 0;
+};
+BufferStats buffer_stats();
+
+}  // namespace parity

@@ -1,0 +1,76 @@
+#include "core/device.h"
+
+#include <atomic>
+
+#include "core/error.h"
+
+#if PARITY_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace parity {
+
+namespace {
+std::atomic<Device> g_device{Device::cpu};
+}
+
+std::string_view device_name(Device d) { return d == Device::cuda ? "cuda" : "cpu"; }
+
+Device parse_device(std::string_view s) {
+  if (s == "cpu") return Device::cpu;
+  if (s == "cuda" || s == "gpu") return Device::cuda;
+  throw ConfigError("device", "unknown device '" + std::string(s) + "' (expected cpu or cuda)");
+}
+
+bool cuda_compiled() {
+#if PARITY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+int cuda_device_count() {
+#if PARITY_HAVE_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+std::string cuda_unavailable_reason() {
+  if (!cuda_compiled()) return "this build of parity has no CUDA (configure with the CUDA toolkit and NCCL)";
+#if PARITY_HAVE_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return std::string("no CUDA device (") + cudaGetErrorString(e) + ")";
+  }
+  if (n == 0) return "no CUDA device";
+#endif
+  return "";
+}
+
+void use_device(Device d, int local_rank) {
+  if (d == Device::cuda) {
+    const std::string why = cuda_unavailable_reason();
+    if (!why.empty()) throw Error("device cuda: " + why);
+#if PARITY_HAVE_CUDA
+    const int dev = local_rank % cuda_device_count();
+    const cudaError_t e = cudaSetDevice(dev);
+    if (e != cudaSuccess) throw Error(std::string("device cuda: cudaSetDevice: ") + cudaGetErrorString(e));
+#endif
+  }
+  (void)local_rank;
+  g_device = d;
+}
+
+Device current_device() { return g_device.load(std::memory_order_relaxed); }
+
+}  // namespace parity

@@ -1,0 +1,30 @@
+// Where this process computes: the CPU reference ops, or their CUDA twins in kernels/.
+// Chosen once per process (a rank, or the one-device baseline) before its model is built;
+// src/ops dispatches on it, and core/buffer.h puts the model's buffers in managed memory
+// when it is cuda, so tensors live on the GPU and the host touches them only where it must.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace parity {
+
+enum class Device { cpu, cuda };
+
+std::string_view device_name(Device d);  // "cpu", "cuda"
+Device parse_device(std::string_view s); // throws ConfigError on an unknown name
+
+// Whether this build has the CUDA kernels, and how many GPUs this process sees (0 without
+// a build, a driver or a device; never throws).
+bool cuda_compiled();
+int cuda_device_count();
+// "" when `cuda` can run here, else why not ("this build has no CUDA", "no CUDA device").
+std::string cuda_unavailable_reason();
+
+// Selects the device of this process. cuda: the GPU local_rank % cuda_device_count(), so
+// ranks on one host share the GPUs round-robin (W ranks may share one GPU). Throws Error
+// with cuda_unavailable_reason() when cuda cannot run.
+void use_device(Device d, int local_rank = 0);
+Device current_device();
+inline bool on_cuda() { return current_device() == Device::cuda; }
+
+}  // namespace parity

@@ -1,0 +1,61 @@
+#include "ops/elementwise.h"
+
+#include "core/device.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#include "kernels/runtime.cuh"
+#endif
+
+namespace parity {
+
+template <class T> void add_into(T* a, const T* b, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::add_into(a, b, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+template <class T> void copy_values(T* dst, const T* src, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::copy_values(dst, src, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
+template <class T> void zero_values(T* x, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda() && n > 0 && cuda::device_accessible(x)) {
+    cuda::check(cudaMemsetAsync(x, 0, static_cast<size_t>(n) * sizeof(T), cuda::stream()), "zero_values");
+    cuda::check(cudaStreamSynchronize(cuda::stream()), "zero_values");
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) x[i] = T(0);
+}
+
+template <class T> void scale_values(T* x, T c, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::scale_values(x, c, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) x[i] *= c;
+}
+
+template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::transpose_into(x, rows, cols, out);
+#endif
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = x[i * cols + j];
+}
+
+#define PARITY_INSTANTIATE(T)                                            \
+  template void add_into<T>(T*, const T*, int64_t);                      \
+  template void copy_values<T>(T*, const T*, int64_t);                   \
+  template void scale_values<T>(T*, T, int64_t);                         \
+  template void zero_values<T>(T*, int64_t);                             \
+  template void transpose_into<T>(const T*, int64_t, int64_t, T*);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity

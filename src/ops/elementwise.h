@@ -1,0 +1,39 @@
+// Elementwise glue between the ops (residual adds, copies, zeroing, scaling, the tied
+// head's transpose): on the GPU these run as kernels, so the model's buffers never come
+// back to the host between two ops. Each has a pointer form; some a Buffer form.
+#pragma once
+#include <cstdint>
+
+#include "core/buffer.h"
+
+namespace parity {
+
+// a (n) += b (n)
+template <class T> void add_into(T* a, const T* b, int64_t n);
+// dst (n) = src (n)
+template <class T> void copy_values(T* dst, const T* src, int64_t n);
+// x (n) = 0
+template <class T> void zero_values(T* x, int64_t n);
+// x (n) *= c
+template <class T> void scale_values(T* x, T c, int64_t n);
+// out (cols, rows) = x (rows, cols) transposed
+template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out);
+
+// a += b over a.size() elements (b must be at least as long).
+template <class T> void add_into(Buffer<T>& a, const Buffer<T>& b) {
+  add_into(a.data(), b.data(), static_cast<int64_t>(a.size()));
+}
+// A copy of x[0, n) in a new Buffer.
+template <class T> Buffer<T> copy_of(const T* x, int64_t n) {
+  Buffer<T> out = zeros<T>(n);
+  copy_values(out.data(), x, n);
+  return out;
+}
+// (rows, cols) row-major -> (cols, rows)
+template <class T> Buffer<T> transpose(const T* x, int64_t rows, int64_t cols) {
+  Buffer<T> out = zeros<T>(rows * cols);
+  transpose_into(x, rows, cols, out.data());
+  return out;
+}
+
+}  // namespace parity
