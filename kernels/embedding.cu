@@ -9,6 +9,7 @@
 //             scatter: the same adds, in the same order). O(n) per thread, no atomics.
 // No exp/log: results match the CPU bitwise.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/runtime.cuh"
@@ -41,16 +42,40 @@ __global__ void embedding_forward_kernel(const int64_t* ids, int64_t n, const T*
 }
 
 // dtable (V, D) element (v, d) += dout[t][d] for each token t with ids[t] == v, in token order.
+// rows (V + 1) and tokens (n): the tokens of id v are tokens[rows[v] .. rows[v+1]), ascending
+// (a counting sort made on the host), so each thread visits only its own tokens.
 template <class T>
-__global__ void embedding_backward_kernel(const int64_t* ids, int64_t n, const T* dout, int64_t V, int64_t D,
-                                          const unsigned long long* first, T* dtable) {
+__global__ void embedding_backward_kernel(const int64_t* rows, const int64_t* tokens, int64_t n, const T* dout,
+                                          int64_t V, int64_t D, const unsigned long long* first, T* dtable) {
   const int64_t limit = n - static_cast<int64_t>(*first);
   for (int64_t e = thread_index(); e < V * D; e += thread_count()) {
     const int64_t v = e / D, d = e % D;
     T acc = dtable[e];
-    for (int64_t t = 0; t < limit; ++t)
-      if (ids[t] == v) acc += dout[t * D + d];
+    for (int64_t i = rows[v]; i < rows[v + 1]; ++i) {
+      const int64_t t = tokens[i];
+      if (t >= limit) break;  // tokens ascend: the rest come after the first bad id
+      acc += dout[t * D + d];
+    }
     dtable[e] = acc;
+  }
+}
+
+// Counting sort of the tokens by id (ids outside [0, V) are left out; the kernel stops at
+// the first of them anyway). rows (V + 1), tokens (n).
+void group_tokens(const int64_t* ids, int64_t n, int64_t V, std::vector<int64_t>& rows,
+                  std::vector<int64_t>& tokens) {
+  std::vector<int64_t> host(static_cast<size_t>(n));
+  check(cudaMemcpy(host.data(), ids, static_cast<size_t>(n) * sizeof(int64_t), cudaMemcpyDefault),
+        "embedding_backward: ids");
+  rows.assign(static_cast<size_t>(V + 1), 0);
+  for (int64_t id : host)
+    if (id >= 0 && id < V) ++rows[static_cast<size_t>(id + 1)];
+  for (int64_t v = 0; v < V; ++v) rows[static_cast<size_t>(v + 1)] += rows[static_cast<size_t>(v)];
+  tokens.assign(static_cast<size_t>(n), 0);
+  std::vector<int64_t> next(rows.begin(), rows.end() - 1);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = host[static_cast<size_t>(t)];
+    if (id >= 0 && id < V) tokens[static_cast<size_t>(next[static_cast<size_t>(id)]++)] = t;
   }
 }
 
@@ -100,8 +125,12 @@ void embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t V,
   first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_ids, n, V, first);
   st.launched("embedding_backward");
   if (V * D > 0) {
-    embedding_backward_kernel<<<blocks_for(V * D), kThreads, 0, stream()>>>(d_ids, n, d_dout, V, D, first,
-                                                                            d_dtable);
+    std::vector<int64_t> rows, tokens;
+    group_tokens(ids, n, V, rows, tokens);
+    const int64_t* d_rows = st.in(rows.data(), V + 1);
+    const int64_t* d_tokens = st.in(tokens.data(), n);
+    embedding_backward_kernel<<<blocks_for(V * D), kThreads, 0, stream()>>>(d_rows, d_tokens, n, d_dout, V, D,
+                                                                            first, d_dtable);
     st.launched("embedding_backward");
   }
   st.finish();

@@ -10,6 +10,9 @@
 #include "cli/self.h"
 #include "comm/bench.h"
 #include "comm/world.h"
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "harness/bench.h"
 #include "harness/scenario.h"
 
@@ -21,6 +24,7 @@ struct BenchOptions {
   std::string scenario;
   int64_t steps = 5;
   int reps = 5;
+  std::string device;
 };
 
 struct CommBenchCli {
@@ -66,9 +70,15 @@ CLI::App* add_comm_bench(CLI::App& bench, std::shared_ptr<CommBenchCli> o) {
 }
 
 template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
-  const double peak = measure_fp64_peak_gflops();
-  std::printf("scenario %s (%s), one thread\n", s.name.c_str(), std::string(dtype_name(s.model.dtype)).c_str());
-  std::printf("fp64 peak of one core (AVX2 FMA, measured): %.1f GFLOP/s\n\n", peak);
+  const Device dev = parse_device(o.device.empty() ? s.layout.device : o.device);
+  if (dev == Device::cuda && !cuda_unavailable_reason().empty())
+    throw UnavailableError("bench model --device cuda: " + cuda_unavailable_reason());
+  use_device(dev);
+  const double peak = dev == Device::cpu ? measure_fp64_peak_gflops() : 0.0;
+  std::printf("scenario %s (%s), %s\n", s.name.c_str(), std::string(dtype_name(s.model.dtype)).c_str(),
+              dev == Device::cpu ? "one thread" : "on the GPU (kernels/, cuBLAS pedantic math)");
+  if (dev == Device::cpu) std::printf("fp64 peak of one core (AVX2 FMA, measured): %.1f GFLOP/s\n", peak);
+  std::printf("\n");
   std::printf("%-34s %6s %6s %6s %11s %9s %8s\n", "matmul", "n", "k", "m", "time_us", "GFLOP/s", "of_peak");
   for (const MatmulTiming& m : time_matmuls<T>(s.model, o.reps))
     std::printf("%-34s %6lld %6lld %6lld %11.1f %9.2f %7.1f%%\n", m.what.c_str(), static_cast<long long>(m.n),
@@ -79,6 +89,14 @@ template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
               static_cast<long long>(s.model.batch), static_cast<long long>(s.model.seq),
               static_cast<long long>(s.model.microbatches), st.median_seconds * 1e3, st.best_seconds * 1e3,
               static_cast<long long>(st.steps), st.tokens_per_second);
+  const double flops = step_matmul_flops(s.model);
+  std::printf("matmul + attention work per step: %.3f GFLOP; achieved %.2f GFLOP/s at the median step\n",
+              flops * 1e-9, flops / st.median_seconds * 1e-9);
+  if (dev == Device::cuda) {
+    const BufferStats b = buffer_stats();
+    std::printf("device memory (managed pool): %.1f MiB held, %.1f MiB peak in use\n", b.pool_bytes / 1048576.0,
+                b.peak_live_bytes / 1048576.0);
+  }
   return 0;
 }
 
@@ -96,6 +114,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario JSON file (e.g. scenarios/small.json)")->required();
   sub->add_option("--steps", o->steps, "Training steps to time (after one warm-up step)")->check(CLI::PositiveNumber);
   sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(CLI::PositiveNumber);
+  sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU");
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return c->worker ? comm_bench_worker(*c) : comm_bench_launch(*c);
             Scenario s = load_scenario(o->scenario);

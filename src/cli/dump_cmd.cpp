@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "harness/baseline.h"
@@ -21,7 +22,7 @@ namespace {
 using nlohmann::ordered_json;
 
 struct DumpOptions {
-  std::string scenario, dir;
+  std::string scenario, dir, device;
   int64_t steps = -1;
 };
 
@@ -135,9 +136,14 @@ Command add_dump_command(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
   sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(CLI::NonNegativeNumber);
+  sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)");
   return {sub, [o]() {
             Scenario s = load_scenario(o->scenario);
             if (o->steps >= 0) s.steps = o->steps;
+            const Device d = parse_device(o->device.empty() ? s.layout.device : o->device);
+            if (d == Device::cuda && !cuda_unavailable_reason().empty())
+              throw UnavailableError("dump --device cuda: " + cuda_unavailable_reason());
+            use_device(d);
             return s.model.dtype == DType::f32 ? dump<float>(s, o->dir) : dump<double>(s, o->dir);
           }};
 }

@@ -33,15 +33,15 @@ __attribute__((target("avx2,fma"))) double fma_peak_avx2(int64_t iters, double& 
   return static_cast<double>(iters) * 12 * 4 * 2 / sec / 1e9;
 }
 
-template <class T> std::vector<T> random_buffer(int64_t n, uint64_t seed) {
-  std::vector<T> v(static_cast<size_t>(n));
+template <class T> Buffer<T> random_buffer(int64_t n, uint64_t seed) {
+  Buffer<T> v = zeros<T>(n);  // managed memory on cuda: the kernels time without staging
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<T>(philox_normal(seed, "bench", static_cast<uint64_t>(i)));
   return v;
 }
 
 template <class T> MatmulTiming time_one(const std::string& what, int64_t n, int64_t k, int64_t m, int reps, bool backward) {
   auto x = random_buffer<T>(n * k, 1), w = random_buffer<T>(k * m, 2), y = random_buffer<T>(n * m, 3);
-  std::vector<T> dx(static_cast<size_t>(n * k)), dw(static_cast<size_t>(k * m));
+  Buffer<T> dx = zeros<T>(n * k), dw = zeros<T>(k * m);
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     auto t0 = Clock::now();
@@ -88,6 +88,25 @@ template <class T> std::vector<MatmulTiming> time_matmuls(const ModelConfig& c, 
   out.push_back(time_one<T>("LM head, forward", n, D, c.vocab, reps, false));
   out.push_back(time_one<T>("LM head, backward", n, D, c.vocab, reps, true));
   return out;
+}
+
+double step_matmul_flops(const ModelConfig& c) {
+  // multiply-adds per token of every matmul of the model (MODEL.md), forward
+  double macs = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    macs += 4.0 * static_cast<double>(c.dim * c.dim);  // wq, wk, wv, wo
+    if (c.is_moe(l)) {
+      macs += static_cast<double>(c.dim * c.experts);                                  // router
+      macs += 3.0 * static_cast<double>(c.top_k * c.dim * c.expert_hidden);            // routed experts
+      if (c.shared_experts > 0) macs += 3.0 * static_cast<double>(c.dim * c.shared_hidden);
+    } else {
+      macs += 3.0 * static_cast<double>(c.dim * c.mlp_hidden);
+    }
+  }
+  macs += static_cast<double>(c.dim * c.vocab);  // head
+  const double attn = 2.0 * static_cast<double>(c.seq * c.dim) / 2;  // q·k and p·v, causal half, per token
+  // forward 2 flops per multiply-add, backward twice the forward (dx and dw)
+  return 6.0 * static_cast<double>(c.batch * c.seq) * (macs + attn);
 }
 
 template StepTiming time_baseline_steps<float>(const Scenario&, int64_t);

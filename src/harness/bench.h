@@ -27,6 +27,10 @@ struct StepTiming {
 // never use FMA.
 double measure_fp64_peak_gflops();
 
+// The floating-point operations of one training step's matmuls and attention products
+// (forward 2 per multiply-add, backward 4), the yardstick for achieved FLOP/s.
+double step_matmul_flops(const ModelConfig& c);
+
 template <class T> StepTiming time_baseline_steps(const Scenario& s, int64_t steps);
 template <class T> std::vector<MatmulTiming> time_matmuls(const ModelConfig& c, int reps);
 

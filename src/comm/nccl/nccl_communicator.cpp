@@ -46,6 +46,62 @@ const char* at(const void* p, int64_t elems, DType t) {
 }
 char* at(void* p, int64_t elems, DType t) { return static_cast<char*>(p) + elems * dtype_size(t); }
 
+// NCCL moves device memory only. The parallel code hands it model buffers (managed memory
+// on cuda: passed as they are) and small host vectors (counts, losses, norms): those go
+// through a device temporary, copied in before and out after the collective.
+bool device_accessible(const void* p) {
+  if (p == nullptr) return true;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+class Staged {
+ public:
+  Staged(cudaStream_t s) : stream_(s) {}
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  ~Staged() {
+    for (void* t : temps_) cudaFree(t);
+  }
+  const void* in(const void* p, int64_t bytes) { return stage(const_cast<void*>(p), bytes, false); }
+  void* out(void* p, int64_t bytes) { return stage(p, bytes, true); }
+  // After the collective completed: results back to host buffers.
+  void copy_back() {
+    for (auto& [host, dev, bytes] : back_)
+      cuda_check(cudaMemcpyAsync(host, dev, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_), "stage out");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (stage out)");
+  }
+
+ private:
+  void* stage(void* p, int64_t bytes, bool back) {
+    if (bytes <= 0 || device_accessible(p)) return p;
+    void* d = nullptr;
+    cuda_check(cudaMalloc(&d, static_cast<size_t>(bytes)), "cudaMalloc (stage)");
+    temps_.push_back(d);
+    cuda_check(cudaMemcpyAsync(d, p, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_), "stage in");
+    if (back) back_.push_back({p, d, bytes});
+    return d;
+  }
+  cudaStream_t stream_;
+  std::vector<void*> temps_;
+  struct Back {
+    void* host;
+    void* dev;
+    int64_t bytes;
+  };
+  std::vector<Back> back_;
+};
+
+int64_t total(const std::vector<int64_t>& c) {
+  int64_t s = 0;
+  for (int64_t x : c) s += x;
+  return s;
+}
+
 struct Shared {
   std::shared_ptr<Rendezvous> rdzv;
   int world_size = 1;
@@ -98,24 +154,37 @@ class NcclCommunicator : public Communicator {
     comm_ = nullptr;
     throw CommError(why);
   }
-  void do_allreduce(void* buf, int64_t n, DType t, ReduceOp op) override {
+  void do_allreduce(void* host_buf, int64_t n, DType t, ReduceOp op) override {
+    Staged st(stream_);
+    void* buf = st.out(host_buf, n * dtype_size(t));
     nccl_check(ncclAllReduce(buf, buf, static_cast<size_t>(n), nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
     sync();
+    st.copy_back();
   }
-  void do_broadcast(void* buf, int64_t n, DType t, int root) override {
+  void do_broadcast(void* host_buf, int64_t n, DType t, int root) override {
+    Staged st(stream_);
+    void* buf = st.out(host_buf, n * dtype_size(t));
     nccl_check(ncclBroadcast(buf, buf, static_cast<size_t>(n), nccl_type(t), root, comm_, stream_), "ncclBroadcast");
     sync();
+    st.copy_back();
   }
-  void do_allgather(const void* in, void* out, int64_t n, DType t) override {
+  void do_allgather(const void* host_in, void* host_out, int64_t n, DType t) override {
+    Staged st(stream_);
+    const void* in = st.in(host_in, n * dtype_size(t));
+    void* out = st.out(host_out, n * size() * dtype_size(t));
     nccl_check(ncclAllGather(in, out, static_cast<size_t>(n), nccl_type(t), comm_, stream_), "ncclAllGather");
     sync();
+    st.copy_back();
   }
   void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     std::vector<int64_t> send(counts.size(), counts[static_cast<size_t>(rank())]);
     grouped_exchange(in, send, /*same_block=*/true, out, counts, t);
   }
-  void do_reduce_scatterv(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+  void do_reduce_scatterv(const void* host_in, void* host_out, const std::vector<int64_t>& counts, DType t,
                           ReduceOp op) override {
+    Staged st(stream_);
+    const void* in = st.in(host_in, total(counts) * dtype_size(t));
+    void* out = st.out(host_out, counts[static_cast<size_t>(rank())] * dtype_size(t));
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     int64_t off = 0;
     for (int j = 0; j < size(); ++j) {
@@ -125,6 +194,7 @@ class NcclCommunicator : public Communicator {
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     sync();
+    st.copy_back();
   }
   void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
     std::vector<int64_t> c(static_cast<size_t>(size()), n);
@@ -150,8 +220,12 @@ class NcclCommunicator : public Communicator {
 
  private:
   // Grouped send/recv: block j of `in` (or all of `in` when same_block) goes to rank j.
-  void grouped_exchange(const void* in, const std::vector<int64_t>& send, bool same_block, void* out,
+  void grouped_exchange(const void* host_in, const std::vector<int64_t>& send, bool same_block, void* host_out,
                         const std::vector<int64_t>& recv, DType t) {
+    Staged st(stream_);
+    const int64_t in_elems = same_block ? send[static_cast<size_t>(rank())] : total(send);
+    const void* in = st.in(host_in, in_elems * dtype_size(t));
+    void* out = st.out(host_out, total(recv) * dtype_size(t));
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     int64_t soff = 0, roff = 0;
     for (int j = 0; j < size(); ++j) {
@@ -159,7 +233,7 @@ class NcclCommunicator : public Communicator {
       const void* src = same_block ? in : at(in, soff, t);
       if (j == rank()) {
         if (recv[sj]) cuda_check(cudaMemcpyAsync(at(out, roff, t), src, static_cast<size_t>(recv[sj] * dtype_size(t)),
-                                                 cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+                                                 cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
       } else {
         if (send[sj]) nccl_check(ncclSend(src, static_cast<size_t>(send[sj]), nccl_type(t), j, comm_, stream_), "ncclSend");
         if (recv[sj]) nccl_check(ncclRecv(at(out, roff, t), static_cast<size_t>(recv[sj]), nccl_type(t), j, comm_, stream_), "ncclRecv");
@@ -169,6 +243,7 @@ class NcclCommunicator : public Communicator {
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     sync();
+    st.copy_back();
   }
 
   std::shared_ptr<Shared> shared_;

@@ -1,0 +1,133 @@
+// Every op on every device against the CPU reference (ARCHITECTURE.md 3, the pattern of
+// ggml's test-backend-ops): each case draws its inputs, runs on the CPU and on cuda, and
+// every output must agree within the one tolerance table (Quantity::op_result, keyed by
+// dtype); integer outputs (top-k choices) must be equal. Sizes 0, 1, odd (7) and large (67)
+// scale every dimension of a case. The cuda side runs twice: on managed memory (the model's
+// own buffers, core/buffer.h) and on plain host memory (staged through the device), and the
+// managed run is repeated to show the GPU is bitwise reproducible run to run.
+// Adding an op means adding a case to kCases. Without a CUDA device every test skips,
+// visibly (never a pass). PARITY_GPU_OPS_TABLE=FILE writes the max error of every op.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/compare.h"
+#include "common/random.h"
+#include "common/tolerance.h"
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "gpu/op_cases.h"
+
+namespace parity {
+namespace {
+
+using test::OpCase;
+using test::OpCtx;
+using test::Outputs;
+
+// Runs a case with buffers allocated under `alloc` and the op computed under `compute`.
+template <class T> Outputs run_case(const OpCase& c, int64_t s, Device alloc, Device compute) {
+  use_device(compute);
+  OpCtx<T> ctx(0x5eed0000ULL + static_cast<uint64_t>(s) * 977 + std::hash<std::string>{}(c.name) % 1000, s, alloc);
+  if constexpr (std::is_same_v<T, float>)
+    c.f32(ctx);
+  else
+    c.f64(ctx);
+  Outputs out = ctx.collect();
+  use_device(Device::cpu);
+  return out;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+struct Worst {
+  double rel = 0, abs = 0;
+};
+std::map<std::string, Worst>& worst_table() {
+  static std::map<std::string, Worst> t;
+  return t;
+}
+
+template <class T> void check_all_ops() {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU to run the kernels on: " << why;
+  const double tol = test::Tolerance<T>::rel;
+  const char* dt = std::is_same_v<T, float> ? "fp32" : "fp64";
+  for (const OpCase& c : test::op_cases()) {
+    for (int64_t s : {0, 1, 7, 67}) {
+      SCOPED_TRACE(std::string(c.name) + " " + dt + " size " + std::to_string(s));
+      const Outputs cpu = run_case<T>(c, s, Device::cpu, Device::cpu);
+      const Outputs gpu = run_case<T>(c, s, Device::cuda, Device::cuda);
+      const Outputs staged = run_case<T>(c, s, Device::cpu, Device::cuda);
+      const Outputs again = run_case<T>(c, s, Device::cuda, Device::cuda);
+      ASSERT_EQ(cpu.size(), gpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const auto& [name, want, exact] = cpu[i];
+        const auto& got = std::get<1>(gpu[i]);
+        SCOPED_TRACE("output " + name);
+        if (exact)
+          EXPECT_TRUE(test::bitwise_equal(got, want));
+        else
+          EXPECT_TRUE(test::close_normwise(got, want, tol));
+        EXPECT_TRUE(test::bitwise_equal(std::get<1>(staged[i]), got)) << "host memory staged vs managed";
+        EXPECT_TRUE(same_bits(std::get<1>(again[i]), got)) << "two GPU runs differ bitwise";
+        Worst& w = worst_table()[std::string(c.name) + " " + dt];
+        w.rel = std::max(w.rel, test::normwise_rel_err(got, want));
+        for (size_t e = 0; e < want.size(); ++e) w.abs = std::max(w.abs, std::fabs(got[e] - want[e]));
+      }
+    }
+  }
+}
+
+TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp64) { check_all_ops<double>(); }
+TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp32) { check_all_ops<float>(); }
+
+// The same invalid index the CPU refuses is refused on the GPU, with the CPU's message.
+TEST(GpuOps, InvalidIndicesThrowTheCpuError) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  for (const auto& bad : test::bad_index_cases()) {
+    std::string msg[2];
+    for (int d = 0; d < 2; ++d) {
+      use_device(d == 0 ? Device::cpu : Device::cuda);
+      try {
+        bad.run();
+      } catch (const Error& e) {
+        msg[d] = e.what();
+      }
+    }
+    use_device(Device::cpu);
+    EXPECT_FALSE(msg[0].empty()) << bad.name << ": the CPU did not throw";
+    EXPECT_EQ(msg[1], msg[0]) << bad.name;
+  }
+}
+
+// Prints (and with PARITY_GPU_OPS_TABLE writes) the worst error of every op, per dtype.
+TEST(GpuOps, ZZErrorTable) {
+  if (worst_table().empty()) GTEST_SKIP() << "no GPU op ran";
+  const char* path = std::getenv("PARITY_GPU_OPS_TABLE");
+  std::string text = "op dtype max_normwise_rel max_abs\n";
+  for (const auto& [k, w] : worst_table()) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%s %.3e %.3e\n", k.c_str(), w.rel, w.abs);
+    text += line;
+  }
+  std::fputs(text.c_str(), stdout);
+  if (path != nullptr) std::ofstream(path) << text;
+  EXPECT_GT(worst_table().size(), 40u);  // every case ran in both dtypes
+}
+
+}  // namespace
+}  // namespace parity
