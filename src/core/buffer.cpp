@@ -29,6 +29,7 @@ namespace {
 // Blocks are rounded up to a size class and kept on a free list per class when freed.
 // Small blocks are carved from 2 MiB slabs (one cudaMallocManaged per slab).
 constexpr std::size_t kSmall = 64 << 10, kSlab = 2 << 20, kSmallAlign = 256, kLargeAlign = 1 << 20;
+constexpr std::size_t kHeadroom = std::size_t(512) << 20;  // left free for CUDA, cuBLAS and NCCL
 
 std::size_t size_class(std::size_t bytes) {
   const std::size_t a = bytes < kSmall ? kSmallAlign : kLargeAlign;
@@ -45,6 +46,14 @@ struct Pool {
   std::atomic<bool> used{false};  // any managed block ever handed out (deallocate looks only then)
 
   void* managed(std::size_t bytes) {
+    // Never ask for more managed memory than the GPU has free (oversubscribed managed
+    // memory can stall the whole GPU, not only this process): refuse with the numbers.
+    std::size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && bytes + kHeadroom > free_b)
+      throw Error("buffer: the GPU has " + std::to_string(free_b >> 20) + " MiB free of " +
+                  std::to_string(total_b >> 20) + " MiB; this process holds " + std::to_string(pool_bytes >> 20) +
+                  " MiB and asks for " + std::to_string(bytes >> 20) + " MiB more (a smaller model, fewer ranks "
+                  "per GPU or fp32 fits)");
     void* p = nullptr;
     const cudaError_t e = cudaMallocManaged(&p, bytes);
     if (e != cudaSuccess) {
