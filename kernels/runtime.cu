@@ -2,6 +2,11 @@
 #include "kernels/runtime.cuh"
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -10,6 +15,38 @@ namespace parity::cuda {
 
 namespace {
 std::atomic<int64_t> g_staged_bytes{0}, g_staged_buffers{0}, g_ops{0};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// PARITY_CUDA_PROFILE=1: wall time per op (staging, kernels and the wait), printed to
+// stderr when the process exits, to see where a GPU step goes.
+struct Profile {
+  bool on = std::getenv("PARITY_CUDA_PROFILE") != nullptr;
+  std::mutex mu;
+  std::map<std::string, std::pair<int64_t, int64_t>> ops;  // op -> (calls, ns)
+  ~Profile() {
+    if (!on || ops.empty()) return;
+    int64_t total = 0;
+    for (const auto& [k, v] : ops) total += v.second;
+    std::fprintf(stderr, "cuda op profile (wall time inside ops, %.3f s in all):\n", total * 1e-9);
+    for (const auto& [k, v] : ops)
+      std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %5.1f%%\n", k.c_str(), static_cast<long long>(v.first),
+                   v.second * 1e-6, 100.0 * static_cast<double>(v.second) / static_cast<double>(total));
+  }
+};
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+}  // namespace
+
+std::atomic<int64_t> g_last_finish_ns{0};
+
+Stage::Stage() : t0_ns_(profile().on ? now_ns() : 0) {
+  if (t0_ns_ != 0 && g_last_finish_ns.load() != 0) gap_ns_ = t0_ns_ - g_last_finish_ns.load();
 }
 
 void check(cudaError_t e, const char* what) {
@@ -53,6 +90,7 @@ void* Stage::stage(const void* p, int64_t bytes, bool back) {
 
 void Stage::launched(const char* op) {
   ++g_ops;
+  op_ = op;
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string("cuda kernel ") + op + ": " + cudaGetErrorString(e));
 }
@@ -64,6 +102,18 @@ void Stage::finish() {
             "stage out");
   check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (after a kernel)");
   copies_.clear();
+  if (profile().on && op_ != nullptr) {
+    Profile& p = profile();
+    std::lock_guard<std::mutex> lock(p.mu);
+    const int64_t t1 = now_ns();
+    auto& e = p.ops[op_];
+    e.first += 1;
+    e.second += t1 - t0_ns_;
+    auto& h = p.ops[std::string("(host, before) ") + op_];  // host code since the previous op ended
+    h.first += 1;
+    h.second += gap_ns_;
+    g_last_finish_ns = t1;
+  }
 }
 
 Counters counters() { return {g_staged_bytes.load(), g_staged_buffers.load(), g_ops.load()}; }

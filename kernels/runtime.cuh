@@ -32,7 +32,7 @@ bool device_accessible(const void* p);
 // the destructor on every path.
 class Stage {
  public:
-  Stage() = default;
+  Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
   ~Stage();
@@ -62,6 +62,8 @@ class Stage {
   void* scratch_bytes(int64_t bytes);
   std::vector<Copy> copies_;
   std::vector<void*> temps_;
+  const char* op_ = nullptr;
+  int64_t t0_ns_ = 0, gap_ns_ = 0;
 };
 
 // Counters for reports and tests: bytes staged through host copies and kernel launches,

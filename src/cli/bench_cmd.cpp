@@ -94,8 +94,10 @@ template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
               flops * 1e-9, flops / st.median_seconds * 1e-9);
   if (dev == Device::cuda) {
     const BufferStats b = buffer_stats();
-    std::printf("device memory (managed pool): %.1f MiB held, %.1f MiB peak in use\n", b.pool_bytes / 1048576.0,
-                b.peak_live_bytes / 1048576.0);
+    std::printf("device memory (managed pool): %.1f MiB held, %.1f MiB peak in use; %lld cudaMallocManaged "
+                "(%.3f s), %lld zero-fills (%.3f s)\n",
+                b.pool_bytes / 1048576.0, b.peak_live_bytes / 1048576.0, static_cast<long long>(b.managed_allocs),
+                b.managed_alloc_s, static_cast<long long>(b.zero_fills), b.zero_fill_s);
   }
   return 0;
 }

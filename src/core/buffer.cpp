@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -42,7 +43,8 @@ struct Pool {
   std::map<std::size_t, std::vector<void*>> free_list;  // class -> cached blocks
   char* slab = nullptr;
   std::size_t slab_left = 0;
-  int64_t pool_bytes = 0, live_bytes = 0, peak = 0;
+  int64_t pool_bytes = 0, live_bytes = 0, peak = 0, allocs = 0, fills = 0;
+  double alloc_s = 0, fill_s = 0;
   std::atomic<bool> used{false};  // any managed block ever handed out (deallocate looks only then)
 
   void* managed(std::size_t bytes) {
@@ -55,7 +57,10 @@ struct Pool {
                   " MiB and asks for " + std::to_string(bytes >> 20) + " MiB more (a smaller model, fewer ranks "
                   "per GPU or fp32 fits)");
     void* p = nullptr;
+    const auto t0 = std::chrono::steady_clock::now();
     const cudaError_t e = cudaMallocManaged(&p, bytes);
+    alloc_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++allocs;
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       throw Error("buffer: cudaMallocManaged of " + std::to_string(bytes) + " bytes: " + cudaGetErrorString(e) +
@@ -109,10 +114,14 @@ void* allocate(std::size_t bytes) {
     if (z.requested && !z.done) {
       // Zero on the device (the pages stay there), and wait: the host may read it next.
       cudaStream_t s = cudaStreamPerThread;
+      const auto t0 = std::chrono::steady_clock::now();
       if (cudaMemsetAsync(block, 0, bytes, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) {
         (void)cudaGetLastError();
         throw Error("buffer: zero-fill on the device failed");
       }
+      std::lock_guard<std::mutex> lock(p.mu);
+      p.fill_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++p.fills;
       z.done = true;
     }
     return block;
@@ -144,7 +153,7 @@ BufferStats buffer_stats() {
 #if PARITY_HAVE_CUDA
   auto& p = buffer_detail::pool();
   std::lock_guard<std::mutex> lock(p.mu);
-  return {p.pool_bytes, p.live_bytes, p.peak};
+  return {p.pool_bytes, p.live_bytes, p.peak, p.allocs, p.alloc_s, p.fills, p.fill_s};
 #else
   return {};
 #endif

@@ -68,6 +68,10 @@ struct BufferStats {
   int64_t pool_bytes = 0;
   int64_t live_bytes = 0;
   int64_t peak_live_bytes = 0;
+  int64_t managed_allocs = 0;      // cudaMallocManaged calls
+  double managed_alloc_s = 0;      // time in them
+  int64_t zero_fills = 0;          // zeros() filled on the device
+  double zero_fill_s = 0;          // time in them (memset and wait)
 };
 BufferStats buffer_stats();
 

@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include "ops/elementwise.h"
+
 #include <cmath>
 
 #include "core/error.h"
@@ -107,7 +109,7 @@ int64_t ParamSet<T>::index(std::string_view name) const {
 
 template <class T>
 void ParamSet<T>::zero() {
-  for (auto& t : tensors) t.zero();
+  for (auto& t : tensors) zero_values(t.ptr(), t.numel());  // on the GPU in a cuda run
 }
 
 #define PARITY_INSTANTIATE(T)                                                                       \

@@ -192,7 +192,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
 }
 
 template <class T> void ParallelModel<T>::zero_grads() {
-  for (auto& t : mp_grads) t.zero();
+  for (auto& t : mp_grads) zero_values(t.ptr(), t.numel());
   gathered_.clear();
 }
 
