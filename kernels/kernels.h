@@ -17,7 +17,10 @@
 
 namespace parity::cuda {
 
-// matmul.cu (cuBLAS): y (n, m) = x (n, k) · w (k, m); dx (n, k) += dy · w^T; dw (k, m) += x^T · dy.
+// matmul.cu (cuBLAS, loaded on first use): load_blas() loads it now and throws Error when
+// the library or one of its entry points is missing (needs no GPU).
+void load_blas();
+// y (n, m) = x (n, k) · w (k, m); dx (n, k) += dy · w^T; dw (k, m) += x^T · dy.
 template <class T> void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t k, int64_t m);
 template <class T>
 void matmul_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t n, int64_t k, int64_t m);

@@ -7,9 +7,16 @@
 // Pinned: CUBLAS_PEDANTIC_MATH (fp32 never becomes TF32 or any emulation) and atomics not
 // allowed, so a product is bitwise the same run to run. cuBLAS sums in its own order (and
 // with FMA), so against the CPU reference matmul agrees within the tolerance table, not bitwise.
+//
+// cuBLAS is loaded on the first GPU matmul (dlopen), not linked: linking it costs every
+// parity process ~65 ms of start-up (its libraries' relocations), CPU runs included, and a
+// CPU matrix starts ~300 rank processes.
 #include <cublas_v2.h>
+#include <dlfcn.h>
 
 #include <climits>
+#include <mutex>
+#include <type_traits>
 #include <string>
 
 #include "core/error.h"
@@ -20,19 +27,65 @@ namespace parity::cuda {
 
 namespace {
 
+// The cuBLAS entry points parity uses, resolved from the library at first use.
+struct Blas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSetAtomicsMode) set_atomics_mode = nullptr;
+  decltype(&cublasSetPointerMode_v2) set_pointer_mode = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasDgemm_v2) dgemm = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+};
+
+const Blas& blas() {
+  static Blas b;
+  static std::once_flag once;
+  static std::string error;
+  std::call_once(once, [] {
+    const std::string lib = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+    Dl_info cudart{};
+    if (h == nullptr && dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &cudart) != 0 && cudart.dli_fname) {
+      const std::string dir = cudart.dli_fname;  // the toolkit's lib directory: cuBLAS sits beside cudart
+      h = dlopen((dir.substr(0, dir.rfind('/') + 1) + lib).c_str(), RTLD_NOW | RTLD_LOCAL);
+    }
+    if (h == nullptr) {
+      error = "cannot load " + lib + ": " + dlerror();
+      return;
+    }
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (fn == nullptr && error.empty()) error = lib + " has no " + name;
+    };
+    get(b.create, "cublasCreate_v2");
+    get(b.set_math_mode, "cublasSetMathMode");
+    get(b.set_atomics_mode, "cublasSetAtomicsMode");
+    get(b.set_pointer_mode, "cublasSetPointerMode_v2");
+    get(b.set_stream, "cublasSetStream_v2");
+    get(b.sgemm, "cublasSgemm_v2");
+    get(b.dgemm, "cublasDgemm_v2");
+    get(b.status_string, "cublasGetStatusString");
+  });
+  if (!error.empty()) throw Error("matmul on the GPU: " + error);
+  return b;
+}
+
 void blas_check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw Error(std::string("cuBLAS ") + what + ": " + cublasGetStatusString(s));
+    throw Error(std::string("cuBLAS ") + what + ": " + blas().status_string(s));
 }
 
 cublasHandle_t handle() {
   thread_local cublasHandle_t h = [] {
+    const Blas& b = blas();
     cublasHandle_t made = nullptr;
-    blas_check(cublasCreate(&made), "cublasCreate");
-    blas_check(cublasSetMathMode(made, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
-    blas_check(cublasSetAtomicsMode(made, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
-    blas_check(cublasSetPointerMode(made, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
-    blas_check(cublasSetStream(made, stream()), "cublasSetStream");
+    blas_check(b.create(&made), "cublasCreate");
+    blas_check(b.set_math_mode(made, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    blas_check(b.set_atomics_mode(made, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+    blas_check(b.set_pointer_mode(made, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode");
+    blas_check(b.set_stream(made, stream()), "cublasSetStream");
     return made;
   }();
   return h;
@@ -47,19 +100,21 @@ int dim(int64_t v) {
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t rows, int64_t cols, int64_t inner, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const float one = 1.0f;
-  blas_check(cublasSgemm(handle(), ta, tb, dim(rows), dim(cols), dim(inner), &one, a, dim(lda), b, dim(ldb), &beta,
+  blas_check(blas().sgemm(handle(), ta, tb, dim(rows), dim(cols), dim(inner), &one, a, dim(lda), b, dim(ldb), &beta,
                          c, dim(ldc)),
              "sgemm");
 }
 void gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t rows, int64_t cols, int64_t inner, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   const double one = 1.0;
-  blas_check(cublasDgemm(handle(), ta, tb, dim(rows), dim(cols), dim(inner), &one, a, dim(lda), b, dim(ldb), &beta,
+  blas_check(blas().dgemm(handle(), ta, tb, dim(rows), dim(cols), dim(inner), &one, a, dim(lda), b, dim(ldb), &beta,
                          c, dim(ldc)),
              "dgemm");
 }
 
 }  // namespace
+
+void load_blas() { (void)blas(); }
 
 template <class T> void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t k, int64_t m) {
   if (n == 0 || m == 0) return;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/device.h"
 #include "core/safetensors.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
@@ -113,6 +114,44 @@ TEST(Cli, DumpOfThreeStepsIsCompleteAndDescribedByItsManifest) {
   EXPECT_EQ(s1.get<double>("layers.1.moe.expert_bias").data, run.model().expert_bias[0]);
   EXPECT_EQ(m["steps"].size(), 3u);
   fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+// --device cuda: without a GPU nothing starts and the exit code is 77 (ctest's skip),
+// never 0; with one, the layout runs on it and passes. A misspelt device is bad input.
+TEST(Cli, DeviceCudaRunsOnTheGpuOrExits77NamingWhy) {
+  const std::string tp2 = std::string(PARITY_SOURCE_DIR) + "/scenarios/tp2.json";
+  Result r = parity_cmd("run " + tp2 + " --device cuda --steps 2");
+  if (cuda_unavailable_reason().empty()) {
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("verdict: PASS"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(r.code, 77) << r.out;
+    EXPECT_NE(r.out.find("not run: layout.device cuda"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("rank"), std::string::npos) << "ranks started: " << r.out;
+  }
+  Result bad = parity_cmd("run " + tp2 + " --device tpu");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("expected cpu or cuda"), std::string::npos) << bad.out;
+}
+
+TEST(Cli, NcclBackendWithoutAGpuIsRefusedBeforeLaunchWith77) {
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is here: gpu.nccl_layouts covers nccl";
+  Result r = parity_cmd("run " + std::string(PARITY_SOURCE_DIR) + "/scenarios/tp2.json --backend nccl --steps 1");
+  EXPECT_EQ(r.code, 77) << r.out;
+  EXPECT_NE(r.out.find("backend nccl"), std::string::npos) << r.out;
+}
+
+TEST(Cli, MatrixOnCudaWithoutAGpuRunsNothingAndExits77) {
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is here: gpu.matrix runs the matrix on it";
+  Result r = parity_cmd("matrix --device cuda " + std::string(PARITY_SOURCE_DIR) + "/scenarios/tp2.json");
+  EXPECT_EQ(r.code, 77) << r.out;
+  EXPECT_EQ(r.out.find("[1/"), std::string::npos) << "a scenario started: " << r.out;
 }
 
 }  // namespace

@@ -27,6 +27,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "gpu/op_cases.h"
+#if PARITY_HAVE_CUDA
+#include "kernels/kernels.h"
+#endif
 
 namespace parity {
 namespace {
@@ -89,6 +92,16 @@ template <class T> void check_all_ops() {
       }
     }
   }
+}
+
+// cuBLAS is loaded at the first GPU matmul, not linked (start-up cost of every process):
+// the library and each entry point it uses resolve, checked where no GPU is needed.
+TEST(GpuOps, CublasLoadsOnDemand) {
+#if PARITY_HAVE_CUDA
+  EXPECT_NO_THROW(cuda::load_blas());
+#else
+  GTEST_SKIP() << "this build has no CUDA";
+#endif
 }
 
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp64) { check_all_ops<double>(); }

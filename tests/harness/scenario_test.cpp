@@ -200,6 +200,7 @@ TEST(Scenario, WrongTypesNameTheExpectedType) {
   expect_refused("/model/score", "relu", "$.model.score", R"(expected one of "softmax")");
   expect_refused("/optim/kind", "lion", "$.optim.kind", R"("sgd", "adam", "adamw")");
   expect_refused("/layout/backend", "tcp", "$.layout.backend", R"("gloo", "mpi", "nccl")");
+  expect_refused("/layout/device", "tpu", "$.layout.device", R"(expected one of "cpu", "cuda")");
   const std::string msg = config_error([] { parse_scenario(json::array(), "t"); });
   EXPECT_NE(msg.find("$: expected an object"), std::string::npos) << msg;
 }
