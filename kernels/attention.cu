@@ -12,19 +12,11 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 
 namespace parity::cuda {
 namespace {
-
-__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
-
-__device__ inline float dev_exp(float x) { return expf(x); }
-__device__ inline double dev_exp(double x) { return ::exp(x); }
-
-template <class T> const T* stage_in(Stage& st, const T* p, int64_t n) { return n > 0 ? st.in(p, n) : nullptr; }
-template <class T> T* stage_out(Stage& st, T* p, int64_t n) { return n > 0 ? st.out(p, n) : nullptr; }
 
 // The CPU's scale, on the host: 1 / sqrt(Dh), or 1 when Dh = 0.
 template <class T> T attention_scale(int64_t Dh) { return Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1); }

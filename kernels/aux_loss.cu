@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 #include "ops/scalar_math.h"
 
@@ -23,10 +24,6 @@ namespace parity::cuda {
 namespace {
 
 constexpr const char* kWhat = "aux_loss: chosen";
-
-__device__ inline int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
 
 // True when a kernel set the flag (read after finish()).
 bool flagged(const int* bad) {

@@ -13,21 +13,12 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 #include "ops/scalar_math.h"
 
 namespace parity::cuda {
 namespace {
-
-__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
-
-__device__ inline float dev_exp(float x) { return expf(x); }
-__device__ inline double dev_exp(double x) { return ::exp(x); }
-__device__ inline float dev_log(float x) { return logf(x); }
-__device__ inline double dev_log(double x) { return ::log(x); }
-
-template <class T> const T* stage_in(Stage& st, const T* p, int64_t n) { return n > 0 ? st.in(p, n) : nullptr; }
 
 // Log-sum-exp of one row (V >= 1): max + log(sum_v exp(row[v] - max)), sum in v order.
 template <class T>
@@ -37,12 +28,6 @@ __device__ T row_logsumexp(const T* row, int64_t V) {
   T sum = T(0);
   for (int64_t v = 0; v < V; ++v) sum += dev_exp(row[v] - mx);
   return mx + dev_log(sum);
-}
-
-// *first = max over bad rows i of n - i (0: none), so rows i < n - *first are all valid.
-__global__ void first_bad_kernel(const int64_t* targets, int64_t n, int64_t V, unsigned long long* first) {
-  for (int64_t i = thread_index(); i < n; i += thread_count())
-    if (targets[i] < 0 || targets[i] >= V) atomicMax(first, static_cast<unsigned long long>(n - i));
 }
 
 // losses (n), logits (n, V), targets (n): one thread per row.
@@ -84,19 +69,6 @@ __global__ void ce_grad_kernel(const T* logits, const int64_t* targets, const T*
   }
 }
 
-// After st.finish(): throws what the CPU's check_index throws for the first bad row, if any.
-void throw_first_bad(const int64_t* d_targets, int64_t n, int64_t V, const unsigned long long* d_first,
-                     const char* what) {
-  unsigned long long first = 0;
-  check(cudaMemcpy(&first, d_first, sizeof first, cudaMemcpyDeviceToHost), what);
-  if (first == 0) return;
-  int64_t target = 0;
-  const int64_t i = n - static_cast<int64_t>(first);
-  check(cudaMemcpy(&target, d_targets + i, sizeof target, cudaMemcpyDefault), what);
-  ops_detail::check_index(target, V, what);
-  throw Error(std::string(what) + ": index out of range");  // not reached: targets[i] is out of range
-}
-
 }  // namespace
 
 // logits (n, V), targets (n), losses (n); returns sum_i losses[i] in row order.
@@ -109,7 +81,7 @@ T cross_entropy_forward(const T* logits, const int64_t* targets, int64_t n, int6
   T* d_losses = st.out(losses, n);
   auto* first = st.scratch<unsigned long long>(1);
   T* d_total = st.scratch<T>(1);
-  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_targets, n, V, first);
+  launch_first_bad(d_targets, n, V, first);
   st.launched("cross_entropy_forward");
   ce_losses_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_logits, d_targets, n, V, first, d_losses);
   st.launched("cross_entropy_forward");
@@ -132,7 +104,7 @@ void cross_entropy_backward(const T* logits, const int64_t* targets, int64_t n, 
   T* d_dlogits = n * V > 0 ? st.out(dlogits, n * V) : nullptr;
   auto* first = st.scratch<unsigned long long>(1);
   T* lse = st.scratch<T>(n);  // (n)
-  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_targets, n, V, first);
+  launch_first_bad(d_targets, n, V, first);
   st.launched("cross_entropy_backward");
   if (V > 0) {
     ce_lse_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_logits, n, V, first, lse);

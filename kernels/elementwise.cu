@@ -7,15 +7,12 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 
 namespace parity::cuda {
 
 namespace {
-
-__device__ inline int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
 
 // a (n) += b (n).
 template <class T> __global__ void add_elems(T* a, const T* b, int64_t n) {

@@ -12,23 +12,12 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 #include "ops/scalar_math.h"
 
 namespace parity::cuda {
 namespace {
-
-__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
-
-template <class T> const T* stage_in(Stage& st, const T* p, int64_t n) { return n > 0 ? st.in(p, n) : nullptr; }
-template <class T> T* stage_out(Stage& st, T* p, int64_t n) { return n > 0 ? st.out(p, n) : nullptr; }
-
-// *first = max over bad tokens t of n - t (0: none), so tokens t < n - *first are all valid.
-__global__ void first_bad_kernel(const int64_t* ids, int64_t n, int64_t V, unsigned long long* first) {
-  for (int64_t t = thread_index(); t < n; t += thread_count())
-    if (ids[t] < 0 || ids[t] >= V) atomicMax(first, static_cast<unsigned long long>(n - t));
-}
 
 // out (n, D), table (V, D), ids (n): tokens before the first bad one only.
 template <class T>
@@ -79,19 +68,6 @@ void group_tokens(const int64_t* ids, int64_t n, int64_t V, std::vector<int64_t>
   }
 }
 
-// After st.finish(): throws what the CPU's check_index throws for the first bad token, if any.
-void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t V, const unsigned long long* d_first,
-                     const char* what) {
-  unsigned long long first = 0;
-  check(cudaMemcpy(&first, d_first, sizeof first, cudaMemcpyDeviceToHost), what);
-  if (first == 0) return;
-  int64_t id = 0;
-  const int64_t t = n - static_cast<int64_t>(first);
-  check(cudaMemcpy(&id, d_ids + t, sizeof id, cudaMemcpyDefault), what);
-  ops_detail::check_index(id, V, what);
-  throw Error(std::string(what) + ": index out of range");  // not reached: ids[t] is out of range
-}
-
 }  // namespace
 
 // ids (n), table (V, D), out (n, D).
@@ -103,7 +79,7 @@ void embedding_forward(const int64_t* ids, int64_t n, const T* table, int64_t V,
   const T* d_table = stage_in(st, table, V * D);
   T* d_out = stage_out(st, out, n * D);
   auto* first = st.scratch<unsigned long long>(1);
-  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_ids, n, V, first);
+  launch_first_bad(d_ids, n, V, first);
   st.launched("embedding_forward");
   if (D > 0) {
     embedding_forward_kernel<<<blocks_for(n * D), kThreads, 0, stream()>>>(d_ids, n, d_table, D, first, d_out);
@@ -122,7 +98,7 @@ void embedding_backward(const int64_t* ids, int64_t n, const T* dout, int64_t V,
   const T* d_dout = stage_in(st, dout, n * D);
   T* d_dtable = stage_out(st, dtable, V * D);
   auto* first = st.scratch<unsigned long long>(1);
-  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d_ids, n, V, first);
+  launch_first_bad(d_ids, n, V, first);
   st.launched("embedding_backward");
   if (V * D > 0) {
     std::vector<int64_t> rows, tokens;

@@ -8,21 +8,14 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 #include "ops/layernorm.h"
 
 namespace parity::cuda {
 namespace {
 
-__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
-
-__device__ inline float dev_sqrt(float x) { return sqrtf(x); }
-__device__ inline double dev_sqrt(double x) { return ::sqrt(x); }
-
 // Stage a buffer only when it has elements (a 0-sized buffer is passed as nullptr, unread).
-template <class T> const T* stage_in(Stage& st, const T* p, int64_t n) { return n > 0 ? st.in(p, n) : nullptr; }
-template <class T> T* stage_out(Stage& st, T* p, int64_t n) { return n > 0 ? st.out(p, n) : nullptr; }
 
 // Row statistics, one thread per row. x (n, D), mean (n), rstd (n).
 template <class T>

@@ -9,17 +9,12 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 
 namespace parity::cuda {
 
 namespace {
-
-__device__ inline int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline float dev_sqrt(float x) { return sqrtf(x); }
-__device__ inline double dev_sqrt(double x) { return ::sqrt(x); }
 
 // d = g (+ wd * w); m = first ? d : mu * m + d; w = w - lr * m.  w, g, m (n).
 template <class T> __global__ void sgd_elems(T* w, const T* g, T* m, int64_t n, T lr, T wd, T mu, bool first) {

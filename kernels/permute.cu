@@ -6,15 +6,12 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 
 namespace parity::cuda {
 
 namespace {
-
-__device__ inline int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
 
 // xg[r][d] = x[src[r] / K][d];  x (n, D), src (rows), xg (rows, D).
 template <class T>

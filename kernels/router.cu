@@ -8,25 +8,13 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 #include "ops/scalar_math.h"
 
 namespace parity::cuda {
 
 namespace {
-
-__device__ inline int64_t thread_index() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline float dev_exp(float x) { return expf(x); }
-__device__ inline double dev_exp(double x) { return ::exp(x); }
-
-// ops_detail::stable_sigmoid: exp only of a non-positive number.
-template <class T> __device__ inline T stable_sigmoid(T x) {
-  if (x >= T(0)) return T(1) / (T(1) + dev_exp(-x));
-  const T e = dev_exp(x);
-  return e / (T(1) + e);
-}
 
 // True (and *bad set) when a row of chosen (K) holds an id outside [0, E).
 __device__ inline bool bad_row(const int64_t* cr, int64_t K, int64_t E, int* bad) {

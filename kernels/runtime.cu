@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/scalar_math.h"
 
 namespace parity::cuda {
 
@@ -133,6 +134,29 @@ void Stage::finish() {
     h.second += gap_ns_;
     g_last_finish_ns = t1;
   }
+}
+
+namespace {
+__global__ void first_bad_kernel(const int64_t* ids, int64_t n, int64_t bound, unsigned long long* first) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (ids[i] < 0 || ids[i] >= bound) atomicMax(first, static_cast<unsigned long long>(n - i));
+}
+}  // namespace
+
+void launch_first_bad(const int64_t* ids, int64_t n, int64_t bound, unsigned long long* first) {
+  first_bad_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(ids, n, bound, first);
+}
+
+void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t bound, const unsigned long long* d_first,
+                     const char* what) {
+  unsigned long long first = 0;
+  check(cudaMemcpy(&first, d_first, sizeof first, cudaMemcpyDeviceToHost), what);
+  if (first == 0) return;
+  int64_t id = 0;
+  const int64_t i = n - static_cast<int64_t>(first);
+  check(cudaMemcpy(&id, d_ids + i, sizeof id, cudaMemcpyDefault), what);
+  ops_detail::check_index(id, bound, what);
+  throw Error(std::string(what) + ": index out of range");  // not reached: ids[i] is out of range
 }
 
 Counters counters() { return {g_staged_bytes.load(), g_staged_buffers.load(), g_ops.load()}; }

@@ -66,6 +66,14 @@ class Stage {
   int64_t t0_ns_ = 0, gap_ns_ = 0;
 };
 
+// Index checks with the CPU's errors (the ops that take ids, targets or choices):
+// launch_first_bad sets *first = max over bad i of n - i (0: none), an integer atomic, so
+// indices i < n - *first are all valid; after Stage::finish(), throw_first_bad throws what
+// ops_detail::check_index throws for the first bad one, if any.
+void launch_first_bad(const int64_t* ids, int64_t n, int64_t bound, unsigned long long* first);
+void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t bound, const unsigned long long* d_first,
+                     const char* what);
+
 // Counters for reports and tests: bytes staged through host copies and kernel launches,
 // since the process started (or since reset_counters()).
 struct Counters {

@@ -4,24 +4,11 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/device_math.cuh"
 #include "kernels/runtime.cuh"
 
 namespace parity::cuda {
 namespace {
-
-__device__ inline int64_t thread_index() { return int64_t(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ inline int64_t thread_count() { return int64_t(gridDim.x) * blockDim.x; }
-
-__device__ inline float dev_exp(float x) { return expf(x); }
-__device__ inline double dev_exp(double x) { return ::exp(x); }
-
-// ops_detail::stable_sigmoid: exp only ever of a non-positive number.
-template <class T>
-__device__ inline T stable_sigmoid(T x) {
-  if (x >= T(0)) return T(1) / (T(1) + dev_exp(-x));
-  const T e = dev_exp(x);
-  return e / (T(1) + e);
-}
 
 // h[i] = (a[i] * sigmoid(a[i])) * b[i].  a, b, h (n).
 template <class T>
