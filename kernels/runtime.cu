@@ -69,24 +69,7 @@ Stage::~Stage() {
   for (void* t : temps_) cudaFreeAsync(t, stream());
 }
 
-// Stage's temporaries come from the device's stream-ordered pool. Its default release
-// threshold is 0: every synchronisation after a cudaFreeAsync hands the memory back to the
-// driver, and the next op maps it again. Keep it instead (once per process and device).
-static void keep_pool_memory() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int dev = 0;
-    cudaMemPool_t pool{};
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-      uint64_t keep = UINT64_MAX;
-      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    (void)cudaGetLastError();
-  });
-}
-
 void* Stage::scratch_bytes(int64_t bytes) {
-  keep_pool_memory();
   void* d = nullptr;
   const size_t sz = static_cast<size_t>(bytes > 0 ? bytes : 1);
   check(cudaMallocAsync(&d, sz, stream()), "cudaMallocAsync (stage scratch)");
@@ -97,7 +80,6 @@ void* Stage::scratch_bytes(int64_t bytes) {
 
 void* Stage::stage(const void* p, int64_t bytes, bool back) {
   if (!p || bytes <= 0 || device_accessible(p)) return const_cast<void*>(p);
-  keep_pool_memory();
   void* d = nullptr;
   check(cudaMallocAsync(&d, static_cast<size_t>(bytes), stream()), "cudaMallocAsync (stage)");
   temps_.push_back(d);
