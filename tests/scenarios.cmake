@@ -104,7 +104,7 @@ set_tests_properties(matrix.passes_and_skips_world1 PROPERTIES PASS_REGULAR_EXPR
 add_test(NAME matrix.fault_fails_naming_family_and_factor
          COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 $<TARGET_FILE:parity> matrix ${PARITY_MX}/tp2_ep2.json -j 1; echo exit=$?")
 set_tests_properties(matrix.fault_fails_naming_family_and_factor PROPERTIES PASS_REGULAR_EXPRESSION
-  "replay: PARITY_FAULT=scale_grad:router:2 .*tp2_ep2 +2 +tp 2, ep 2 +FAIL .* grad router x2\n.*matrix verdict: FAIL: 0 passed, 1 failed.*exit=1\n")
+  "replay: PARITY_FAULT=scale_grad:router:2 .*tp2_ep2 +2 +tp 2, ep 2 +FAIL .* root grad router x2 at step 0 \\(2 \\(= tp\\)[^\n]*\n.*matrix verdict: FAIL: 0 passed, 1 failed.*exit=1\n")
 add_test(NAME matrix.missing_path_is_bad_input
          COMMAND sh -c "$<TARGET_FILE:parity> matrix ${PARITY_MX}/no_such.json 2>&1; echo exit=$?")
 set_tests_properties(matrix.missing_path_is_bad_input PROPERTIES PASS_REGULAR_EXPRESSION

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -128,7 +129,8 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-// The closest any row came to its tolerance (norm_rel / tol), and the failing rows.
+// The closest any row came to its tolerance (norm_rel / tol), and the root of a failure
+// (verdict_root.h): its quantity, scale and step, and how many rows follow from it.
 std::pair<double, std::string> summarize(const nlohmann::json& rep) {
   double margin = 0;
   std::string failing;
@@ -136,11 +138,20 @@ std::pair<double, std::string> summarize(const nlohmann::json& rep) {
   for (const auto& r : rep["rows"]) {
     const double tol = r.value("tol", 0.0);
     if (r["norm_rel"].is_number() && tol > 0) margin = std::max(margin, r["norm_rel"].get<double>() / tol);
-    if (r["verdict"] != "FAIL") continue;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s%s %s x%.4g", failing.empty() ? "" : "; ", r["quantity"].get<std::string>().c_str(),
-                  r["subject"].get<std::string>().c_str(), r["scale_ratio"].is_number() ? r["scale_ratio"].get<double>() : 0.0);
-    failing += buf;
+  }
+  const auto root = rep.find("root");
+  if (root != rep.end() && root->is_object()) {
+    const auto& x = *root;
+    const std::string factor = x["factor"].get<std::string>();  // the name, not the explanation
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "root %s %s x%.4g at step %lld (%s)", x["quantity"].get<std::string>().c_str(),
+                  x["subject"].get<std::string>().c_str(),
+                  x["scale_ratio"].is_number() ? x["scale_ratio"].get<double>() : NAN,
+                  static_cast<long long>(x["step"].get<int64_t>()), factor.substr(0, factor.find(':')).c_str());
+    failing = buf;
+    const size_t more = x["same_step"].size(), later = x["consequences"].size();
+    if (more > 0) failing += " + " + std::to_string(more) + " more at that step";
+    if (later > 0) failing += ", " + std::to_string(later) + " consequences";
   }
   return {margin, failing};
 }
@@ -159,7 +170,7 @@ void print_progress(const Entry& e, size_t done, size_t total, const std::string
     std::istringstream in(read_text(log));
     int shown = 0;
     for (std::string line; std::getline(in, line) && shown < 8;)
-      if (line.rfind("FAIL", 0) == 0 || line.find("error") != std::string::npos || line.rfind("verdict:", 0) == 0)
+      if (line.rfind("root:", 0) == 0 || line.find("error") != std::string::npos || line.rfind("verdict:", 0) == 0)
         std::printf("    | %s\n", line.c_str()), ++shown;
     const char* fault = std::getenv("PARITY_FAULT");
     std::printf("    log: %s\n    replay: %s%s run %s\n", log.c_str(),
@@ -198,7 +209,7 @@ void run_all(std::vector<Entry>& entries, const MatrixOptions& o, const std::str
 
 int print_table(const std::vector<Entry>& entries, double wall) {
   std::printf("\n%-40s %5s  %-34s %-8s %9s %8s  %s\n", "scenario", "world", "layout", "verdict", "worst/tol", "time(s)",
-              "failing rows (quantity subject x scale)");
+              "root of a failure (quantity subject x scale at step)");
   int pass = 0, fail = 0, skipped = 0;
   for (const Entry& e : entries) {
     const auto [margin, failing] = summarize(e.report);

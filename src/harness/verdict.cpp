@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <span>
 
 #include "ckpt/training_state.h"
+#include "optim/optimizer.h"
 #include "core/error.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
@@ -72,6 +74,9 @@ template <class T> class Runner {
   std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
+  std::string norm_by_family(const StepRecord<T>& b, const double* got) const;
+  // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
+  static constexpr size_t kScalars = 3 + kFamilyCount;
   void apply_fault(RankStepRecord<T>& p) const;
 
   const Scenario& sc_;
@@ -166,10 +171,34 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
   }
 }
 
-// This rank's part: scalars (loss, grad_norm, clip_coef, micro losses), every group's sums,
+// Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
+// same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
+template <class T> std::string Runner<T>::norm_by_family(const StepRecord<T>& b, const double* got) const {
+  std::vector<double> ref(kFamilyCount, 0.0);
+  const auto& specs = b.grads->specs;
+  for (size_t p = 0; p < specs.size(); ++p)
+    ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
+  const double tol = rows_[1].tol;
+  std::string off;
+  for (size_t f = 0; f < kFamilyCount; ++f) {
+    if (ref[f] == 0 && got[f] == 0) continue;
+    const double ratio = ref[f] != 0 ? got[f] / ref[f] : std::numeric_limits<double>::infinity();
+    if (std::abs(ratio - 1) <= 2 * tol) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s x%.4g", off.empty() ? "" : ", ",
+                  std::string(family_name(static_cast<Family>(f))).c_str(), ratio);
+    off += buf;
+  }
+  if (off.empty()) return "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
+  return "squared norm by family, layout / baseline: " + off + " (the others match)";
+}
+
+// This rank's part: scalars (loss, grad_norm, clip_coef, norm^2 per family, micro losses), every group's sums,
 // every MoE layer's routing.
 template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
   std::vector<double> out{p.loss, p.grad_norm, p.clip_coef};
+  for (size_t f = 0; f < kFamilyCount; ++f)
+    out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
   for (size_t m = 0; m < b.micro_losses.size(); ++m)
     out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
   std::vector<vd::LocalSums> acc(groups_.size());
@@ -225,9 +254,9 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     consider(loss, x[0], b.loss, r, "loss", lt);
     if (r == 0 || std::abs(x[0] - b.loss) > std::abs(line.loss_diff)) line.loss = x[0], line.loss_diff = x[0] - b.loss;
     for (size_t m = 0; m < b.micro_losses.size(); ++m) {
-      const double ref = b.micro_losses[m], err = std::abs(x[3 + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+      const double ref = b.micro_losses[m], err = std::abs(x[kScalars + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
       line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
-      consider(loss, x[3 + m], ref, r, "micro-batch " + std::to_string(m), lt);
+      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt);
     }
     consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
     consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
@@ -236,6 +265,8 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   line.grad_norm_rel = norm.norm_rel;
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
+  if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
+    rows_[1].detail = norm_by_family(b, all.data() + 3);
   vd::update_row(rows_[2], t, clip);
   return line;
 }
@@ -244,7 +275,7 @@ template <class T>
 void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
   const size_t stride = all.size() / static_cast<size_t>(world_.size());
   StepLine line = scalars(t, b, all, stride);
-  const size_t g0 = 3 + b.micro_losses.size();
+  const size_t g0 = kScalars + b.micro_losses.size();
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<vd::LocalSums> parts;
     for (int r = 0; r < world_.size(); ++r)
@@ -349,6 +380,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   VerdictReport rep;
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.backend = std::string(comm::backend_name(world.backend()));
+  rep.degrees = {s.layout.tp, s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard, s.layout.world};
   rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
   rep.optim = optim_desc(s.optim);
   auto t0 = Clock::now();

@@ -27,6 +27,7 @@
 #include "mesh/placement.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "harness/verdict_root.h"
 
 namespace parity {
 
@@ -112,6 +113,7 @@ struct VerdictReport {
   std::string checkpoint;  // what the run did with checkpoints ("" when nothing)
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
+  LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)
   Timings rank0, slowest;
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)
   int exit_code() const { return passed() ? 0 : 1; }

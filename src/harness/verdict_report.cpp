@@ -86,6 +86,7 @@ std::string format_verdict(const VerdictReport& r) {
     out += row_line(row);
     fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
   }
+  out += root_line(r, find_root(r));
   out += timings_str("time rank 0:", r.rank0);
   out += timings_str("slowest rank:", r.slowest);
   if (fail > 0)
@@ -123,7 +124,8 @@ nlohmann::json verdict_json(const VerdictReport& r) {
   return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"backend", r.backend},
           {"layout", r.layout},     {"world", r.world},   {"steps", r.steps},
           {"first_step", r.first_step}, {"checkpoint", r.checkpoint}, {"optim", r.optim},
-          {"fault", r.fault},       {"passed", r.passed()}, {"step_table", steps},
+          {"fault", r.fault},       {"passed", r.passed()}, {"root", root_json(r, find_root(r))},
+          {"step_table", steps},
           {"rows", rows},           {"time_rank0", timings_json(r.rank0)}, {"time_slowest", timings_json(r.slowest)}};
 }
 

@@ -13,6 +13,7 @@ namespace parity {
 
 // Reported per family (FOLDINGS.md "What a parity run compares").
 enum class Family { embedding, attention, layernorm, router, routed_experts, shared_experts, dense_mlp, head };
+inline constexpr size_t kFamilyCount = 8;
 std::string_view family_name(Family f);
 
 struct ParamSpec {

@@ -155,16 +155,20 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
   I.reduce_grads(out.grads);
-  double sq = 0;
+  // [squared norm per family | tokens per expert] in one world allreduce: the counts travel
+  // as doubles, exact below 2^53. The parts per family let the verdict say which family a
+  // wrong norm comes from.
+  std::vector<double> sqv(kFamilyCount, 0.0);
   for (size_t p = 0; p < I.specs.size(); ++p)
-    if (I.counts_in_norm(p)) sq += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
-  // [squared norm | tokens per expert] in one world allreduce: the counts travel as doubles,
-  // exact below 2^53.
-  std::vector<double> sqv{sq};
+    if (I.counts_in_norm(p))
+      sqv[static_cast<size_t>(I.specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + 1]);
-  out.grad_norm = std::sqrt(sqv[0]);
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + kFamilyCount]);
+  out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
+  double sq = 0;
+  for (double part : out.norm_sq_by_family) sq += part;
+  out.grad_norm = std::sqrt(sq);
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);

@@ -24,6 +24,7 @@ template <class T> struct RankStepRecord {
   double loss = 0, ce = 0, aux = 0;     // the step's global values (reduced over ranks)
   std::vector<double> micro_losses;     // (M), global
   double grad_norm = 0, clip_coef = 1;  // global
+  std::vector<double> norm_sq_by_family;  // (kFamilyCount, Family order): grad_norm^2's parts, global
   // Per parameter, registry order: this rank's local tensor under layouts()[p], i.e. the
   // elements mesh::global_indices() names. grads: reduced, accumulated, before clipping.
   std::vector<Tensor<T>> grads, params;  // params: after the optimizer step

@@ -229,9 +229,12 @@ TEST(VerdictReportTable, FailingRowsComeFirstAndTheExitCodeIsTheVerdict) {
   EXPECT_NE(t.find("layers.1.moe.router.gate[3, 1] rank 1"), std::string::npos) << t;
   EXPECT_LT(t.find("FAIL     grad"), t.find("ok       loss")) << t;
   EXPECT_NE(t.find("verdict: FAIL: 1 of 2 rows"), std::string::npos) << t;
+  EXPECT_NE(t.find("root: grad router at step 0, scale 2.000000 -> 2: doubled"), std::string::npos) << t;
   EXPECT_EQ(r.exit_code(), 1);
   const nlohmann::json j = verdict_json(r);
   EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["root"]["quantity"], "grad");
+  EXPECT_EQ(j["root"]["step"], 0);
   EXPECT_EQ(j["rows"][0]["subject"], "router");
   EXPECT_EQ(j["rows"][0]["worst"]["index"], (std::vector<int64_t>{3, 1}));
   r.rows = {good};

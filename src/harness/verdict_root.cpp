@@ -1,0 +1,126 @@
+#include "harness/verdict_root.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/verdict.h"
+
+namespace parity {
+
+namespace {
+
+// Families in the order their gradients are produced by the backward pass.
+const std::vector<std::string> kBackwardOrder = {"head",   "layernorm", "shared_experts", "routed_experts",
+                                                 "router", "dense_mlp", "attention",      "embedding"};
+
+int family_rank(const std::string& family) {
+  for (size_t i = 0; i < kBackwardOrder.size(); ++i)
+    if (kBackwardOrder[i] == family) return static_cast<int>(i);
+  return static_cast<int>(kBackwardOrder.size());
+}
+
+bool near(double x, double c) { return std::fabs(x - c) <= 2e-3 * std::fabs(c); }
+
+}  // namespace
+
+int data_flow_rank(const std::string& quantity, const std::string& subject) {
+  if (quantity == "loss") return 0;
+  if (quantity == "grad") return 10 + family_rank(subject);
+  if (quantity == "grad_norm") return 30;
+  if (quantity == "clip_coef") return 31;
+  if (quantity == "routing") return 40;
+  if (quantity == "tokens_per_expert") return 41;
+  if (quantity == "expert_bias") return 42;
+  if (quantity == "param") return 50 + family_rank(subject);
+  return 70;
+}
+
+std::string factor_meaning(double s, const LayoutDegrees& d) {
+  if (std::isnan(s)) return "no scale ratio";
+  if (std::fabs(s) < 1e-3) return "0: missing (a term or a reduction dropped)";
+  if (near(s, 1.0)) return "1: not a scaling (wrong elements, a permutation, or a different computation)";
+  if (near(s, -1.0)) return "-1: sign flipped";
+  // named degrees and their inverses; 2 and 1/2 also when no degree is 2
+  std::vector<std::pair<double, std::string>> cands;
+  auto add = [&](int64_t v, const char* name) {
+    if (v > 1) {
+      cands.push_back({static_cast<double>(v), std::to_string(v) + " (= " + name + ")"});
+      cands.push_back({1.0 / static_cast<double>(v), "1/" + std::to_string(v) + " (= 1/" + name + ")"});
+    }
+  };
+  add(d.tp, "tp");
+  add(d.ep, "ep");
+  add(d.etp, "etp");
+  add(d.dp, "dp");
+  add(d.world, "world");
+  std::string named;
+  for (const auto& [v, name] : cands)
+    if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;
+  if (!named.empty())
+    return named + (s > 1 ? ": summed where it should be averaged, or counted that many times"
+                          : ": averaged where it should be summed, or a group missing");
+  if (near(s, 2.0)) return "2: doubled (summed twice, or counted twice)";
+  if (near(s, 0.5)) return "1/2: halved (averaged twice, or half the terms)";
+  return "not a clean factor";
+}
+
+RootCause find_root(const VerdictReport& r) {
+  RootCause root;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const Row& row = r.rows[i];
+    if (row.verdict != RowVerdict::fail) continue;
+    if (!root.found || row.step < root.step ||
+        (row.step == root.step && data_flow_rank(row.quantity, row.subject) <
+                                      data_flow_rank(r.rows[root.row].quantity, r.rows[root.row].subject))) {
+      root.found = true, root.row = i, root.step = row.step;
+    }
+  }
+  if (!root.found) return root;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    if (i == root.row || r.rows[i].verdict != RowVerdict::fail) continue;
+    (r.rows[i].step > root.step ? root.consequences : root.same_step).push_back(i);
+  }
+  root.factor = factor_meaning(r.rows[root.row].scale_ratio, r.degrees);
+  return root;
+}
+
+std::string root_line(const VerdictReport& r, const RootCause& root) {
+  if (!root.found) return "";
+  const Row& row = r.rows[root.row];
+  char scale[32] = "-";
+  if (!std::isnan(row.scale_ratio)) std::snprintf(scale, sizeof scale, "%.6f", row.scale_ratio);
+  std::string out = "root: " + row.quantity + (row.subject.empty() ? "" : " " + row.subject) + " at step " +
+                    std::to_string(root.step) + ", scale " + scale + " -> " + root.factor;
+  if (row.quantity == "grad_norm" && !row.detail.empty()) out += "; " + row.detail;
+  if (!root.same_step.empty()) {
+    out += "; also first failing at step " + std::to_string(root.step) + ":";
+    for (size_t i : root.same_step)
+      out += " " + r.rows[i].quantity + (r.rows[i].subject.empty() ? "" : " " + r.rows[i].subject) + ",";
+    out.pop_back();
+  }
+  if (!root.consequences.empty())
+    out += "; " + std::to_string(root.consequences.size()) + " row" + (root.consequences.size() > 1 ? "s" : "") +
+           " fail only from later steps (consequences)";
+  return out + "\n";
+}
+
+nlohmann::json root_json(const VerdictReport& r, const RootCause& root) {
+  if (!root.found) return nullptr;
+  const Row& row = r.rows[root.row];
+  auto names = [&](const std::vector<size_t>& idx) {
+    nlohmann::json a = nlohmann::json::array();
+    for (size_t i : idx) a.push_back(r.rows[i].quantity + (r.rows[i].subject.empty() ? "" : " " + r.rows[i].subject));
+    return a;
+  };
+  return {{"quantity", row.quantity},
+          {"subject", row.subject},
+          {"step", root.step},
+          {"scale_ratio", std::isnan(row.scale_ratio) ? nlohmann::json(nullptr) : nlohmann::json(row.scale_ratio)},
+          {"factor", root.factor},
+          {"same_step", names(root.same_step)},
+          {"consequences", names(root.consequences)}};
+}
+
+}  // namespace parity
