@@ -27,6 +27,7 @@
 #include "comm/world.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
 #include "harness/verdict.h"
@@ -41,7 +42,7 @@ struct RunOptions {
   std::string scenario;
   int64_t steps = -1;
   int64_t every = 1;
-  std::string report, dtype, backend, log_dir, optim, device;
+  std::string report, dtype, backend, log_dir, optim, device, inject;
   double lr = -1;
   double timeout_s = 60;
   bool as_rank = false;
@@ -186,6 +187,7 @@ std::string phase1_report(const std::string& report) {
 // `extra` goes to every rank after the common arguments (the checkpoint flags of a phase).
 int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
+  (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
   comm::LaunchOptions lo;
   lo.nproc = static_cast<int>(layout.world);
   lo.backend = comm::parse_backend(layout.backend);
@@ -341,6 +343,9 @@ Command add_run_command(CLI::App& app) {
                   "Override the layout's device: cpu or cuda (the baseline and every rank on the GPU; ranks share\n"
                   "the visible GPUs round-robin by local rank). Exit 77 when no CUDA device is visible");
   sub->add_option("--optim", o->optim, "Override the optimizer: sgd, adam or adamw");
+  sub->add_option("--inject", o->inject,
+                  "Turn on named bugs in the parallel code (comma-separated; docs/zoo.md): the verdict must catch\n"
+                  "them and name their root. Same as PARITY_INJECT=NAME");
   sub->add_option("--lr", o->lr, "Override the learning rate")->check(CLI::PositiveNumber);
   sub->add_option("--report", o->report,
                   "World > 1: also write the verdict as JSON to FILE (a scenario with a resume object: phase 2's; "
@@ -360,6 +365,7 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--as-rank", o->as_rank, "(internal) run as one rank of the verdict")->group("");
   sub->add_flag("--resume-layout", o->resume_layout, "(internal) run the scenario's resume.layout")->group("");
   return {sub, [o]() {
+            if (!o->inject.empty()) setenv("PARITY_INJECT", o->inject.c_str(), 1);  // every rank inherits it
             if (o->as_rank) return run_rank(*o);
             Scenario s = load_with_overrides(*o);
             if (s.resume && o->save_at < 0 && o->resume.empty()) return run_resume_check(s, *o);

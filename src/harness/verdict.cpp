@@ -12,6 +12,7 @@
 #include "ckpt/training_state.h"
 #include "optim/optimizer.h"
 #include "core/error.h"
+#include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
 #include "harness/verdict_comm.h"
@@ -382,6 +383,8 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.degrees = {s.layout.tp, s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard, s.layout.world};
   rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
+  if (const std::string inj = injected_names(); !inj.empty())
+    rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;
   rep.optim = optim_desc(s.optim);
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);

@@ -67,7 +67,7 @@ nlohmann::json timings_json(const Timings& t) {
 std::string format_verdict(const VerdictReport& r) {
   std::string out = "parity run " + r.scenario + ": " + r.dtype + ", " + r.backend + ", " + r.layout + ", " +
                     std::to_string(r.steps) + " steps, " + r.optim + "\n";
-  if (!r.fault.empty()) out += "injected fault (PARITY_FAULT): " + r.fault + "\n";
+  if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s\n", "step", "loss", "loss - ref", "micro rel",

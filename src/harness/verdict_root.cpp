@@ -82,7 +82,10 @@ RootCause find_root(const VerdictReport& r) {
     if (i == root.row || r.rows[i].verdict != RowVerdict::fail) continue;
     (r.rows[i].step > root.step ? root.consequences : root.same_step).push_back(i);
   }
-  root.factor = factor_meaning(r.rows[root.row].scale_ratio, r.degrees);
+  const Row& rr = r.rows[root.row];
+  // A wrong grad norm is read by its parts per family (the row's detail), not its total.
+  root.factor = rr.quantity == "grad_norm" && !rr.detail.empty() ? rr.detail
+                                                                : factor_meaning(rr.scale_ratio, r.degrees);
   return root;
 }
 
@@ -93,7 +96,6 @@ std::string root_line(const VerdictReport& r, const RootCause& root) {
   if (!std::isnan(row.scale_ratio)) std::snprintf(scale, sizeof scale, "%.6f", row.scale_ratio);
   std::string out = "root: " + row.quantity + (row.subject.empty() ? "" : " " + row.subject) + " at step " +
                     std::to_string(root.step) + ", scale " + scale + " -> " + root.factor;
-  if (row.quantity == "grad_norm" && !row.detail.empty()) out += "; " + row.detail;
   if (!root.same_step.empty()) {
     out += "; also first failing at step " + std::to_string(root.step) + ":";
     for (size_t i : root.same_step)

@@ -9,6 +9,9 @@
 #include "model/data.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_run.h"
+
+#include "core/inject.h"
+#include "ops/elementwise.h"
 #include "parallel/pmodel.h"
 
 namespace parity {
@@ -60,7 +63,8 @@ template <class T> struct ParallelRun<T>::Impl {
   // the router always (each lane routes its own share of the tokens), LayerNorm under SP.
   bool tp_partitioned(const ParamSpec& sp) const {
     if (tp.size == 1) return false;
-    return sp.family == Family::router || (tp.sp && sp.family == Family::layernorm);
+    static const bool ln_bug = injected("sp_layernorm_not_summed");  // bug zoo (core/inject.h)
+    return sp.family == Family::router || (tp.sp && sp.family == Family::layernorm && !ln_bug);
   }
   // Each element enters the grad norm once: only its first replica counts it.
   bool counts_in_norm(size_t p) const { return mesh::first_replica(mesh, layouts[p], world.rank()); }
@@ -94,6 +98,8 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (tp_partitioned(specs[p])) {
       std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), model->mp_grads[p].numel(), model->mp_grads[p].data.begin());
       at += static_cast<size_t>(model->mp_grads[p].numel());
+      if (specs[p].family == Family::router && injected("router_grad_averaged"))  // bug zoo (core/inject.h)
+        scale_values(model->mp_grads[p].ptr(), static_cast<T>(1.0 / static_cast<double>(tp.size)), model->mp_grads[p].numel());
     }
   out.assign(specs.size(), {});
   for (bool experts : {false, true}) {
@@ -159,12 +165,17 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   // as doubles, exact below 2^53. The parts per family let the verdict say which family a
   // wrong norm comes from.
   std::vector<double> sqv(kFamilyCount, 0.0);
-  for (size_t p = 0; p < I.specs.size(); ++p)
-    if (I.counts_in_norm(p))
+  static const bool all_replicas = injected("norm_counts_replicas"), no_experts = injected("norm_drops_experts");
+  for (size_t p = 0; p < I.specs.size(); ++p) {
+    if (no_experts && I.specs[p].family == Family::routed_experts) continue;  // bug zoo (core/inject.h)
+    if (I.counts_in_norm(p) || all_replicas)
       sqv[static_cast<size_t>(I.specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
+  }
+  const std::vector<int64_t> local_counts = counts;
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + kFamilyCount]);
+  if (injected("tokens_per_expert_local")) counts = local_counts;  // bug zoo (core/inject.h)
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;
   for (double part : out.norm_sq_by_family) sq += part;

@@ -1,0 +1,21 @@
+# The bug zoo (core/inject.h, docs/zoo.md): each named bug, turned on in the real parallel
+# code path, must fail the scenario that should catch it, and the verdict's root line must
+# name it. Label zoo.
+set(PARITY_ZOO_SCN ${PROJECT_SOURCE_DIR}/scenarios)
+function(parity_zoo name scenario regex)
+  add_test(NAME zoo.${name} COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_ZOO_SCN}/${scenario} --inject ${name}; echo exit=$?")
+  set_tests_properties(zoo.${name} PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION "${regex}[^\n]*\n(.*\n)*exit=1\n")
+endfunction()
+# TP replicas counted tp times: the replicated families' parts of the squared norm are x tp.
+parity_zoo(norm_counts_replicas tp2.json
+  "root: grad_norm at step 0, scale [0-9.]+ -> squared norm by family, layout / baseline: layernorm x2, router x2 \\(the others match\\)")
+# The experts' part of the norm forgotten.
+parity_zoo(norm_drops_experts fsdp2_tp2_ep2.json
+  "root: grad_norm at step 0, scale [0-9.]+ -> squared norm by family, layout / baseline: routed_experts x0 \\(the others match\\)")
+# Counts of one rank: the root is the counts at step 0, everything after is a consequence.
+parity_zoo(tokens_per_expert_local fsdp4_ep4.json
+  "root: tokens_per_expert all MoE layers at step 0, scale [0-9.]+ -> [^;]*; also first failing at step 0: expert_bias all MoE layers; [0-9]+ rows fail only from later steps \\(consequences\\)")
+add_test(NAME zoo.unknown_name_is_bad_input
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_ZOO_SCN}/tp2.json --inject no_such_bug 2>&1; echo exit=$?")
+set_tests_properties(zoo.unknown_name_is_bad_input PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "unknown injection 'no_such_bug' \\(known: norm_counts_replicas, [^\n]*\n.*exit=2\n")
