@@ -12,6 +12,12 @@ parity_zoo(norm_counts_replicas tp2.json
 # The experts' part of the norm forgotten.
 parity_zoo(norm_drops_experts fsdp2_tp2_ep2.json
   "root: grad_norm at step 0, scale [0-9.]+ -> squared norm by family, layout / baseline: routed_experts x0 \\(the others match\\)")
+# Router gradients averaged over TP lanes where each lane holds a part of the sum: exactly 1/tp.
+parity_zoo(router_grad_averaged tp2.json
+  "root: grad router at step 0, scale 0.500000 -> 1/2 \\(= 1/tp\\)[^;]*; also first failing at step 0: grad_norm, param router; [0-9]+ rows fail only from later steps \\(consequences\\)")
+# LayerNorm gradients under SP left per lane: the counted copy holds its chunk's part only.
+parity_zoo(sp_layernorm_not_summed tp2_sp.json
+  "root: grad layernorm at step 0, scale 0.4[0-9]+ -> not a clean factor; also first failing at step 0: grad_norm, param layernorm")
 # Counts of one rank: the root is the counts at step 0, everything after is a consequence.
 parity_zoo(tokens_per_expert_local fsdp4_ep4.json
   "root: tokens_per_expert all MoE layers at step 0, scale [0-9.]+ -> [^;]*; also first failing at step 0: expert_bias all MoE layers; [0-9]+ rows fail only from later steps \\(consequences\\)")
