@@ -18,6 +18,15 @@ parity_zoo(router_grad_averaged tp2.json
 # LayerNorm gradients under SP left per lane: the counted copy holds its chunk's part only.
 parity_zoo(sp_layernorm_not_summed tp2_sp.json
   "root: grad layernorm at step 0, scale 0.4[0-9]+ -> not a clean factor; also first failing at step 0: grad_norm, param layernorm")
+# Expert gradients tp times too large (SGD: the update shows it too).
+parity_zoo(expert_grads_times_tp fsdp2_tp2_sgd.json
+  "root: grad routed_experts at step 0, scale 2.000000 -> 2 \\(= tp\\)")
+# Dense gradients averaged over data parallel twice: every dense family x 1/dp, the head first.
+parity_zoo(dp_averaged_twice fsdp4.json
+  "root: grad head at step 0, scale 0.250000 -> 1/4 \\(= 1/dp\\)")
+# The optimizer's step count lost on resume: the first resumed step's update is wrong.
+parity_zoo(adam_step_not_restored resume_fsdp3_to_fsdp4.json
+  "root: param head at step 3, scale [0-9.]+ -> not a clean factor; also first failing at step 3: param embedding")
 # Counts of one rank: the root is the counts at step 0, everything after is a consequence.
 parity_zoo(tokens_per_expert_local fsdp4_ep4.json
   "root: tokens_per_expert all MoE layers at step 0, scale [0-9.]+ -> [^;]*; also first failing at step 0: expert_bias all MoE layers; [0-9]+ rows fail only from later steps \\(consequences\\)")

@@ -21,6 +21,14 @@ const std::vector<Injection>& injections() {
       {"sp_layernorm_not_summed", "parallel/parallel_run.cpp, TP reduction under SP",
        "LayerNorm gradients not summed over the TP group under sequence parallel, so each lane keeps the part of "
        "its own sequence chunk (Megatron-LM's sequence-parallel LayerNorm class)"},
+      {"expert_grads_times_tp", "parallel/parallel_run.cpp, expert gradient reduction",
+       "the routed experts' gradients come out tp times too large (summed over TP lanes that each hold the whole "
+       "expert gradient); Adam hides it almost entirely, SGD and the gradient check do not"},
+      {"dp_averaged_twice", "parallel/parallel_run.cpp, data-parallel reduction",
+       "the dense gradients divided by the data-parallel size twice (a mean reduce-scatter followed by a second "
+       "division)"},
+      {"adam_step_not_restored", "ckpt/training_state.cpp, resume",
+       "a resumed run restarts the optimizer's step count at 0, so Adam's bias correction starts over"},
       {"tokens_per_expert_local", "parallel/parallel_run.cpp, step bookkeeping",
        "tokens_per_expert counted per rank and never all-reduced, so the load-balancing statistics and the "
        "expert-bias update see one rank's tokens"},

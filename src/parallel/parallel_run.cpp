@@ -111,6 +111,12 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
         ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
+    // bug zoo (core/inject.h): expert gradients tp times too large; dense ones averaged twice
+    const double dp = static_cast<double>(dense_dp->size());
+    const double bug = experts ? (injected("expert_grads_times_tp") ? static_cast<double>(tp.size) : 1.0)
+                               : (injected("dp_averaged_twice") ? 1.0 / dp : 1.0);
+    if (bug != 1.0)
+      for (auto& g : red) scale_values(g.ptr(), static_cast<T>(bug), g.numel());
     for (size_t i = 0; i < which.size(); ++i) out[which[i]] = std::move(red[i]);
   }
 }
