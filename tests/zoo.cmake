@@ -27,6 +27,13 @@ parity_zoo(dp_averaged_twice fsdp4.json
 # The optimizer's step count lost on resume: the first resumed step's update is wrong.
 parity_zoo(adam_step_not_restored resume_fsdp3_to_fsdp4.json
   "root: param head at step 3, scale [0-9.]+ -> not a clean factor; also first failing at step 3: param embedding")
+# The expert-bias update with its sign flipped: the bias comes out exactly -1 times the baseline's.
+parity_zoo(bias_update_sign fsdp2_tp2_sp_bias.json
+  "root: expert_bias all MoE layers at step 0, scale -1.000000 -> -1: sign flipped")
+# The aux coefficient over the micro-batch: only a scenario with aux loss and micro-batches > 1
+# sees it (none did before fsdp2_tp2_mb2_aux; every other shipped layout passes with it on).
+parity_zoo(aux_coef_per_microbatch fsdp2_tp2_mb2_aux.json
+  "root: loss all micro-batches at step 0, scale [0-9.]+ -> not a clean factor; also first failing at step 0: grad_norm")
 # Counts of one rank: the root is the counts at step 0, everything after is a consequence.
 parity_zoo(tokens_per_expert_local fsdp4_ep4.json
   "root: tokens_per_expert all MoE layers at step 0, scale [0-9.]+ -> [^;]*; also first failing at step 0: expert_bias all MoE layers; [0-9]+ rows fail only from later steps \\(consequences\\)")

@@ -29,6 +29,11 @@ const std::vector<Injection>& injections() {
        "division)"},
       {"adam_step_not_restored", "ckpt/training_state.cpp, resume",
        "a resumed run restarts the optimizer's step count at 0, so Adam's bias correction starts over"},
+      {"bias_update_sign", "parallel/parallel_run.cpp, expert-bias update",
+       "the aux-loss-free expert-bias update applied with its sign flipped: overloaded experts gain bias"},
+      {"aux_coef_per_microbatch", "parallel/pmoe.cpp, aux loss",
+       "the aux-loss coefficient divided by the micro-batch size instead of the batch size, so with gradient "
+       "accumulation the balance loss is microbatches times too strong"},
       {"tokens_per_expert_local", "parallel/parallel_run.cpp, step bookkeeping",
        "tokens_per_expert counted per rank and never all-reduced, so the load-balancing statistics and the "
        "expert-bias update see one rank's tokens"},

@@ -196,9 +196,9 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   for (const auto& p : I.model->params) out.params.push_back(p.local);
   for (int64_t l = 0; l < c.moe_layers(); ++l) {
     out.tokens_per_expert.emplace_back(counts.begin() + l * c.experts, counts.begin() + (l + 1) * c.experts);
-    if (c.bias_rate > 0)
+    if (c.bias_rate > 0)  // bug zoo (core/inject.h): the update's sign flipped
       expert_bias_update(I.model->expert_bias[static_cast<size_t>(l)].data(), out.tokens_per_expert.back().data(),
-                         c.experts, c.bias_rate);
+                         c.experts, injected("bias_update_sign") ? -c.bias_rate : c.bias_rate);
   }
   out.expert_bias = I.model->expert_bias;
   return out;

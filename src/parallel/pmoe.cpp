@@ -1,4 +1,6 @@
 #include "parallel/pmoe.h"
+
+#include "core/inject.h"
 #include "ops/elementwise.h"
 
 #include <span>
@@ -9,6 +11,15 @@
 #include "ops/router.h"
 
 namespace parity {
+
+namespace {
+// The aux loss is averaged over the whole batch (MODEL.md), not over one micro-batch: the
+// bug zoo's aux_coef_per_microbatch (core/inject.h) divides by the micro-batch instead.
+double aux_batch(const ModelConfig& c) {
+  static const bool bug = injected("aux_coef_per_microbatch");
+  return static_cast<double>(bug ? c.batch / c.microbatches : c.batch);
+}
+}  // namespace
 
 namespace {
 
@@ -62,7 +73,7 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep
     k.s_full = gather_dispatch(tp, k.s, n, b, S, E);
     k.chosen_full = gather_dispatch(tp, k.chosen, n, b, S, K);
     for (int64_t q = 0; q < b; ++q)
-      k.aux += c.aux_alpha / static_cast<double>(c.batch) *
+      k.aux += c.aux_alpha / aux_batch(c) *
                static_cast<double>(aux_loss_forward(k.s_full.data() + q * S * E, k.chosen_full.data() + q * S * K, S, E, K));
   }
   ep_dispatch_forward(c, ep, wt.experts, k.x_d.data(), k.chosen.data(), n_d, k.dispatch);
@@ -98,7 +109,7 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
   if (c.aux_alpha > 0) {
     auto ds_full = zeros<T>(n * E);  // identical on every lane; keep this rank's rows
-    const T coef = static_cast<T>(c.aux_alpha / static_cast<double>(c.batch));
+    const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
     for (int64_t q = 0; q < b; ++q)
       aux_loss_backward(k.s_full.data() + q * S * E, k.chosen_full.data() + q * S * K, S, E, K, coef,
                         ds_full.data() + q * S * E);
