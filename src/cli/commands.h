@@ -21,5 +21,6 @@ Command add_ckpt_command(CLI::App& app);
 Command add_golden_command(CLI::App& app);
 Command add_plot_command(CLI::App& app);
 Command add_matrix_command(CLI::App& app);
+Command add_zoo_command(CLI::App& app);
 
 }  // namespace parity::cli

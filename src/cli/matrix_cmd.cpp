@@ -109,19 +109,7 @@ pid_t start_run(const Entry& e, const MatrixOptions& o, const std::string& repor
   if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
   if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
   if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
-  const std::vector<std::string> cmd = self_command(args);
-  std::vector<char*> argv;
-  for (const std::string& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (err != 0) throw IoError("matrix: cannot start " + cmd[0] + " for " + e.file);
-  return pid;
+  return spawn_self(args, log, "matrix: " + e.file);
 }
 
 std::string read_text(const std::string& path) {

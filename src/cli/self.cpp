@@ -1,13 +1,21 @@
 #include "cli/self.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
 #include <filesystem>
+
+#include "core/error.h"
+
+extern char** environ;
 
 namespace parity::cli {
 
 std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 bool is_parity_subcommand(const std::string& name) {
-  static const char* kNames[] = {"run", "dump", "bench", "explain", "launch", "ckpt", "golden", "plot", "matrix"};
+  static const char* kNames[] = {"run", "dump", "bench", "explain", "launch", "ckpt", "golden", "plot", "matrix", "zoo"};
   for (const char* n : kNames)
     if (name == n) return true;
   return false;
@@ -33,6 +41,22 @@ std::vector<std::string> self_command(const std::vector<std::string>& args) {
   std::vector<std::string> cmd{self_exe()};
   cmd.insert(cmd.end(), args.begin(), args.end());
   return cmd;
+}
+
+pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, const std::string& what) {
+  const std::vector<std::string> cmd = self_command(args);
+  std::vector<char*> argv;
+  for (const std::string& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) throw IoError("cannot start " + cmd[0] + " for " + what);
+  return pid;
 }
 
 }  // namespace parity::cli

@@ -1,5 +1,7 @@
 // Helpers for subcommands that start this binary again as rank processes.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -13,6 +15,9 @@ std::string self_exe();  // /proc/self/exe, resolved
 bool is_parity_subcommand(const std::string& name);
 // [self_exe(), args...]
 std::vector<std::string> self_command(const std::vector<std::string>& args);
+// Starts this binary with `args`, stdout and stderr to the file `log`; returns its pid.
+// Throws IoError naming `what` when it cannot start.
+pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, const std::string& what);
 // -n, --backend, --timeout, --log-dir on `sub`; finish_launch_options converts after parsing.
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s);
 void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s);

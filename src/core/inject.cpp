@@ -11,32 +11,41 @@ const std::vector<Injection>& injections() {
   static const std::vector<Injection> all = {
       {"norm_counts_replicas", "parallel/parallel_run.cpp, grad norm",
        "every replica of a replicated gradient enters the global norm (TP replicas counted tp times: the grad-norm "
-       "clipping bug class of Megatron-LM and torchtitan)"},
+       "clipping class that double-counts replicas)",
+       "tp2.json", "grad_norm", 0, "layernorm x2, router x2"},
       {"norm_drops_experts", "parallel/parallel_run.cpp, grad norm",
-       "the routed experts' gradients are left out of the global norm (expert parameters on their own process "
-       "group, forgotten by the clip: DeepSpeed MoE's class)"},
+       "the routed experts' gradients left out of the global norm (expert parameters on a process group of their "
+       "own, forgotten by the clip)",
+       "fsdp2_tp2_ep2.json", "grad_norm", 0, "routed_experts x0"},
       {"router_grad_averaged", "parallel/parallel_run.cpp, TP reduction of the router",
-       "the router gate's gradient averaged over the TP lanes where each lane holds a part of the sum (router "
-       "gradients averaged where they should be summed: the reduction-op class of the seeds, one way round)"},
+       "the router gate's gradient averaged over the TP lanes where each lane holds a part of the sum (averaged "
+       "where it should be summed)",
+       "tp2.json", "grad router", 0, "1/2 (= 1/tp)"},
       {"sp_layernorm_not_summed", "parallel/parallel_run.cpp, TP reduction under SP",
-       "LayerNorm gradients not summed over the TP group under sequence parallel, so each lane keeps the part of "
-       "its own sequence chunk (Megatron-LM's sequence-parallel LayerNorm class)"},
+       "LayerNorm gradients not summed over the TP group under sequence parallel: each lane keeps its own "
+       "sequence chunk's part",
+       "tp2_sp.json", "grad layernorm", 0, "not a clean factor"},
       {"expert_grads_times_tp", "parallel/parallel_run.cpp, expert gradient reduction",
-       "the routed experts' gradients come out tp times too large (summed over TP lanes that each hold the whole "
-       "expert gradient); Adam hides it almost entirely, SGD and the gradient check do not"},
+       "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
+       "check do not",
+       "fsdp2_tp2_sgd.json", "grad routed_experts", 0, "2 (= tp)"},
       {"dp_averaged_twice", "parallel/parallel_run.cpp, data-parallel reduction",
-       "the dense gradients divided by the data-parallel size twice (a mean reduce-scatter followed by a second "
-       "division)"},
+       "the dense gradients divided by the data-parallel size twice (a mean reduce-scatter, then a second division)",
+       "fsdp4.json", "grad head", 0, "1/4 (= 1/dp)"},
       {"adam_step_not_restored", "ckpt/training_state.cpp, resume",
-       "a resumed run restarts the optimizer's step count at 0, so Adam's bias correction starts over"},
+       "a resumed run restarts the optimizer's step count, so Adam's bias correction starts over",
+       "resume_fsdp3_to_fsdp4.json", "param head", 3, "not a clean factor"},
       {"bias_update_sign", "parallel/parallel_run.cpp, expert-bias update",
-       "the aux-loss-free expert-bias update applied with its sign flipped: overloaded experts gain bias"},
+       "the aux-loss-free expert-bias update applied with its sign flipped: overloaded experts gain bias",
+       "fsdp2_tp2_sp_bias.json", "expert_bias all MoE layers", 0, "-1: sign flipped"},
       {"aux_coef_per_microbatch", "parallel/pmoe.cpp, aux loss",
-       "the aux-loss coefficient divided by the micro-batch size instead of the batch size, so with gradient "
-       "accumulation the balance loss is microbatches times too strong"},
+       "the aux-loss coefficient divided by the micro-batch size instead of the batch size: under gradient "
+       "accumulation the balance loss is microbatches times too strong",
+       "fsdp2_tp2_mb2_aux.json", "loss all micro-batches", 0, "not a clean factor"},
       {"tokens_per_expert_local", "parallel/parallel_run.cpp, step bookkeeping",
-       "tokens_per_expert counted per rank and never all-reduced, so the load-balancing statistics and the "
-       "expert-bias update see one rank's tokens"},
+       "tokens_per_expert counted per rank and never all-reduced: the load-balancing statistics and the "
+       "expert-bias update see one rank's tokens",
+       "fsdp4_ep4.json", "tokens_per_expert all MoE layers", 0, ""},
   };
   return all;
 }
@@ -53,6 +62,14 @@ std::vector<std::string> parse_env() {
 }
 }  // namespace
 
+const Injection& find_injection(std::string_view name) {
+  for (const auto& i : injections())
+    if (i.name == name) return i;
+  std::string names;
+  for (const auto& i : injections()) names += (names.empty() ? "" : ", ") + std::string(i.name);
+  throw ConfigError("--inject", "unknown injection '" + std::string(name) + "' (known: " + names + ")");
+}
+
 bool injected(std::string_view name) {
   static const std::vector<std::string> on = parse_env();
   for (const auto& n : on)
@@ -63,13 +80,7 @@ bool injected(std::string_view name) {
 std::string injected_names() {
   std::string out;
   for (const auto& n : parse_env()) {
-    bool known = false;
-    for (const auto& i : injections()) known = known || i.name == n;
-    if (!known) {
-      std::string names;
-      for (const auto& i : injections()) names += (names.empty() ? "" : ", ") + std::string(i.name);
-      throw ConfigError("--inject", "unknown injection '" + n + "' (known: " + names + ")");
-    }
+    (void)find_injection(n);
     out += (out.empty() ? "" : ",") + n;
   }
   return out;

@@ -4,6 +4,7 @@
 // PARITY_INJECT, which every rank inherits). The one-device baseline never consults them,
 // so a verdict that misses an injected bug, or names the wrong root, is itself a bug.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,12 +13,21 @@ namespace parity {
 
 struct Injection {
   std::string_view name;
-  std::string_view where;  // the file and the step it changes
-  std::string_view bug;    // what goes wrong, and where it has happened publicly
+  std::string_view where;     // the file and the step it changes
+  std::string_view bug;       // what goes wrong
+  // What must catch it (`parity zoo`): a scenario in scenarios/, and the root the verdict
+  // must name there: "quantity subject" as the root line prints it, the step, and a part of
+  // the factor's reading ("" when any).
+  std::string_view scenario;
+  std::string_view root;
+  int64_t step;
+  std::string_view factor;
 };
 
 // Every injection this build knows, in a fixed order.
 const std::vector<Injection>& injections();
+// The injection called `name`; ConfigError("--inject", ...) listing the known ones if none.
+const Injection& find_injection(std::string_view name);
 // Whether PARITY_INJECT names `name` (read once per process).
 bool injected(std::string_view name);
 // Checks PARITY_INJECT: throws ConfigError("--inject", ...) naming an unknown injection.

@@ -1,0 +1,127 @@
+// `parity zoo [NAMES]`: every named bug of core/inject.h turned on, one at a time, in the
+// scenario that must catch it; the verdict must fail and its root line must name the
+// expected quantity, step and factor. One table, exit 1 if a bug escapes or is misnamed.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/self.h"
+#include "core/error.h"
+#include "core/inject.h"
+
+namespace parity::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ZooOptions {
+  std::vector<std::string> names;  // default: every injection
+  std::string scenarios = "scenarios";
+  std::string out;  // keep reports and logs here
+};
+
+struct Outcome {
+  int rc = -1;
+  std::string root, factor;  // as the verdict named them
+  int64_t step = -1;
+  std::string verdict;  // "ok", "ESCAPED" (the run passed), "MISNAMED", "ERROR (exit n)"
+  double seconds = 0;
+};
+
+std::string root_text(const nlohmann::json& root) {
+  const std::string subject = root.value("subject", "");
+  return root.value("quantity", "") + (subject.empty() ? "" : " " + subject);
+}
+
+Outcome run_one(const Injection& bug, const ZooOptions& o, const std::string& dir) {
+  Outcome r;
+  const std::string name(bug.name), scenario = o.scenarios + "/" + std::string(bug.scenario);
+  const std::string report = dir + "/" + name + ".report.json", log = dir + "/" + name + ".log";
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = spawn_self({"run", scenario, "--inject", name, "--report", report}, log, "zoo: " + name);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  std::ifstream f(report);
+  const nlohmann::json rep = nlohmann::json::parse(f, nullptr, false);
+  if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
+    r.root = root_text(rep["root"]);
+    r.step = rep["root"].value("step", int64_t{-1});
+    r.factor = rep["root"].value("factor", "");
+  }
+  if (r.rc == 0)
+    r.verdict = "ESCAPED";
+  else if (r.rc != 1)
+    r.verdict = "ERROR (exit " + std::to_string(r.rc) + ")";
+  else if (r.root != bug.root || r.step != bug.step || r.factor.find(bug.factor) == std::string::npos)
+    r.verdict = "MISNAMED";
+  else
+    r.verdict = "ok";
+  return r;
+}
+
+int run_zoo(const ZooOptions& o) {
+  std::vector<const Injection*> bugs;
+  if (o.names.empty())
+    for (const auto& i : injections()) bugs.push_back(&i);
+  else
+    for (const auto& n : o.names) bugs.push_back(&find_injection(n));
+  for (const Injection* b : bugs)
+    if (!fs::exists(o.scenarios + "/" + std::string(b->scenario)))
+      throw ConfigError("--scenarios", o.scenarios + "/" + std::string(b->scenario) +
+                                           ": missing (run from the project root or name the scenario directory)");
+  std::string dir = o.out;
+  if (dir.empty()) {
+    std::string t = (fs::temp_directory_path() / "parity-zoo-XXXXXX").string();
+    if (::mkdtemp(t.data()) == nullptr) throw IoError("zoo: cannot create a temporary directory");
+    dir = t;
+  }
+  fs::create_directories(dir);
+  std::printf("%-26s %-28s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
+  int bad = 0;
+  for (const Injection* b : bugs) {
+    const Outcome r = run_one(*b, o, dir);
+    bad += r.verdict != "ok";
+    std::printf("%-26s %-28s %-10s %5.2fs  %s at step %lld: %s", std::string(b->name).c_str(),
+                std::string(b->scenario).c_str(), r.verdict.c_str(), r.seconds,
+                r.root.empty() ? "-" : r.root.c_str(), static_cast<long long>(r.step), r.factor.c_str());
+    if (r.verdict != "ok")
+      std::printf("\n    expected %s at step %lld, factor containing \"%s\"; log %s/%s.log",
+                  std::string(b->root).c_str(), static_cast<long long>(b->step), std::string(b->factor).c_str(),
+                  dir.c_str(), std::string(b->name).c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("\nzoo verdict: %s: %zu bugs, %zu caught with their root named, %d escaped or misnamed\n",
+              bad == 0 ? "PASS" : "FAIL", bugs.size(), bugs.size() - static_cast<size_t>(bad), bad);
+  if (bad == 0 && o.out.empty()) fs::remove_all(dir);
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_zoo_command(CLI::App& app) {
+  auto o = std::make_shared<ZooOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "zoo",
+      "Turn on each named bug of the parallel code (docs/zoo.md) in the scenario that must catch it, and check\n"
+      "that the verdict fails and its root line names the expected quantity, step and factor. Exit 0 when\n"
+      "every bug is caught and named, 1 when one escapes or is misnamed, 2 bad input");
+  sub->add_option("names", o->names, "Bugs to run (default: all)");
+  sub->add_option("--scenarios", o->scenarios, "Directory of the scenarios the bugs name (default: scenarios)");
+  sub->add_option("--out", o->out, "Keep every report and log in DIR (default: a temporary directory)");
+  return {sub, [o]() { return run_zoo(*o); }};
+}
+
+}  // namespace parity::cli
