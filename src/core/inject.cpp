@@ -42,6 +42,14 @@ const std::vector<Injection>& injections() {
        "the aux-loss coefficient divided by the micro-batch size instead of the batch size: under gradient "
        "accumulation the balance loss is microbatches times too strong",
        "fsdp2_tp2_mb2_aux.json", "loss all micro-batches", 0, "not a clean factor"},
+      {"norm_not_allreduced", "parallel/parallel_run.cpp, grad norm",
+       "the clipping norm taken from this rank's gradients only, never reduced over the world, so every rank "
+       "clips by a different, too small norm",
+       "fsdp2_tp2_clip.json", "grad_norm", 0, "every family matches"},
+      {"micro_loss_scaling", "parallel/pmodel.cpp, loss scaling",
+       "each micro-batch's loss averaged over its own tokens instead of the whole batch's, so under gradient "
+       "accumulation loss and gradients come out microbatches times too large",
+       "fsdp2_tp2_mb2.json", "loss all micro-batches", 0, "2 (= microbatches)"},
       {"tokens_per_expert_local", "parallel/parallel_run.cpp, step bookkeeping",
        "tokens_per_expert counted per rank and never all-reduced: the load-balancing statistics and the "
        "expert-bias update see one rank's tokens",

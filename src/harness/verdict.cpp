@@ -381,7 +381,8 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   VerdictReport rep;
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.backend = std::string(comm::backend_name(world.backend()));
-  rep.degrees = {s.layout.tp, s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard, s.layout.world};
+  rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
+                 s.layout.world, s.model.microbatches};
   rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())
     rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;

@@ -55,6 +55,7 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   add(d.etp, "etp");
   add(d.dp, "dp");
   add(d.world, "world");
+  add(d.microbatches, "microbatches");
   std::string named;
   for (const auto& [v, name] : cands)
     if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;

@@ -178,6 +178,8 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
       sqv[static_cast<size_t>(I.specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
   }
   const std::vector<int64_t> local_counts = counts;
+  double local_sq = 0;  // bug zoo norm_not_allreduced: this rank's part only
+  for (size_t f = 0; f < kFamilyCount; ++f) local_sq += sqv[f];
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + kFamilyCount]);
@@ -185,7 +187,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;
   for (double part : out.norm_sq_by_family) sq += part;
-  out.grad_norm = std::sqrt(sq);
+  out.grad_norm = std::sqrt(injected("norm_not_allreduced") ? local_sq : sq);  // bug zoo (core/inject.h)
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);

@@ -1,4 +1,6 @@
 #include "parallel/pmodel.h"
+
+#include "core/inject.h"
 #include "ops/elementwise.h"
 
 #include "ops/attention.h"
@@ -236,7 +238,9 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   VpCeCache<T> ce;
-  const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
+  // bug zoo (core/inject.h) micro_loss_scaling: the mean over the micro-batch's tokens, not the batch's
+  const double inv_tokens =
+      1.0 / static_cast<double>((injected("micro_loss_scaling") ? c.micro_batch() : c.batch) * c.seq);
   res.ce = vp_cross_entropy_forward(tp_, logits.data(), targets, n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);
