@@ -95,6 +95,12 @@ template <class T> class Runner {
   std::vector<char> counted_;               // per parameter: counted_copy on this rank
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   Timings time_;
+  // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
+  // ratio of a param row is taken on the update, after - before, where a 2x gradient under
+  // SGD shows as 2 (on the parameters themselves it is 1.000...).
+  std::vector<Tensor<T>> before_local_, before_base_;
+  void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
+  std::vector<double> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
 };
 
 template <class T> void Runner<T>::build_groups() {
@@ -277,11 +283,14 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   const size_t stride = all.size() / static_cast<size_t>(world_.size());
   StepLine line = scalars(t, b, all, stride);
   const size_t g0 = kScalars + b.micro_losses.size();
+  const std::vector<double> upd = update_ratios(all, stride, stride - 3 * n_fam_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<vd::LocalSums> parts;
     for (int r = 0; r < world_.size(); ++r)
       parts.push_back(vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
-    vd::update_row(rows_[3 + g], t, vd::group_outcome(groups_[g], vd::combine(parts)));
+    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine(parts));
+    if (g >= n_fam_ && g < 2 * n_fam_ && !std::isnan(upd[g - n_fam_])) o.scale_ratio = upd[g - n_fam_];
+    vd::update_row(rows_[3 + g], t, o);
   }
   const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
   const ModelConfig& c = sc_.model;
@@ -303,7 +312,46 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   rep.step_lines.push_back(line);
 }
 
+// Per param group, over the elements this rank counts: NormSums of (after - before) against
+// the baseline's (after - before), three doubles per group appended to out.
+template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out) {
+  std::vector<NormSums> u(n_fam_);
+  const auto& ref_after = base_.model().params.tensors;
+  for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
+    if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
+      continue;
+    NormSums& s = u[group_of_param_[q]];
+    const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
+    const T *r1 = ref_after[q].ptr(), *r0 = before_base_[q].ptr();
+    for (size_t i = 0; i < idx_[q].size(); ++i) {
+      const auto j = idx_[q][i];
+      const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
+      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
+      s.diff2 += (x - r) * (x - r), s.ref2 += r * r, s.dot += x * r;
+    }
+  }
+  for (const auto& s : u) out.insert(out.end(), {s.diff2, s.ref2, s.dot});
+}
+
+// The world's update ratio per param group (NaN where the baseline did not move).
+template <class T>
+std::vector<double> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride, size_t at) const {
+  std::vector<double> out(n_fam_);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    NormSums s;
+    for (int r = 0; r < world_.size(); ++r) {
+      const double* x = all.data() + static_cast<size_t>(r) * stride + at + 3 * g;
+      s.add(NormSums{x[0], x[1], x[2]});
+    }
+    out[g] = s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN();
+  }
+  return out;
+}
+
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
+  before_base_ = base_.model().params.tensors;
+  before_local_.clear();
+  for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
   StepRecord<T> b = base_.step(t, KeepGrads::yes);
   time_.baseline += since(t0);
@@ -320,6 +368,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
     for (int64_t id : p.token_ids[l])
       if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += since(t0);
   t0 = Clock::now();
   std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
