@@ -16,8 +16,6 @@
 namespace parity::cuda {
 
 namespace {
-std::atomic<int64_t> g_staged_bytes{0}, g_staged_buffers{0}, g_ops{0};
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -85,13 +83,10 @@ void* Stage::stage(const void* p, int64_t bytes, bool back) {
   temps_.push_back(d);
   check(cudaMemcpyAsync(d, p, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream()), "stage in");
   copies_.push_back({const_cast<void*>(p), d, bytes, back});
-  g_staged_bytes += bytes;
-  g_staged_buffers += 1;
   return d;
 }
 
 void Stage::launched(const char* op) {
-  ++g_ops;
   op_ = op;
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) throw Error(std::string("cuda kernel ") + op + ": " + cudaGetErrorString(e));
@@ -139,13 +134,6 @@ void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t bound, const unsig
   check(cudaMemcpy(&id, d_ids + i, sizeof id, cudaMemcpyDefault), what);
   ops_detail::check_index(id, bound, what);
   throw Error(std::string(what) + ": index out of range");  // not reached: ids[i] is out of range
-}
-
-Counters counters() { return {g_staged_bytes.load(), g_staged_buffers.load(), g_ops.load()}; }
-void reset_counters() {
-  g_staged_bytes = 0;
-  g_staged_buffers = 0;
-  g_ops = 0;
 }
 
 }  // namespace parity::cuda

@@ -74,14 +74,4 @@ void launch_first_bad(const int64_t* ids, int64_t n, int64_t bound, unsigned lon
 void throw_first_bad(const int64_t* d_ids, int64_t n, int64_t bound, const unsigned long long* d_first,
                      const char* what);
 
-// Counters for reports and tests: bytes staged through host copies and kernel launches,
-// since the process started (or since reset_counters()).
-struct Counters {
-  int64_t staged_bytes = 0;
-  int64_t staged_buffers = 0;
-  int64_t ops = 0;
-};
-Counters counters();
-void reset_counters();
-
 }  // namespace parity::cuda

@@ -1,18 +1,11 @@
 # The bug zoo (core/inject.h, docs/zoo.md): each named bug, turned on in the real parallel
 # code path, must fail the scenario that should catch it, and the verdict's root line must
-# name the quantity, step and factor the registry expects (`parity zoo NAME`). Label zoo.
-execute_process(COMMAND sed -n "s/^      {\"\\([a-z_]*\\)\", \"[a-z]*\\/.*/\\1/p" ${PROJECT_SOURCE_DIR}/src/core/inject.cpp
-                OUTPUT_VARIABLE PARITY_ZOO_NAMES OUTPUT_STRIP_TRAILING_WHITESPACE)
-string(REPLACE "\n" ";" PARITY_ZOO_NAMES "${PARITY_ZOO_NAMES}")
-set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/core/inject.cpp)
-foreach(name ${PARITY_ZOO_NAMES})
-  add_test(NAME zoo.${name} COMMAND $<TARGET_FILE:parity> zoo ${name} --scenarios ${PROJECT_SOURCE_DIR}/scenarios)
-  set_tests_properties(zoo.${name} PROPERTIES LABELS zoo)
-endforeach()
-list(LENGTH PARITY_ZOO_NAMES PARITY_ZOO_COUNT)
-if(PARITY_ZOO_COUNT LESS 10)
-  message(FATAL_ERROR "tests/zoo.cmake: found ${PARITY_ZOO_COUNT} injections in src/core/inject.cpp, expected >= 10")
-endif()
+# name the quantity, step and factor the registry expects: `parity zoo` runs them all and its
+# table names any that escaped or was misnamed. Label zoo.
+add_test(NAME zoo.every_bug_caught_and_named COMMAND $<TARGET_FILE:parity> zoo --scenarios ${PROJECT_SOURCE_DIR}/scenarios)
+# At least ten bugs, every one caught and named (the PASS line is printed only then).
+set_tests_properties(zoo.every_bug_caught_and_named PROPERTIES LABELS zoo
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: [1-9][0-9] bugs")
 add_test(NAME zoo.unknown_name_is_bad_input
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --inject no_such_bug 2>&1; echo exit=$?")
 set_tests_properties(zoo.unknown_name_is_bad_input PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION

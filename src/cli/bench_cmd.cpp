@@ -71,8 +71,7 @@ CLI::App* add_comm_bench(CLI::App& bench, std::shared_ptr<CommBenchCli> o) {
 
 template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
   const Device dev = parse_device(o.device.empty() ? s.layout.device : o.device);
-  if (dev == Device::cuda && !cuda_unavailable_reason().empty())
-    throw UnavailableError("bench model --device cuda: " + cuda_unavailable_reason());
+  require_device(dev, "bench model --device cuda");
   use_device(dev);
   const double peak = dev == Device::cpu ? measure_fp64_peak_gflops() : 0.0;
   std::printf("scenario %s (%s), %s\n", s.name.c_str(), std::string(dtype_name(s.model.dtype)).c_str(),

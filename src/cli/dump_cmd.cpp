@@ -141,8 +141,7 @@ Command add_dump_command(CLI::App& app) {
             Scenario s = load_scenario(o->scenario);
             if (o->steps >= 0) s.steps = o->steps;
             const Device d = parse_device(o->device.empty() ? s.layout.device : o->device);
-            if (d == Device::cuda && !cuda_unavailable_reason().empty())
-              throw UnavailableError("dump --device cuda: " + cuda_unavailable_reason());
+            require_device(d, "dump --device cuda");
             use_device(d);
             return s.model.dtype == DType::f32 ? dump<float>(s, o->dir) : dump<double>(s, o->dir);
           }};

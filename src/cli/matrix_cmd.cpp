@@ -214,12 +214,10 @@ int print_table(const std::vector<Entry>& entries, double wall) {
 }
 
 int run_matrix(MatrixOptions o) {
-  if (!o.device.empty()) {
-    if (parse_device(o.device) == Device::cuda && !cuda_unavailable_reason().empty())
-      throw UnavailableError("matrix --device cuda: " + cuda_unavailable_reason());
-  }
+  const bool cuda = !o.device.empty() && parse_device(o.device) == Device::cuda;
+  if (cuda) require_device(Device::cuda, "matrix --device cuda");
   if (o.jobs <= 0)
-    o.jobs = !o.device.empty() && parse_device(o.device) == Device::cuda
+    o.jobs = cuda
                  ? 2
                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<Entry> entries = load_entries(scenario_files(o.paths));

@@ -63,11 +63,8 @@ void print_header(const Scenario& s, double floor) {
 
 // A layout on cuda (or on nccl) needs a CUDA device: refused before any rank starts, exit 77.
 void require_device(const LayoutConfig& layout) {
-  if (layout.device != "cuda") return;
-  const std::string why = cuda_unavailable_reason();
-  if (!why.empty())
-    throw UnavailableError("layout.device cuda" + std::string(layout.backend == "nccl" ? " (backend nccl)" : "") +
-                           ": " + why);
+  parity::require_device(parse_device(layout.device),
+                         "layout.device cuda" + std::string(layout.backend == "nccl" ? " (backend nccl)" : ""));
 }
 
 // World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).

@@ -57,10 +57,15 @@ std::string cuda_unavailable_reason() {
   return "";
 }
 
+void require_device(Device d, const std::string& what) {
+  if (d != Device::cuda) return;
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw UnavailableError(what + ": " + why);
+}
+
 void use_device(Device d, int local_rank) {
+  require_device(d, "device cuda");
   if (d == Device::cuda) {
-    const std::string why = cuda_unavailable_reason();
-    if (!why.empty()) throw Error("device cuda: " + why);
 #if PARITY_HAVE_CUDA
     const int dev = local_rank % cuda_device_count();
     const cudaError_t e = cudaSetDevice(dev);

@@ -19,10 +19,13 @@ bool cuda_compiled();
 int cuda_device_count();
 // "" when `cuda` can run here, else why not ("this build has no CUDA", "no CUDA device").
 std::string cuda_unavailable_reason();
+// Throws UnavailableError("<what>: <reason>") (exit 77, ctest's skip) when d is cuda and
+// cuda cannot run here; checks only, selects nothing (a launcher calls it before any rank).
+void require_device(Device d, const std::string& what);
 
 // Selects the device of this process. cuda: the GPU local_rank % cuda_device_count(), so
 // ranks on one host share the GPUs round-robin (W ranks may share one GPU). Throws Error
-// with cuda_unavailable_reason() when cuda cannot run.
+// UnavailableError (require_device) when cuda cannot run.
 void use_device(Device d, int local_rank = 0);
 Device current_device();
 inline bool on_cuda() { return current_device() == Device::cuda; }

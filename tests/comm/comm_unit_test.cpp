@@ -6,6 +6,7 @@
 
 #include "comm/world.h"
 #include "comm_checks.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "launch_helpers.h"
 #if PARITY_HAVE_CUDA
@@ -115,9 +116,9 @@ TEST(Launcher, MissingCommandFailsWith127) {
 
 TEST(Nccl, CollectivesOnDevice) {
 #if PARITY_HAVE_CUDA
-  if (cuda_device_count() == 0)
+  if (parity::cuda_device_count() == 0)
     GTEST_SKIP() << "nccl backend is compiled but no CUDA device is visible: nothing run on a GPU";
-  auto r = run_worker(Backend::nccl, std::min(cuda_device_count(), 2), {"nccl"});
+  auto r = run_worker(Backend::nccl, std::min(parity::cuda_device_count(), 2), {"nccl"});
   EXPECT_EQ(r.code, 0) << r.all();
 #else
   GTEST_SKIP() << "nccl backend not built: CUDA toolkit or NCCL not found at configure time";

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <thread>
 
+#include "core/device.h"
 #include "core/error.h"
+#include "kernels/runtime.cuh"
 
 namespace parity::comm {
 
@@ -47,17 +49,9 @@ const char* at(const void* p, int64_t elems, DType t) {
 char* at(void* p, int64_t elems, DType t) { return static_cast<char*>(p) + elems * dtype_size(t); }
 
 // NCCL moves device memory only. The parallel code hands it model buffers (managed memory
-// on cuda: passed as they are) and small host vectors (counts, losses, norms): those go
-// through a device temporary, copied in before and out after the collective.
-bool device_accessible(const void* p) {
-  if (p == nullptr) return true;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
+// on cuda: passed as they are, cuda::device_accessible) and small host vectors (counts,
+// losses, norms): those go through a device temporary, copied in before and out after the
+// collective, on the communicator's stream.
 
 class Staged {
  public:
@@ -78,7 +72,7 @@ class Staged {
 
  private:
   void* stage(void* p, int64_t bytes, bool back) {
-    if (bytes <= 0 || device_accessible(p)) return p;
+    if (bytes <= 0 || cuda::device_accessible(p)) return p;
     void* d = nullptr;
     cuda_check(cudaMalloc(&d, static_cast<size_t>(bytes)), "cudaMalloc (stage)");
     temps_.push_back(d);
@@ -257,16 +251,11 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
 
 std::unique_ptr<Communicator> make_nccl_world(int rank, int world_size, int local_rank,
                                               std::shared_ptr<Rendezvous> rendezvous,
                                               std::chrono::milliseconds timeout) {
-  int devices = cuda_device_count();
+  int devices = parity::cuda_device_count();
   if (devices == 0) throw CommError("nccl backend: rank " + std::to_string(rank) + " sees no CUDA device");
   auto shared = std::make_shared<Shared>();
   shared->rdzv = std::move(rendezvous);

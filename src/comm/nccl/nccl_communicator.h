@@ -14,9 +14,6 @@
 
 namespace parity::comm {
 
-// Number of CUDA devices this process sees (0 when there is no GPU or no driver).
-int cuda_device_count();
-
 std::unique_ptr<Communicator> make_nccl_world(int rank, int world_size, int local_rank,
                                               std::shared_ptr<Rendezvous> rendezvous,
                                               std::chrono::milliseconds timeout);
