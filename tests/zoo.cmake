@@ -16,3 +16,11 @@ add_test(NAME zoo.an_escaped_bug_fails_the_zoo
          COMMAND sh -c "d=$(mktemp -d) && cp ${PROJECT_SOURCE_DIR}/scenarios/tp2.json $d/fsdp4.json && $<TARGET_FILE:parity> zoo dp_averaged_twice --scenarios $d; echo exit=$?; rm -rf $d")
 set_tests_properties(zoo.an_escaped_bug_fails_the_zoo PROPERTIES LABELS zoo
   PASS_REGULAR_EXPRESSION "dp_averaged_twice +fsdp4.json +ESCAPED .*zoo verdict: FAIL: 1 bugs, 0 caught.*exit=1\n")
+# strided_saved_as_shard on an uneven FSDP x TP save (fsdp 3 x tp 2, pieces 3/3/2 rows): the
+# wrong offsets leave gaps and overlaps, and the loader refuses the checkpoint, naming the
+# tensor, before any step runs on it. (On even shapes the zoo's scenario shows the verdict
+# catching the same bug at the resume step.)
+add_test(NAME zoo.uneven_strided_save_refused_by_loader
+         COMMAND sh -c "PARITY_INJECT=strided_saved_as_shard $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/resume_fsdp3_tp2_to_fsdp2_tp2.json 2>&1; echo exit=$?")
+set_tests_properties(zoo.uneven_strided_save_refused_by_loader PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "the chunks of tensor '[a-z0-9_.]+' cover [0-9]+ of the [0-9]+ elements rank [0-9] needs.*resume check verdict: FAIL \\(phase 1 exit 0, phase 2 exit 1\\).*exit=1\n")

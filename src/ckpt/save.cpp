@@ -13,6 +13,7 @@
 #include "ckpt/checksum.h"
 #include "ckpt/collective.h"
 #include "core/error.h"
+#include "core/inject.h"
 #include "core/safetensors.h"
 
 namespace parity::ckpt {
@@ -58,6 +59,29 @@ void maybe_crash(const char* point, int rank) {
   }
 }
 
+// The rectangles a rank saves. The bug zoo's strided_saved_as_shard (core/inject.h): the
+// global offsets of a StridedShard tensor's chunks computed as if its StridedShard were a
+// plain Shard (the lengths stay the rank's own). A round trip into the same layout reads the
+// same wrong offsets back and looks fine; another layout gets rows from the wrong places,
+// and uneven pieces leave gaps and overlaps that the loader refuses.
+std::vector<LocalChunk> saved_chunks(const mesh::Mesh& m, const mesh::Layout& l, const Shape& shape, int rank) {
+  std::vector<LocalChunk> out = shard_chunks(m, l, shape, rank);
+  static const bool bug = injected("strided_saved_as_shard");
+  if (!bug) return out;
+  mesh::Layout as_shard = l;
+  for (auto& p : as_shard.placements)
+    if (p.kind == mesh::PlacementKind::strided_shard) p = mesh::Placement::shard(p.dim);
+  if (as_shard == l) return out;
+  const std::vector<LocalChunk> wrong = shard_chunks(m, as_shard, shape, rank);
+  if (wrong.size() != out.size()) return out;
+  for (size_t k = 0; k < out.size(); ++k)
+    for (size_t d = 0; d < out[k].rect.dims.size(); ++d) {
+      mesh::Range& r = out[k].rect.dims[d];
+      r = {wrong[k].rect.dims[d].begin, wrong[k].rect.dims[d].begin + r.size()};
+    }
+  return out;
+}
+
 std::vector<uint32_t> block_checksums(const ChunkMeta& c, const unsigned char* p) {
   std::vector<uint32_t> out;
   const int64_t rb = c.row_bytes();
@@ -98,7 +122,7 @@ RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const Sh
                   shape_str(ls));
     if (!writes_shard(m, e.layout, e.name, rank)) continue;
     const int64_t elem = dtype_size(e.dtype);
-    const auto chunks = shard_chunks(m, e.layout, e.shape, rank);
+    const auto chunks = saved_chunks(m, e.layout, e.shape, rank);
     for (size_t k = 0; k < chunks.size(); ++k) {
       ChunkMeta c;
       c.rank = rank;
@@ -176,7 +200,7 @@ Metadata make_metadata(const mesh::Mesh& m, const ShardedState& state, const Che
     TensorMeta t{e.name, e.dtype, e.shape, e.layout, {}};
     for (int r = 0; r < m.world(); ++r) {
       if (!writes_shard(m, e.layout, e.name, r)) continue;
-      const auto chunks = shard_chunks(m, e.layout, e.shape, r);
+      const auto chunks = saved_chunks(m, e.layout, e.shape, r);
       const auto& got = records[static_cast<size_t>(r)].chunks.at(i);
       if (got.size() != chunks.size())
         throw Error("checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(got.size()) +

@@ -88,12 +88,12 @@ int run_zoo(const ZooOptions& o) {
     dir = t;
   }
   fs::create_directories(dir);
-  std::printf("%-26s %-28s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
+  std::printf("%-28s %-46s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
   int bad = 0;
   for (const Injection* b : bugs) {
     const Outcome r = run_one(*b, o, dir);
     bad += r.verdict != "ok";
-    std::printf("%-26s %-28s %-10s %5.2fs  %s at step %lld: %s", std::string(b->name).c_str(),
+    std::printf("%-28s %-46s %-10s %5.2fs  %s at step %lld: %s", std::string(b->name).c_str(),
                 std::string(b->scenario).c_str(), r.verdict.c_str(), r.seconds,
                 r.root.empty() ? "-" : r.root.c_str(), static_cast<long long>(r.step), r.factor.c_str());
     if (r.verdict != "ok")

@@ -54,6 +54,37 @@ const std::vector<Injection>& injections() {
        "tokens_per_expert counted per rank and never all-reduced: the load-balancing statistics and the "
        "expert-bias update see one rank's tokens",
        "fsdp4_ep4.json", "tokens_per_expert all MoE layers", 0, ""},
+      {"router_grad_summed_replicas", "parallel/parallel_run.cpp, TP reduction of the router",
+       "the router gate's gradient, already complete on every lane after the TP sum, summed over the TP lanes "
+       "once more (a hook for TP-replicated parameters summing where the replicas hold the same value)",
+       "tp2.json", "grad router", 0, "2 (= tp)"},
+      {"gather_backward_drops_peers", "parallel/pmoe.cpp, backward of the routed tokens' gather",
+       "under TP without SP each lane routes its own share of the replicated tokens and the outputs are "
+       "all-gathered; the backward keeps this lane's rows of the input gradient and drops the peers' rows",
+       "tp2.json", "grad layernorm", 0, "not a scaling"},
+      {"aux_stats_per_lane", "parallel/pmoe.cpp, aux loss under SP",
+       "under sequence parallel the load-balancing statistics (token fractions, mean scores) taken over each "
+       "lane's own sequence chunk instead of the whole sequences",
+       "fsdp2_tp2_sp_aux.json", "loss all micro-batches", 0, "not a scaling"},
+      {"vocab_ce_max_wrong_group", "parallel/tp_ops.cpp, vocab-parallel cross-entropy",
+       "the row max of the vocab-parallel cross-entropy reduced over the wrong group (here: none), so each lane "
+       "shifts its sum of exponentials by its own max and the lanes' sums are added unscaled",
+       "tp2.json", "loss all micro-batches", 0, "not a clean factor"},
+      {"alltoallv_counts_off_by_one", "parallel/ep_dispatch.cpp, EP dispatch plan",
+       "the alltoallv split between two EP peers off by one: one token's row goes to the next peer's first "
+       "expert (sender and receiver agree, so nothing hangs or crashes)",
+       "fsdp4_ep2.json", "loss all micro-batches", 0, "not a scaling"},
+      {"expert_grads_over_dense_dp", "parallel/parallel_run.cpp, expert gradient reduction",
+       "the routed experts' gradients reduced over the dense data-parallel group instead of the expert "
+       "data-parallel group: with EP borrowed from DP the EP peers in it hold other experts, whose gradients "
+       "are added in",
+       "fsdp4_ep2.json", "grad routed_experts", 0, "not a clean factor"},
+      {"strided_saved_as_shard", "ckpt/save.cpp, chunk geometry",
+       "a StridedShard tensor's saved chunks get the offsets a plain Shard would have: a round trip into the "
+       "same layout reads them back unharmed, another layout loads rows from the wrong places (uneven "
+       "pieces leave gaps the loader refuses: resume_fsdp3_tp2_to_fsdp2_tp2)",
+       "resume_fsdp4_tp2_to_hsdp2x2_tp2_ep2_etp2.json", "loss all micro-batches", 3,
+       "not a clean factor"},
   };
   return all;
 }

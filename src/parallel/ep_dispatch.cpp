@@ -1,4 +1,5 @@
 #include "parallel/ep_dispatch.h"
+#include "core/inject.h"
 #include "ops/elementwise.h"
 
 #include <algorithm>
@@ -81,17 +82,30 @@ Buffer<T> lane_reduce_scatter(comm::Communicator& g, const Buffer<T>& all,
   return out;
 }
 
+// The bug zoo's alltoallv_counts_off_by_one: the split between the first two EP peers that
+// both get rows is off by one, so the last row meant for one peer's experts is sent to the
+// next peer's first expert (sender and receiver agree, so the exchange itself succeeds).
+void off_by_one(std::vector<int64_t>& counts, int64_t El) {
+  for (size_t b = static_cast<size_t>(El); b < counts.size(); b += static_cast<size_t>(El))
+    if (counts[b - 1] > 0) {
+      --counts[b - 1], ++counts[b];
+      return;
+    }
+}
+
 // The routing metadata: rows per EP peer and lane, and the grouping by local expert of
 // the ETP-gathered buffer (ordered lane, source, expert).
 template <class T> void plan(const EpContext& ep, DispatchCache<T>& k) {
   const int64_t P = ep.ep->size(), L = ep.etp->size(), El = ep.El;
+  std::vector<int64_t> counts = k.perm.counts;  // rows per expert, in the order they are sent
+  if (P > 1 && injected("alltoallv_counts_off_by_one")) off_by_one(counts, El);  // bug zoo (core/inject.h)
   k.send_rows.assign(static_cast<size_t>(P), 0);
-  for (int64_t e = 0; e < ep.E; ++e) k.send_rows[static_cast<size_t>(e / El)] += k.perm.counts[static_cast<size_t>(e)];
+  for (int64_t e = 0; e < ep.E; ++e) k.send_rows[static_cast<size_t>(e / El)] += counts[static_cast<size_t>(e)];
   k.recv_expert_rows.assign(static_cast<size_t>(P * El), 0);
   if (P == 1)
-    k.recv_expert_rows = k.perm.counts;
+    k.recv_expert_rows = counts;
   else
-    ep.ep->alltoall(std::span<const int64_t>(k.perm.counts), std::span<int64_t>(k.recv_expert_rows));
+    ep.ep->alltoall(std::span<const int64_t>(counts), std::span<int64_t>(k.recv_expert_rows));
   k.recv_rows.assign(static_cast<size_t>(P), 0);
   for (int64_t s = 0; s < P; ++s)
     for (int64_t e = 0; e < El; ++e) k.recv_rows[static_cast<size_t>(s)] += k.recv_expert_rows[static_cast<size_t>(s * El + e)];

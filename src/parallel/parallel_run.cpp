@@ -3,6 +3,7 @@
 // shards, the expert-bias update from global counts.
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "core/error.h"
 #include "mesh/param_layout.h"
@@ -39,6 +40,7 @@ template <class T> struct ParallelRun<T>::Impl {
     model = std::make_unique<ParallelModel<T>>(s, mesh, w, layouts);
     tp = model->tp();
     dense_dp = &mesh::comm_group(w, mesh, mesh::GroupKind::dense_dp);
+    ep_group = &mesh::comm_group(w, mesh, mesh::GroupKind::ep);
     dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
                mesh.coord(mesh::MeshDim::dp_shard, r);
     std::vector<ParamSpec> local_specs = specs;
@@ -55,6 +57,7 @@ template <class T> struct ParallelRun<T>::Impl {
   std::vector<mesh::Layout> layouts;
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
+  comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
   int64_t dp_index = 0;
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
@@ -100,6 +103,10 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
       at += static_cast<size_t>(model->mp_grads[p].numel());
       if (specs[p].family == Family::router && injected("router_grad_averaged"))  // bug zoo (core/inject.h)
         scale_values(model->mp_grads[p].ptr(), static_cast<T>(1.0 / static_cast<double>(tp.size)), model->mp_grads[p].numel());
+      // bug zoo (core/inject.h): the complete gate gradient summed over TP once more, as a
+      // hook for TP-replicated parameters would (each lane already holds the whole sum)
+      if (specs[p].family == Family::router && injected("router_grad_summed_replicas"))
+        tp_allreduce(tp, model->mp_grads[p].data);
     }
   out.assign(specs.size(), {});
   for (bool experts : {false, true}) {
@@ -111,6 +118,10 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
         ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
+    // bug zoo (core/inject.h): expert gradients summed over the dense DP group, not EDP: the
+    // EP peers inside it hold other experts, whose gradients get added in
+    if (experts && ep_group->size() > 1 && injected("expert_grads_over_dense_dp"))
+      for (auto& g : red) ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
     // bug zoo (core/inject.h): expert gradients tp times too large; dense ones averaged twice
     const double dp = static_cast<double>(dense_dp->size());
     const double bug = experts ? (injected("expert_grads_times_tp") ? static_cast<double>(tp.size) : 1.0)

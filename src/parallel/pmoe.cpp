@@ -25,6 +25,13 @@ namespace {
 
 bool split_copies(const TpContext& tp) { return tp.size > 1 && !tp.sp; }
 
+// The bug zoo's aux_stats_per_lane (core/inject.h): under SP, the balance statistics of each
+// lane's own sequence chunks instead of the whole sequences gathered over TP.
+bool aux_per_lane(const TpContext& tp) {
+  static const bool bug = injected("aux_stats_per_lane");
+  return bug && tp.sp && tp.size > 1;
+}
+
 // This lane's rows of the (n, W) replicated view -> all rows (allgatherv over TP), or the
 // SP gather; identity for tp 1.
 template <class T>
@@ -69,7 +76,12 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep
   k.x_d.assign(x_res.begin() + k.t0 * D, x_res.begin() + k.t1 * D);
   route(c, wt, k, n_d);
   k.aux = 0;
-  if (c.aux_alpha > 0) {
+  if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: this lane's sequence chunks only
+    const int64_t Sl = S / tp.size;
+    for (int64_t q = 0; q < b; ++q)
+      k.aux += c.aux_alpha / aux_batch(c) *
+               static_cast<double>(aux_loss_forward(k.s.data() + q * Sl * E, k.chosen.data() + q * Sl * K, Sl, E, K));
+  } else if (c.aux_alpha > 0) {
     k.s_full = gather_dispatch(tp, k.s, n, b, S, E);
     k.chosen_full = gather_dispatch(tp, k.chosen, n, b, S, K);
     for (int64_t q = 0; q < b; ++q)
@@ -107,7 +119,12 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
   ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
   auto ds = zeros<T>(n_d * E);
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
-  if (c.aux_alpha > 0) {
+  if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: the statistics of this lane's chunks
+    const int64_t Sl = S / tp.size;
+    const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
+    for (int64_t q = 0; q < b; ++q)
+      aux_loss_backward(k.s.data() + q * Sl * E, k.chosen.data() + q * Sl * K, Sl, E, K, coef, ds.data() + q * Sl * E);
+  } else if (c.aux_alpha > 0) {
     auto ds_full = zeros<T>(n * E);  // identical on every lane; keep this rank's rows
     const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
     for (int64_t q = 0; q < b; ++q)
@@ -118,7 +135,9 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
   auto dlogits = zeros<T>(n_d * E);
   router_scores_backward(k.s.data(), ds.data(), n_d, E, c.score, dlogits.data());
   matmul_backward(k.x_d.data(), wt.gate, dlogits.data(), dx_d.data(), g.gate, n_d, D, E);
-  if (split_copies(tp))
+  if (split_copies(tp) && injected("gather_backward_drops_peers"))  // bug zoo: this lane's rows only
+    add_into(dx_res.data() + k.t0 * D, dx_d.data(), n_d * D);
+  else if (split_copies(tp))
     add_into(dx_res, gather_dispatch(tp, dx_d, n, b, S, D));
   else
     add_into(dx_res, dx_d);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <span>
 
+#include "core/inject.h"
+
 namespace parity {
 
 template <class T> void tp_allreduce(const TpContext& c, Buffer<T>& buf) {
@@ -108,11 +110,15 @@ double vp_cross_entropy_forward(const TpContext& c, const T* logits, const int64
   cache.row_max.assign(N, T(-INFINITY));
   cache.sum_exp.assign(N, T(0));
   double total = 0;
+  // bug zoo (core/inject.h): the max taken over the wrong group (this lane alone), so each
+  // lane's sum of exponentials is shifted by its own max and the sums are added unscaled
+  static const bool max_bug = injected("vocab_ce_max_wrong_group");
   for (size_t t = 0; t < N; ++t) {
     T M = T(-INFINITY), S = T(0), target = T(0);
     for (size_t l = 0; l < all.size(); l += 3 * N) M = std::max(M, all[l + t]);
+    if (max_bug) M = mine[t];
     for (size_t l = 0; l < all.size(); l += 3 * N) {
-      if (all[l + N + t] > T(0)) S += all[l + N + t] * std::exp(all[l + t] - M);
+      if (all[l + N + t] > T(0)) S += all[l + N + t] * (max_bug ? T(1) : std::exp(all[l + t] - M));
       target += all[l + 2 * N + t];
     }
     cache.row_max[t] = M, cache.sum_exp[t] = S;
