@@ -1,18 +1,19 @@
 // `parity`: proves a parallel training layout computes what one device computes.
-// Exit codes (the one table): 0 success / parity holds, 1 failure / parity broken, 2 bad input,
-// 77 not run: the run needs hardware this machine lacks (a CUDA device); ctest shows it skipped.
+// Exit codes: the one table in core/exit_codes.h (0 ok, 1 parity broken, 2 bad input,
+// 3 infrastructure failed, 77 not run here).
 #include <cstdio>
 #include <exception>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "parity: runs a Mixture-of-Experts transformer on one device and under parallel layouts,\n"
       "and checks that every layout computes the same losses, gradients and updates.\n"
-      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 failed, 2 bad input, 77 not run (no GPU)."};
+      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 parity broken, 2 bad input, 3 infrastructure failed (a rank died or\nhung, a timeout, I/O), 77 not run here (no GPU, not enough memory)."};
   app.require_subcommand(1);
   std::vector<parity::cli::Command> cmds{parity::cli::add_run_command(app), parity::cli::add_dump_command(app),
                                           parity::cli::add_bench_command(app), parity::cli::add_explain_command(app),
@@ -28,15 +29,10 @@ int main(int argc, char** argv) {
   try {
     for (auto& c : cmds)
       if (c.sub->parsed()) return c.run();
-  } catch (const parity::ConfigError& e) {
-    std::fprintf(stderr, "parity: error: %s\n", e.what());
-    return 2;
-  } catch (const parity::UnavailableError& e) {
-    std::fprintf(stderr, "parity: not run: %s\n", e.what());
-    return 77;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "parity: error: %s\n", e.what());
-    return 1;
+    const int code = parity::exit_code::of(e);
+    std::fprintf(stderr, "parity: %s: %s\n", code == parity::exit_code::not_run ? "not run" : "error", e.what());
+    return code;
   }
   return 1;
 }

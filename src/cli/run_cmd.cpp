@@ -27,6 +27,7 @@
 #include "comm/world.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
@@ -308,15 +309,9 @@ int run_rank(const RunOptions& o) {
   const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": error: ";
   try {
     return run_rank_verdict(o);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
-    return 2;
-  } catch (const UnavailableError& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
-    return 77;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
-    return 1;
+    return exit_code::of(e);
   }
 }
 
