@@ -16,7 +16,7 @@ namespace {
 struct LaunchCli {
   comm::LaunchOptions opts;
   std::string backend = "gloo";
-  double timeout_s = 60, grace_s = -1;
+  double timeout_s = 60, grace_s = -1, deadline_s = 0;
   bool no_prefix = false;
   std::vector<std::string> command;
 };
@@ -29,15 +29,21 @@ Command add_launch_command(CLI::App& app) {
       "launch",
       "Start N rank processes of COMMAND (a parity subcommand, or any executable) with RANK, WORLD_SIZE,\n"
       "LOCAL_RANK and a rendezvous directory in their environment. Each rank's lines are printed as\n"
-      "\"[r] line\". When a rank fails, the others are stopped and the exit code is the failing rank's.\n"
+      "\"[r] line\". When a rank fails, the others get --grace to report, then are stopped; the exit code\n"
+      "is the failing rank's, or 3 (infrastructure failed) when a rank died by a signal or --deadline passed.\n"
       "Example: parity launch -n 4 -- run scenarios/tiny.json");
   add_launch_options(*sub, o->opts, o->backend, o->timeout_s);
   sub->add_option("--grace", o->grace_s, "Seconds the other ranks get to report after the first failure "
-                                         "(default: timeout + 5)");
+                                         "(default: 1)");
+  sub->add_option("--deadline", o->deadline_s,
+                  "Wall-clock limit in seconds for the whole launch: when it passes every rank is stopped\n"
+                  "(SIGTERM, then SIGKILL) and the exit code is 3 (infrastructure failed). Default: none")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--no-prefix", o->no_prefix, "Print the ranks' lines without the \"[r] \" prefix");
   sub->add_option("command", o->command, "COMMAND ARGS after --")->required();
   return {sub, [o]() {
             finish_launch_options(o->opts, o->backend, o->timeout_s);
+            o->opts.deadline = std::chrono::milliseconds(static_cast<int64_t>(o->deadline_s * 1000));
             if (o->grace_s >= 0) o->opts.grace = std::chrono::milliseconds(static_cast<int64_t>(o->grace_s * 1000));
             o->opts.prefix_output = !o->no_prefix;
             const std::string& first = o->command.front();

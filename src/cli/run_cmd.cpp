@@ -46,6 +46,7 @@ struct RunOptions {
   std::string report, dtype, backend, log_dir, optim, device, inject;
   double lr = -1;
   double timeout_s = 60;
+  double deadline_s = 0;  // --deadline: wall clock of each launch (0: none)
   bool as_rank = false;
   int64_t save_at = -1;       // --save-at K (with --ckpt DIR)
   std::string ckpt, resume;   // --ckpt DIR, --resume DIR
@@ -190,6 +191,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   lo.nproc = static_cast<int>(layout.world);
   lo.backend = comm::parse_backend(layout.backend);
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(o.deadline_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
   lo.log_dir = o.log_dir;
   const int64_t t0 = now_ns();
@@ -345,6 +347,10 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--timeout", o->timeout_s, "World > 1: per-collective timeout in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub->add_option("--deadline", o->deadline_s,
+                  "World > 1: wall-clock limit in seconds for the ranks (each phase of a resume check); when it\n"
+                  "passes every rank is stopped and the exit code is 3 (infrastructure failed). Default: none")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--log-dir", o->log_dir, "World > 1: also write each rank's output to DIR/rank<r>.log");
   sub->add_option("--save-at", o->save_at,
                   "Save the layout's whole training state (world 1: the baseline's, a seed checkpoint) to --ckpt\n"

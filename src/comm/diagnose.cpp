@@ -17,6 +17,15 @@ std::string local_host() {
 
 PeerInfo local_peer() { return PeerInfo{local_host(), static_cast<int64_t>(getpid())}; }
 
+bool peer_stopped(const PeerInfo& p) {
+  if (p.pid <= 0 || p.host != local_host()) return false;
+  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
+}
+
 bool peer_exited(const PeerInfo& p) {
   if (p.pid <= 0 || p.host != local_host()) return false;
   if (kill(static_cast<pid_t>(p.pid), 0) != 0) return errno == ESRCH;
@@ -44,7 +53,7 @@ PeerInfo decode_peer(const std::string& s) {
 
 namespace {
 
-enum class Seen { unknown, reported, exited };
+enum class Seen { unknown, reported, exited, stopped };
 
 std::string rank_label(int group_rank, int world_rank) {
   std::string s = "rank " + std::to_string(world_rank);
@@ -75,12 +84,16 @@ std::string name_missing(int me, const std::vector<int>& members,
       } else if (r < peers.size() && peer_exited(peers[r])) {
         seen[r] = Seen::exited;
         first_exit = std::min(first_exit, clock::now());
+      } else if (r < peers.size() && peer_stopped(peers[r])) {
+        seen[r] = Seen::stopped;
+        first_exit = std::min(first_exit, clock::now());
       } else {
         ++unknown;
       }
     }
     auto now = clock::now();
-    // Once a member is known to be gone, others still waiting on their timeout are victims.
+    // Once a member is known to be gone or stopped, others still waiting on their timeout
+    // are victims: the culprit is named, no need to wait out the window.
     if (unknown == 0 || now - start > window ||
         (first_exit != clock::time_point::max() && now - first_exit > std::chrono::milliseconds(300)))
       break;
@@ -92,6 +105,8 @@ std::string name_missing(int me, const std::vector<int>& members,
     std::string pid = r < peers.size() ? "pid " + std::to_string(peers[r].pid) + " on " + peers[r].host : "";
     if (seen[r] == Seen::exited) {
       exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " has exited)";
+    } else if (seen[r] == Seen::stopped) {
+      exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " is stopped: SIGSTOP or a debugger; it did not answer " + what + ")";
     } else if (seen[r] == Seen::unknown) {
       silent += (silent.empty() ? "" : "; ") + label + " (" + pid +
                 " did not report reaching " + what + ")";

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <regex>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -72,6 +74,8 @@ struct Child {
   std::string partial;      // an unfinished line
   std::optional<int> status;  // waitpid status once reaped
   bool stopped = false;     // signalled by the launcher
+  bool hung = false;        // still running when the others had failed: the rank that did not answer
+  std::string hung_state;   // its /proc state then
   std::ofstream log;
   std::string log_path;
 };
@@ -83,10 +87,64 @@ std::string describe_status(int status) {
   return "ended with status " + std::to_string(status);
 }
 
+// The scheduler state of a live child from /proc ("T (stopped)", "R (running)", ...), "" if unknown.
+std::string proc_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), {});
+  const size_t p = all.rfind(')');
+  if (p == std::string::npos || p + 2 >= all.size()) return "";
+  switch (all[p + 2]) {
+    case 'T': case 't': return "T (stopped)";
+    case 'R': return "R (running)";
+    case 'S': return "S (sleeping)";
+    case 'D': return "D (in uninterruptible I/O)";
+    case 'Z': return "Z (exited)";
+    default: return std::string(1, all[p + 2]);
+  }
+}
+
 int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// A process's identity that survives pid reuse: "pid start-time" (/proc/<pid>/stat field 22).
+std::string process_id(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(f)), {});
+  const size_t p = all.rfind(')');
+  if (p == std::string::npos) return "";
+  std::istringstream rest(all.substr(p + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && (rest >> field); ++i) {}
+  return std::to_string(pid) + " " + field;
+}
+
+// Store directories of launchers that are gone (kill -9 of a launcher leaves its directory:
+// its ranks die with it, PR_SET_PDEATHSIG, but nothing runs its cleanup): removed before a
+// new one is made, so nothing piles up or trips a later run. A directory is stale when the
+// launcher named in its owner file no longer runs, or it has no owner file and is over an
+// hour old (a launcher killed between mkdtemp and writing the file).
+void remove_stale_store_dirs(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("parity-rdzv-", 0) != 0 || !e.is_directory(ec)) continue;
+    std::ifstream f(e.path() / "launcher");
+    std::string owner;
+    std::getline(f, owner);
+    bool stale = false;
+    if (!owner.empty()) {
+      const pid_t pid = static_cast<pid_t>(std::atol(owner.c_str()));
+      stale = pid <= 0 || process_id(pid) != owner;
+    } else {
+      const auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+      stale = !ec && age > std::chrono::hours(1);
+    }
+    if (stale) fs::remove_all(e.path(), ec);
+  }
 }
 
 std::string make_store_dir(const LaunchOptions& o) {
@@ -95,8 +153,10 @@ std::string make_store_dir(const LaunchOptions& o) {
     const char* t = std::getenv("TMPDIR");
     root = t && *t ? t : "/tmp";
   }
+  remove_stale_store_dirs(root);
   std::string tmpl = root + "/parity-rdzv-XXXXXX";
   if (!mkdtemp(tmpl.data())) throw IoError("launch: cannot create a store directory under " + root + ": " + strerror(errno));
+  std::ofstream(tmpl + "/launcher") << process_id(getpid()) << "\n";
   return tmpl;
 }
 
@@ -176,7 +236,7 @@ class Launcher {
  public:
   Launcher(const LaunchOptions& o, std::vector<std::string> command)
       : o_(o), command_(std::move(command)) {
-    grace_ = o.grace.count() >= 0 ? o.grace : o.timeout + ms(5000);
+    grace_ = o.grace.count() >= 0 ? o.grace : kDefaultGrace;
   }
   int run();
 
@@ -187,6 +247,18 @@ class Launcher {
   void reap();
   void stop_all(int sig);
   void summarise() const;
+  void note_mpi_line(std::string_view line);
+  // Every rank still alive is stopped (SIGSTOP): none of them will report, stop now.
+  bool only_stopped_left() const {
+    for (const auto& c : children_)
+      if (!c.status && proc_state(c.pid).rfind("T ", 0) != 0) return false;
+    return true;
+  }
+  void mark_hung() {
+    for (auto& c : children_)
+      if (!c.status && first_failed_ >= 0) c.hung = true, c.hung_state = proc_state(c.pid);
+  }
+  std::string rank_name(const Child& c) const;
   bool all_reaped() const {
     for (const auto& c : children_) if (!c.status) return false;
     return true;
@@ -201,6 +273,13 @@ class Launcher {
   clock::time_point failed_at_{}, term_at_{};
   bool terminating_ = false;
   int interrupted_by_ = 0;
+  bool deadline_passed_ = false;
+  clock::time_point started_at_{};
+  // backend mpi: the real rank mpirun reports as the first to fail (-1: none yet), how
+  // ("killed by signal 9 (Killed)", "exited with code 3"), and whether it died by a signal
+  int mpi_rank_ = -1;
+  std::string mpi_how_;
+  bool mpi_signal_ = false;
 };
 
 void Launcher::start_all() {
@@ -229,7 +308,35 @@ void Launcher::start_all() {
   }
 }
 
+// mpirun names the rank that failed first in its own words; keep it, so the summary names
+// the real rank and not mpirun's pid:
+//   "mpirun noticed that process rank 2 with PID 0 on node vm exited on signal 9 (Killed)."
+//   "  Process name: [prterun-vm-123@1,3]" then "  Exit code:    3"
+void Launcher::note_mpi_line(std::string_view line) {
+  static const std::regex died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+))");
+  static const std::regex name(R"(Process name:\s*\[.*,(\d+)\]\]?)"), code(R"(Exit code:\s*(\d+))");
+  std::cmatch m;
+  const std::string l(line);
+  if (std::regex_search(l.c_str(), m, died)) {
+    mpi_rank_ = std::stoi(m[1].str()), mpi_signal_ = true;
+    const int sig = std::stoi(m[3].str());
+    mpi_how_ = "killed by signal " + m[3].str() + " (" + strsignal(sig) + ") on node " + m[2].str();
+  } else if (mpi_rank_ < 0 && std::regex_search(l.c_str(), m, name)) {
+    mpi_rank_ = std::stoi(m[1].str());
+  } else if (mpi_rank_ >= 0 && mpi_how_.empty() && std::regex_search(l.c_str(), m, code)) {
+    mpi_how_ = "exited with code " + m[1].str();
+  }
+}
+
+std::string Launcher::rank_name(const Child& c) const {
+  if (o_.backend == Backend::mpi)
+    return "mpirun (pid " + std::to_string(c.pid) + ")" +
+           (mpi_rank_ >= 0 ? ": rank " + std::to_string(mpi_rank_) + (mpi_how_.empty() ? "" : " " + mpi_how_) : "");
+  return "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ")";
+}
+
 void Launcher::emit(Child& c, std::string_view line) {
+  if (o_.backend == Backend::mpi) note_mpi_line(line);
   std::string out = (o_.prefix_output && o_.backend != Backend::mpi ? "[" + std::to_string(c.rank) + "] " : "");
   out.append(line);
   out += '\n';
@@ -281,9 +388,9 @@ void Launcher::reap() {
     if (!ok && first_failed_ < 0 && !c.stopped) {
       first_failed_ = c.rank;
       failed_at_ = clock::now();
-      std::cerr << "parity launch: rank " << c.rank << " (pid " << c.pid << ") " << describe_status(st)
-                << (c.log_path.empty() ? "" : "; log: " + c.log_path) << "; giving the other ranks "
-                << grace_.count() << " ms to report before stopping them" << std::endl;
+      std::cerr << "parity launch: " << rank_name(c) << " " << (WIFSIGNALED(st) ? "died: " : "")
+                << describe_status(st) << (c.log_path.empty() ? "" : "; log: " + c.log_path)
+                << "; giving the other ranks " << grace_.count() << " ms to report before stopping them" << std::endl;
     }
   }
 }
@@ -292,6 +399,7 @@ void Launcher::stop_all(int sig) {
   for (auto& c : children_)
     if (!c.status) {
       kill(c.pid, sig);
+      if (sig != SIGKILL) kill(c.pid, SIGCONT);  // a stopped (SIGSTOP) rank acts on SIGTERM only once continued
       c.stopped = true;
     }
 }
@@ -299,7 +407,7 @@ void Launcher::stop_all(int sig) {
 void Launcher::summarise() const {
   std::cerr << "parity launch: failed; rank verdicts:\n";
   for (const auto& c : children_) {
-    std::cerr << "  rank " << c.rank << " (pid " << c.pid << "): "
+    std::cerr << "  " << rank_name(c) << ": " << (c.hung ? "did not answer (stopped or hung: " + c.hung_state + "), " : "")
               << (c.stopped ? "stopped by the launcher, " : "") << describe_status(*c.status)
               << (c.log_path.empty() ? "" : ", log " + c.log_path) << "\n";
   }
@@ -308,6 +416,7 @@ void Launcher::summarise() const {
 
 int Launcher::run() {
   SignalGuard signals;
+  started_at_ = clock::now();
   store_ = make_store_dir(o_);
   try {
     start_all();
@@ -328,7 +437,16 @@ int Launcher::run() {
       term_at_ = clock::now();
     }
     auto now = clock::now();
-    if (first_failed_ >= 0 && !terminating_ && now - failed_at_ > grace_) {
+    if (o_.deadline.count() > 0 && !terminating_ && !deadline_passed_ && now - started_at_ > o_.deadline) {
+      deadline_passed_ = true;
+      std::cerr << "parity launch: the deadline of " << o_.deadline.count() / 1000.0
+                << " s (--deadline) passed; stopping every rank" << std::endl;
+      stop_all(SIGTERM);
+      terminating_ = true;
+      term_at_ = now;
+    }
+    if (first_failed_ >= 0 && !terminating_ && (now - failed_at_ > grace_ || only_stopped_left())) {
+      mark_hung();
       stop_all(SIGTERM);
       terminating_ = true;
       term_at_ = now;
@@ -351,10 +469,20 @@ int Launcher::run() {
     summarise();
     return 128 + interrupted_by_;
   }
+  if (deadline_passed_) {
+    summarise();
+    return 3;  // infrastructure failed (core/exit_codes.h): the run did not end in time
+  }
   if (first_failed_ < 0) return 0;
   summarise();
+  if (o_.backend == Backend::mpi && mpi_signal_) return 3;  // a rank died: infrastructure failed
   for (const auto& c : children_)
-    if (c.rank == first_failed_) return exit_code(*c.status) == 0 ? 1 : exit_code(*c.status);
+    if (c.rank == first_failed_) {
+      const int st = *c.status;
+      if (WIFSIGNALED(st)) return 3;  // a rank died (kill -9, a crash): infrastructure failed
+      if (o_.backend == Backend::mpi && WEXITSTATUS(st) > 128) return 3;  // mpirun: a rank killed by a signal
+      return exit_code(st) == 0 ? 1 : exit_code(st);
+    }
   return 1;
 }
 

@@ -9,8 +9,10 @@
 // Output: every line a rank writes (stdout and stderr) is printed as "[r] line"; with
 // log_dir each rank also writes log_dir/rank<r>.log, named in the failure summary.
 // Failure: when a rank exits non-zero or dies, the others get `grace` to report their own
-// error (they name the missing rank within the collective timeout), then SIGTERM, then
-// SIGKILL after kill_after. SIGINT/SIGTERM to the launcher stops every rank the same way.
+// error (they name the missing rank and the collective), then SIGTERM (with SIGCONT, so a
+// stopped rank acts on it), then SIGKILL after kill_after; a rank still running then is
+// named as the one that did not answer, with its /proc state. SIGINT/SIGTERM to the
+// launcher stops every rank the same way; so does the wall-clock `deadline`.
 // The store directory is removed and every child reaped before launch_main returns.
 #pragma once
 #include <chrono>
@@ -21,12 +23,18 @@
 
 namespace parity::comm {
 
+// After the first rank fails (dies, exits non-zero, or names a peer that did not answer),
+// the others get this long to print their own view before they are stopped: the cause is
+// known by then, so a run ends within about a second of a death or a collective timeout.
+inline constexpr std::chrono::milliseconds kDefaultGrace{1000};
+
 struct LaunchOptions {
   int nproc = 1;                                        // -n, --nproc: number of ranks (>= 1)
   Backend backend = Backend::gloo;                      // --backend gloo|mpi|nccl
   std::chrono::milliseconds timeout = kDefaultTimeout;  // --timeout: per-collective timeout
-  std::chrono::milliseconds grace{-1};                  // --grace: after the first failure (default timeout + 5 s)
-  std::chrono::milliseconds kill_after{3000};           // SIGTERM -> SIGKILL delay
+  std::chrono::milliseconds grace{-1};                  // --grace: after the first failure (default kDefaultGrace)
+  std::chrono::milliseconds kill_after{2000};           // SIGTERM -> SIGKILL delay
+  std::chrono::milliseconds deadline{0};                // --deadline: wall clock for the whole run (0: none)
   std::string log_dir;                                  // --log-dir: per-rank logs (created if missing)
   bool prefix_output = true;                            // "[r] " before each rank's line (--no-prefix)
   std::string store_root;                               // parent of the store dir (default $TMPDIR or /tmp)
@@ -34,9 +42,10 @@ struct LaunchOptions {
   std::vector<std::string> extra_env;                   // "NAME=value" added to every rank's environment
 };
 
-// Starts the ranks, waits for them, returns the verdict: 0 when every rank exited 0,
-// else the first failing rank's exit code (128 + signal for a rank killed by a signal,
-// 130/143 when the launcher itself was interrupted). Throws ConfigError for bad options
+// Starts the ranks, waits for them, returns the verdict (core/exit_codes.h): 0 when every
+// rank exited 0; 3 (infrastructure failed) when a rank died by a signal or the deadline
+// passed; else the first failing rank's exit code; 130/143 when the launcher itself was
+// interrupted. Under mpi the rank mpirun names as the first to fail is the one reported. Throws ConfigError for bad options
 // (nproc < 1, empty command) before starting anything; never exits.
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command);
 
