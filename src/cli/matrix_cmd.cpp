@@ -57,28 +57,6 @@ struct Entry {
   nlohmann::json report;
 };
 
-// Files named on the command line, and the *.json of directories (sorted); ConfigError when
-// a path does not exist or holds no scenario.
-std::vector<std::string> scenario_files(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
-  for (const std::string& p : paths) {
-    if (fs::is_directory(p)) {
-      std::vector<std::string> in_dir;
-      for (const auto& e : fs::directory_iterator(p))
-        if (e.is_regular_file() && e.path().extension() == ".json") in_dir.push_back(e.path().string());
-      if (in_dir.empty()) throw ConfigError(p, "directory holds no *.json scenario");
-      std::sort(in_dir.begin(), in_dir.end());
-      out.insert(out.end(), in_dir.begin(), in_dir.end());
-    } else if (fs::is_regular_file(p)) {
-      out.push_back(p);
-    } else {
-      throw ConfigError(p, "no such scenario file or directory (the default, scenarios, is relative: run from the "
-                           "project root or name the files)");
-    }
-  }
-  return out;
-}
-
 std::string layout_short(const LayoutConfig& l) {
   std::string s;
   auto add = [&](const char* k, int64_t v) {

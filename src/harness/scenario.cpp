@@ -384,6 +384,27 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
   return s;
 }
 
+std::vector<std::string> scenario_files(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const std::string& p : paths) {
+    if (fs::is_directory(p)) {
+      std::vector<std::string> in_dir;
+      for (const auto& e : fs::directory_iterator(p))
+        if (e.is_regular_file() && e.path().extension() == ".json") in_dir.push_back(e.path().string());
+      if (in_dir.empty()) throw ConfigError(p, "directory holds no *.json scenario");
+      std::sort(in_dir.begin(), in_dir.end());
+      out.insert(out.end(), in_dir.begin(), in_dir.end());
+    } else if (fs::is_regular_file(p)) {
+      out.push_back(p);
+    } else {
+      throw ConfigError(p, "no such scenario file or directory (the default, scenarios, is relative: run from the "
+                           "project root or name the files)");
+    }
+  }
+  return out;
+}
+
 Scenario load_scenario(const std::string& path) {
   const std::string text = read_text(path);
   json j;

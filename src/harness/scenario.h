@@ -4,6 +4,7 @@
 // ("$.model.heads") and the rule; nothing is silently defaulted except a missing key.
 #pragma once
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -15,6 +16,10 @@ namespace parity {
 // Scenario::source is set to `path`. Errors name the file first:
 // "scenarios/x.json: $.model.heads: must divide model.dim (16), got 3".
 Scenario load_scenario(const std::string& path);
+
+// The scenario files `paths` name: a file as given, a directory's *.json (top level only,
+// sorted). ConfigError when a path does not exist or a directory holds no *.json.
+std::vector<std::string> scenario_files(const std::vector<std::string>& paths);
 
 // Parses and validates a JSON document already in memory. `name` is used when the document
 // has no "name" key. Errors name the JSON path: "$.model.heads: ...".
