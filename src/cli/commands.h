@@ -22,5 +22,6 @@ Command add_golden_command(CLI::App& app);
 Command add_plot_command(CLI::App& app);
 Command add_matrix_command(CLI::App& app);
 Command add_zoo_command(CLI::App& app);
+Command add_cover_command(CLI::App& app);
 
 }  // namespace parity::cli

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
                                           parity::cli::add_bench_command(app), parity::cli::add_explain_command(app),
                                           parity::cli::add_launch_command(app), parity::cli::add_ckpt_command(app),
                                           parity::cli::add_golden_command(app), parity::cli::add_plot_command(app),
-                                          parity::cli::add_matrix_command(app), parity::cli::add_zoo_command(app)};
+                                          parity::cli::add_matrix_command(app), parity::cli::add_zoo_command(app),
+                                          parity::cli::add_cover_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,202 @@
+// Pairwise coverage: the features of a scenario, the pairs they make, which pairs cannot
+// occur and why, and the check of a scenario set (docs/coverage.md).
+#include "harness/coverage.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "mesh/mesh.h"
+
+namespace parity::coverage {
+
+std::string_view mode_name(Mode m) {
+  switch (m) {
+    case Mode::fsdp: return "fsdp";
+    case Mode::hsdp: return "hsdp";
+    case Mode::tp: return "tp";
+    case Mode::sp: return "sp";
+    case Mode::dp2ep: return "dp2ep";
+    case Mode::tp2ep: return "tp2ep";
+    case Mode::cross_lane: return "cross-lane";
+    case Mode::etp: return "etp";
+  }
+  return "?";
+}
+
+const std::vector<Mode>& all_modes() {
+  static const std::vector<Mode> modes{Mode::fsdp, Mode::hsdp, Mode::tp,         Mode::sp,
+                                       Mode::dp2ep, Mode::tp2ep, Mode::cross_lane, Mode::etp};
+  return modes;
+}
+
+std::vector<Mode> modes_of(const LayoutConfig& l) {
+  std::vector<Mode> out;
+  if (l.world <= 1) return out;
+  if (l.dp_shard > 1) out.push_back(Mode::fsdp);
+  if (l.dp_replicate > 1) out.push_back(Mode::hsdp);
+  if (l.tp > 1) out.push_back(l.sp ? Mode::sp : Mode::tp);
+  switch (mesh::folding(mesh::Mesh(l))) {
+    case mesh::Folding::none: break;
+    case mesh::Folding::dp2ep: out.push_back(Mode::dp2ep); break;
+    case mesh::Folding::tp2ep: out.push_back(Mode::tp2ep); break;
+    case mesh::Folding::cross_lane: out.push_back(Mode::cross_lane); break;
+  }
+  if (l.etp > 1) out.push_back(Mode::etp);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const std::vector<OptionInfo>& all_options() {
+  static const std::vector<OptionInfo> options{
+      {Option::shared, "shared", {"off", "on"}, true},
+      {Option::aux, "aux", {"off", "on"}, true},
+      {Option::bias, "bias", {"off", "on"}, true},
+      {Option::microbatches, "microbatches", {"1", ">1"}, false},
+      {Option::tied, "tied", {"off", "on"}, false},
+      {Option::score, "score", {"softmax", "sigmoid"}, true},
+      {Option::top_k, "top_k", {"1", "all", "other"}, true},
+      {Option::optim, "optim", {"sgd", "adam", "adamw"}, false},
+      {Option::clip, "clip", {"off", "on"}, false},
+      {Option::dtype, "dtype", {"fp32", "fp64"}, false},
+      {Option::vocab_uneven, "vocab%tp", {"uneven"}, false},
+      {Option::mlp_uneven, "mlp_hidden%tp", {"uneven"}, false},
+      {Option::expert_uneven, "expert_hidden%etp", {"uneven"}, true},
+      {Option::shared_uneven, "shared_hidden%tp", {"uneven"}, true},
+      {Option::resume, "resume", {"yes"}, false},
+  };
+  return options;
+}
+
+const OptionInfo& option_info(Option o) { return all_options()[static_cast<size_t>(o)]; }
+
+int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
+  const ModelConfig& m = s.model;
+  if (option_info(o).moe && m.moe_layers() == 0) return -1;
+  auto flag = [](bool on) { return on ? 0 : -1; };
+  switch (o) {
+    case Option::shared: return m.shared_experts > 0 ? 1 : 0;
+    case Option::aux: return m.aux_alpha > 0 ? 1 : 0;
+    case Option::bias: return m.bias_rate > 0 ? 1 : 0;
+    case Option::microbatches: return m.microbatches > 1 ? 1 : 0;
+    case Option::tied: return m.tie_embeddings ? 1 : 0;
+    case Option::score: return m.score == Score::sigmoid ? 1 : 0;
+    case Option::top_k: return m.top_k == 1 ? 0 : m.top_k == m.experts ? 1 : 2;
+    case Option::optim: return s.optim.kind == OptimKind::sgd ? 0 : s.optim.kind == OptimKind::adam ? 1 : 2;
+    case Option::clip: return s.optim.clip > 0 ? 1 : 0;
+    case Option::dtype: return m.dtype == DType::f32 ? 0 : 1;
+    case Option::vocab_uneven: return flag(m.vocab % l.tp != 0);
+    case Option::mlp_uneven: return flag(m.dense_layers > 0 && m.mlp_hidden % l.tp != 0);
+    case Option::expert_uneven: return flag(m.expert_hidden % l.etp != 0);
+    case Option::shared_uneven: return flag(m.shared_experts > 0 && m.shared_hidden % l.tp != 0);
+    case Option::resume: return flag(s.resume.has_value());
+  }
+  return -1;
+}
+
+std::string pair_name(const Pair& p) {
+  const OptionInfo& info = option_info(p.option);
+  return std::string(info.name) + "=" + std::string(info.values[static_cast<size_t>(p.value)]) + " x " +
+         std::string(mode_name(p.mode));
+}
+
+std::vector<Pair> all_pairs() {
+  std::vector<Pair> out;
+  for (const OptionInfo& info : all_options())
+    for (size_t v = 0; v < info.values.size(); ++v)
+      for (Mode m : all_modes()) out.push_back({info.option, static_cast<int>(v), m});
+  return out;
+}
+
+// The rule, derived from the degrees alone (FOLDINGS.md): expert_hidden % etp != 0 needs
+// etp > 1, so etp = tp > 1. Then a rank's TP coordinate (rank mod tp) is its ETP coordinate
+// (rank mod etp), and the members of an EP group, which share their ETP coordinate, sit in
+// one TP lane: the group lies inside one dense DP group, which is dp2ep. tp2ep (an EP group
+// is a TP group) and cross-lane (an EP group spans TP lanes) both need etp = 1. Every other
+// pair has a witness among the layouts `parity cover` proposes from (a unit test checks both
+// halves: no valid layout breaks the rule, and the generator covers every other pair).
+std::string impossible_reason(const Pair& p) {
+  if (p.option == Option::expert_uneven && (p.mode == Mode::tp2ep || p.mode == Mode::cross_lane))
+    return "expert_hidden % etp != 0 needs etp = tp > 1, and then every EP group shares one TP lane "
+           "(rank mod tp = rank mod etp), which is dp2ep: " +
+           std::string(mode_name(p.mode)) + " needs etp = 1";
+  return "";
+}
+
+std::vector<LayoutConfig> compared_layouts(const Scenario& s) {
+  std::vector<LayoutConfig> out;
+  if (s.layout.world > 1) out.push_back(s.layout);
+  if (s.resume) out.push_back(s.resume->layout);
+  return out;
+}
+
+std::vector<Pair> covered_pairs(const Scenario& s) {
+  std::vector<Pair> out;
+  for (const LayoutConfig& l : compared_layouts(s)) {
+    const std::vector<Mode> modes = modes_of(l);
+    for (const OptionInfo& info : all_options()) {
+      const int v = option_value(info.option, s, l);
+      if (v < 0) continue;
+      for (Mode m : modes) out.push_back({info.option, v, m});
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+CoverageReport check_coverage(const std::vector<Scenario>& scenarios) {
+  CoverageReport r;
+  std::map<Pair, size_t> index;
+  for (const Pair& p : all_pairs()) {
+    if (!impossible_reason(p).empty()) {
+      r.impossible.push_back(p);
+      continue;
+    }
+    index[p] = r.possible.size();
+    r.possible.push_back(p);
+  }
+  r.cover.resize(r.possible.size());
+  for (size_t i = 0; i < scenarios.size(); ++i)
+    for (const Pair& p : covered_pairs(scenarios[i])) {
+      const auto it = index.find(p);
+      if (it != index.end()) r.cover[it->second].push_back(static_cast<int>(i));
+    }
+  for (size_t i = 0; i < r.possible.size(); ++i)
+    if (r.cover[i].empty()) r.missing.push_back(r.possible[i]);
+  return r;
+}
+
+std::string format_coverage(const CoverageReport& r) {
+  std::map<Pair, size_t> count;
+  for (size_t i = 0; i < r.possible.size(); ++i) count[r.possible[i]] = r.cover[i].size();
+  std::string out;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%-24s", "option=value");
+  out += buf;
+  for (Mode m : all_modes()) std::snprintf(buf, sizeof buf, " %10s", std::string(mode_name(m)).c_str()), out += buf;
+  out += "\n";
+  for (const OptionInfo& info : all_options())
+    for (size_t v = 0; v < info.values.size(); ++v) {
+      const std::string row = std::string(info.name) + "=" + std::string(info.values[v]);
+      std::snprintf(buf, sizeof buf, "%-24s", row.c_str());
+      out += buf;
+      for (Mode m : all_modes()) {
+        const auto it = count.find({info.option, static_cast<int>(v), m});
+        const std::string cell = it == count.end() ? "-" : it->second == 0 ? "MISSING" : std::to_string(it->second);
+        std::snprintf(buf, sizeof buf, " %10s", cell.c_str());
+        out += buf;
+      }
+      out += "\n";
+    }
+  for (const Pair& p : r.missing) out += "missing: " + pair_name(p) + "\n";
+  for (const Pair& p : r.impossible) out += "impossible: " + pair_name(p) + ": " + impossible_reason(p) + "\n";
+  std::snprintf(buf, sizeof buf, "coverage: %zu of %zu possible pairs covered, %zu missing",
+                r.possible.size() - r.missing.size(), r.possible.size(), r.missing.size());
+  out += buf;
+  std::snprintf(buf, sizeof buf, " (%zu impossible)\n", r.impossible.size());
+  out += buf;
+  return out;
+}
+
+}  // namespace parity::coverage

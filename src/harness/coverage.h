@@ -1,0 +1,94 @@
+// Pairwise coverage of a set of scenarios (docs/coverage.md). Every compared run of a
+// scenario (its layout when world > 1, and a resume check's second layout) exercises some
+// folding modes, read from the layout's degrees, and takes one value of each model/run
+// option. A pair is (option value, mode): "shared=off x tp" holds when some run trains a
+// model without shared expert under plain tensor parallelism. A bug that lives where two
+// features meet (no shared expert under TP without SP; an aux loss over micro-batches) is
+// only seen by a scenario that has both, so the shipped matrix must cover every pair that
+// can occur; impossible_reason() says, for each pair that cannot, why.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace parity::coverage {
+
+// Folding modes (shared/design/FOLDINGS.md), each read from a layout's degrees:
+//   fsdp dp_shard > 1, hsdp dp_replicate > 1, tp tp > 1 without sp, sp,
+//   dp2ep / tp2ep / cross-lane: the EP folding when ep > 1 (mesh::folding), etp etp > 1.
+enum class Mode { fsdp, hsdp, tp, sp, dp2ep, tp2ep, cross_lane, etp };
+inline constexpr int kModeCount = 8;
+std::string_view mode_name(Mode m);  // "fsdp", ..., "cross-lane", "etp"
+const std::vector<Mode>& all_modes();
+// The modes a layout exercises, in Mode order; none for world 1.
+std::vector<Mode> modes_of(const LayoutConfig& l);
+
+// Model/run options. Most take one of several values; the four *_uneven options and resume
+// are flags with the single value "yes" (when the flag is off the run takes no value: the
+// even case is every layout's default and is covered everywhere).
+enum class Option {
+  shared,         // off: shared_experts 0; on: 1
+  aux,            // off: aux_alpha 0; on: > 0
+  bias,           // off: bias_rate 0; on: > 0 (the expert-bias update)
+  microbatches,   // 1; >1
+  tied,           // off; on: tie_embeddings
+  score,          // softmax; sigmoid
+  top_k,          // 1; all (top_k == experts > 1); other
+  optim,          // sgd; adam; adamw
+  clip,           // off: clip 0; on: clip > 0
+  dtype,          // fp32; fp64
+  vocab_uneven,   // yes: vocab % tp != 0 (the vocab-parallel embedding and head)
+  mlp_uneven,     // yes: mlp_hidden % tp != 0 and a dense layer exists
+  expert_uneven,  // yes: expert_hidden % etp != 0 and an MoE layer exists
+  shared_uneven,  // yes: shared_hidden % tp != 0 and a shared expert exists
+  resume,         // yes: the scenario is a save-and-resume check (both of its layouts)
+};
+inline constexpr int kOptionCount = 15;
+
+struct OptionInfo {
+  Option option;
+  std::string_view name;                 // "shared"
+  std::vector<std::string_view> values;  // "off", "on"; a flag: "yes"
+  bool moe = false;                      // takes no value in a model without an MoE layer
+};
+const std::vector<OptionInfo>& all_options();  // in Option order
+const OptionInfo& option_info(Option o);
+
+// The value (an index into option_info(o).values) that option o takes in a run of s under
+// layout l, or -1 when it takes none (a flag that is off, an MoE option without MoE layer).
+int option_value(Option o, const Scenario& s, const LayoutConfig& l);
+
+struct Pair {
+  Option option;
+  int value;
+  Mode mode;
+  auto operator<=>(const Pair&) const = default;
+};
+std::string pair_name(const Pair& p);  // "shared=off x tp"
+
+// Every (option value, mode) pair, in option, value, mode order.
+std::vector<Pair> all_pairs();
+// Why no valid scenario can have both members of the pair, or "" when one can.
+std::string impossible_reason(const Pair& p);
+
+// The layouts a scenario compares with the baseline: its layout when world > 1, and the
+// resume check's layout (always world >= 2).
+std::vector<LayoutConfig> compared_layouts(const Scenario& s);
+// The pairs a scenario covers: over its compared layouts, each value its options take there
+// with each mode of that layout. Sorted, unique.
+std::vector<Pair> covered_pairs(const Scenario& s);
+
+struct CoverageReport {
+  std::vector<Pair> possible, impossible;  // all_pairs(), split by impossible_reason()
+  std::vector<Pair> missing;               // possible pairs no scenario covers
+  std::vector<std::vector<int>> cover;     // per possible pair: indices of the scenarios covering it
+};
+CoverageReport check_coverage(const std::vector<Scenario>& scenarios);
+
+// The report as text: a table (option value x mode: how many scenarios cover the pair,
+// "-" for an impossible pair, "MISSING"), then one line per missing pair, then a summary.
+std::string format_coverage(const CoverageReport& r);
+
+}  // namespace parity::coverage

@@ -1,0 +1,183 @@
+// Pairwise coverage (docs/coverage.md): modes and option values read from a scenario, the
+// checker failing on a set that misses a pair, the rule for impossible pairs held against
+// every valid layout, and the generator covering every possible pair.
+#include "harness/coverage.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "harness/cover_gen.h"
+#include "harness/scenario.h"
+
+namespace parity::coverage {
+namespace {
+
+const std::string kScenarios = std::string(PARITY_SOURCE_DIR) + "/scenarios";  // shipped files
+
+LayoutConfig layout(int64_t dpr, int64_t dps, int64_t tp, int64_t ep, int64_t etp, bool sp = false) {
+  return {.world = dpr * dps * tp, .dp_replicate = dpr, .dp_shard = dps, .tp = tp, .ep = ep, .etp = etp, .sp = sp};
+}
+
+Scenario with_layout(const LayoutConfig& l) {
+  Scenario s = cover_template();
+  s.layout = l;
+  return s;
+}
+
+std::string names(const std::vector<Pair>& pairs) {
+  std::string out;
+  for (const Pair& p : pairs) out += "\n  " + pair_name(p);
+  return out;
+}
+
+bool has(const std::vector<Pair>& v, const Pair& p) { return std::find(v.begin(), v.end(), p) != v.end(); }
+
+TEST(Coverage, ModesAreReadFromTheDegrees) {
+  using V = std::vector<Mode>;
+  EXPECT_EQ(modes_of(layout(1, 1, 1, 1, 1)), V{});
+  EXPECT_EQ(modes_of(layout(1, 1, 2, 1, 2)), (V{Mode::tp, Mode::etp}));
+  EXPECT_EQ(modes_of(layout(1, 1, 2, 1, 1)), (V{Mode::tp}));
+  EXPECT_EQ(modes_of(layout(1, 2, 2, 1, 2, true)), (V{Mode::fsdp, Mode::sp, Mode::etp}));
+  EXPECT_EQ(modes_of(layout(2, 2, 1, 1, 1)), (V{Mode::fsdp, Mode::hsdp}));
+  EXPECT_EQ(modes_of(layout(1, 1, 2, 2, 1)), (V{Mode::tp, Mode::tp2ep}));        // tp2_ep2
+  EXPECT_EQ(modes_of(layout(1, 4, 1, 2, 1)), (V{Mode::fsdp, Mode::dp2ep}));      // fsdp4_ep2
+  EXPECT_EQ(modes_of(layout(1, 4, 2, 4, 1)), (V{Mode::fsdp, Mode::tp, Mode::cross_lane}));  // w8_tp2_ep4
+  EXPECT_EQ(modes_of(layout(2, 2, 2, 2, 2)), (V{Mode::fsdp, Mode::hsdp, Mode::tp, Mode::dp2ep, Mode::etp}));
+}
+
+TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
+  Scenario s = with_layout(layout(1, 2, 2, 1, 2));
+  EXPECT_EQ(option_value(Option::shared, s, s.layout), 1);
+  EXPECT_EQ(option_value(Option::top_k, s, s.layout), 2);  // other
+  EXPECT_EQ(option_value(Option::optim, s, s.layout), 1);  // adam
+  EXPECT_EQ(option_value(Option::vocab_uneven, s, s.layout), -1);
+  s.model.vocab = 61, s.model.top_k = 4, s.model.shared_experts = 0, s.model.shared_hidden = 17;
+  EXPECT_EQ(option_value(Option::vocab_uneven, s, s.layout), 0);
+  EXPECT_EQ(option_value(Option::vocab_uneven, s, layout(1, 4, 1, 1, 1)), -1);  // tp 1: even
+  EXPECT_EQ(option_value(Option::top_k, s, s.layout), 1);                        // all
+  EXPECT_EQ(option_value(Option::shared_uneven, s, s.layout), -1);               // no shared expert
+  s.model.dense_layers = s.model.layers;                                          // no MoE layer
+  EXPECT_EQ(option_value(Option::shared, s, s.layout), -1);
+  EXPECT_EQ(option_value(Option::dtype, s, s.layout), 1);
+}
+
+TEST(Coverage, ResumeCountsBothLayoutsAndWorldOneNone) {
+  Scenario s = with_layout(layout(1, 1, 1, 1, 1));
+  EXPECT_TRUE(covered_pairs(s).empty());  // world 1: nothing compared
+  s.steps = 6;
+  s.resume = ResumeConfig{3, layout(1, 1, 2, 2, 1)};
+  std::vector<Pair> got = covered_pairs(s);
+  EXPECT_TRUE(has(got, {Option::resume, 0, Mode::tp2ep}));
+  EXPECT_FALSE(has(got, {Option::resume, 0, Mode::fsdp}));
+  s.layout = layout(1, 2, 1, 1, 1);
+  got = covered_pairs(s);
+  EXPECT_TRUE(has(got, {Option::resume, 0, Mode::fsdp}));
+  EXPECT_TRUE(has(got, {Option::shared, 1, Mode::fsdp}));
+}
+
+// The checker can fail: a set where no run drops the shared expert under plain TP names
+// that pair, and adding one scenario that has both removes it.
+TEST(Coverage, CheckerNamesEveryMissingPair) {
+  std::vector<Scenario> set{with_layout(layout(1, 1, 2, 1, 2))};  // tp2: shared expert on
+  CoverageReport r = check_coverage(set);
+  const Pair noshared_tp{Option::shared, 0, Mode::tp};
+  EXPECT_TRUE(has(r.missing, noshared_tp));
+  EXPECT_FALSE(has(r.missing, Pair{Option::shared, 1, Mode::tp}));
+  const std::string text = format_coverage(r);
+  EXPECT_NE(text.find("missing: shared=off x tp\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("missing: microbatches=>1 x hsdp\n"), std::string::npos) << text;
+  Scenario noshared = with_layout(layout(1, 1, 2, 1, 1));
+  noshared.model.shared_experts = 0;
+  set.push_back(noshared);
+  r = check_coverage(set);
+  EXPECT_FALSE(has(r.missing, noshared_tp));
+  EXPECT_EQ(r.possible.size() + r.impossible.size(), all_pairs().size());
+}
+
+// The rule of impossible_reason, held against every valid layout up to world 16 with a model
+// where expert_hidden is uneven under any etp > 1: no scenario covers an impossible pair,
+// and the layouts that could break the rule (etp > 1 with ep > 1) do occur.
+TEST(Coverage, NoValidLayoutHasAnImpossiblePair) {
+  Scenario s = cover_template();
+  s.model.heads = 8, s.model.dim = 16, s.model.experts = 8, s.model.expert_hidden = 17, s.model.vocab = 61;
+  int layouts = 0, ep_with_etp = 0;
+  for (int64_t dpr = 1; dpr <= 16; ++dpr)
+    for (int64_t dps = 1; dpr * dps <= 16; ++dps)
+      for (int64_t tp : {1, 2, 4, 8})
+        for (int64_t ep : {1, 2, 4, 8})
+          for (int64_t etp : {int64_t{1}, tp})
+            for (bool sp : {false, true}) {
+              s.layout = layout(dpr, dps, tp, ep, etp, sp);
+              if (s.layout.world > 16) continue;
+              try {
+                validate_scenario(s);
+              } catch (const ConfigError&) {
+                continue;
+              }
+              ++layouts, ep_with_etp += ep > 1 && etp > 1;
+              for (const Pair& p : covered_pairs(s))
+                EXPECT_EQ(impossible_reason(p), "") << pair_name(p) << " occurs in " << scenario_to_json(s).dump();
+            }
+  EXPECT_GT(layouts, 100);
+  EXPECT_GT(ep_with_etp, 10);
+}
+
+// From nothing, the generator covers every possible pair; every proposal is valid, splits its
+// batch over micro-batches and data parallel (the runner's rule), and covers what it claims.
+TEST(Coverage, GeneratorCoversEveryPossiblePairFromNothing) {
+  const Proposals p = propose({});
+  EXPECT_TRUE(p.left.empty()) << names(p.left);
+  std::vector<Scenario> set;
+  std::set<std::string> seen;
+  for (const Proposal& x : p.scenarios) {
+    SCOPED_TRACE(x.scenario.name);
+    EXPECT_NO_THROW(validate_scenario(x.scenario));
+    for (const LayoutConfig& l : compared_layouts(x.scenario))
+      EXPECT_EQ(x.scenario.model.batch % (x.scenario.model.microbatches * l.dp_replicate * l.dp_shard), 0);
+    EXPECT_FALSE(x.covers.empty());
+    for (const Pair& q : x.covers) EXPECT_TRUE(has(covered_pairs(x.scenario), q)) << pair_name(q);
+    EXPECT_TRUE(seen.insert(x.scenario.name).second);
+    EXPECT_EQ(x.scenario.name.rfind("pw_", 0), 0u);
+    set.push_back(x.scenario);
+  }
+  EXPECT_TRUE(check_coverage(set).missing.empty()) << names(check_coverage(set).missing);
+  EXPECT_GE(p.scenarios.size(), p.lower_bound);
+  EXPECT_GE(p.lower_bound, 3u);  // top_k and optim have three values each
+}
+
+// Added to an incomplete set, the proposal completes it and names nothing the set has.
+TEST(Coverage, GeneratorCompletesAnIncompleteSet) {
+  Scenario tp2 = with_layout(layout(1, 1, 2, 1, 2));
+  tp2.name = "tp2";
+  const Proposals p = propose({tp2});
+  std::vector<Scenario> set{tp2};
+  for (const Proposal& x : p.scenarios) set.push_back(x.scenario);
+  EXPECT_TRUE(check_coverage(set).missing.empty());
+  EXPECT_TRUE(p.left.empty());
+}
+
+// Written proposals read back as they were, in the shipped files' layout of keys.
+TEST(Coverage, FileTextIsTheShippedStyleAndReadsBack) {
+  for (const char* name : {"fsdp2_tp2_mb2_aux", "resume_tp2_to_w4_tp2_ep4"}) {
+    const std::string path = kScenarios + "/" + name + ".json";
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(scenario_file_text(load_scenario(path)), text.str()) << name;
+  }
+  Scenario s = with_layout(layout(2, 2, 2, 2, 2, true));
+  s.name = "pw_x", s.steps = 6, s.model.dtype = DType::f32, s.optim.clip = 0.3;
+  s.resume = ResumeConfig{3, layout(1, 1, 2, 2, 1)};
+  const Scenario back = parse_scenario(nlohmann::json::parse(scenario_file_text(s)), "");
+  EXPECT_EQ(scenario_to_json(back), scenario_to_json(s));
+}
+
+}  // namespace
+}  // namespace parity::coverage
