@@ -38,8 +38,10 @@ const std::vector<Choice>& choices(Option o) {
                       {"tied", [](Scenario& s) { s.model.tie_embeddings = true; }}}},
       {Option::score, {{"", [](Scenario& s) { s.model.score = Score::softmax; }},
                        {"sigmoid", [](Scenario& s) { s.model.score = Score::sigmoid; }}}},
-      {Option::top_k, {{"", [](Scenario& s) { s.model.top_k = 2; }},
-                       {"topk1", [](Scenario& s) { s.model.top_k = 1; }},
+      // top_k 1 with route_norm makes every weight 1: without aux loss the router would get
+      // no gradient and its check could not fire, so top_k 1 weighs by the score itself
+      {Option::top_k, {{"", [](Scenario& s) { s.model.top_k = 2, s.model.route_norm = true; }},
+                       {"topk1", [](Scenario& s) { s.model.top_k = 1, s.model.route_norm = false; }},
                        {"topkall", [](Scenario& s) { s.model.top_k = s.model.experts; }}}},
       // sgd and adamw as fsdp2_tp2_sgd and fsdp2_tp2_adamw set them
       {Option::optim, {{"", [](Scenario& s) { s.optim = OptimConfig{.kind = OptimKind::adam, .lr = 3e-3}; }},
@@ -78,6 +80,13 @@ struct Candidate {
   int changes = 0;          // options not at the template's choice
 };
 
+// A combination in which an option has no effect, which a proposal avoids: with top_k ==
+// experts every expert takes every token, so the aux loss is the constant aux_alpha (f_e = 1,
+// sum p_e = 1: no gradient) and the bias update is 0.
+bool inert(const Scenario& s) {
+  return s.model.top_k == s.model.experts && (s.model.aux_alpha > 0 || s.model.bias_rate > 0);
+}
+
 // The runner's rule (parallel_run.cpp): batch splits over micro-batches and data parallel.
 // Degrees are powers of two, so the largest product is divisible by every other.
 void fit_batch(Scenario& s) {
@@ -105,6 +114,7 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
     for (size_t k = 0; k < opts.size(); ++k) {
       Scenario t = s;
       opts[k].apply(t);
+      if (k > 0 && inert(t)) continue;
       std::set<Pair> got;
       for (const Layout* l : layouts) {
         const int v = option_value(info.option, t, l->config);

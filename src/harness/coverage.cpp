@@ -77,7 +77,9 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
   switch (o) {
     case Option::shared: return m.shared_experts > 0 ? 1 : 0;
     case Option::aux: return m.aux_alpha > 0 ? 1 : 0;
-    case Option::bias: return m.bias_rate > 0 ? 1 : 0;
+    // top_k == experts: every expert gets every token, so d_e = u * sign(0) = 0 and the
+    // bias never moves: a bias_rate > 0 there is not the update, and counts for neither value
+    case Option::bias: return m.bias_rate == 0 ? 0 : m.top_k < m.experts ? 1 : -1;
     case Option::microbatches: return m.microbatches > 1 ? 1 : 0;
     case Option::tied: return m.tie_embeddings ? 1 : 0;
     case Option::score: return m.score == Score::sigmoid ? 1 : 0;

@@ -31,7 +31,7 @@ std::vector<Mode> modes_of(const LayoutConfig& l);
 enum class Option {
   shared,         // off: shared_experts 0; on: 1
   aux,            // off: aux_alpha 0; on: > 0
-  bias,           // off: bias_rate 0; on: > 0 (the expert-bias update)
+  bias,           // off: bias_rate 0; on: > 0 and top_k < experts (else the update is 0)
   microbatches,   // 1; >1
   tied,           // off; on: tie_embeddings
   score,          // softmax; sigmoid

@@ -63,6 +63,10 @@ TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
   EXPECT_EQ(option_value(Option::vocab_uneven, s, layout(1, 4, 1, 1, 1)), -1);  // tp 1: even
   EXPECT_EQ(option_value(Option::top_k, s, s.layout), 1);                        // all
   EXPECT_EQ(option_value(Option::shared_uneven, s, s.layout), -1);               // no shared expert
+  s.model.bias_rate = 0.001;  // top_k == experts: the update is 0, neither off nor on
+  EXPECT_EQ(option_value(Option::bias, s, s.layout), -1);
+  s.model.top_k = 2;
+  EXPECT_EQ(option_value(Option::bias, s, s.layout), 1);
   s.model.dense_layers = s.model.layers;                                          // no MoE layer
   EXPECT_EQ(option_value(Option::shared, s, s.layout), -1);
   EXPECT_EQ(option_value(Option::dtype, s, s.layout), 1);
@@ -145,6 +149,13 @@ TEST(Coverage, GeneratorCoversEveryPossiblePairFromNothing) {
     for (const Pair& q : x.covers) EXPECT_TRUE(has(covered_pairs(x.scenario), q)) << pair_name(q);
     EXPECT_TRUE(seen.insert(x.scenario.name).second);
     EXPECT_EQ(x.scenario.name.rfind("pw_", 0), 0u);
+    const ModelConfig& m = x.scenario.model;  // no check that cannot fire
+    if (m.top_k == m.experts) {
+      EXPECT_TRUE(m.aux_alpha == 0 && m.bias_rate == 0);
+    }
+    if (m.top_k == 1) {
+      EXPECT_FALSE(m.route_norm && m.aux_alpha == 0) << "the router would get no gradient";
+    }
     set.push_back(x.scenario);
   }
   EXPECT_TRUE(check_coverage(set).missing.empty()) << names(check_coverage(set).missing);
