@@ -76,6 +76,7 @@ struct Candidate {
   Scenario scenario;
   std::vector<int> chosen;  // per option, the choice index
   size_t gain = 0;          // missing pairs covered
+  size_t pairs = 0;         // pairs covered, missing or not
   int64_t cost = 0;         // sum of the compared worlds
   int changes = 0;          // options not at the template's choice
 };
@@ -129,7 +130,9 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
     c.changes += best != 0;
   }
   fit_batch(s);
-  for (const Pair& p : covered_pairs(s)) c.gain += missing.count(p);
+  const std::vector<Pair> covered = covered_pairs(s);
+  for (const Pair& p : covered) c.gain += missing.count(p);
+  c.pairs = covered.size();
   for (const Layout* l : layouts) c.cost += l->config.world;
   return c;
 }
@@ -137,6 +140,7 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
 bool better(const Candidate& a, const Candidate& b) {
   if (a.gain != b.gain) return a.gain > b.gain;
   if (a.cost != b.cost) return a.cost < b.cost;
+  if (a.pairs != b.pairs) return a.pairs > b.pairs;  // more modes exercised on the way
   return a.changes < b.changes;
 }
 
@@ -174,6 +178,33 @@ size_t lower_bound(const std::set<Pair>& missing) {
   size_t most = 0;
   for (const Pair& p : missing) most = std::max(most, ++values[{p.option, p.mode}]);
   return most;
+}
+
+// A later proposal can cover every pair an earlier one was chosen for: such a proposal is
+// dropped, and what each covers is recounted in order.
+void drop_redundant(std::vector<Proposal>& props) {
+  auto covered_by_others = [&](size_t i) {
+    std::set<Pair> others;
+    for (size_t j = 0; j < props.size(); ++j)
+      if (j != i)
+        for (const Pair& q : covered_pairs(props[j].scenario)) others.insert(q);
+    return std::all_of(props[i].covers.begin(), props[i].covers.end(), [&](const Pair& q) { return others.count(q); });
+  };
+  for (size_t i = 0; i < props.size();) {
+    if (covered_by_others(i)) {
+      std::set<Pair> wanted;
+      for (const Proposal& p : props) wanted.insert(p.covers.begin(), p.covers.end());
+      props.erase(props.begin() + static_cast<std::ptrdiff_t>(i));
+      for (Proposal& p : props) {
+        p.covers.clear();
+        for (const Pair& q : covered_pairs(p.scenario))
+          if (wanted.erase(q)) p.covers.push_back(q);
+      }
+      i = 0;
+    } else {
+      ++i;
+    }
+  }
 }
 
 }  // namespace
@@ -257,6 +288,7 @@ Proposals propose(const std::vector<Scenario>& shipped) {
     out.scenarios.push_back(std::move(p));
   }
   out.left.assign(missing.begin(), missing.end());
+  drop_redundant(out.scenarios);
   return out;
 }
 

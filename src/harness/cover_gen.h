@@ -3,7 +3,8 @@
 // is missing, every pair of layouts as a resume check), sets each option to the value that
 // covers the most missing pairs with that layout's modes (pairs are option x mode, so the
 // options can be chosen one by one), and keeps the candidate that covers the most; ties go to
-// the smaller world, then to the fewest changes from the template. No proposal holds a
+// the smaller world, then to the one covering more pairs in all (more modes exercised), then
+// to the fewest changes from the template. No proposal holds a
 // setting that cannot act (aux loss or bias update with top_k == experts; top_k 1 with
 // route_norm and no aux loss, whose router gets no gradient). Every proposal is checked
 // by validate_scenario and by the runner's batch rule, and what it covers is read back from
