@@ -1,6 +1,7 @@
 # Every layout scenario (scenarios/*.json with layout.world > 1) as ctest tests through the
-# real command, `parity run` (issue 5): one test in the file's dtype (fp64) named after the
-# file, one with --dtype fp32 (NAME.fp32), and a sample under --backend mpi (NAME.mpi).
+# real command, `parity run` (issue 5): one test in the file's dtype named after the file, one
+# in the other dtype (NAME.fp32 for an fp64 file, NAME.fp64 for an fp32 one), and a sample
+# under --backend mpi (NAME.mpi).
 # Labels: scenario, wN (the world size), the backend, the dtype; `ctest -R fsdp4_tp2` runs
 # one scenario, `ctest -L scenario` all of them. Then the checks that the verdict can fail:
 # an injected fault must give exit 1 naming the family and its scale ratio, and a layout
@@ -18,11 +19,19 @@ foreach(file ${PARITY_SCENARIO_FILES})
   if(err OR err2 OR world LESS 2)
     continue()  # world 1 (tiny, small) trains the baseline only: nothing to compare
   endif()
+  string(JSON dtype ERROR_VARIABLE err3 GET "${text}" dtype)
+  if(err3)
+    set(dtype fp64)
+  endif()
+  set(other fp32)
+  if(dtype STREQUAL "fp32")
+    set(other fp64)
+  endif()
   add_test(NAME ${name} COMMAND parity run ${file})
-  set_tests_properties(${name} PROPERTIES LABELS "scenario;w${world};${backend};fp64")
-  add_test(NAME ${name}.fp32 COMMAND parity run ${file} --dtype fp32)
-  set_tests_properties(${name}.fp32 PROPERTIES LABELS "scenario;w${world};${backend};fp32")
-  set(tests ${name} ${name}.fp32)
+  set_tests_properties(${name} PROPERTIES LABELS "scenario;w${world};${backend};${dtype}")
+  add_test(NAME ${name}.${other} COMMAND parity run ${file} --dtype ${other})
+  set_tests_properties(${name}.${other} PROPERTIES LABELS "scenario;w${world};${backend};${other}")
+  set(tests ${name} ${name}.${other})
   # Expert-parallel layouts (issue 6) also with sgd: one step at lr 1 without momentum
   # makes the expert weights' update equal to their gradient, so a gradient scale error
   # (invisible to Adam) shows in the parameters.
@@ -30,7 +39,7 @@ foreach(file ${PARITY_SCENARIO_FILES})
   if(ep GREATER 1)
     add_test(NAME ${name}.sgd1 COMMAND parity run ${file} --optim sgd --lr 1 --steps 1)
     add_test(NAME ${name}.sgd COMMAND parity run ${file} --optim sgd --lr 0.5 --dtype fp32)
-    set_tests_properties(${name}.sgd1 PROPERTIES LABELS "scenario;w${world};${backend};fp64;sgd")
+    set_tests_properties(${name}.sgd1 PROPERTIES LABELS "scenario;w${world};${backend};${dtype};sgd")
     set_tests_properties(${name}.sgd PROPERTIES LABELS "scenario;w${world};${backend};fp32;sgd")
     list(APPEND tests ${name}.sgd1 ${name}.sgd)
   endif()
