@@ -34,14 +34,19 @@ foreach(file ${PARITY_SCENARIO_FILES})
   set(tests ${name} ${name}.${other})
   # Expert-parallel layouts (issue 6) also with sgd: one step at lr 1 without momentum
   # makes the expert weights' update equal to their gradient, so a gradient scale error
-  # (invisible to Adam) shows in the parameters.
+  # (invisible to Adam) shows in the parameters. A resume check cannot run one step (both
+  # of its phases need steps: save_at < steps), so it gets only the whole run under sgd.
   string(JSON ep GET "${text}" layout ep)
+  string(JSON resume ERROR_VARIABLE no_resume GET "${text}" resume)
   if(ep GREATER 1)
-    add_test(NAME ${name}.sgd1 COMMAND parity run ${file} --optim sgd --lr 1 --steps 1)
     add_test(NAME ${name}.sgd COMMAND parity run ${file} --optim sgd --lr 0.5 --dtype fp32)
-    set_tests_properties(${name}.sgd1 PROPERTIES LABELS "scenario;w${world};${backend};${dtype};sgd")
     set_tests_properties(${name}.sgd PROPERTIES LABELS "scenario;w${world};${backend};fp32;sgd")
-    list(APPEND tests ${name}.sgd1 ${name}.sgd)
+    list(APPEND tests ${name}.sgd)
+    if(no_resume)
+      add_test(NAME ${name}.sgd1 COMMAND parity run ${file} --optim sgd --lr 1 --steps 1)
+      set_tests_properties(${name}.sgd1 PROPERTIES LABELS "scenario;w${world};${backend};${dtype};sgd")
+      list(APPEND tests ${name}.sgd1)
+    endif()
   endif()
   if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
     add_test(NAME ${name}.mpi COMMAND parity run ${file} --backend mpi)
