@@ -123,3 +123,13 @@ add_test(NAME matrix.missing_path_is_bad_input
          COMMAND sh -c "$<TARGET_FILE:parity> matrix ${PARITY_MX}/no_such.json 2>&1; echo exit=$?")
 set_tests_properties(matrix.missing_path_is_bad_input PROPERTIES PASS_REGULAR_EXPRESSION
   "no_such.json: no such scenario file or directory.*exit=2\n")
+
+# Pairwise coverage (docs/coverage.md): `parity cover` over the shipped matrix passes (every
+# possible option value x folding mode pair is covered), and over one file it fails naming a
+# missing pair and proposing scenarios for it. Label coverage.
+add_test(NAME coverage.shipped COMMAND sh -c "$<TARGET_FILE:parity> cover ${PARITY_MX}; echo exit=$?")
+set_tests_properties(coverage.shipped PROPERTIES LABELS coverage PASS_REGULAR_EXPRESSION
+  "coverage: [0-9]+ of [0-9]+ possible pairs covered, 0 missing.*cover verdict: PASS[^\n]*\nexit=0\n")
+add_test(NAME coverage.missing_pair_fails COMMAND sh -c "$<TARGET_FILE:parity> cover ${PARITY_MX}/tp2.json; echo exit=$?")
+set_tests_properties(coverage.missing_pair_fails PROPERTIES LABELS coverage PASS_REGULAR_EXPRESSION
+  "missing: shared=off x tp\n.*proposal: [0-9]+ scenarios cover the [0-9]+ missing pairs.*cover verdict: FAIL[^\n]*\nexit=1\n")

@@ -1,6 +1,7 @@
 // Pairwise coverage (docs/coverage.md): modes and option values read from a scenario, the
 // checker failing on a set that misses a pair, the rule for impossible pairs held against
-// every valid layout, and the generator covering every possible pair.
+// every valid layout, the generator covering every possible pair, and the shipped matrix
+// covering every possible pair (the test that fails naming each missing one).
 #include "harness/coverage.h"
 
 #include <algorithm>
@@ -188,6 +189,17 @@ TEST(Coverage, FileTextIsTheShippedStyleAndReadsBack) {
   s.resume = ResumeConfig{3, layout(1, 1, 2, 2, 1)};
   const Scenario back = parse_scenario(nlohmann::json::parse(scenario_file_text(s)), "");
   EXPECT_EQ(scenario_to_json(back), scenario_to_json(s));
+}
+
+// The shipped matrix (scenarios/*.json, top level: what `parity matrix` runs) covers every
+// possible pair. On failure: every missing pair, and how to propose scenarios for them.
+TEST(Coverage, ShippedScenariosCoverEveryPossiblePair) {
+  std::vector<Scenario> set;
+  for (const std::string& f : scenario_files({kScenarios})) set.push_back(load_scenario(f));
+  ASSERT_GT(set.size(), 40u);
+  const CoverageReport r = check_coverage(set);
+  EXPECT_TRUE(r.missing.empty()) << r.missing.size() << " pairs no shipped scenario covers:" << names(r.missing)
+                                 << "\n(`parity cover` proposes scenarios for them; docs/coverage.md)";
 }
 
 }  // namespace
