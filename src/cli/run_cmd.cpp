@@ -10,13 +10,19 @@
 // comparing. A scenario with a "resume" object runs its save-and-resume-elsewhere check:
 // phase 1 trains save_at steps under the scenario's layout and saves into a temporary
 // directory, phase 2 resumes under resume.layout; exit 0 only if both phases pass.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +37,7 @@
 #include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
+#include "harness/shared_baseline.h"
 #include "harness/verdict.h"
 #include "mesh/mesh.h"
 #include "ckpt/training_state.h"
@@ -184,7 +191,24 @@ std::string phase1_report(const std::string& report) {
 }
 
 // `extra` goes to every rank after the common arguments (the checkpoint flags of a phase).
-int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra) {
+// A fresh path for this launcher's shared baseline; files of launchers that no longer run
+// (killed -9 before they could remove theirs) are removed first.
+std::string shared_baseline_path() {
+  namespace fs = std::filesystem;
+  static int seq = 0;
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path(ec);
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("parity-baseline-", 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + std::strlen("parity-baseline-"));
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
+  return (dir / ("parity-baseline-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) + ".bin")).string();
+}
+
+int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra,
+                 int64_t first_block = 0) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
   (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
   comm::LaunchOptions lo;
@@ -204,8 +228,20 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
   if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
   if (o.lr >= 0) args.insert(args.end(), {"--lr", exact_str(o.lr)});
+  // One baseline per host (harness/shared_baseline.h): trained here while the ranks run,
+  // read by every rank from a shared file; none trains its own copy.
+  // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
+  std::optional<BaselineProducer> baseline;
+  if (const char* v = std::getenv("PARITY_SHARED_BASELINE"); v == nullptr || std::string(v) != "0") {
+    Scenario bs = s;
+    bs.layout = layout;
+    use_device(parse_device(layout.device));
+    baseline.emplace(bs, shared_baseline_path(), static_cast<int>(layout.world), first_block);
+    lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
+  }
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
+  if (baseline) baseline->stop();
   std::printf("time to verdict: %.3f s (launcher wall clock, %d ranks, exit %d)\n",
               static_cast<double>(now_ns() - t0) * 1e-9, lo.nproc, rc);
   return rc;
@@ -298,7 +334,7 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   std::printf("resume check, phase 2 of 2: steps %s..%lld under %s, resumed from %s\n", K.c_str(),
               static_cast<long long>(s.steps - 1), layout_str(rc.layout).c_str(), dir.c_str());
   std::fflush(stdout);
-  const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir, "--resume-layout"});
+  const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir, "--resume-layout"}, std::max<int64_t>(rc.save_at - 1, 0));
   const int code = rc1 != 0 ? rc1 : rc2;
   std::printf("resume check verdict: %s (phase 1 exit %d, phase 2 exit %d)\n", code == 0 ? "PASS" : "FAIL", rc1, rc2);
   return code;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/inject.h"
 #include "harness/baseline.h"
+#include "harness/shared_baseline.h"
 #include "harness/scenario.h"
 #include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
@@ -51,7 +52,7 @@ template <class T> class Runner {
         opt_(o),
         clock_(std::make_shared<CommClock>()),
         timed_(timed_communicator(world, clock_)),
-        base_(s),
+        base_(make_baseline_source<T>(s, world.rank())),
         par_(s, *timed_),
         rank_(world.rank()) {
     build_groups();
@@ -85,7 +86,7 @@ template <class T> class Runner {
   VerdictOptions opt_;
   std::shared_ptr<CommClock> clock_;
   std::unique_ptr<comm::Communicator> timed_;  // the world the layout runs on, timed
-  BaselineRun<T> base_;
+  std::unique_ptr<BaselineSource<T>> base_;  // trained here, or the host's shared one
   ParallelRun<T> par_;
   int rank_;
   std::vector<vd::GroupSpec> groups_;
@@ -210,7 +211,7 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
     out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
   std::vector<vd::LocalSums> acc(groups_.size());
   add_tensors(acc, 0, p.grads, b.grads->tensors);
-  add_tensors(acc, n_fam_, p.params, base_.model().params.tensors);
+  add_tensors(acc, n_fam_, p.params, base_->params());
   const ModelConfig& c = sc_.model;
   const auto L = static_cast<size_t>(c.moe_layers());
   if (L > 0) {
@@ -218,7 +219,7 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
     vd::LocalSums& bias = acc[2 * n_fam_ + 1];
     for (size_t l = 0; l < L; ++l) {
       const auto& bt = b.tokens_per_expert[l];
-      const auto& bb = base_.model().expert_bias[l];
+      const auto& bb = base_->expert_bias()[l];
       const bool tpe_ok = l < p.tokens_per_expert.size() && p.tokens_per_expert[l].size() == bt.size();
       const bool bias_ok = l < p.expert_bias.size() && p.expert_bias[l].size() == bb.size();
       tpe.shape_bad += tpe_ok ? 0 : 1, bias.shape_bad += bias_ok ? 0 : 1;
@@ -316,7 +317,7 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
 // the baseline's (after - before), three doubles per group appended to out.
 template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out) {
   std::vector<NormSums> u(n_fam_);
-  const auto& ref_after = base_.model().params.tensors;
+  const auto& ref_after = base_->params();
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
@@ -349,11 +350,11 @@ std::vector<double> Runner<T>::update_ratios(const std::vector<double>& all, siz
 }
 
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
-  before_base_ = base_.model().params.tensors;
+  before_base_ = base_->params();
   before_local_.clear();
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
-  StepRecord<T> b = base_.step(t, KeepGrads::yes);
+  StepRecord<T> b = base_->step(t);
   time_.baseline += since(t0);
   t0 = Clock::now();
   RankStepRecord<T> p = par_.step(t);
@@ -387,7 +388,7 @@ template <class T> int64_t Runner<T>::resume(const std::string& dir) {
     throw ConfigError("--resume", dir + " was saved after step " + std::to_string(info.step) +
                                       ", beyond the run's last step (steps = " + std::to_string(sc_.steps) + ")");
   t0 = Clock::now();
-  for (int64_t t = 0; t < info.step; ++t) (void)base_.step(t);  // replayed, not compared
+  base_->skip_to(info.step);  // the steps before: replayed (or read), not compared
   time_.baseline += since(t0);
   return info.step;
 }
