@@ -1,0 +1,247 @@
+#include "cli/matrix_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace parity::cli {
+
+namespace {
+
+std::string exit_text(int rc) { return "ERROR (exit " + std::to_string(rc) + ")"; }
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+
+// A markdown table cell: '|' would end it, a line break would end the row.
+std::string md_cell(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n' || c == '\r')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+// The first line of a failure's text, for the one-line message attribute.
+std::string first_line(std::string_view text) { return std::string(text.substr(0, text.find('\n'))); }
+
+std::string run_message(const MatrixEntry& e) {
+  const std::string root = summarize_report(e.report).root;
+  if (!root.empty()) return root;
+  const std::string line = first_line(e.run.detail);
+  return line.empty() ? "parity run exit " + std::to_string(e.run.rc) : line;
+}
+
+std::string golden_message(const MatrixEntry& e) {
+  std::istringstream in(e.golden.detail);
+  for (std::string line; std::getline(in, line);)
+    if (contains(line, "FAIL")) return line;
+  return "parity golden check exit " + std::to_string(e.golden.rc);
+}
+
+void testcase(std::string& x, const char* classname, const MatrixEntry& e, const MatrixJob& j, bool failed,
+              const std::string& skipped, const std::string& message) {
+  x += "  <testcase classname=\"" + std::string(classname) + "\" name=\"" + xml_escape(e.name, true) +
+       "\" file=\"" + xml_escape(e.file, true) + "\" time=\"" + fixed(j.seconds, 3) + "\"";
+  if (!failed && skipped.empty()) {
+    x += "/>\n";
+    return;
+  }
+  x += ">\n";
+  if (!skipped.empty())
+    x += "    <skipped message=\"" + xml_escape(skipped, true) + "\"/>\n";
+  else
+    x += "    <failure message=\"" + xml_escape(message, true) + "\" type=\"" + classname + "\">" +
+         xml_escape(j.detail) + (j.log.empty() ? "" : xml_escape("log: " + j.log + "\n")) + "</failure>\n";
+  x += "  </testcase>\n";
+}
+
+}  // namespace
+
+std::string run_verdict(const MatrixEntry& e) {
+  if (e.world == 1) return "skipped";
+  if (e.run.rc == 0) return "PASS";
+  if (e.run.rc == 1) return "FAIL";
+  if (e.run.rc == 77) return "not run";
+  return exit_text(e.run.rc);
+}
+
+std::string golden_verdict(const MatrixEntry& e) {
+  if (e.golden.rc < 0) return "-";
+  if (e.golden.rc == 0) return "PASS";
+  if (e.golden.rc == 1) return "FAIL";
+  return exit_text(e.golden.rc);
+}
+
+bool run_failed(const MatrixEntry& e) { return e.world > 1 && e.run.rc != 0; }
+bool golden_failed(const MatrixEntry& e) { return e.golden.rc > 0; }
+
+ReportSummary summarize_report(const nlohmann::json& rep) {
+  ReportSummary s;
+  if (!rep.is_object()) return s;
+  if (rep.contains("rows") && rep["rows"].is_array())
+    for (const auto& r : rep["rows"]) {
+      const double tol = r.value("tol", 0.0);
+      if (r.contains("norm_rel") && r["norm_rel"].is_number() && tol > 0)
+        s.worst_over_tol = std::max(s.worst_over_tol, r["norm_rel"].get<double>() / tol);
+    }
+  const auto root = rep.find("root");
+  if (root == rep.end() || !root->is_object()) return s;
+  const auto& x = *root;
+  const std::string factor = x.value("factor", "");  // the name, not the explanation
+  const double scale = x.contains("scale_ratio") && x["scale_ratio"].is_number() ? x["scale_ratio"].get<double>() : NAN;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "root %s %s x%.4g at step %lld (%s)", x.value("quantity", "?").c_str(),
+                x.value("subject", "?").c_str(), scale, static_cast<long long>(x.value("step", int64_t{-1})),
+                factor.substr(0, factor.find(':')).c_str());
+  s.root = buf;
+  const size_t more = x.contains("same_step") ? x["same_step"].size() : 0;
+  const size_t later = x.contains("consequences") ? x["consequences"].size() : 0;
+  if (more > 0) s.root += " + " + std::to_string(more) + " more at that step";
+  if (later > 0) s.root += ", " + std::to_string(later) + " consequences";
+  return s;
+}
+
+std::string failure_lines(std::string_view log_text, bool golden, int max_lines) {
+  std::string out;
+  int kept = 0;
+  size_t pos = 0;
+  while (pos < log_text.size() && kept < max_lines) {
+    const size_t end = std::min(log_text.find('\n', pos), log_text.size());
+    const std::string_view line = log_text.substr(pos, end - pos);
+    pos = end + 1;
+    const bool keep = golden ? contains(line, "golden") || starts_with(line, "  ") || contains(line, "error")
+                             : starts_with(line, "root:") || starts_with(line, "FAIL") ||
+                                   starts_with(line, "verdict:") || contains(line, "error");
+    if (keep) out.append(line).append("\n"), ++kept;
+  }
+  return out;
+}
+
+std::string xml_escape(std::string_view text, bool attribute) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\n': out += attribute ? "&#10;" : "\n"; break;
+      case '\r': out += "&#13;"; break;
+      case '\t': out += attribute ? "&#9;" : "\t"; break;
+      default:
+        // XML 1.0 has no way to write the other C0 controls, not even as references.
+        out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    }
+  }
+  return out;
+}
+
+MatrixCounts count(const std::vector<MatrixEntry>& entries) {
+  MatrixCounts c;
+  for (const MatrixEntry& e : entries) {
+    if (e.world == 1)
+      ++c.skipped;
+    else
+      ++(run_failed(e) ? c.failed : c.passed);
+    if (e.golden.rc >= 0) ++(golden_failed(e) ? c.golden_failed : c.golden_passed);
+  }
+  return c;
+}
+
+std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds) {
+  int tests = 0, failures = 0, skipped = 0;
+  std::string cases;
+  for (const MatrixEntry& e : entries) {
+    ++tests;
+    const std::string v = run_verdict(e);
+    const std::string skip = e.world == 1  ? "world 1: no layout to compare"
+                             : v == "not run" ? "not run: the run needs hardware this machine lacks (exit 77)"
+                                              : "";
+    const bool failed = skip.empty() && run_failed(e);
+    skipped += !skip.empty(), failures += failed;
+    testcase(cases, "verdict", e, e.run, failed, skip, failed ? run_message(e) : "");
+    if (e.golden.rc >= 0) {
+      ++tests;
+      failures += golden_failed(e);
+      testcase(cases, "golden", e, e.golden, golden_failed(e), "", golden_failed(e) ? golden_message(e) : "");
+    }
+  }
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"parity-matrix\" tests=\"" +
+         std::to_string(tests) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
+         std::to_string(skipped) + "\" time=\"" + fixed(wall_seconds, 3) + "\">\n" + cases + "</testsuite>\n" +
+         "</testsuites>\n";
+}
+
+std::string summary_markdown(const std::vector<MatrixEntry>& entries, const SummaryInfo& info) {
+  const MatrixCounts c = count(entries);
+  std::string md = "# parity matrix: " + std::string(c.pass() ? "PASS" : "FAIL") + "\n\n";
+  if (!info.title.empty()) md += info.title + "\n\n";
+  if (!info.commit.empty()) md += "commit `" + info.commit.substr(0, 12) + "`, ";
+  md += info.date + (info.date.empty() ? "" : ", ") + std::to_string(entries.size()) + " scenarios: " +
+        std::to_string(c.passed) + " layouts passed, " + std::to_string(c.failed) + " failed, " +
+        std::to_string(c.skipped) + " skipped (world 1: no layout to compare)";
+  if (info.golden)
+    md += "; golden checks: " + std::to_string(c.golden_passed) + " passed, " + std::to_string(c.golden_failed) +
+          " failed";
+  md += "; " + fixed(info.wall_seconds, 1) + " s.\n";
+  std::string failed_runs, failed_goldens;
+  for (const MatrixEntry& e : entries) {
+    if (run_failed(e)) failed_runs += (failed_runs.empty() ? "" : ", ") + e.name;
+    if (golden_failed(e)) failed_goldens += (failed_goldens.empty() ? "" : ", ") + e.name;
+  }
+  if (!failed_runs.empty()) md += "\n**Failed layouts:** " + failed_runs + "\n";
+  if (!failed_goldens.empty()) md += "\n**Failed golden checks:** " + failed_goldens + "\n";
+  if (!info.logs_link.empty())
+    md += "\nLogs: [`" + info.logs_link + "/`](" + info.logs_link + "/) (NAME.log: `parity run`, NAME.report.json: " +
+          "its verdict as JSON, NAME.golden.log: `parity golden check`).\n";
+  md += "\n| scenario | world | layout | verdict | root of a failure | worst/tol | golden | time (s) |\n"
+        "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n";
+  auto link = [&](const std::string& text, const std::string& log) {
+    if (info.logs_link.empty() || log.empty()) return text;
+    const size_t slash = log.find_last_of('/');
+    return "[" + text + "](" + info.logs_link + "/" + log.substr(slash == std::string::npos ? 0 : slash + 1) + ")";
+  };
+  for (const MatrixEntry& e : entries) {
+    const ReportSummary s = summarize_report(e.report);
+    const std::string v = run_verdict(e), g = golden_verdict(e);
+    char worst[32] = "-";
+    if (e.world > 1 && e.report.is_object()) std::snprintf(worst, sizeof worst, "%.2g", s.worst_over_tol);
+    md += "| " + link(md_cell(e.name), e.world > 1 ? e.run.log : "") + " | " + std::to_string(e.world) + " | " +
+          md_cell(e.layout) + " | " + (run_failed(e) ? "**" + md_cell(v) + "**" : md_cell(v)) + " | " +
+          (s.root.empty() ? "" : md_cell(s.root)) + " | " + worst + " | " +
+          link(golden_failed(e) ? "**" + g + "**" : g, e.golden.rc >= 0 ? e.golden.log : "") + " | " +
+          fixed(e.run.seconds + e.golden.seconds, 1) + " |\n";
+  }
+  if (!info.plots.empty()) {
+    md += "\n## Plots (golden curves: loss over the baseline and the entropy floor; |layout - baseline| below)\n";
+    for (const auto& [group, stem] : info.plots)
+      md += "\n- **" + group + "**: [PNG](" + stem + ".png), [SVG](" + stem + ".svg)\n\n  ![" + group + "](" + stem +
+            ".png)\n";
+  }
+  return md;
+}
+
+std::string plot_group(const std::string& name) {
+  std::string g = name.substr(0, name.find('_'));
+  g = g.substr(0, g.find_first_of("0123456789"));
+  if (g == "tiny" || g == "small") return "one_device";
+  if (g == "w") return "world_ep";
+  return g.empty() ? "other" : g;
+}
+
+}  // namespace parity::cli

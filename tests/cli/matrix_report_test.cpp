@@ -1,0 +1,142 @@
+// The matrix's report writers (src/cli/matrix_report.h) on hand-made entries: escaping, a
+// JUnit file that is well-formed and has a failure exactly where a run or golden check
+// failed, and a summary that names the root of a failure.
+#include "cli/matrix_report.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/xml_check.h"
+
+namespace parity::cli {
+namespace {
+
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+MatrixEntry entry(const std::string& name, int64_t world, int run_rc, int golden_rc = -1) {
+  MatrixEntry e;
+  e.name = name, e.file = "scenarios/" + name + ".json", e.world = world, e.layout = "dps 4";
+  if (world > 1) e.run = {run_rc, 1.25, "/tmp/m/" + name + ".log", ""};
+  if (golden_rc >= 0) e.golden = {golden_rc, 2.5, "/tmp/m/" + name + ".golden.log", ""};
+  return e;
+}
+
+// A failed fsdp4 whose report names its root, with text that needs escaping.
+MatrixEntry failed_fsdp4() {
+  MatrixEntry e = entry("fsdp4", 4, 1, 0);
+  e.run.detail = "root: grad head at step 0, x0.25 <1/dp> & more\nverdict: FAIL \"3 rows\"\n";
+  e.report = {{"rows", {{{"norm_rel", 0.75}, {"tol", 1e-11}}, {{"norm_rel", 1e-13}, {"tol", 1e-11}}}},
+              {"root",
+               {{"quantity", "grad"}, {"subject", "head"}, {"scale_ratio", 0.25}, {"step", 0},
+                {"factor", "1/4 (= 1/dp): the dense gradients"}, {"same_step", {1, 2}}, {"consequences", {1}}}}};
+  return e;
+}
+
+TEST(MatrixReport, XmlEscapeCoversMarkupQuotesAndControls) {
+  EXPECT_EQ(xml_escape("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;");
+  EXPECT_EQ(xml_escape("x\ny\tz"), "x\ny\tz");
+  EXPECT_EQ(xml_escape("x\ny\tz", /*attribute=*/true), "x&#10;y&#9;z");
+  EXPECT_EQ(xml_escape(std::string("bell\x07 esc\x1b", 10)), "bell? esc?");
+  EXPECT_EQ(xml_escape("&amp;"), "&amp;amp;");  // text, not markup: escaped again
+}
+
+TEST(MatrixReport, JunitIsWellFormedWithAFailureExactlyWhereOneFailed) {
+  std::vector<MatrixEntry> es{entry("tp2", 2, 0, 0), failed_fsdp4(), entry("tiny", 1, -1, 1)};
+  es[2].golden.detail = "golden check tiny: FAIL: 1 of 1200 values differ\n  baseline loss step 3: got 1, golden 2\n";
+  const std::string x = junit_xml(es, 12.5);
+  EXPECT_EQ(test::xml_problem(x), "") << x;
+  EXPECT_EQ(occurrences(x, "<testcase "), 6u) << x;  // 3 runs (one skipped) and 3 golden checks
+  EXPECT_EQ(occurrences(x, "<failure "), 2u) << x;
+  EXPECT_NE(x.find("tests=\"6\" failures=\"2\" errors=\"0\" skipped=\"1\""), std::string::npos) << x;
+  // The run's failure: its root as the message, its lines (escaped) as the text.
+  const size_t fsdp4 = x.find("classname=\"verdict\" name=\"fsdp4\"");
+  ASSERT_NE(fsdp4, std::string::npos) << x;
+  const size_t failure = x.find("<failure message=\"root grad head x0.25 at step 0 (1/4 (= 1/dp)) + 2 more at that "
+                                "step, 1 consequences\"", fsdp4);
+  EXPECT_NE(failure, std::string::npos) << x;
+  EXPECT_LT(failure, x.find("</testcase>", fsdp4));
+  EXPECT_NE(x.find("x0.25 &lt;1/dp&gt; &amp; more"), std::string::npos) << x;
+  // The golden check's failure: its FAIL line as the message, the differing values below.
+  EXPECT_NE(x.find("<failure message=\"golden check tiny: FAIL: 1 of 1200 values differ\" type=\"golden\">"),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("baseline loss step 3"), std::string::npos) << x;
+  // Passing ones carry no failure, the world-1 run is skipped.
+  EXPECT_NE(x.find("classname=\"verdict\" name=\"tp2\" file=\"scenarios/tp2.json\" time=\"1.250\"/>"),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("<skipped message=\"world 1: no layout to compare\"/>"), std::string::npos) << x;
+}
+
+TEST(MatrixReport, JunitOfAPassingMatrixHasNoFailure) {
+  const std::string x = junit_xml({entry("tp2", 2, 0, 0), entry("fsdp4", 4, 0, 0)}, 3);
+  EXPECT_EQ(test::xml_problem(x), "") << x;
+  EXPECT_EQ(x.find("<failure"), std::string::npos) << x;
+}
+
+TEST(MatrixReport, XmlCheckRejectsWhatItShould) {  // the check above can fail
+  EXPECT_NE(test::xml_problem("<a><b></a></b>"), "");
+  EXPECT_NE(test::xml_problem("<a x=\"1 < 2\"/>"), "");
+  EXPECT_NE(test::xml_problem("<a>fish & chips</a>"), "");
+  EXPECT_NE(test::xml_problem("<a/><b/>"), "");
+  EXPECT_EQ(test::xml_problem("<?xml version=\"1.0\"?>\n<a x=\"&#10;\">&lt;<b/></a>\n"), "");
+}
+
+TEST(MatrixReport, SummaryNamesTheRootNotTheRows) {
+  std::vector<MatrixEntry> es{entry("tp2", 2, 0, 0), failed_fsdp4(), entry("tiny", 1, -1, 0)};
+  SummaryInfo info;
+  info.title = "ci/gate: ctest PASS", info.commit = "0123456789abcdef0123", info.date = "2025-01-01 00:00 UTC";
+  info.logs_link = "logs", info.golden = true, info.wall_seconds = 9.5;
+  info.plots = {{"fsdp", "plots/fsdp"}};
+  const std::string md = summary_markdown(es, info);
+  EXPECT_EQ(md.rfind("# parity matrix: FAIL\n\nci/gate: ctest PASS\n\ncommit `0123456789ab`, 2025-01-01", 0), 0u)
+      << md;
+  EXPECT_NE(md.find("3 scenarios: 1 layouts passed, 1 failed, 1 skipped"), std::string::npos) << md;
+  EXPECT_NE(md.find("**Failed layouts:** fsdp4\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| [fsdp4](logs/fsdp4.log) | 4 | dps 4 | **FAIL** | root grad head x0.25 at step 0 (1/4 (= "
+                    "1/dp)) + 2 more at that step, 1 consequences | 7.5e+10 | [PASS](logs/fsdp4.golden.log) "
+                    "| 3.8 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| tiny | 1 | dps 4 | skipped |  | - | [PASS](logs/tiny.golden.log) | 2.5 |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("![fsdp](plots/fsdp.png)"), std::string::npos) << md;
+}
+
+TEST(MatrixReport, SummaryCellsCannotBreakTheTable) {
+  MatrixEntry e = entry("a|b", 2, 0);
+  e.layout = "x|y\nz";
+  const std::string md = summary_markdown({e}, {});
+  EXPECT_NE(md.find("| a\\|b | 2 | x\\|y z | PASS |"), std::string::npos) << md;
+  EXPECT_EQ(md.rfind("# parity matrix: PASS", 0), 0u) << md;
+}
+
+TEST(MatrixReport, FailureLinesKeepTheRootAndTheDifferingValues) {
+  const std::string run = "step 0 ...\nFAIL     grad head 0.75\nPASS     loss\nroot: grad head at step 0\n"
+                          "verdict: FAIL\n";
+  EXPECT_EQ(failure_lines(run, false), "FAIL     grad head 0.75\nroot: grad head at step 0\nverdict: FAIL\n");
+  const std::string golden = "golden check tiny: FAIL: 2 of 9 values differ\n  baseline loss step 3: got 1\n"
+                             "  (regenerate it with: parity golden update x)\nnoise\n";
+  EXPECT_EQ(failure_lines(golden, true, 2),
+            "golden check tiny: FAIL: 2 of 9 values differ\n  baseline loss step 3: got 1\n");
+}
+
+TEST(MatrixReport, PlotGroupsAreNameFamilies) {
+  EXPECT_EQ(plot_group("fsdp2_tp2_sp"), "fsdp");
+  EXPECT_EQ(plot_group("hsdp2x2_tp2"), "hsdp");
+  EXPECT_EQ(plot_group("tp4"), "tp");
+  EXPECT_EQ(plot_group("ep_topk1"), "ep");
+  EXPECT_EQ(plot_group("w8_tp2_ep4"), "world_ep");
+  EXPECT_EQ(plot_group("resume_fsdp3_to_fsdp4"), "resume");
+  EXPECT_EQ(plot_group("tiny"), "one_device");
+  EXPECT_EQ(plot_group("small"), "one_device");
+}
+
+}  // namespace
+}  // namespace parity::cli
