@@ -124,7 +124,8 @@ void print_progress(const MatrixEntry& e, bool golden, size_t done, size_t total
   std::printf("[%zu/%zu] %-40s %-6s %-8s %6.2f s\n", done, total, e.name.c_str(), golden ? "golden" : "run",
               (golden ? golden_verdict(e) : run_verdict(e)).c_str(), j.seconds);
   if (j.rc != 0) {
-    const std::string lines = failure_lines(j.detail, golden, 8);
+    // A run: its root and verdict (the rows are in the log and the JUnit); a golden: 6 lines.
+    const std::string lines = failure_lines(j.detail, golden, golden ? 6 : 0);
     for (size_t pos = 0; pos < lines.size();) {
       const size_t end = lines.find('\n', pos);
       std::printf("    | %s\n", lines.substr(pos, end - pos).c_str());

@@ -48,9 +48,9 @@ struct ReportSummary {
 };
 ReportSummary summarize_report(const nlohmann::json& report);
 
-// The lines of a job's output worth quoting in a failure, at most max_lines: for a run its
-// root, FAIL rows, verdict and error lines; for a golden check its FAIL line and the values
-// that differ.
+// The lines of a job's output worth quoting in a failure: for a run its root, verdict and
+// error lines and at most max_lines FAIL rows; for a golden check at most max_lines: its FAIL
+// line and the values that differ.
 std::string failure_lines(std::string_view log_text, bool golden, int max_lines = 40);
 
 // Text for XML character data (attribute = false) or an attribute value in double quotes

@@ -121,6 +121,9 @@ TEST(MatrixReport, FailureLinesKeepTheRootAndTheDifferingValues) {
   const std::string run = "step 0 ...\nFAIL     grad head 0.75\nPASS     loss\nroot: grad head at step 0\n"
                           "verdict: FAIL\n";
   EXPECT_EQ(failure_lines(run, false), "FAIL     grad head 0.75\nroot: grad head at step 0\nverdict: FAIL\n");
+  // Many failing rows: the root and the verdict are kept past the cap.
+  EXPECT_EQ(failure_lines("FAIL a\nFAIL b\nFAIL c\nroot: a\nverdict: FAIL\n", false, 1),
+            "FAIL a\nroot: a\nverdict: FAIL\n");
   const std::string golden = "golden check tiny: FAIL: 2 of 9 values differ\n  baseline loss step 3: got 1\n"
                              "  (regenerate it with: parity golden update x)\nnoise\n";
   EXPECT_EQ(failure_lines(golden, true, 2),
