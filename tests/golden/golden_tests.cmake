@@ -2,7 +2,7 @@
 # `parity golden check` through the real binary including failing on perturbed, stale and
 # missing goldens (test_golden_cli, label golden), and one golden check per scenario in
 # PARITY_GOLDEN_SAMPLE (label golden; `-DPARITY_GOLDEN_ALL=ON` registers every scenario).
-# ci/gate checks every golden itself (`parity golden check scenarios/*.json --backend mpi`).
+# ci/gate checks every golden itself (`parity matrix --golden`: `parity golden check` of every scenario, mpi).
 set(PARITY_GOLDEN_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 foreach(kind golden golden_cli)
   add_executable(test_${kind} ${CMAKE_CURRENT_SOURCE_DIR}/golden/${kind}_test.cpp)
