@@ -1,5 +1,6 @@
 // `parity ckpt inspect DIR`: tensors, shapes, dtypes, the layout each was saved under, chunks
-// per rank, sizes and checksums, every byte verified; exit 0 when whole, 1 when corrupt.
+// per rank, sizes and checksums, every byte verified; exit 0 when whole, 3 (a damaged
+// checkpoint, core/exit_codes.h) when corrupt.
 // `parity ckpt export DIR OUT`: the unsharded state (every tensor whole) as one safetensors file.
 // `parity ckpt diff A B`: whether two checkpoints hold bitwise the same unsharded state,
 // whatever layouts they were saved under; exit 0 equal, 1 different, with every difference.
@@ -22,6 +23,7 @@
 #include "ckpt/unsharded.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "harness/scenario.h"
 
 namespace parity::cli {
@@ -181,7 +183,7 @@ Command add_ckpt_command(CLI::App& app) {
   sub->require_subcommand(1);
   CLI::App* ins = sub->add_subcommand(
       "inspect", "Print a checkpoint's tensors, shapes, dtypes, layouts, chunks per rank, sizes and checksums, "
-                 "verify every byte; exit 1 when it is corrupt");
+                 "verify every byte; exit 3 when it is corrupt");
   ins->add_option("dir", o->dir, "Checkpoint directory")->required();
   ins->add_flag("-v,--verbose", o->verbose, "List every chunk with its rectangle, offset and checksums");
   CLI::App* exp = sub->add_subcommand(
@@ -203,7 +205,7 @@ Command add_ckpt_command(CLI::App& app) {
             if (ins->parsed()) {
               const ckpt::InspectReport r = ckpt::inspect(o->dir);
               std::fputs(ckpt::format_report(r, o->verbose).c_str(), stdout);
-              return r.ok() ? 0 : 1;
+              return r.ok() ? exit_code::ok : exit_code::infrastructure;
             }
             return run_bench(o->scenario, o->bench_dir);
           }};
