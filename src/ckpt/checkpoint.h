@@ -12,7 +12,8 @@
 //
 // save() writes each rank's own chunks (a replicated element only by its first replica) to
 // DIR.tmp-<nonce>, then metadata.json, fsyncs everything and swaps the directory into place
-// atomically; a crash at any point leaves the previous DIR whole. load() reads, on each rank,
+// atomically; a crash at any point leaves the previous DIR whole. load() checks metadata.json
+// against its own checksum and every rank file's header (verify.h), then reads, on each rank,
 // only the checksum blocks of the chunks that intersect its shard, verifies them and
 // copies them bitwise into the local tensors, which it resizes to the target local shape.
 #pragma once
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/format.h"
+#include "ckpt/verify.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "mesh/mesh.h"
@@ -76,7 +78,8 @@ void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& st
 // Collective over `world`. Fills every tensor of `state` with its shard under `m` and the
 // entry's layout. Throws ConfigError for a different model config, a missing tensor, a dtype
 // or shape mismatch; IoError for a missing, truncated or corrupt file (naming file and
-// tensor). Tensors in the checkpoint but not in `state` are ignored. Returns the saved info.
+// tensor), and for a metadata.json that disagrees with itself or a file (verify.h). Tensors
+// in the checkpoint but not in `state` are ignored. Returns the saved info.
 CheckpointInfo load(comm::Communicator& world, const mesh::Mesh& m, ShardedState& state, const nlohmann::json& model,
                     const std::string& dir);
 
@@ -87,7 +90,9 @@ struct RankRecord {
   FileMeta file;
   std::vector<std::vector<ChunkMeta>> chunks;  // per state entry, in state order
 };
-RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const ShardedState& state, int rank);
+// The file's header records `info` and every chunk it holds (format.h, RankRecordHeader).
+RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const ShardedState& state,
+                           const CheckpointInfo& info, int rank);
 std::string record_to_string(const RankRecord& r);
 RankRecord record_from_string(const std::string& s);
 
@@ -113,10 +118,9 @@ void recover(const std::string& dir);
 // two renames of commit(). Throws IoError when neither holds a metadata.json. Never writes.
 std::string resolve(const std::string& dir);
 
-// Fills rank `rank`'s tensors of `state` from the checkpoint in `dir` (already resolved)
-// described by `md`. Checks the model config first. Throws as load() does.
-void load_rank(const std::string& dir, const Metadata& md, const mesh::Mesh& m, ShardedState& state, int rank,
-               const nlohmann::json& model);
+// Fills rank `rank`'s tensors of `state` from a verified checkpoint (Checkpoint::open,
+// verify.h), verifying every block it reads. Checks the model config first. Throws as load().
+void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const nlohmann::json& model);
 
 // Throws ConfigError "<where>: $.model<pointer>: checkpoint has X, this run has Y" when differ.
 void check_model(const nlohmann::json& saved, const nlohmann::json& expected, const std::string& where);

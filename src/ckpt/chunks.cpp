@@ -68,6 +68,13 @@ Shape Rect::shape() const {
 
 int64_t Rect::numel() const { return parity::numel(shape()); }
 
+std::string rect_str(const Rect& r) {
+  std::string s = "[";
+  for (size_t d = 0; d < r.dims.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(r.dims[d].begin) + ":" + std::to_string(r.dims[d].end);
+  return s + "]";
+}
+
 bool writes_shard(const mesh::Mesh& m, const mesh::Layout& l, const std::string& tensor, int rank) {
   const std::vector<int64_t> c = m.coords(l.view, rank);
   bool first = true;

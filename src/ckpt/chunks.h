@@ -8,6 +8,7 @@
 // as one contiguous chunk. A 0-d tensor is one rectangle of one element.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,6 +24,7 @@ struct Rect {
   int64_t numel() const;
   bool operator==(const Rect&) const = default;
 };
+std::string rect_str(const Rect& r);  // "[0:4, 0:16]": per dimension begin:end
 
 // A rectangle of a rank's local tensor: its global extent and where it starts locally.
 struct LocalChunk {

@@ -10,6 +10,7 @@
 
 #include "ckpt/checksum.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 
 namespace parity::ckpt {
 
@@ -36,18 +37,59 @@ ordered_json layout_json(const mesh::Layout& l, const LayoutConfig& cfg) {
           {"mesh", m.sizes(l.view)}};
 }
 
+ordered_json mesh_json(const LayoutConfig& m) {
+  return {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
+          {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
+}
+
+LayoutConfig mesh_from(const json& m) {
+  LayoutConfig c;
+  c.world = m.at("world").get<int64_t>();
+  c.dp_replicate = m.at("dp_replicate").get<int64_t>();
+  c.dp_shard = m.at("dp_shard").get<int64_t>();
+  c.tp = m.at("tp").get<int64_t>();
+  c.ep = m.at("ep").get<int64_t>();
+  c.etp = m.at("etp").get<int64_t>();
+  return c;
+}
+
+mesh::Layout layout_from(const json& l, const std::string& where, const std::string& path) {
+  mesh::Layout out;
+  const std::string view = l.at("view").get<std::string>();
+  if (view != "dense" && view != "expert") bad(where, path + ".layout.view", "must be dense or expert");
+  out.view = view == "dense" ? mesh::View::dense : mesh::View::expert;
+  for (const auto& p : l.at("placements")) out.placements.push_back(parse_placement(p.get<std::string>()));
+  return out;
+}
+
+ordered_json rect_json(const Rect& r) {
+  ordered_json out = ordered_json::array();
+  for (const auto& d : r.dims) out.push_back({d.begin, d.end});
+  return out;
+}
+
+Rect rect_from(const json& j) {
+  Rect r;
+  for (const auto& d : j) r.dims.push_back({d.at(0).get<int64_t>(), d.at(1).get<int64_t>()});
+  return r;
+}
+
+ordered_json checksums_json(const std::vector<uint32_t>& v) {
+  ordered_json out = ordered_json::array();
+  for (uint32_t s : v) out.push_back(checksum_str(s));
+  return out;
+}
+
 ordered_json chunk_json(const ChunkMeta& c) {
-  ordered_json rect = ordered_json::array(), sums = ordered_json::array();
-  for (const auto& r : c.rect.dims) rect.push_back({r.begin, r.end});
-  for (uint32_t s : c.checksums) sums.push_back(checksum_str(s));
-  return {{"rank", c.rank},     {"rect", rect},   {"file", rank_file_name(c.rank)}, {"key", c.key},
-          {"offset", c.offset}, {"bytes", c.bytes}, {"block_rows", c.block_rows},   {"checksums", sums}};
+  return {{"rank", c.rank},     {"rect", rect_json(c.rect)}, {"file", rank_file_name(c.rank)},
+          {"key", c.key},       {"offset", c.offset},        {"bytes", c.bytes},
+          {"block_rows", c.block_rows}, {"checksums", checksums_json(c.checksums)}};
 }
 
 ChunkMeta chunk_from(const json& j, const TensorMeta& t, const std::string& where, const std::string& path) {
   ChunkMeta c;
   c.rank = j.at("rank").get<int>();
-  for (const auto& r : j.at("rect")) c.rect.dims.push_back({r.at(0).get<int64_t>(), r.at(1).get<int64_t>()});
+  c.rect = rect_from(j.at("rect"));
   c.key = j.at("key").get<std::string>();
   c.offset = j.at("offset").get<int64_t>();
   c.bytes = j.at("bytes").get<int64_t>();
@@ -91,14 +133,18 @@ ordered_json metadata_to_json(const Metadata& md) {
   ordered_json j;
   j["format"] = "parity-checkpoint";
   j["version"] = md.version;
+  j["checksum"] = "";  // set below, over everything else
   j["step"] = md.step;
   j["data_position"] = md.data_position;
   j["model"] = md.model;
-  j["mesh"] = {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
-               {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
+  j["mesh"] = mesh_json(m);
   ordered_json files = ordered_json::array();
   for (const auto& f : md.files)
-    files.push_back({{"rank", f.rank}, {"file", f.file}, {"bytes", f.bytes}, {"checksum", checksum_str(f.checksum)}});
+    files.push_back({{"rank", f.rank},
+                     {"file", f.file},
+                     {"bytes", f.bytes},
+                     {"checksum", checksum_str(f.checksum)},
+                     {"header_checksum", checksum_str(f.header_checksum)}});
   j["files"] = files;
   ordered_json tensors = ordered_json::array();
   for (const auto& t : md.tensors) {
@@ -111,7 +157,20 @@ ordered_json metadata_to_json(const Metadata& md) {
                        {"chunks", chunks}});
   }
   j["tensors"] = tensors;
+  j["checksum"] = checksum_str(metadata_checksum(json::parse(j.dump())));
   return j;
+}
+
+uint32_t json_checksum(const json& j) {
+  const std::string s = j.dump();
+  return crc32c(s.data(), s.size());
+}
+
+uint32_t metadata_checksum(const json& doc) {
+  if (!doc.is_object() || !doc.contains("checksum")) return json_checksum(doc);
+  json rest = doc;
+  rest.erase("checksum");
+  return json_checksum(rest);
 }
 
 namespace {
@@ -121,11 +180,7 @@ TensorMeta tensor_from(const json& j, const std::string& where, const std::strin
   t.name = j.at("name").get<std::string>();
   t.shape = j.at("shape").get<Shape>();
   t.dtype = parse_dtype(j.at("dtype").get<std::string>());
-  const json& l = j.at("layout");
-  const std::string view = l.at("view").get<std::string>();
-  if (view != "dense" && view != "expert") bad(where, path + ".layout.view", "must be dense or expert");
-  t.layout.view = view == "dense" ? mesh::View::dense : mesh::View::expert;
-  for (const auto& p : l.at("placements")) t.layout.placements.push_back(parse_placement(p.get<std::string>()));
+  t.layout = layout_from(j.at("layout"), where, path);
   const auto& chunks = j.at("chunks");
   for (size_t i = 0; i < chunks.size(); ++i)
     t.chunks.push_back(chunk_from(chunks[i], t, where, path + ".chunks[" + std::to_string(i) + "]"));
@@ -159,23 +214,26 @@ Metadata metadata_from_json(const json& j, const std::string& where) {
   try {
     if (j.at("format").get<std::string>() != "parity-checkpoint") bad(where, "$.format", "is not parity-checkpoint");
     md.version = j.at("version").get<int>();
+    if (md.version < kFormatVersion)
+      bad(where, "$.version", "is " + std::to_string(md.version) + ", this build reads version " +
+                                  std::to_string(kFormatVersion) +
+                                  " only: an older checkpoint has no checksum of metadata.json and no chunk records "
+                                  "in its rank files to verify it against; save it again");
     if (md.version != kFormatVersion)
       bad(where, "$.version", "is " + std::to_string(md.version) + ", this build reads version " +
                                   std::to_string(kFormatVersion));
+    if (!j.contains("checksum")) bad(where, "$.checksum", "missing: metadata.json must carry its own checksum");
+    md.checksum = parse_checksum(j.at("checksum").get<std::string>(), where, "$.checksum");
+    md.content_checksum = metadata_checksum(j);
     md.step = j.at("step").get<int64_t>();
     md.data_position = j.at("data_position").get<int64_t>();
     md.model = j.at("model");
-    const json& m = j.at("mesh");
-    md.mesh.world = m.at("world").get<int64_t>();
-    md.mesh.dp_replicate = m.at("dp_replicate").get<int64_t>();
-    md.mesh.dp_shard = m.at("dp_shard").get<int64_t>();
-    md.mesh.tp = m.at("tp").get<int64_t>();
-    md.mesh.ep = m.at("ep").get<int64_t>();
-    md.mesh.etp = m.at("etp").get<int64_t>();
+    md.mesh = mesh_from(j.at("mesh"));
     const json& files = j.at("files");
     for (const auto& f : files)
       md.files.push_back({f.at("rank").get<int>(), f.at("file").get<std::string>(), f.at("bytes").get<int64_t>(),
-                          parse_checksum(f.at("checksum").get<std::string>(), where, "$.files")});
+                          parse_checksum(f.at("checksum").get<std::string>(), where, "$.files"),
+                          parse_checksum(f.at("header_checksum").get<std::string>(), where, "$.files")});
     const json& tensors = j.at("tensors");
     for (size_t i = 0; i < tensors.size(); ++i)
       md.tensors.push_back(tensor_from(tensors[i], where, "$.tensors[" + std::to_string(i) + "]"));
@@ -236,33 +294,148 @@ void write_metadata(const std::string& dir, const Metadata& md) {
   write_file_synced(dir + "/" + kMetadataFile, metadata_to_json(md).dump(1) + "\n");
 }
 
-std::map<std::string, HeaderEntry> read_safetensors_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": missing (cannot open: " + std::strerror(errno) + ")");
-  unsigned char len8[8];
-  if (!in.read(reinterpret_cast<char*>(len8), 8)) throw IoError(path + ": truncated (no safetensors header)");
+RankHeader parse_rank_header(const unsigned char* p, int64_t size, const std::string& path, HeaderJson mode) {
+  if (size < 8) throw IoError(path + ": truncated (no safetensors header)");
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | len8[i];
+  for (int i = 7; i >= 0; --i) n = (n << 8) | p[i];
   if (n > (uint64_t{1} << 30)) throw IoError(path + ": header length " + std::to_string(n) + " is not plausible");
-  std::string text(n, '\0');
-  if (!in.read(text.data(), static_cast<std::streamsize>(n))) throw IoError(path + ": truncated header");
-  std::map<std::string, HeaderEntry> out;
+  if (static_cast<uint64_t>(size) - 8 < n) throw IoError(path + ": truncated header");
+  RankHeader out;
+  out.bytes = 8 + static_cast<int64_t>(n);
+  out.checksum = crc32c(p, static_cast<size_t>(out.bytes));
+  out.text.assign(reinterpret_cast<const char*>(p) + 8, n);
+  if (mode == HeaderJson::parse) parse_header_json(out, path);
+  return out;
+}
+
+void parse_header_json(RankHeader& out, const std::string& path) {
   try {
-    const json h = json::parse(text);
+    const json h = json::parse(out.text);
     for (const auto& [name, e] : h.items()) {
-      if (name == "__metadata__") continue;
+      if (name == "__metadata__") {
+        for (const auto& [k, v] : e.items()) out.metadata[k] = v.get<std::string>();
+        continue;
+      }
       HeaderEntry x;
       x.dtype = e.at("dtype").get<std::string>();
       x.shape = e.at("shape").get<Shape>();
       const int64_t b = e.at("data_offsets").at(0).get<int64_t>(), en = e.at("data_offsets").at(1).get<int64_t>();
-      x.offset = 8 + static_cast<int64_t>(n) + b;
+      x.offset = out.bytes + b;
       x.bytes = en - b;
-      out[name] = x;
+      out.entries[name] = x;
     }
   } catch (const json::exception& e) {
     throw IoError(path + ": malformed safetensors header: " + e.what());
   }
-  return out;
+}
+
+RankHeader read_rank_header(const std::string& path, HeaderJson mode) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path + ": missing (cannot open: " + std::strerror(errno) + ")");
+  std::vector<unsigned char> buf(8);
+  if (!in.read(reinterpret_cast<char*>(buf.data()), 8)) throw IoError(path + ": truncated (no safetensors header)");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | buf[static_cast<size_t>(i)];
+  if (n > (uint64_t{1} << 30)) throw IoError(path + ": header length " + std::to_string(n) + " is not plausible");
+  buf.resize(8 + n);
+  if (!in.read(reinterpret_cast<char*>(buf.data() + 8), static_cast<std::streamsize>(n)))
+    throw IoError(path + ": truncated header");
+  return parse_rank_header(buf.data(), static_cast<int64_t>(buf.size()), path, mode);
+}
+
+std::map<std::string, std::string> rank_record_metadata(const RankRecordHeader& r) {
+  ordered_json tensors = ordered_json::array();
+  for (const auto& t : r.tensors) {
+    ordered_json chunks = ordered_json::array();
+    for (const auto& c : t.chunks)
+      chunks.push_back({{"key", c.key},
+                        {"rect", rect_json(c.rect)},
+                        {"bytes", c.bytes},
+                        {"block_rows", c.block_rows},
+                        {"checksums", checksums_json(c.checksums)}});
+    tensors.push_back({{"name", t.name},
+                       {"shape", t.shape},
+                       {"dtype", std::string(dtype_name(t.dtype))},
+                       {"layout", layout_json(t.layout, r.mesh)},
+                       {"chunks", chunks}});
+  }
+  return {{"format", "parity-checkpoint"},
+          {"version", std::to_string(kFormatVersion)},
+          {"rank", std::to_string(r.rank)},
+          {"mesh", mesh_json(r.mesh).dump()},
+          {"step", std::to_string(r.step)},
+          {"data_position", std::to_string(r.data_position)},
+          {"model", checksum_str(r.model_checksum)},
+          {"tensors", tensors.dump()}};
+}
+
+namespace {
+
+TensorMeta record_tensor_from(const json& j, const RankHeader& h, int rank, const std::string& where,
+                              const std::string& path) {
+  TensorMeta t;
+  t.name = j.at("name").get<std::string>();
+  t.shape = j.at("shape").get<Shape>();
+  t.dtype = parse_dtype(j.at("dtype").get<std::string>());
+  t.layout = layout_from(j.at("layout"), where, path);
+  for (const auto& x : j.at("chunks")) {
+    ChunkMeta c;
+    c.rank = rank;
+    c.key = x.at("key").get<std::string>();
+    c.rect = rect_from(x.at("rect"));
+    c.bytes = x.at("bytes").get<int64_t>();
+    c.block_rows = x.at("block_rows").get<int64_t>();
+    for (const auto& s : x.at("checksums")) c.checksums.push_back(parse_checksum(s.get<std::string>(), where, path));
+    const auto e = h.entries.find(c.key);
+    if (e == h.entries.end()) bad(where, path, "chunk " + c.key + " has no safetensors entry");
+    if (e->second.dtype != safetensors_dtype_name(t.dtype) || e->second.shape != c.rect.shape() ||
+        e->second.bytes != c.bytes)
+      bad(where, path, "chunk " + c.key + ": the safetensors entry (" + e->second.dtype + " " +
+                           shape_str(e->second.shape) + ", " + std::to_string(e->second.bytes) +
+                           " bytes) is not the recorded chunk (" + std::string(dtype_name(t.dtype)) + " " +
+                           shape_str(c.rect.shape()) + ", " + std::to_string(c.bytes) + " bytes)");
+    c.offset = e->second.offset;
+    t.chunks.push_back(std::move(c));
+  }
+  return t;
+}
+
+}  // namespace
+
+RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path) {
+  const std::string where = path + ": header __metadata__";
+  auto get = [&](const std::string& k) -> const std::string& {
+    const auto it = h.metadata.find(k);
+    if (it == h.metadata.end()) bad(where, k, "missing: not a rank file of a version-2 parity checkpoint");
+    return it->second;
+  };
+  if (get("format") != "parity-checkpoint") bad(where, "format", "is not parity-checkpoint");
+  if (get("version") != std::to_string(kFormatVersion))
+    bad(where, "version", "is " + get("version") + ", this build reads version " + std::to_string(kFormatVersion));
+  RankRecordHeader r;
+  try {
+    r.rank = json::parse(get("rank")).get<int>();
+    r.mesh = mesh_from(json::parse(get("mesh")));
+    r.step = json::parse(get("step")).get<int64_t>();
+    r.data_position = json::parse(get("data_position")).get<int64_t>();
+    r.model_checksum = parse_checksum(get("model"), where, "model");
+    const json tensors = json::parse(get("tensors"));
+    size_t held = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      r.tensors.push_back(record_tensor_from(tensors[i], h, r.rank, where, "tensors[" + std::to_string(i) + "]"));
+      held += r.tensors.back().chunks.size();
+    }
+    if (held != h.entries.size())
+      bad(where, "tensors", "records " + std::to_string(held) + " chunks, the file has " +
+                                std::to_string(h.entries.size()) + " entries");
+  } catch (const json::exception& e) {
+    throw IoError(where + ": malformed: " + e.what());
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(where + ": " + e.what());
+  }
+  return r;
 }
 
 }  // namespace parity::ckpt

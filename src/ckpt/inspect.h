@@ -1,24 +1,18 @@
-// `parity ckpt inspect DIR`: everything metadata.json says, every byte verified.
+// `parity ckpt inspect DIR`: everything metadata.json says, every byte verified (verify.h).
 #pragma once
 #include <string>
 #include <vector>
 
-#include "ckpt/format.h"
+#include "ckpt/verify.h"
 
 namespace parity::ckpt {
 
-struct InspectReport {
-  std::string dir;        // the directory read (DIR, or DIR.old after an interrupted commit)
-  bool have_metadata = false;
-  Metadata md;
-  std::vector<std::string> problems;  // each names the file (and tensor); empty: verified
-  bool ok() const { return have_metadata && problems.empty(); }
-};
+using InspectReport = CheckReport;
 
-// Reads metadata.json, then every rank file whole: its size and CRC-32C against
-// metadata.json, its safetensors header against every chunk (key, dtype, shape, offset,
-// size), and every chunk block's CRC-32C. Never throws for a corrupt checkpoint: every
-// problem found is in the report.
+// check_checkpoint(dir, Depth::everything): metadata.json's own checksum, then every rank
+// file whole: its size and CRC-32C, its header's CRC-32C, every record of metadata.json
+// against the file's header, every chunk block's CRC-32C. Never throws for a corrupt
+// checkpoint: every problem found is in the report.
 InspectReport inspect(const std::string& dir);
 
 // The human-readable report: tensors (shape, dtype, layout saved under), chunks per rank

@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checksum.h"
 #include "ckpt/collective.h"
+#include "ckpt/verify.h"
 #include "core/error.h"
 
 namespace parity::ckpt {
@@ -82,16 +83,10 @@ int64_t read_rows(Files& files, const TensorMeta& t, const ChunkMeta& c, int64_t
   const int64_t row0 = b0 * c.block_rows, row_end = std::min(c.rows(), (b1 + 1) * c.block_rows);
   buf.resize(static_cast<size_t>((row_end - row0) * rb));
   files.read(c.rank, c.offset + row0 * rb, static_cast<int64_t>(buf.size()), buf.data(), t.name);
-  for (int64_t b = b0; b <= b1; ++b) {
-    const int64_t r = b * c.block_rows, n = std::min(c.block_rows, c.rows() - r);
-    const uint32_t got = crc32c(buf.data() + (r - row0) * rb, static_cast<size_t>(n * rb));
-    if (got != c.checksums[static_cast<size_t>(b)])
-      throw IoError(files.path(c.rank) + ": checksum mismatch in tensor '" + t.name + "' (chunk " + c.key + ", rows [" +
-                    std::to_string(r) + ", " + std::to_string(r + n) + "), bytes [" +
-                    std::to_string(c.offset + r * rb) + ", " + std::to_string(c.offset + (r + n) * rb) +
-                    ")): metadata.json says " + checksum_str(c.checksums[static_cast<size_t>(b)]) + ", read " +
-                    checksum_str(got));
-  }
+  for (int64_t b = b0; b <= b1; ++b)
+    if (std::string p = block_problem(files.path(c.rank), t, c, b, buf.data() + (b * c.block_rows - row0) * rb);
+        !p.empty())
+      throw IoError(p);
   return row0;
 }
 
@@ -131,8 +126,9 @@ void check_model(const json& saved, const json& expected, const std::string& whe
                         want + " (" + std::to_string(patch.size()) + " difference(s))");
 }
 
-void load_rank(const std::string& dir, const Metadata& md, const mesh::Mesh& m, ShardedState& state, int rank,
-               const json& model) {
+void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const json& model) {
+  const std::string& dir = ck.dir();
+  const Metadata& md = ck.md();
   const std::string where = dir + "/" + kMetadataFile;
   check_model(md.model, model, where);
   for (const StateEntry& e : state.entries()) {
@@ -160,10 +156,9 @@ CheckpointInfo load(comm::Communicator& world, const mesh::Mesh& m, ShardedState
                 std::to_string(m.world()));
   CheckpointInfo info;
   agreed(world, "load of " + dir, [&] {
-    const std::string d = resolve(dir);
-    const Metadata md = read_metadata(d);
-    load_rank(d, md, m, state, world.rank(), model);
-    info = {md.step, md.data_position, md.model};
+    const Checkpoint ck = Checkpoint::open(dir);
+    load_rank(ck, m, state, world.rank(), model);
+    info = {ck.md().step, ck.md().data_position, ck.md().model};
   });
   return info;
 }

@@ -109,9 +109,11 @@ uint32_t file_checksum(const std::string& path, int64_t* size) {
 
 }  // namespace
 
-RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const ShardedState& state, int rank) {
+RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const ShardedState& state,
+                           const CheckpointInfo& info, int rank) {
   RankRecord rec;
   rec.chunks.resize(state.size());
+  RankRecordHeader self{rank, m.layout(), info.step, info.data_position, json_checksum(info.model), {}};
   SafetensorsWriter w;
   for (size_t i = 0; i < state.size(); ++i) {
     const StateEntry& e = state.entries()[i];
@@ -136,27 +138,33 @@ RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const Sh
       w.add(c.key, e.dtype, c.rect.shape(), buf.data());
       rec.chunks[i].push_back(std::move(c));
     }
+    if (!rec.chunks[i].empty()) self.tensors.push_back({e.name, e.dtype, e.shape, e.layout, rec.chunks[i]});
   }
-  w.set_metadata("format", "parity-checkpoint");
-  w.set_metadata("rank", std::to_string(rank));
+  // The file describes its own chunks, so that every record of metadata.json can be checked
+  // against the file that holds the bytes (docs/ckpt.md, "What a reader verifies").
+  for (const auto& [k, v] : rank_record_metadata(self)) w.set_metadata(k, v);
   const std::string path = dir + "/" + rank_file_name(rank);
   w.write(path);
-  const auto header = read_safetensors_header(path);
+  const RankHeader header = read_rank_header(path);
   for (auto& per : rec.chunks)
     for (auto& c : per) {
-      const auto it = header.find(c.key);
-      if (it == header.end() || it->second.bytes != c.bytes)
+      const auto it = header.entries.find(c.key);
+      if (it == header.entries.end() || it->second.bytes != c.bytes)
         throw IoError(path + ": entry '" + c.key + "' is not what was written");
       c.offset = it->second.offset;
     }
   rec.file.rank = rank;
   rec.file.file = rank_file_name(rank);
+  rec.file.header_checksum = header.checksum;
   rec.file.checksum = file_checksum(path, &rec.file.bytes);
   return rec;
 }
 
 std::string record_to_string(const RankRecord& r) {
-  json j{{"rank", r.file.rank}, {"bytes", r.file.bytes}, {"checksum", r.file.checksum}};
+  json j{{"rank", r.file.rank},
+         {"bytes", r.file.bytes},
+         {"checksum", r.file.checksum},
+         {"header_checksum", r.file.header_checksum}};
   json per = json::array();
   for (const auto& v : r.chunks) {
     json cs = json::array();
@@ -175,6 +183,7 @@ RankRecord record_from_string(const std::string& s) {
   r.file.file = rank_file_name(r.file.rank);
   r.file.bytes = j.at("bytes").get<int64_t>();
   r.file.checksum = j.at("checksum").get<uint32_t>();
+  r.file.header_checksum = j.at("header_checksum").get<uint32_t>();
   for (const auto& v : j.at("chunks")) {
     r.chunks.emplace_back();
     for (const auto& c : v) {
@@ -320,7 +329,8 @@ void save_all(const mesh::Mesh& m, const std::vector<const ShardedState*>& state
   const std::string tmp = make_temp_dir(dir);
   try {
     std::vector<RankRecord> recs;
-    for (int r = 0; r < m.world(); ++r) recs.push_back(write_rank_file(tmp, m, *states[static_cast<size_t>(r)], r));
+    for (int r = 0; r < m.world(); ++r)
+      recs.push_back(write_rank_file(tmp, m, *states[static_cast<size_t>(r)], info, r));
     write_metadata(tmp, make_metadata(m, *states[0], info, recs));
     commit(tmp, dir);
   } catch (...) {
@@ -354,7 +364,7 @@ void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& st
   try {
     RankRecord rec;
     agreed(world, "save (write rank files)", [&] {
-      rec = write_rank_file(tmp, m, state, rank);
+      rec = write_rank_file(tmp, m, state, info, rank);
       maybe_crash("rank_file", rank);
     });
     const auto strs = allgather_strings(world, record_to_string(rec));

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ckpt/format.h"
+#include "ckpt/checkpoint.h"
 
 namespace parity {
 
@@ -54,10 +54,9 @@ ckpt::CheckpointInfo TrainingState<T>::load(comm::Communicator* world, const mes
   ckpt::ShardedState st = state();
   ckpt::CheckpointInfo info;
   if (world == nullptr) {
-    const std::string d = ckpt::resolve(dir);
-    const ckpt::Metadata md = ckpt::read_metadata(d);
-    ckpt::load_rank(d, md, m, st, 0, model);
-    info = {md.step, md.data_position, md.model};
+    const ckpt::Checkpoint ck = ckpt::Checkpoint::open(dir);
+    ckpt::load_rank(ck, m, st, 0, model);
+    info = {ck.md().step, ck.md().data_position, ck.md().model};
   } else {
     info = ckpt::load(*world, m, st, model, dir);
   }

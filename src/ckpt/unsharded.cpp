@@ -74,8 +74,8 @@ std::string diff_bits(const WholeTensor& a, const WholeTensor& b) {
 
 UnshardedState read_unsharded(const std::string& dir) {
   UnshardedState st;
-  const std::string d = resolve(dir);
-  st.md = read_metadata(d);
+  const Checkpoint ck = Checkpoint::open(dir);
+  st.md = ck.md();
   const mesh::Mesh one(LayoutConfig{});
   ShardedState state;
   st.tensors.reserve(st.md.tensors.size());  // the state points into these: no reallocation
@@ -84,7 +84,7 @@ UnshardedState read_unsharded(const std::string& dir) {
     std::visit([&](auto& x) { state.add(t.name, t.shape, mesh::replicated(t.layout.view), x); },
                st.tensors.back().value);
   }
-  load_rank(d, st.md, one, state, 0, st.md.model);
+  load_rank(ck, one, state, 0, st.md.model);
   return st;
 }
 

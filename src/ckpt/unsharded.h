@@ -27,8 +27,9 @@ struct UnshardedState {
   std::vector<WholeTensor> tensors;  // metadata order
 };
 
-// Reads every tensor of the checkpoint in `dir` (resolved as a reader does) whole, each
-// block checksum verified. Throws IoError / ConfigError as ckpt::load does.
+// Reads every tensor of the checkpoint in `dir` (resolved as a reader does) whole:
+// Checkpoint::open (verify.h), then every block of every chunk read and its checksum
+// verified. Throws IoError / ConfigError as ckpt::load does.
 UnshardedState read_unsharded(const std::string& dir);
 
 // Writes the unsharded state as one safetensors file (metadata: step, data_position and the

@@ -101,8 +101,8 @@ std::pair<double, int64_t> load_all(const ModelConfig& c, const mesh::Mesh& to, 
   }
   if (cold) drop_cache(dir);
   const auto t0 = Clock::now();
-  const ckpt::Metadata md = ckpt::read_metadata(dir);
-  for (int r = 0; r < to.world(); ++r) ckpt::load_rank(dir, md, to, st[static_cast<size_t>(r)]->state(), r, model);
+  const ckpt::Checkpoint ck = ckpt::Checkpoint::open(dir);  // as every rank of a real load does
+  for (int r = 0; r < to.world(); ++r) ckpt::load_rank(ck, to, st[static_cast<size_t>(r)]->state(), r, model);
   const double s = seconds_since(t0);
   int64_t wrong = 0;
   for (const auto& x : st) wrong += x->wrong();

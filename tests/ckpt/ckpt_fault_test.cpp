@@ -81,9 +81,13 @@ TEST_F(Faults, MissingMetadataIsRefused) {
 }
 
 TEST_F(Faults, WrongModelConfigIsRefused) {
-  Metadata md = md_;
-  md.model["dim"] = 32;
-  write_metadata(path("c"), md);
+  // A checkpoint genuinely saved for another model: whole, but not this run's (ConfigError).
+  testing::Ranks r = testing::make_ranks("dps2.tp2", 1);
+  std::vector<const ShardedState*> ptrs;
+  for (const auto& x : r.states) ptrs.push_back(&x->state());
+  nlohmann::json other = testing::model_json();
+  other["dim"] = 32;
+  save_all(*r.mesh, ptrs, {10, 640, other}, path("c"));
   const std::string msg = load_error<ConfigError>();
   expect_has(msg, "metadata.json: $.model/dim: the checkpoint was saved for another model config");
   expect_has(msg, "checkpoint has 32, this run has 16");
@@ -94,8 +98,9 @@ TEST_F(Faults, DtypeMismatchAndMissingTensorAreRefused) {
   Tensor<float> f;
   ShardedState st;
   st.add("final_ln.weight", {16}, mesh::replicated(mesh::View::dense), f);
+  const Checkpoint ck = Checkpoint::open(path("c"));
   try {
-    load_rank(path("c"), md_, w1, st, 0, testing::model_json());
+    load_rank(ck, w1, st, 0, testing::model_json());
     ADD_FAILURE() << "fp32 load of an fp64 tensor";
   } catch (const ConfigError& e) {
     expect_has(e.what(), "tensor 'final_ln.weight': dtype mismatch: saved as fp64, this run loads fp32");
@@ -104,7 +109,7 @@ TEST_F(Faults, DtypeMismatchAndMissingTensorAreRefused) {
   ShardedState st2;
   st2.add("no.such.tensor", {3}, mesh::replicated(mesh::View::dense), d);
   try {
-    load_rank(path("c"), md_, w1, st2, 0, testing::model_json());
+    load_rank(ck, w1, st2, 0, testing::model_json());
     ADD_FAILURE() << "a missing tensor was loaded";
   } catch (const ConfigError& e) {
     expect_has(e.what(), "tensor 'no.such.tensor': missing");

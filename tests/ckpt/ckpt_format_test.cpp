@@ -134,9 +134,9 @@ TEST_F(FormatFiles, MetadataRoundTripsAndNamesEveryChunk) {
   // every chunk's offset agrees with the rank file's own safetensors header
   for (const auto& t : md.tensors)
     for (const auto& c : t.chunks) {
-      const auto h = read_safetensors_header(path("c") + "/" + rank_file_name(c.rank));
-      ASSERT_TRUE(h.count(c.key)) << c.key;
-      EXPECT_EQ(h.at(c.key).offset, c.offset) << c.key;
+      const RankHeader h = read_rank_header(path("c") + "/" + rank_file_name(c.rank));
+      ASSERT_TRUE(h.entries.count(c.key)) << c.key;
+      EXPECT_EQ(h.entries.at(c.key).offset, c.offset) << c.key;
     }
 }
 

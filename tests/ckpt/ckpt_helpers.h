@@ -58,13 +58,12 @@ inline void save_layout(const std::string& dir, const std::string& layout, uint6
 // Loads every rank of `layout` from dir into a scrambled state; #wrong elements over all ranks.
 inline int64_t load_layout_wrong(const std::string& dir, const std::string& layout, uint64_t salt) {
   Ranks r = make_ranks(layout, salt);
-  const std::string d = resolve(dir);
-  const Metadata md = read_metadata(d);
+  const Checkpoint ck = Checkpoint::open(dir);
   int64_t bad = 0;
   for (int i = 0; i < r.mesh->world(); ++i) {
     auto& st = *r.states[static_cast<size_t>(i)];
     st.scramble();
-    load_rank(d, md, *r.mesh, st.state(), i, model_json());
+    load_rank(ck, *r.mesh, st.state(), i, model_json());
     bad += st.wrong();
   }
   return bad;

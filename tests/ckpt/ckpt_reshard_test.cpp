@@ -38,10 +38,10 @@ TEST_F(Reshard, WorldSize8To2To8ThroughWhatWasLoaded) {
   save_layout(path("w8"), "dpr2.dps2.tp2.ep2.etp2", 5);
   testing::Ranks two = testing::make_ranks("dps2", 5);
   std::vector<const ShardedState*> ptrs;
-  const Metadata md = read_metadata(path("w8"));
+  const Checkpoint ck = Checkpoint::open(path("w8"));
   for (int r = 0; r < 2; ++r) {
     two.states[static_cast<size_t>(r)]->scramble();
-    load_rank(path("w8"), md, *two.mesh, two.states[static_cast<size_t>(r)]->state(), r, testing::model_json());
+    load_rank(ck, *two.mesh, two.states[static_cast<size_t>(r)]->state(), r, testing::model_json());
     EXPECT_EQ(two.states[static_cast<size_t>(r)]->wrong(), 0);
     ptrs.push_back(&two.states[static_cast<size_t>(r)]->state());
   }
@@ -85,7 +85,8 @@ TEST_F(Reshard, ALoadReadsOnlyTheBlocksItNeeds) {
   st.add("big", big.shape, mesh::replicated(mesh::View::dense), big);
   const mesh::Mesh w1{LayoutConfig{}};
   save_all(w1, {&st}, {1, 2, testing::model_json()}, path("big"));
-  const Metadata md = read_metadata(path("big"));
+  const Checkpoint ck = Checkpoint::open(path("big"));
+  const Metadata& md = ck.md();
   ASSERT_EQ(md.tensors[0].chunks[0].checksums.size(), 3u);
   {
     std::fstream f(path("big") + "/rank0.safetensors", std::ios::in | std::ios::out | std::ios::binary);
@@ -100,15 +101,15 @@ TEST_F(Reshard, ALoadReadsOnlyTheBlocksItNeeds) {
   Tensor<double> part;
   ShardedState s0;
   s0.add("big", big.shape, fsdp, part);
-  load_rank(path("big"), md, m4, s0, 0, testing::model_json());
+  load_rank(ck, m4, s0, 0, testing::model_json());
   EXPECT_EQ(part.shape, (Shape{75, 1024}));
   EXPECT_EQ(part.data[75 * 1024 - 1], big.data[75 * 1024 - 1]);
   // rank 2 (rows 150-224) reads block 1 only, which starts at row 128
-  load_rank(path("big"), md, m4, s0, 2, testing::model_json());
+  load_rank(ck, m4, s0, 2, testing::model_json());
   ASSERT_EQ(part.shape, (Shape{75, 1024}));
   EXPECT_TRUE(std::equal(part.data.begin(), part.data.end(), big.data.begin() + 150 * 1024));
   try {
-    load_rank(path("big"), md, m4, s0, 3, testing::model_json());
+    load_rank(ck, m4, s0, 3, testing::model_json());
     ADD_FAILURE() << "a corrupt block was loaded";
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("checksum mismatch in tensor 'big'"), std::string::npos) << e.what();
