@@ -1,12 +1,15 @@
 // Faults: each corruption is refused with a message naming the file and the tensor, and
-// inspect's verdict says CORRUPT; a save that fails or crashes never loses the previous
-// checkpoint.
+// inspect's verdict says CORRUPT; so is any edit of metadata.json (its own checksum, and its
+// records against the rank files' headers); a save that fails or crashes never loses the
+// previous checkpoint.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <tuple>
 
+#include "ckpt/checksum.h"
 #include "ckpt/inspect.h"
 #include "ckpt_helpers.h"
 #include "core/error.h"
@@ -91,6 +94,109 @@ TEST_F(Faults, WrongModelConfigIsRefused) {
   const std::string msg = load_error<ConfigError>();
   expect_has(msg, "metadata.json: $.model/dim: the checkpoint was saved for another model config");
   expect_has(msg, "checkpoint has 32, this run has 16");
+}
+
+// Two chunk records of one tensor in different files, with equal shapes: (tensor, i, j).
+std::tuple<TensorMeta*, size_t, size_t> interchangeable(Metadata& md) {
+  for (auto& t : md.tensors)
+    for (size_t i = 0; i < t.chunks.size(); ++i)
+      for (size_t j = i + 1; j < t.chunks.size(); ++j)
+        if (t.chunks[i].rank != t.chunks[j].rank && t.chunks[i].rect.shape() == t.chunks[j].rect.shape())
+          return {&t, i, j};
+  return {nullptr, 0, 0};
+}
+
+TEST_F(Faults, SwappedChunkRecordsAreRefusedEvenWithAFreshChecksum) {
+  // Each record keeps its rectangle but points at the other's bytes (rank, key, offset,
+  // checksums): every pointer names intact bytes, and write_metadata gives metadata.json a
+  // checksum that matches its content. Only the rank files' headers can tell.
+  Metadata md = md_;
+  auto [t, i, j] = interchangeable(md);
+  ASSERT_NE(t, nullptr);
+  ChunkMeta &a = t->chunks[i], &b = t->chunks[j];
+  std::swap(a.rank, b.rank);
+  std::swap(a.key, b.key);
+  std::swap(a.offset, b.offset);
+  std::swap(a.checksums, b.checksums);
+  write_metadata(path("c"), md);
+  // b now points into the lower rank's file, checked first
+  const std::string msg = load_error<IoError>();
+  expect_has(msg, rank_file_name(b.rank) + ": tensor '" + t->name + "' chunk " + b.key +
+                      ": metadata.json disagrees with the file's header on rect (metadata.json " + rect_str(b.rect) +
+                      ", file " + rect_str(a.rect) + ")");
+  const std::string report = format_report(inspect(path("c")), false);
+  expect_has(report, rank_file_name(a.rank) + ": tensor '" + t->name + "' chunk " + a.key +
+                         ": metadata.json disagrees with the file's header on rect (metadata.json " +
+                         rect_str(a.rect) + ", file " + rect_str(b.rect) + ")");
+  expect_has(report, "verdict: CORRUPT");
+}
+
+TEST_F(Faults, ConsistentStepEditIsRefused) {
+  Metadata md = md_;
+  md.step = 11;
+  md.data_position = 704;
+  write_metadata(path("c"), md);
+  expect_has(load_error<IoError>(), "rank0.safetensors: metadata.json disagrees with the file's header on step "
+                                    "(metadata.json 11, file 10), data_position (metadata.json 704, file 640)");
+}
+
+TEST_F(Faults, DuplicatedChunkRecordIsRefused) {
+  // One record copied over another of the same shape: the tensor's element count still adds up.
+  Metadata md = md_;
+  auto [t, i, j] = interchangeable(md);
+  ASSERT_NE(t, nullptr);
+  const ChunkMeta dropped = t->chunks[j];
+  t->chunks[j] = t->chunks[i];
+  write_metadata(path("c"), md);
+  const std::string report = format_report(inspect(path("c")), false);
+  expect_has(report, "chunk " + t->chunks[i].key + ": listed again in metadata.json");
+  expect_has(report, rank_file_name(dropped.rank) + ": tensor '" + t->name + "' chunk " + dropped.key +
+                         ": in the file but not in metadata.json");
+  EXPECT_FALSE(load_error<IoError>().empty());
+}
+
+std::string read_text(const std::string& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void write_text(const std::string& p, const std::string& text) { std::ofstream(p, std::ios::trunc) << text; }
+
+TEST_F(Faults, AnEditOfMetadataAloneIsCaughtByItsChecksum) {
+  // A file checksum (which no header records) edited by hand: metadata.json's own checksum
+  // is the only witness a load has.
+  const std::string p = path("c/metadata.json");
+  std::string text = read_text(p);
+  const std::string was = checksum_str(md_.files[0].checksum);
+  text.replace(text.find(was), was.size(), checksum_str(md_.files[0].checksum ^ 1u));
+  write_text(p, text);
+  expect_has(load_error<IoError>(), "metadata.json: checksum mismatch: it says " + checksum_str(md_.checksum));
+}
+
+TEST_F(Faults, ReformattedMetadataStillLoads) {
+  // The checksum is of the canonical content: other whitespace and key order verify.
+  const std::string p = path("c/metadata.json");
+  write_text(p, nlohmann::json::parse(read_text(p)).dump(4));
+  EXPECT_EQ(load_error<Error>(), "");
+  EXPECT_TRUE(inspect(path("c")).ok());
+}
+
+TEST_F(Faults, AVersion1CheckpointIsRefused) {
+  const std::string p = path("c/metadata.json");
+  nlohmann::json j = nlohmann::json::parse(read_text(p));
+  j["version"] = 1;
+  j.erase("checksum");
+  write_text(p, j.dump(1));
+  expect_has(load_error<IoError>(), "metadata.json: $.version: is 1, this build reads version 2 only");
+}
+
+TEST_F(Faults, AFlippedHeaderByteIsRefused) {
+  {
+    std::fstream f(path("c/rank2.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('#');
+  }
+  expect_has(load_error<IoError>(), "rank2.safetensors: header checksum mismatch: metadata.json says " +
+                                        checksum_str(md_.files[2].header_checksum));
 }
 
 TEST_F(Faults, DtypeMismatchAndMissingTensorAreRefused) {

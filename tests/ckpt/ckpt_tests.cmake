@@ -26,3 +26,8 @@ $<TARGET_FILE:parity> launch -n 8 --timeout 20 -- $<TARGET_FILE:ckpt_worker> loa
 $<TARGET_FILE:parity> ckpt inspect '${PARITY_CKPT_SCRATCH}/b'")
 set_tests_properties(ckpt.parity_launch.w8_w2_w8 PROPERTIES LABELS "unit;ckpt;multiprocess" TIMEOUT 120
                      PASS_REGULAR_EXPRESSION "#wrong 0.*verdict: OK")
+
+# ckpt_tamper: damages a checkpoint in one named way (tamper_tests.cmake, issue 15).
+add_executable(ckpt_tamper ${PARITY_CKPT_TEST_DIR}/ckpt_tamper.cpp)
+target_link_libraries(ckpt_tamper PRIVATE parity_lib)
+target_compile_options(ckpt_tamper PRIVATE ${PARITY_WARN_FLAGS})

@@ -110,3 +110,4 @@ add_test(NAME ckpt.run.resume_check_reports_both_phases
 echo exit=$?; grep -o '\"first_step\": *[0-9]*' '${S}/rr.phase1.json' '${S}/rr.json'")
 set_tests_properties(ckpt.run.resume_check_reports_both_phases PROPERTIES
   PASS_REGULAR_EXPRESSION "exit=0\n[^\n]*rr.phase1.json:\"first_step\": *0\n[^\n]*rr.json:\"first_step\": *[1-9]")
+include(${CMAKE_CURRENT_LIST_DIR}/tamper_tests.cmake)  # issue 15: tampered checkpoints refused by every reader
