@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/text.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -32,7 +33,9 @@ int main(int argc, char** argv) {
       if (c.sub->parsed()) return c.run();
   } catch (const std::exception& e) {
     const int code = parity::exit_code::of(e);
-    std::fprintf(stderr, "parity: %s: %s\n", code == parity::exit_code::not_run ? "not run" : "error", e.what());
+    // Messages quote files and names: control characters are escaped (core/text.h), never obeyed.
+    std::fprintf(stderr, "parity: %s: %s\n", code == parity::exit_code::not_run ? "not run" : "error",
+                 parity::printable_lines(e.what()).c_str());
     return code;
   }
   return 1;
