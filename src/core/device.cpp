@@ -1,6 +1,9 @@
 #include "core/device.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -55,6 +58,39 @@ std::string cuda_unavailable_reason() {
   if (n == 0) return "no CUDA device";
 #endif
   return "";
+}
+
+namespace {
+// A cgroup's limit in bytes from a file holding a number ("max" or anything else: none).
+int64_t cgroup_limit(const char* path) {
+  std::ifstream in(path);
+  long long v = 0;
+  if (!(in >> v) || v <= 0) return 0;
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  int64_t bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    const int64_t v = cgroup_limit(limit);
+    if (v > 0 && (bytes == 0 || v < bytes)) bytes = v;  // v1 reports "no limit" as a huge number
+  }
+  return bytes;
+}
+
+int64_t cuda_memory_bytes() {
+  int64_t total = 0;
+#if PARITY_HAVE_CUDA
+  const int n = cuda_device_count();
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) total += static_cast<int64_t>(prop.totalGlobalMem);
+    else (void)cudaGetLastError();
+  }
+#endif
+  return total;
 }
 
 void require_device(Device d, const std::string& what) {

@@ -3,6 +3,7 @@
 // src/ops dispatches on it, and core/buffer.h puts the model's buffers in managed memory
 // when it is cuda, so tensors live on the GPU and the host touches them only where it must.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,11 @@ std::string cuda_unavailable_reason();
 // Throws UnavailableError("<what>: <reason>") (exit 77, ctest's skip) when d is cuda and
 // cuda cannot run here; checks only, selects nothing (a launcher calls it before any rank).
 void require_device(Device d, const std::string& what);
+
+// Memory this process may use, in bytes: the host's physical memory, or less where a cgroup
+// (a container) limits it; and the sum of the visible GPUs' memory (0 without CUDA). Never throw.
+int64_t host_memory_bytes();
+int64_t cuda_memory_bytes();
 
 // Selects the device of this process. cuda: the GPU local_rank % cuda_device_count(), so
 // ranks on one host share the GPUs round-robin (W ranks may share one GPU). Throws Error

@@ -1,0 +1,46 @@
+// The memory a run needs, estimated from the scenario alone before anything is allocated
+// (docs/scenario.md, "Limits"), and the two refusals built on it:
+//   absurd      one process would need more than kAbsurdBytes (1 PiB): no machine holds that,
+//               so the sizes are bad input (ConfigError, exit 2), checked with the schema;
+//   not here    the run needs more than this machine has (UnavailableError, exit 77), checked
+//               by `parity run` on the launcher side before any rank starts.
+// The estimate is a floor, not a forecast: parameters, gradients and optimizer moments of the
+// whole model, and one micro-batch's largest activations (attention probabilities, MLP and
+// expert hidden states, logits), once per process. A run it refuses cannot fit; a run it
+// passes may still need more. Computed in doubles, so absurd sizes cannot overflow it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+
+namespace parity {
+
+inline constexpr double kAbsurdBytes = 1125899906842624.0;  // 2^50 bytes, 1 PiB
+
+struct MemoryEstimate {
+  double parameters = 0;     // elements of the model's parameters
+  double process_bytes = 0;  // one process: a whole one-device training state and its activations
+  int64_t processes = 1;     // processes of the run on this machine (the layout's world)
+  double run_bytes = 0;      // processes * process_bytes
+  std::string largest;       // the largest single tensor, "attention weights (dim x dim): 1.2e24 elements"
+  double largest_elements = 0;
+};
+
+// The run of `model` under `optim` and `layout`: one process for world 1, else one per rank,
+// each holding the one-device baseline next to its shard of the layout.
+MemoryEstimate estimate_memory(const ModelConfig& model, const OptimConfig& optim, const LayoutConfig& layout);
+
+// ConfigError("$.model", ...) naming the largest tensor when one process would need more
+// than kAbsurdBytes. Needs sizes that already passed the schema's ranges (all >= 1).
+void check_plausible_size(const ModelConfig& model, const OptimConfig& optim);
+
+// UnavailableError (exit 77) "<what>: needs at least X GiB of memory (...), this machine has
+// Y GiB" when the run does not fit: host memory for device cpu, the visible GPUs' memory for
+// cuda. Prefix `what` is the scenario file.
+void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what);
+
+// "1.5 GiB", "12 TiB": bytes for messages.
+std::string bytes_str(double bytes);
+
+}  // namespace parity
