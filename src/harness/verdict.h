@@ -116,6 +116,10 @@ struct VerdictReport {
   LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)
   Timings rank0, slowest;
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)
+  // Whether any step was compared: not when a run resumes at its last step (`--resume DIR
+  // --steps K --save-at K` re-saves a checkpoint under another layout; `parity run` refuses
+  // it without --save-at). Such a verdict reads "nothing compared", never PASS.
+  bool compared() const { return steps > first_step; }
   int exit_code() const { return passed() ? 0 : 1; }
 };
 

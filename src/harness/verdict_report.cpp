@@ -89,7 +89,10 @@ std::string format_verdict(const VerdictReport& r) {
   out += root_line(r, find_root(r));
   out += timings_str("time rank 0:", r.rank0);
   out += timings_str("slowest rank:", r.slowest);
-  if (fail > 0)
+  if (!r.compared())
+    out += "verdict: nothing compared: the run starts at step " + std::to_string(r.first_step) +
+           ", its last (steps = " + std::to_string(r.steps) + "); no row holds a compared value\n";
+  else if (fail > 0)
     out += "verdict: FAIL: " + std::to_string(fail) + " of " + std::to_string(r.rows.size()) +
            " rows out of tolerance" + (tie ? ", " + std::to_string(tie) + " near-tie" : std::string()) + "\n";
   else
@@ -123,7 +126,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"detail", row.detail}});
   return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"backend", r.backend},
           {"layout", r.layout},     {"world", r.world},   {"steps", r.steps},
-          {"first_step", r.first_step}, {"checkpoint", r.checkpoint}, {"optim", r.optim},
+          {"first_step", r.first_step}, {"compared_steps", r.steps - r.first_step}, {"checkpoint", r.checkpoint}, {"optim", r.optim},
           {"fault", r.fault},       {"passed", r.passed()}, {"root", root_json(r, find_root(r))},
           {"step_table", steps},
           {"rows", rows},           {"time_rank0", timings_json(r.rank0)}, {"time_slowest", timings_json(r.slowest)}};
