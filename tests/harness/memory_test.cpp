@@ -1,0 +1,80 @@
+// The run's memory floor (harness/memory.h): below what a run was measured to use, near it,
+// and refusals that name what is too large.
+#include "harness/memory.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "harness/scenario.h"
+#include "model/params.h"
+
+namespace parity {
+namespace {
+
+const double GiB = 1024.0 * 1024 * 1024;
+
+// docs/gpu.md measured the managed pool of one large_moe process: 10.6 GiB fp64, 5.6 GiB fp32.
+TEST(Memory, FloorLiesJustBelowTheMeasuredLargeModel) {
+  for (const auto& [file, measured] : {std::pair{"large_moe_fp64", 10.6}, std::pair{"large_moe_fp32", 5.6}}) {
+    const Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/gpu/" + file + ".json");
+    const MemoryEstimate est = estimate_memory(s.model, s.optim, s.layout);
+    SCOPED_TRACE(file);
+    double registry = 0;  // the parameter registry's count, which the estimate computes in closed form
+    for (const ParamSpec& p : param_specs(s.model)) registry += static_cast<double>(numel(p.shape));
+    EXPECT_EQ(est.parameters, registry);
+    EXPECT_LT(est.process_bytes / GiB, measured);
+    EXPECT_GT(est.process_bytes / GiB, 0.8 * measured);
+    EXPECT_EQ(est.processes, 1);
+  }
+}
+
+TEST(Memory, EveryRankHoldsABaseline) {
+  const Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/gpu/large_moe_w8_fp64.json");
+  const MemoryEstimate est = estimate_memory(s.model, s.optim, s.layout);
+  EXPECT_EQ(est.processes, 8);
+  EXPECT_DOUBLE_EQ(est.run_bytes, 8 * est.process_bytes);
+}
+
+TEST(Memory, MomentsFollowTheOptimizer) {
+  ModelConfig m;
+  OptimConfig adam, sgd, momentum;
+  sgd.kind = momentum.kind = OptimKind::sgd;
+  momentum.momentum = 0.9;
+  const LayoutConfig one;
+  const double p = estimate_memory(m, adam, one).parameters * 8;  // fp64
+  EXPECT_DOUBLE_EQ(estimate_memory(m, adam, one).process_bytes - estimate_memory(m, momentum, one).process_bytes, p);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, momentum, one).process_bytes - estimate_memory(m, sgd, one).process_bytes, p);
+}
+
+TEST(Memory, RefusalsSayWhatAndHowMuch) {
+  ModelConfig m;
+  m.seq = int64_t{1} << 24;  // attention probabilities (B/M, H, S, S): 2^51 elements
+  try {
+    check_plausible_size(m, OptimConfig{});
+    ADD_FAILURE() << "not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.path(), "$.model");
+    EXPECT_NE(e.rule().find("the largest tensor is the attention probabilities"), std::string::npos) << e.what();
+  }
+  Scenario s;
+  s.model.dim = 1 << 20;
+  s.model.heads = 2;
+  s.layout.world = 2, s.layout.dp_shard = 2;
+  try {
+    require_memory(s, s.layout, "x.json");
+    ADD_FAILURE() << "a 256 TiB process fitted this machine";
+  } catch (const UnavailableError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.json: needs at least 512.0 TiB of memory (2 processes (one per rank) x "
+                                         "256.0 TiB"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(require_memory(Scenario{}, LayoutConfig{}, "tiny"));
+  EXPECT_EQ(bytes_str(512), "512 bytes");
+  EXPECT_EQ(bytes_str(1.5 * GiB), "1.5 GiB");
+}
+
+}  // namespace
+}  // namespace parity
