@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace parity {
 
@@ -89,7 +90,7 @@ class TempFile {
 
 [[noreturn]] void bad_tensor(const std::string& path, const std::string& name,
                              const std::string& what) {
-  throw IoError(path + ": tensor '" + name + "': " + what);
+  throw IoError(path + ": tensor '" + printable(name, 100) + "': " + what);
 }
 
 bool parse_dtype_name(const std::string& s, DType& out) {
@@ -214,10 +215,11 @@ void SafetensorsWriter::write(const std::string& path) const {
 
 // ---- SafetensorsFile ----------------------------------------------------------------------
 
-SafetensorsFile SafetensorsFile::read(const std::string& path) {
+SafetensorsFile SafetensorsFile::read(const std::string& path) { return parse(read_bytes(path), path); }
+
+SafetensorsFile SafetensorsFile::parse(const std::vector<unsigned char>& bytes, const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  std::vector<unsigned char> bytes = read_bytes(path);
   if (bytes.size() < 8)
     bad_file(path, "truncated: " + std::to_string(bytes.size()) +
                        " bytes, too short for the 8-byte header length");
@@ -233,18 +235,21 @@ SafetensorsFile SafetensorsFile::read(const std::string& path) {
 }
 
 void SafetensorsFile::parse_header(const std::string& header_text) {
+  // Before the parser: nesting deep enough to overflow a recursive walk, overlong names.
+  if (const std::string problem = json_limits_problem(header_text, kSafetensorsHeaderLimits); !problem.empty())
+    bad_file(path_, "bad header: refused before parsing: " + problem);
   json h;
   try {
     h = json::parse(header_text);
   } catch (const json::exception& e) {
-    bad_file(path_, "bad header: invalid JSON: " + parser_message(e));
+    bad_file(path_, "bad header: invalid JSON: " + printable(parser_message(e)));
   }
   if (!h.is_object()) bad_file(path_, "bad header: expected a JSON object, got " + std::string(h.type_name()));
   for (const auto& [name, info] : h.items()) {
     if (name == kMetadataKey) {
       if (!info.is_object()) bad_file(path_, "bad header: __metadata__ must be an object");
       for (const auto& [k, v] : info.items()) {
-        if (!v.is_string()) bad_file(path_, "bad header: __metadata__ '" + k + "' is not a string");
+        if (!v.is_string()) bad_file(path_, "bad header: __metadata__ '" + printable(k, 100) + "' is not a string");
         metadata[k] = v.get<std::string>();
       }
       continue;
@@ -252,18 +257,20 @@ void SafetensorsFile::parse_header(const std::string& header_text) {
     if (!info.is_object()) bad_tensor(path_, name, "header entry is not an object");
     for (const auto& [k, v] : info.items()) {
       if (k != "dtype" && k != "shape" && k != "data_offsets")
-        bad_tensor(path_, name, "unknown header field '" + k + "'");
+        bad_tensor(path_, name, "unknown header field '" + printable(k, 100) + "'");
     }
     Entry e;
     const auto dt = info.find("dtype");
     if (dt == info.end() || !dt->is_string()) bad_tensor(path_, name, "missing or non-string dtype");
     if (!parse_dtype_name(dt->get<std::string>(), e.dtype))
-      bad_tensor(path_, name, "unsupported dtype '" + dt->get<std::string>() + "' (expected F32, F64 or I64)");
+      bad_tensor(path_, name, "unsupported dtype '" + printable(dt->get<std::string>(), 100) +
+                                  "' (expected F32, F64 or I64)");
     const auto sh = info.find("shape");
     if (sh == info.end() || !sh->is_array()) bad_tensor(path_, name, "missing or non-array shape");
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
-        bad_tensor(path_, name, "shape entry " + d.dump() + " is not a non-negative integer");
+        bad_tensor(path_, name, "shape entry " + printable(d.dump(-1, ' ', false, json::error_handler_t::replace), 100) +
+                                    " is not a non-negative integer");
       e.shape.push_back(d.get<int64_t>());
     }
     const auto off = info.find("data_offsets");

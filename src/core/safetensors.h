@@ -20,8 +20,13 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/text.h"
 
 namespace parity {
+
+// What a header may be, checked before it is parsed (besides its length, which must fit in the
+// file): nesting depth and string length (tensor names, metadata values).
+inline constexpr JsonLimits kSafetensorsHeaderLimits{std::size_t{1} << 30, 64, std::size_t{64} << 10};
 
 // "F32", "F64", "I64": the safetensors names of the element types.
 std::string_view safetensors_dtype_name(DType d);
@@ -65,6 +70,8 @@ class SafetensorsFile {
  public:
   // Reads and validates the whole file. Throws IoError naming the file (and the tensor).
   static SafetensorsFile read(const std::string& path);
+  // The same from the file's bytes already in memory; `path` only names it in errors.
+  static SafetensorsFile parse(const std::vector<unsigned char>& bytes, const std::string& path);
 
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;  // sorted
