@@ -11,6 +11,7 @@
 #include "ckpt/checksum.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 
 namespace parity::ckpt {
 
@@ -24,7 +25,8 @@ namespace {
 }
 
 uint32_t parse_checksum(const std::string& s, const std::string& where, const std::string& path) {
-  if (s.rfind("crc32c:", 0) != 0 || s.size() != 15) bad(where, path, "not a crc32c checksum: '" + s + "'");
+  if (s.rfind("crc32c:", 0) != 0 || s.size() != 15 || s.find_first_not_of("0123456789abcdefABCDEF", 7) != std::string::npos)
+    bad(where, path, "not a crc32c checksum: '" + printable(s, 40) + "'");  // stoul would throw std::invalid_argument
   return static_cast<uint32_t>(std::stoul(s.substr(7), nullptr, 16));
 }
 
@@ -248,16 +250,42 @@ Metadata metadata_from_json(const json& j, const std::string& where) {
   return md;
 }
 
+namespace {
+
+// The first floating-point number in `j`, or nullptr.
+const json* first_float(const json& j) {
+  if (j.is_number_float()) return &j;
+  if (j.is_structured())
+    for (const auto& v : j)
+      if (const json* f = first_float(v)) return f;
+  return nullptr;
+}
+
+}  // namespace
+
 Metadata read_metadata(const std::string& dir) {
   const std::string path = dir + "/" + kMetadataFile;
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path + ": missing (cannot open: " + std::strerror(errno) + ")");
+  const std::string text = read_bounded(in, kMetadataLimits.max_bytes);
+  if (in.bad()) throw IoError(path + ": cannot read: " + std::strerror(errno));
+  // Before the parser: deep nesting would overflow the stack of the first copy or dump.
+  if (const std::string problem = json_limits_problem(text, kMetadataLimits); !problem.empty())
+    throw IoError(path + ": refused before parsing: " + problem + " (docs/ckpt.md)");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw IoError(path + ": not valid JSON: " + e.what());
   }
+  // nlohmann turns a float into an integer with a plain cast, undefined behaviour beyond the
+  // integer's range (1e300 as a rank: found by fuzz_ckpt_metadata under UBSan). The format
+  // writes integers everywhere but in the caller's $.model: any other float is refused here.
+  if (j.is_object())
+    for (const auto& [key, value] : j.items())
+      if (key != "model" && first_float(value) != nullptr)
+        throw IoError(path + ": $." + printable(key, 64) + ": holds the number " + first_float(value)->dump() +
+                      " where the format writes integers only");
   return metadata_from_json(j, path);
 }
 

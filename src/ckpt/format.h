@@ -20,6 +20,7 @@
 
 #include "ckpt/chunks.h"
 #include "core/tensor.h"
+#include "core/text.h"
 #include "mesh/placement.h"
 #include "model/config.h"
 
@@ -28,6 +29,8 @@ namespace parity::ckpt {
 constexpr int kFormatVersion = 2;
 constexpr int64_t kBlockBytes = int64_t{1} << 20;
 inline const char* const kMetadataFile = "metadata.json";
+// What metadata.json may be, checked before it is parsed (docs/ckpt.md): bytes, nesting, strings.
+inline constexpr JsonLimits kMetadataLimits{std::size_t{256} << 20, 64, std::size_t{64} << 10};
 
 std::string rank_file_name(int rank);  // "rank3.safetensors"
 
