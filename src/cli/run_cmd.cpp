@@ -39,8 +39,11 @@
 #include "harness/scenario.h"
 #include "harness/shared_baseline.h"
 #include "harness/verdict.h"
-#include "mesh/mesh.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/format.h"
 #include "ckpt/training_state.h"
+#include "core/text.h"
+#include "harness/memory.h"
 
 namespace parity::cli {
 
@@ -79,6 +82,7 @@ void require_device(const LayoutConfig& layout) {
 // World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).
 template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   require_device(s.layout);
+  require_memory(s, s.layout, printable(o.scenario, 4096));
   use_device(parse_device(s.layout.device));
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
@@ -146,19 +150,9 @@ Scenario load_with_overrides(const RunOptions& o) {
   }
   if (o.lr >= 0) s.optim.lr = o.lr;
   try {
-    validate_scenario(s);
-    mesh::validate_layout(s.layout, s.model);
+    validate_scenario(s);  // the schema and the runner's rules (check_supported), both layouts
   } catch (const ConfigError& e) {
-    throw ConfigError(o.scenario + ": " + e.path(), e.rule());
-  }
-  if (s.resume) {
-    try {
-      mesh::validate_layout(s.resume->layout, s.model);
-    } catch (const ConfigError& e) {  // its paths say $.layout.*: this is $.resume.layout.*
-      std::string path = e.path();
-      if (path.rfind("$.layout", 0) == 0) path = "$.resume" + path.substr(1);
-      throw ConfigError(o.scenario + ": " + path, e.rule());
-    }
+    throw ConfigError(printable(o.scenario, 4096) + ": " + e.path(), e.rule());
   }
   if ((o.save_at >= 0) != !o.ckpt.empty())
     throw ConfigError(o.save_at >= 0 ? "--ckpt" : "--save-at", "--save-at K and --ckpt DIR go together");
@@ -171,6 +165,27 @@ Scenario load_with_overrides(const RunOptions& o) {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The launcher side, before any process starts: every check whose failure a rank would
+// otherwise report once per rank. The run must fit in this machine's memory (exit 77), and a
+// checkpoint to resume from must suit the run: the same model, a step within the run, and a
+// step to compare unless it is re-saved at once (exit 2).
+void check_before_launch(const Scenario& s, const LayoutConfig& layout, const RunOptions& o) {
+  require_memory(s, layout, printable(o.scenario, 4096));
+  if (o.resume.empty() || layout.world < 2) return;
+  const ckpt::Metadata md = ckpt::read_metadata(ckpt::resolve(o.resume));
+  ckpt::check_model(md.model, scenario_to_json(s)["model"], o.resume);
+  const std::string K = std::to_string(md.step), steps = std::to_string(s.steps);
+  if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict.cpp)
+    throw ConfigError("--resume", o.resume + " was saved after step " + K + ", beyond the run's last step (steps = " +
+                                      steps + ")");
+  if (md.step == s.steps && o.save_at < 0)
+    throw ConfigError("--resume", o.resume + " was saved after step " + K + ", the run's last step (steps = " + steps +
+                                      "): nothing would be compared; give --steps above " + K +
+                                      " (or --save-at " + K + " to save it again under this layout)");
+  if (o.save_at >= 0 && o.save_at < md.step)
+    throw ConfigError("--save-at", "must be in [" + K + ", steps = " + steps + "], got " + std::to_string(o.save_at));
 }
 
 // The launcher side: refuse bad input, start the ranks of `layout`, report the wall time.
@@ -221,6 +236,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   const int64_t t0 = now_ns();
   lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
   require_device(layout);
+  check_before_launch(s, layout, o);
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
                                 "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", layout.backend,
                                 "--device", layout.device};
@@ -308,6 +324,7 @@ struct TempDir {
 // not the baseline) goes to R.phase1.json.
 int run_resume_check(const Scenario& s, const RunOptions& o) {
   const ResumeConfig& rc = *s.resume;
+  require_memory(s, rc.layout, printable(o.scenario, 4096));  // phase 2's, before phase 1 runs
   const TempDir tmp;
   const std::string dir = tmp.path + "/ckpt", K = std::to_string(rc.save_at);
   std::printf("resume check, phase 1 of 2: steps 0..%lld under %s, saved after step %s to %s\n",
@@ -348,7 +365,7 @@ int run_rank(const RunOptions& o) {
   try {
     return run_rank_verdict(o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%s%s\n", who.c_str(), printable_lines(e.what()).c_str());
     return exit_code::of(e);
   }
 }

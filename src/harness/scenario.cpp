@@ -8,23 +8,26 @@
 #include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
+#include "harness/memory.h"
+#include "parallel/supported.h"
 
 namespace parity {
 namespace {
 
 using nlohmann::json;
 
-// A value as a user wrote it, for messages: its JSON type and a short rendering.
+// A value as a user wrote it, for messages: its JSON type and a short, printable rendering
+// (dump escapes C0 controls; printable() the rest, DEL and C1, which dump keeps).
 std::string describe(const json& v) {
-  std::string text = v.dump();
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + text;
+  return std::string(v.type_name()) + " " + printable(text);
 }
 
 // A double for messages: integral values as integers, others as the shortest decimal that
@@ -53,7 +56,7 @@ class ObjectReader {
     }
   }
 
-  std::string at(const std::string& key) const { return path_ + "." + key; }
+  std::string at(const std::string& key) const { return path_ + "." + printable(key, 64); }
   const json* find(const std::string& key) const {
     auto it = j_.find(key);
     return it == j_.end() ? nullptr : &*it;
@@ -284,8 +287,8 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
 }
 
 // The resume layout follows every rule of the main one (reported at $.resume.layout.*), and
-// the run's rules: a world of at least 2 (it is compared with the baseline), and a batch
-// that splits over its micro-batches and data-parallel ranks.
+// the run's rules: a world of at least 2 (it is compared with the baseline), and the
+// runner's (check_supported: a batch that splits over micro-batches and data-parallel ranks).
 void validate_resume(const ResumeConfig& r, const Scenario& s) {
   const std::string p = "$.resume.";
   require(r.save_at >= 1 && r.save_at < s.steps, p + "save_at",
@@ -295,10 +298,12 @@ void validate_resume(const ResumeConfig& r, const Scenario& s) {
   validate_layout(l, s.model, p + "layout.");
   require(l.world >= 2, p + "layout.world",
           "must be >= 2: the resumed layout is compared with the one-device baseline, got " + std::to_string(l.world));
-  const int64_t dp = l.dp_replicate * l.dp_shard;
-  require(s.model.batch % (s.model.microbatches * dp) == 0, p + "layout.dp_shard",
-          "model.batch (" + std::to_string(s.model.batch) + ") must be divisible by microbatches x dp_replicate x "
-          "dp_shard (" + std::to_string(s.model.microbatches * dp) + ")");
+  try {
+    check_supported(s.model, l);
+  } catch (const ConfigError& e) {  // its paths say $.layout.*: this is $.resume.layout.*
+    const std::string& at = e.path();
+    throw ConfigError(at.rfind("$.layout", 0) == 0 ? "$.resume" + at.substr(1) : at, e.rule());
+  }
 }
 
 void parse_resume(const ObjectReader& r, ResumeConfig& out) {
@@ -316,10 +321,12 @@ std::string read_text(const std::string& path) {
     throw ConfigError(path, "cannot open scenario file: it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(path, "cannot open scenario file (missing or unreadable)");
-  std::ostringstream text;
-  text << in.rdbuf();
+  std::string text = read_bounded(in, kScenarioLimits.max_bytes);  // a larger file (or /dev/zero): cut, refused
   if (in.bad()) throw ConfigError(path, "cannot read scenario file");
-  return text.str();
+  if (text.size() > kScenarioLimits.max_bytes)
+    throw ConfigError(path, "scenario file larger than " + std::to_string(kScenarioLimits.max_bytes) +
+                                " bytes, the limit (docs/scenario.md, Limits)");
+  return text;
 }
 
 // Parses JSON text, refusing duplicate keys (nlohmann would keep the last one silently).
@@ -343,8 +350,8 @@ json parse_json_strict(const std::string& text) {
       case json::parse_event_t::key: {
         const std::string key = parsed.get<std::string>();
         if (!stack.back().keys.insert(key).second)
-          throw ConfigError(stack.back().path + "." + key, "duplicate key");
-        stack.back().last_key = key;
+          throw ConfigError(stack.back().path + "." + printable(key, 64), "duplicate key");
+        stack.back().last_key = printable(key, 64);
         break;
       }
       case json::parse_event_t::value: break;
@@ -405,22 +412,29 @@ std::vector<std::string> scenario_files(const std::vector<std::string>& paths) {
   return out;
 }
 
-Scenario load_scenario(const std::string& path) {
-  const std::string text = read_text(path);
+Scenario parse_scenario_text(const std::string& text, const std::string& name) {
+  if (const std::string problem = json_limits_problem(text, kScenarioLimits); !problem.empty())
+    throw ConfigError("$", "refused before parsing: " + problem + " (docs/scenario.md, Limits)");
   json j;
   try {
     j = parse_json_strict(text);
   } catch (const json::exception& e) {  // parse errors, and numbers that overflow a double
-    throw ConfigError(path, "invalid JSON: " + parser_message(e));
-  } catch (const ConfigError& e) {
-    throw ConfigError(path + ": " + e.path(), e.rule());
+    throw ConfigError("$", "invalid JSON: " + printable(parser_message(e)));
   }
+  return parse_scenario(j, name);
+}
+
+Scenario load_scenario(const std::string& path) {
+  const std::string shown = printable(path, 4096);  // a file name may hold anything but '/' and NUL
   try {
-    Scenario s = parse_scenario(j, std::filesystem::path(path).stem().string());
+    const std::string text = read_text(path);
+    Scenario s = parse_scenario_text(text, std::filesystem::path(path).stem().string());
     s.source = path;
     return s;
   } catch (const ConfigError& e) {
-    throw ConfigError(path + ": " + e.path(), e.rule());
+    if (e.path() == path) throw ConfigError(shown, e.rule());  // read_text's: the file itself
+    if (e.path() == "$") throw ConfigError(shown, e.rule());   // the document as a whole
+    throw ConfigError(shown + ": " + e.path(), e.rule());
   }
 }
 
@@ -453,14 +467,17 @@ nlohmann::json scenario_to_json(const Scenario& s) {
 }
 
 void validate_scenario(const Scenario& s) {
-  for (char c : s.name) {
-    require(c != '/' && c != '\\' && static_cast<unsigned char>(c) >= 0x20, "$.name",
-            "must not contain path separators or control characters, got \"" + s.name + "\"");
-  }
-  require_at_least(s.steps, 0, "$.steps");
+  require(s.name.size() <= kMaxNameBytes, "$.name",
+          "must be at most " + std::to_string(kMaxNameBytes) + " bytes, got " + std::to_string(s.name.size()));
+  require(s.name.find_first_of("/\\") == std::string::npos && is_printable(s.name), "$.name",
+          "must not contain path separators or control characters, got \"" + printable(s.name) + "\"");
+  require(s.steps >= 1, "$.steps",
+          "must be >= 1: a run of no step compares nothing, got " + std::to_string(s.steps));
   validate_model(s.model);
   validate_optim(s.optim);
+  check_plausible_size(s.model, s.optim);
   validate_layout(s.layout, s.model);
+  check_supported(s.model, s.layout);
   if (s.resume) validate_resume(*s.resume, s);
 }
 

@@ -8,9 +8,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/text.h"
 #include "model/config.h"
 
 namespace parity {
+
+// What a scenario file may be (docs/scenario.md, "Limits"): checked by a linear scan before
+// the JSON parser runs, so no file can exhaust the stack, the memory or the time of a reader.
+inline constexpr JsonLimits kScenarioLimits{1 << 20, 32, 4096};  // bytes, nesting depth, string bytes
+inline constexpr size_t kMaxNameBytes = 128;                       // $.name (it names files)
 
 // Reads, parses and validates a scenario file. The name defaults to the file stem and
 // Scenario::source is set to `path`. Errors name the file first:
@@ -20,6 +26,10 @@ Scenario load_scenario(const std::string& path);
 // The scenario files `paths` name: a file as given, a directory's *.json (top level only,
 // sorted). ConfigError when a path does not exist or a directory holds no *.json.
 std::vector<std::string> scenario_files(const std::vector<std::string>& paths);
+
+// Checks kScenarioLimits, parses and validates the text of a scenario file (load_scenario
+// without the file). Errors name the JSON path; "$" for the document as a whole.
+Scenario parse_scenario_text(const std::string& text, const std::string& name);
 
 // Parses and validates a JSON document already in memory. `name` is used when the document
 // has no "name" key. Errors name the JSON path: "$.model.heads: ...".

@@ -10,6 +10,7 @@
 #include "model/data.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_run.h"
+#include "parallel/supported.h"
 
 #include "core/inject.h"
 #include "ops/elementwise.h"
@@ -17,23 +18,9 @@
 
 namespace parity {
 
-namespace {
-
-void check_supported(const Scenario& s) {
-  mesh::validate_layout(s.layout, s.model);
-  const auto& l = s.layout;
-  const int64_t dp = l.dp_replicate * l.dp_shard;
-  if (s.model.batch % (s.model.microbatches * dp) != 0)
-    throw ConfigError("$.model.batch", "must be divisible by microbatches x dp_replicate x dp_shard (" +
-                                           std::to_string(s.model.microbatches * dp) + "), got " +
-                                           std::to_string(s.model.batch));
-}
-
-}  // namespace
-
 template <class T> struct ParallelRun<T>::Impl {
   Impl(const Scenario& s, comm::Communicator& w) : sc(s), world(w), mesh(s.layout), data(s.model.vocab, s.data_seed) {
-    check_supported(s);
+    check_supported(s.model, s.layout);  // validate_scenario ran it too: a scenario built in code
     specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
     const int r = w.rank();

@@ -80,7 +80,7 @@ Scenario all_fields_changed() {
   s.seed = 18446744073709551615ull;  // the largest seed a file can hold
   s.data_seed = 99;
   ModelConfig& m = s.model;
-  m.vocab = 100, m.dim = 24, m.layers = 3, m.heads = 4, m.seq = 12, m.batch = 6;
+  m.vocab = 100, m.dim = 24, m.layers = 3, m.heads = 4, m.seq = 12, m.batch = 12;  // 3 micro-batches x dp 4
   m.microbatches = 3, m.dense_layers = 2, m.mlp_hidden = 40, m.experts = 8, m.top_k = 3;
   m.expert_hidden = 20, m.shared_experts = 1, m.shared_hidden = 12;
   m.score = Score::sigmoid, m.route_norm = false, m.route_scale = 2.5;
@@ -226,7 +226,8 @@ TEST(Scenario, ModelValuesOutOfRange) {
   expect_refused("/model/route_scale", 0, "$.model.route_scale", "must be > 0");
   expect_refused("/model/aux_alpha", -0.5, "$.model.aux_alpha", "must be >= 0, got -0.5");
   expect_refused("/model/bias_rate", -1e-3, "$.model.bias_rate", "must be >= 0");
-  expect_refused("/steps", -1, "$.steps", "must be >= 0, got -1");
+  expect_refused("/steps", -1, "$.steps", "must be >= 1: a run of no step compares nothing, got -1");
+  expect_refused("/steps", 0, "$.steps", "must be >= 1: a run of no step compares nothing, got 0");
 }
 
 TEST(Scenario, OptimizerValuesOutOfRange) {
@@ -283,14 +284,17 @@ TEST(Scenario, LayoutRules) {
   refused({{"world", 4611686018427387904}, {"dp_shard", 4611686018427387904}, {"tp", 4}},
           "$.layout.world", "must equal dp_replicate*dp_shard*tp");
 
-  // Layouts beyond world 1 that can exist are accepted (FOLDINGS.md's group tables).
+  // Layouts beyond world 1 that can exist are accepted (FOLDINGS.md's group tables), with a
+  // batch that splits over their data-parallel ranks (the runner's rule, parallel/supported.h).
   for (const json& ok : {json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 4}, {"etp", 1}},
                          json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 2}, {"etp", 2}},
                          json{{"world", 2}, {"tp", 2}, {"ep", 2}, {"sp", true}},
                          json{{"world", 4}, {"dp_replicate", 2}, {"dp_shard", 2}, {"ep", 2},
                               {"backend", "nccl"}}}) {
     SCOPED_TRACE(ok.dump());
-    EXPECT_NO_THROW(parse_scenario(layout(ok), "t"));
+    json j = layout(ok);
+    j["model"]["batch"] = 16;
+    EXPECT_NO_THROW(parse_scenario(j, "t"));
   }
 }
 
@@ -334,6 +338,68 @@ TEST(Scenario, FileProblemsNameTheFile) {
     EXPECT_EQ(e.path(), range + ": $.model.heads");
     EXPECT_EQ(e.rule(), "must divide model.dim (16), got 3");
   }
+}
+
+// The runner's rules (parallel/supported.h) run with the schema: a file is refused once,
+// before any rank starts, at the JSON path, for the main and the resume layout alike.
+TEST(Scenario, BatchMustSplitOverDataParallelRanks) {
+  json j = tiny_with("/layout", {{"world", 5}, {"dp_shard", 5}});
+  j["model"]["batch"] = 8;
+  j["model"]["microbatches"] = 1;
+  std::string msg = config_error([&] { parse_scenario(j, "t"); });
+  EXPECT_NE(msg.find("$.layout.dp_shard: model.batch (8) must be divisible by microbatches x dp_replicate x "
+                     "dp_shard (1 x 1 x 5 = 5)"),
+            std::string::npos)
+      << msg;
+  j["layout"] = {{"world", 4}, {"dp_shard", 4}};
+  EXPECT_NO_THROW(parse_scenario(j, "t"));
+  j["steps"] = 4;
+  j["resume"] = {{"save_at", 2}, {"layout", {{"world", 3}, {"dp_shard", 3}}}};
+  msg = config_error([&] { parse_scenario(j, "t"); });
+  EXPECT_NE(msg.find("$.resume.layout.dp_shard: model.batch (8) must be divisible"), std::string::npos) << msg;
+}
+
+TEST(Scenario, AbsurdSizesAreBadInputNamingTheLargestTensor) {
+  std::string msg = config_error([] { parse_scenario(json{{"model", {{"dim", int64_t{1} << 40}}}}, "t"); });
+  EXPECT_NE(msg.find("$.model: sizes beyond any machine"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("attention weight (dim x dim): 1.21e+24 elements"), std::string::npos) << msg;
+  msg = config_error([] { parse_scenario(json{{"model", {{"vocab", int64_t{1} << 50}}}}, "t"); });
+  EXPECT_NE(msg.find("the largest tensor is the logits"), std::string::npos) << msg;
+  // Large but not absurd: valid (whether it fits this machine is `parity run`'s check, exit 77).
+  EXPECT_NO_THROW(parse_scenario(json{{"model", {{"dim", 1 << 20}, {"heads", 2}}}}, "t"));
+}
+
+TEST(Scenario, NamesAreShortAndPrintableAndQuotedEscaped) {
+  std::string msg = config_error([] { parse_scenario(json{{"name", std::string(129, 'n')}}, "t"); });
+  EXPECT_NE(msg.find("$.name: must be at most 128 bytes, got 129"), std::string::npos) << msg;
+  EXPECT_NO_THROW(parse_scenario(json{{"name", std::string(128, 'n')}}, "t"));
+  msg = config_error([] { parse_scenario(json{{"name", "a\x1b[31mred"}}, "t"); });
+  EXPECT_NE(msg.find("got \"a\\x1b[31mred\""), std::string::npos) << msg;
+  msg = config_error([] { parse_scenario(json{{"name", "csi\xc2\x9b"}}, "t"); });  // C1 control, valid UTF-8
+  EXPECT_NE(msg.find("csi\\xc2\\x9b"), std::string::npos) << msg;
+  EXPECT_NO_THROW(parse_scenario(json{{"name", "caf\xc3\xa9"}}, "t"));
+  msg = config_error([] { parse_scenario(json{{"model", {{"\x1b]0;x\x07", 1}}}}, "t"); });
+  EXPECT_NE(msg.find("$.model.\\x1b]0;x\\x07: unknown key"), std::string::npos) << msg;
+  msg = config_error([] { parse_scenario(json{{"optim", {{"kind", "\x7f"}}}}, "t"); });
+  EXPECT_NE(msg.find("got string \"\\x7f\""), std::string::npos) << msg;
+}
+
+// kScenarioLimits: checked before the parser, named with where it broke.
+TEST(Scenario, FileLimitsAreCheckedBeforeParsing) {
+  TempDir dir;
+  std::string msg = config_error([&] { load_scenario(dir.write("deep.json", std::string(100000, '[') + std::string(100000, ']'))); });
+  EXPECT_NE(msg.find("deep.json: refused before parsing: nesting deeper than 32 levels at line 1, column 33"),
+            std::string::npos) << msg;
+  msg = config_error([&] { load_scenario(dir.write("long.json", "{\"name\": \"" + std::string(1000000, 'a') + "\"}")); });
+  EXPECT_NE(msg.find("long.json: refused before parsing: a string longer than 4096 bytes at line 1, column 10"),
+            std::string::npos) << msg;
+  msg = config_error([&] { load_scenario(dir.write("big.json", std::string(kScenarioLimits.max_bytes, ' ') + "{}")); });
+  EXPECT_NE(msg.find("big.json: scenario file larger than 1048576 bytes"), std::string::npos) << msg;
+  msg = config_error([] { load_scenario("/dev/zero"); });  // endless: read no further than the limit
+  EXPECT_NE(msg.find("/dev/zero: scenario file larger than"), std::string::npos) << msg;
+  // Nesting within the limit reaches the schema as usual.
+  msg = config_error([&] { load_scenario(dir.write("ok_depth.json", "{\"model\": [[[[1]]]]}")); });
+  EXPECT_NE(msg.find("ok_depth.json: $.model: expected an object, got array [[[[1]]]]"), std::string::npos) << msg;
 }
 
 }  // namespace
