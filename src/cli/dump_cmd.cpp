@@ -12,7 +12,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "harness/baseline.h"
+#include "harness/memory.h"
 #include "harness/scenario.h"
 
 namespace parity::cli {
@@ -142,6 +144,9 @@ Command add_dump_command(CLI::App& app) {
             if (o->steps >= 0) s.steps = o->steps;
             const Device d = parse_device(o->device.empty() ? s.layout.device : o->device);
             require_device(d, "dump --device cuda");
+            LayoutConfig one;  // the baseline alone, on the chosen device
+            one.device = std::string(device_name(d));
+            require_memory(s, one, printable(o->scenario, 4096));  // exit 77 before allocating
             use_device(d);
             return s.model.dtype == DType::f32 ? dump<float>(s, o->dir) : dump<double>(s, o->dir);
           }};

@@ -21,7 +21,9 @@
 #include "comm/launch.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "harness/golden.h"
+#include "harness/memory.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
 #include "mesh/mesh.h"
@@ -59,8 +61,9 @@ std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOpt
     validate_scenario(run);
     mesh::validate_layout(run.layout, run.model);
   } catch (const ConfigError& e) {
-    throw ConfigError(path + ": " + e.path(), e.rule());
+    throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }
+  require_memory(run, run.layout, printable(path, 4096));  // exit 77 before any rank starts
   return {file, run};
 }
 
