@@ -174,8 +174,9 @@ int64_t now_ns() {
 void check_before_launch(const Scenario& s, const LayoutConfig& layout, const RunOptions& o) {
   require_memory(s, layout, printable(o.scenario, 4096));
   if (o.resume.empty() || layout.world < 2) return;
-  const ckpt::Metadata md = ckpt::read_metadata(ckpt::resolve(o.resume));
-  ckpt::check_model(md.model, scenario_to_json(s)["model"], o.resume);
+  const std::string dir = ckpt::resolve(o.resume);
+  const ckpt::Metadata md = ckpt::read_metadata(dir);
+  ckpt::check_model(md.model, scenario_to_json(s)["model"], dir + "/" + ckpt::kMetadataFile);  // the ranks' words
   const std::string K = std::to_string(md.step), steps = std::to_string(s.steps);
   if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict.cpp)
     throw ConfigError("--resume", o.resume + " was saved after step " + K + ", beyond the run's last step (steps = " +
