@@ -441,13 +441,20 @@ RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path) 
   if (get("version") != std::to_string(kFormatVersion))
     bad(where, "version", "is " + get("version") + ", this build reads version " + std::to_string(kFormatVersion));
   RankRecordHeader r;
+  // The records hold integers only: a float would reach nlohmann's float-to-int cast
+  // (undefined behaviour beyond the range), so any float is refused before it is read.
+  auto ints = [&](const std::string& k) {
+    json v = json::parse(get(k));
+    if (const json* f = first_float(v)) bad(where, k, "holds the number " + f->dump() + " where integers belong");
+    return v;
+  };
   try {
-    r.rank = json::parse(get("rank")).get<int>();
-    r.mesh = mesh_from(json::parse(get("mesh")));
-    r.step = json::parse(get("step")).get<int64_t>();
-    r.data_position = json::parse(get("data_position")).get<int64_t>();
+    r.rank = ints("rank").get<int>();
+    r.mesh = mesh_from(ints("mesh"));
+    r.step = ints("step").get<int64_t>();
+    r.data_position = ints("data_position").get<int64_t>();
     r.model_checksum = parse_checksum(get("model"), where, "model");
-    const json tensors = json::parse(get("tensors"));
+    const json tensors = ints("tensors");
     size_t held = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       r.tensors.push_back(record_tensor_from(tensors[i], h, r.rank, where, "tensors[" + std::to_string(i) + "]"));
