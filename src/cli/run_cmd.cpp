@@ -56,6 +56,7 @@ struct RunOptions {
   std::string report, dtype, backend, log_dir, optim, device, inject;
   double lr = -1;
   double timeout_s = 60;
+  bool timeout_given = false;  // --timeout on the command line (a rank: overrides PARITY_COMM_TIMEOUT_MS)
   double deadline_s = 0;  // --deadline: wall clock of each launch (0: none)
   bool as_rank = false;
   int64_t save_at = -1;       // --save-at K (with --ckpt DIR)
@@ -276,11 +277,22 @@ int run_rank_verdict(const RunOptions& o) {
   const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
   const double startup = t0 != nullptr ? static_cast<double>(now_ns() - std::atoll(t0)) * 1e-9 : 0.0;
   Scenario s = load_with_overrides(o);
-  const char* local = std::getenv("LOCAL_RANK");
-  if (local == nullptr) local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  use_device(parse_device(s.layout.device), local != nullptr ? std::atoi(local) : 0);
+  // Who this rank is: `parity launch`, mpirun, srun or a torchrun-like launcher (comm/rank_env.h),
+  // with the layout's backend (after --backend). A world of the wrong size is refused before
+  // the rendezvous would wait for ranks that never come.
+  comm::RankEnv env = comm::read_rank_env(comm::parse_backend(s.layout.backend));
+  if (o.timeout_given) env.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  if (env.world_size != s.layout.world) {
+    const std::string var = env.source == "OMPI_COMM_WORLD_RANK" ? "OMPI_COMM_WORLD_SIZE"
+                            : env.source == "SLURM_PROCID"       ? "SLURM_NTASKS"
+                                                                 : "WORLD_SIZE";
+    const std::string is = env.source == "none" ? "not set (a world of one)" : "is " + std::to_string(env.world_size);
+    throw ConfigError(var, is + ", but the layout of " + o.scenario + " has " + std::to_string(s.layout.world) +
+                               " ranks ($.layout.world)");
+  }
+  use_device(parse_device(s.layout.device), env.local_rank);
   const auto r0 = std::chrono::steady_clock::now();
-  auto world = comm::make_world_communicator();
+  auto world = comm::make_world_communicator(env);
   VerdictOptions vo;
   vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
   vo.startup_s = startup;
@@ -358,10 +370,28 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   return code;
 }
 
+// `mpirun -np 8 parity run S` without --as-rank would start 8 launchers of 8 ranks each:
+// refused when the environment already makes this process one rank of a larger world.
+void refuse_nested_launch(const Scenario& s) {
+  comm::RankEnv env;
+  try {
+    env = comm::read_rank_env();
+  } catch (const ConfigError&) {
+    return;  // not a usable identity: this is no rank of anything, launch as usual
+  }
+  if (env.world_size > 1)
+    throw ConfigError("--as-rank", "this process is rank " + std::to_string(env.rank) + " of " +
+                                       std::to_string(env.world_size) + " (from " + env.source +
+                                       "): add --as-rank so that each rank runs its part of the " +
+                                       std::to_string(s.layout.world) + "-rank layout instead of starting " +
+                                       std::to_string(s.layout.world) + " ranks of its own");
+}
+
 // Errors of a rank carry its rank: the launcher prints every rank's lines unprefixed.
 int run_rank(const RunOptions& o) {
   const char* r = std::getenv("RANK");
   if (r == nullptr) r = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (r == nullptr) r = std::getenv("SLURM_PROCID");
   const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": error: ";
   try {
     return run_rank_verdict(o);
@@ -414,12 +444,16 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--resume", o->resume,
                   "Load the training state from DIR (saved under any layout) and continue from its step; the\n"
                   "baseline replays the steps before it without comparing");
-  sub->add_flag("--as-rank", o->as_rank, "(internal) run as one rank of the verdict")->group("");
+  sub->add_flag("--as-rank", o->as_rank,
+                "Run as one rank of the verdict, started by another launcher: mpirun, srun, torchrun-like\n"
+                "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); docs/multihost.md");
   sub->add_flag("--resume-layout", o->resume_layout, "(internal) run the scenario's resume.layout")->group("");
-  return {sub, [o]() {
+  return {sub, [o, sub]() {
             if (!o->inject.empty()) setenv("PARITY_INJECT", o->inject.c_str(), 1);  // every rank inherits it
+            o->timeout_given = sub->get_option("--timeout")->count() > 0;
             if (o->as_rank) return run_rank(*o);
             Scenario s = load_with_overrides(*o);
+            if (s.layout.world > 1 || s.resume) refuse_nested_launch(s);
             if (s.resume && o->save_at < 0 && o->resume.empty()) return run_resume_check(s, *o);
             std::vector<std::string> extra;
             if (o->save_at >= 0) extra = {"--save-at", std::to_string(o->save_at), "--ckpt", o->ckpt};

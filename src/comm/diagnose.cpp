@@ -15,7 +15,11 @@ std::string local_host() {
   return buf;
 }
 
-PeerInfo local_peer() { return PeerInfo{local_host(), static_cast<int64_t>(getpid())}; }
+PeerInfo local_peer(const std::string& addr) {
+  const std::string host = local_host();
+  const bool say = !addr.empty() && addr.rfind("127.", 0) != 0 && addr != "::1" && addr != host;
+  return PeerInfo{host, static_cast<int64_t>(getpid()), say ? addr : ""};
+}
 
 bool peer_stopped(const PeerInfo& p) {
   if (p.pid <= 0 || p.host != local_host()) return false;
@@ -36,15 +40,19 @@ bool peer_exited(const PeerInfo& p) {
   return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
 }
 
-std::string encode_peer(const PeerInfo& p) { return p.host + "\n" + std::to_string(p.pid); }
+std::string encode_peer(const PeerInfo& p) {
+  return p.host + "\n" + std::to_string(p.pid) + (p.addr.empty() ? "" : "\n" + p.addr);
+}
 
 PeerInfo decode_peer(const std::string& s) {
   PeerInfo p;
   auto nl = s.find('\n');
   if (nl == std::string::npos) return p;
   p.host = s.substr(0, nl);
+  const auto nl2 = s.find('\n', nl + 1);
+  if (nl2 != std::string::npos) p.addr = s.substr(nl2 + 1);
   try {
-    p.pid = std::stoll(s.substr(nl + 1));
+    p.pid = std::stoll(s.substr(nl + 1, nl2 == std::string::npos ? std::string::npos : nl2 - nl - 1));
   } catch (const std::exception&) {
     p.pid = 0;
   }
@@ -102,7 +110,9 @@ std::string name_missing(int me, const std::vector<int>& members,
   std::string exited, silent, elsewhere;
   for (size_t r = 0; r < n; ++r) {
     std::string label = rank_label(static_cast<int>(r), members[r]);
-    std::string pid = r < peers.size() ? "pid " + std::to_string(peers[r].pid) + " on " + peers[r].host : "";
+    std::string pid = r < peers.size() ? "pid " + std::to_string(peers[r].pid) + " on " + peers[r].host +
+                                             (peers[r].addr.empty() ? "" : " (" + peers[r].addr + ")")
+                                       : "";
     if (seen[r] == Seen::exited) {
       exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " has exited)";
     } else if (seen[r] == Seen::stopped) {

@@ -18,14 +18,15 @@ namespace parity::comm {
 struct PeerInfo {
   std::string host;
   int64_t pid = 0;
+  std::string addr;  // the address its transport listens on, when not loopback ("" otherwise)
 };
 
 std::string local_host();
-PeerInfo local_peer();
+PeerInfo local_peer(const std::string& addr = "");
 // True only when the peer is on this host and its process is gone (or a zombie).
 bool peer_exited(const PeerInfo& p);
 
-// Serialised as "host\npid".
+// Serialised as "host\npid" or "host\npid\naddr".
 std::string encode_peer(const PeerInfo& p);
 PeerInfo decode_peer(const std::string& s);
 
@@ -38,7 +39,8 @@ class FailureBoard {
 };
 
 // Posts `what` and returns a sentence naming the missing member(s), e.g.
-// "missing rank 3 (pid 812 on host h has exited)". members: world ranks in group order;
+// "missing rank 3 (pid 812 on host h has exited)" ("on host h (10.0.0.2)" when the peer
+// published an address: ranks on hosts that share a name, network namespaces). members: world ranks in group order;
 // peers: the same order.
 std::string name_missing(int my_group_rank, const std::vector<int>& members,
                          const std::vector<PeerInfo>& peers, FailureBoard& board,

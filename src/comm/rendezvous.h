@@ -1,42 +1,21 @@
-// How a rank process finds out who it is and meets the others.
-//
-// Environment (set by `parity launch`, or by mpirun for the OMPI_COMM_WORLD_* part):
-//   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE   torchrun's names
-//   OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK / _LOCAL_SIZE   used when RANK is unset
-//   PARITY_BACKEND        gloo | mpi | nccl (default: mpi under mpirun, gloo otherwise)
-//   PARITY_STORE_DIR      per-run directory of the file store (gloo/nccl rendezvous on one host)
-//   PARITY_COMM_TIMEOUT_MS  collective timeout (default 60000)
-//   PARITY_GLOO_HOST      address the gloo TCP transport binds (default 127.0.0.1 on one
-//                         host; the host name when ranks span hosts under mpirun)
-// A process with none of these is a world of one.
-//
-// Rendezvous: an exchange of small blobs among the members of a group, with a timeout
-// that names the ranks that never arrived. Two implementations: a file store in a
-// per-run directory (one host), and a bootstrap over MPI point-to-point messages (any
-// number of hosts, for gloo or nccl started by mpirun).
+// How the rank processes of a world meet: an exchange of small blobs among the members of a
+// group, with a timeout that names the ranks that never arrived, and a board where a failed
+// member posts a note the others read (comm/diagnose.h). Implementations: a key-value store
+// polled by every member (gloo's FileStore in a per-run directory on one host, or the TCP
+// store rank 0 serves, comm/tcp_store.h, on any number of hosts), and a bootstrap over MPI
+// point-to-point messages (comm/mpi/). Which one a process uses: comm/rank_env.h.
 #pragma once
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "comm/diagnose.h"
+#include "comm/rank_env.h"
 
 namespace parity::comm {
-
-struct RankEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  Backend backend = Backend::gloo;
-  std::string store_dir;              // empty: no file store
-  bool under_mpirun = false;
-  std::chrono::milliseconds timeout = kDefaultTimeout;
-};
-
-RankEnv read_rank_env();  // throws ConfigError naming the variable
 
 class Rendezvous {
  public:
@@ -51,6 +30,21 @@ class Rendezvous {
   virtual std::unique_ptr<FailureBoard> board(const std::string& scope,
                                               const std::vector<int>& members, int group_rank) = 0;
 };
+
+// A key-value store a rendezvous polls. Each call waits at most `op_timeout` for the store
+// itself to answer (try_get does not wait for the key to appear); both throw CommError when
+// the store cannot be reached.
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  virtual void set(const std::string& key, const std::string& value, std::chrono::milliseconds op_timeout) = 0;
+  virtual std::optional<std::string> try_get(const std::string& key, std::chrono::milliseconds op_timeout) = 0;
+  virtual std::string where() const = 0;  // "in /tmp/parity-rdzv-X", "at 10.0.0.1:29500 (rank 0)"
+};
+
+// Exchanges and boards over `store`. A board never throws: a note that cannot be posted or
+// read (the store is unreachable: a cut link) reads as no note.
+std::unique_ptr<Rendezvous> make_store_rendezvous(std::shared_ptr<KeyValueStore> store);
 
 // A file store in `dir` (gloo's FileStore: one file per key, written then renamed).
 std::unique_ptr<Rendezvous> make_file_rendezvous(const std::string& dir);

@@ -4,6 +4,8 @@
 
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/net.h"
+#include "comm/tcp_store.h"
 #include "core/error.h"
 #if PARITY_HAVE_CUDA
 #include "comm/nccl/nccl_communicator.h"
@@ -22,22 +24,68 @@ bool nccl_built() {
 namespace {
 
 std::shared_ptr<Rendezvous> rendezvous_for(const RankEnv& env) {
-  if (!env.store_dir.empty()) return make_file_rendezvous(env.store_dir);
-  if (env.under_mpirun) return make_mpi_rendezvous();
-  if (env.world_size == 1) return make_local_rendezvous();
-  throw ConfigError("PARITY_STORE_DIR", "no rendezvous for WORLD_SIZE " + std::to_string(env.world_size));
+  switch (env.rendezvous) {
+    case RendezvousKind::file: return make_file_rendezvous(env.store_dir);
+    case RendezvousKind::tcp:
+      return make_tcp_rendezvous(env.master_addr, env.master_port, env.rank, env.world_size, env.timeout);
+    case RendezvousKind::mpi: return make_mpi_rendezvous();
+    case RendezvousKind::local: break;
+  }
+  if (env.world_size > 1) throw ConfigError("MASTER_ADDR", "no rendezvous for a world of " + std::to_string(env.world_size));
+  return make_local_rendezvous();
 }
 
-// Loopback when every rank is on this host, else the host name (or PARITY_GLOO_HOST).
+bool is_loopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; }
+
+const char* env_value(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+// What every rank publishes before the choice (so that every rank takes part, whatever
+// overrides it has): tcp: the address on the route to the master; mpi: host name and
+// network namespace.
+std::string host_blob(const RankEnv& env) {
+  if (env.rendezvous == RendezvousKind::tcp) return net::route_source_address(env.master_addr, env.master_port);
+  return local_host() + "\n" + net::netns_id();
+}
+
+// The address gloo's TCP transport binds. PARITY_GLOO_HOST, else PARITY_GLOO_IFACE's
+// address, else: one host (file store, world of one): loopback. TCP store: the address on
+// the route to MASTER_ADDR; on the master's own host that may be loopback (MASTER_ADDR
+// 127.0.0.1, or a name /etc/hosts maps to 127.0.1.1), and when another rank published a
+// non-loopback address the route to that rank is taken instead. MPI bootstrap: loopback when
+// every rank shares this host name and network namespace, the host name when the names
+// differ, else (namespaces or containers that share a name) the first non-loopback address.
 std::string gloo_host(const RankEnv& env, Rendezvous& rdzv) {
-  if (const char* h = std::getenv("PARITY_GLOO_HOST"); h && *h) return h;
-  if (env.world_size == 1 || !env.under_mpirun || !env.store_dir.empty()) return "127.0.0.1";
-  std::vector<int> all(static_cast<size_t>(env.world_size));
-  for (int i = 0; i < env.world_size; ++i) all[static_cast<size_t>(i)] = i;
-  auto hosts = rdzv.exchange("hosts", all, env.rank, local_host(), env.timeout);
-  for (const auto& h : hosts)
-    if (h != hosts[0]) return local_host();
-  return "127.0.0.1";
+  std::vector<std::string> hosts;
+  const bool spans = env.world_size > 1 && (env.rendezvous == RendezvousKind::tcp || env.rendezvous == RendezvousKind::mpi);
+  std::string mine;
+  if (spans) {
+    std::vector<int> all(static_cast<size_t>(env.world_size));
+    for (int i = 0; i < env.world_size; ++i) all[static_cast<size_t>(i)] = i;
+    mine = host_blob(env);
+    hosts = rdzv.exchange("hosts", all, env.rank, mine, env.timeout);
+  }
+  if (const char* h = env_value("PARITY_GLOO_HOST")) return h;
+  if (const char* i = env_value("PARITY_GLOO_IFACE")) return net::interface_address(i, "PARITY_GLOO_IFACE");
+  if (!spans) return "127.0.0.1";
+  if (env.rendezvous == RendezvousKind::tcp) {
+    if (!is_loopback(mine)) return mine;
+    for (const auto& h : hosts)
+      if (!is_loopback(h)) return net::route_source_address(h, env.master_port);
+    return mine;
+  }
+  const std::string name = local_host();
+  bool same_name = true, same_ns = true;
+  for (const auto& h : hosts) {
+    same_name = same_name && h.substr(0, h.find('\n')) == name;
+    same_ns = same_ns && h == mine;
+  }
+  if (same_ns) return "127.0.0.1";
+  if (!same_name) return name;
+  const std::string ext = net::first_external_address();
+  return ext.empty() ? name : ext;
 }
 
 }  // namespace
@@ -62,8 +110,7 @@ std::unique_ptr<Communicator> make_world_communicator(const RankEnv& env) {
 }
 
 std::unique_ptr<Communicator> make_world_communicator(const WorldOptions& opts) {
-  RankEnv env = read_rank_env();
-  if (opts.backend) env.backend = *opts.backend;
+  RankEnv env = read_rank_env(opts.backend);
   if (opts.timeout) env.timeout = *opts.timeout;
   return make_world_communicator(env);
 }

@@ -5,10 +5,13 @@
 //   auto& tp = world->group({0, 1});                          // members only
 //
 // The environment comes from `parity launch` (RANK, WORLD_SIZE, LOCAL_RANK,
-// PARITY_STORE_DIR, PARITY_BACKEND, PARITY_COMM_TIMEOUT_MS) or from mpirun
-// (OMPI_COMM_WORLD_*); see comm/rendezvous.h. With none of it, a world of one.
-// Rendezvous used: gloo/nccl with PARITY_STORE_DIR -> file store (one host);
-// gloo/nccl under mpirun without it -> bootstrap over MPI (any hosts); mpi -> MPI itself.
+// PARITY_STORE_DIR, PARITY_BACKEND, PARITY_COMM_TIMEOUT_MS), from a torchrun-like launcher
+// or a Kubernetes job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), from srun (SLURM_*) or
+// from mpirun (OMPI_COMM_WORLD_*); see comm/rank_env.h. With none of it, a world of one.
+// Rendezvous: file store (one host), TCP store on rank 0 (comm/tcp_store.h, any hosts),
+// bootstrap over MPI (any hosts, gloo/nccl under mpirun), or MPI itself (backend mpi).
+// gloo binds loopback on one host, else the address on the route to the master (or to the
+// other hosts); PARITY_GLOO_HOST / PARITY_GLOO_IFACE override it (world.cpp, gloo_host).
 #pragma once
 #include <chrono>
 #include <memory>

@@ -18,7 +18,8 @@ namespace {
 
 void clear_rank_env() {
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PARITY_BACKEND",
-                        "PARITY_STORE_DIR", "PARITY_COMM_TIMEOUT_MS", "OMPI_COMM_WORLD_RANK"})
+                        "PARITY_STORE_DIR", "PARITY_COMM_TIMEOUT_MS", "OMPI_COMM_WORLD_RANK", "MASTER_ADDR",
+                        "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_ID", "SLURM_STEPID"})
     unsetenv(v);
 }
 

@@ -42,14 +42,14 @@ class MeshContext : public gloo::Context {
 
   std::vector<PeerInfo> connect(const std::shared_ptr<gloo::transport::Device>& dev,
                                 Rendezvous& rdzv, const std::string& scope,
-                                const std::vector<int>& members, ms timeout) {
+                                const std::vector<int>& members, ms timeout, const std::string& host) {
     setTimeout(timeout);
     auto tctx = dev->createContext(rank, size);
     tctx->setTimeout(timeout);
     std::vector<std::vector<char>> addrs;
     for (int i = 0; i < size; ++i)
       if (i != rank) addrs.push_back(tctx->createPair(i)->address().bytes());
-    auto blobs = rdzv.exchange(scope, members, rank, encode_blob(encode_peer(local_peer()), addrs), timeout);
+    auto blobs = rdzv.exchange(scope, members, rank, encode_blob(encode_peer(local_peer(host)), addrs), timeout);
     std::vector<PeerInfo> peers(static_cast<size_t>(size));
     for (int i = 0; i < size; ++i) {
       const std::string& b = blobs[static_cast<size_t>(i)];
@@ -119,6 +119,7 @@ void* nz(const void* p) { return p ? const_cast<void*>(p) : g_empty; }
 struct Shared {
   std::shared_ptr<Rendezvous> rdzv;
   std::shared_ptr<gloo::transport::Device> device;
+  std::string host;  // the address the device listens on
   int world_size = 1;
 };
 
@@ -130,7 +131,7 @@ class GlooCommunicator : public Communicator {
         shared_(std::move(shared)) {
     ctx_ = std::make_shared<MeshContext>(rank, size());
     scope_ = scope_key(this->members(), shared_->world_size);
-    peers_ = ctx_->connect(shared_->device, *shared_->rdzv, scope_, this->members(), timeout);
+    peers_ = ctx_->connect(shared_->device, *shared_->rdzv, scope_, this->members(), timeout, shared_->host);
   }
 
  protected:
@@ -286,6 +287,7 @@ std::unique_ptr<Communicator> make_gloo_world(int rank, int world_size,
   auto shared = std::make_shared<Shared>();
   shared->rdzv = std::move(rendezvous);
   shared->world_size = world_size;
+  shared->host = host;
   gloo::transport::tcp::attr attr;
   attr.hostname = host;
   shared->device = gloo::transport::tcp::CreateDevice(attr);
