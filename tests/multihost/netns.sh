@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# Runs across "hosts" simulated by Linux network namespaces (issue 18):
+#   netns.sh PARITY SCENARIO CASE [HOSTS] [TRIES]
+# Makes HOSTS namespaces (default 2) h0..h{N-1}, each with one veth (e0, 10.213.0.{1+i}/24)
+# whose other end is a port of a bridge in a namespace of its own; nothing is added to the
+# host's own network, and every namespace (with whatever still runs in it) is removed on exit,
+# also on failure. SCENARIO is a W-rank layout, W divisible by HOSTS.
+# CASE:
+#   env        each rank started alone in its host's namespace (`ip netns exec hI parity run
+#              SCENARIO --as-rank`) with torchrun-style RANK, WORLD_SIZE, LOCAL_RANK,
+#              LOCAL_WORLD_SIZE, MASTER_ADDR=10.213.0.1, MASTER_PORT; gloo over TCP, the TCP
+#              store on rank 0; the verdict must PASS and every rank exit 0
+#   mpirun_gloo, mpirun_mpi   mpirun in h0 starts the ranks in every namespace (OpenMPI's rsh
+#              agent replaced by `ip netns exec`, no ssh), gloo bootstrapped over MPI or mpi itself
+#   cut        a long run as in `env`; after start-up the last host's veth is taken down: every
+#              rank must end with exit 3 (infrastructure failed) within the collective timeout
+#              plus a bound, rank 0 naming a rank of the cut host and its address, and no process
+#              may be left in any namespace. Repeated TRIES times; prints the worst time.
+# Prints "multihost CASE: PASS ..." (exit 0), "multihost CASE: FAIL: why" (exit 1), or
+# "multihost CASE: SKIP: why" (exit 77) where namespaces cannot be made (not root, no `ip`).
+set -u
+parity=$1 scenario=$2 case=$3 hosts=${4:-2} tries=${5:-1}
+say() { echo "multihost $case: $*"; }
+skip() { say "SKIP: $*"; exit 77; }
+[ "$EUID" -eq 0 ] || skip "not root: network namespaces need CAP_SYS_ADMIN"
+command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+world=$(sed -n 's/.*"world": *\([0-9]*\).*/\1/p' "$scenario" | head -1)
+[ -n "$world" ] && [ $((world % hosts)) -eq 0 ] || { say "FAIL: world '$world' of $scenario does not split over $hosts hosts"; exit 1; }
+per=$((world / hosts))
+tag=pmh$$
+work=$(mktemp -d)
+namespaces=()
+cleanup() {
+  local ns pid
+  for ns in "${namespaces[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+  done
+  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null; done
+  # PARITY_MULTIHOST_LOGS=DIR keeps the last try's logs (rank<r>.log, node<h>.log, mpirun.log)
+  [ -n "${PARITY_MULTIHOST_LOGS:-}" ] && mkdir -p "$PARITY_MULTIHOST_LOGS" && cp "$work"/*.log "$PARITY_MULTIHOST_LOGS"/ 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+fail() {
+  say "FAIL: $*"
+  for f in "$work"/*.log; do [ -f "$f" ] && { echo "---- $(basename "$f")"; tail -15 "$f"; }; done
+  exit 1
+}
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+addr() { echo "10.213.0.$(($1 + 1))"; }
+
+# ---- the namespaces: hosts h0.., a bridge joining them ----
+ip netns add "$tag-br" 2>"$work/ns.err" || skip "ip netns add failed: $(head -1 "$work/ns.err")"
+namespaces+=("$tag-br")
+setup() {
+  ip -n "$tag-br" link add br0 type bridge && ip -n "$tag-br" link set br0 up || return 1
+  for h in $(seq 0 $((hosts - 1))); do
+    ip netns add "$tag-h$h" || return 1
+    namespaces+=("$tag-h$h")
+    ip -n "$tag-br" link add "b$h" type veth peer name e0 netns "$tag-h$h" &&
+      ip -n "$tag-br" link set "b$h" master br0 up &&
+      ip -n "$tag-h$h" addr add "$(addr "$h")/24" dev e0 &&
+      ip -n "$tag-h$h" link set e0 up && ip -n "$tag-h$h" link set lo up || return 1
+  done
+}
+setup 2>"$work/ns.err" || skip "cannot build the veth/bridge network: $(head -1 "$work/ns.err")"
+for h in $(seq 1 $((hosts - 1))); do  # (no ping here: the ranks' own rendezvous is the reachability test)
+  ip -n "$tag-h$h" route get "$(addr 0)" >/dev/null 2>&1 || fail "h$h has no route to h0"
+done
+
+port=29500
+timeout_ms=60000
+pids=()
+# Every rank alone in its host's namespace, torchrun-style; extra arguments go to parity run.
+start_env_ranks() {
+  pids=()
+  for r in $(seq 0 $((world - 1))); do
+    h=$((r / per))
+    ip netns exec "$tag-h$h" env PARITY_COMM_TRACE="${PARITY_COMM_TRACE:-}" RANK=$r WORLD_SIZE=$world LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE=$per \
+      MASTER_ADDR="$(addr 0)" MASTER_PORT=$port PARITY_COMM_TIMEOUT_MS=$timeout_ms \
+      "$parity" run "$scenario" --as-rank "$@" >"$work/rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+}
+# Waits for every pid in pids (at most $1 s); the exit codes go to codes[].
+codes=()
+wait_all() {
+  local limit=$1 i
+  for _ in $(seq $((limit * 10))); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && break
+    sleep 0.1
+  done
+  codes=()
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[$i]}" 2>/dev/null; then codes+=(running); else wait "${pids[$i]}"; codes+=($?); fi
+  done
+}
+no_orphans() {
+  local ns left=""
+  for _ in $(seq 30); do
+    left=""
+    for ns in "${namespaces[@]}"; do left+=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' '); done
+    [ -z "$left" ] && return 0
+    sleep 0.1
+  done
+  fail "processes left in the namespaces: $left"
+}
+# Bytes the last host received on its veth: the proof that the ranks talked across hosts.
+rx_bytes() { ip -s -n "$tag-h$((hosts - 1))" link show e0 | awk '/RX:/ { getline; print $1; exit }'; }
+check_pass() {  # $1: the log holding the verdict, $2: what ran
+  grep -q "^verdict: PASS" "$1" || fail "$2: no PASS verdict in $(basename "$1")"
+  for i in "${!codes[@]}"; do [ "${codes[$i]}" = 0 ] || fail "$2: process $i ended with ${codes[$i]}, want 0"; done
+  no_orphans
+  rx=$(rx_bytes)
+  [ "${rx:-0}" -gt 100000 ] || fail "$2: only ${rx:-0} bytes crossed h$((hosts - 1))'s veth: the ranks did not talk across hosts"
+}
+
+case $case in
+  env)
+    t0=$(now)
+    start_env_ranks
+    wait_all 300
+    t=$(elapsed "$t0" "$(now)")
+    check_pass "$work/rank0.log" "$world ranks on $hosts hosts"
+    say "PASS: $world ranks on $hosts namespaces, gloo over TCP, TCP store on rank 0: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1)))"
+    ;;
+  mpirun_gloo | mpirun_mpi)
+    command -v mpirun >/dev/null 2>&1 || skip "no mpirun"
+    backend=${case#mpirun_}
+    # OpenMPI starts its daemon on a remote host through an rsh agent ("AGENT HOST COMMAND..."):
+    # here the "host" is an address of one of the namespaces, and the agent runs the command there.
+    agent=$work/netns-agent
+    {
+      echo '#!/bin/sh'
+      echo 'while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done'
+      echo 'host=$1; shift'
+      echo 'case $host in'
+      for h in $(seq 0 $((hosts - 1))); do echo "  $(addr "$h")) ns=$tag-h$h ;;"; done
+      echo '  *) echo "netns-agent: unknown host $host" >&2; exit 1 ;;'
+      echo 'esac'
+      echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+    } >"$agent"
+    chmod +x "$agent"
+    list=""
+    for h in $(seq 0 $((hosts - 1))); do list+="${list:+,}$(addr "$h"):$per"; done
+    t0=$(now)
+    ip netns exec "$tag-h0" env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+      mpirun -np "$world" -H "$list" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+      --mca oob_tcp_if_include 10.213.0.0/24 --mca btl_tcp_if_include 10.213.0.0/24 \
+      --mca btl tcp,self --mca pml ob1 -x PARITY_COMM_TIMEOUT_MS=$timeout_ms \
+      "$parity" run "$scenario" --as-rank --backend "$backend" >"$work/mpirun.log" 2>&1 &
+    pids=($!)
+    wait_all 300
+    t=$(elapsed "$t0" "$(now)")
+    check_pass "$work/mpirun.log" "mpirun across $hosts namespaces"
+    say "PASS: mpirun -H $list (rsh agent: ip netns exec), backend $backend: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1)))"
+    ;;
+  cut)
+    timeout_ms=${PARITY_MULTIHOST_TIMEOUT_MS:-5000}
+    bound=${PARITY_MULTIHOST_BOUND_S:-10}  # seconds after the collective timeout
+    victim=$((hosts - 1))
+    worst=0
+    for try in $(seq "$tries"); do
+      ip -n "$tag-h$victim" link set e0 up
+      # rank 0 traces its collectives (stderr): 50 of them and the ranks are in the step loop
+      PARITY_COMM_TRACE=0 start_env_ranks --steps 100000
+      for _ in $(seq 600); do [ "$(grep -c '^comm trace' "$work/rank0.log")" -ge 50 ] && break; sleep 0.1; done
+      for i in "${!pids[@]}"; do kill -0 "${pids[$i]}" 2>/dev/null || fail "try $try: rank $i ended before the cut"; done
+      t0=$(now)
+      ip -n "$tag-h$victim" link set e0 down
+      wait_all $((timeout_ms / 1000 + bound))
+      t=$(elapsed "$t0" "$(now)")
+      for i in "${!codes[@]}"; do
+        [ "${codes[$i]}" = running ] && fail "try $try: rank $i still runs $t s after the cut (timeout $timeout_ms ms + $bound s)"
+        [ "${codes[$i]}" = 3 ] || fail "try $try: rank $i ended with ${codes[$i]}, want 3 (infrastructure failed)"
+      done
+      grep -Eq "missing rank ($(seq -s '|' $((victim * per)) $((world - 1)))) \(pid [0-9]+ on [^ ]+ \($(addr $victim)\)" "$work/rank0.log" ||
+        fail "try $try: rank 0 does not name a rank of the cut host $(addr $victim)"
+      no_orphans
+      say "try $try: cut $(addr $victim) (h$victim); every rank ended with exit 3 after $t s; $(grep -o 'missing rank [0-9]* ([^)]*)' "$work/rank0.log" | head -1)"
+      worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
+    done
+    say "PASS: $tries tries, collective timeout $((timeout_ms / 1000)) s, worst end after the cut ${worst} s"
+    ;;
+  *) say "FAIL: unknown case"; exit 2 ;;
+esac
