@@ -31,8 +31,11 @@ Command add_launch_command(CLI::App& app) {
       "LOCAL_RANK and a rendezvous directory in their environment. Each rank's lines are printed as\n"
       "\"[r] line\". When a rank fails, the others get --grace to report, then are stopped; the exit code\n"
       "is the failing rank's, or 3 (infrastructure failed) when a rank died by a signal or --deadline passed.\n"
-      "Example: parity launch -n 4 -- run scenarios/tiny.json");
+      "Example: parity launch -n 4 -- run scenarios/tiny.json\n"
+      "Across hosts, on host I of 2: parity launch --nnodes 2 --node-rank I --master HOST0:29500 -n 4 -- \\\n"
+      "  run scenarios/fsdp8.json --as-rank");
   add_launch_options(*sub, o->opts, o->backend, o->timeout_s);
+  add_node_options(*sub, o->opts.nnodes, o->opts.node_rank, o->opts.master);
   sub->add_option("--grace", o->grace_s, "Seconds the other ranks get to report after the first failure "
                                          "(default: 1)");
   sub->add_option("--deadline", o->deadline_s,

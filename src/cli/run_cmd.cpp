@@ -62,6 +62,8 @@ struct RunOptions {
   int64_t save_at = -1;       // --save-at K (with --ckpt DIR)
   std::string ckpt, resume;   // --ckpt DIR, --resume DIR
   bool resume_layout = false;  // (internal) run the scenario's resume.layout instead of its layout
+  int nnodes = 1, node_rank = 0;  // --nnodes, --node-rank, --master: this host's share of the ranks
+  std::string master;
 };
 
 void print_header(const Scenario& s, double floor) {
@@ -229,7 +231,11 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
   (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
   comm::LaunchOptions lo;
-  lo.nproc = static_cast<int>(layout.world);
+  if (layout.world % o.nnodes != 0)
+    throw ConfigError("--nnodes", "the layout's " + std::to_string(layout.world) + " ranks do not split evenly over " +
+                                      std::to_string(o.nnodes) + " hosts");
+  lo.nproc = static_cast<int>(layout.world / o.nnodes);
+  lo.nnodes = o.nnodes, lo.node_rank = o.node_rank, lo.master = o.master;
   lo.backend = comm::parse_backend(layout.backend);
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(o.deadline_s * 1000));
@@ -254,14 +260,17 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
     Scenario bs = s;
     bs.layout = layout;
     use_device(parse_device(layout.device));
-    baseline.emplace(bs, shared_baseline_path(), static_cast<int>(layout.world), first_block);
+    baseline.emplace(bs, shared_baseline_path(), lo.nproc, first_block);  // this host's ranks
     lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
   }
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   if (baseline) baseline->stop();
-  std::printf("time to verdict: %.3f s (launcher wall clock, %d ranks, exit %d)\n",
-              static_cast<double>(now_ns() - t0) * 1e-9, lo.nproc, rc);
+  const std::string ranks = lo.nnodes > 1 ? std::to_string(lo.nproc) + " of " + std::to_string(layout.world) +
+                                                " ranks on this host"
+                                          : std::to_string(lo.nproc) + " ranks";
+  std::printf("time to verdict: %.3f s (launcher wall clock, %s, exit %d)\n", static_cast<double>(now_ns() - t0) * 1e-9,
+              ranks.c_str(), rc);
   return rc;
 }
 
@@ -436,6 +445,7 @@ Command add_run_command(CLI::App& app) {
                   "passes every rank is stopped and the exit code is 3 (infrastructure failed). Default: none")
       ->check(CLI::PositiveNumber);
   sub->add_option("--log-dir", o->log_dir, "World > 1: also write each rank's output to DIR/rank<r>.log");
+  add_node_options(*sub, o->nnodes, o->node_rank, o->master);
   sub->add_option("--save-at", o->save_at,
                   "Save the layout's whole training state (world 1: the baseline's, a seed checkpoint) to --ckpt\n"
                   "DIR after K steps, then go on")
@@ -446,7 +456,7 @@ Command add_run_command(CLI::App& app) {
                   "baseline replays the steps before it without comparing");
   sub->add_flag("--as-rank", o->as_rank,
                 "Run as one rank of the verdict, started by another launcher: mpirun, srun, torchrun-like\n"
-                "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); docs/multihost.md");
+                "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `parity launch --nnodes`; docs/multihost.md");
   sub->add_flag("--resume-layout", o->resume_layout, "(internal) run the scenario's resume.layout")->group("");
   return {sub, [o, sub]() {
             if (!o->inject.empty()) setenv("PARITY_INJECT", o->inject.c_str(), 1);  // every rank inherits it

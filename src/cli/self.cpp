@@ -37,6 +37,18 @@ void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend
   opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
 }
 
+void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& master) {
+  sub.add_option("--nnodes", nnodes,
+                 "Hosts of the run, one launcher on each (default 1: this host alone). With N > 1 the ranks meet\n"
+                 "through a TCP store that rank 0 serves at --master; this launcher starts ranks\n"
+                 "node-rank * nproc .. + nproc - 1 of N * nproc (docs/multihost.md)")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--node-rank", node_rank, "This host's index in [0, --nnodes); node 0 runs rank 0")
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--master", master,
+                 "ADDR:PORT of rank 0's TCP store (node 0's address, the same on every host; --nnodes > 1)");
+}
+
 std::vector<std::string> self_command(const std::vector<std::string>& args) {
   std::vector<std::string> cmd{self_exe()};
   cmd.insert(cmd.end(), args.begin(), args.end());

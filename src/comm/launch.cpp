@@ -160,9 +160,13 @@ std::string make_store_dir(const LaunchOptions& o) {
   return tmpl;
 }
 
-std::vector<std::string> rank_env(const LaunchOptions& o, int rank, const std::string& store) {
+// A rank's global rank: this host's ranks follow those of the hosts before it.
+int global_rank(const LaunchOptions& o, int local) { return o.node_rank * o.nproc + local; }
+
+std::vector<std::string> rank_env(const LaunchOptions& o, int local, const std::string& store) {
   static const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-                               "PARITY_BACKEND=", "PARITY_COMM_TIMEOUT_MS=", "PARITY_STORE_DIR="};
+                               "PARITY_BACKEND=", "PARITY_COMM_TIMEOUT_MS=", "PARITY_STORE_DIR=",
+                               "MASTER_ADDR=", "MASTER_PORT="};
   // An MPI process's own identity (a launcher started from inside an MPI job, or after an
   // MPI singleton init) must not leak into the ranks.
   static const char* mpi_identity[] = {"OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE=", "OMPI_MCA_ess",
@@ -179,11 +183,17 @@ std::vector<std::string> rank_env(const LaunchOptions& o, int rank, const std::s
   env.push_back("PARITY_BACKEND=" + std::string(backend_name(o.backend)));
   env.push_back("PARITY_COMM_TIMEOUT_MS=" + std::to_string(o.timeout.count()));
   if (o.backend != Backend::mpi) {
-    env.push_back("RANK=" + std::to_string(rank));
-    env.push_back("WORLD_SIZE=" + n);
-    env.push_back("LOCAL_RANK=" + std::to_string(rank));
+    env.push_back("RANK=" + std::to_string(global_rank(o, local)));
+    env.push_back("WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc));
+    env.push_back("LOCAL_RANK=" + std::to_string(local));
     env.push_back("LOCAL_WORLD_SIZE=" + n);
-    env.push_back("PARITY_STORE_DIR=" + store);
+    if (o.nnodes > 1) {
+      const auto [addr, port] = parse_master(o.master);
+      env.push_back("MASTER_ADDR=" + addr);
+      env.push_back("MASTER_PORT=" + std::to_string(port));
+    } else {
+      env.push_back("PARITY_STORE_DIR=" + store);
+    }
   } else if (geteuid() == 0) {
     env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
     env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
@@ -290,10 +300,10 @@ void Launcher::start_all() {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) throw Error("launch: pipe failed");
     Child c;
-    c.rank = r;
+    c.rank = global_rank(o_, r);
     c.fd = p[0];
     if (!o_.log_dir.empty()) {
-      c.log_path = o_.log_dir + (o_.backend == Backend::mpi ? "/mpirun.log" : "/rank" + std::to_string(r) + ".log");
+      c.log_path = o_.log_dir + (o_.backend == Backend::mpi ? "/mpirun.log" : "/rank" + std::to_string(c.rank) + ".log");
       c.log.open(c.log_path);
     }
     try {
@@ -417,13 +427,14 @@ void Launcher::summarise() const {
 int Launcher::run() {
   SignalGuard signals;
   started_at_ = clock::now();
-  store_ = make_store_dir(o_);
+  if (o_.nnodes == 1) store_ = make_store_dir(o_);  // across hosts: the TCP store at --master
+  std::error_code ec;
   try {
     start_all();
   } catch (...) {
     stop_all(SIGKILL);
     for (auto& c : children_) waitpid(c.pid, nullptr, 0);
-    std::filesystem::remove_all(store_);
+    if (!store_.empty()) std::filesystem::remove_all(store_, ec);
     throw;
   }
   for (;;) {
@@ -463,8 +474,7 @@ int Launcher::run() {
   }
   for (auto& c : children_)
     if (c.fd >= 0) close(c.fd);
-  std::error_code ec;
-  std::filesystem::remove_all(store_, ec);
+  if (!store_.empty()) std::filesystem::remove_all(store_, ec);
   if (interrupted_by_) {
     summarise();
     return 128 + interrupted_by_;
@@ -488,8 +498,30 @@ int Launcher::run() {
 
 }  // namespace
 
+std::pair<std::string, int> parse_master(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (s.empty() || colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw ConfigError("--master", "expected ADDR:PORT (rank 0's host and a free port), got '" + s + "'");
+  std::string addr = s.substr(0, colon);
+  if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') addr = addr.substr(1, addr.size() - 2);
+  const std::string port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 || std::stoi(port) < 1 ||
+      std::stoi(port) > 65535)
+    throw ConfigError("--master", "port must be in [1, 65535], got '" + port + "'");
+  return {addr, std::stoi(port)};
+}
+
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command) {
   if (opts.nproc < 1) throw ConfigError("nproc", "must be at least 1, got " + std::to_string(opts.nproc));
+  if (opts.nnodes < 1) throw ConfigError("--nnodes", "must be at least 1, got " + std::to_string(opts.nnodes));
+  if (opts.node_rank < 0 || opts.node_rank >= opts.nnodes)
+    throw ConfigError("--node-rank", "must be in [0, --nnodes = " + std::to_string(opts.nnodes) + "), got " +
+                                         std::to_string(opts.node_rank));
+  if (opts.nnodes > 1 && opts.backend == Backend::mpi)
+    throw ConfigError("--nnodes", "backend mpi across hosts: start the ranks with mpirun -H HOST:N,... instead");
+  if (opts.nnodes > 1) (void)parse_master(opts.master);
+  if (opts.nnodes == 1 && !opts.master.empty())
+    throw ConfigError("--master", "only with --nnodes > 1 (one host meets through a store directory)");
   if (command.empty()) throw ConfigError("command", "nothing to launch: give a command after --");
   if (opts.timeout.count() <= 0) throw ConfigError("timeout", "must be positive");
   Launcher l(opts, command);

@@ -6,6 +6,13 @@
 // comm::make_world_communicator() to join. With backend mpi the launcher runs
 // `mpirun -np N --oversubscribe --tag-output` instead, and the ranks read OMPI_COMM_WORLD_*.
 //
+// Across hosts: with nnodes > 1 one launcher runs on each host (node_rank 0..nnodes-1), each
+// starting its nproc local ranks with RANK = node_rank * nproc + local rank, WORLD_SIZE =
+// nnodes * nproc, LOCAL_RANK, LOCAL_WORLD_SIZE = nproc and MASTER_ADDR / MASTER_PORT from
+// `master` instead of a store directory: rank 0 (on node 0) serves the TCP store there
+// (comm/tcp_store.h). Each launcher watches only its own ranks; a rank on another host that
+// fails makes the local ones fail their collective, and this launcher ends as usual.
+//
 // Output: every line a rank writes (stdout and stderr) is printed as "[r] line"; with
 // log_dir each rank also writes log_dir/rank<r>.log, named in the failure summary.
 // Failure: when a rank exits non-zero or dies, the others get `grace` to report their own
@@ -17,6 +24,7 @@
 #pragma once
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -40,9 +48,15 @@ struct LaunchOptions {
   std::string store_root;                               // parent of the store dir (default $TMPDIR or /tmp)
   std::string mpirun = "mpirun";                        // --mpirun: the mpirun to use for backend mpi
   std::vector<std::string> extra_env;                   // "NAME=value" added to every rank's environment
+  int nnodes = 1;                                       // --nnodes: hosts, one launcher on each
+  int node_rank = 0;                                    // --node-rank: this host's index in [0, nnodes)
+  std::string master;                                   // --master ADDR:PORT: rank 0's TCP store (nnodes > 1)
 };
 
-// Starts the ranks, waits for them, returns the verdict (core/exit_codes.h): 0 when every
+// "10.0.0.1:29500" or "[fe80::1]:29500" -> {addr, port}; ConfigError naming --master.
+std::pair<std::string, int> parse_master(const std::string& s);
+
+// Starts the ranks (nproc of them: with nnodes > 1, this host's share), waits for them, returns the verdict (core/exit_codes.h): 0 when every
 // rank exited 0; 3 (infrastructure failed) when a rank died by a signal or the deadline
 // passed; else the first failing rank's exit code; 130/143 when the launcher itself was
 // interrupted. Under mpi the rank mpirun names as the first to fail is the one reported. Throws ConfigError for bad options

@@ -2,6 +2,7 @@
 // allgather of every group's sums per step, rows folded over the steps.
 #include "harness/verdict.h"
 
+#include <cstdlib>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,6 +45,13 @@ Row make_row(std::string quantity, std::string subject, double tol) {
   return r;
 }
 
+// This rank's place among the readers of its host's shared baseline: its local rank.
+int local_slot(int world_rank) {
+  for (const char* v : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"})
+    if (const char* x = std::getenv(v); x != nullptr && *x != '\0') return std::atoi(x);
+  return world_rank;
+}
+
 template <class T> class Runner {
  public:
   Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
@@ -52,7 +60,7 @@ template <class T> class Runner {
         opt_(o),
         clock_(std::make_shared<CommClock>()),
         timed_(timed_communicator(world, clock_)),
-        base_(make_baseline_source<T>(s, world.rank())),
+        base_(make_baseline_source<T>(s, local_slot(world.rank()))),
         par_(s, *timed_),
         rank_(world.rank()) {
     build_groups();

@@ -1,13 +1,14 @@
 # Runs across hosts simulated by network namespaces (issue 18, label multihost): a W = 8
 # layout over 2 and 4 namespaces with gloo over TCP (torchrun-style environment, TCP store on
-# rank 0), mpirun into the namespaces (gloo over the MPI bootstrap, and mpi), and a veth cut
-# mid-run (exit 3 within the collective timeout plus a bound, the cut host's rank named, no
-# process left).
+# rank 0), one `parity run --nnodes` or `parity launch --nnodes` per namespace, mpirun into
+# the namespaces (gloo over the MPI bootstrap, and mpi), and a veth cut mid-run (exit 3
+# within the collective timeout plus a bound, the cut host's rank named, no process left).
 # Skipped (77), never passed, where namespaces cannot be made: not root, no `ip`. Serial:
 # 8 ranks each, and the cut is timed.
 set(PARITY_NETNS_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/netns.sh)
 set(PARITY_SCEN ${PROJECT_SOURCE_DIR}/scenarios)
-foreach(spec env:2:fsdp8 env:4:w8_tp2_ep4 mpirun_gloo:2:fsdp8
+foreach(spec env:2:fsdp8 env:4:w8_tp2_ep4 nodes:2:fsdp8 launch:4:fsdp8_ep8 mpirun_gloo:2:fsdp8
+             host_dies:2:fsdp8
              mpirun_mpi:2:w8_tp2_ep4 cut:2:fsdp8)
   string(REPLACE ":" ";" parts ${spec})
   list(GET parts 0 case)

@@ -10,12 +10,19 @@
 #              SCENARIO --as-rank`) with torchrun-style RANK, WORLD_SIZE, LOCAL_RANK,
 #              LOCAL_WORLD_SIZE, MASTER_ADDR=10.213.0.1, MASTER_PORT; gloo over TCP, the TCP
 #              store on rank 0; the verdict must PASS and every rank exit 0
+#   nodes      one `parity run SCENARIO --nnodes HOSTS --node-rank I --master 10.213.0.1:PORT` per
+#              namespace, each starting its W/HOSTS ranks; every launcher must exit 0
+#   launch     the same with `parity launch --nnodes ... -n W/HOSTS -- run SCENARIO --as-rank`
 #   mpirun_gloo, mpirun_mpi   mpirun in h0 starts the ranks in every namespace (OpenMPI's rsh
 #              agent replaced by `ip netns exec`, no ssh), gloo bootstrapped over MPI or mpi itself
 #   cut        a long run as in `env`; after start-up the last host's veth is taken down: every
 #              rank must end with exit 3 (infrastructure failed) within the collective timeout
 #              plus a bound, rank 0 naming a rank of the cut host and its address, and no process
 #              may be left in any namespace. Repeated TRIES times; prints the worst time.
+#   host_dies  one `parity run --nnodes` per namespace (as in `nodes`); mid-run every process of
+#              the last namespace is killed (-9: the host dies): the other launchers must end
+#              with exit 3 well before the collective timeout, naming a rank of the dead host
+#              and its address, with no process left
 # Prints "multihost CASE: PASS ..." (exit 0), "multihost CASE: FAIL: why" (exit 1), or
 # "multihost CASE: SKIP: why" (exit 77) where namespaces cannot be made (not root, no `ip`).
 set -u
@@ -84,6 +91,25 @@ start_env_ranks() {
     pids+=($!)
   done
 }
+# One launcher per host: `parity run --nnodes` ($1 = nodes) or `parity launch --nnodes` (launch).
+start_launchers() {
+  pids=()
+  for h in $(seq 0 $((hosts - 1))); do
+    nodes=(--nnodes "$hosts" --node-rank "$h" --master "$(addr 0):$port" --timeout $((timeout_ms / 1000)))
+    if [ "$1" = nodes ]; then
+      ip netns exec "$tag-h$h" "$parity" run "$scenario" "${nodes[@]}" "${@:2}" >"$work/node$h.log" 2>&1 &
+    else
+      ip netns exec "$tag-h$h" "$parity" launch "${nodes[@]}" -n $per -- run "$scenario" --as-rank "${@:2}" \
+        >"$work/node$h.log" 2>&1 &
+    fi
+    pids+=($!)
+  done
+}
+# Until rank 0 (PARITY_COMM_TRACE=0) has traced 50 collectives into $1: the step loop runs.
+wait_traced() {
+  for _ in $(seq 600); do [ "$(grep -c '^comm trace' "$1")" -ge 50 ] && return 0; sleep 0.1; done
+  fail "rank 0 did not reach its step loop within 60 s"
+}
 # Waits for every pid in pids (at most $1 s); the exit codes go to codes[].
 codes=()
 wait_all() {
@@ -112,7 +138,7 @@ no_orphans() {
 # Bytes the last host received on its veth: the proof that the ranks talked across hosts.
 rx_bytes() { ip -s -n "$tag-h$((hosts - 1))" link show e0 | awk '/RX:/ { getline; print $1; exit }'; }
 check_pass() {  # $1: the log holding the verdict, $2: what ran
-  grep -q "^verdict: PASS" "$1" || fail "$2: no PASS verdict in $(basename "$1")"
+  grep -Eq "^(\[[0-9]+\] )?verdict: PASS" "$1" || fail "$2: no PASS verdict in $(basename "$1")"
   for i in "${!codes[@]}"; do [ "${codes[$i]}" = 0 ] || fail "$2: process $i ended with ${codes[$i]}, want 0"; done
   no_orphans
   rx=$(rx_bytes)
@@ -127,6 +153,14 @@ case $case in
     t=$(elapsed "$t0" "$(now)")
     check_pass "$work/rank0.log" "$world ranks on $hosts hosts"
     say "PASS: $world ranks on $hosts namespaces, gloo over TCP, TCP store on rank 0: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1)))"
+    ;;
+  nodes | launch)
+    t0=$(now)
+    start_launchers "$case"
+    wait_all 300
+    t=$(elapsed "$t0" "$(now)")
+    check_pass "$work/node0.log" "one launcher per host"
+    say "PASS: $hosts launchers (--nnodes $hosts), $per ranks each: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1)))"
     ;;
   mpirun_gloo | mpirun_mpi)
     command -v mpirun >/dev/null 2>&1 || skip "no mpirun"
@@ -166,9 +200,8 @@ case $case in
     worst=0
     for try in $(seq "$tries"); do
       ip -n "$tag-h$victim" link set e0 up
-      # rank 0 traces its collectives (stderr): 50 of them and the ranks are in the step loop
       PARITY_COMM_TRACE=0 start_env_ranks --steps 100000
-      for _ in $(seq 600); do [ "$(grep -c '^comm trace' "$work/rank0.log")" -ge 50 ] && break; sleep 0.1; done
+      wait_traced "$work/rank0.log"
       for i in "${!pids[@]}"; do kill -0 "${pids[$i]}" 2>/dev/null || fail "try $try: rank $i ended before the cut"; done
       t0=$(now)
       ip -n "$tag-h$victim" link set e0 down
@@ -185,6 +218,26 @@ case $case in
       worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
     done
     say "PASS: $tries tries, collective timeout $((timeout_ms / 1000)) s, worst end after the cut ${worst} s"
+    ;;
+  host_dies)
+    victim=$((hosts - 1))
+    PARITY_COMM_TRACE=0 start_launchers nodes --steps 100000
+    wait_traced "$work/node0.log"
+    survivors=("${pids[@]:0:$victim}")
+    t0=$(now)
+    for p in $(ip netns pids "$tag-h$victim"); do kill -9 "$p"; done
+    wait "${pids[$victim]}" 2>/dev/null  # reaped here: no "Killed" job notice
+    pids=("${survivors[@]}")
+    wait_all 20
+    t=$(elapsed "$t0" "$(now)")
+    for i in "${!codes[@]}"; do
+      [ "${codes[$i]}" = running ] && fail "the launcher of h$i still runs $t s after h$victim died"
+      [ "${codes[$i]}" = 3 ] || fail "the launcher of h$i ended with ${codes[$i]}, want 3 (infrastructure failed)"
+    done
+    grep -Eq "missing rank ($(seq -s '|' $((victim * per)) $((world - 1)))) \(pid [0-9]+ on [^ ]+ \($(addr $victim)\)" "$work/node0.log" ||
+      fail "rank 0 does not name a rank of the dead host $(addr $victim)"
+    no_orphans
+    say "PASS: every process of h$victim killed; the other launchers ended with exit 3 after $t s (collective timeout $((timeout_ms / 1000)) s); $(grep -o 'missing rank [0-9]* ([^)]*)' "$work/node0.log" | head -1)"
     ;;
   *) say "FAIL: unknown case"; exit 2 ;;
 esac
