@@ -61,7 +61,8 @@ PeerInfo decode_peer(const std::string& s) {
 
 namespace {
 
-enum class Seen { unknown, reported, exited, stopped };
+// stuck: alive, and failed in a collective of another group (its note on the world board).
+enum class Seen { unknown, reported, exited, stopped, stuck };
 
 std::string rank_label(int group_rank, int world_rank) {
   std::string s = "rank " + std::to_string(world_rank);
@@ -69,12 +70,20 @@ std::string rank_label(int group_rank, int world_rank) {
   return s;
 }
 
+// A note on the world board is "GROUP OP #N" at first and "GROUP OP #N: missing ..." once its
+// poster has named its own missing member; the long form is worth waiting for.
+bool final_note(const std::string& note) { return note.find(": ") != std::string::npos; }
+
+constexpr size_t kMaxNote = 600;  // notes nest (each names what its poster waited for): bounded
+
 }  // namespace
 
 std::string name_missing(int me, const std::vector<int>& members,
                          const std::vector<PeerInfo>& peers, FailureBoard& board,
-                         const std::string& what, std::chrono::milliseconds window) {
+                         const std::string& what, std::chrono::milliseconds window,
+                         const WorldBoard& world) {
   board.post(what);
+  if (world.board != nullptr) world.board->post(world.group + " " + what);
   size_t n = members.size();
   std::vector<Seen> seen(n, Seen::unknown);
   std::vector<std::string> notes(n);
@@ -85,10 +94,14 @@ std::string name_missing(int me, const std::vector<int>& members,
   for (;;) {
     size_t unknown = 0;
     for (size_t r = 0; r < n; ++r) {
-      if (seen[r] != Seen::unknown) continue;
+      if (seen[r] != Seen::unknown && !(seen[r] == Seen::stuck && !final_note(notes[r]))) continue;
       if (auto note = board.read(static_cast<int>(r))) {
         seen[r] = Seen::reported;
         notes[r] = *note;
+      } else if (auto elsewhere = world.board != nullptr ? world.board->read(members[r]) : std::nullopt) {
+        seen[r] = Seen::stuck;
+        notes[r] = elsewhere->substr(0, kMaxNote);
+        unknown += final_note(notes[r]) ? 0 : 1;
       } else if (r < peers.size() && peer_exited(peers[r])) {
         seen[r] = Seen::exited;
         first_exit = std::min(first_exit, clock::now());
@@ -120,6 +133,8 @@ std::string name_missing(int me, const std::vector<int>& members,
     } else if (seen[r] == Seen::unknown) {
       silent += (silent.empty() ? "" : "; ") + label + " (" + pid +
                 " did not report reaching " + what + ")";
+    } else if (seen[r] == Seen::stuck) {
+      silent += (silent.empty() ? "" : "; ") + label + " (" + pid + " is stuck in " + notes[r] + ")";
     } else if (!notes[r].empty() && notes[r] != what) {
       elsewhere += (elsewhere.empty() ? "" : "; ") + label + " failed in " + notes[r];
     }
@@ -129,6 +144,7 @@ std::string name_missing(int me, const std::vector<int>& members,
   else if (!silent.empty()) out = "missing " + silent;
   else out = "no member is missing: every member reported a failure";
   if (!elsewhere.empty()) out += "; mismatched collectives: " + elsewhere;
+  if (world.board != nullptr) world.board->post((world.group + " " + what + ": " + out).substr(0, kMaxNote));
   return out;
 }
 

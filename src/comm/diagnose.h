@@ -42,8 +42,19 @@ class FailureBoard {
 // "missing rank 3 (pid 812 on host h has exited)" ("on host h (10.0.0.2)" when the peer
 // published an address: ranks on hosts that share a name, network namespaces). members: world ranks in group order;
 // peers: the same order.
+// world: a board every rank of the world reads, keyed by world rank, for a sub-group's
+// failure: a member of this group that is silent here but failed in another group's
+// collective is named as stuck there, with what its own diagnosis found ("missing rank 1
+// (pid 812 on h (10.0.0.1) is stuck in group{1,3} allreduce #9: missing rank 3 (...))"):
+// across sub-groups the member a rank waits for is often a victim, on a host that is up.
+struct WorldBoard {
+  FailureBoard* board = nullptr;  // none: only this group's board
+  std::string group;              // this group's name, "group{0,2}"
+};
+
 std::string name_missing(int my_group_rank, const std::vector<int>& members,
                          const std::vector<PeerInfo>& peers, FailureBoard& board,
-                         const std::string& what, std::chrono::milliseconds window);
+                         const std::string& what, std::chrono::milliseconds window,
+                         const WorldBoard& world = {});
 
 }  // namespace parity::comm

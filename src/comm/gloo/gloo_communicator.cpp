@@ -206,7 +206,15 @@ class GlooCommunicator : public Communicator {
   }
   std::string diagnose(const std::string& what) override {
     auto board = shared_->rdzv->board(scope_, members(), rank());
-    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)));
+    // Every group also posts on (and reads) a board of the whole world, scope "anygroup": the
+    // member it waits for may be stuck in another group's collective.
+    std::unique_ptr<FailureBoard> any;
+    if (shared_->world_size > 1) {
+      std::vector<int> all(static_cast<size_t>(shared_->world_size));
+      for (int i = 0; i < shared_->world_size; ++i) all[static_cast<size_t>(i)] = i;
+      any = shared_->rdzv->board("anygroup", all, world_rank());
+    }
+    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)), {any.get(), name()});
   }
 
  private:
