@@ -1,6 +1,7 @@
 // `parity run SCENARIO`: world 1 trains the scenario and prints each step's loss beside the
 // data's entropy floor. World > 1 starts layout.world rank processes of this binary (the
-// hidden --as-rank side), each running the baseline and the layout side by side; rank 0
+// --as-rank side, which mpirun, srun or a torchrun-like launcher may start instead:
+// docs/multihost.md), each running the baseline and the layout side by side; rank 0
 // prints the verdict table (harness/verdict.h) and every rank exits with the verdict:
 // 0 within tolerance, 1 not, 2 bad input (refused before any rank starts).
 //
