@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 namespace parity::comm {
@@ -21,23 +22,29 @@ PeerInfo local_peer(const std::string& addr) {
   return PeerInfo{host, static_cast<int64_t>(getpid()), say ? addr : ""};
 }
 
+std::vector<std::string> proc_stat_fields(int64_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return {};
+  const size_t close = line.rfind(')');  // "pid (comm) S ...": comm may hold spaces and ')'
+  if (close == std::string::npos) return {};
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> out;
+  for (std::string x; rest >> x;) out.push_back(x);
+  return out;
+}
+
 bool peer_stopped(const PeerInfo& p) {
   if (p.pid <= 0 || p.host != local_host()) return false;
-  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'T' || line[close + 2] == 't');
+  const auto f = proc_stat_fields(p.pid);
+  return !f.empty() && (f[0] == "T" || f[0] == "t");
 }
 
 bool peer_exited(const PeerInfo& p) {
   if (p.pid <= 0 || p.host != local_host()) return false;
   if (kill(static_cast<pid_t>(p.pid), 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(p.pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  auto close = line.rfind(')');  // "pid (comm) S ..."
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+  const auto f = proc_stat_fields(p.pid);
+  return f.empty() || f[0] == "Z";
 }
 
 std::string encode_peer(const PeerInfo& p) {

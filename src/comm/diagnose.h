@@ -25,6 +25,9 @@ std::string local_host();
 PeerInfo local_peer(const std::string& addr = "");
 // True only when the peer is on this host and its process is gone (or a zombie).
 bool peer_exited(const PeerInfo& p);
+// The fields of /proc/<pid>/stat after "(comm)": [0] the state letter, [19] the start time
+// (field 22); empty when the process is gone or unreadable. The one reader of that file.
+std::vector<std::string> proc_stat_fields(int64_t pid);
 
 // Serialised as "host\npid" or "host\npid\naddr".
 std::string encode_peer(const PeerInfo& p);

@@ -18,6 +18,7 @@
 #include <regex>
 #include <sstream>
 
+#include "comm/diagnose.h"
 #include "core/error.h"
 
 extern char** environ;
@@ -89,17 +90,15 @@ std::string describe_status(int status) {
 
 // The scheduler state of a live child from /proc ("T (stopped)", "R (running)", ...), "" if unknown.
 std::string proc_state(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(f)), {});
-  const size_t p = all.rfind(')');
-  if (p == std::string::npos || p + 2 >= all.size()) return "";
-  switch (all[p + 2]) {
+  const auto f = proc_stat_fields(pid);
+  if (f.empty() || f[0].empty()) return "";
+  switch (f[0][0]) {
     case 'T': case 't': return "T (stopped)";
     case 'R': return "R (running)";
     case 'S': return "S (sleeping)";
     case 'D': return "D (in uninterruptible I/O)";
     case 'Z': return "Z (exited)";
-    default: return std::string(1, all[p + 2]);
+    default: return f[0];
   }
 }
 
@@ -111,14 +110,8 @@ int exit_code(int status) {
 
 // A process's identity that survives pid reuse: "pid start-time" (/proc/<pid>/stat field 22).
 std::string process_id(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(f)), {});
-  const size_t p = all.rfind(')');
-  if (p == std::string::npos) return "";
-  std::istringstream rest(all.substr(p + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && (rest >> field); ++i) {}
-  return std::to_string(pid) + " " + field;
+  const auto f = proc_stat_fields(pid);
+  return f.size() > 19 ? std::to_string(pid) + " " + f[19] : "";
 }
 
 // Store directories of launchers that are gone (kill -9 of a launcher leaves its directory:
