@@ -257,7 +257,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
   std::optional<BaselineProducer> baseline;
-  if (const char* v = std::getenv("PARITY_SHARED_BASELINE"); v == nullptr || std::string(v) != "0") {
+  if (baseline_place() == BaselinePlace::once_per_host) {
     Scenario bs = s;
     bs.layout = layout;
     use_device(parse_device(layout.device));

@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "harness/shared_baseline.h"
 
 namespace parity {
 
@@ -36,7 +37,7 @@ std::string bytes_str(double bytes) {
   return buf;
 }
 
-MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const LayoutConfig& l) {
+MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const LayoutConfig& l, BaselinePlace where) {
   const auto d = [](int64_t v) { return static_cast<double>(v); };
   const double V = d(m.vocab), D = d(m.dim), L = d(m.layers), H = d(m.heads), S = d(m.seq);
   const double dense = d(m.dense_layers), moe = L - dense, E = d(m.experts), K = d(m.top_k);
@@ -55,9 +56,17 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const
                              moe * (2 * n * E + 3 * n * K * D + 3 * n * K * Fe + shared * 3 * n * Fs) + 2 * n * V;
   const double element = m.dtype == DType::f32 ? 4 : 8;
   const double chain = 4 * 8 * V;  // the Markov chain's successor table (model/data.cpp)
-  est.process_bytes = element * (est.parameters * (2 + moments(o)) + activations) + chain;
+  est.state_bytes = element * est.parameters * (2 + moments(o));
+  est.process_bytes = est.state_bytes + element * activations + chain;
   est.processes = l.world;
-  est.run_bytes = est.process_bytes * d(l.world);
+  est.baseline = l.world > 1 ? where : BaselinePlace::in_every_rank;  // world 1: the run is the baseline
+  if (est.baseline == BaselinePlace::once_per_host)
+    // The launcher's baseline, the shared file's initial parameters, then the layout: dp_replicate
+    // copies of the state over the ranks, one micro-batch's activations and a chain per rank.
+    est.run_bytes = est.process_bytes + element * est.parameters + d(l.dp_replicate) * est.state_bytes +
+                    element * activations + d(l.world) * chain;
+  else
+    est.run_bytes = est.process_bytes * d(l.world);
 
   const std::vector<std::pair<std::string, double>> tensors = {
       {"embedding (vocab x dim)", V * D},
@@ -83,12 +92,16 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim) {
 }
 
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what) {
-  const MemoryEstimate est = estimate_memory(s.model, s.optim, layout);
+  const MemoryEstimate est = estimate_memory(s.model, s.optim, layout, baseline_place());
   const bool gpu = parse_device(layout.device) == Device::cuda;
   const int64_t have = gpu ? cuda_memory_bytes() : host_memory_bytes();
   if (have <= 0 || est.run_bytes <= static_cast<double>(have)) return;  // unknown: nothing to check against
-  const std::string per = est.processes == 1 ? "one process" : std::to_string(est.processes) + " processes (one per rank) x " +
-                                                                  bytes_str(est.process_bytes);
+  const std::string n = std::to_string(est.processes);
+  const std::string per = est.processes == 1 ? "one process"
+                          : est.baseline == BaselinePlace::once_per_host
+                              ? "the launcher's one-device baseline of " + bytes_str(est.process_bytes) + " and " + n +
+                                    " ranks holding the layout's share"
+                              : n + " processes (one per rank) x " + bytes_str(est.process_bytes);
   throw UnavailableError(what + ": needs at least " + bytes_str(est.run_bytes) + " of " +
                          (gpu ? "GPU memory" : "memory") + " (" + per + ": " + elements_str(est.parameters) +
                          " parameters with gradients and optimizer state, one micro-batch's activations), this "

@@ -6,8 +6,16 @@
 //               by `parity run` on the launcher side before any rank starts.
 // The estimate is a floor, not a forecast: parameters, gradients and optimizer moments of the
 // whole model, and one micro-batch's largest activations (attention probabilities, MLP and
-// expert hidden states, logits), once per process. A run it refuses cannot fit; a run it
-// passes may still need more. Computed in doubles, so absurd sizes cannot overflow it.
+// expert hidden states, logits). A run it refuses cannot fit; a run it passes may still need
+// more. Computed in doubles, so absurd sizes cannot overflow it.
+//
+// Where the baseline lives decides the count (harness/shared_baseline.h):
+//   once_per_host   the launcher trains the one-device baseline once (one training state and
+//                   its activations) and publishes the initial parameters in a shared file;
+//                   the ranks hold only the layout: every element of the training state lives
+//                   on at least one rank of each HSDP replica (dp_replicate copies in all),
+//                   and one micro-batch's activations are spread over them;
+//   in_every_rank   (PARITY_SHARED_BASELINE=0) every rank trains its own copy beside its shard.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,18 +26,23 @@ namespace parity {
 
 inline constexpr double kAbsurdBytes = 1125899906842624.0;  // 2^50 bytes, 1 PiB
 
+enum class BaselinePlace { once_per_host, in_every_rank };
+
 struct MemoryEstimate {
   double parameters = 0;     // elements of the model's parameters
   double process_bytes = 0;  // one process: a whole one-device training state and its activations
+  double state_bytes = 0;    // of which the training state (parameters, gradients, moments)
   int64_t processes = 1;     // processes of the run on this machine (the layout's world)
-  double run_bytes = 0;      // processes * process_bytes
+  BaselinePlace baseline = BaselinePlace::in_every_rank;
+  double run_bytes = 0;      // the whole run's floor (see above)
   std::string largest;       // the largest single tensor, "attention weights (dim x dim): 1.2e24 elements"
   double largest_elements = 0;
 };
 
-// The run of `model` under `optim` and `layout`: one process for world 1, else one per rank,
-// each holding the one-device baseline next to its shard of the layout.
-MemoryEstimate estimate_memory(const ModelConfig& model, const OptimConfig& optim, const LayoutConfig& layout);
+// The run of `model` under `optim` and `layout`: one process for world 1, else one per rank
+// with the baseline where `baseline` says.
+MemoryEstimate estimate_memory(const ModelConfig& model, const OptimConfig& optim, const LayoutConfig& layout,
+                               BaselinePlace baseline = BaselinePlace::in_every_rank);
 
 // ConfigError("$.model", ...) naming the largest tensor when one process would need more
 // than kAbsurdBytes. Needs sizes that already passed the schema's ranges (all >= 1).
@@ -37,7 +50,8 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim);
 
 // UnavailableError (exit 77) "<what>: needs at least X GiB of memory (...), this machine has
 // Y GiB" when the run does not fit: host memory for device cpu, the visible GPUs' memory for
-// cuda. Prefix `what` is the scenario file.
+// cuda. Prefix `what` is the scenario file. The baseline's place is the one `parity run` will
+// use (baseline_place(): PARITY_SHARED_BASELINE).
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what);
 
 // "1.5 GiB", "12 TiB": bytes for messages.

@@ -18,6 +18,11 @@
 
 namespace parity {
 
+BaselinePlace baseline_place() {
+  const char* v = std::getenv("PARITY_SHARED_BASELINE");
+  return v != nullptr && std::string(v) == "0" ? BaselinePlace::in_every_rank : BaselinePlace::once_per_host;
+}
+
 namespace {
 
 constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '1'};

@@ -21,12 +21,17 @@
 #include <vector>
 
 #include "harness/baseline.h"
+#include "harness/memory.h"
 
 namespace parity {
 
 // What a baseline must agree on with a rank: model, optimizer, seeds, dtype and device
 // (not the layout, the name or the number of steps).
 std::string baseline_key(const Scenario& s);
+
+// Where `parity run` trains the baseline: once per host (the default), or in every rank
+// when PARITY_SHARED_BASELINE=0 (the old way, kept for comparisons).
+BaselinePlace baseline_place();
 
 // The baseline a verdict compares with: trained here, or read from the host's shared file.
 template <class T> class BaselineSource {
