@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "cli/self.h"
+#include "cli/zoo_report.h"
 #include "core/error.h"
 #include "core/inject.h"
 
@@ -28,6 +29,7 @@ struct ZooOptions {
   std::vector<std::string> names;  // default: every injection
   std::string scenarios = "scenarios";
   std::string out;  // keep reports and logs here
+  std::string junit;  // JUnit XML, one testcase per bug
 };
 
 struct Outcome {
@@ -90,9 +92,17 @@ int run_zoo(const ZooOptions& o) {
   fs::create_directories(dir);
   std::printf("%-28s %-46s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
   int bad = 0;
+  std::vector<ZooResult> results;
+  const auto t0 = std::chrono::steady_clock::now();
   for (const Injection* b : bugs) {
     const Outcome r = run_one(*b, o, dir);
     bad += r.verdict != "ok";
+    const std::string expected = std::string(b->root) + " at step " + std::to_string(b->step) +
+                                 ", factor containing \"" + std::string(b->factor) + "\"";
+    const std::string named = r.root.empty() ? "" : r.root + " at step " + std::to_string(r.step) + ": " + r.factor;
+    const bool kept = !o.out.empty() || r.verdict != "ok";  // the directory is removed when every bug is caught
+    results.push_back({std::string(b->name), std::string(b->scenario), expected, named, r.verdict,
+                       kept ? dir + "/" + std::string(b->name) + ".log" : "", r.seconds});
     std::printf("%-28s %-46s %-10s %5.2fs  %s at step %lld: %s", std::string(b->name).c_str(),
                 std::string(b->scenario).c_str(), r.verdict.c_str(), r.seconds,
                 r.root.empty() ? "-" : r.root.c_str(), static_cast<long long>(r.step), r.factor.c_str());
@@ -102,6 +112,13 @@ int run_zoo(const ZooOptions& o) {
                   dir.c_str(), std::string(b->name).c_str());
     std::printf("\n");
     std::fflush(stdout);
+  }
+  if (!o.junit.empty()) {
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ofstream f(o.junit);
+    f << zoo_junit_xml(results, wall);
+    if (!f) throw IoError("zoo: cannot write " + o.junit);
+    std::printf("junit: %s\n", o.junit.c_str());
   }
   std::printf("\nzoo verdict: %s: %zu bugs, %zu caught with their root named, %d escaped or misnamed\n",
               bad == 0 ? "PASS" : "FAIL", bugs.size(), bugs.size() - static_cast<size_t>(bad), bad);
@@ -121,6 +138,9 @@ Command add_zoo_command(CLI::App& app) {
   sub->add_option("names", o->names, "Bugs to run (default: all)");
   sub->add_option("--scenarios", o->scenarios, "Directory of the scenarios the bugs name (default: scenarios)");
   sub->add_option("--out", o->out, "Keep every report and log in DIR (default: a temporary directory)");
+  sub->add_option("--junit", o->junit,
+                  "Write JUnit XML to FILE: a testcase per bug (classname zoo), a failure when it escaped, was "
+                  "misnamed or its run did not finish, with what was expected and what the verdict named");
   return {sub, [o]() { return run_zoo(*o); }};
 }
 

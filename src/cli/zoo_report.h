@@ -1,0 +1,22 @@
+// What `parity zoo` knows once a bug's run is done, and the JUnit XML it writes from that
+// (--junit): one testcase per bug, a <failure> exactly when the bug escaped, was misnamed or
+// its run did not finish. Pure (text in, text out), unit-tested in tests/cli/zoo_report_test.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace parity::cli {
+
+struct ZooResult {
+  std::string bug, scenario;
+  std::string expected;  // "grad router at step 0, factor containing \"2\""
+  std::string named;     // what the verdict's root line named, "" when it named nothing
+  std::string verdict;   // "ok", "ESCAPED", "MISNAMED", "ERROR (exit n)"
+  std::string log;       // the run's output file
+  double seconds = 0;
+};
+
+std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_seconds);
+
+}  // namespace parity::cli

@@ -1,0 +1,49 @@
+// The zoo's JUnit writer (src/cli/zoo_report.h) on hand-made results: a caught bug is a
+// passing testcase, an escaped, misnamed or unfinished one a failure that says what was
+// expected and what was named, and the XML stays well-formed whatever the names hold.
+#include "cli/zoo_report.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cli/xml_check.h"
+
+namespace parity::cli {
+namespace {
+
+int occurrences(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+  return n;
+}
+
+TEST(ZooJunit, OneTestcasePerBugAndAFailureExactlyWhenNotCaughtAndNamed) {
+  const std::vector<ZooResult> results = {
+      {"router_grad_summed", "tp2.json", "grad router at step 0, factor containing \"2\"", "grad router", "ok", "", 0.5},
+      {"sp_layernorm_not_summed", "sp.json", "grad layernorm at step 0", "", "ESCAPED", "/tmp/z/sp.log", 0.7},
+      {"micro_loss_scaling", "mb2.json", "loss at step 0", "grad head", "MISNAMED", "", 0.2},
+      {"a<b&\"c\"", "x.json", "loss", "", "ERROR (exit 3)", "", 0.1}};
+  const std::string x = zoo_junit_xml(results, 1.5);
+  EXPECT_EQ(test::xml_problem(x), "") << x;
+  EXPECT_NE(x.find("<testsuite name=\"parity-zoo\" tests=\"4\" failures=\"3\""), std::string::npos) << x;
+  EXPECT_EQ(occurrences(x, "<testcase "), 4);
+  EXPECT_EQ(occurrences(x, "<failure "), 3);
+  EXPECT_NE(x.find("name=\"router_grad_summed\" file=\"tp2.json\" time=\"0.500\"/>"), std::string::npos) << x;
+  EXPECT_NE(x.find("sp_layernorm_not_summed escaped: the verdict passed with the bug on"), std::string::npos) << x;
+  EXPECT_NE(x.find("log: /tmp/z/sp.log"), std::string::npos) << x;
+  EXPECT_NE(x.find("caught but misnamed: the root named grad head"), std::string::npos) << x;
+  EXPECT_NE(x.find("the run did not finish (ERROR (exit 3))"), std::string::npos) << x;
+  EXPECT_NE(x.find("a&lt;b&amp;&quot;c&quot;"), std::string::npos) << x;
+}
+
+TEST(ZooJunit, AllCaughtIsNoFailure) {
+  const std::string x = zoo_junit_xml({{"b", "s.json", "e", "e", "ok", "", 1}}, 1);
+  EXPECT_EQ(test::xml_problem(x), "");
+  EXPECT_NE(x.find("tests=\"1\" failures=\"0\""), std::string::npos) << x;
+  EXPECT_EQ(occurrences(x, "<failure"), 0);
+}
+
+}  // namespace
+}  // namespace parity::cli
