@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "comm/redis_store.h"
 #include "core/error.h"
 
 namespace parity::comm {
@@ -190,11 +191,32 @@ void slurm_master(RankEnv& e, const Reader& r) {
   }
 }
 
+// PARITY_STORE=redis://...: the URL with the run id as its path (from PARITY_RUN_ID, a Slurm
+// step, or torchrun's TORCHELASTIC_RUN_ID when the URL has none).
+std::string redis_store(const RankEnv& e, const Reader& r) {
+  const std::string url = *r.get("PARITY_STORE");
+  RedisUrl u = parse_redis_url(url);
+  if (u.run.empty()) {
+    if (auto id = r.get("PARITY_RUN_ID")) u.run = *id;
+    else if (auto job = r.get("SLURM_JOB_ID"); job && e.source == "SLURM_PROCID")
+      u.run = "slurm-" + *job + "." + r.get("SLURM_STEP_ID").value_or(r.get("SLURM_STEPID").value_or("0"));
+    else if (auto te = r.get("TORCHELASTIC_RUN_ID")) u.run = *te;
+    else
+      throw ConfigError("PARITY_RUN_ID", "missing: a Redis store (PARITY_STORE = " + url +
+                                             ") is shared by runs; name this one, the same on every rank: "
+                                             "PARITY_RUN_ID=ID or PARITY_STORE=" + url + "/ID");
+    parse_redis_url("redis://h/" + u.run, "PARITY_RUN_ID");  // the same rules for the id
+  }
+  const bool v6 = u.host.find(':') != std::string::npos;
+  return "redis://" + (v6 ? "[" + u.host + "]" : u.host) + ":" + std::to_string(u.port) + "/" + u.run;
+}
+
 void choose_rendezvous(RankEnv& e, const Reader& r) {
   const bool multi = e.world_size > 1;
   if (!e.store_dir.empty()) e.rendezvous = RendezvousKind::file;
   else if (!multi) e.rendezvous = RendezvousKind::local;
   else if (e.backend == Backend::mpi) e.rendezvous = RendezvousKind::mpi;
+  else if (r.has("PARITY_STORE")) e.rendezvous = RendezvousKind::redis;
   else if (r.has("MASTER_ADDR")) e.rendezvous = RendezvousKind::tcp;
   else if (e.under_mpirun) e.rendezvous = RendezvousKind::mpi;
   else if (e.source == "SLURM_PROCID") e.rendezvous = RendezvousKind::tcp;
@@ -203,10 +225,11 @@ void choose_rendezvous(RankEnv& e, const Reader& r) {
                       std::string(r.has("MASTER_PORT") ? "missing (MASTER_PORT is set): " : "") + "a world of " +
                           std::to_string(e.world_size) +
                           " needs a rendezvous: MASTER_ADDR and MASTER_PORT (rank 0 serves a TCP store there), "
-                          "mpirun, srun, or `parity launch` (PARITY_STORE_DIR)");
+                          "PARITY_STORE=redis://HOST:PORT/RUN, mpirun, srun, or `parity launch` (PARITY_STORE_DIR)");
   if (e.backend == Backend::mpi && multi && !e.under_mpirun)
     throw ConfigError("PARITY_BACKEND", "mpi needs the ranks started by mpirun (this rank's identity comes from " +
                                             e.source + "); use gloo, or start the ranks with mpirun");
+  if (e.rendezvous == RendezvousKind::redis) e.store_url = redis_store(e, r);
   if (e.rendezvous != RendezvousKind::tcp) return;
   if (auto addr = r.get("MASTER_ADDR")) {
     e.master_addr = *addr;

@@ -10,6 +10,9 @@
 //   none of them                                        a world of one
 // Rendezvous (how a world of more than one meets), first match wins:
 //   PARITY_STORE_DIR      gloo's file store in that directory (`parity launch`, one host)
+//   PARITY_STORE=redis://HOST[:PORT][/RUN]   a Redis server (comm/redis_store.h); the run id
+//                         (the URL's path, else PARITY_RUN_ID, else slurm-JOB.STEP in a Slurm
+//                         step, else TORCHELASTIC_RUN_ID) namespaces the run's keys
 //   MASTER_ADDR + MASTER_PORT   a TCP store served by rank 0 on MASTER_ADDR:MASTER_PORT
 //   under mpirun          blobs over MPI point-to-point messages (or the mpi backend itself)
 //   Slurm without MASTER_ADDR   the TCP store on the first node of the step's node list
@@ -31,7 +34,7 @@
 
 namespace parity::comm {
 
-enum class RendezvousKind { local, file, tcp, mpi };
+enum class RendezvousKind { local, file, tcp, mpi, redis };
 
 struct RankEnv {
   int rank = 0;
@@ -45,6 +48,7 @@ struct RankEnv {
   std::string master_addr;            // RendezvousKind::tcp: rank 0's store
   int master_port = 0;
   std::string master_from;            // "MASTER_ADDR" or the Slurm node list variable
+  std::string store_url;              // RendezvousKind::redis: PARITY_STORE, the run id as its path
   bool under_mpirun = false;
   std::chrono::milliseconds timeout = kDefaultTimeout;
 };

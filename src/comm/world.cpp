@@ -1,10 +1,12 @@
 #include "comm/world.h"
 
 #include <cstdlib>
+#include <utility>
 
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/net.h"
+#include "comm/redis_store.h"
 #include "comm/tcp_store.h"
 #include "core/error.h"
 #if PARITY_HAVE_CUDA
@@ -29,6 +31,8 @@ std::shared_ptr<Rendezvous> rendezvous_for(const RankEnv& env) {
     case RendezvousKind::tcp:
       return make_tcp_rendezvous(env.master_addr, env.master_port, env.rank, env.world_size, env.timeout);
     case RendezvousKind::mpi: return make_mpi_rendezvous();
+    case RendezvousKind::redis:
+      return make_redis_rendezvous(parse_redis_url(env.store_url), env.rank, env.world_size, env.timeout);
     case RendezvousKind::local: break;
   }
   if (env.world_size > 1) throw ConfigError("MASTER_ADDR", "no rendezvous for a world of " + std::to_string(env.world_size));
@@ -42,11 +46,28 @@ const char* env_value(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
+// A store every rank reaches over the network (rank 0's TCP store, a Redis server).
+bool network_store(const RankEnv& env) {
+  return env.rendezvous == RendezvousKind::tcp || env.rendezvous == RendezvousKind::redis;
+}
+
+// Where that store is: the master, or the Redis server.
+std::pair<std::string, int> store_endpoint(const RankEnv& env) {
+  if (env.rendezvous == RendezvousKind::redis) {
+    const RedisUrl u = parse_redis_url(env.store_url);
+    return {u.host, u.port};
+  }
+  return {env.master_addr, env.master_port};
+}
+
 // What every rank publishes before the choice (so that every rank takes part, whatever
-// overrides it has): tcp: the address on the route to the master; mpi: host name and
+// overrides it has): tcp, redis: the address on the route to the store; mpi: host name and
 // network namespace.
 std::string host_blob(const RankEnv& env) {
-  if (env.rendezvous == RendezvousKind::tcp) return net::route_source_address(env.master_addr, env.master_port);
+  if (network_store(env)) {
+    const auto [host, port] = store_endpoint(env);
+    return net::route_source_address(host, port);
+  }
   return local_host() + "\n" + net::netns_id();
 }
 
@@ -59,7 +80,7 @@ std::string host_blob(const RankEnv& env) {
 // differ, else (namespaces or containers that share a name) the first non-loopback address.
 std::string gloo_host(const RankEnv& env, Rendezvous& rdzv) {
   std::vector<std::string> hosts;
-  const bool spans = env.world_size > 1 && (env.rendezvous == RendezvousKind::tcp || env.rendezvous == RendezvousKind::mpi);
+  const bool spans = env.world_size > 1 && (network_store(env) || env.rendezvous == RendezvousKind::mpi);
   std::string mine;
   if (spans) {
     std::vector<int> all(static_cast<size_t>(env.world_size));
@@ -70,10 +91,10 @@ std::string gloo_host(const RankEnv& env, Rendezvous& rdzv) {
   if (const char* h = env_value("PARITY_GLOO_HOST")) return h;
   if (const char* i = env_value("PARITY_GLOO_IFACE")) return net::interface_address(i, "PARITY_GLOO_IFACE");
   if (!spans) return "127.0.0.1";
-  if (env.rendezvous == RendezvousKind::tcp) {
+  if (network_store(env)) {
     if (!is_loopback(mine)) return mine;
     for (const auto& h : hosts)
-      if (!is_loopback(h)) return net::route_source_address(h, env.master_port);
+      if (!is_loopback(h)) return net::route_source_address(h, store_endpoint(env).second);
     return mine;
   }
   const std::string name = local_host();
