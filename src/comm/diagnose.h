@@ -19,6 +19,10 @@ struct PeerInfo {
   std::string host;
   int64_t pid = 0;
   std::string addr;  // the address its transport listens on, when not loopback ("" otherwise)
+  // Its transport's listener, for a reachability probe (comm/reach.h); not serialised: each
+  // rank reads it from the transport address the peer published (gloo), 0 where none (mpi).
+  std::string probe_host;
+  int probe_port = 0;
 };
 
 std::string local_host();
@@ -50,9 +54,15 @@ class FailureBoard {
 // collective is named as stuck there, with what its own diagnosis found ("missing rank 1
 // (pid 812 on h (10.0.0.1) is stuck in group{1,3} allreduce #9: missing rank 3 (...))"):
 // across sub-groups the member a rank waits for is often a victim, on a host that is up.
+// world_peers (by world rank), when given: before naming the missing member, every peer on
+// another host is probed (comm/reach.h) for at most min(window, 1 s), in parallel with the
+// board; a host that does not answer is named first with all its ranks ("host vm (10.0.0.2)
+// is unreachable: ranks 4-7 (...); missing rank 4 (...)"), and the window ends as soon as
+// every member still silent is on such a host.
 struct WorldBoard {
   FailureBoard* board = nullptr;  // none: only this group's board
   std::string group;              // this group's name, "group{0,2}"
+  const std::vector<PeerInfo>* world_peers = nullptr;
 };
 
 std::string name_missing(int my_group_rank, const std::vector<int>& members,

@@ -31,7 +31,7 @@ class MapBoard : public FailureBoard {
 // Peers on another host (pid checks do not apply), with addresses.
 std::vector<PeerInfo> remote_peers(size_t n) {
   std::vector<PeerInfo> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = {"elsewhere", static_cast<int64_t>(1000 + i), "10.0.0." + std::to_string(i + 1)};
+  for (size_t i = 0; i < n; ++i) p[i] = {"elsewhere", static_cast<int64_t>(1000 + i), "10.0.0." + std::to_string(i + 1), "", 0};
   return p;
 }
 

@@ -10,7 +10,9 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
 #include <gloo/types.h>
 
 #include <algorithm>
@@ -33,6 +35,20 @@ std::string encode_blob(const std::string& peer, const std::vector<std::vector<c
   blob += peer;
   for (const auto& a : addrs) blob.append(a.begin(), a.end());
   return blob;
+}
+
+// The listener a peer's transport address names: what a diagnosis probes (comm/reach.h).
+void set_probe(PeerInfo& p, const std::vector<char>& addr) {
+  const gloo::transport::tcp::Address address(addr);
+  sockaddr_storage ss{};
+  std::memcpy(&ss, &address.getSockaddr(), sizeof ss);
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  const socklen_t len = ss.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&ss), len, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return;
+  p.probe_host = host;
+  p.probe_port = std::atoi(port);
 }
 
 // A gloo::Context connected by our own rendezvous (so that a missing rank is named).
@@ -63,6 +79,7 @@ class MeshContext : public gloo::Context {
       size_t slot = static_cast<size_t>(rank < i ? rank : rank - 1);
       std::vector<char> addr(b.begin() + static_cast<long>(off + slot * each),
                              b.begin() + static_cast<long>(off + (slot + 1) * each));
+      set_probe(peers[static_cast<size_t>(i)], addr);
       tctx->getPair(i)->connect(addr);
     }
     device_ = dev;
@@ -121,6 +138,7 @@ struct Shared {
   std::shared_ptr<gloo::transport::Device> device;
   std::string host;  // the address the device listens on
   int world_size = 1;
+  std::vector<PeerInfo> world_peers;  // by world rank: the hosts a diagnosis probes
 };
 
 class GlooCommunicator : public Communicator {
@@ -132,6 +150,7 @@ class GlooCommunicator : public Communicator {
     ctx_ = std::make_shared<MeshContext>(rank, size());
     scope_ = scope_key(this->members(), shared_->world_size);
     peers_ = ctx_->connect(shared_->device, *shared_->rdzv, scope_, this->members(), timeout, shared_->host);
+    if (world == nullptr) shared_->world_peers = peers_;
   }
 
  protected:
@@ -214,7 +233,7 @@ class GlooCommunicator : public Communicator {
       for (int i = 0; i < shared_->world_size; ++i) all[static_cast<size_t>(i)] = i;
       any = shared_->rdzv->board("anygroup", all, world_rank());
     }
-    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)), {any.get(), name()});
+    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)), {any.get(), name(), &shared_->world_peers});
   }
 
  private:
