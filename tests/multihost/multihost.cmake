@@ -19,3 +19,13 @@ foreach(spec env:2:fsdp8 env:4:w8_tp2_ep4 nodes:2:fsdp8 launch:4:fsdp8_ep8 mpiru
   set_tests_properties(${name} PROPERTIES LABELS "multihost;multiprocess" TIMEOUT 300 RUN_SERIAL TRUE
     SKIP_RETURN_CODE 77 FAIL_REGULAR_EXPRESSION "multihost ${case}: FAIL")
 endforeach()
+
+# The Redis store (comm/redis_store.h) against redis-servers the test starts on private
+# loopback ports: set/get, a missing key, timeouts, namespacing and the cleanup of a run's
+# keys, a second run with the same id, a server gone mid-run. No redis-server: 77, skipped.
+add_executable(test_redis_store ${CMAKE_CURRENT_LIST_DIR}/redis_store_test.cpp)
+target_include_directories(test_redis_store PRIVATE ${PROJECT_SOURCE_DIR}/src ${HIREDIS_INCLUDE_DIR})
+target_link_libraries(test_redis_store PRIVATE parity_lib GTest::gtest)
+target_compile_options(test_redis_store PRIVATE ${PARITY_WARN_FLAGS})
+add_test(NAME multihost.redis_store.unit COMMAND test_redis_store)
+set_tests_properties(multihost.redis_store.unit PROPERTIES LABELS "multihost;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)
