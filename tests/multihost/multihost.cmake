@@ -8,7 +8,7 @@
 set(PARITY_NETNS_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/netns.sh)
 set(PARITY_SCEN ${PROJECT_SOURCE_DIR}/scenarios)
 foreach(spec env:2:fsdp8 env:4:w8_tp2_ep4 nodes:2:fsdp8 launch:4:fsdp8_ep8 mpirun_gloo:2:fsdp8
-             host_dies:2:fsdp8
+             host_dies:2:fsdp8 redis:2:fsdp2_tp2 redis:2:fsdp8 redis_gone:2:fsdp2_tp2
              mpirun_mpi:2:w8_tp2_ep4 cut:2:fsdp8 cut:4:w8_tp2_ep4)
   string(REPLACE ":" ";" parts ${spec})
   list(GET parts 0 case)

@@ -15,11 +15,16 @@
 #   launch     the same with `parity launch --nnodes ... -n W/HOSTS -- run SCENARIO --as-rank`
 #   mpirun_gloo, mpirun_mpi   mpirun in h0 starts the ranks in every namespace (OpenMPI's rsh
 #              agent replaced by `ip netns exec`, no ssh), gloo bootstrapped over MPI or mpi itself
-#   cut        a long run as in `env`; after start-up the last host's veth is taken down: every
+#   cut        a long run as in `env` (TRIES times; PARITY_MULTIHOST_BOUND_S, default 10, the bound); after start-up the last host's veth is taken down: every
 #              rank must end with exit 3 (infrastructure failed) within the collective timeout
-#              plus a bound, some rank naming a rank of the cut host and its address (rank 0
-#              names the member it waited for, with its address), and no process may be left in
+#              plus a bound, rank 0 naming the cut host and all its ranks ("host vm (10.213.0.2) is
+#              unreachable: ranks 4-7"), some rank naming a rank of the cut host and its address
+#              (rank 0 names the member it waited for, with its address), and no process may be left in
 #              any namespace. Repeated TRIES times; prints the worst time.
+#   redis      as `env`, but the ranks meet on a redis-server in h0 (PARITY_STORE=redis://10.213.0.1:6390/RUN,
+#              no MASTER_ADDR); the verdict must PASS, and no key of the run may be left on the server
+#   redis_gone W-1 ranks wait in the rendezvous on the Redis store, whose server is then killed: every
+#              rank must end with exit 3 within 15 s, naming the store
 #   host_dies  one `parity run --nnodes` per namespace (as in `nodes`); mid-run every process of
 #              the last namespace is killed (-9: the host dies): the other launchers must end
 #              with exit 3 well before the collective timeout, naming a rank of the dead host
@@ -81,14 +86,16 @@ done
 port=29500
 timeout_ms=60000
 pids=()
+rdzv=(MASTER_ADDR="$(addr 0)" MASTER_PORT=$port)  # how env ranks meet: rank 0's TCP store, or PARITY_STORE
+ranks=$world                                     # how many of the world start_env_ranks starts
 # Every rank alone in its host's namespace, torchrun-style; extra arguments go to parity run.
 start_env_ranks() {
   pids=()
   rm -f "$work"/rank*.log  # a try must not read the last one's log before its own truncates it
-  for r in $(seq 0 $((world - 1))); do
+  for r in $(seq 0 $((ranks - 1))); do
     h=$((r / per))
     ip netns exec "$tag-h$h" env PARITY_COMM_TRACE="${PARITY_COMM_TRACE:-}" RANK=$r WORLD_SIZE=$world LOCAL_RANK=$((r % per)) LOCAL_WORLD_SIZE=$per \
-      MASTER_ADDR="$(addr 0)" MASTER_PORT=$port PARITY_COMM_TIMEOUT_MS=$timeout_ms \
+      "${rdzv[@]}" PARITY_COMM_TIMEOUT_MS=$timeout_ms \
       "$parity" run "$scenario" --as-rank "$@" >"$work/rank$r.log" 2>&1 &
     pids+=($!)
   done
@@ -138,6 +145,21 @@ no_orphans() {
   done
   fail "processes left in the namespaces: $left"
 }
+# A redis-server in h0 on 10.213.0.1:6390 (no persistence); the env ranks meet there.
+redis_port=6390
+start_redis() {
+  command -v redis-server >/dev/null 2>&1 || skip "no redis-server (Debian package redis-server)"
+  ip netns exec "$tag-h0" redis-server --bind "$(addr 0)" --port $redis_port --save "" --appendonly no \
+    --protected-mode no >"$work/redis.log" 2>&1 &
+  redis_pid=$!
+  for _ in $(seq 100); do
+    [ "$(ip netns exec "$tag-h0" redis-cli -h "$(addr 0)" -p $redis_port ping 2>/dev/null)" = PONG ] && break
+    sleep 0.1
+  done
+  run_id=run$$
+  rdzv=(PARITY_STORE="redis://$(addr 0):$redis_port/$run_id")
+}
+redis_keys() { ip netns exec "$tag-h0" redis-cli -h "$(addr 0)" -p $redis_port --scan --pattern "parity:$1:*" | wc -l; }
 # Bytes the last host received on its veth: the proof that the ranks talked across hosts.
 rx_bytes() { ip -s -n "$tag-h$((hosts - 1))" link show e0 | awk '/RX:/ { getline; print $1; exit }'; }
 check_pass() {  # $1: the log holding the verdict, $2: what ran
@@ -156,6 +178,37 @@ case $case in
     t=$(elapsed "$t0" "$(now)")
     check_pass "$work/rank0.log" "$world ranks on $hosts hosts"
     say "PASS: $world ranks on $hosts namespaces, gloo over TCP, TCP store on rank 0: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1)))"
+    ;;
+  redis)
+    start_redis
+    t0=$(now)
+    start_env_ranks
+    wait_all 300
+    t=$(elapsed "$t0" "$(now)")
+    left=$(redis_keys "$run_id")
+    kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null
+    check_pass "$work/rank0.log" "$world ranks on $hosts hosts through Redis"
+    [ "$left" = 0 ] || fail "$left keys of run $run_id left on the Redis store after the run"
+    say "PASS: $world ranks on $hosts namespaces, gloo over TCP, Redis store in h0: verdict PASS in ${t} s ($rx bytes into h$((hosts - 1))), no key of the run left"
+    ;;
+  redis_gone)
+    timeout_ms=5000
+    start_redis
+    ranks=$((world - 1))  # the last rank never comes: the others wait in the rendezvous
+    start_env_ranks
+    sleep 2
+    for i in "${!pids[@]}"; do kill -0 "${pids[$i]}" 2>/dev/null || fail "rank $i ended before the store went"; done
+    t0=$(now)
+    kill -9 "$redis_pid"; wait "$redis_pid" 2>/dev/null
+    wait_all 15
+    t=$(elapsed "$t0" "$(now)")
+    for i in "${!codes[@]}"; do
+      [ "${codes[$i]}" = running ] && fail "rank $i still runs $t s after the Redis server was killed"
+      [ "${codes[$i]}" = 3 ] || fail "rank $i ended with ${codes[$i]}, want 3 (infrastructure failed)"
+      grep -q "$(addr 0):$redis_port (Redis store, run $run_id)" "$work/rank$i.log" || fail "rank $i does not name the Redis store"
+    done
+    no_orphans
+    say "PASS: Redis server killed during the rendezvous: ${#codes[@]} ranks ended with exit 3 after $t s, naming the store: $(grep -o 'store at [^)]*)[^(]*' "$work/rank0.log" | head -1)"
     ;;
   nodes | launch)
     t0=$(now)
@@ -217,12 +270,16 @@ case $case in
       # Each rank names the member it waited for. Across sub-groups that may be a victim on a
       # host that is still up (rank 0 waits on rank 4, which waits on the cut rank 6), so the
       # cut host must be named by some rank, and rank 0 must name some missing rank.
+      first=$((victim * per)) last=$((world - 1))
+      cut_ranks=$([ "$per" -gt 1 ] && echo "ranks $first-$last" || echo "rank $first")
+      grep -Eq "host [^ ]+ \($(addr $victim)\) is unreachable: $cut_ranks \(" "$work/rank0.log" ||
+        fail "try $try: rank 0 does not name the cut host $(addr $victim) and its $cut_ranks"
       grep -Eq "missing rank [0-9]+ .*\(pid [0-9]+ on [^ ]+ \([0-9.]+\)" "$work/rank0.log" ||
         fail "try $try: rank 0 names no missing rank with its address"
       grep -Eqh "missing( rank [0-9]+ [^;]*;)* rank ($(seq -s '|' $((victim * per)) $((world - 1)))) (\(group rank [0-9]+\) )?\(pid [0-9]+ on [^ ]+ \($(addr $victim)\)" "$work"/rank*.log ||
         fail "try $try: no rank names a rank of the cut host $(addr $victim)"
       no_orphans
-      say "try $try: cut $(addr $victim) (h$victim); every rank ended with exit 3 after $t s; rank 0: $(grep -o 'missing rank [0-9]* [^;]*' "$work/rank0.log" | head -1)"
+      say "try $try: cut $(addr $victim) (h$victim); every rank ended with exit 3 after $t s; rank 0: $(grep -o 'host [^ ]* ([0-9.]*) is unreachable: [^(]*' "$work/rank0.log" | head -1)"
       worst=$(awk -v a="$worst" -v b="$t" 'BEGIN { print (b > a ? b : a) }')
     done
     say "PASS: $tries tries, collective timeout $((timeout_ms / 1000)) s, worst end after the cut ${worst} s"
