@@ -215,7 +215,7 @@ std::string name_missing(int me, const std::vector<int>& members,
   }
   probe.finish();  // at most the probe's timeout after it began
   std::string out = describe(members, peers, seen, notes, what);
-  const std::string hosts = unreachable_sentence(probe.hosts, probe.timeout);
+  const std::string hosts = unreachable_sentence(probe.hosts);
   if (!hosts.empty()) out = hosts + "; " + out;
   if (world.board != nullptr) world.board->post((world.group + " " + what + ": " + out).substr(0, kMaxNote));
   return out;

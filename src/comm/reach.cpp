@@ -102,13 +102,13 @@ std::vector<HostReach> probe_hosts(const std::vector<PeerInfo>& peers, const std
   return out;
 }
 
-std::string unreachable_sentence(const std::vector<HostReach>& hosts, std::chrono::milliseconds timeout) {
+std::string unreachable_sentence(const std::vector<HostReach>& hosts) {
   std::string out;
   for (const HostReach& h : hosts) {
     if (h.reachable) continue;
     out += (out.empty() ? "" : "; ") + std::string("host ") + h.label + " is unreachable: rank" +
            (h.ranks.size() > 1 ? "s " : " ") + rank_ranges(h.ranks) + " (their transport did not take a TCP connection: " +
-           h.why + "; a cut link, or a host that is down; probed for at most " + std::to_string(timeout.count()) + " ms)";
+           h.why + "; a cut link, or a host that is down)";
   }
   return out;
 }

@@ -29,7 +29,7 @@ std::vector<HostReach> probe_hosts(const std::vector<PeerInfo>& peers, const std
 
 // "host vm (10.213.0.2) is unreachable: ranks 4-7 (no answer within 1000 ms ...)" for each
 // host that did not answer, "; "-joined; "" when every probed host answered.
-std::string unreachable_sentence(const std::vector<HostReach>& hosts, std::chrono::milliseconds timeout);
+std::string unreachable_sentence(const std::vector<HostReach>& hosts);
 
 // "4-7", "1,3,5-6": ascending world ranks, runs folded.
 std::string rank_ranges(const std::vector<int>& ranks);
