@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "mesh/param_layout.h"
+#include "model/batch_split.h"
 
 namespace parity {
 
@@ -44,7 +45,7 @@ void add_counts(std::vector<int64_t>& into, const std::vector<int64_t>& c) {
 
 template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep) {
   const ModelConfig& c = sc_.model;
-  const int64_t S = c.seq, b = c.micro_batch();
+  const int64_t S = c.seq;
   StepRecord<T> rec;
   rec.step = t;
   rec.inputs.resize(static_cast<size_t>(c.batch * S));
@@ -56,8 +57,9 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
 
   model_.grads.zero();
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
-    const int64_t off = mb * b * S;
-    MicroResult r = model_.forward_backward(rec.inputs.data() + off, rec.targets.data() + off, b);
+    const SeqRange seqs = micro_batch_sequences(c.batch, c.microbatches, mb);  // sizes may differ by one
+    const int64_t off = seqs.begin * S;
+    MicroResult r = model_.forward_backward(rec.inputs.data() + off, rec.targets.data() + off, seqs.size());
     rec.micro_losses.push_back(r.loss);
     rec.loss += r.loss;
     rec.ce += r.ce;

@@ -43,7 +43,7 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const
   const double dense = d(m.dense_layers), moe = L - dense, E = d(m.experts), K = d(m.top_k);
   const double F = d(m.mlp_hidden), Fe = d(m.expert_hidden), Fs = d(m.shared_hidden);
   const double shared = m.shared_experts > 0 ? 1 : 0;
-  const double nseq = d(m.batch) / d(m.microbatches), n = nseq * S;  // one micro-batch: sequences, tokens
+  const double nseq = d(m.micro_batch()), n = nseq * S;  // the largest micro-batch: sequences, tokens
 
   MemoryEstimate est;
   // Parameters (model/params.cpp's registry): embedding, head, layer norms, attention, FFNs.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "harness/memory.h"
+#include "model/batch_split.h"
 #include "parallel/supported.h"
 
 namespace parity {
@@ -221,9 +222,7 @@ void validate_model(const ModelConfig& m) {
   require_at_least(m.seq, 1, p + "seq");
   require_at_least(m.batch, 1, p + "batch");
   require_at_least(m.microbatches, 1, p + "microbatches");
-  require(m.batch % m.microbatches == 0, p + "microbatches",
-          "must divide model.batch (" + std::to_string(m.batch) + "), got " +
-              std::to_string(m.microbatches));
+  check_batch_split(m.batch, m.microbatches);  // microbatches <= batch (model/batch_split.h)
   require_in(m.dense_layers, 0, m.layers, p + "dense_layers",
              "model.layers = " + std::to_string(m.layers));
   require_at_least(m.mlp_hidden, 1, p + "mlp_hidden");

@@ -29,7 +29,9 @@ struct ModelConfig {
   int64_t head_dim() const { return dim / heads; }
   int64_t moe_layers() const { return layers - dense_layers; }
   bool is_moe(int64_t layer) const { return layer >= dense_layers; }
-  int64_t micro_batch() const { return batch / microbatches; }
+  // The largest micro-batch, ceil(batch / microbatches) sequences (model/batch_split.h: the
+  // first batch % microbatches micro-batches hold one more than the others).
+  int64_t micro_batch() const { return (batch + microbatches - 1) / microbatches; }
 };
 
 struct OptimConfig {

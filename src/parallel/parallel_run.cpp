@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "mesh/param_layout.h"
+#include "model/batch_split.h"
 #include "model/data.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_run.h"
@@ -30,6 +31,7 @@ template <class T> struct ParallelRun<T>::Impl {
     ep_group = &mesh::comm_group(w, mesh, mesh::GroupKind::ep);
     dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
                mesh.coord(mesh::MeshDim::dp_shard, r);
+    dp_size = mesh.size(mesh::MeshDim::dp_replicate) * mesh.size(mesh::MeshDim::dp_shard);
     std::vector<ParamSpec> local_specs = specs;
     for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
@@ -45,7 +47,7 @@ template <class T> struct ParallelRun<T>::Impl {
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
-  int64_t dp_index = 0;
+  int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
 
@@ -58,6 +60,12 @@ template <class T> struct ParallelRun<T>::Impl {
   }
   // Each element enters the grad norm once: only its first replica counts it.
   bool counts_in_norm(size_t p) const { return mesh::first_replica(mesh, layouts[p], world.rank()); }
+  // The data split: this rank's global sequences of micro-batch mb (model/batch_split.h:
+  // micro-batches as torch.tensor_split, then torch.chunk over the dense data-parallel
+  // ranks, so a rank may get none). The TP lanes of one data-parallel rank take the same.
+  SeqRange rank_sequences(int64_t mb) const {
+    return dp_sequences(sc.model.batch, sc.model.microbatches, mb, dp_size, dp_index);
+  }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
   void step_optimizer(std::vector<Tensor<T>>& grads);
@@ -140,20 +148,22 @@ template <class T> ParallelRun<T>::~ParallelRun() = default;
 template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   Impl& I = *impl_;
   const ModelConfig& c = I.sc.model;
-  const int64_t S = c.seq, per_micro = c.batch / c.microbatches;
-  const int64_t b = per_micro / (I.sc.layout.dp_replicate * I.sc.layout.dp_shard);
+  const int64_t S = c.seq;
   RankStepRecord<T> out;
   out.step = t;
   out.token_ids.resize(static_cast<size_t>(c.moe_layers()));
   out.chosen.resize(static_cast<size_t>(c.moe_layers()));
   std::vector<int64_t> counts(static_cast<size_t>(c.moe_layers() * c.experts), 0);
   I.model->zero_grads();
-  std::vector<int64_t> in(static_cast<size_t>(b * S)), tg(in.size());
+  std::vector<int64_t> in, tg;
   std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
-    const int64_t g0 = mb * per_micro + I.dp_index * b;
+    const SeqRange seqs = I.rank_sequences(mb);  // may be empty: the rank still joins every collective
+    const int64_t g0 = seqs.begin, b = seqs.size();
+    in.assign(static_cast<size_t>(b * S), 0), tg.assign(in.size(), 0);
     I.data.batch(t, g0, b, S, in.data(), tg.data());
-    PMicroResult r = I.model->forward_backward(in.data(), tg.data(), b);
+    const MicroShare share{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
+    PMicroResult r = I.model->forward_backward(in.data(), tg.data(), b, share);
     parts.insert(parts.end(), {r.ce, r.aux});
     for (size_t l = 0; l < r.counts.size(); ++l)
       for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];

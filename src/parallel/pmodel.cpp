@@ -21,6 +21,19 @@ template <class T> struct LayerCache {
 };
 
 
+// The factor of this rank's summed cross-entropy: 1 / (B·S), the global token count
+// (MODEL.md), whatever share of the batch the rank holds, none included, so that every
+// data-parallel reduction is a plain sum. The bug zoo (core/inject.h) replaces it:
+// micro_loss_scaling by the micro-batch's token count; loss_mean_of_rank_means by this
+// rank's own token count, the ranks' means then averaged over dp and the micro-batches (a
+// rank with no token adds 0): right only when every rank holds B / (M·dp) sequences.
+double loss_scale(const ModelConfig& c, int64_t b, const MicroShare& share) {
+  static const bool micro_bug = injected("micro_loss_scaling"), rank_bug = injected("loss_mean_of_rank_means");
+  if (micro_bug) return 1.0 / static_cast<double>(share.micro_seqs * c.seq);
+  if (rank_bug) return b == 0 ? 0.0 : 1.0 / static_cast<double>(share.dp * c.microbatches * b * c.seq);
+  return 1.0 / static_cast<double>(c.batch * c.seq);
+}
+
 }  // namespace
 
 template <class T> struct ParallelModel<T>::Impl {
@@ -199,7 +212,8 @@ template <class T> void ParallelModel<T>::zero_grads() {
 }
 
 template <class T>
-PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b,
+                                                const MicroShare& share) {
   const ModelConfig& c = cfg_;
   const int64_t D = c.dim, n = b * c.seq;
   const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
@@ -238,9 +252,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   VpCeCache<T> ce;
-  // bug zoo (core/inject.h) micro_loss_scaling: the mean over the micro-batch's tokens, not the batch's
-  const double inv_tokens =
-      1.0 / static_cast<double>((injected("micro_loss_scaling") ? c.micro_batch() : c.batch) * c.seq);
+  const double inv_tokens = loss_scale(c, b, share);
   res.ce = vp_cross_entropy_forward(tp_, logits.data(), targets, n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);

@@ -27,6 +27,13 @@ struct PMicroResult {
   std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): assignments this rank routed
 };
 
+// Where this rank's sequences sit in the step (model/batch_split.h); only the bug zoo's loss
+// scalings read it: the correct loss is normalised by the global token count B·S alone.
+struct MicroShare {
+  int64_t micro_seqs = 0;  // the micro-batch's sequences over all data-parallel ranks
+  int64_t dp = 1;          // dense data-parallel ranks (dp_replicate x dp_shard)
+};
+
 template <class T> class ParallelModel {
  public:
   // Collective over `world`: builds the TP, EP, ETP and data-parallel groups.
@@ -41,7 +48,8 @@ template <class T> class ParallelModel {
   // optimizer may have changed the shards since they were gathered).
   void zero_grads();
   // b sequences of this rank (inputs, targets (b, S)); adds their gradient into tp_grads.
-  PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b);
+  // b may be 0 (an uneven batch): the rank still joins every collective of the micro-batch.
+  PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b, const MicroShare& share);
 
   const TpContext& tp() const { return tp_; }
   const EpContext& ep() const { return ep_; }

@@ -33,8 +33,9 @@ case $case_name in
     printf '{"model": {"dim": 1099511627776}, "layout": {"world": 2, "dp_shard": 2}}' > "$f" ;;
   dim_beyond_machine)  # dim 2^20: about 64 TiB per process, plausible but not on this machine
     printf '{"model": {"dim": 1048576, "heads": 2}, "layout": {"world": 2, "dp_shard": 2}}' > "$f" ;;
-  uneven_dp_batch)     # batch 8 over dp 5: once refused by every rank after the launch
-    printf '{"model": {"batch": 8, "heads": 4}, "layout": {"world": 5, "dp_shard": 5}}' > "$f" ;;
+  microbatches_beyond_batch)  # 4 micro-batches of 3 sequences: one would be empty (batch 8 over dp 5 once
+                       # was refused by every rank after the launch; uneven DP batches now run)
+    printf '{"model": {"batch": 3, "microbatches": 4, "heads": 4}, "layout": {"world": 5, "dp_shard": 5}}' > "$f" ;;
   zero_steps)          # steps 0: once "PASS: 22 rows" with nothing compared
     printf '{"steps": 0, "layout": {"world": 2, "dp_shard": 2}}' > "$f" ;;
   escape_in_name)      # ESC [ 3 1 m in a name: once echoed raw, turning the terminal red

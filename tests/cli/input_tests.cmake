@@ -31,8 +31,8 @@ parity_hostile(absurd_dim
 parity_hostile(dim_beyond_machine
   "parity: not run: [^\n]*input\\.json: needs at least [0-9.]+ TiB of memory \\(2 processes \\(one per rank\\) x [0-9.]+ TiB: [^\n]*\\), this machine has [0-9.]+ [GT]iB\nexit=77\nended before 10 s\nerror lines: 1\n"
   "${PARITY_NO_LAUNCH}")
-parity_hostile(uneven_dp_batch
-  "input\\.json: \\$\\.layout\\.dp_shard: model\\.batch \\(8\\) must be divisible by microbatches x dp_replicate x dp_shard \\(1 x 1 x 5 = 5\\)[^\n]*\nexit=2\nended before 10 s\nerror lines: 1\n"
+parity_hostile(microbatches_beyond_batch
+  "input\\.json: \\$\\.model\\.microbatches: must be in \\[1, model\\.batch \\(3\\)\\], got 4: every micro-batch holds at least one whole sequence[^\n]*\nexit=2\nended before 10 s\nerror lines: 1\n"
   "${PARITY_NO_LAUNCH}")
 parity_hostile(zero_steps
   "input\\.json: \\$\\.steps: must be >= 1: a run of no step compares nothing, got 0\nexit=2\nended before 10 s\nerror lines: 1\n"

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "parallel/supported.h"
 
 namespace parity {
 namespace {
@@ -213,7 +214,8 @@ TEST(Scenario, ModelValuesOutOfRange) {
   expect_refused("/model/heads", 0, "$.model.heads", "must be >= 1");
   expect_refused("/model/seq", 0, "$.model.seq", "must be >= 1");
   expect_refused("/model/batch", -4, "$.model.batch", "must be >= 1");
-  expect_refused("/model/microbatches", 3, "$.model.microbatches", "must divide model.batch (4)");
+  expect_refused("/model/microbatches", 5, "$.model.microbatches", "must be in [1, model.batch (4)], got 5");
+  expect_refused("/model/microbatches", 0, "$.model.microbatches", "must be >= 1");
   expect_refused("/model/dense_layers", 3, "$.model.dense_layers", "must be in [0, model.layers = 2]");
   expect_refused("/model/dense_layers", -1, "$.model.dense_layers", "must be in [0,");
   expect_refused("/model/mlp_hidden", 0, "$.model.mlp_hidden", "must be >= 1");
@@ -341,22 +343,28 @@ TEST(Scenario, FileProblemsNameTheFile) {
 }
 
 // The runner's rules (parallel/supported.h) run with the schema: a file is refused once,
-// before any rank starts, at the JSON path, for the main and the resume layout alike.
-TEST(Scenario, BatchMustSplitOverDataParallelRanks) {
+// before any rank starts, at the JSON path. Uneven data-parallel batches are accepted (a
+// rank may take no sequence); what is refused is a micro-batch with no sequence.
+TEST(Scenario, UnevenDataParallelBatchesAreAcceptedEmptyMicroBatchesAreNot) {
   json j = tiny_with("/layout", {{"world", 5}, {"dp_shard", 5}});
   j["model"]["batch"] = 8;
-  j["model"]["microbatches"] = 1;
+  j["model"]["microbatches"] = 3;
+  EXPECT_NO_THROW(parse_scenario(j, "t"));  // micro-batches 3, 3, 2, each over 5 ranks
+  j["model"]["batch"] = 2;
   std::string msg = config_error([&] { parse_scenario(j, "t"); });
-  EXPECT_NE(msg.find("$.layout.dp_shard: model.batch (8) must be divisible by microbatches x dp_replicate x "
-                     "dp_shard (1 x 1 x 5 = 5)"),
+  EXPECT_NE(msg.find("$.model.microbatches: must be in [1, model.batch (2)], got 3: every micro-batch holds at "
+                     "least one whole sequence"),
             std::string::npos)
       << msg;
-  j["layout"] = {{"world", 4}, {"dp_shard", 4}};
-  EXPECT_NO_THROW(parse_scenario(j, "t"));
+  j["model"]["batch"] = 8;
   j["steps"] = 4;
   j["resume"] = {{"save_at", 2}, {"layout", {{"world", 3}, {"dp_shard", 3}}}};
-  msg = config_error([&] { parse_scenario(j, "t"); });
-  EXPECT_NE(msg.find("$.resume.layout.dp_shard: model.batch (8) must be divisible"), std::string::npos) << msg;
+  EXPECT_NO_THROW(parse_scenario(j, "t"));
+  // a scenario built in code meets the same rule on every rank (ParallelRun's check_supported)
+  Scenario s = parse_scenario(j, "t");
+  s.model.microbatches = 9;
+  msg = config_error([&] { check_supported(s.model, s.layout); });
+  EXPECT_NE(msg.find("$.model.microbatches: must be in [1, model.batch (8)], got 9"), std::string::npos) << msg;
 }
 
 TEST(Scenario, AbsurdSizesAreBadInputNamingTheLargestTensor) {
