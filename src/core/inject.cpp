@@ -50,6 +50,11 @@ const std::vector<Injection>& injections() {
        "each micro-batch's loss averaged over its own tokens instead of the whole batch's, so under gradient "
        "accumulation loss and gradients come out microbatches times too large",
        "fsdp2_tp2_mb2.json", "loss all micro-batches", 0, "2 (= microbatches)"},
+      {"loss_mean_of_rank_means", "parallel/pmodel.cpp, loss scaling",
+       "each data-parallel rank takes the mean of its own tokens' loss and the ranks' means are averaged (DDP's "
+       "gradient mean over per-rank loss means): right when every rank holds as many tokens, wrong when "
+       "batches are uneven",
+       "fsdp4_uneven_b9_mb2.json", "loss all micro-batches", 0, "not a clean factor"},
       {"tokens_per_expert_local", "parallel/parallel_run.cpp, step bookkeeping",
        "tokens_per_expert counted per rank and never all-reduced: the load-balancing statistics and the "
        "expert-bias update see one rank's tokens",
