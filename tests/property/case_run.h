@@ -193,18 +193,20 @@ inline bool has_empty_expert(const Scenario& s) {
 // exit beside RapidCheck's combined RC_CLASSIFY table so each dimension's share is readable.
 struct Coverage {
   int cases = 0, folding[4] = {0, 0, 0, 0}, uneven = 0, empty_shard = 0, empty_expert = 0, sp = 0, fp32 = 0,
-      mpi = 0, moe = 0;
+      mpi = 0, moe = 0, uneven_batch = 0, empty_rank = 0;
   ~Coverage() {
     if (cases == 0) return;
     std::printf("coverage over %d cases: dense only %d, dp2ep %d, tp2ep %d, cross-lane %d; uneven shards %d, empty "
-                "shards %d, empty experts %d, SP %d, MoE %d, fp32 %d, mpi %d\n",
+                "shards %d, empty experts %d, SP %d, MoE %d, fp32 %d, mpi %d; uneven batch %d, rank with no "
+                "sequence %d\n",
                 cases, folding[0], folding[1], folding[2], folding[3], uneven, empty_shard, empty_expert, sp, moe,
-                fp32, mpi);
+                fp32, mpi, uneven_batch, empty_rank);
   }
 };
 inline Coverage coverage;
 
-// RC_CLASSIFY: folding mode, uneven shards, experts with no tokens, sequence parallel.
+// RC_CLASSIFY: folding mode, uneven shards, experts with no tokens, sequence parallel, uneven
+// batches and ranks with no sequence of a micro-batch.
 inline void classify_case(const Scenario& s) {
   const Folding f = folding_of(s.layout);
   RC_CLASSIFY(f == Folding::dense, "dense only");
@@ -216,6 +218,10 @@ inline void classify_case(const Scenario& s) {
   RC_CLASSIFY(sh.uneven, "uneven shards");
   RC_CLASSIFY(empty_expert, "empty experts");
   RC_CLASSIFY(s.layout.sp, "SP");
+  const BatchShape bs = batch_shape(s.model, s.layout);
+  RC_CLASSIFY(bs.uneven, "uneven batch");
+  RC_CLASSIFY(bs.empty_rank, "rank with no sequence");
+  coverage.uneven_batch += bs.uneven, coverage.empty_rank += bs.empty_rank;
   ++coverage.cases, ++coverage.folding[static_cast<int>(f)];
   coverage.uneven += sh.uneven, coverage.empty_shard += sh.empty, coverage.empty_expert += empty_expert;
   coverage.sp += s.layout.sp, coverage.fp32 += s.model.dtype == DType::f32, coverage.mpi += s.layout.backend == "mpi";

@@ -64,7 +64,11 @@ void prop_drawn_cases_are_valid() {
   validate_scenario(s);
   mesh::validate_layout(s.layout, s.model);
   const auto& l = s.layout;
-  RC_ASSERT(s.model.batch % (s.model.microbatches * l.dp_replicate * l.dp_shard) == 0);
+  RC_ASSERT(s.model.batch >= s.model.microbatches);  // any batch over dp, no empty micro-batch
+  RC_ASSERT(s.model.batch <= 2 * s.model.microbatches * l.dp_replicate * l.dp_shard);
+  const BatchShape bs = batch_shape(s.model, l);
+  RC_CLASSIFY(bs.uneven, "uneven batch");
+  RC_CLASSIFY(bs.empty_rank, "rank with no sequence");
   RC_ASSERT(l.world >= 2 && l.world <= 8);
   RC_ASSERT(!spec.need_moe || s.model.moe_layers() > 0);
   const Scenario back = parse_scenario(scenario_to_json(s), "");
@@ -77,8 +81,7 @@ void prop_drawn_ckpt_cases_are_valid() {
   validate_scenario(c.save);
   mesh::validate_layout(c.save.layout, c.save.model);
   mesh::validate_layout(c.load, c.save.model);
-  for (const LayoutConfig& l : {c.save.layout, c.load})
-    RC_ASSERT(c.save.model.batch % (c.save.model.microbatches * l.dp_replicate * l.dp_shard) == 0);
+  RC_ASSERT(c.save.model.batch >= c.save.model.microbatches);  // any batch over either layout's dp
   RC_ASSERT(c.load.world >= 1 && c.load.world <= 8);
 }
 
@@ -132,12 +135,16 @@ TEST(PropertyGenerators, DrawOnlyValidCases) {
 }
 
 // Over 1000 draws of the default generator every folding mode occurs, and so do uneven
-// shards, empty shards, sequence parallel, fp32, mpi and MoE layers.
+// shards, empty shards, sequence parallel, fp32, mpi, MoE layers, uneven batches and ranks
+// with no sequence of a micro-batch.
 TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
-  int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0;
+  int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0, uneven_batch = 0,
+      empty_rank = 0;
   const auto draw = [&] {
     const Scenario s = *gen_case(CaseSpec{});
     const ShardShape sh = shard_shape(s);
+    const BatchShape bs = batch_shape(s.model, s.layout);
+    uneven_batch += bs.uneven, empty_rank += bs.empty_rank;
     ++folding[static_cast<int>(folding_of(s.layout))];
     uneven += sh.uneven, empty += sh.empty, sp += s.layout.sp, fp32 += s.model.dtype == DType::f32;
     mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0;
@@ -147,7 +154,8 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   ASSERT_TRUE(rc::detail::checkTestable(draw, rc::detail::TestMetadata{}, params).is<rc::detail::SuccessResult>());
   std::cout << "1000 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
             << ", cross-lane " << folding[3] << "; uneven " << uneven << ", empty shards " << empty << ", SP " << sp
-            << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "\n";
+            << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "; uneven batch " << uneven_batch
+            << ", rank with no sequence " << empty_rank << "\n";
   for (int f : folding) EXPECT_GE(f, 50);
   EXPECT_GE(uneven, 300);
   EXPECT_GE(empty, 50);
@@ -155,6 +163,8 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   EXPECT_GE(fp32, 50);
   EXPECT_GE(mpi, 20);
   EXPECT_GE(moe, 300);
+  EXPECT_GE(uneven_batch, 100);  // 192 at seed 3
+  EXPECT_GE(empty_rank, 75);     // 150 at seed 3
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "mesh/mesh.h"
 #include "mesh/param_layout.h"
 #include "mesh/placement.h"
+#include "model/batch_split.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -208,8 +209,9 @@ inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
   return f;
 }
 
-// A model sized to the layouts: heads % tp == 0, seq % tp == 0 under SP, batch divisible by
-// microbatches x dp; vocab and hidden sizes free (uneven vocab-parallel and MLP shards).
+// A model sized to the layouts: heads % tp == 0, seq % tp == 0 under SP, batch >= microbatches
+// (even over microbatches x dp or not); vocab and hidden sizes free (uneven vocab-parallel
+// and MLP shards).
 inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpec& spec) {
   const Fit fit = fit_of(ls);
   ModelConfig m;
@@ -221,7 +223,13 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   m.vocab = *rc::gen::inRange<int64_t>(2, 40);
   m.seq = fit.sp ? fit.sp_tp * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
   m.microbatches = pick<int64_t>({1, 1, 1, 1, 1, 1, 2, 3});  // 1 in three draws of four
-  m.batch = m.microbatches * fit.dp * pick<int64_t>({1, 1, 1, 2});
+  // Even (a multiple of microbatches x dp) in about three draws of five; otherwise any batch
+  // from microbatches (one sequence a micro-batch) to 2 x microbatches x dp: uneven data
+  // parallel, often with a rank that gets no sequence of some micro-batch (model/batch_split.h).
+  if (pick<int>({0, 0, 0, 1, 1}) == 0)
+    m.batch = m.microbatches * fit.dp * pick<int64_t>({1, 1, 1, 2});
+  else
+    m.batch = *rc::gen::inRange<int64_t>(m.microbatches, 2 * m.microbatches * fit.dp + 1);
   m.mlp_hidden = draw_hidden();
   draw_moe(m, fit.ep, spec.need_moe);
   m.tie_embeddings = draw_bool();
@@ -297,6 +305,21 @@ inline rc::Gen<CkptCase> gen_ckpt_case() {
     s.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
     return c;
   });
+}
+
+// Whether the batch splits unevenly over micro-batches x dense data-parallel ranks, and
+// whether some rank gets no sequence of some micro-batch (model/batch_split.h).
+struct BatchShape {
+  bool uneven = false, empty_rank = false;
+};
+
+inline BatchShape batch_shape(const ModelConfig& m, const LayoutConfig& l) {
+  const int64_t dp = l.dp_replicate * l.dp_shard;
+  BatchShape out;
+  out.uneven = m.batch % (m.microbatches * dp) != 0;
+  for (int64_t mb = 0; mb < m.microbatches; ++mb)
+    for (int64_t r = 0; r < dp; ++r) out.empty_rank = out.empty_rank || dp_sequences(m.batch, m.microbatches, mb, dp, r).size() == 0;
+  return out;
 }
 
 // Whether some parameter of the model has an uneven (or empty) shard under the layout.
