@@ -88,8 +88,10 @@ bool inert(const Scenario& s) {
   return s.model.top_k == s.model.experts && (s.model.aux_alpha > 0 || s.model.bias_rate > 0);
 }
 
-// The runner's rule (parallel_run.cpp): batch splits over micro-batches and data parallel.
-// Degrees are powers of two, so the largest product is divisible by every other.
+// Proposals keep the batch even over micro-batches x data parallel (any batch >= microbatches
+// runs, model/batch_split.h, but an uneven batch is not an option of the pairs: the shipped
+// *uneven* scenarios cover it). Degrees are powers of two, so the largest product is
+// divisible by every other.
 void fit_batch(Scenario& s) {
   int64_t b = 8;
   for (const LayoutConfig& l : compared_layouts(s))
