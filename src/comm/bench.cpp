@@ -128,8 +128,8 @@ int64_t run_comm_bench(Communicator& c, const CommBenchOptions& o, std::ostream&
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw ConfigError("bytes", "need 1 <= min <= max");
   if (c.rank() == 0) {
     char head[256];
-    std::snprintf(head, sizeof(head), "# backend %s, %d ranks; memcpy busbw ceiling %.2f GB/s (64 MiB, one process)\n",
-                  std::string(backend_name(c.backend())).c_str(), c.size(), memcpy_gbps(int64_t{64} << 20));
+    std::snprintf(head, sizeof(head), "# backend %s (%s), %d ranks; memcpy busbw ceiling %.2f GB/s (64 MiB, one process)\n",
+                  std::string(backend_name(c.backend())).c_str(), c.transport().c_str(), c.size(), memcpy_gbps(int64_t{64} << 20));
     if (!o.json) {
       out << head;
       out << "# collective          size        count   type  redop    time(us)  algbw    busbw  #wrong\n";

@@ -73,6 +73,8 @@ Communicator::Communicator(Backend backend, std::vector<int> members, int rank,
 
 Communicator::~Communicator() = default;
 
+std::string Communicator::transport() const { return std::string(backend_name(backend_)); }
+
 void Communicator::set_timeout(std::chrono::milliseconds t) {
   if (t.count() <= 0) throw ConfigError("timeout", "must be positive, got " + std::to_string(t.count()) + " ms");
   timeout_ = t;

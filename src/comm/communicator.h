@@ -49,6 +49,9 @@ class Communicator {
   const std::vector<int>& members() const { return members_; }  // world ranks, group order
   const std::string& name() const { return name_; }      // "world" or "group{0,2,4,6}"
   Backend backend() const { return backend_; }
+  // How this backend moves bytes here: "tcp" or "shm" for gloo (comm/gloo/shm_communicator.h),
+  // else the backend's name.
+  virtual std::string transport() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
   void set_timeout(std::chrono::milliseconds t);         // local: every member should agree
 

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "comm/diagnose.h"
+#include "comm/gloo/shm_communicator.h"
 #include "core/error.h"
 
 extern char** environ;
@@ -468,6 +469,9 @@ int Launcher::run() {
   for (auto& c : children_)
     if (c.fd >= 0) close(c.fd);
   if (!store_.empty()) std::filesystem::remove_all(store_, ec);
+  // A rank killed before its groups' members all mapped their shared-memory segment leaves
+  // the name behind (comm/gloo/shm_communicator.h); the segments are named by that pid.
+  for (const auto& c : children_) remove_shm_segments_of(c.pid);
   if (interrupted_by_) {
     summarise();
     return 128 + interrupted_by_;

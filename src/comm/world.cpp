@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "comm/gloo/gloo_communicator.h"
+#include "comm/gloo/shm_communicator.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/net.h"
 #include "comm/redis_store.h"
@@ -118,6 +119,9 @@ std::unique_ptr<Communicator> make_world_communicator(const RankEnv& env) {
     case Backend::gloo: {
       auto rdzv = rendezvous_for(env);
       std::string host = gloo_host(env, *rdzv);
+      // Every rank on this host (gloo would bind loopback): shared memory, unless
+      // PARITY_GLOO_SHM=0. Every rank takes the same decision (gloo_host agrees).
+      if (gloo_shm_enabled() && is_loopback(host)) return make_shm_world(env.rank, env.world_size, rdzv, env.timeout);
       return make_gloo_world(env.rank, env.world_size, rdzv, host, env.timeout);
     }
     case Backend::nccl:

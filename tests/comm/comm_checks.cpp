@@ -188,8 +188,8 @@ int64_t report(Communicator& w, const Tally& t) {
   w.allreduce(std::span<int64_t>(wrong), ReduceOp::sum);
   int64_t total = std::accumulate(wrong.begin(), wrong.end(), int64_t{0});
   if (w.rank() == 0) {
-    std::printf("# backend %s, world %d: %zu cases, #wrong over all ranks = %lld\n",
-                std::string(backend_name(w.backend())).c_str(), w.size(), wrong.size(),
+    std::printf("# backend %s (%s), world %d: %zu cases, #wrong over all ranks = %lld\n",
+                std::string(backend_name(w.backend())).c_str(), w.transport().c_str(), w.size(), wrong.size(),
                 static_cast<long long>(total));
     for (size_t i = 0; i < wrong.size(); ++i)
       if (wrong[i] != 0 || std::getenv("PARITY_COMM_VERBOSE"))

@@ -35,7 +35,9 @@ int64_t report(Communicator& world, const Tally& tally);
 // Random (non-exact) fp32/fp64 data through the collectives whose bits cannot depend on the
 // backend (data movement, max/min, rank-ordered reduce_scatter); returns an FNV-1a digest
 // of all outputs of all ranks (identical on every rank).
-uint64_t digest_collectives(Communicator& world);
+// with_sum: also sum allreduces of non-exact inputs (1009 elements of each dtype, 20000 fp64),
+// whose bits depend on the backend's reduction order (equal for gloo's two transports).
+uint64_t digest_collectives(Communicator& world, bool with_sum = false);
 
 // RapidCheck properties: alltoallv and allgatherv with random counts including zeros.
 // Every rank runs the same cases (same seed, broadcast from rank 0). True when all passed.

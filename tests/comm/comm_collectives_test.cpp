@@ -19,6 +19,9 @@ TEST_P(Collectives, ExactOnEveryRankAndGroup) {
   if (world == 2 || world == 3) args.push_back("large");
   auto r = run_worker(backend, world, args);
   EXPECT_EQ(r.code, 0) << r.all();
+  if (backend == Backend::gloo && world > 1) {
+    EXPECT_NE(r.logs[0].find("(shm)"), std::string::npos) << "one host: the shared-memory path\n" << r.logs[0];
+  }
   EXPECT_EQ(r.store_entries_left, 0);
   EXPECT_EQ(r.children_left, 0);
 }
@@ -31,6 +34,25 @@ INSTANTIATE_TEST_SUITE_P(Cpu, Collectives,
                          ::testing::Combine(::testing::Values(Backend::gloo, Backend::mpi),
                                             ::testing::Range(1, 9)),
                          name);
+
+// Gloo's TCP transport (PARITY_GLOO_SHM=0): on one host the gloo backend takes the
+// shared-memory path by default (the Collectives above); the TCP pairs stay the path
+// across hosts and must stay exact too.
+class GlooTcpCollectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooTcpCollectives, ExactOnEveryRankAndGroup) {
+  const int world = GetParam();
+  std::vector<std::string> args = {"collectives"};
+  if (world == 2 || world == 3) args.push_back("large");
+  auto r = run_worker(Backend::gloo, world, args, std::chrono::seconds(30), std::chrono::milliseconds(-1),
+                      {"PARITY_GLOO_SHM=0"});
+  EXPECT_EQ(r.code, 0) << r.all();
+  EXPECT_NE(r.logs[0].find("(tcp)"), std::string::npos) << "not the TCP transport:\n" << r.logs[0];
+  EXPECT_EQ(r.store_entries_left, 0);
+  EXPECT_EQ(r.children_left, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, GlooTcpCollectives, ::testing::Range(1, 9));
 
 // Random counts including zeros; every rank runs the same RapidCheck cases.
 TEST(CollectiveProperties, GlooWorld5) {
@@ -60,6 +82,25 @@ TEST(CrossBackend, GlooAndMpiGiveTheSameBits) {
     std::filesystem::remove_all(dir);
     EXPECT_FALSE(dg.empty());
     EXPECT_EQ(dg, dm) << "world " << world;
+  }
+}
+
+// Gloo's two paths give the same bits for everything the digest holds plus sum allreduces
+// of non-exact inputs (1009 elements: one step; 20000 fp64: the two-step split on the
+// shared-memory path, the direct round on TCP, both in group-rank order).
+TEST(CrossTransport, GlooShmAndTcpGiveTheSameBits) {
+  for (int world : {3, 4}) {
+    std::string dir = (std::filesystem::temp_directory_path() / ("parity-digest-t-" + std::to_string(getpid()))).string();
+    std::filesystem::create_directories(dir);
+    auto s = run_worker(Backend::gloo, world, {"digest", dir + "/shm", "sum"});
+    auto t = run_worker(Backend::gloo, world, {"digest", dir + "/tcp", "sum"}, std::chrono::seconds(30),
+                        std::chrono::milliseconds(-1), {"PARITY_GLOO_SHM=0"});
+    ASSERT_EQ(s.code, 0) << s.all();
+    ASSERT_EQ(t.code, 0) << t.all();
+    std::string ds = read_file(dir + "/shm"), dt = read_file(dir + "/tcp");
+    std::filesystem::remove_all(dir);
+    EXPECT_FALSE(ds.empty());
+    EXPECT_EQ(ds, dt) << "world " << world;
   }
 }
 

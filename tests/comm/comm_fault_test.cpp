@@ -72,6 +72,25 @@ TEST(GlooFaults, RankNeverReachesTheCollective) {
   EXPECT_NE(r.logs[0].find("did not report reaching"), std::string::npos) << r.logs[0];
 }
 
+// The same two failures on gloo's TCP transport (the default on one host is shared memory).
+TEST(GlooTcpFaults, RankKilledMidAllreduce) {
+  auto r = run_worker(Backend::gloo, 4, {"kill", "2"}, kTimeout, 5000ms, {"PARITY_GLOO_SHM=0"});
+  expect_clean(r);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_LT(r.seconds, kBound + 1.0);
+  expect_named(r, 2, "allreduce");
+  EXPECT_NE(r.logs[0].find("has exited"), std::string::npos) << r.logs[0];
+}
+
+TEST(GlooTcpFaults, RankNeverReachesTheCollective) {
+  auto r = run_worker(Backend::gloo, 4, {"stall", "3"}, kTimeout, 1000ms, {"PARITY_GLOO_SHM=0"});
+  expect_clean(r);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_LT(r.seconds, kBound + 2.0);
+  expect_named(r, 3, "allreduce #2");
+  EXPECT_NE(r.logs[0].find("did not report reaching"), std::string::npos) << r.logs[0];
+}
+
 TEST(MpiFaults, RankKilledMidAllreduce) {
   auto r = run_worker(Backend::mpi, 3, {"kill", "1"}, kTimeout);
   expect_clean(r);

@@ -69,10 +69,22 @@ template <class T> void digest_type(Communicator& w, Fnv& f) {
 
 }  // namespace
 
-uint64_t digest_collectives(Communicator& w) {
+template <class T> void digest_sum(Communicator& w, Fnv& f, size_t n) {
+  std::vector<T> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = noise<T>(w.rank(), static_cast<int64_t>(i) + 5);
+  w.allreduce(std::span<T>(buf), ReduceOp::sum);
+  f.add(buf);
+}
+
+uint64_t digest_collectives(Communicator& w, bool with_sum) {
   Fnv f;
   digest_type<float>(w, f);
   digest_type<double>(w, f);
+  if (with_sum) {
+    digest_sum<float>(w, f, 1009);
+    digest_sum<double>(w, f, 1009);
+    digest_sum<double>(w, f, 20000);
+  }
   std::vector<int64_t> mine = {static_cast<int64_t>(f.h)};
   std::vector<int64_t> all(static_cast<size_t>(w.size()));
   w.allgather(std::span<const int64_t>(mine), std::span<int64_t>(all));

@@ -51,4 +51,4 @@ set_tests_properties(comm.parity_launch.smoke.w8 comm.parity_launch.killed_rank_
 add_test(NAME comm.launch.gloo_ring_allreduce.w5
          COMMAND comm_launch -n 5 --timeout-ms 60000 -- $<TARGET_FILE:comm_worker> collectives)
 set_tests_properties(comm.launch.gloo_ring_allreduce.w5 PROPERTIES
-  LABELS "unit;comm;multiprocess" TIMEOUT 120 ENVIRONMENT "PARITY_GLOO_DIRECT_BYTES=0")
+  LABELS "unit;comm;multiprocess" TIMEOUT 120 ENVIRONMENT "PARITY_GLOO_DIRECT_BYTES=0;PARITY_GLOO_SHM=0")

@@ -5,7 +5,8 @@
 //
 //   comm_worker smoke                 allreduce of the ranks, printed by every rank
 //   comm_worker collectives [large]   every collective, exact inputs, #wrong over all ranks
-//   comm_worker digest FILE           rank 0 writes a digest of backend-independent results
+//   comm_worker digest FILE [sum]     rank 0 writes a digest of backend-independent results
+//                                     (sum: and of sum allreduces, equal on gloo tcp and shm)
 //   comm_worker props CASES           RapidCheck properties of alltoallv / allgatherv
 //   comm_worker kill K                rank K is SIGKILLed mid-allreduce
 //   comm_worker absent K              rank K never joins (sleeps), the rest wait at rendezvous
@@ -65,9 +66,9 @@ int collectives(bool large) {
   return testing::report(*w, t) == 0 ? 0 : 1;
 }
 
-int digest(const std::string& file) {
+int digest(const std::string& file, bool with_sum) {
   auto w = make_world_communicator();
-  uint64_t d = testing::digest_collectives(*w);
+  uint64_t d = testing::digest_collectives(*w, with_sum);
   if (w->rank() == 0) std::ofstream(file) << std::hex << d << "\n";
   return 0;
 }
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   try {
     if (mode == "smoke") return smoke();
     if (mode == "collectives") return collectives(arg == "large");
-    if (mode == "digest") return digest(arg);
+    if (mode == "digest") return digest(arg, argc > 3 && std::string(argv[3]) == "sum");
     if (mode == "props") return props(arg.empty() ? 30 : std::stoi(arg));
     if (mode == "kill" || mode == "absent" || mode == "exit" || mode == "stall")
       return fault(mode, std::stoi(arg));

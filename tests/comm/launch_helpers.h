@@ -53,7 +53,8 @@ inline std::set<int> child_pids() {
 
 inline LaunchResult run_worker(Backend backend, int n, const std::vector<std::string>& args,
                                std::chrono::milliseconds timeout = std::chrono::seconds(30),
-                               std::chrono::milliseconds grace = std::chrono::milliseconds(-1)) {
+                               std::chrono::milliseconds grace = std::chrono::milliseconds(-1),
+                               const std::vector<std::string>& extra_env = {}) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "parity-comm-test-XXXXXX").string();
   std::string root = mkdtemp(tmpl.data());
   LaunchOptions o;
@@ -64,6 +65,7 @@ inline LaunchResult run_worker(Backend backend, int n, const std::vector<std::st
   o.log_dir = root + "/logs";
   o.store_root = root + "/store";
   o.mpirun = PARITY_MPIRUN;
+  o.extra_env = extra_env;
   std::filesystem::create_directories(o.store_root);
   std::vector<std::string> cmd = {PARITY_COMM_WORKER};
   cmd.insert(cmd.end(), args.begin(), args.end());

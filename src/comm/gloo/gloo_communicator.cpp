@@ -1,4 +1,5 @@
 #include "comm/gloo/gloo_communicator.h"
+#include "comm/gloo/shm_communicator.h"
 
 #include <csignal>
 
@@ -224,17 +225,9 @@ class GlooCommunicator : public Communicator {
     return std::make_unique<GlooCommunicator>(world_ranks, me, timeout(), world(), shared_);
   }
   std::string diagnose(const std::string& what) override {
-    auto board = shared_->rdzv->board(scope_, members(), rank());
-    // Every group also posts on (and reads) a board of the whole world, scope "anygroup": the
-    // member it waits for may be stuck in another group's collective.
-    std::unique_ptr<FailureBoard> any;
-    if (shared_->world_size > 1) {
-      std::vector<int> all(static_cast<size_t>(shared_->world_size));
-      for (int i = 0; i < shared_->world_size; ++i) all[static_cast<size_t>(i)] = i;
-      any = shared_->rdzv->board("anygroup", all, world_rank());
-    }
-    return name_missing(rank(), members(), peers_, *board, what, std::min(timeout(), ms(3000)), {any.get(), name(), &shared_->world_peers});
+    return diagnose_on_boards(*shared_->rdzv, scope_, *this, shared_->world_size, peers_, what, &shared_->world_peers);
   }
+  std::string transport() const override { return "tcp"; }
 
  private:
   // Allreduces of up to 1 MiB sent per rank ((W - 1) x the buffer) take one round
