@@ -64,6 +64,13 @@ int spin_setting(int members) {
   return members <= cpus ? 4000 : 0;
 }
 
+// sched_yield calls before sleeping: PARITY_SHM_YIELDS, default 10 (on 2 cores with 8 ranks a
+// yield lets the member waited for run without the futex round trip of a sleep).
+int yield_setting() {
+  const char* v = env_value("PARITY_SHM_YIELDS");
+  return v ? std::max(0, std::atoi(v)) : 10;
+}
+
 void* map_fd(int fd, size_t bytes, const std::string& name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -131,7 +138,7 @@ Segment::Segment(std::string name, int members, int64_t slot, void* base, size_t
       owner_(owner), linked_(owner), ctl_stride_(ctl_stride(members)),
       ctl_base_(static_cast<char*>(base) + 64),
       data_(static_cast<char*>(base) + 64 + ctl_stride_ * static_cast<size_t>(members)),
-      spin_iters_(spin_setting(members)) {}
+      spin_iters_(spin_setting(members)), yields_(yield_setting()) {}
 
 Segment::~Segment() {
   unlink();
@@ -175,7 +182,7 @@ void Segment::wait_one(int r, uint32_t step, clock::time_point deadline, std::ch
     if (reached(c.step.load(std::memory_order_acquire), step)) return;
     cpu_relax();
   }
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < yields_; ++i) {
     if (reached(c.step.load(std::memory_order_acquire), step)) return;
     sched_yield();
   }

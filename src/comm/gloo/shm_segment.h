@@ -10,7 +10,7 @@
 // after waiting for step s + 1 never overwrites data a member still reads: one wait per
 // step, no separate "done" round.
 //
-// Waiting: a short spin (only when the members fit on the cores), a few sched_yield, then
+// Waiting: a short spin (only when the members fit on the cores), ten sched_yield, then
 // a futex wait on the laggard's counter in slices of at most 50 ms; between slices the
 // laggard's process is checked (same host: an exited member is named at once) and the
 // collective's deadline. The poster wakes only when a member sleeps on its counter.
@@ -79,6 +79,7 @@ class Segment {
   char* ctl_base_;
   char* data_;
   int spin_iters_;
+  int yields_;
 };
 
 // Bytes of each data half per member: PARITY_SHM_SLOT_BYTES, default 4 MiB (rounded to 64).
