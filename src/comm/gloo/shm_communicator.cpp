@@ -109,7 +109,7 @@ class ShmCommunicator : public Communicator {
       : Communicator(Backend::gloo, std::move(members), rank, timeout, world), shared_(std::move(shared)) {
     scope_ = scope_key(this->members(), shared_->world_size);
     // Rank 0 creates the segment before publishing its name; the others open it once the
-    // exchange is over. Its name is removed as soon as every member has posted a step.
+    // exchange is over. Its name is removed after the first step, taken here.
     std::string seg_name;
     uint64_t nonce = 0;
     if (rank == 0) {
@@ -137,6 +137,11 @@ class ShmCommunicator : public Communicator {
       }
     }
     if (rank != 0) seg_ = shm::Segment::open(seg_name, size(), shared_->slot, nonce);
+    // One step before the first collective: once every member has posted it, every member
+    // has mapped the segment and rank 0 removes its name (nothing left in /dev/shm even if
+    // the group is never used and the process exits without destructors).
+    start();
+    sync(++step_);
   }
 
   std::string transport() const override { return "shm"; }
