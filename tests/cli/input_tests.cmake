@@ -29,7 +29,7 @@ parity_hostile(absurd_dim
   "input\\.json: \\$\\.model: sizes beyond any machine: one process would need at least [^\n]* the largest tensor is the attention weight \\(dim x dim\\): 1\\.21e\\+24 elements\nexit=2\nended before 10 s\nerror lines: 1\n"
   "${PARITY_NO_LAUNCH}")
 parity_hostile(dim_beyond_machine
-  "parity: not run: [^\n]*input\\.json: needs at least [0-9.]+ TiB of memory \\(2 processes \\(one per rank\\) x [0-9.]+ TiB: [^\n]*\\), this machine has [0-9.]+ [GT]iB\nexit=77\nended before 10 s\nerror lines: 1\n"
+  "parity: not run: [^\n]*input\\.json: needs at least [0-9.]+ TiB of memory \\(the launcher's one-device baseline of [0-9.]+ TiB and 2 ranks holding the layout's share: [^\n]*\\), this machine has [0-9.]+ [GT]iB\nexit=77\nended before 10 s\nerror lines: 1\n"
   "${PARITY_NO_LAUNCH}")
 parity_hostile(microbatches_beyond_batch
   "input\\.json: \\$\\.model\\.microbatches: must be in \\[1, model\\.batch \\(3\\)\\], got 4: every micro-batch holds at least one whole sequence[^\n]*\nexit=2\nended before 10 s\nerror lines: 1\n"
