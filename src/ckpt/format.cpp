@@ -39,9 +39,13 @@ ordered_json layout_json(const mesh::Layout& l, const LayoutConfig& cfg) {
           {"mesh", m.sizes(l.view)}};
 }
 
+// "order" only when it is not megatron (the default): checkpoints of the default order are
+// byte-for-byte those written before rank orders existed, and read back the same.
 ordered_json mesh_json(const LayoutConfig& m) {
-  return {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
-          {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
+  ordered_json j = {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
+                    {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
+  if (m.order != RankOrder::megatron) j["order"] = std::string(order_name(m.order));
+  return j;
 }
 
 LayoutConfig mesh_from(const json& m) {
@@ -52,6 +56,11 @@ LayoutConfig mesh_from(const json& m) {
   c.tp = m.at("tp").get<int64_t>();
   c.ep = m.at("ep").get<int64_t>();
   c.etp = m.at("etp").get<int64_t>();
+  if (m.contains("order")) {
+    const std::string o = m.at("order").get<std::string>();
+    if (o != "megatron" && o != "deepspeed") throw Error("mesh.order must be megatron or deepspeed, got '" + o + "'");
+    c.order = o == "deepspeed" ? RankOrder::deepspeed : RankOrder::megatron;
+  }
   return c;
 }
 

@@ -62,6 +62,7 @@ std::string layout_short(const LayoutConfig& l) {
   add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("tp", l.tp);
   if (l.sp) s += " (sp)";
   if (l.ep > 1) s += ", ep " + std::to_string(l.ep) + (l.etp > 1 ? " etp " + std::to_string(l.etp) : "");
+  if (l.order != RankOrder::megatron) s += ", " + std::string(order_name(l.order)) + " order";
   return s.empty() ? "one device" : s;
 }
 

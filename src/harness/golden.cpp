@@ -140,7 +140,9 @@ std::string layout_description(const LayoutConfig& l) {
   std::string s = "world " + std::to_string(l.world) + " = dp_replicate " + std::to_string(l.dp_replicate) +
                   " x dp_shard " + std::to_string(l.dp_shard) + " x tp " + std::to_string(l.tp);
   s += ", ep " + std::to_string(l.ep) + ", etp " + std::to_string(l.etp);
-  return l.sp ? s + ", sp" : s;
+  if (l.sp) s += ", sp";
+  // megatron is the default order: the descriptions of existing goldens stay as they were
+  return l.order == RankOrder::megatron ? s : s + ", " + std::string(order_name(l.order)) + " order";
 }
 
 std::string golden_to_text(const Golden& g) {

@@ -161,6 +161,7 @@ void parse_layout(const ObjectReader& r, LayoutConfig& l) {
            {"tp", &l.tp}, {"ep", &l.ep}, {"etp", &l.etp}})
     r.read(key, *field);
   r.read("sp", l.sp);
+  r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
   std::string backend = l.backend;
   r.read_enum("backend", backend, {"gloo", "mpi", "nccl"}, {"gloo", "mpi", "nccl"});
   l.backend = backend;
@@ -180,7 +181,7 @@ const std::vector<std::string> kModelKeys = {
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
 const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",
-                                              "ep",    "etp",          "sp",       "backend", "device"};
+                                              "ep",    "etp",          "sp",       "order",   "backend", "device"};
 
 // ---- validation ------------------------------------------------------------------------
 
@@ -263,8 +264,6 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
           "must equal dp_replicate*dp_shard*tp (" + std::to_string(l.dp_replicate) + "*" +
               std::to_string(l.dp_shard) + "*" + std::to_string(l.tp) + "), got " +
               std::to_string(l.world));
-  require(l.etp == 1 || l.etp == l.tp, p + "etp",
-          "must be 1 or layout.tp (" + std::to_string(l.tp) + "), got " + std::to_string(l.etp));
   const int64_t expert = checked_mul(checked_mul(l.dp_replicate, l.ep), l.etp);
   require(expert > 0 && l.world % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + std::to_string(l.dp_replicate) + "*" + std::to_string(l.ep) +
@@ -456,6 +455,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
     json j{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
            {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
     if (x.device != "cpu") j["device"] = x.device;  // cpu is the default: files stay as they were
+    if (x.order != RankOrder::megatron) j["order"] = std::string(order_name(x.order));  // likewise
     return j;
   };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},

@@ -87,13 +87,23 @@ void write_expert_owners(std::ostringstream& o, const Mesh& m, const ModelConfig
   }
 }
 
+// The numbering of both views under each order (mesh.h, docs/mesh.md "Rank order").
+std::string rank_formula(RankOrder o) {
+  if (o == RankOrder::megatron)
+    return "rank = tp_r + tp*(dps_r + dp_shard*dpr_r) = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
+  return "rank = tp_r + tp*(dps_r + dp_shard*dpr_r); expert coordinates from the TP-lane-major index\n"
+         "tp_r*dp_shard + dps_r + (W/dp_replicate)*dpr_r = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
+}
+
 }  // namespace
 
 std::string config_label(const Mesh& m) {
   std::string out;
   if (m.size(MeshDim::dp_replicate) > 1) out = "DPR" + std::to_string(m.size(MeshDim::dp_replicate)) + ", ";
-  return out + "TP" + std::to_string(m.size(MeshDim::tp)) + ", EP" + std::to_string(m.size(MeshDim::ep)) + ", ETP" +
+  out += "TP" + std::to_string(m.size(MeshDim::tp)) + ", EP" + std::to_string(m.size(MeshDim::ep)) + ", ETP" +
          std::to_string(m.size(MeshDim::etp));
+  if (m.layout().order != RankOrder::megatron) out += ", " + std::string(order_name(m.layout().order)) + " order";
+  return out;
 }
 
 std::string foldings_row(const Mesh& m) {
@@ -118,7 +128,7 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   o << "world " << m.world() << ", folding " << folding_name(folding(m)) << "\n";
   o << "dense view  " << view_sizes(m, View::dense) << "\n";
   o << "expert view " << view_sizes(m, View::expert) << "\n";
-  o << "rank = tp_r + tp*(dps_r + dp_shard*dpr_r) = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))\n\n";
+  o << "rank order " << order_name(layout.order) << "\n" << rank_formula(layout.order) << "\n\n";
   write_ranks(o, m);
   o << "\n";
   write_groups(o, m);

@@ -9,7 +9,8 @@
 
 namespace parity::mesh {
 
-// "TP2, EP4, ETP1" (prefixed "DPR2, " when dp_replicate > 1).
+// "TP2, EP4, ETP1" (prefixed "DPR2, " when dp_replicate > 1; ", deepspeed order" appended
+// under that rank order).
 std::string config_label(const Mesh& m);
 
 // The row of FOLDINGS.md's group table for this mesh:

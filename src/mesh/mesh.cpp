@@ -158,7 +158,7 @@ std::vector<int64_t> Mesh::coords(View v, int rank) const {
     throw Error("mesh: rank " + s(rank) + " is outside the world of " + s(world_));
   const auto& dims = view_dims(v);
   std::vector<int64_t> c(dims.size());
-  int64_t rest = rank;
+  int64_t rest = linear(v, rank);
   for (size_t i = dims.size(); i-- > 0;) {
     c[i] = rest % size(dims[i]);
     rest /= size(dims[i]);
@@ -183,15 +183,24 @@ int Mesh::rank_of(View v, const std::vector<int64_t>& c) const {
                   s(size(dims[i])) + ")");
     r = r * size(dims[i]) + c[i];
   }
-  return static_cast<int>(r);
+  return rank_at(v, r);
+}
+
+int64_t Mesh::linear(View v, int rank) const { return order_linear(layout_, v, rank); }
+
+int Mesh::rank_at(View v, int64_t lin) const {
+  if (lin < 0 || lin >= world_)
+    throw Error("mesh: linear index " + s(lin) + " is outside the world of " + s(world_));
+  return static_cast<int>(order_rank(layout_, v, lin));
 }
 
 Group Mesh::group_over(View v, const std::vector<MeshDim>& dims, int rank) const {
   const std::vector<int64_t> mine = coords(v, rank);
   std::vector<size_t> free;
   for (MeshDim d : dims) free.push_back(index_in_view(v, d));
-  Group g;
-  for (int r = 0; r < world_; ++r) {
+  Group g;  // walking the linear index gives the members in coordinate order
+  for (int64_t lin = 0; lin < world_; ++lin) {
+    const int r = rank_at(v, lin);
     const std::vector<int64_t> c = coords(v, r);
     bool same = true;
     for (size_t i = 0; i < c.size(); ++i)
@@ -228,7 +237,8 @@ std::string_view folding_name(Folding f) {
 Folding folding(const Mesh& m) {
   if (m.size(MeshDim::ep) == 1) return Folding::none;
   bool all_tp = true, all_dp = true;
-  for (const Group& ep : m.groups(GroupKind::ep)) {
+  for (Group ep : m.groups(GroupKind::ep)) {
+    std::sort(ep.begin(), ep.end());  // as sets: expert groups need not ascend (rank order)
     all_tp = all_tp && ep == m.group(GroupKind::tp, ep[0]);
     Group dp = m.group(GroupKind::dense_dp, ep[0]);
     all_dp = all_dp && std::includes(dp.begin(), dp.end(), ep.begin(), ep.end());
@@ -244,8 +254,6 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
   require(m.experts % l.ep == 0, p + "ep",
           "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " +
               s(l.ep));
-  require(l.etp == 1 || l.etp == l.tp, p + "etp",
-          "must be 1 or layout.tp (" + s(l.tp) + "), got " + s(l.etp));
   if (l.sp) {
     require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
     require(m.seq % l.tp == 0, p + "sp",

@@ -3,14 +3,31 @@
 //   dense view  (dp_replicate, dp_shard, tp)             every parameter but routed experts
 //   expert view (dp_replicate, edp_shard, ep, etp)       routed experts
 //
-// Rank order is Megatron's tp-ep-dp: the last coordinate varies fastest,
-//   rank = tp_r + tp·(dps_r + dp_shard·dpr_r)
-//   rank = etp_r + etp·(ep_r + ep·(edps_r + edp_shard·dpr_r)),
-// with edp_shard = W / (dp_replicate·ep·etp).
+// with edp_shard = W / (dp_replicate·ep·etp); etp is any degree with dp_replicate·ep·etp
+// dividing W (Megatron's etp, independent of tp).
+//
+// A view's coordinates read row-major (last fastest) give its linear index; the rank order
+// (LayoutConfig::order, docs/mesh.md "Rank order") says which world rank holds it:
+//
+//   order      dense view                            expert view
+//   megatron   rank = tp_r + tp·(dps_r + dps·dpr_r)   rank = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
+//   deepspeed  the same                              with B = W/dp_replicate and the rank's dense
+//                                                    coordinates: tp_r·dps + dps_r + B·dpr_r
+//                                                    = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
+//
+// (dps = dp_shard, edps = edp_shard). Under deepspeed, inside each HSDP replica block the
+// expert coordinates run TP-lane-major (DeepSpeed's TP-strided expert groups: W8 TP2 EP4 has
+// EP {0,2,4,6}{1,3,5,7}, EDP {0,1}{2,3}{4,5}{6,7}); dp_replicate is the same coordinate in
+// both views under both orders, so HSDP replica groups are shared. The two orders are not a
+// renumbering of each other: with tp > 1 and dp_shard > 1 they put different dense
+// coordinates into one EP group (W8 TP2 EP4: cross-lane under megatron, dp2ep under
+// deepspeed); with tp = 1 or dp_shard = 1 they coincide.
 //
 // A group is the set of ranks that differ only in the coordinates of some dimensions of one
-// view; its members are listed in ascending world rank, which is also row-major order of
-// those coordinates (so a member's index in the group is its coordinate for one dimension).
+// view; its members are listed in coordinate order (row-major over the group's own
+// dimensions, so a member's index in a one-dimension group is its coordinate). Under
+// megatron that is ascending world rank; under deepspeed an expert group may not ascend
+// (W16 TP2 EP4: EDP {0,8,1,9}, as DeepSpeed lists it).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -66,8 +83,12 @@ class Mesh {
   std::vector<int64_t> coords(View v, int rank) const;  // in view_dims(v) order
   int64_t coord(MeshDim d, int rank) const;
   int rank_of(View v, const std::vector<int64_t>& coords) const;
+  // The row-major index of a rank's coordinates in view v, and back (the rank order).
+  int64_t linear(View v, int rank) const;
+  int rank_at(View v, int64_t linear) const;
 
-  // Ranks that share every coordinate of `rank` except those of `dims` (all of one view).
+  // Ranks that share every coordinate of `rank` except those of `dims` (all of one view),
+  // in coordinate order.
   Group group_over(View v, const std::vector<MeshDim>& dims, int rank) const;
   Group group(GroupKind k, int rank) const;
   // The partition of the ranks into groups of kind k, ordered by smallest member.
@@ -87,8 +108,14 @@ enum class Folding { none, tp2ep, dp2ep, cross_lane };
 std::string_view folding_name(Folding f);  // "none", "tp2ep", "dp2ep", "cross-lane"
 Folding folding(const Mesh& m);
 
+// The rank order itself (rank_order.cpp): world rank -> linear index of its coordinates in
+// view v, and back. Both are permutations of [0, W); the identity under megatron.
+int64_t order_linear(const LayoutConfig& l, View v, int64_t rank);
+int64_t order_rank(const LayoutConfig& l, View v, int64_t linear);
+
 // The rules a layout must meet for this model, beyond Mesh's structural ones: heads % tp,
-// experts % ep, etp in {1, tp}, sequence parallel needs tp > 1 and seq % tp. Throws
+// experts % ep, sequence parallel needs tp > 1 and seq % tp (any etp that tiles the world
+// is a layout: Mesh checks that dp_replicate·ep·etp divides W). Throws
 // ConfigError("$.layout.<field>" or "$.model.<field>", rule) before any rank starts.
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model);
 

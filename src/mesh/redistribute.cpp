@@ -11,7 +11,8 @@ namespace parity::mesh {
 namespace {
 
 // For one tensor dimension under a layout without Partial: for every global index g along
-// it, the part of the holder's rank that the dimensions sharding it contribute, the
+// it, the part of the holder's linear index (Mesh::linear) that the dimensions sharding it
+// contribute, the
 // position of g in the holder's local list, and that list's length.
 struct DimOwners {
   std::vector<int64_t> rank_part, pos, extent;
@@ -77,7 +78,7 @@ void for_each_needed(const Mesh& m, const Shape& shape, const Layout& from, cons
       pos += own[d].pos[g] * stride;
       stride *= own[d].extent[g];
     }
-    f(static_cast<int>(src), pos);
+    f(m.rank_at(from.view, src), pos);  // src is a linear index of from.view: the rank order maps it
     size_t d = k;
     while (d > 0 && ++it[d - 1] == idx[d - 1].size()) it[--d] = 0;
     if (d == 0) return;

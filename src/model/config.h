@@ -43,6 +43,13 @@ struct OptimConfig {
   double clip = 0.0;  // max global grad norm; 0 = no clipping
 };
 
+// How world ranks are numbered in the expert view (docs/mesh.md, "Rank order"):
+//   megatron   Megatron's tp-ep-dp, the expert coordinates row-major over the world rank
+//   deepspeed  DeepSpeed's TP-strided expert groups: inside each dp_replicate block the
+//              expert coordinates are row-major over tp_rank * dp_shard + dp_shard_rank
+// The dense view is numbered the same way under both.
+enum class RankOrder { megatron, deepspeed };
+
 // World size and parallel degrees (shared/design/FOLDINGS.md). Filled in by later issues;
 // the one-device baseline is world 1 with every degree 1.
 struct LayoutConfig {
@@ -50,6 +57,7 @@ struct LayoutConfig {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
   int64_t ep = 1, etp = 1;
   bool sp = false;
+  RankOrder order = RankOrder::megatron;
   std::string backend = "gloo";
   std::string device = "cpu";  // "cpu" | "cuda": where the baseline and every rank compute
 };
@@ -75,6 +83,7 @@ struct Scenario {
 };
 
 std::string_view score_name(Score s);
+std::string_view order_name(RankOrder o);  // "megatron", "deepspeed"
 std::string_view optim_name(OptimKind k);
 
 }  // namespace parity

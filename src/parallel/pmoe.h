@@ -1,6 +1,6 @@
 // The MoE block across ranks, for every folding: tp with or without SP, ep (experts split
 // over the EP group, tokens dispatched with alltoallv) and etp (each expert's hidden
-// dimension split over the ETP group).
+// dimension split over the ETP group, for any etp: the ETP group need not be the TP group).
 //
 // Every token is routed and dispatched by exactly one rank: with SP, the lane that holds
 // it; without SP (TP lanes hold copies), lane r takes rows chunk(n, tp, r) of the copies.

@@ -1,7 +1,7 @@
 // The rules a layout must meet for the parallel runner to run a model: mesh::validate_layout's
-// (heads % tp, experts % ep, etp in {1, tp}, sequence parallel) and a batch of at least one
-// sequence per micro-batch (model/batch_split.h; any batch splits over the data-parallel
-// ranks, a rank may get no sequence). One implementation, run in three places:
+// (heads % tp, experts % ep, any etp that tiles the world, sequence parallel) and a batch of at
+// least one sequence per micro-batch (model/batch_split.h; any batch splits over the
+// data-parallel ranks, a rank may get no sequence). One implementation, run in three places:
 // validate_scenario (so `parity run` refuses a file once, before any rank starts, naming the
 // file and the JSON path), the scenario's resume layout, and ParallelRun on every rank (a
 // scenario built in code).

@@ -137,6 +137,19 @@ TEST(Scenario, RoundTripKeepsEveryField) {
   EXPECT_EQ(scenario_to_json(parse_scenario(json::parse(j.dump(2)), "")), j);
 }
 
+// layout.order: read, written back only when not the default (old files stay as they were).
+TEST(Scenario, RankOrderIsReadAndWrittenBackWhenNotTheDefault) {
+  const Scenario d = parse_scenario(tiny_with("/layout", {{"world", 4}, {"dp_shard", 2}, {"tp", 2}, {"ep", 2},
+                                                          {"order", "deepspeed"}}), "t");
+  EXPECT_EQ(d.layout.order, RankOrder::deepspeed);
+  const json j = scenario_to_json(d);
+  EXPECT_EQ(j.at("layout").at("order"), "deepspeed");
+  EXPECT_EQ(parse_scenario(j, "t").layout.order, RankOrder::deepspeed);
+  const Scenario m = parse_scenario(tiny_with("/layout", {{"world", 2}, {"tp", 2}, {"order", "megatron"}}), "t");
+  EXPECT_EQ(m.layout.order, RankOrder::megatron);
+  EXPECT_FALSE(scenario_to_json(m).at("layout").contains("order"));
+}
+
 TEST(Scenario, TinyFileHasTheAgreedSizes) {
   const std::string path = std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json";
   const Scenario s = load_scenario(path);
@@ -274,7 +287,9 @@ TEST(Scenario, LayoutRules) {
   refused({{"world", 2}, {"dp_shard", 2}, {"etp", 0}}, "$.layout.etp", "must be >= 1");
   refused({{"world", 4}, {"dp_shard", 2}}, "$.layout.world",
           "must equal dp_replicate*dp_shard*tp (1*2*1), got 4");
-  refused({{"world", 2}, {"tp", 2}, {"etp", 3}}, "$.layout.etp", "must be 1 or layout.tp (2)");
+  refused({{"world", 2}, {"tp", 2}, {"etp", 3}}, "$.layout.ep", "dp_replicate*ep*etp (1*1*3) must divide layout.world (2)");
+  refused({{"world", 4}, {"tp", 4}, {"order", "torch"}}, "$.layout.order", "expected one of \"megatron\", \"deepspeed\", got \"torch\"");
+  refused({{"world", 4}, {"tp", 4}, {"order", 1}}, "$.layout.order", "expected one of \"megatron\", \"deepspeed\"");
   refused({{"world", 2}, {"dp_shard", 2}, {"ep", 4}}, "$.layout.ep",
           "dp_replicate*ep*etp (1*4*1) must divide layout.world (2)");
   refused({{"world", 6}, {"dp_shard", 6}, {"ep", 3}}, "$.layout.ep",

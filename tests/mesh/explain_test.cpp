@@ -48,6 +48,28 @@ TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
     EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
 }
 
+// The deepspeed order: named with its formula, the expert coordinates TP-lane-major (rank 5
+// is tp 1, dp_shard 2: expert index 1·4 + 2 = 6 = (edps 1, ep 2)), EP groups down TP lanes.
+TEST(Explain, DeepSpeedOrderShowsTheOrderAndItsGroups) {
+  LayoutConfig l = tp2_ep4();
+  l.order = RankOrder::deepspeed;
+  const std::string t = explain(l, ModelConfig{}, "t");
+  EXPECT_NE(t.find("world 8, folding dp2ep"), std::string::npos) << t;
+  EXPECT_NE(t.find("rank order deepspeed\nrank = tp_r + tp*(dps_r + dp_shard*dpr_r); expert coordinates from the "
+                   "TP-lane-major index\ntp_r*dp_shard + dps_r"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| 5 | (0, 2, 1) | (0, 1, 2, 0) |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| TP2, EP4, ETP1, deepspeed order | {01}{23}{45}{67} | {0246}{1357} | {0246}{1357} | "
+                   "{01}{23}{45}{67} | singletons |"),
+            std::string::npos)
+      << t;
+  // expert e on EP coordinate e: ranks 2e (TP lane 0) and 2e + 1 (lane 1)
+  for (const char* row : {"| 0 | 0 | 0 1 |", "| 1 | 1 | 2 3 |", "| 2 | 2 | 4 5 |", "| 3 | 3 | 6 7 |"})
+    EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
+  EXPECT_NE(explain(tp2_ep4(), ModelConfig{}, "t").find("rank order megatron\n"), std::string::npos);
+}
+
 TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;

@@ -29,7 +29,7 @@ inline int64_t draw_world() {
                                            {2, rc::gen::elementOf(std::vector<int64_t>{4, 6, 8})}});
 }
 
-// Any factorisation of `world` into both views.
+// Any factorisation of `world` into both views (every etp that tiles), in either rank order.
 inline LayoutConfig draw_layout_config(int64_t world) {
   LayoutConfig l;
   l.world = world;
@@ -39,6 +39,7 @@ inline LayoutConfig draw_layout_config(int64_t world) {
   const int64_t rest = world / l.dp_replicate;
   l.ep = *rc::gen::elementOf(divisors(rest));
   l.etp = *rc::gen::elementOf(divisors(rest / l.ep));
+  l.order = *rc::gen::elementOf(std::vector<RankOrder>{RankOrder::megatron, RankOrder::deepspeed});
   return l;
 }
 
@@ -112,8 +113,9 @@ inline std::string describe(const LayoutConfig& c, const Shape& shape, const Lay
   auto i = [](int64_t v) { return std::to_string(v); };
   return "\"layout\": {\"world\": " + i(c.world) + ", \"dp_replicate\": " + i(c.dp_replicate) +
          ", \"dp_shard\": " + i(c.dp_shard) + ", \"tp\": " + i(c.tp) + ", \"ep\": " + i(c.ep) +
-         ", \"etp\": " + i(c.etp) + "}; shape " + shape_str(shape) + "; from " + std::string(view_name(a.view)) +
-         " " + layout_str(a) + "; to " + std::string(view_name(b.view)) + " " + layout_str(b);
+         ", \"etp\": " + i(c.etp) + ", \"order\": \"" + std::string(order_name(c.order)) + "\"}; shape " +
+         shape_str(shape) + "; from " + std::string(view_name(a.view)) + " " + layout_str(a) + "; to " +
+         std::string(view_name(b.view)) + " " + layout_str(b);
 }
 
 }  // namespace parity::mesh::testing

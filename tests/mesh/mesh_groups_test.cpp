@@ -136,7 +136,8 @@ TEST(MeshValidation, RefusesLayoutsThatCannotExist) {
   expect_refused(lc(8, 1, 2, 4, 2, 1), m, "$.layout.tp", "must divide model.heads (2)");
   expect_refused(lc(8, 1, 8, 1, 8, 1), m, "$.layout.ep", "must divide model.experts (4)");
   m.heads = 4;
-  expect_refused(lc(8, 1, 2, 4, 2, 2), m, "$.layout.etp", "must be 1 or layout.tp (4), got 2");
+  expect_refused(lc(8, 1, 2, 4, 2, 3), m, "$.layout.ep", "dp_replicate*ep*etp (1*2*3) must divide layout.world (8)");
+  EXPECT_NO_THROW(validate_layout(lc(8, 1, 2, 4, 2, 2), m));  // etp 2 under tp 4: any etp that tiles
   LayoutConfig sp = lc(8, 1, 8, 1, 1, 1);
   sp.sp = true;
   expect_refused(sp, m, "$.layout.sp", "requires layout.tp > 1");
@@ -150,7 +151,7 @@ TEST(MeshValidation, RefusesLayoutsThatCannotExist) {
 TEST(MeshValidation, MeshAloneChecksStructure) {
   EXPECT_THROW(Mesh(lc(0, 1, 1, 1, 1, 1)), ConfigError);
   EXPECT_THROW(Mesh(lc(4, 1, 2, 1, 1, 1)), ConfigError);
-  EXPECT_NO_THROW(Mesh(lc(8, 1, 2, 4, 2, 2)));  // etp 2 != tp 4 is a mesh; the model rule refuses it
+  EXPECT_NO_THROW(Mesh(lc(8, 1, 2, 4, 2, 2)));  // etp 2 != tp 4 is a mesh (and a layout)
 }
 
 }  // namespace

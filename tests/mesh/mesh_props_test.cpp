@@ -24,6 +24,9 @@ void classify(const Mesh& m, const Layout& l, const Shape& shape) {
   bool strided = false;
   for (const Placement& p : l.placements) strided = strided || p.kind == PlacementKind::strided_shard;
   RC_CLASSIFY(strided, "StridedShard");
+  const LayoutConfig& c = m.layout();
+  RC_CLASSIFY(c.order == RankOrder::deepspeed && c.tp > 1 && c.dp_shard > 1, "deepspeed order (other groups)");
+  RC_CLASSIFY(c.etp != 1 && c.etp != c.tp, "etp not 1 or tp");
 }
 
 RC_GTEST_PROP(MeshProps, AssembleOfShardIsBitwiseTheTensor, ()) {
