@@ -193,26 +193,28 @@ inline bool has_empty_expert(const Scenario& s) {
 // exit beside RapidCheck's combined RC_CLASSIFY table so each dimension's share is readable.
 struct Coverage {
   int cases = 0, folding[4] = {0, 0, 0, 0}, uneven = 0, empty_shard = 0, empty_expert = 0, sp = 0, fp32 = 0,
-      mpi = 0, moe = 0, uneven_batch = 0, empty_rank = 0;
+      mpi = 0, moe = 0, uneven_batch = 0, empty_rank = 0, deepspeed = 0, free_etp = 0;
   ~Coverage() {
     if (cases == 0) return;
     std::printf("coverage over %d cases: dense only %d, dp2ep %d, tp2ep %d, cross-lane %d; uneven shards %d, empty "
                 "shards %d, empty experts %d, SP %d, MoE %d, fp32 %d, mpi %d; uneven batch %d, rank with no "
-                "sequence %d\n",
+                "sequence %d; deepspeed order %d, etp not 1 or tp %d\n",
                 cases, folding[0], folding[1], folding[2], folding[3], uneven, empty_shard, empty_expert, sp, moe,
-                fp32, mpi, uneven_batch, empty_rank);
+                fp32, mpi, uneven_batch, empty_rank, deepspeed, free_etp);
   }
 };
 inline Coverage coverage;
 
-// RC_CLASSIFY: folding mode, uneven shards, experts with no tokens, sequence parallel, uneven
-// batches and ranks with no sequence of a micro-batch.
+// RC_CLASSIFY: folding mode, rank order, etp outside {1, tp}, uneven shards, experts with
+// no tokens, sequence parallel, uneven batches and ranks with no sequence of a micro-batch.
 inline void classify_case(const Scenario& s) {
   const Folding f = folding_of(s.layout);
   RC_CLASSIFY(f == Folding::dense, "dense only");
   RC_CLASSIFY(f == Folding::dp2ep, "dp2ep");
   RC_CLASSIFY(f == Folding::tp2ep, "tp2ep");
   RC_CLASSIFY(f == Folding::cross_lane, "cross-lane");
+  RC_CLASSIFY(s.layout.order == RankOrder::deepspeed, "deepspeed order");
+  RC_CLASSIFY(free_etp(s.layout), "etp not 1 or tp");
   const ShardShape sh = shard_shape(s);
   const bool empty_expert = has_empty_expert(s);
   RC_CLASSIFY(sh.uneven, "uneven shards");
@@ -226,6 +228,7 @@ inline void classify_case(const Scenario& s) {
   coverage.uneven += sh.uneven, coverage.empty_shard += sh.empty, coverage.empty_expert += empty_expert;
   coverage.sp += s.layout.sp, coverage.fp32 += s.model.dtype == DType::f32, coverage.mpi += s.layout.backend == "mpi";
   coverage.moe += s.model.moe_layers() > 0;
+  coverage.deepspeed += s.layout.order == RankOrder::deepspeed, coverage.free_etp += free_etp(s.layout);
 }
 
 }  // namespace parity::property

@@ -48,15 +48,22 @@ inline std::string_view folding_name(Folding f) {
   return "?";
 }
 
-// FOLDINGS.md: ep 1 is the dense view only; etp = tp keeps EP inside the dense DP groups
-// (dp2ep); ep = tp with etp 1 puts EP on the TP ranks (tp2ep); any other etp-1 EP spans
-// TP lanes and DP ranks (cross-lane).
+// The folding mode as the mesh reads it from the groups (mesh::folding): ep 1 is the dense
+// view only; EP groups inside the dense DP groups are dp2ep, EP groups that are the TP
+// groups tp2ep, anything else cross-lane. Read from the groups, not the degrees, because
+// the rank order and an etp outside {1, tp} change which groups the degrees give.
 inline Folding folding_of(const LayoutConfig& l) {
-  if (l.ep == 1) return Folding::dense;
-  if (l.etp == l.tp) return Folding::dp2ep;
-  if (l.ep == l.tp) return Folding::tp2ep;
-  return Folding::cross_lane;
+  switch (mesh::folding(mesh::Mesh(l))) {
+    case mesh::Folding::none: return Folding::dense;
+    case mesh::Folding::dp2ep: return Folding::dp2ep;
+    case mesh::Folding::tp2ep: return Folding::tp2ep;
+    case mesh::Folding::cross_lane: return Folding::cross_lane;
+  }
+  return Folding::dense;
 }
+
+// etp outside {1, tp}: expert tensor parallel of its own degree (Megatron's etp).
+inline bool free_etp(const LayoutConfig& l) { return l.etp != 1 && l.etp != l.tp; }
 
 // A choice among `v`, uniform at every case size and shrinking towards v[0]. RapidCheck's
 // own generators each miss one of the two: elementOf is uniform but never shrinks, and
@@ -76,10 +83,9 @@ inline std::vector<int64_t> divisors_of(int64_t n) {
 }
 
 // Every layout of `world` ranks in folding mode `f`, simplest first (tp, then replication,
-// then ep ascending).
-// FOLDINGS.md: dense only has ep 1 (etp 1 or tp); dp2ep has etp = tp and ep | dp_shard;
-// tp2ep has etp 1 and ep = tp; cross-lane has tp > 1, etp 1 and ep | world / dp_replicate
-// with ep not in {1, tp}.
+// then ep, etp and the rank order ascending): every ep and every etp with
+// dp_replicate·ep·etp | world, under megatron's order and, where it gives other groups
+// (tp > 1 and dp_shard > 1), DeepSpeed's; each kept when the mesh reads it as mode `f`.
 inline std::vector<LayoutConfig> layouts_in_mode(int64_t world, Folding f) {
   std::vector<LayoutConfig> out;
   for (int64_t tp : divisors_of(world))
@@ -87,26 +93,17 @@ inline std::vector<LayoutConfig> layouts_in_mode(int64_t world, Folding f) {
       LayoutConfig l;
       l.world = world, l.tp = tp, l.dp_replicate = dpr, l.dp_shard = world / (tp * dpr);
       const int64_t per_replica = world / dpr;
-      const auto add = [&](int64_t ep, int64_t etp) {
-        LayoutConfig x = l;
-        x.ep = ep, x.etp = etp;
-        out.push_back(x);
-      };
-      if (f == Folding::dense) {
-        add(1, 1);
-        if (tp > 1) add(1, tp);
-      } else if (f == Folding::dp2ep) {
-        for (int64_t ep : divisors_of(l.dp_shard))
-          if (ep > 1) add(ep, tp);
-      } else if (f == Folding::tp2ep) {
-        if (tp > 1) add(tp, 1);
-      } else if (tp > 1) {  // with tp 1, etp 1 = tp: that is dp2ep
-        for (int64_t ep : divisors_of(per_replica))
-          if (ep > 1 && ep != tp) add(ep, 1);
-      }
+      for (int64_t ep : divisors_of(per_replica))
+        for (int64_t etp : divisors_of(per_replica / ep))
+          for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+            if (order == RankOrder::deepspeed && (tp == 1 || l.dp_shard == 1)) continue;  // the same groups
+            LayoutConfig x = l;
+            x.ep = ep, x.etp = etp, x.order = order;
+            if (folding_of(x) == f) out.push_back(x);
+          }
     }
   std::stable_sort(out.begin(), out.end(), [](const LayoutConfig& a, const LayoutConfig& b) {
-    return std::tie(a.tp, a.dp_replicate, a.ep, a.etp) < std::tie(b.tp, b.dp_replicate, b.ep, b.etp);
+    return std::tie(a.tp, a.dp_replicate, a.ep, a.etp, a.order) < std::tie(b.tp, b.dp_replicate, b.ep, b.etp, b.order);
   });
   return out;
 }
@@ -137,7 +134,8 @@ inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false)
   const int64_t w_raw = *rc::gen::inRange<int64_t>(lo, 9), tp_raw = *rc::gen::inRange<int64_t>(0, 4);
   const bool tp_needed = want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}});
   const int64_t dpr_raw = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(0, 4)}});
-  const int64_t ep_raw = *rc::gen::inRange<int64_t>(0, 4), etp_raw = pick<int64_t>({0, 1});
+  const int64_t ep_raw = *rc::gen::inRange<int64_t>(0, 4), etp_raw = pick<int64_t>({0, 1, 2});
+  const int64_t order_raw = pick<int64_t>({0, 1});
   const bool sp = draw_bool();
   std::vector<int64_t> feasible;
   for (int64_t w = lo; w <= 8; ++w)
@@ -158,6 +156,7 @@ inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false)
   ls = keep_rank(ls, [](const LayoutConfig& l) { return l.dp_replicate; }, dpr_raw);
   ls = keep_rank(ls, [](const LayoutConfig& l) { return l.ep; }, ep_raw);
   ls = keep_rank(ls, [](const LayoutConfig& l) { return l.etp; }, etp_raw);
+  ls = keep_rank(ls, [](const LayoutConfig& l) { return static_cast<int64_t>(l.order); }, order_raw);
   LayoutConfig l = ls.front();
   l.sp = l.tp > 1 && sp;
   return l;
