@@ -288,7 +288,8 @@ TEST(Scenario, LayoutRules) {
   refused({{"world", 4}, {"dp_shard", 2}}, "$.layout.world",
           "must equal dp_replicate*dp_shard*tp (1*2*1), got 4");
   refused({{"world", 2}, {"tp", 2}, {"etp", 3}}, "$.layout.ep", "dp_replicate*ep*etp (1*1*3) must divide layout.world (2)");
-  refused({{"world", 4}, {"tp", 4}, {"order", "torch"}}, "$.layout.order", "expected one of \"megatron\", \"deepspeed\", got \"torch\"");
+  refused({{"world", 4}, {"tp", 4}, {"order", "torch"}}, "$.layout.order",
+          "expected one of \"megatron\", \"deepspeed\", got string \"torch\"");
   refused({{"world", 4}, {"tp", 4}, {"order", 1}}, "$.layout.order", "expected one of \"megatron\", \"deepspeed\"");
   refused({{"world", 2}, {"dp_shard", 2}, {"ep", 4}}, "$.layout.ep",
           "dp_replicate*ep*etp (1*4*1) must divide layout.world (2)");

@@ -135,17 +135,18 @@ TEST(PropertyGenerators, DrawOnlyValidCases) {
 }
 
 // Over 1000 draws of the default generator every folding mode occurs, and so do uneven
-// shards, empty shards, sequence parallel, fp32, mpi, MoE layers, uneven batches and ranks
-// with no sequence of a micro-batch.
+// shards, empty shards, sequence parallel, fp32, mpi, MoE layers, uneven batches, ranks with
+// no sequence of a micro-batch, the deepspeed rank order and etp outside {1, tp}.
 TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0, uneven_batch = 0,
-      empty_rank = 0;
+      empty_rank = 0, ds = 0, etp = 0;
   const auto draw = [&] {
     const Scenario s = *gen_case(CaseSpec{});
     const ShardShape sh = shard_shape(s);
     const BatchShape bs = batch_shape(s.model, s.layout);
     uneven_batch += bs.uneven, empty_rank += bs.empty_rank;
     ++folding[static_cast<int>(folding_of(s.layout))];
+    ds += s.layout.order == RankOrder::deepspeed, etp += free_etp(s.layout);
     uneven += sh.uneven, empty += sh.empty, sp += s.layout.sp, fp32 += s.model.dtype == DType::f32;
     mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0;
   };
@@ -155,8 +156,11 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   std::cout << "1000 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
             << ", cross-lane " << folding[3] << "; uneven " << uneven << ", empty shards " << empty << ", SP " << sp
             << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "; uneven batch " << uneven_batch
-            << ", rank with no sequence " << empty_rank << "\n";
+            << ", rank with no sequence " << empty_rank << "; deepspeed order " << ds << ", etp not 1 or tp " << etp
+            << "\n";
   for (int f : folding) EXPECT_GE(f, 50);
+  EXPECT_GE(ds, 50);
+  EXPECT_GE(etp, 50);
   EXPECT_GE(uneven, 300);
   EXPECT_GE(empty, 50);
   EXPECT_GE(sp, 100);
