@@ -84,6 +84,12 @@ TEST(RankOrderDeepSpeed, W4Tp2Ep2) {
   const LayoutConfig l = lc(4, 1, 2, 2, 2, 1, ds);
   expect_groups(l, GroupKind::ep, {{0, 2}, {1, 3}});
   expect_groups(l, GroupKind::edp, {{0, 1}, {2, 3}});
+  // With etp 2 the ETP lane is the dp_shard coordinate and EP runs over the TP lanes: tp2ep
+  // with etp > 1, which the megatron order cannot give (docs/coverage.md's stale rule).
+  const LayoutConfig e = lc(4, 1, 2, 2, 2, 2, ds);
+  expect_groups(e, GroupKind::ep, {{0, 1}, {2, 3}});
+  expect_groups(e, GroupKind::etp, {{0, 2}, {1, 3}});
+  EXPECT_EQ(folding(Mesh(e)), Folding::tp2ep);
 }
 
 TEST(RankOrderDeepSpeed, W4Tp4Ep4) {
