@@ -140,6 +140,19 @@ TEST_F(FormatFiles, MetadataRoundTripsAndNamesEveryChunk) {
     }
 }
 
+// The rank order is recorded (metadata and every rank file's header) only when it is not
+// megatron, and reads back.
+TEST_F(FormatFiles, RankOrderIsRecordedWhenNotTheDefault) {
+  testing::save_layout(path("d"), "dps2.tp2.ep2.ds1", 1);
+  const Metadata md = read_metadata(path("d"));
+  EXPECT_EQ(md.mesh.order, RankOrder::deepspeed);
+  EXPECT_EQ(metadata_to_json(md).at("mesh").at("order"), "deepspeed");
+  const RankHeader h = read_rank_header(path("d") + "/" + rank_file_name(1));
+  EXPECT_EQ(rank_record_from(h, "r1").mesh.order, RankOrder::deepspeed);
+  testing::save_layout(path("m"), "dps2.tp2.ep2", 1);
+  EXPECT_FALSE(metadata_to_json(read_metadata(path("m"))).at("mesh").contains("order"));
+}
+
 TEST_F(FormatFiles, BigChunksAreChecksummedPerBlockOfRows) {
   // lm_head (16, 64) fp64 is 8 KiB: one block; a chunk's block_rows follows kBlockBytes.
   testing::save_layout(path("c"), "dps1", 1);

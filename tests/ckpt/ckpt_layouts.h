@@ -1,6 +1,6 @@
 // Layouts and the model of the checkpoint tests, shared by test_ckpt and ckpt_worker.
 // A layout is written "dpr1.dps4.tp2.ep2.etp1" (missing fields are 1; world is the product
-// dp_replicate * dp_shard * tp).
+// dp_replicate * dp_shard * tp); "ds1" selects the deepspeed rank order.
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -44,6 +44,7 @@ inline LayoutConfig parse_layout(const std::string& s) {
     else if (key == "tp") l.tp = v;
     else if (key == "ep") l.ep = v;
     else if (key == "etp") l.etp = v;
+    else if (key == "ds") l.order = v == 1 ? RankOrder::deepspeed : RankOrder::megatron;
     else throw Error("bad layout field '" + part + "' in " + s);
   }
   l.world = l.dp_replicate * l.dp_shard * l.tp;

@@ -32,6 +32,11 @@ TEST_F(Reshard, StridedShardsBothWays) { both_ways("dps4.tp2", "dpr2.dps2.tp2.ep
 TEST_F(Reshard, Tp2epAndCrossLane) { both_ways("dps2.tp2.ep2", "dps2.tp2.ep4"); }
 TEST_F(Reshard, UnevenFsdp3AndFsdp4) { both_ways("dps3", "dps4"); }
 TEST_F(Reshard, DpShard2Tp2DimZeroStrided) { both_ways("dps2.tp2", "dps1"); }
+// The same degrees under the two rank orders hold other shards on each rank (issue 17).
+TEST_F(Reshard, DeepSpeedAndMegatronOrders) { both_ways("dps2.tp4.ep4.ds1", "dps2.tp4.ep4"); }
+TEST_F(Reshard, DeepSpeedWithReplicasAndEtpOutsideOneOrTp) {
+  both_ways("dpr2.dps2.tp2.ep2.etp2.ds1", "dps2.tp4.ep2.etp2");
+}
 
 TEST_F(Reshard, WorldSize8To2To8ThroughWhatWasLoaded) {
   // Each hop saves what it loaded (not the formula), so a lost element would propagate.

@@ -19,11 +19,13 @@ using testing::Scratch;
 class Unsharded : public Scratch {};
 
 // Every tensor read whole is bitwise the synthetic formula (the salt's values at every global
-// index), whatever layout saved it: strided FSDP x TP, HSDP x ETP, tp2ep, W = 1.
+// index), whatever layout saved it: strided FSDP x TP, HSDP x ETP, tp2ep, W = 1, the
+// deepspeed rank order (with HSDP x ETP too) and etp outside {1, tp}.
 TEST_F(Unsharded, ReadsEveryTensorWholeAndExactFromAnyLayout) {
   testing::Ranks one = make_ranks("dps1", 7);
   const ShardedState& truth = one.states[0]->state();
-  for (const std::string layout : {"dps1", "dps4.tp2.ep2", "dpr2.dps2.tp2.ep2.etp2", "tp4.ep4", "dps3.ep1"}) {
+  for (const std::string layout : {"dps1", "dps4.tp2.ep2", "dpr2.dps2.tp2.ep2.etp2", "tp4.ep4", "dps3.ep1",
+                                   "dps4.tp2.ep4.ds1", "dpr2.dps2.tp2.ep2.etp2.ds1", "dps2.tp4.ep2.etp2"}) {
     SCOPED_TRACE(layout);
     save_layout(path(layout), layout, 7);
     const UnshardedState st = read_unsharded(path(layout));
