@@ -1,5 +1,7 @@
 // `parity explain SCENARIO`: prints the scenario's mesh, each rank's coordinates in the
-// dense and expert views, every group, and each parameter's placements and local shapes.
+// dense and expert views, every group, and each parameter's placements and local shapes;
+// `--ranges` adds each rank's global offset and index ranges of each parameter, `--param S`
+// keeps the parameters whose name contains S (both tables).
 // A layout that cannot exist is refused with exit code 2 and a message naming the field.
 #include <cstdio>
 #include <memory>
@@ -13,13 +15,17 @@ namespace parity::cli {
 
 Command add_explain_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
+  auto opts = std::make_shared<mesh::ExplainOptions>();
   CLI::App* sub = app.add_subcommand(
       "explain", "Print the mesh, both views of every rank, every group, and each parameter's placements and local "
                  "shapes");
   sub->add_option("scenario", *path, "Scenario JSON file (docs/scenario.md)")->required();
-  return {sub, [path]() {
+  sub->add_flag("--ranges", opts->ranges,
+                "Add each rank's global offset and index ranges (begin:end per dimension) of each parameter");
+  sub->add_option("--param", opts->param, "Only the parameters whose name contains this text");
+  return {sub, [path, opts]() {
             const Scenario s = load_scenario(*path);
-            const std::string text = mesh::explain(s.layout, s.model, "parity explain " + s.name);
+            const std::string text = mesh::explain(s.layout, s.model, "parity explain " + s.name, *opts);
             std::fputs(text.c_str(), stdout);
             return 0;
           }};

@@ -304,7 +304,8 @@ std::string scenario_file_text(const Scenario& s) {
     return o;
   };
   auto layout = [&](const nlohmann::json& l) {
-    return in_order(l, {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "sp", "order", "backend", "device"});
+    return in_order(l, {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "sp", "order", "fsdp_dim", "backend",
+                        "device"});
   };
   ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype"});
   out["model"] = in_order(j["model"], {"vocab", "dim", "layers", "dense_layers", "heads", "seq", "batch",

@@ -14,8 +14,10 @@
 
 #include "core/error.h"
 #include "core/text.h"
+#include "harness/fsdp_dim_json.h"
 #include "harness/memory.h"
 #include "model/batch_split.h"
+#include "mesh/param_layout.h"
 #include "parallel/supported.h"
 
 namespace parity {
@@ -162,6 +164,7 @@ void parse_layout(const ObjectReader& r, LayoutConfig& l) {
     r.read(key, *field);
   r.read("sp", l.sp);
   r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
+  if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
   std::string backend = l.backend;
   r.read_enum("backend", backend, {"gloo", "mpi", "nccl"}, {"gloo", "mpi", "nccl"});
   l.backend = backend;
@@ -180,8 +183,8 @@ const std::vector<std::string> kModelKeys = {
     "bias_rate", "tie_embeddings"};
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
-const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",
-                                              "ep",    "etp",          "sp",       "order",   "backend", "device"};
+const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",
+                                              "etp",   "sp",           "order",    "backend", "device", "fsdp_dim"};
 
 // ---- validation ------------------------------------------------------------------------
 
@@ -282,6 +285,7 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
   }
   require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
           "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
+  mesh::check_fsdp_dim(l, m, p);
 }
 
 // The resume layout follows every rule of the main one (reported at $.resume.layout.*), and
@@ -456,6 +460,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
            {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
     if (x.device != "cpu") j["device"] = x.device;  // cpu is the default: files stay as they were
     if (x.order != RankOrder::megatron) j["order"] = std::string(order_name(x.order));  // likewise
+    if (auto f = fsdp_dim_json(x.fsdp_dim)) j["fsdp_dim"] = *f;  // so is dim 0 everywhere
     return j;
   };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},

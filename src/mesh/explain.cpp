@@ -57,13 +57,14 @@ void write_groups(std::ostringstream& o, const Mesh& m) {
   }
 }
 
-void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model) {
+void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model, const std::string& param) {
   o << "## Parameters (local shape on each rank)\n| parameter | shape | view | placements |";
   for (int r = 0; r < m.world(); ++r) o << " r" << r << " |";
   o << "\n| --- | --- | --- | --- |";
   for (int r = 0; r < m.world(); ++r) o << " --- |";
   o << "\n";
   for (const ParamSpec& spec : param_specs(model)) {
+    if (spec.name.find(param) == std::string::npos) continue;
     const Layout l = param_layout(m, spec);
     o << "| " << spec.name << " | " << compact_shape(spec.shape) << " | " << view_name(l.view) << " | "
       << layout_str(l) << " |";
@@ -120,7 +121,34 @@ std::string compact_shape(const Shape& s) {
   return out;
 }
 
-std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title) {
+std::string ranges_str(const std::vector<std::vector<Range>>& ranges) {
+  std::string out = "[";
+  for (size_t d = 0; d < ranges.size(); ++d) {
+    out += d ? ", " : "";
+    if (ranges[d].empty()) out += "-";
+    for (size_t k = 0; k < ranges[d].size(); ++k)
+      out += (k ? "+" : "") + std::to_string(ranges[d][k].begin) + ":" + std::to_string(ranges[d][k].end);
+  }
+  return out + "]";
+}
+
+std::string ranges_table(const Mesh& m, const ModelConfig& model, const std::string& param_filter) {
+  std::ostringstream o;
+  o << "## Index ranges (global offset: DTensor's, the dimension's length where a rank holds none)\n"
+       "| parameter | rank | local shape | global offset | index ranges |\n| --- | --- | --- | --- | --- |\n";
+  for (const ParamSpec& spec : param_specs(model)) {
+    if (spec.name.find(param_filter) == std::string::npos) continue;
+    const Layout l = param_layout(m, spec);
+    for (int r = 0; r < m.world(); ++r)
+      o << "| " << spec.name << " | " << r << " | " << compact_shape(local_shape(m, l, spec.shape, r)) << " | "
+        << tuple_str(global_offset(m, l, spec.shape, r)) << " | " << ranges_str(local_dim_ranges(m, l, spec.shape, r))
+        << " |\n";
+  }
+  return o.str();
+}
+
+std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title,
+                    const ExplainOptions& options) {
   validate_layout(layout, model);
   const Mesh m(layout);
   std::ostringstream o;
@@ -133,9 +161,10 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   o << "\n";
   write_groups(o, m);
   o << "\n";
-  write_params(o, m, model);
+  write_params(o, m, model, options.param);
   o << "\n";
   write_expert_owners(o, m, model);
+  if (options.ranges) o << "\n" << ranges_table(m, model, options.param);
   return o.str();
 }
 

@@ -4,6 +4,7 @@
 
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "mesh/param_layout.h"
 
 namespace parity::mesh {
 
@@ -259,6 +260,7 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
     require(m.seq % l.tp == 0, p + "sp",
             "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
   }
+  check_fsdp_dim(l, m);
 }
 
 comm::Communicator& comm_group(comm::Communicator& world, const Mesh& m, GroupKind k) {

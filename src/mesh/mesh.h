@@ -115,7 +115,8 @@ int64_t order_rank(const LayoutConfig& l, View v, int64_t linear);
 
 // The rules a layout must meet for this model, beyond Mesh's structural ones: heads % tp,
 // experts % ep, sequence parallel needs tp > 1 and seq % tp (any etp that tiles the world
-// is a layout: Mesh checks that dp_replicate·ep·etp divides W). Throws
+// is a layout: Mesh checks that dp_replicate·ep·etp divides W), fsdp_dim names a dimension of
+// every tensor of its family (check_fsdp_dim in param_layout.h). Throws
 // ConfigError("$.layout.<field>" or "$.model.<field>", rule) before any rank starts.
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model);
 

@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include "core/error.h"
+
 namespace parity::mesh {
 
 namespace {
@@ -12,9 +14,28 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 bool rowwise(const ParamSpec& spec) { return ends_with(spec.name, ".wo") || ends_with(spec.name, ".w2"); }
 
-// FSDP's placement of dim 0 when `n_right` ranks to its right already shard dim 0.
-Placement fsdp_dim0(int64_t n_right) {
-  return n_right > 1 ? Placement::strided_shard(0, n_right) : Placement::shard(0);
+// FSDP's placement of tensor dimension d when `n_right` ranks to its right already shard d
+// (FSDP2's _StridedShard(d, split_factor) over a TP-sharded dimension).
+Placement fsdp_placement(int64_t d, int64_t n_right) {
+  return n_right > 1 ? Placement::strided_shard(d, n_right) : Placement::shard(d);
+}
+
+// The extent of each dimension in this rank's model-parallel-local tensor (the largest
+// piece: ceil over tp / etp, the experts over ep).
+Shape mp_extents(const Mesh& m, const ParamSpec& spec) {
+  Shape out = spec.shape;
+  const int64_t td = tp_shard_dim(spec);
+  const bool routed = spec.family == Family::routed_experts;
+  if (td >= 0) {
+    const int64_t n = m.size(routed ? MeshDim::etp : MeshDim::tp);
+    out[static_cast<size_t>(td)] = chunk(out[static_cast<size_t>(td)], n, 0).size();
+  }
+  if (routed && !out.empty()) out[0] = chunk(out[0], m.size(MeshDim::ep), 0).size();
+  return out;
+}
+
+std::string rule_str(const FsdpDimRule& r) {
+  return r.kind == FsdpDimRule::Kind::largest ? "\"largest\"" : std::to_string(r.dim);
 }
 
 }  // namespace
@@ -33,15 +54,48 @@ int64_t tp_shard_dim(const ParamSpec& spec) {
   return -1;
 }
 
+int64_t fsdp_shard_dim(const Mesh& m, const ParamSpec& spec) {
+  const FsdpDimRule& r = m.layout().fsdp_dim[static_cast<size_t>(spec.family)];
+  const auto rank = static_cast<int64_t>(spec.shape.size());
+  const std::string at = "$.layout.fsdp_dim." + std::string(family_name(spec.family));
+  if (rank == 0) throw ConfigError(at, spec.name + " is a scalar: FSDP has no dimension to shard");
+  if (r.kind == FsdpDimRule::Kind::largest) {
+    const Shape e = mp_extents(m, spec);
+    int64_t best = 0;
+    for (int64_t d = 1; d < rank; ++d)
+      if (e[static_cast<size_t>(d)] > e[static_cast<size_t>(best)]) best = d;
+    return best;
+  }
+  if (r.dim < -rank || r.dim >= rank)
+    throw ConfigError(at, "dim " + rule_str(r) + " is outside [" + std::to_string(-rank) + ", " +
+                              std::to_string(rank) + ") for " + spec.name + " of shape " + shape_str(spec.shape) +
+                              " (a bare layout.fsdp_dim applies to every family; give an object such as "
+                              "{\"default\": 0, \"" + std::string(family_name(spec.family)) + "\": ...} instead)");
+  return r.dim < 0 ? r.dim + rank : r.dim;
+}
+
+void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix) {
+  const Mesh m(layout);
+  for (const ParamSpec& spec : param_specs(model)) {
+    try {
+      (void)fsdp_shard_dim(m, spec);
+    } catch (const ConfigError& e) {
+      const std::string at = e.path();
+      throw ConfigError(prefix + at.substr(std::string("$.layout.").size()), e.rule());
+    }
+  }
+}
+
 Layout param_layout(const Mesh& m, const ParamSpec& spec) {
   const int64_t td = tp_shard_dim(spec);
+  const int64_t fd = fsdp_shard_dim(m, spec);
   const Placement t = td < 0 ? Placement::replicate() : Placement::shard(td);
   if (spec.family == Family::routed_experts) {
-    return {View::expert,
-            {Placement::replicate(), fsdp_dim0(m.size(MeshDim::ep)), Placement::shard(0), t}};
+    const int64_t right = (fd == 0 ? m.size(MeshDim::ep) : 1) * (fd == td ? m.size(MeshDim::etp) : 1);
+    return {View::expert, {Placement::replicate(), fsdp_placement(fd, right), Placement::shard(0), t}};
   }
-  const int64_t right = td == 0 ? m.size(MeshDim::tp) : 1;
-  return {View::dense, {Placement::replicate(), fsdp_dim0(right), t}};
+  const int64_t right = td == fd ? m.size(MeshDim::tp) : 1;
+  return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), t}};
 }
 
 }  // namespace parity::mesh

@@ -7,14 +7,19 @@
 //   rowwise linears (attn wo, mlp/shared w2)                    tp Shard(0)
 //   vocab-parallel embedding (V, D)                             tp Shard(0)
 //   LayerNorm weight/bias, router gate                          tp Replicate
-//   FSDP on dp_shard shards dim 0: Shard(0), or StridedShard(0, tp) when tp > 1 shards dim 0
+//   FSDP on dp_shard shards the family's FSDP dimension d (layout.fsdp_dim, 0 by default):
+//   Shard(d), or StridedShard(d, tp) when tp > 1 also shards d
 //   dp_replicate: Replicate
 // Expert view (dp_replicate, edp_shard, ep, etp), routed experts (E, D, F) / (E, F, D):
 //   ep Shard(0); etp Shard(2) for w1/w3, Shard(1) for w2;
-//   edp_shard StridedShard(0, ep) (Shard(0) when ep = 1); dp_replicate Replicate.
+//   edp_shard on the FSDP dimension d: StridedShard(d, sf) with sf the product of the sizes
+//   of ep (when d = 0) and etp (when etp shards d), Shard(d) when sf = 1; dp_replicate Replicate.
 // These are FOLDINGS.md's examples: w1 under dp_shard 4, tp 2, ep 2, etp 2 is
-// (Replicate, StridedShard(0, 2), Shard(0), Shard(2)).
+// (Replicate, StridedShard(0, 2), Shard(0), Shard(2)); with fsdp_dim 2 for routed experts
+// it is (Replicate, StridedShard(2, 2), Shard(0), Shard(2)).
 #pragma once
+#include <string>
+
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
 #include "model/params.h"
@@ -23,6 +28,16 @@ namespace parity::mesh {
 
 // Which tensor dimension TP (or ETP, for routed experts) shards; -1 when replicated over it.
 int64_t tp_shard_dim(const ParamSpec& spec);
+
+// The tensor dimension FSDP shards for this parameter under layout.fsdp_dim (its family's
+// rule resolved: a negative dim counted from the last, `largest` the dimension with the most
+// indices in the model-parallel-local tensor, the first of equals). Throws ConfigError when
+// the rule names no dimension of the tensor.
+int64_t fsdp_shard_dim(const Mesh& m, const ParamSpec& spec);
+
+// Checks layout.fsdp_dim against every parameter of the model: each family's rule must name
+// a dimension of each of its tensors. Throws ConfigError("<prefix>fsdp_dim.<family>", rule).
+void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
 Layout param_layout(const Mesh& m, const ParamSpec& spec);
 

@@ -1,5 +1,7 @@
 #include "mesh/placement.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace parity::mesh {
@@ -38,30 +40,72 @@ namespace {
               shape_str(shape) + ": " + why);
 }
 
+// The global ranges of positions [a, b) of the concatenation of `segs`, adjacent ones merged.
+std::vector<Range> positions(const std::vector<Range>& segs, int64_t a, int64_t b) {
+  std::vector<Range> out;
+  int64_t at = 0;  // position of the current segment's first index
+  for (const Range& r : segs) {
+    const int64_t lo = std::max(a, at), hi = std::min(b, at + r.size());
+    if (lo < hi) {
+      const Range g{r.begin + lo - at, r.begin + hi - at};
+      if (!out.empty() && out.back().end == g.begin) out.back().end = g.end;
+      else out.push_back(g);
+    }
+    at += r.size();
+  }
+  return out;
+}
+
+// DTensor's rule (torch/distributed/tensor/_utils.py, compute_local_shape_and_global_offset):
+// the placement chunks the local index list as a flat list. Shard keeps piece c of n;
+// StridedShard(sf) splits the list into sf chunks, each into n pieces, and keeps piece c of
+// every chunk, concatenated (_StridedShard._split_tensor).
+std::vector<Range> flat_step(const std::vector<Range>& segs, const Placement& p, int64_t n, int64_t c) {
+  int64_t len = 0;
+  for (const Range& r : segs) len += r.size();
+  const int64_t sf = p.kind == PlacementKind::shard ? 1 : p.split_factor;
+  std::vector<Range> out;
+  for (int64_t j = 0; j < sf; ++j) {
+    const Range ch = chunk(len, sf, j);
+    const Range piece = chunk(ch.size(), n, c);
+    for (const Range& g : positions(segs, ch.begin + piece.begin, ch.begin + piece.end)) {
+      if (!out.empty() && out.back().end == g.begin) out.back().end = g.end;
+      else out.push_back(g);
+    }
+  }
+  return out;
+}
+
 // The segments (global ranges) of tensor dimension d of length len held by a rank with
-// these view coordinates, in local order. check_layout has made every step well defined.
+// these view coordinates, in local order (placement.h: the segment rule while segment
+// counts divide, DTensor's flat rule from the first placement where they do not).
 std::vector<Range> dim_segments(const std::vector<int64_t>& sizes, const std::vector<int64_t>& coords,
                                 const Layout& l, int64_t d, int64_t len) {
   std::vector<Range> segs = {{0, len}};
+  bool flat = false;
   for (size_t i = 0; i < l.placements.size(); ++i) {
     const Placement& p = l.placements[i];
     if (!p.is_shard() || p.dim != d) continue;
     const int64_t n = sizes[i], c = coords[i];
     const size_t s = segs.size();
+    const bool strided = p.kind == PlacementKind::strided_shard;
     std::vector<Range> next;
-    if (s == 1) {
+    if (!flat && s == 1) {
       const Range whole = segs[0];
-      const int64_t sf = p.kind == PlacementKind::shard ? 1 : p.split_factor;
+      const int64_t sf = strided ? p.split_factor : 1;
       for (int64_t j = 0; j < sf; ++j) {
         const Range ch = chunk(whole.size(), sf, j);
         const Range piece = chunk(ch.size(), n, c);
         next.push_back({whole.begin + ch.begin + piece.begin, whole.begin + ch.begin + piece.end});
       }
-    } else if (p.kind == PlacementKind::shard) {
+    } else if (!flat && !strided && s % static_cast<size_t>(n) == 0) {
       const size_t per = s / static_cast<size_t>(n);
       for (size_t k = 0; k < per; ++k) next.push_back(segs[static_cast<size_t>(c) * per + k]);
-    } else {
+    } else if (!flat && strided && s == static_cast<size_t>(p.split_factor * n)) {
       for (int64_t j = 0; j < p.split_factor; ++j) next.push_back(segs[static_cast<size_t>(j * n + c)]);
+    } else {
+      flat = true;
+      next = flat_step(segs, p, n, c);
     }
     segs = std::move(next);
   }
@@ -84,28 +128,6 @@ void check_layout(const Mesh& m, const Layout& l, const Shape& shape) {
     if (p.kind == PlacementKind::strided_shard && p.split_factor < 1)
       bad_layout(l, shape, placement_str(p) + ": the split factor must be >= 1");
   }
-  for (int64_t d = 0; d < rank; ++d) {  // segment counts along d must divide at every step
-    int64_t s = 1;
-    for (size_t i = 0; i < l.placements.size(); ++i) {
-      const Placement& p = l.placements[i];
-      if (!p.is_shard() || p.dim != d) continue;
-      const int64_t n = sizes[i];
-      const bool strided = p.kind == PlacementKind::strided_shard;
-      if (s == 1) {
-        s = strided ? p.split_factor : 1;
-      } else if (!strided && s % n == 0) {
-        s /= n;
-      } else if (strided && s == p.split_factor * n) {
-        s = p.split_factor;
-      } else {
-        bad_layout(l, shape, placement_str(p) + " on " + std::string(dim_name(view_dims(l.view)[i])) + " (size " +
-                                 std::to_string(n) + ") meets " + std::to_string(s) +
-                                 " segments left by a StridedShard to its left; the split factor of that "
-                                 "StridedShard must be the product of the sizes of the mesh dimensions to its "
-                                 "right that shard dimension " + std::to_string(d));
-      }
-    }
-  }
 }
 
 std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
@@ -115,6 +137,30 @@ std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout&
   for (size_t d = 0; d < shape.size(); ++d)
     for (const Range& r : dim_segments(sizes, coords, l, static_cast<int64_t>(d), shape[d]))
       for (int64_t g = r.begin; g < r.end; ++g) out[d].push_back(g);
+  return out;
+}
+
+std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+  check_layout(m, l, shape);
+  const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
+  std::vector<std::vector<Range>> out(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d)
+    for (const Range& r : dim_segments(sizes, coords, l, static_cast<int64_t>(d), shape[d])) {
+      if (r.size() == 0) continue;
+      if (!out[d].empty() && out[d].back().end == r.begin) out[d].back().end = r.end;
+      else out[d].push_back(r);
+    }
+  return out;
+}
+
+Shape global_offset(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+  const auto ranges = local_dim_ranges(m, l, shape, rank);
+  Shape out(shape.size(), 0);
+  for (const Placement& p : l.placements) {
+    if (!p.is_shard()) continue;
+    const auto d = static_cast<size_t>(p.dim);
+    out[d] = ranges[d].empty() ? shape[d] : ranges[d].front().begin;
+  }
   return out;
 }
 

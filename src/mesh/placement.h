@@ -10,14 +10,19 @@
 //   Partial(sum)         every rank holds a full-size addend; the value is their sum
 //
 // After a StridedShard the local dimension is a concatenation of sf segments, and a later
-// Shard or StridedShard of the same tensor dimension splits along segment boundaries: with
-// s segments, Shard keeps segments [i·s/n, (i+1)·s/n) and StridedShard (s = sf·n) keeps
-// segments j·n + i for j < sf. When sizes divide evenly this is exactly DTensor's
-// left-to-right chunking of the local tensor; when they do not it keeps the meaning
-// "the dimensions to the right shard first": (StridedShard(0, tp), Shard(0)) on (dp_shard, tp)
-// is FSDP applied to each TP shard, for any length. A layout whose segment counts do not
-// divide is refused. The usual sf is the product of the sizes of the mesh dimensions to its
-// right that shard the same tensor dimension.
+// Shard or StridedShard of the same tensor dimension splits along segment boundaries while
+// the counts divide: with s segments, Shard keeps segments [i·s/n, (i+1)·s/n) and
+// StridedShard (s = sf·n) keeps segments j·n + i for j < sf. This keeps the meaning "the
+// dimensions to the right shard first" for any length: (StridedShard(0, tp), Shard(0)) on
+// (dp_shard, tp) is FSDP applied to each TP shard, what FSDP2 stores. When sizes divide
+// evenly it is exactly DTensor's left-to-right chunking of the local tensor.
+//
+// From the first placement whose segment count does not divide (nested StridedShard with
+// any split factors, as DTensor view ops produce), that tensor dimension follows DTensor's
+// rule (torch/distributed/tensor/_utils.py compute_local_shape_and_global_offset,
+// _StridedShard._split_tensor): the local index list is chunked as a flat list, Shard
+// keeping piece i of n, StridedShard(sf) splitting it into sf chunks (ceil rule), each into
+// n pieces, and keeping piece i of every chunk. Every layout with sf >= 1 is accepted.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -57,7 +62,7 @@ std::string layout_str(const Layout& l);  // "(Replicate, StridedShard(0, 2), Sh
 Layout replicated(View v);
 
 // Throws Error unless: one placement per view dimension, every sharded dimension exists in
-// `shape`, sf >= 1, and segment counts divide (see above).
+// `shape`, and sf >= 1.
 void check_layout(const Mesh& m, const Layout& l, const Shape& shape);
 
 // torch.chunk's rule: piece i of n over a length: [min(i·c, len), min((i+1)·c, len)), c = ceil(len / n).
@@ -70,6 +75,13 @@ Range chunk(int64_t len, int64_t n, int64_t i);
 
 // For each tensor dimension, the global indices along it held by `rank`, in local order.
 std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+// The same as maximal runs of consecutive global indices [begin, end), in local order (empty
+// runs left out): one run for Shard, up to sf for StridedShard.
+std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+// DTensor's global offset (compute_local_shape_and_global_offset): per tensor dimension the
+// first global index the rank holds; 0 on dimensions no placement shards; the dimension's
+// length when the rank holds none of a sharded dimension (what DCP de-duplicates by).
+Shape global_offset(const Mesh& m, const Layout& l, const Shape& shape, int rank);
 Shape local_shape(const Mesh& m, const Layout& l, const Shape& shape, int rank);
 // The flat (row-major) global index of every local element, in local row-major order.
 std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);

@@ -2,6 +2,7 @@
 // Field names match shared/design/MODEL.md and the scenario schema (docs/scenario.md).
 #pragma once
 #include <cstdint>
+#include <array>
 #include <optional>
 #include <string>
 
@@ -50,6 +51,19 @@ struct OptimConfig {
 // The dense view is numbered the same way under both.
 enum class RankOrder { megatron, deepspeed };
 
+// FSDP's shard dimension for one parameter family (layout.fsdp_dim, docs/scenario.md): a
+// tensor dimension (negative counts from the last, as in PyTorch), or `largest`: the
+// dimension with the most indices in the model-parallel-local tensor (the first on a tie).
+struct FsdpDimRule {
+  enum class Kind { dim, largest };
+  Kind kind = Kind::dim;
+  int64_t dim = 0;
+  bool operator==(const FsdpDimRule&) const = default;
+};
+// One rule per model/params.h Family, indexed by the enum's value; dim 0 everywhere by
+// default (FSDP2's default Shard(0)).
+using FsdpDimConfig = std::array<FsdpDimRule, 8>;
+
 // World size and parallel degrees (shared/design/FOLDINGS.md). Filled in by later issues;
 // the one-device baseline is world 1 with every degree 1.
 struct LayoutConfig {
@@ -58,6 +72,7 @@ struct LayoutConfig {
   int64_t ep = 1, etp = 1;
   bool sp = false;
   RankOrder order = RankOrder::megatron;
+  FsdpDimConfig fsdp_dim{};
   std::string backend = "gloo";
   std::string device = "cpu";  // "cpu" | "cuda": where the baseline and every rank compute
 };

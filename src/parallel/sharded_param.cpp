@@ -5,30 +5,31 @@
 #include <string>
 
 #include "core/error.h"
+#include "mesh/param_layout.h"
 
 namespace parity {
 
 namespace {
 
-// Flat global indices of the model-parallel-local tensor's dim-0 rows [r0, r1), row-major.
+// Flat global indices of the elements of the model-parallel-local tensor whose index along
+// dimension `d` lies in `piece`, row-major (the order of this rank's local tensor).
 std::vector<int64_t> piece_global_indices(const Shape& global, const Shape& mp_shape,
-                                          const std::vector<int64_t>& offset, int64_t r0, int64_t r1) {
+                                          const std::vector<int64_t>& offset, size_t d, mesh::Range piece) {
+  Shape local = mp_shape;
+  local[d] = piece.size();
   std::vector<int64_t> out;
-  const int64_t rows = mp_shape.empty() ? 1 : mp_shape[0];
-  const int64_t inner = rows == 0 ? 0 : numel(mp_shape) / rows;
-  Shape idx(mp_shape.size());
-  for (int64_t r = r0; r < r1; ++r)
-    for (int64_t i = 0; i < inner; ++i) {
-      int64_t rem = i;
-      for (size_t d = mp_shape.size(); d-- > 1;) {
-        idx[d] = rem % mp_shape[d];
-        rem /= mp_shape[d];
-      }
-      if (!idx.empty()) idx[0] = r;
-      int64_t flat = 0;
-      for (size_t d = 0; d < global.size(); ++d) flat = flat * global[d] + idx[d] + offset[d];
-      out.push_back(flat);
+  out.reserve(static_cast<size_t>(numel(local)));
+  Shape idx(local.size(), 0);
+  for (int64_t e = 0; e < numel(local); ++e) {
+    int64_t rem = e;
+    for (size_t k = local.size(); k-- > 0;) {
+      idx[k] = rem % local[k];
+      rem /= local[k];
     }
+    int64_t flat = 0;
+    for (size_t k = 0; k < global.size(); ++k) flat = flat * global[k] + idx[k] + offset[k] + (k == d ? piece.begin : 0);
+    out.push_back(flat);
+  }
   return out;
 }
 
@@ -45,36 +46,75 @@ ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const 
     mp_offset_[static_cast<size_t>(c.dim)] = r.begin;
     mp_sharded_ = true;
   }
-  const int64_t rows = mp_shape_.empty() ? 1 : mp_shape_[0];
-  const int64_t inner = rows == 0 ? 0 : numel(mp_shape_) / rows;
+  if (mp_shape_.empty()) mp_shape_ = {1}, mp_offset_ = {0};  // a scalar is one row
+  fsdp_dim_ = spec.shape.empty() ? 0 : mesh::fsdp_shard_dim(m, spec);
+  const auto d = static_cast<size_t>(fsdp_dim_);
+  for (size_t k = 0; k < d; ++k) outer_ *= mp_shape_[k];
+  for (size_t k = d + 1; k < mp_shape_.size(); ++k) inner_ *= mp_shape_[k];
   const int fsdp_n = groups.fsdp->size(), fsdp_i = groups.fsdp->rank();
-  for (int i = 0; i < fsdp_n; ++i) piece_counts_.push_back(mesh::chunk(rows, fsdp_n, i).size() * inner);
-  mesh::Range mine = mesh::chunk(rows, fsdp_n, fsdp_i);
-  std::vector<int64_t> idx = piece_global_indices(spec.shape, mp_shape_, mp_offset_, mine.begin, mine.end);
+  for (int i = 0; i < fsdp_n; ++i) {
+    pieces_.push_back(mesh::chunk(mp_shape_[d], fsdp_n, i));
+    piece_counts_.push_back(outer_ * pieces_.back().size() * inner_);
+  }
+  const mesh::Range mine = pieces_[static_cast<size_t>(fsdp_i)];
+  const Shape global = spec.shape.empty() ? Shape{1} : spec.shape;
+  std::vector<int64_t> idx = piece_global_indices(global, mp_shape_, mp_offset_, d, mine);
   if (idx != mesh::global_indices(m, layout, spec.shape, rank))
     throw Error("ShardedParam: " + spec.name + " on rank " + std::to_string(rank) +
                 ": FSDP x model-parallel storage disagrees with mesh::param_layout " + mesh::layout_str(layout));
+  if (spec.shape.empty()) mp_shape_ = {};
   Shape local_shape = mp_shape_;
-  if (!local_shape.empty()) local_shape[0] = mine.size();
+  if (!local_shape.empty()) local_shape[d] = mine.size();
   local = Tensor<T>(local_shape);
   init_elements(spec, seed, idx.data(), static_cast<int64_t>(idx.size()), local.ptr());
 }
 
+template <class T> Buffer<T> ShardedParam<T>::pack(const Tensor<T>& mp) const {
+  if (pieces_consecutive()) return mp.data;
+  Buffer<T> out;
+  out.reserve(mp.data.size());
+  const int64_t len = pieces_.back().end;  // mp_shape_[fsdp_dim_]
+  for (const mesh::Range& p : pieces_)
+    for (int64_t o = 0; o < outer_; ++o) {
+      const auto from = mp.data.begin() + (o * len + p.begin) * inner_;
+      out.insert(out.end(), from, from + p.size() * inner_);
+    }
+  return out;
+}
+
+template <class T> Tensor<T> ShardedParam<T>::unpack(Buffer<T> packed) const {
+  Tensor<T> out(mp_shape_);
+  if (pieces_consecutive()) {
+    out.data = std::move(packed);
+    return out;
+  }
+  const int64_t len = pieces_.back().end;  // mp_shape_[fsdp_dim_]
+  auto at = packed.begin();
+  for (const mesh::Range& p : pieces_)
+    for (int64_t o = 0; o < outer_; ++o) {
+      std::copy_n(at, p.size() * inner_, out.data.begin() + (o * len + p.begin) * inner_);
+      at += p.size() * inner_;
+    }
+  return out;
+}
+
 template <class T> Tensor<T> ShardedParam<T>::gather() const {
   if (groups_.fsdp->size() == 1) return local;
-  Tensor<T> full(mp_shape_);
-  groups_.fsdp->allgatherv(std::span<const T>(local.data), std::span<T>(full.data),
-                           std::span<const int64_t>(piece_counts_));
-  return full;
+  Buffer<T> all(static_cast<size_t>(numel(mp_shape_)));
+  groups_.fsdp->allgatherv(std::span<const T>(local.data), std::span<T>(all), std::span<const int64_t>(piece_counts_));
+  return unpack(std::move(all));
 }
 
 template <class T> Tensor<T> ShardedParam<T>::reduce(const Tensor<T>& mp_local_grad) const {
   Tensor<T> out(local.shape);
-  if (groups_.fsdp->size() == 1)
+  if (groups_.fsdp->size() == 1) {
     out.data = mp_local_grad.data;
-  else
-    groups_.fsdp->reduce_scatterv(std::span<const T>(mp_local_grad.data), std::span<T>(out.data),
+  } else {
+    const Buffer<T> packed = pieces_consecutive() ? Buffer<T>() : pack(mp_local_grad);
+    const Buffer<T>& pieces = pieces_consecutive() ? mp_local_grad.data : packed;
+    groups_.fsdp->reduce_scatterv(std::span<const T>(pieces), std::span<T>(out.data),
                                   std::span<const int64_t>(piece_counts_), comm::ReduceOp::sum);
+  }
   if (groups_.replicate->size() > 1) groups_.replicate->allreduce(std::span<T>(out.data), comm::ReduceOp::sum);
   return out;
 }
@@ -117,14 +157,16 @@ template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const Sha
   for (int64_t c : counts) total += c;
   Buffer<T> all(static_cast<size_t>(total));
   g.allgatherv(std::span<const T>(mine), std::span<T>(all), std::span<const int64_t>(counts));
-  for (const auto* p : ps) out.emplace_back(p->mp_shape());
+  std::vector<Buffer<T>> packed;  // each parameter's pieces, piece after piece
+  for (const auto* p : ps) packed.emplace_back(static_cast<size_t>(numel(p->mp_shape())));
   int64_t at = 0;  // rank i's block: every parameter's piece i in order
   for (size_t i = 0; i < n; ++i)
     for (size_t q = 0; q < ps.size(); ++q) {
       const auto off = piece_offsets(*ps[q]);
-      std::copy_n(all.begin() + at, off[i + 1] - off[i], out[q].data.begin() + off[i]);
+      std::copy_n(all.begin() + at, off[i + 1] - off[i], packed[q].begin() + off[i]);
       at += off[i + 1] - off[i];
     }
+  for (size_t q = 0; q < ps.size(); ++q) out.push_back(ps[q]->unpack(std::move(packed[q])));
   return out;
 }
 
@@ -137,11 +179,15 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
   comm::Communicator& g = *ps.front()->groups().fsdp;
   const auto n = static_cast<size_t>(g.size());
   std::vector<int64_t> counts(n, 0);
+  std::vector<Buffer<T>> packed;  // each gradient's pieces, piece after piece
+  for (size_t q = 0; q < ps.size(); ++q)
+    packed.push_back(ps[q]->pieces_consecutive() ? Buffer<T>() : ps[q]->pack(*grads[q]));
   Buffer<T> blocks;  // rank-major: block i = every parameter's piece i
   for (size_t i = 0; i < n; ++i)
     for (size_t q = 0; q < ps.size(); ++q) {
       const auto off = piece_offsets(*ps[q]);
-      blocks.insert(blocks.end(), grads[q]->data.begin() + off[i], grads[q]->data.begin() + off[i + 1]);
+      const Buffer<T>& gq = ps[q]->pieces_consecutive() ? grads[q]->data : packed[q];
+      blocks.insert(blocks.end(), gq.begin() + off[i], gq.begin() + off[i + 1]);
       counts[i] += off[i + 1] - off[i];
     }
   Buffer<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g.rank())]));

@@ -1,14 +1,21 @@
 // FSDP / HSDP storage of one parameter on one rank. The parameter's model-parallel-local
 // tensor (its chunk over tp; for routed experts, over ep on the expert dimension and over
-// etp on the hidden one) is split on dim 0 over the FSDP group (dp_shard; edp_shard for
-// routed experts) by the torch.chunk ceil rule; this rank keeps its piece and is a replica
-// over dp_replicate. That is exactly mesh::param_layout(): the constructor checks it
-// element by element.
+// etp on the hidden one) is split on its FSDP dimension d (mesh::fsdp_shard_dim: 0 unless
+// layout.fsdp_dim says otherwise) over the FSDP group (dp_shard; edp_shard for routed
+// experts) by the torch.chunk ceil rule; this rank keeps its piece and is a replica over
+// dp_replicate. That is exactly mesh::param_layout(): the constructor checks it element by
+// element.
 //
 //   gather()  allgatherv over the FSDP group -> the model-parallel-local tensor
 //   reduce()  model-parallel-local gradient -> reduce-scatter over the FSDP group ->
 //             allreduce over dp_replicate -> this rank's gradient shard (FOLDINGS.md:
 //             data-parallel contributions are sums)
+//
+// The collectives move pieces: piece i is the mp-local tensor's indices chunk(len_d, n, i)
+// along d, row-major. For d = 0 the pieces are consecutive in the mp-local tensor and move
+// in place; for d > 0 the tensor is packed (piece after piece) before a reduce-scatter and
+// unpacked after an all-gather, as FSDP2 does for Shard(d) (chunk + cat on dim d). Packing
+// copies values, so results are bitwise those of d = 0 on the same elements.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -48,6 +55,13 @@ template <class T> class ShardedParam {
 
   const DataParallelGroups& groups() const { return groups_; }
   const std::vector<int64_t>& piece_counts() const { return piece_counts_; }
+  int64_t fsdp_dim() const { return fsdp_dim_; }
+
+  // The mp-local tensor as its FSDP pieces, piece after piece (a copy of its data when the
+  // pieces are consecutive), and back.
+  Buffer<T> pack(const Tensor<T>& mp_local) const;
+  Tensor<T> unpack(Buffer<T> packed) const;
+  bool pieces_consecutive() const { return outer_ == 1; }
 
  private:
   ParamSpec spec_;
@@ -56,6 +70,9 @@ template <class T> class ShardedParam {
   bool mp_sharded_ = false;
   DataParallelGroups groups_;
   std::vector<int64_t> piece_counts_;  // elements of each FSDP piece
+  int64_t fsdp_dim_ = 0;
+  int64_t outer_ = 1, inner_ = 1;            // elements before / after fsdp_dim_ in the mp-local tensor
+  std::vector<mesh::Range> pieces_;          // each piece's range along fsdp_dim_
 };
 
 // The same for several parameters that share their data-parallel groups, in one

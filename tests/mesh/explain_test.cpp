@@ -70,6 +70,31 @@ TEST(Explain, DeepSpeedOrderShowsTheOrderAndItsGroups) {
   EXPECT_NE(explain(tp2_ep4(), ModelConfig{}, "t").find("rank order megatron\n"), std::string::npos);
 }
 
+// --ranges: DTensor's global offset and the index ranges of every (parameter, rank).
+TEST(Explain, RangesTableHasGlobalOffsetsAndIndexRanges) {
+  ModelConfig model;
+  EXPECT_EQ(explain(tp2_ep4(), model, "t").find("## Index ranges"), std::string::npos);
+  const std::string t = explain(tp2_ep4(), model, "t", {true, ""});
+  for (const char* row : {
+           "| embed.weight | 0 | 8x16 | (0, 0) | [0:8, 0:16] |",     // tp 0 half, FSDP piece 0
+           "| embed.weight | 1 | 8x16 | (32, 0) | [32:40, 0:16] |",  // tp 1 half
+           "| embed.weight | 3 | 8x16 | (40, 0) | [40:48, 0:16] |",  // dps 1, tp 1
+           "| layers.1.moe.experts.w2 | 1 | 1x16x16 | (1, 0, 0) | [1:2, 0:16, 0:16] |",
+           "| layers.1.moe.experts.w2 | 5 | 0x16x16 | (4, 0, 0) | [-, 0:16, 0:16] |",  // empty: offset = E
+           "| final_ln.weight | 6 | 4 | (12) | [12:16] |"})
+    EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
+  const std::string only = explain(tp2_ep4(), model, "t", {true, "experts.w2"});
+  EXPECT_EQ(only.find("| embed.weight |"), std::string::npos);
+  EXPECT_NE(only.find("| layers.1.moe.experts.w2 | 7 |"), std::string::npos) << only;
+}
+
+TEST(Explain, RangesOfANestedStridedShardAreAList) {
+  EXPECT_EQ(ranges_str({{{0, 2}, {3, 4}, {13, 14}, {15, 17}, {27, 29}}, {{0, 2}}}),
+            "[0:2+3:4+13:14+15:17+27:29, 0:2]");
+  EXPECT_EQ(ranges_str({{}, {{0, 16}}}), "[-, 0:16]");
+  EXPECT_EQ(ranges_str({}), "[]");
+}
+
 TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;
@@ -113,6 +138,28 @@ TEST(ExplainCommand, W8Tp2Ep4MatchesFoldings) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(kRow), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 7 | (0, 3, 1) | (0, 1, 3, 0) |"), std::string::npos) << r.out;
+}
+
+// Routed experts FSDP-sharded on their last (hidden) dimension: 4 experts over 8 ranks, each
+// rank 2 of the 16 columns of w1 (E 4, D 16, F 16).
+TEST(ExplainCommand, RangesWithAnFsdpDim) {
+  std::string path = write_scenario("explain_fsdp_dim", 8, 1, 1);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(path));
+  j["layout"]["fsdp_dim"] = {{"routed_experts", -1}};
+  std::ofstream(path) << j.dump(2);
+  const Result r = parity_cmd("explain " + path + " --ranges --param experts.w1");
+  std::filesystem::remove(path);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| layers.1.moe.experts.w1 | 4x16x16 | expert | (Replicate, Shard(2), Shard(0), Shard(2)) | "
+                       "4x16x2 |"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| layers.1.moe.experts.w1 | 0 | 4x16x2 | (0, 0, 0) | [0:4, 0:16, 0:2] |"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| layers.1.moe.experts.w1 | 7 | 4x16x2 | (0, 0, 14) | [0:4, 0:16, 14:16] |"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("| embed.weight |"), std::string::npos) << r.out;
 }
 
 TEST(ExplainCommand, ImpossibleLayoutExitsTwoNamingTheField) {

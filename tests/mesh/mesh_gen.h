@@ -65,7 +65,9 @@ inline int64_t right_product(const std::vector<int64_t>& sizes, const std::vecto
 
 // A random layout in a random view: Replicate, Shard, Partial per mesh dimension; some
 // shards become StridedShard with the usual split factor (the product of the sizes to the
-// right sharding the same dimension), and a dimension's only shard may take any factor.
+// right sharding the same dimension) or, two times in three, any factor 1..4 (nested
+// StridedShard whose segment counts need not divide: DTensor's flat rule), and a
+// dimension's only shard may take any factor.
 inline Layout draw_layout(const Mesh& m, const Shape& shape, View v) {
   const std::vector<int64_t> sizes = m.sizes(v);
   const auto rank = static_cast<int64_t>(shape.size());
@@ -81,10 +83,32 @@ inline Layout draw_layout(const Mesh& m, const Shape& shape, View v) {
     if (!p.is_shard() || !*rc::gen::arbitrary<bool>()) continue;
     int64_t sharders = 0;
     for (const Placement& q : l.placements) sharders += q.is_shard() && q.dim == p.dim;
-    const int64_t sf = sharders == 1 ? *rc::gen::inRange<int64_t>(1, 4) : right_product(sizes, l.placements, i, p.dim);
+    const bool any = sharders == 1 || *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {2, rc::gen::just(true)}});
+    const int64_t sf = any ? *rc::gen::inRange<int64_t>(1, 5) : right_product(sizes, l.placements, i, p.dim);
     p = Placement::strided_shard(p.dim, sf);
   }
   return l;
+}
+
+// Whether some tensor dimension meets a segment count that does not divide (placement.h):
+// from there on it follows DTensor's flat rule. The segment counting of placement.cpp,
+// restated: a first shard leaves sf segments (1 for Shard), Shard over n keeps s / n when n
+// divides s, StridedShard keeps sf when s = sf * n.
+inline bool uses_flat_rule(const Mesh& m, const Layout& l) {
+  const std::vector<int64_t> sizes = m.sizes(l.view);
+  for (int64_t d = 0; d < 64; ++d) {
+    int64_t s = 1;
+    for (size_t i = 0; i < l.placements.size(); ++i) {
+      const Placement& p = l.placements[i];
+      if (!p.is_shard() || p.dim != d) continue;
+      const bool strided = p.kind == PlacementKind::strided_shard;
+      if (s == 1) s = strided ? p.split_factor : 1;
+      else if (!strided && s % sizes[i] == 0) s /= sizes[i];
+      else if (strided && s == p.split_factor * sizes[i]) s = p.split_factor;
+      else return true;
+    }
+  }
+  return false;
 }
 
 inline Layout draw_layout(const Mesh& m, const Shape& shape) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "mesh/redistribute.h"
@@ -27,6 +28,7 @@ void classify(const Mesh& m, const Layout& l, const Shape& shape) {
   const LayoutConfig& c = m.layout();
   RC_CLASSIFY(c.order == RankOrder::deepspeed && c.tp > 1 && c.dp_shard > 1, "deepspeed order (other groups)");
   RC_CLASSIFY(c.etp != 1 && c.etp != c.tp, "etp not 1 or tp");
+  RC_CLASSIFY(testing::uses_flat_rule(m, l), "nested StridedShard, segments do not divide");
 }
 
 RC_GTEST_PROP(MeshProps, AssembleOfShardIsBitwiseTheTensor, ()) {
@@ -112,6 +114,64 @@ RC_GTEST_PROP(MeshProps, StridedShardAgreesWithItsDefinition, ()) {
       RC_ASSERT(j * b + rr % b == static_cast<int64_t>(p));
     }
   }
+}
+
+// DTensor's rule, restated independently (test_utils.py's semantics): each placement on d
+// picks positions of the current local index list; Shard piece c of n, StridedShard(sf)
+// piece c of each of sf chunks. The segment rule and this agree on a dimension's first
+// placement, so a layout whose second placement on d already does not divide follows this
+// oracle all the way.
+std::vector<int64_t> dtensor_indices(const Mesh& m, const Layout& l, int64_t d, int64_t len, int rank) {
+  std::vector<int64_t> idx;
+  for (int64_t g = 0; g < len; ++g) idx.push_back(g);
+  const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
+  for (size_t i = 0; i < l.placements.size(); ++i) {
+    const Placement& p = l.placements[i];
+    if (!p.is_shard() || p.dim != d) continue;
+    const int64_t sf = p.kind == PlacementKind::strided_shard ? p.split_factor : 1;
+    std::vector<int64_t> next;
+    const auto n_idx = static_cast<int64_t>(idx.size());
+    for (int64_t j = 0; j < sf; ++j) {
+      const int64_t c1 = (n_idx + sf - 1) / sf, b = std::min(j * c1, n_idx), e = std::min(b + c1, n_idx);
+      const int64_t c2 = (e - b + sizes[i] - 1) / sizes[i];
+      const int64_t pb = std::min(b + coords[i] * c2, e), pe = std::min(b + (coords[i] + 1) * c2, e);
+      for (int64_t q = pb; q < pe; ++q) next.push_back(idx[static_cast<size_t>(q)]);
+    }
+    idx = std::move(next);
+  }
+  return idx;
+}
+
+RC_GTEST_PROP(MeshProps, NestedStridedShardWithAnyFactorsFollowsDTensor, ()) {
+  const Mesh m(draw_layout_config(*rc::gen::elementOf(std::vector<int64_t>{4, 6, 8})));
+  const View v = *rc::gen::elementOf(std::vector<View>{View::dense, View::expert});
+  const std::vector<int64_t> sizes = m.sizes(v);
+  std::vector<size_t> big;  // mesh dimensions of size > 1
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] > 1) big.push_back(i);
+  RC_PRE(big.size() >= 2);
+  const size_t a = big[0], b = big[1];
+  Layout l{v, std::vector<Placement>(sizes.size(), Placement::replicate())};
+  const int64_t sf1 = *rc::gen::inRange<int64_t>(2, 6);
+  l.placements[a] = Placement::strided_shard(0, sf1);
+  l.placements[b] = *rc::gen::arbitrary<bool>() ? Placement::shard(0)
+                                                : Placement::strided_shard(0, *rc::gen::inRange<int64_t>(1, 6));
+  for (size_t k = b + 1; k < sizes.size(); ++k)
+    if (*rc::gen::arbitrary<bool>()) l.placements[k] = Placement::shard(0);
+  RC_PRE(testing::uses_flat_rule(m, Layout{v, {l.placements.begin(), l.placements.begin() + static_cast<long>(b) + 1}}));
+  const int64_t N = *rc::gen::inRange<int64_t>(0, 40);
+  RC_CLASSIFY(l.placements[b].kind == PlacementKind::strided_shard, "StridedShard after StridedShard");
+  RC_CLASSIFY(has_empty_shards(m, l, {N, 2}), "empty shards");
+  for (int r = 0; r < m.world(); ++r) {
+    RC_ASSERT(local_dim_indices(m, l, {N, 2}, r)[0] == dtensor_indices(m, l, 0, N, r));
+    const auto off = global_offset(m, l, {N, 2}, r);
+    const auto want = dtensor_indices(m, l, 0, N, r);
+    RC_ASSERT(off[0] == (want.empty() ? N : want.front()));
+  }
+  const Tensor<double> x = testing::pattern<double>({N, 2}, 9);
+  std::vector<Tensor<double>> locals;
+  for (int r = 0; r < m.world(); ++r) locals.push_back(shard(m, l, x, r));
+  RC_ASSERT(testing::same_bits(assemble(m, l, {N, 2}, locals).data, x.data));
 }
 
 // Every rank's plan, carried out in one process: the elements sent by each rank arrive

@@ -252,6 +252,29 @@ inline OptimConfig draw_optim(const CaseSpec& spec) {
   return o;
 }
 
+// layout.fsdp_dim: in half the cases a rule per family, each dim 0 (simplest first), the
+// last dimension, "largest", or dim 1 (the last for 1-D LayerNorm weights): all valid for
+// every tensor of the model. Drawn after everything else, so the other draws of a seed stay.
+inline FsdpDimConfig draw_fsdp_dim() {
+  FsdpDimConfig c{};
+  if (!draw_bool()) return c;
+  for (size_t f = 0; f < kFamilyCount; ++f) {
+    const int k = pick<int>({0, 1, 2, 3});
+    if (k == 1 || (k == 3 && static_cast<Family>(f) == Family::layernorm)) c[f] = {FsdpDimRule::Kind::dim, -1};
+    else if (k == 2) c[f] = {FsdpDimRule::Kind::largest, 0};
+    else if (k == 3) c[f] = {FsdpDimRule::Kind::dim, 1};
+  }
+  return c;
+}
+
+// Whether some parameter's FSDP dimension is not 0 under the layout.
+inline bool fsdp_off_dim0(const LayoutConfig& l, const ModelConfig& model) {
+  const mesh::Mesh m(l);
+  for (const ParamSpec& p : param_specs(model))
+    if (!p.shape.empty() && mesh::fsdp_shard_dim(m, p) != 0) return true;
+  return false;
+}
+
 // The backend: gloo mostly, mpi in one case of ten when allowed.
 inline std::string draw_backend(bool allow_mpi) {
   if (!allow_mpi) return "gloo";
@@ -274,6 +297,7 @@ inline Scenario draw_case(const CaseSpec& spec) {
                                   : *rc::gen::inRange<int64_t>(1, 3);
   s.seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
   s.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
+  s.layout.fsdp_dim = draw_fsdp_dim();
   return s;
 }
 
@@ -302,6 +326,8 @@ inline rc::Gen<CkptCase> gen_ckpt_case() {
     s.steps = *rc::gen::inRange<int64_t>(1, 3);
     s.seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
     s.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
+    s.layout.fsdp_dim = draw_fsdp_dim();  // saved under one FSDP dimension, loaded under another
+    c.load.fsdp_dim = draw_fsdp_dim();
     return c;
   });
 }

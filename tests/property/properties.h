@@ -90,6 +90,7 @@ inline void prop_ckpt_round_trip() {
   RC_CLASSIFY(folding_of(c.load) != folding_of(c.save.layout), "loaded in another folding mode");
   RC_CLASSIFY(c.load.world == 1, "loaded by the one-device baseline");
   RC_CLASSIFY(c.load.order != c.save.layout.order, "loaded under another rank order");
+  RC_CLASSIFY(c.load.fsdp_dim != c.save.layout.fsdp_dim, "loaded under another fsdp_dim");
   Scenario loader = c.save;
   loader.name = "property_ckpt_load";
   loader.layout = c.load;
