@@ -1,6 +1,7 @@
 // Layouts and the model of the checkpoint tests, shared by test_ckpt and ckpt_worker.
 // A layout is written "dpr1.dps4.tp2.ep2.etp1" (missing fields are 1; world is the product
-// dp_replicate * dp_shard * tp); "ds1" selects the deepspeed rank order.
+// dp_replicate * dp_shard * tp); "ds1" selects the deepspeed rank order; "fde2" puts FSDP of the routed experts on dim 2 and "fdd1"
+// FSDP of every 2-D family on dim 1 (layout.fsdp_dim; 0 when absent).
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "mesh/mesh.h"
 #include "model/config.h"
+#include "model/params.h"
 
 namespace parity::ckpt::testing {
 
@@ -45,6 +47,11 @@ inline LayoutConfig parse_layout(const std::string& s) {
     else if (key == "ep") l.ep = v;
     else if (key == "etp") l.etp = v;
     else if (key == "ds") l.order = v == 1 ? RankOrder::deepspeed : RankOrder::megatron;
+    else if (key == "fde") l.fsdp_dim[static_cast<size_t>(Family::routed_experts)] = {FsdpDimRule::Kind::dim, v};
+    else if (key == "fdd")
+      for (Family f : {Family::embedding, Family::attention, Family::router, Family::shared_experts, Family::dense_mlp,
+                       Family::head})
+        l.fsdp_dim[static_cast<size_t>(f)] = {FsdpDimRule::Kind::dim, v};
     else throw Error("bad layout field '" + part + "' in " + s);
   }
   l.world = l.dp_replicate * l.dp_shard * l.tp;

@@ -37,6 +37,10 @@ TEST_F(Reshard, DeepSpeedAndMegatronOrders) { both_ways("dps2.tp4.ep4.ds1", "dps
 TEST_F(Reshard, DeepSpeedWithReplicasAndEtpOutsideOneOrTp) {
   both_ways("dpr2.dps2.tp2.ep2.etp2.ds1", "dps2.tp4.ep2.etp2");
 }
+// layout.fsdp_dim: the same mesh with FSDP on another dimension, and across meshes.
+TEST_F(Reshard, ExpertsOnDimZeroAndOnTheirLastDim) { both_ways("dps8", "dps8.fde2"); }
+TEST_F(Reshard, FsdpDimOneStridedOverTpAndDimZero) { both_ways("dps4.tp2.fdd1", "dps4.tp2"); }
+TEST_F(Reshard, FsdpDimsAcrossMeshes) { both_ways("dps4.tp2.ep2.etp2.fde2.fdd1", "dpr2.dps2.tp2.ep2.etp2.fde1"); }
 
 TEST_F(Reshard, WorldSize8To2To8ThroughWhatWasLoaded) {
   // Each hop saves what it loaded (not the formula), so a lost element would propagate.
