@@ -116,14 +116,19 @@ TEST(PropertyGenerators, CiSeedReachesEveryFoldingModeInEveryProperty) {
   CaseSpec no_mpi;
   no_mpi.allow_mpi = false;
   for (const CaseSpec& spec : {CaseSpec{}, moe, tp, sgd, adam, clip, no_mpi}) {
-    int folding[4] = {0, 0, 0, 0};
-    const auto draw = [&] { ++folding[static_cast<int>(folding_of((*gen_case(spec)).layout))]; };
+    int folding[4] = {0, 0, 0, 0}, fsdp = 0;
+    const auto draw = [&] {
+      const Scenario s = *gen_case(spec);
+      ++folding[static_cast<int>(folding_of(s.layout))];
+      fsdp += fsdp_off_dim0(s.layout, s.model);
+    };
     rc::detail::TestParams params;
     params.seed = 20261122, params.maxSuccess = 15;
     ASSERT_TRUE(rc::detail::checkTestable(draw, rc::detail::TestMetadata{}, params).is<rc::detail::SuccessResult>());
     std::cout << "15 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
-              << ", cross-lane " << folding[3] << "\n";
+              << ", cross-lane " << folding[3] << "; FSDP off dim 0 " << fsdp << "\n";
     for (int f : folding) EXPECT_GE(f, 1);
+    EXPECT_GE(fsdp, 1);
   }
 }
 
@@ -136,12 +141,14 @@ TEST(PropertyGenerators, DrawOnlyValidCases) {
 
 // Over 1000 draws of the default generator every folding mode occurs, and so do uneven
 // shards, empty shards, sequence parallel, fp32, mpi, MoE layers, uneven batches, ranks with
-// no sequence of a micro-batch, the deepspeed rank order and etp outside {1, tp}.
+// no sequence of a micro-batch, the deepspeed rank order, etp outside {1, tp} and FSDP off
+// dimension 0.
 TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0, uneven_batch = 0,
-      empty_rank = 0, ds = 0, etp = 0;
+      empty_rank = 0, ds = 0, etp = 0, fsdp = 0;
   const auto draw = [&] {
     const Scenario s = *gen_case(CaseSpec{});
+    fsdp += fsdp_off_dim0(s.layout, s.model);
     const ShardShape sh = shard_shape(s);
     const BatchShape bs = batch_shape(s.model, s.layout);
     uneven_batch += bs.uneven, empty_rank += bs.empty_rank;
@@ -157,7 +164,7 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
             << ", cross-lane " << folding[3] << "; uneven " << uneven << ", empty shards " << empty << ", SP " << sp
             << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "; uneven batch " << uneven_batch
             << ", rank with no sequence " << empty_rank << "; deepspeed order " << ds << ", etp not 1 or tp " << etp
-            << "\n";
+            << ", FSDP off dim 0 " << fsdp << "\n";
   for (int f : folding) EXPECT_GE(f, 50);
   EXPECT_GE(ds, 50);
   EXPECT_GE(etp, 50);
@@ -169,6 +176,7 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   EXPECT_GE(moe, 300);
   EXPECT_GE(uneven_batch, 100);  // 192 at seed 3
   EXPECT_GE(empty_rank, 75);     // 150 at seed 3
+  EXPECT_GE(fsdp, 200);          // layout.fsdp_dim drawn in about half the cases
 }
 
 }  // namespace
