@@ -209,7 +209,8 @@ rc::Gen<Input> gen_schema_document() {
       {{"kind", {"\"sgd\"", "\"adam\"", "\"adamw\""}}, {"lr", real}, {"momentum", real}, {"beta1", real},
        {"beta2", real}, {"eps", real}, {"weight_decay", real}, {"clip", real}},
       {{"world", size}, {"dp_replicate", size}, {"dp_shard", size}, {"tp", size}, {"ep", size}, {"etp", size},
-       {"sp", flag}, {"backend", {"\"gloo\"", "\"mpi\""}}, {"device", {"\"cpu\""}}}};
+       {"sp", flag}, {"backend", {"\"gloo\"", "\"mpi\""}}, {"device", {"\"cpu\""}},
+       {"fsdp_dim", {"0", "-1", "1", "\"largest\"", "{\"routed_experts\": 2}", "{\"default\": -1, \"head\": 1}"}}}};
   struct Field {
     size_t key = 0, value = 0;
     bool plausible = true;
