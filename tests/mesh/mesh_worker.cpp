@@ -87,6 +87,7 @@ bool props(comm::Communicator& w, int cases) {
     RC_CLASSIFY(has_uneven_shards(m, a, shape) || has_uneven_shards(m, b, shape), "uneven shards");
     RC_CLASSIFY(has_empty_shards(m, a, shape) || has_empty_shards(m, b, shape), "empty shards");
     RC_CLASSIFY(a != partials_resolved(a), "Partial in A");
+    RC_CLASSIFY(testing::uses_flat_rule(m, a) || testing::uses_flat_rule(m, b), "nested StridedShard, segments do not divide");
     RC_LOG() << testing::describe(cfg, shape, a, b) << "\n";
     const int type = *rc::gen::inRange(0, 3);
     const int64_t bad = type == 0   ? wrong_everywhere<double>(w, m, shape, a, b)
