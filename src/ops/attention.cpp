@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,29 +21,37 @@ void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H,
 #if PARITY_HAVE_CUDA
   if (on_cuda()) return cuda::attention_forward(q, k, v, S, H, Dh, out, probs);
 #endif
+  attention_forward_rows(q, k, v, S, 0, S, H, Dh, out, probs);
+}
+
+// Query row i sits at global position gi = q0 + i and sees keys j <= gi.
+template <class T>
+void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
+                            int64_t Dh, T* out, T* probs) {
   const int64_t W = H * Dh;  // row stride of q, k, v, out
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   for (int64_t h = 0; h < H; ++h) {
     const int64_t c0 = h * Dh;
-    for (int64_t i = 0; i < S; ++i) {
-      T* pr = probs + (h * S + i) * S;  // (S), row i of head h
+    for (int64_t i = 0; i < Sq; ++i) {
+      const int64_t gi = q0 + i;
+      T* pr = probs + (h * Sq + i) * Sk;  // (Sk), row i of head h
       T mx = T(0);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = 0; j <= gi; ++j) {
         T dot = T(0);
         for (int64_t d = 0; d < Dh; ++d) dot += q[i * W + c0 + d] * k[j * W + c0 + d];
         pr[j] = dot * scale;
         mx = (j == 0 || pr[j] > mx) ? pr[j] : mx;
       }
       T sum = T(0);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = 0; j <= gi; ++j) {
         pr[j] = std::exp(pr[j] - mx);
         sum += pr[j];
       }
-      for (int64_t j = 0; j <= i; ++j) pr[j] = pr[j] / sum;
-      for (int64_t j = i + 1; j < S; ++j) pr[j] = T(0);
+      for (int64_t j = 0; j <= gi; ++j) pr[j] = pr[j] / sum;
+      for (int64_t j = gi + 1; j < Sk; ++j) pr[j] = T(0);
       for (int64_t d = 0; d < Dh; ++d) {
         T acc = T(0);
-        for (int64_t j = 0; j <= i; ++j) acc += pr[j] * v[j * W + c0 + d];
+        for (int64_t j = 0; j <= gi; ++j) acc += pr[j] * v[j * W + c0 + d];
         out[i * W + c0 + d] = acc;
       }
     }
@@ -51,58 +60,65 @@ void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H,
 
 namespace {
 
-// dS (S, S) of one head: with dP[i][j] = sum_d dout[i][d] * v[j][d] (d order) and
-// rowdot_i = sum_{j<=i} P[i][j] * dP[i][j] (j order), dS[i][j] = P[i][j] * (dP[i][j] - rowdot_i)
-// for j <= i, else 0. P is probs of this head (S, S); columns c0.. of the (S, W) buffers.
+// dS (Sq, Sk) of one head: with dP[i][j] = sum_d dout[i][d] * v[j][d] (d order) and
+// rowdot_i = sum_{j<=gi} P[i][j] * dP[i][j] (j order), dS[i][j] = P[i][j] * (dP[i][j] - rowdot_i)
+// for j <= gi = q0 + i, else 0. P is probs of this head (Sq, Sk); columns c0.. of the (., W) buffers.
 template <class T>
-void softmax_grad_head(const T* P, const T* v, const T* dout, int64_t S, int64_t W, int64_t c0, int64_t Dh,
-                       T* dS) {
-  for (int64_t i = 0; i < S; ++i) {
-    T* dsr = dS + i * S;  // (S)
+void softmax_grad_head(const T* P, const T* v, const T* dout, int64_t Sq, int64_t q0, int64_t Sk, int64_t W,
+                       int64_t c0, int64_t Dh, T* dS) {
+  for (int64_t i = 0; i < Sq; ++i) {
+    const int64_t gi = q0 + i;
+    T* dsr = dS + i * Sk;  // (Sk)
     T rowdot = T(0);
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j <= gi; ++j) {
       T dp = T(0);
       for (int64_t d = 0; d < Dh; ++d) dp += dout[i * W + c0 + d] * v[j * W + c0 + d];
       dsr[j] = dp;
-      rowdot += P[i * S + j] * dp;
+      rowdot += P[i * Sk + j] * dp;
     }
-    for (int64_t j = 0; j <= i; ++j) dsr[j] = P[i * S + j] * (dsr[j] - rowdot);
-    for (int64_t j = i + 1; j < S; ++j) dsr[j] = T(0);
+    for (int64_t j = 0; j <= gi; ++j) dsr[j] = P[i * Sk + j] * (dsr[j] - rowdot);
+    for (int64_t j = gi + 1; j < Sk; ++j) dsr[j] = T(0);
   }
 }
 
 }  // namespace
 
-// Per head, with dS as in softmax_grad_head and scale = 1 / sqrt(Dh):
-//   dq[i][d] += (sum_{j <= i} dS[i][j] * k[j][d]) * scale     (j order, from 0)
-//   dk[j][d] += (sum_{i >= j} dS[i][j] * q[i][d]) * scale     (i order, from 0)
-//   dv[j][d] += sum_{i >= j} P[i][j] * dout[i][d]             (i order, from 0)
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
                         int64_t Dh, T* dq, T* dk, T* dv) {
 #if PARITY_HAVE_CUDA
   if (on_cuda()) return cuda::attention_backward(q, k, v, probs, dout, S, H, Dh, dq, dk, dv);
 #endif
+  attention_backward_rows(q, k, v, probs, dout, S, 0, S, H, Dh, dq, dk, dv);
+}
+
+// Per head, with dS as in softmax_grad_head, scale = 1 / sqrt(Dh), gi = q0 + i:
+//   dq[i][d] += (sum_{j <= gi} dS[i][j] * k[j][d]) * scale            (j order, from 0)
+//   dk[j][d] += (sum_{i: gi >= j} dS[i][j] * q[i][d]) * scale         (i order, ascending)
+//   dv[j][d] += sum_{i: gi >= j} P[i][j] * dout[i][d]                 (i order, ascending)
+template <class T>
+void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
+                             int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv) {
   const int64_t W = H * Dh;
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
-  std::vector<T> dS(static_cast<size_t>(S * S));  // (S, S), one head
+  std::vector<T> dS(static_cast<size_t>(Sq * Sk));  // (Sq, Sk), one head
   for (int64_t h = 0; h < H; ++h) {
     const int64_t c0 = h * Dh;
-    const T* P = probs + h * S * S;  // (S, S)
-    softmax_grad_head(P, v, dout, S, W, c0, Dh, dS.data());
-    for (int64_t i = 0; i < S; ++i) {
+    const T* P = probs + h * Sq * Sk;  // (Sq, Sk)
+    softmax_grad_head(P, v, dout, Sq, q0, Sk, W, c0, Dh, dS.data());
+    for (int64_t i = 0; i < Sq; ++i) {
       for (int64_t d = 0; d < Dh; ++d) {
         T acc = T(0);
-        for (int64_t j = 0; j <= i; ++j) acc += dS[i * S + j] * k[j * W + c0 + d];
+        for (int64_t j = 0; j <= q0 + i; ++j) acc += dS[i * Sk + j] * k[j * W + c0 + d];
         dq[i * W + c0 + d] += acc * scale;
       }
     }
-    for (int64_t j = 0; j < S; ++j) {
+    for (int64_t j = 0; j < Sk; ++j) {
       for (int64_t d = 0; d < Dh; ++d) {
         T acc_k = T(0), acc_v = T(0);
-        for (int64_t i = j; i < S; ++i) {
-          acc_k += dS[i * S + j] * q[i * W + c0 + d];
-          acc_v += P[i * S + j] * dout[i * W + c0 + d];
+        for (int64_t i = std::max<int64_t>(j - q0, 0); i < Sq; ++i) {
+          acc_k += dS[i * Sk + j] * q[i * W + c0 + d];
+          acc_v += P[i * Sk + j] * dout[i * W + c0 + d];
         }
         dk[j * W + c0 + d] += acc_k * scale;
         dv[j * W + c0 + d] += acc_v;
@@ -119,5 +135,15 @@ template void attention_backward<float>(const float*, const float*, const float*
                                         int64_t, int64_t, int64_t, float*, float*, float*);
 template void attention_backward<double>(const double*, const double*, const double*, const double*,
                                          const double*, int64_t, int64_t, int64_t, double*, double*, double*);
+
+template void attention_forward_rows<float>(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, float*, float*);
+template void attention_forward_rows<double>(const double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                             int64_t, int64_t, double*, double*);
+template void attention_backward_rows<float>(const float*, const float*, const float*, const float*, const float*,
+                                             int64_t, int64_t, int64_t, int64_t, int64_t, float*, float*, float*);
+template void attention_backward_rows<double>(const double*, const double*, const double*, const double*,
+                                              const double*, int64_t, int64_t, int64_t, int64_t, int64_t, double*,
+                                              double*, double*);
 
 }  // namespace parity

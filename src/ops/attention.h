@@ -14,4 +14,18 @@ template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
                         int64_t Dh, T* dq, T* dk, T* dv);
 
+// The same attention for a contiguous block of query rows, as context parallel runs it: q,
+// out (Sq, H*Dh) are the queries at global positions [q0, q0 + Sq) of a sequence whose keys
+// and values k, v (Sk, H*Dh) hold positions [0, Sk), q0 + Sq <= Sk; the causal mask is in
+// global positions (query q0 + i sees keys j <= q0 + i). probs (H, Sq, Sk).
+// attention_forward is this with q0 = 0, Sq = Sk = S: the same loops, the same bits.
+template <class T>
+void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
+                            int64_t Dh, T* out, T* probs);
+// dq (Sq, H*Dh), dk, dv (Sk, H*Dh) +=: dk, dv get this block's queries' part only (the
+// caller sums the blocks); each sum runs over this block's rows in ascending order.
+template <class T>
+void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
+                             int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv);
+
 }  // namespace parity

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/accumulate.h"
@@ -138,6 +139,78 @@ TEST(Attention, Fp32CloseToFp64) {
   const auto d = run<double>(q, k, v, dout, S, H, Dh);
   for (size_t i = 0; i < d.size(); ++i)
     EXPECT_TRUE(test::close_normwise(f[i], d[i], test::Tolerance<float>::rel)) << "output #" << i;
+}
+
+// Context parallel's block of query rows (attention_forward_rows): for every split of the S
+// queries into a block [q0, q0 + Sq), the block's output and probabilities are the full
+// attention's rows, bit for bit (the same loops in the same order), and its mask is in
+// global positions.
+TEST(Attention, RowBlockForwardIsTheFullRowsBitwise) {
+  const int64_t S = 6, H = 2, Dh = 3, W = H * Dh;
+  Rng rng(44);
+  const std::vector<double> q = rng.vec(S * W), k = rng.vec(S * W), v = rng.vec(S * W);
+  std::vector<double> out = zeros<double>(S * W), probs = zeros<double>(H * S * S);
+  attention_forward(q.data(), k.data(), v.data(), S, H, Dh, out.data(), probs.data());
+  for (int64_t q0 = 0; q0 < S; ++q0)
+    for (int64_t Sq = 0; q0 + Sq <= S; ++Sq) {
+      std::vector<double> o = zeros<double>(Sq * W), p(H * Sq * S, -1.0);
+      attention_forward_rows(q.data() + q0 * W, k.data(), v.data(), Sq, q0, S, H, Dh, o.data(), p.data());
+      for (int64_t i = 0; i < Sq * W; ++i) EXPECT_EQ(o[i], out[q0 * W + i]) << "q0 " << q0 << " Sq " << Sq;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < Sq; ++i)
+          for (int64_t j = 0; j < S; ++j)
+            EXPECT_EQ(p[(h * Sq + i) * S + j], probs[(h * S + q0 + i) * S + j]) << h << "," << q0 + i << "," << j;
+    }
+}
+
+// The block's backward against central differences of its own forward (fp64), for blocks
+// that start inside the sequence: dq of the block's rows, dk and dv of every key.
+TEST(Attention, RowBlockBackwardMatchesCentralDifference) {
+  const int64_t S = 5, H = 2, Dh = 2, W = H * Dh;
+  for (auto [q0, Sq] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 3}, {3, 1}, {1, 4}}) {
+    Rng rng(45 + q0);
+    std::vector<double> q = rng.vec(Sq * W), k = rng.vec(S * W), v = rng.vec(S * W);
+    const std::vector<double> r = rng.vec(Sq * W);
+    std::vector<double> out = zeros<double>(Sq * W), probs = zeros<double>(H * Sq * S);
+    auto loss = [&] {
+      attention_forward_rows(q.data(), k.data(), v.data(), Sq, q0, S, H, Dh, out.data(), probs.data());
+      return dot(r, out);
+    };
+    loss();
+    std::vector<double> dq = zeros<double>(Sq * W), dk = zeros<double>(S * W), dv = zeros<double>(S * W);
+    attention_backward_rows(q.data(), k.data(), v.data(), probs.data(), r.data(), Sq, q0, S, H, Dh, dq.data(),
+                            dk.data(), dv.data());
+    EXPECT_TRUE(test::gradient_matches(loss, q, dq)) << "q0 " << q0 << " dq";
+    EXPECT_TRUE(test::gradient_matches(loss, k, dk)) << "q0 " << q0 << " dk";
+    EXPECT_TRUE(test::gradient_matches(loss, v, dv)) << "q0 " << q0 << " dv";
+    for (int64_t j = q0 + Sq; j < S; ++j)  // keys after the block's last query get nothing
+      for (int64_t c = 0; c < W; ++c) EXPECT_EQ(dk[j * W + c], 0.0) << "key " << j;
+  }
+}
+
+// Split into cp blocks, the blocks' dq are the full dq's rows bitwise, and their dk, dv
+// summed over the blocks equal the full ones up to summation order.
+TEST(Attention, RowBlocksSumToTheFullBackward) {
+  const int64_t S = 8, H = 2, Dh = 3, W = H * Dh, N = S * W;
+  Rng rng(46);
+  const std::vector<double> q = rng.vec(N), k = rng.vec(N), v = rng.vec(N), dout = rng.vec(N);
+  std::vector<double> out = zeros<double>(N), probs = zeros<double>(H * S * S);
+  attention_forward(q.data(), k.data(), v.data(), S, H, Dh, out.data(), probs.data());
+  std::vector<double> dq = zeros<double>(N), dk = zeros<double>(N), dv = zeros<double>(N);
+  attention_backward(q.data(), k.data(), v.data(), probs.data(), dout.data(), S, H, Dh, dq.data(), dk.data(), dv.data());
+  for (int64_t cp : {2, 4}) {
+    const int64_t Sq = S / cp;
+    std::vector<double> sk = zeros<double>(N), sv = zeros<double>(N);
+    for (int64_t r = 0; r < cp; ++r) {
+      std::vector<double> o = zeros<double>(Sq * W), p = zeros<double>(H * Sq * S), bq = zeros<double>(Sq * W);
+      attention_forward_rows(q.data() + r * Sq * W, k.data(), v.data(), Sq, r * Sq, S, H, Dh, o.data(), p.data());
+      attention_backward_rows(q.data() + r * Sq * W, k.data(), v.data(), p.data(), dout.data() + r * Sq * W, Sq, r * Sq,
+                              S, H, Dh, bq.data(), sk.data(), sv.data());
+      for (int64_t i = 0; i < Sq * W; ++i) EXPECT_EQ(bq[i], dq[r * Sq * W + i]) << "cp " << cp << " block " << r;
+    }
+    EXPECT_TRUE(test::close_normwise(sk, dk, test::Tolerance<double>::rel)) << "cp " << cp << " dk";
+    EXPECT_TRUE(test::close_normwise(sv, dv, test::Tolerance<double>::rel)) << "cp " << cp << " dv";
+  }
 }
 
 }  // namespace
