@@ -44,6 +44,7 @@ ordered_json layout_json(const mesh::Layout& l, const LayoutConfig& cfg) {
 ordered_json mesh_json(const LayoutConfig& m) {
   ordered_json j = {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
                     {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
+  if (m.cp != 1) j["cp"] = m.cp;  // written only when used: checkpoints without cp stay as they were
   if (m.order != RankOrder::megatron) j["order"] = std::string(order_name(m.order));
   return j;
 }
@@ -56,6 +57,7 @@ LayoutConfig mesh_from(const json& m) {
   c.tp = m.at("tp").get<int64_t>();
   c.ep = m.at("ep").get<int64_t>();
   c.etp = m.at("etp").get<int64_t>();
+  c.cp = m.contains("cp") ? m.at("cp").get<int64_t>() : 1;
   if (m.contains("order")) {
     const std::string o = m.at("order").get<std::string>();
     if (o != "megatron" && o != "deepspeed") throw Error("mesh.order must be megatron or deepspeed, got '" + o + "'");
@@ -70,6 +72,11 @@ mesh::Layout layout_from(const json& l, const std::string& where, const std::str
   if (view != "dense" && view != "expert") bad(where, path + ".layout.view", "must be dense or expert");
   out.view = view == "dense" ? mesh::View::dense : mesh::View::expert;
   for (const auto& p : l.at("placements")) out.placements.push_back(parse_placement(p.get<std::string>()));
+  // A dense layout saved before the cp dimension existed has (dp_replicate, dp_shard, tp):
+  // the same layout with cp (size 1) replicated.
+  if (out.view == mesh::View::dense && out.placements.size() == 3 && l.contains("mesh_dims") &&
+      l.at("mesh_dims").size() == 3)
+    out.placements.insert(out.placements.begin() + 2, mesh::Placement::replicate());
   return out;
 }
 

@@ -58,6 +58,7 @@ void check_identity(std::vector<std::string>& problems, const std::string& path,
   d.field("mesh.tp", md.mesh.tp, h.mesh.tp);
   d.field("mesh.ep", md.mesh.ep, h.mesh.ep);
   d.field("mesh.etp", md.mesh.etp, h.mesh.etp);
+  d.field("mesh.cp", md.mesh.cp, h.mesh.cp);
   d.field("mesh.order", md.mesh.order, h.mesh.order, [](RankOrder o) { return std::string(order_name(o)); });
   d.field("model (checksum)", json_checksum(md.model), h.model_checksum, checksum_str);
   if (!d.empty()) problems.push_back(d.message(path));

@@ -322,9 +322,10 @@ int run_rank_verdict(const RunOptions& o) {
 
 std::string layout_str(const LayoutConfig& l) {
   auto n = [](int64_t x) { return std::to_string(x); };
-  return "world " + n(l.world) + " (dp_replicate " + n(l.dp_replicate) + ", dp_shard " + n(l.dp_shard) + ", tp " +
-         n(l.tp) + ", ep " + n(l.ep) + ", etp " + n(l.etp) + (l.sp ? ", sp" : "") +
-         (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order") + ")";
+  return "world " + n(l.world) + " (dp_replicate " + n(l.dp_replicate) + ", dp_shard " + n(l.dp_shard) +
+         (l.cp > 1 ? ", cp " + n(l.cp) : "") + ", tp " + n(l.tp) + ", ep " + n(l.ep) + ", etp " + n(l.etp) +
+         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order") +
+         ")";
 }
 
 // A fresh directory for the check's checkpoint, removed when the check ends.

@@ -160,7 +160,7 @@ void parse_optim(const ObjectReader& r, OptimConfig& o) {
 void parse_layout(const ObjectReader& r, LayoutConfig& l) {
   for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
            {"world", &l.world}, {"dp_replicate", &l.dp_replicate}, {"dp_shard", &l.dp_shard},
-           {"tp", &l.tp}, {"ep", &l.ep}, {"etp", &l.etp}})
+           {"tp", &l.tp}, {"ep", &l.ep}, {"etp", &l.etp}, {"cp", &l.cp}})
     r.read(key, *field);
   r.read("sp", l.sp);
   r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
@@ -183,8 +183,8 @@ const std::vector<std::string> kModelKeys = {
     "bias_rate", "tie_embeddings"};
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
-const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",
-                                              "etp",   "sp",           "order",    "backend", "device", "fsdp_dim"};
+const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
+                                              "cp",    "sp",           "order",    "backend", "device", "fsdp_dim"};
 
 // ---- validation ------------------------------------------------------------------------
 
@@ -260,12 +260,12 @@ void validate_optim(const OptimConfig& o) {
 void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p = "$.layout.") {
   for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
            {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
+           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}})
     require_at_least(v, 1, p + key);
-  const int64_t dense = checked_mul(checked_mul(l.dp_replicate, l.dp_shard), l.tp);
+  const int64_t dense = checked_mul(checked_mul(checked_mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
   require(dense == l.world, p + "world",
-          "must equal dp_replicate*dp_shard*tp (" + std::to_string(l.dp_replicate) + "*" +
-              std::to_string(l.dp_shard) + "*" + std::to_string(l.tp) + "), got " +
+          "must equal dp_replicate*dp_shard*cp*tp (" + std::to_string(l.dp_replicate) + "*" +
+              std::to_string(l.dp_shard) + "*" + std::to_string(l.cp) + "*" + std::to_string(l.tp) + "), got " +
               std::to_string(l.world));
   const int64_t expert = checked_mul(checked_mul(l.dp_replicate, l.ep), l.etp);
   require(expert > 0 && l.world % expert == 0, p + "ep",
@@ -283,6 +283,13 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
             "sequence parallel requires layout.tp (" + std::to_string(l.tp) +
                 ") to divide model.seq (" + std::to_string(m.seq) + ")");
   }
+  require(m.seq % l.cp == 0, p + "cp",
+          "must divide model.seq (" + std::to_string(m.seq) +
+              ") so that each CP rank holds an equal chunk of every sequence, got " + std::to_string(l.cp));
+  if (l.sp && l.cp > 1)
+    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
+            "sequence parallel with context parallel requires layout.cp*layout.tp (" + std::to_string(l.cp) + "*" +
+                std::to_string(l.tp) + ") to divide model.seq (" + std::to_string(m.seq) + ")");
   require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
           "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
   mesh::check_fsdp_dim(l, m, p);
@@ -458,6 +465,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   auto layout_json = [](const LayoutConfig& x) {
     json j{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
            {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
+    if (x.cp != 1) j["cp"] = x.cp;  // 1 is the default: files without context parallel stay as they were
     if (x.device != "cpu") j["device"] = x.device;  // cpu is the default: files stay as they were
     if (x.order != RankOrder::megatron) j["order"] = std::string(order_name(x.order));  // likewise
     if (auto f = fsdp_dim_json(x.fsdp_dim)) j["fsdp_dim"] = *f;  // so is dim 0 everywhere

@@ -35,9 +35,9 @@ const Family kFamilies[] = {Family::embedding,      Family::attention,      Fami
 
 std::string layout_desc(const LayoutConfig& l) {
   auto s = [](int64_t x) { return std::to_string(x); };
-  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) + " x tp " +
-         s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" + (l.sp ? ", sp" : "") +
-         (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order");
+  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
+         (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" +
+         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order");
 }
 
 Row make_row(std::string quantity, std::string subject, double tol) {

@@ -88,12 +88,15 @@ void write_expert_owners(std::ostringstream& o, const Mesh& m, const ModelConfig
   }
 }
 
-// The numbering of both views under each order (mesh.h, docs/mesh.md "Rank order").
-std::string rank_formula(RankOrder o) {
-  if (o == RankOrder::megatron)
-    return "rank = tp_r + tp*(dps_r + dp_shard*dpr_r) = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
-  return "rank = tp_r + tp*(dps_r + dp_shard*dpr_r); expert coordinates from the TP-lane-major index\n"
-         "tp_r*dp_shard + dps_r + (W/dp_replicate)*dpr_r = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
+// The numbering of both views under each order (mesh.h, docs/mesh.md "Rank order"); the cp
+// coordinate appears only when cp > 1, so layouts without context parallel print as before.
+std::string rank_formula(const LayoutConfig& l) {
+  const bool cp = l.cp > 1;
+  const std::string dense = cp ? "rank = tp_r + tp*(cp_r + cp*(dps_r + dp_shard*dpr_r))" : "rank = tp_r + tp*(dps_r + dp_shard*dpr_r)";
+  if (l.order == RankOrder::megatron) return dense + " = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
+  return dense + "; expert coordinates from the TP-lane-major index\n" +
+         (cp ? "tp_r*dp_shard*cp + cp_r + cp*dps_r" : "tp_r*dp_shard + dps_r") +
+         " + (W/dp_replicate)*dpr_r = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
 }
 
 }  // namespace
@@ -101,6 +104,7 @@ std::string rank_formula(RankOrder o) {
 std::string config_label(const Mesh& m) {
   std::string out;
   if (m.size(MeshDim::dp_replicate) > 1) out = "DPR" + std::to_string(m.size(MeshDim::dp_replicate)) + ", ";
+  if (m.size(MeshDim::cp) > 1) out += "CP" + std::to_string(m.size(MeshDim::cp)) + ", ";
   out += "TP" + std::to_string(m.size(MeshDim::tp)) + ", EP" + std::to_string(m.size(MeshDim::ep)) + ", ETP" +
          std::to_string(m.size(MeshDim::etp));
   if (m.layout().order != RankOrder::megatron) out += ", " + std::string(order_name(m.layout().order)) + " order";
@@ -156,7 +160,11 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   o << "world " << m.world() << ", folding " << folding_name(folding(m)) << "\n";
   o << "dense view  " << view_sizes(m, View::dense) << "\n";
   o << "expert view " << view_sizes(m, View::expert) << "\n";
-  o << "rank order " << order_name(layout.order) << "\n" << rank_formula(layout.order) << "\n\n";
+  o << "rank order " << order_name(layout.order) << "\n" << rank_formula(layout) << "\n";
+  if (m.size(MeshDim::cp) > 1)
+    o << "context parallel: cp " << m.size(MeshDim::cp) << ", groups " << groups_str(m.groups(GroupKind::cp))
+      << " (each holds one contiguous chunk of every sequence; the expert view has no cp: edp absorbs it)\n";
+  o << "\n";
   write_ranks(o, m);
   o << "\n";
   write_groups(o, m);

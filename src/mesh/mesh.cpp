@@ -14,6 +14,7 @@ std::string_view dim_name(MeshDim d) {
   switch (d) {
     case MeshDim::dp_replicate: return "dp_replicate";
     case MeshDim::dp_shard: return "dp_shard";
+    case MeshDim::cp: return "cp";
     case MeshDim::tp: return "tp";
     case MeshDim::edp_shard: return "edp_shard";
     case MeshDim::ep: return "ep";
@@ -26,6 +27,7 @@ std::string_view dim_short(MeshDim d) {
   switch (d) {
     case MeshDim::dp_replicate: return "dpr";
     case MeshDim::dp_shard: return "dps";
+    case MeshDim::cp: return "cp";
     case MeshDim::tp: return "tp";
     case MeshDim::edp_shard: return "edps";
     case MeshDim::ep: return "ep";
@@ -35,7 +37,7 @@ std::string_view dim_short(MeshDim d) {
 }
 
 const std::vector<MeshDim>& view_dims(View v) {
-  static const std::vector<MeshDim> dense = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::tp};
+  static const std::vector<MeshDim> dense = {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp, MeshDim::tp};
   static const std::vector<MeshDim> expert = {MeshDim::dp_replicate, MeshDim::edp_shard, MeshDim::ep, MeshDim::etp};
   return v == View::dense ? dense : expert;
 }
@@ -48,6 +50,8 @@ std::string_view group_kind_name(GroupKind k) {
     case GroupKind::dp_shard: return "dp_shard";
     case GroupKind::dense_dp: return "dense_dp";
     case GroupKind::dense_shard: return "dense_shard";
+    case GroupKind::cp: return "cp";
+    case GroupKind::dense_replicate: return "dense_replicate";
     case GroupKind::ep: return "ep";
     case GroupKind::etp: return "etp";
     case GroupKind::edp_shard: return "edp_shard";
@@ -61,7 +65,7 @@ const std::vector<GroupKind>& all_group_kinds() {
   static const std::vector<GroupKind> all = {
       GroupKind::world, GroupKind::tp,  GroupKind::dp_replicate, GroupKind::dp_shard,
       GroupKind::dense_dp, GroupKind::dense_shard, GroupKind::ep, GroupKind::etp,
-      GroupKind::edp_shard, GroupKind::edp, GroupKind::ep_etp};
+      GroupKind::edp_shard, GroupKind::edp, GroupKind::ep_etp, GroupKind::cp, GroupKind::dense_replicate};
   return all;
 }
 
@@ -82,8 +86,10 @@ std::vector<MeshDim> group_dims(GroupKind k) {
     case GroupKind::tp: return {MeshDim::tp};
     case GroupKind::dp_replicate: return {MeshDim::dp_replicate};
     case GroupKind::dp_shard: return {MeshDim::dp_shard};
-    case GroupKind::dense_dp: return {MeshDim::dp_replicate, MeshDim::dp_shard};
+    case GroupKind::dense_dp: return {MeshDim::dp_replicate, MeshDim::dp_shard, MeshDim::cp};
     case GroupKind::dense_shard: return {MeshDim::dp_shard, MeshDim::tp};
+    case GroupKind::cp: return {MeshDim::cp};
+    case GroupKind::dense_replicate: return {MeshDim::dp_replicate, MeshDim::cp};
     case GroupKind::ep: return {MeshDim::ep};
     case GroupKind::etp: return {MeshDim::etp};
     case GroupKind::edp_shard: return {MeshDim::edp_shard};
@@ -122,13 +128,13 @@ Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
   const std::string p = "$.layout.";
   for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
            {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
+           {"cp", l.cp}, {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
     require(v >= 1, p + key, "must be >= 1, got " + s(v));
   require(l.world <= (int64_t{1} << 20), p + "world", "must be <= 1048576, got " + s(l.world));
-  const int64_t dense = mul(mul(l.dp_replicate, l.dp_shard), l.tp);
+  const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
   require(dense == l.world, p + "world",
-          "must equal dp_replicate*dp_shard*tp (" + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + s(l.tp) +
-              "), got " + s(l.world));
+          "must equal dp_replicate*dp_shard*cp*tp (" + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + s(l.cp) + "*" +
+              s(l.tp) + "), got " + s(l.world));
   const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
   require(expert > 0 && l.world % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
@@ -140,6 +146,7 @@ int64_t Mesh::size(MeshDim d) const {
   switch (d) {
     case MeshDim::dp_replicate: return layout_.dp_replicate;
     case MeshDim::dp_shard: return layout_.dp_shard;
+    case MeshDim::cp: return layout_.cp;
     case MeshDim::tp: return layout_.tp;
     case MeshDim::edp_shard: return layout_.world / (layout_.dp_replicate * layout_.ep * layout_.etp);
     case MeshDim::ep: return layout_.ep;
@@ -168,7 +175,7 @@ std::vector<int64_t> Mesh::coords(View v, int rank) const {
 }
 
 int64_t Mesh::coord(MeshDim d, int rank) const {
-  View v = (d == MeshDim::dp_shard || d == MeshDim::tp) ? View::dense : View::expert;
+  View v = (d == MeshDim::dp_shard || d == MeshDim::cp || d == MeshDim::tp) ? View::dense : View::expert;
   return coords(v, rank)[index_in_view(v, d)];
 }
 
@@ -261,6 +268,22 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
             "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
   }
   check_fsdp_dim(l, m);
+  validate_cp(l, m);
+}
+
+// Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
+// sequence parallel splits each chunk again over tp: both must divide.
+void validate_cp(const LayoutConfig& l, const ModelConfig& m) {
+  const std::string p = "$.layout.";
+  require(l.cp == 1 || l.device != "cuda", p + "cp",
+          "context parallel runs on the CPU reference ops only (layout.device \"cpu\"), got cp " + s(l.cp));
+  require(m.seq % l.cp == 0, p + "cp",
+          "must divide model.seq (" + s(m.seq) + ") so that each CP rank holds an equal chunk of every sequence, got " +
+              s(l.cp));
+  if (l.sp && l.cp > 1)
+    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
+            "sequence parallel with context parallel requires layout.cp*layout.tp (" + s(l.cp) + "*" + s(l.tp) +
+                ") to divide model.seq (" + s(m.seq) + ")");
 }
 
 comm::Communicator& comm_group(comm::Communicator& world, const Mesh& m, GroupKind k) {

@@ -1,27 +1,30 @@
 // The device mesh: two views of the same W ranks (shared/design/FOLDINGS.md).
 //
-//   dense view  (dp_replicate, dp_shard, tp)             every parameter but routed experts
+//   dense view  (dp_replicate, dp_shard, cp, tp)         every parameter but routed experts
 //   expert view (dp_replicate, edp_shard, ep, etp)       routed experts
 //
 // with edp_shard = W / (dp_replicate·ep·etp); etp is any degree with dp_replicate·ep·etp
-// dividing W (Megatron's etp, independent of tp).
+// dividing W (Megatron's etp, independent of tp). The expert view has no cp (as in Megatron):
+// expert data parallel absorbs the context-parallel ranks.
 //
 // A view's coordinates read row-major (last fastest) give its linear index; the rank order
 // (LayoutConfig::order, docs/mesh.md "Rank order") says which world rank holds it:
 //
 //   order      dense view                            expert view
-//   megatron   rank = tp_r + tp·(dps_r + dps·dpr_r)   rank = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
+//   megatron   rank = tp_r + tp·(cp_r + cp·(dps_r    rank = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
+//                     + dps·dpr_r))  (tp-cp-dp)
 //   deepspeed  the same                              with B = W/dp_replicate and the rank's dense
-//                                                    coordinates: tp_r·dps + dps_r + B·dpr_r
-//                                                    = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
+//                                                    coordinates: tp_r·dps·cp + (cp_r + cp·dps_r)
+//                                                    + B·dpr_r = etp_r + etp·(ep_r + ep·(edps_r + edps·dpr_r))
 //
 // (dps = dp_shard, edps = edp_shard). Under deepspeed, inside each HSDP replica block the
 // expert coordinates run TP-lane-major (DeepSpeed's TP-strided expert groups: W8 TP2 EP4 has
-// EP {0,2,4,6}{1,3,5,7}, EDP {0,1}{2,3}{4,5}{6,7}); dp_replicate is the same coordinate in
+// EP {0,2,4,6}{1,3,5,7}, EDP {0,1}{2,3}{4,5}{6,7}); with cp > 1 a lane's ranks are numbered by
+// their combined (dp_shard, cp) coordinate. dp_replicate is the same coordinate in
 // both views under both orders, so HSDP replica groups are shared. The two orders are not a
-// renumbering of each other: with tp > 1 and dp_shard > 1 they put different dense
+// renumbering of each other: with tp > 1 and dp_shard·cp > 1 they put different dense
 // coordinates into one EP group (W8 TP2 EP4: cross-lane under megatron, dp2ep under
-// deepspeed); with tp = 1 or dp_shard = 1 they coincide.
+// deepspeed); with tp = 1 or dp_shard·cp = 1 they coincide.
 //
 // A group is the set of ranks that differ only in the coordinates of some dimensions of one
 // view; its members are listed in coordinate order (row-major over the group's own
@@ -43,7 +46,7 @@ class Communicator;
 namespace parity::mesh {
 
 enum class View { dense, expert };
-enum class MeshDim { dp_replicate, dp_shard, tp, edp_shard, ep, etp };
+enum class MeshDim { dp_replicate, dp_shard, tp, edp_shard, ep, etp, cp };
 
 std::string_view view_name(View v);     // "dense", "expert"
 std::string_view dim_name(MeshDim d);   // "dp_replicate", "dp_shard", "tp", "edp_shard", ...
@@ -54,13 +57,19 @@ const std::vector<MeshDim>& view_dims(View v);
 
 // Every group the parallel code uses. Each is a set of dimensions of one view:
 //   tp, dp_replicate, dp_shard          single dense dimensions
-//   dense_dp = dp_replicate x dp_shard  gradient reduction of dense parameters
+//   dense_dp = dp_replicate x dp_shard x cp
+//                                       gradient reduction of dense parameters (cp ranks hold
+//                                       the same parameters but see different tokens)
 //   dense_shard = dp_shard x tp         FSDP x TP: the ranks one dense replica is spread over
 //   ep, etp, edp_shard                  single expert dimensions
 //   edp = dp_replicate x edp_shard      gradient reduction of routed experts
 //   ep_etp = ep x etp                   the expert-model-parallel ranks (token dispatch)
 //   world                               every rank
-enum class GroupKind { world, tp, dp_replicate, dp_shard, dense_dp, dense_shard, ep, etp, edp_shard, edp, ep_etp };
+//   cp                                  context parallel: the ranks one sequence is split over
+//   dense_replicate = dp_replicate x cp the ranks holding the same dense shard (FSDP shards over
+//                                       dp_shard only): the all-reduce after the reduce-scatter
+enum class GroupKind { world, tp, dp_replicate, dp_shard, dense_dp, dense_shard, ep, etp, edp_shard, edp, ep_etp,
+                       cp, dense_replicate };
 std::string_view group_kind_name(GroupKind k);  // "tp", "dense_dp", ...
 const std::vector<GroupKind>& all_group_kinds();
 View group_view(GroupKind k);
@@ -70,7 +79,7 @@ using Group = std::vector<int>;  // world ranks, ascending
 
 class Mesh {
  public:
-  // Checks the structural rules (every degree >= 1, world = dp_replicate·dp_shard·tp,
+  // Checks the structural rules (every degree >= 1, world = dp_replicate·dp_shard·cp·tp,
   // dp_replicate·ep·etp divides world) and throws ConfigError naming "$.layout.<field>"
   // and the rule. Model-dependent rules are in validate_layout().
   explicit Mesh(const LayoutConfig& layout);
@@ -119,6 +128,8 @@ int64_t order_rank(const LayoutConfig& l, View v, int64_t linear);
 // every tensor of its family (check_fsdp_dim in param_layout.h). Throws
 // ConfigError("$.layout.<field>" or "$.model.<field>", rule) before any rank starts.
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model);
+// validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does.
+void validate_cp(const LayoutConfig& layout, const ModelConfig& model);
 
 // The communicator of this rank's group of kind k (collective over that group's members;
 // every rank of the world should call it for the same kinds in the same order). Throws

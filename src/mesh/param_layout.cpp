@@ -102,7 +102,9 @@ Layout param_layout(const Mesh& m, const ParamSpec& spec) {
     return {View::expert, {Placement::replicate(), fsdp_placement(fd, right), Placement::shard(0), t}};
   }
   const int64_t right = td == fd ? m.size(MeshDim::tp) : 1;
-  return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), t}};
+  // cp: replicated (context-parallel ranks hold the same parameters; FSDP shards over
+  // dp_shard only, docs/parallel.md)
+  return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), Placement::replicate(), t}};
 }
 
 }  // namespace parity::mesh

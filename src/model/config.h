@@ -70,6 +70,7 @@ struct LayoutConfig {
   int64_t world = 1;
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
   int64_t ep = 1, etp = 1;
+  int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
   bool sp = false;
   RankOrder order = RankOrder::megatron;
   FsdpDimConfig fsdp_dim{};

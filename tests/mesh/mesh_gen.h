@@ -35,7 +35,8 @@ inline LayoutConfig draw_layout_config(int64_t world) {
   l.world = world;
   l.dp_replicate = *rc::gen::elementOf(divisors(world));
   l.dp_shard = *rc::gen::elementOf(divisors(world / l.dp_replicate));
-  l.tp = world / (l.dp_replicate * l.dp_shard);
+  l.cp = *rc::gen::elementOf(divisors(world / (l.dp_replicate * l.dp_shard)));
+  l.tp = world / (l.dp_replicate * l.dp_shard * l.cp);
   const int64_t rest = world / l.dp_replicate;
   l.ep = *rc::gen::elementOf(divisors(rest));
   l.etp = *rc::gen::elementOf(divisors(rest / l.ep));

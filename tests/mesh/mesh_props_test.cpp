@@ -29,6 +29,8 @@ void classify(const Mesh& m, const Layout& l, const Shape& shape) {
   RC_CLASSIFY(c.order == RankOrder::deepspeed && c.tp > 1 && c.dp_shard > 1, "deepspeed order (other groups)");
   RC_CLASSIFY(c.etp != 1 && c.etp != c.tp, "etp not 1 or tp");
   RC_CLASSIFY(testing::uses_flat_rule(m, l), "nested StridedShard, segments do not divide");
+  RC_CLASSIFY(m.size(MeshDim::cp) > 1, "cp > 1");
+  RC_CLASSIFY(c.order == RankOrder::deepspeed && c.cp > 1, "deepspeed order with cp > 1");
 }
 
 RC_GTEST_PROP(MeshProps, AssembleOfShardIsBitwiseTheTensor, ()) {
