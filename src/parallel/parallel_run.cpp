@@ -74,7 +74,8 @@ template <class T> struct ParallelRun<T>::Impl {
 template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
   const int64_t S = sc.model.seq, K = sc.model.top_k;
   const bool split = tp.sp && tp.size > 1;
-  const int64_t Sl = split ? S / tp.size : S, off = split ? tp.rank * Sl : 0;
+  const CpContext& cp = model->cp();  // this rank's chunk of each sequence starts at cp.offset(S)
+  const int64_t Sc = cp.chunk(S), Sl = split ? Sc / tp.size : Sc, off = cp.offset(S) + (split ? tp.rank * Sl : 0);
   for (size_t l = 0; l < r.chosen.size(); ++l) {
     const auto n = static_cast<int64_t>(r.chosen[l].size()) / K;
     for (int64_t i = 0; i < n; ++i) {
@@ -163,7 +164,9 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
     in.assign(static_cast<size_t>(b * S), 0), tg.assign(in.size(), 0);
     I.data.batch(t, g0, b, S, in.data(), tg.data());
     const MicroShare share{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
-    PMicroResult r = I.model->forward_backward(in.data(), tg.data(), b, share);
+    const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
+    const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
+    PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
     parts.insert(parts.end(), {r.ce, r.aux});
     for (size_t l = 0; l < r.counts.size(); ++l)
       for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];

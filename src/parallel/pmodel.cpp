@@ -18,6 +18,7 @@ template <class T> struct LayerCache {
   Buffer<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
   FfnCache<T> mlp;
   PMoeCache<T> moe;
+  CpAttentionCache<T> cp_attn;  // context parallel only
 };
 
 
@@ -40,6 +41,7 @@ template <class T> struct ParallelModel<T>::Impl {
   ParallelModel<T>& m;
   const ModelConfig& c;
   int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
+  ModelConfig chunk;    // c with seq = this rank's context-parallel chunk (S / cp)
 
   // One allgather per FSDP group for the parameters of `names` not gathered yet in this
   // step (a flat FSDP unit: its dense parameters, and its routed experts), held in
@@ -68,8 +70,8 @@ template <class T> struct ParallelModel<T>::Impl {
   int64_t local_dim(const std::string& name, size_t d) const {
     return m.params[m.index(name)].mp_shape()[d];
   }
-  Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, c.seq, W); }
-  Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, c.seq, W); }
+  Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, chunk.seq, W); }
+  Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, chunk.seq, W); }
 
   void attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
   void attention_backward_block(const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
@@ -90,10 +92,14 @@ void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffe
   matmul_forward(L.a_full.data(), w(p + ".attn.wq").ptr(), L.q.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(p + ".attn.wk").ptr(), L.k.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(p + ".attn.wv").ptr(), L.v.data(), n, D, Dl);
-  L.att = zeros<T>(n * Dl), L.probs = zeros<T>(b * Hl * S * S);
-  for (int64_t q = 0; q < b; ++q)
-    attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dl, L.v.data() + q * S * Dl, S, Hl, Dh,
-                      L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
+  if (m.cp_.size > 1) {
+    cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
+  } else {
+    L.att = zeros<T>(n * Dl), L.probs = zeros<T>(b * Hl * S * S);
+    for (int64_t q = 0; q < b; ++q)
+      attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dl, L.v.data() + q * S * Dl, S, Hl, Dh,
+                        L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
+  }
   auto o = zeros<T>(n * D);
   matmul_forward(L.att.data(), w(p + ".attn.wo").ptr(), o.data(), n, Dl, D);
   add_into(h, to_res(std::move(o), D));
@@ -108,7 +114,8 @@ void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, Buff
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(p + ".attn.wo").ptr(), dout.data(), datt.data(), g(p + ".attn.wo"), n, Dl, D);
   auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
-  for (int64_t q = 0; q < b; ++q) {
+  if (m.cp_.size > 1) cp_attention_backward(m.cp_, L.q, L.cp_attn, datt, b, S, Hl, Dh, dq, dk, dv);
+  for (int64_t q = 0; q < b && m.cp_.size == 1; ++q) {
     const int64_t o = q * S * Dl;
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
                        datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
@@ -143,7 +150,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, 
                     L.m2.data(), L.r2.data());
   Buffer<T> f;
   if (c.is_moe(l)) {
-    pmoe_forward(c, m.tp_, m.ep_, moe_weights(p, l), L.bn_res, b, f, L.moe);
+    pmoe_forward(chunk, m.tp_, m.cp_, m.ep_, moe_weights(p, l), L.bn_res, b, f, L.moe);
   } else {
     L.bn_full = full(L.bn_res, D);
     auto part = zeros<T>(n * D);
@@ -164,7 +171,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
     PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
                     g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
     if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
-    pmoe_backward(c, m.tp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
+    pmoe_backward(chunk, m.tp_, m.cp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
   } else {
     Buffer<T> dout = full(dh, D);
     auto dbn = zeros<T>(n * D);
@@ -185,13 +192,18 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   using mesh::MeshDim;
   const int r = world.rank();
   tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
+  cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp)};
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
   const int64_t etp_r = m.coord(MeshDim::etp, r), etp_n = m.size(MeshDim::etp);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};
+  // Dense parameters: FSDP over dp_shard, replicas over dp_replicate x cp (the cp ranks hold
+  // the same parameters and saw different tokens: their gradients are summed). Routed
+  // experts: the expert view has no cp, edp_shard absorbs it.
   const DataParallelGroups dense{&mesh::comm_group(world, m, GroupKind::dp_shard),
-                                 &mesh::comm_group(world, m, GroupKind::dp_replicate)};
-  const DataParallelGroups expert{&mesh::comm_group(world, m, GroupKind::edp_shard), dense.replicate};
+                                 &mesh::comm_group(world, m, GroupKind::dense_replicate)};
+  const DataParallelGroups expert{&mesh::comm_group(world, m, GroupKind::edp_shard),
+                                  &mesh::comm_group(world, m, GroupKind::dp_replicate)};
   const auto specs = param_specs(s.model);
   for (size_t p = 0; p < specs.size(); ++p) {
     const int64_t td = mesh::tp_shard_dim(specs[p]);
@@ -215,9 +227,11 @@ template <class T>
 PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b,
                                                 const MicroShare& share) {
   const ModelConfig& c = cfg_;
-  const int64_t D = c.dim, n = b * c.seq;
+  ModelConfig chunk = c;
+  chunk.seq = cp_.chunk(c.seq);  // this rank's positions of every sequence
+  const int64_t D = c.dim, n = b * chunk.seq;
   const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  Impl I{*this, c, b, n, n_res};
+  Impl I{*this, c, b, n, n_res, chunk};
   PMicroResult res;
   const ShardedParam<T>& ep = params[index("embed.weight")];
   const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];

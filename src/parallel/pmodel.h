@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/cp_ops.h"
 #include "parallel/ep_dispatch.h"
 #include "parallel/sharded_param.h"
 #include "parallel/tp_ops.h"
@@ -47,18 +48,22 @@ template <class T> class ParallelModel {
   // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
   // optimizer may have changed the shards since they were gathered).
   void zero_grads();
-  // b sequences of this rank (inputs, targets (b, S)); adds their gradient into tp_grads.
-  // b may be 0 (an uneven batch): the rank still joins every collective of the micro-batch.
+  // b sequences of this rank (inputs, targets (b, S/cp): this rank's context-parallel chunk
+  // of each, docs/parallel.md); adds their gradient into mp_grads. b may be 0 (an uneven
+  // batch): the rank still joins every collective of the micro-batch (the cp ranks of one
+  // data-parallel coordinate hold the same sequences, so a cp group is empty together).
   PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b, const MicroShare& share);
 
   const TpContext& tp() const { return tp_; }
   const EpContext& ep() const { return ep_; }
+  const CpContext& cp() const { return cp_; }
   size_t index(const std::string& name) const { return index_.at(name); }
 
  private:
   struct Impl;
   ModelConfig cfg_;
   TpContext tp_;
+  CpContext cp_;
   EpContext ep_;
   std::map<std::string, size_t> index_;
   std::map<std::string, Tensor<T>> gathered_;  // the units gathered in this step, by parameter name

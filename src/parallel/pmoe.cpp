@@ -52,6 +52,47 @@ Buffer<T> slice_dispatch(const TpContext& tp, const Buffer<T>& full, int64_t t0,
   return Buffer<T>(full.begin() + t0 * W, full.begin() + t1 * W);
 }
 
+// The bug zoo's aux_stats_per_cp_chunk (core/inject.h): under context parallel the balance
+// statistics of each rank's own sequence chunk instead of the whole sequences gathered over cp.
+bool aux_per_cp_chunk(const CpContext& cp) {
+  static const bool bug = injected("aux_stats_per_cp_chunk");
+  return bug && cp.size > 1;
+}
+
+// The sequence-wise balance loss over whole sequences (MODEL.md: per-sequence f_e and p_e).
+// k.s_full, k.chosen_full hold this rank's chunk (b, S, .) of every sequence, gathered over
+// TP; under context parallel they are gathered over cp as well (exact copies, so the sums
+// run in the baseline's order) and every cp rank computes the same whole-sequence loss,
+// which only cp rank 0 reports: the loss is summed over dense DP, which holds the cp ranks.
+template <class T> double aux_whole_sequences(const ModelConfig& c, const CpContext& cp, PMoeCache<T>& k, int64_t b) {
+  const int64_t E = c.experts, K = c.top_k;
+  const bool gather = cp.size > 1 && !aux_per_cp_chunk(cp);
+  const int64_t L = gather ? c.seq * cp.size : c.seq;  // tokens per sequence in the statistics
+  if (gather) {
+    k.s_full = cp_gather(cp, k.s_full, b, L, E);
+    k.chosen_full = cp_gather(cp, k.chosen_full, b, L, K);
+  }
+  double aux = 0;
+  for (int64_t q = 0; q < b; ++q)
+    aux += c.aux_alpha / aux_batch(c) *
+           static_cast<double>(aux_loss_forward(k.s_full.data() + q * L * E, k.chosen_full.data() + q * L * K, L, E, K));
+  return gather && cp.rank != 0 ? 0.0 : aux;
+}
+
+// The aux loss's score gradient of this rank's chunk (b, S, E) of every sequence.
+template <class T> Buffer<T> aux_whole_sequences_backward(const ModelConfig& c, const CpContext& cp,
+                                                          const PMoeCache<T>& k, int64_t b) {
+  const int64_t E = c.experts, K = c.top_k;
+  const bool gather = cp.size > 1 && !aux_per_cp_chunk(cp);
+  const int64_t L = gather ? c.seq * cp.size : c.seq;
+  auto ds_full = zeros<T>(b * L * E);  // identical on every lane and cp rank; each keeps its rows
+  const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
+  for (int64_t q = 0; q < b; ++q)
+    aux_loss_backward(k.s_full.data() + q * L * E, k.chosen_full.data() + q * L * K, L, E, K, coef,
+                      ds_full.data() + q * L * E);
+  return gather ? cp_slice(cp, ds_full, b, L, E) : ds_full;
+}
+
 template <class T>
 void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int64_t n_d) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k;
@@ -66,8 +107,8 @@ void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int6
 }  // namespace
 
 template <class T>
-void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                  const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res, PMoeCache<T>& k) {
+void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
+                  const PMoeWeights<T>& wt, const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res, PMoeCache<T>& k) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, n = b * S;
   const int64_t n_res = static_cast<int64_t>(x_res.size()) / D;
   mesh::Range mine = split_copies(tp) ? mesh::chunk(n, tp.size, tp.rank) : mesh::Range{0, n_res};
@@ -84,9 +125,7 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep
   } else if (c.aux_alpha > 0) {
     k.s_full = gather_dispatch(tp, k.s, n, b, S, E);
     k.chosen_full = gather_dispatch(tp, k.chosen, n, b, S, K);
-    for (int64_t q = 0; q < b; ++q)
-      k.aux += c.aux_alpha / aux_batch(c) *
-               static_cast<double>(aux_loss_forward(k.s_full.data() + q * S * E, k.chosen_full.data() + q * S * K, S, E, K));
+    k.aux = aux_whole_sequences(c, cp, k, b);
   }
   ep_dispatch_forward(c, ep, wt.experts, k.x_d.data(), k.chosen.data(), n_d, k.dispatch);
   auto out_d = zeros<T>(n_d * D);
@@ -101,8 +140,8 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep
 }
 
 template <class T>
-void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                   int64_t b, const PMoeCache<T>& k, const Buffer<T>& dout_res, Buffer<T>& dx_res,
+void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
+                   const PMoeWeights<T>& wt, int64_t b, const PMoeCache<T>& k, const Buffer<T>& dout_res, Buffer<T>& dx_res,
                    const PMoeGrads<T>& g) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, n = b * S, n_d = k.t1 - k.t0;
   if (c.shared_experts > 0) {
@@ -125,11 +164,7 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
     for (int64_t q = 0; q < b; ++q)
       aux_loss_backward(k.s.data() + q * Sl * E, k.chosen.data() + q * Sl * K, Sl, E, K, coef, ds.data() + q * Sl * E);
   } else if (c.aux_alpha > 0) {
-    auto ds_full = zeros<T>(n * E);  // identical on every lane; keep this rank's rows
-    const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
-    for (int64_t q = 0; q < b; ++q)
-      aux_loss_backward(k.s_full.data() + q * S * E, k.chosen_full.data() + q * S * K, S, E, K, coef,
-                        ds_full.data() + q * S * E);
+    Buffer<T> ds_full = aux_whole_sequences_backward(c, cp, k, b);  // (n, E): this rank's chunk
     add_into(ds, tp.size > 1 ? slice_dispatch(tp, ds_full, k.t0, k.t1, b, S, E) : ds_full);
   }
   auto dlogits = zeros<T>(n_d * E);
@@ -144,10 +179,11 @@ void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& e
 }
 
 #define PARITY_INSTANTIATE(T)                                                                                        \
-  template void pmoe_forward<T>(const ModelConfig&, const TpContext&, const EpContext&, const PMoeWeights<T>&,       \
-                                const Buffer<T>&, int64_t, Buffer<T>&, PMoeCache<T>&);                     \
-  template void pmoe_backward<T>(const ModelConfig&, const TpContext&, const EpContext&, const PMoeWeights<T>&,      \
-                                 int64_t, const PMoeCache<T>&, const Buffer<T>&, Buffer<T>&, const PMoeGrads<T>&);
+  template void pmoe_forward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,          \
+                                const PMoeWeights<T>&, const Buffer<T>&, int64_t, Buffer<T>&, PMoeCache<T>&);       \
+  template void pmoe_backward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,         \
+                                 const PMoeWeights<T>&, int64_t, const PMoeCache<T>&, const Buffer<T>&, Buffer<T>&, \
+                                 const PMoeGrads<T>&);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE

@@ -14,6 +14,7 @@
 
 #include "model/config.h"
 #include "ops/swiglu.h"
+#include "parallel/cp_ops.h"
 #include "parallel/ep_dispatch.h"
 #include "parallel/tp_ops.h"
 
@@ -35,22 +36,25 @@ template <class T> struct PMoeCache {
   Buffer<T> x_d;                  // (n_d, D)
   Buffer<T> logits, s, w;         // (n_d, E), (n_d, E), (n_d, K)
   Buffer<int64_t> chosen;              // (n_d, K)
-  Buffer<T> s_full;               // (n, E) every token of the micro-batch (aux loss)
-  Buffer<int64_t> chosen_full;         // (n, K)
+  Buffer<T> s_full;               // (b, S·cp, E) every token of the whole sequences (aux loss)
+  Buffer<int64_t> chosen_full;         // (b, S·cp, K)
   DispatchCache<T> dispatch;
   Buffer<T> x_full;               // (n, D) for the shared expert
   FfnCache<T> shared;
   double aux = 0;                      // this micro-batch's aux part (identical on lanes)
 };
 
-// x_res (n_res, D) -> out_res (n_res, D); b sequences of S tokens.
+// x_res (n_res, D) -> out_res (n_res, D); b sequences of c.seq tokens. Under context
+// parallel c.seq is this rank's chunk of each sequence (S / cp) and the aux loss gathers
+// the chunks' statistics over cp (cp_ops.h).
 template <class T>
-void pmoe_forward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                  const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res, PMoeCache<T>& cache);
+void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
+                  const PMoeWeights<T>& wt, const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res,
+                  PMoeCache<T>& cache);
 // dx_res (n_res, D) +=; this rank's parameter gradients +=.
 template <class T>
-void pmoe_backward(const ModelConfig& c, const TpContext& tp, const EpContext& ep, const PMoeWeights<T>& wt,
-                   int64_t b, const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
+void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
+                   const PMoeWeights<T>& wt, int64_t b, const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
                    const PMoeGrads<T>& g);
 
 }  // namespace parity

@@ -30,7 +30,7 @@ namespace parity {
 
 struct DataParallelGroups {
   comm::Communicator* fsdp;       // dp_shard (dense) or edp_shard (routed experts)
-  comm::Communicator* replicate;  // dp_replicate
+  comm::Communicator* replicate;  // dp_replicate (dense: dp_replicate x cp; routed experts: dp_replicate)
 };
 
 // One model-parallel split: tensor dimension `dim` chunked into n pieces, this rank's is i.

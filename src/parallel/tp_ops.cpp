@@ -142,6 +142,7 @@ void vp_cross_entropy_backward(const T* logits, const int64_t* targets, int64_t 
 
 template Buffer<int64_t> sp_gather<int64_t>(const TpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
 template Buffer<int64_t> tp_to_full<int64_t>(const TpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
+template Buffer<int64_t> sp_slice<int64_t>(const TpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
 
 #define PARITY_INSTANTIATE(T)                                                                                       \
   template void tp_allreduce<T>(const TpContext&, Buffer<T>&);                                                 \

@@ -1,0 +1,90 @@
+#include "parallel/cp_ops.h"
+
+#include <algorithm>
+
+#include "core/inject.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "parallel/tp_ops.h"
+
+namespace parity {
+
+namespace {
+// The sequence split of tp_ops (sp_gather and friends) is the same chunking over another
+// group: reuse it with the cp communicator.
+TpContext as_split(const CpContext& c) { return {c.cp, c.rank, c.size, true}; }
+}  // namespace
+
+template <class T> Buffer<T> cp_gather(const CpContext& c, const Buffer<T>& local, int64_t b, int64_t S, int64_t W) {
+  return c.size > 1 ? sp_gather(as_split(c), local, b, S, W) : local;
+}
+
+template <class T>
+Buffer<T> cp_reduce_scatter(const CpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W) {
+  return c.size > 1 ? sp_reduce_scatter(as_split(c), full, b, S, W) : full;
+}
+
+template <class T> Buffer<T> cp_slice(const CpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W) {
+  return c.size > 1 ? sp_slice(as_split(c), full, b, S, W) : full;
+}
+
+std::vector<int64_t> cp_slice_tokens(const CpContext& c, const std::vector<int64_t>& tokens, int64_t b, int64_t S) {
+  const int64_t Sc = c.chunk(S), o = c.offset(S);
+  std::vector<int64_t> out(static_cast<size_t>(b * Sc));
+  for (int64_t q = 0; q < b; ++q)
+    std::copy_n(tokens.begin() + q * S + o, Sc, out.begin() + q * Sc);
+  return out;
+}
+
+template <class T>
+void cp_attention_forward(const CpContext& c, const Buffer<T>& q, const Buffer<T>& k, const Buffer<T>& v, int64_t b,
+                          int64_t S, int64_t H, int64_t Dh, Buffer<T>& out, CpAttentionCache<T>& cache) {
+  const int64_t W = H * Dh, Sc = c.chunk(S), q0 = c.offset(S);
+  cache.k_full = cp_gather(c, k, b, S, W);
+  cache.v_full = cp_gather(c, v, b, S, W);
+  out = zeros<T>(b * Sc * W);
+  cache.probs = zeros<T>(b * H * Sc * S);
+  for (int64_t s = 0; s < b; ++s)
+    attention_forward_rows(q.data() + s * Sc * W, cache.k_full.data() + s * S * W, cache.v_full.data() + s * S * W, Sc,
+                           q0, S, H, Dh, out.data() + s * Sc * W, cache.probs.data() + s * H * Sc * S);
+}
+
+template <class T>
+void cp_attention_backward(const CpContext& c, const Buffer<T>& q, const CpAttentionCache<T>& cache,
+                           const Buffer<T>& dout, int64_t b, int64_t S, int64_t H, int64_t Dh, Buffer<T>& dq,
+                           Buffer<T>& dk, Buffer<T>& dv) {
+  const int64_t W = H * Dh, Sc = c.chunk(S), q0 = c.offset(S);
+  auto dk_full = zeros<T>(b * S * W), dv_full = zeros<T>(b * S * W);  // this chunk's queries' part
+  for (int64_t s = 0; s < b; ++s)
+    attention_backward_rows(q.data() + s * Sc * W, cache.k_full.data() + s * S * W, cache.v_full.data() + s * S * W,
+                            cache.probs.data() + s * H * Sc * S, dout.data() + s * Sc * W, Sc, q0, S, H, Dh,
+                            dq.data() + s * Sc * W, dk_full.data() + s * S * W, dv_full.data() + s * S * W);
+  // bug zoo (core/inject.h) cp_kv_grad_local: each rank keeps its own queries' part of its
+  // keys' gradient and drops what the later chunks' queries sent back
+  static const bool local_bug = injected("cp_kv_grad_local");
+  if (local_bug && c.size > 1) {
+    add_into(dk, cp_slice(c, dk_full, b, S, W));
+    add_into(dv, cp_slice(c, dv_full, b, S, W));
+    return;
+  }
+  add_into(dk, cp_reduce_scatter(c, dk_full, b, S, W));
+  add_into(dv, cp_reduce_scatter(c, dv_full, b, S, W));
+}
+
+template Buffer<int64_t> cp_gather<int64_t>(const CpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
+template Buffer<int64_t> cp_slice<int64_t>(const CpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
+
+#define PARITY_INSTANTIATE(T)                                                                                       \
+  template Buffer<T> cp_gather<T>(const CpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);                  \
+  template Buffer<T> cp_reduce_scatter<T>(const CpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);          \
+  template Buffer<T> cp_slice<T>(const CpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);                   \
+  template void cp_attention_forward<T>(const CpContext&, const Buffer<T>&, const Buffer<T>&, const Buffer<T>&,    \
+                                        int64_t, int64_t, int64_t, int64_t, Buffer<T>&, CpAttentionCache<T>&);     \
+  template void cp_attention_backward<T>(const CpContext&, const Buffer<T>&, const CpAttentionCache<T>&,          \
+                                         const Buffer<T>&, int64_t, int64_t, int64_t, int64_t, Buffer<T>&,          \
+                                         Buffer<T>&, Buffer<T>&);
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity
