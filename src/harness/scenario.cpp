@@ -263,10 +263,11 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
            {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}})
     require_at_least(v, 1, p + key);
   const int64_t dense = checked_mul(checked_mul(checked_mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
+  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
   require(dense == l.world, p + "world",
-          "must equal dp_replicate*dp_shard*cp*tp (" + std::to_string(l.dp_replicate) + "*" +
-              std::to_string(l.dp_shard) + "*" + std::to_string(l.cp) + "*" + std::to_string(l.tp) + "), got " +
-              std::to_string(l.world));
+          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" +
+              std::to_string(l.dp_replicate) + "*" + std::to_string(l.dp_shard) + "*" +
+              (cp ? std::to_string(l.cp) + "*" : "") + std::to_string(l.tp) + "), got " + std::to_string(l.world));
   const int64_t expert = checked_mul(checked_mul(l.dp_replicate, l.ep), l.etp);
   require(expert > 0 && l.world % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + std::to_string(l.dp_replicate) + "*" + std::to_string(l.ep) +

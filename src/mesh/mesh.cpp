@@ -132,9 +132,10 @@ Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
     require(v >= 1, p + key, "must be >= 1, got " + s(v));
   require(l.world <= (int64_t{1} << 20), p + "world", "must be <= 1048576, got " + s(l.world));
   const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
+  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
   require(dense == l.world, p + "world",
-          "must equal dp_replicate*dp_shard*cp*tp (" + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + s(l.cp) + "*" +
-              s(l.tp) + "), got " + s(l.world));
+          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" + s(l.dp_replicate) + "*" +
+              s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") + s(l.tp) + "), got " + s(l.world));
   const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
   require(expert > 0 && l.world % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +

@@ -47,7 +47,7 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
   // 8 rows, StridedShard(0, 2) on dp_shard 2 alone: rank 0 holds rows 0-1 and 4-5.
   const mesh::Mesh m = mesh_of(2, 1);
   const mesh::Layout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate()}};
+                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   const auto c0 = shard_chunks(m, l, {8, 3}, 0);
   ASSERT_EQ(c0.size(), 2u);
   EXPECT_EQ(c0[0].rect, (Rect{{{0, 2}, {0, 3}}}));
@@ -56,7 +56,7 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
   // FOLDINGS.md's example: (StridedShard(0, 2), Shard(0)) on (dp_shard 2, tp 2): one range each.
   const mesh::Mesh m4 = mesh_of(2, 2);
   const mesh::Layout l4{mesh::View::dense,
-                        {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::shard(0)}};
+                        {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::shard(0)}};
   EXPECT_EQ(shard_chunks(m4, l4, {8}, 1)[0].rect, (Rect{{{4, 6}}}));
   EXPECT_EQ(shard_chunks(m4, l4, {8}, 2)[0].rect, (Rect{{{2, 4}}}));
 }
@@ -64,19 +64,19 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
 TEST(Chunks, OnlyTheFirstReplicaWritesAndPartialIsRefused) {
   const mesh::Mesh m = mesh_of(2, 2);
   const mesh::Layout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate()}};
+                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   EXPECT_TRUE(writes_shard(m, l, "x", 0));
   EXPECT_FALSE(writes_shard(m, l, "x", 1));  // tp coordinate 1: a replica
   EXPECT_TRUE(writes_shard(m, l, "x", 2));
   const mesh::Layout p{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::partial(), mesh::Placement::replicate()}};
+                       {mesh::Placement::replicate(), mesh::Placement::partial(), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   EXPECT_THROW(writes_shard(m, p, "x", 0), Error);
 }
 
 TEST(Chunks, EmptyShardsWriteNothingAndScalarsAreOneChunk) {
   const mesh::Mesh m = mesh_of(4, 1);
   const mesh::Layout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate()}};
+                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   EXPECT_TRUE(shard_chunks(m, l, {2, 5}, 3).empty());  // ceil(2/4) = 1 row each: ranks 2, 3 empty
   EXPECT_EQ(shard_chunks(m, mesh::replicated(mesh::View::dense), {}, 0).size(), 1u);
 }
@@ -86,7 +86,7 @@ TEST(Chunks, ExtractThenScatterIsBitwise) {
   // so rank 1 holds rows 2 and 5 (two uneven rectangles).
   const mesh::Mesh m = mesh_of(2, 1);
   const mesh::Layout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate()}};
+                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   const Shape g{6, 5};
   const auto idx = mesh::global_indices(m, l, g, 1);
   const Shape ls = mesh::local_shape(m, l, g, 1);
@@ -127,7 +127,7 @@ TEST_F(FormatFiles, MetadataRoundTripsAndNamesEveryChunk) {
   ASSERT_EQ(md.files.size(), 4u);
   const TensorMeta* wq = md.find("layers.0.attn.wq");
   ASSERT_NE(wq, nullptr);
-  EXPECT_EQ(mesh::layout_str(wq->layout), "(Replicate, Shard(0), Shard(1))");
+  EXPECT_EQ(mesh::layout_str(wq->layout), "(Replicate, Shard(0), Replicate, Shard(1))");
   EXPECT_EQ(wq->chunks.size(), 4u);  // FSDP x TP: one rectangle per rank
   const Metadata again = metadata_from_json(nlohmann::json::parse(metadata_to_json(md).dump()), "x");
   EXPECT_EQ(metadata_to_json(again), metadata_to_json(md));

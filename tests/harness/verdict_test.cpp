@@ -48,11 +48,12 @@ TEST(VerdictCountedCopy, EveryElementOfEveryParameterIsCountedOnce) {
 }
 
 TEST(VerdictCountedCopy, ReplicateAndPartialDimensionsCountCoordinateZeroOnly) {
-  const mesh::Mesh m(layout(2, 2, 2));  // dense (dpr, dps, tp), rank = tp + 2 (dps + 2 dpr)
+  const mesh::Mesh m(layout(2, 2, 2));  // dense (dpr, dps, cp 1, tp), rank = tp + 2 (dps + 2 dpr)
   const mesh::Layout all_rep = mesh::replicated(mesh::View::dense);
   for (int r = 0; r < 8; ++r) EXPECT_EQ(counted_copy(m, all_rep, r), r == 0) << r;
   mesh::Layout partial_tp{mesh::View::dense,
-                          {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::partial()}};
+                          {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(),
+                           mesh::Placement::partial()}};
   std::vector<int> counted;
   for (int r = 0; r < 8; ++r)
     if (counted_copy(m, partial_tp, r)) counted.push_back(r);

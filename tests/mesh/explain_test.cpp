@@ -30,11 +30,11 @@ TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
   ModelConfig model;  // vocab 64, dim 16, experts 4, expert_hidden 16
   const std::string t = explain(tp2_ep4(), model, "t");
   EXPECT_NE(t.find(kRow), std::string::npos) << t;
-  EXPECT_NE(t.find("| 5 | (0, 2, 1) | (0, 1, 1, 0) |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 5 | (0, 2, 0, 1) | (0, 1, 1, 0) |"), std::string::npos) << t;
   EXPECT_NE(t.find("world 8, folding cross-lane"), std::string::npos);
   EXPECT_NE(t.find("| ep_etp | expert: ep etp | 4 | {0123}{4567} |"), std::string::npos) << t;
   // embed (64, 16): TP 2 then FSDP 4 of each half -> 8 rows everywhere.
-  EXPECT_NE(t.find("| embed.weight | 64x16 | dense | (Replicate, StridedShard(0, 2), Shard(0)) | 8x16 | 8x16 | 8x16 | "
+  EXPECT_NE(t.find("| embed.weight | 64x16 | dense | (Replicate, StridedShard(0, 2), Replicate, Shard(0)) | 8x16 | 8x16 | 8x16 | "
                    "8x16 | 8x16 | 8x16 | 8x16 | 8x16 |"),
             std::string::npos)
       << t;
@@ -59,7 +59,7 @@ TEST(Explain, DeepSpeedOrderShowsTheOrderAndItsGroups) {
                    "TP-lane-major index\ntp_r*dp_shard + dps_r"),
             std::string::npos)
       << t;
-  EXPECT_NE(t.find("| 5 | (0, 2, 1) | (0, 1, 2, 0) |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 5 | (0, 2, 0, 1) | (0, 1, 2, 0) |"), std::string::npos) << t;
   EXPECT_NE(t.find("| TP2, EP4, ETP1, deepspeed order | {01}{23}{45}{67} | {0246}{1357} | {0246}{1357} | "
                    "{01}{23}{45}{67} | singletons |"),
             std::string::npos)
@@ -93,6 +93,26 @@ TEST(Explain, RangesOfANestedStridedShardAreAList) {
             "[0:2+3:4+13:14+15:17+27:29, 0:2]");
   EXPECT_EQ(ranges_str({{}, {{0, 16}}}), "[-, 0:16]");
   EXPECT_EQ(ranges_str({}), "[]");
+}
+
+// Context parallel: cp 2 x tp 2 on W 4 (docs/mesh.md's table): the cp groups, the dense
+// coordinates with cp, dense parameters replicated over cp, experts absorbing cp in edp.
+TEST(Explain, ShowsTheContextParallelGroup) {
+  ModelConfig model;
+  LayoutConfig l;
+  l.world = 4, l.cp = 2, l.tp = 2;
+  const std::string t = explain(l, model, "cp");
+  EXPECT_NE(t.find("dense view  (dp_replicate 1, dp_shard 1, cp 2, tp 2)"), std::string::npos) << t;
+  EXPECT_NE(t.find("expert view (dp_replicate 1, edp_shard 4, ep 1, etp 1)"), std::string::npos) << t;
+  EXPECT_NE(t.find("context parallel: cp 2, groups {02}{13}"), std::string::npos) << t;
+  EXPECT_NE(t.find("| cp | dense: cp | 2 | {02}{13} |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| dense_dp | dense: dp_replicate dp_shard cp | 2 | {02}{13} |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 2 | (0, 0, 1, 0) | (0, 2, 0, 0) |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| CP2, TP2, EP1, ETP1 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| layers.0.attn.wq | 16x16 | dense | (Replicate, Shard(0), Replicate, Shard(1)) | 16x8 | 16x8 | 16x8 | "
+                   "16x8 |"),
+            std::string::npos)
+      << t;
 }
 
 TEST(Explain, RefusesAnImpossibleLayout) {
@@ -137,7 +157,7 @@ TEST(ExplainCommand, W8Tp2Ep4MatchesFoldings) {
   std::filesystem::remove(path);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(kRow), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| 7 | (0, 3, 1) | (0, 1, 3, 0) |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 7 | (0, 3, 0, 1) | (0, 1, 3, 0) |"), std::string::npos) << r.out;
 }
 
 // Routed experts FSDP-sharded on their last (hidden) dimension: 4 experts over 8 ranks, each

@@ -95,8 +95,8 @@ TEST(MeshGroups, SingleDimensionGroupsW16WithReplicas) {
 
 TEST(MeshCoords, RankFormulasOfFoldings) {
   const Mesh m(lc(16, 2, 4, 2, 2, 2));
-  // rank = tp_r + tp·(dps_r + dp_shard·dpr_r); rank = etp_r + etp·(ep_r + ep·(edps_r + edp_shard·dpr_r)).
-  EXPECT_EQ(m.coords(View::dense, 13), (std::vector<int64_t>{1, 2, 1}));
+  // rank = tp_r + tp·(cp_r + cp·(dps_r + dp_shard·dpr_r)) (cp 1); rank = etp_r + etp·(ep_r + ep·(edps_r + edp_shard·dpr_r)).
+  EXPECT_EQ(m.coords(View::dense, 13), (std::vector<int64_t>{1, 2, 0, 1}));
   EXPECT_EQ(m.coords(View::expert, 13), (std::vector<int64_t>{1, 1, 0, 1}));
   EXPECT_EQ(m.coords(View::expert, 6), (std::vector<int64_t>{0, 1, 1, 0}));
   EXPECT_EQ(m.coord(MeshDim::edp_shard, 6), 1);
@@ -106,7 +106,7 @@ TEST(MeshCoords, RankFormulasOfFoldings) {
     EXPECT_EQ(m.rank_of(View::expert, m.coords(View::expert, r)), r);
   }
   EXPECT_THROW(m.coords(View::dense, 16), Error);
-  EXPECT_THROW(m.rank_of(View::dense, {0, 4, 0}), Error);
+  EXPECT_THROW(m.rank_of(View::dense, {0, 4, 0, 0}), Error);
 }
 
 TEST(MeshFolding, NamesFromGroups) {

@@ -162,7 +162,7 @@ TEST(RankOrderDeepSpeed, W16ReplicasEtp2) {
   expect_groups(l, GroupKind::edp, {{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}});
   const Mesh m(l);
   EXPECT_EQ(m.coords(View::expert, 13), (std::vector<int64_t>{1, 1, 1, 0}));  // tp 1, dps 2: index 6
-  EXPECT_EQ(m.coords(View::dense, 13), (std::vector<int64_t>{1, 2, 1}));      // dense unchanged
+  EXPECT_EQ(m.coords(View::dense, 13), (std::vector<int64_t>{1, 2, 0, 1}));   // dense unchanged (cp 1)
 }
 
 TEST(RankOrder, CoordsAndRanksAreInverse) {

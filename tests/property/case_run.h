@@ -225,6 +225,8 @@ inline void classify_case(const Scenario& s) {
   RC_CLASSIFY(bs.empty_rank, "rank with no sequence");
   coverage.uneven_batch += bs.uneven, coverage.empty_rank += bs.empty_rank;
   RC_CLASSIFY(fsdp_off_dim0(s.layout, s.model), "FSDP on a dimension other than 0");
+  RC_CLASSIFY(s.layout.cp > 1, "CP");
+  RC_CLASSIFY(s.layout.cp > 1 && s.layout.order == RankOrder::deepspeed, "CP with the deepspeed order");
   ++coverage.cases, ++coverage.folding[static_cast<int>(f)];
   coverage.uneven += sh.uneven, coverage.empty_shard += sh.empty, coverage.empty_expert += empty_expert;
   coverage.sp += s.layout.sp, coverage.fp32 += s.model.dtype == DType::f32, coverage.mpi += s.layout.backend == "mpi";

@@ -141,11 +141,11 @@ TEST(PropertyGenerators, DrawOnlyValidCases) {
 
 // Over 1000 draws of the default generator every folding mode occurs, and so do uneven
 // shards, empty shards, sequence parallel, fp32, mpi, MoE layers, uneven batches, ranks with
-// no sequence of a micro-batch, the deepspeed rank order, etp outside {1, tp} and FSDP off
-// dimension 0.
+// no sequence of a micro-batch, the deepspeed rank order, etp outside {1, tp}, FSDP off
+// dimension 0, context parallel and context parallel under the deepspeed order.
 TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   int folding[4] = {0, 0, 0, 0}, uneven = 0, empty = 0, sp = 0, fp32 = 0, mpi = 0, moe = 0, uneven_batch = 0,
-      empty_rank = 0, ds = 0, etp = 0, fsdp = 0;
+      empty_rank = 0, ds = 0, etp = 0, fsdp = 0, cp = 0, ds_cp = 0;
   const auto draw = [&] {
     const Scenario s = *gen_case(CaseSpec{});
     fsdp += fsdp_off_dim0(s.layout, s.model);
@@ -155,7 +155,8 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
     ++folding[static_cast<int>(folding_of(s.layout))];
     ds += s.layout.order == RankOrder::deepspeed, etp += free_etp(s.layout);
     uneven += sh.uneven, empty += sh.empty, sp += s.layout.sp, fp32 += s.model.dtype == DType::f32;
-    mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0;
+    mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0, cp += s.layout.cp > 1;
+    ds_cp += s.layout.cp > 1 && s.layout.order == RankOrder::deepspeed;
   };
   rc::detail::TestParams params;
   params.seed = 3, params.maxSuccess = 1000;
@@ -164,7 +165,7 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
             << ", cross-lane " << folding[3] << "; uneven " << uneven << ", empty shards " << empty << ", SP " << sp
             << ", fp32 " << fp32 << ", mpi " << mpi << ", MoE " << moe << "; uneven batch " << uneven_batch
             << ", rank with no sequence " << empty_rank << "; deepspeed order " << ds << ", etp not 1 or tp " << etp
-            << ", FSDP off dim 0 " << fsdp << "\n";
+            << ", FSDP off dim 0 " << fsdp << "; CP " << cp << ", CP with the deepspeed order " << ds_cp << "\n";
   for (int f : folding) EXPECT_GE(f, 50);
   EXPECT_GE(ds, 50);
   EXPECT_GE(etp, 50);
@@ -177,6 +178,8 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
   EXPECT_GE(uneven_batch, 100);  // 192 at seed 3
   EXPECT_GE(empty_rank, 75);     // 150 at seed 3
   EXPECT_GE(fsdp, 200);          // layout.fsdp_dim drawn in about half the cases
+  EXPECT_GE(cp, 50);
+  EXPECT_GE(ds_cp, 10);
 }
 
 }  // namespace

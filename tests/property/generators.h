@@ -121,6 +121,20 @@ template <class Key> std::vector<LayoutConfig> keep_rank(std::vector<LayoutConfi
   return ls;
 }
 
+// Context parallel taken out of dp_shard: cp = the cp_raw-th smallest divisor > 1 of
+// dp_shard (none for cp_raw 0, or when dp_shard is 1), dp_shard / cp left. The world, the
+// expert view, the TP groups and the dense DP groups (dp_replicate x dp_shard x cp) are
+// those of the layout it came from, so the folding mode is too.
+inline LayoutConfig with_cp(LayoutConfig l, int64_t cp_raw) {
+  std::vector<int64_t> cps;
+  for (int64_t c = 2; c <= l.dp_shard; ++c)
+    if (l.dp_shard % c == 0) cps.push_back(c);
+  if (cp_raw == 0 || cps.empty()) return l;
+  l.cp = cps[static_cast<size_t>(std::min<int64_t>(cp_raw, static_cast<int64_t>(cps.size())) - 1)];
+  l.dp_shard /= l.cp;
+  return l;
+}
+
 // A layout in mode `f` on 2..8 ranks (1..8 with `allow_one`). Every choice is a raw number
 // drawn independently of the mode and mapped onto what the mode allows: the world is the
 // smallest size >= the raw one that can hold the mode (so every mode is drawn as often as
@@ -137,6 +151,7 @@ inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false)
   const int64_t ep_raw = *rc::gen::inRange<int64_t>(0, 4), etp_raw = pick<int64_t>({0, 1, 2});
   const int64_t order_raw = pick<int64_t>({0, 1});
   const bool sp = draw_bool();
+  const int64_t cp_raw = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(1, 3)}});
   std::vector<int64_t> feasible;
   for (int64_t w = lo; w <= 8; ++w)
     if (!layouts_in_mode(w, f).empty()) feasible.push_back(w);
@@ -159,7 +174,7 @@ inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false)
   ls = keep_rank(ls, [](const LayoutConfig& l) { return static_cast<int64_t>(l.order); }, order_raw);
   LayoutConfig l = ls.front();
   l.sp = l.tp > 1 && sp;
-  return l;
+  return with_cp(l, cp_raw);
 }
 
 // Uniform over the four modes at every size (pick), so that the first cases of a short CI
@@ -197,6 +212,7 @@ inline void draw_moe(ModelConfig& m, int64_t ep, bool need_moe) {
 struct Fit {
   int64_t tp = 1, sp_tp = 1, dp = 1, ep = 1;
   bool sp = false;
+  int64_t seq = 1;  // seq's multiple: cp, times tp under SP
 };
 
 inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
@@ -204,6 +220,7 @@ inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
   for (const LayoutConfig& l : ls) {
     f.tp = std::lcm(f.tp, l.tp), f.dp = std::lcm(f.dp, l.dp_replicate * l.dp_shard), f.ep = std::lcm(f.ep, l.ep);
     if (l.sp) f.sp = true, f.sp_tp = std::lcm(f.sp_tp, l.tp);
+    f.seq = std::lcm(f.seq, l.cp * (l.sp ? l.tp : 1));
   }
   return f;
 }
@@ -220,7 +237,7 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   // (a case found by this suite: grad norm 5.8e-11 vs 2.9e-11).
   m.dim = m.heads * *rc::gen::inRange<int64_t>(m.heads == 1 ? 2 : 1, 4);
   m.vocab = *rc::gen::inRange<int64_t>(2, 40);
-  m.seq = fit.sp ? fit.sp_tp * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
+  m.seq = fit.seq > 1 ? fit.seq * *rc::gen::inRange<int64_t>(1, 3) : *rc::gen::inRange<int64_t>(1, 9);
   m.microbatches = pick<int64_t>({1, 1, 1, 1, 1, 1, 2, 3});  // 1 in three draws of four
   // Even (a multiple of microbatches x dp) in about three draws of five; otherwise any batch
   // from microbatches (one sequence a micro-batch) to 2 x microbatches x dp: uneven data
