@@ -90,6 +90,14 @@ const std::vector<Injection>& injections() {
        "pieces leave gaps the loader refuses: resume_fsdp3_tp2_to_fsdp2_tp2)",
        "resume_fsdp4_tp2_to_hsdp2x2_tp2_ep2_etp2.json", "loss all micro-batches", 3,
        "not a clean factor"},
+      {"aux_stats_per_cp_chunk", "parallel/pmoe.cpp, aux loss under context parallel",
+       "under context parallel the load-balancing statistics (token fractions, mean scores) taken over each "
+       "cp rank's own sequence chunk instead of the whole sequence gathered over cp, and each rank's loss added",
+       "cp2.json", "loss all micro-batches", 0, "not a clean factor"},
+      {"cp_kv_grad_local", "parallel/cp_ops.cpp, attention backward across cp",
+       "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
+       "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",
+       "cp2_dense.json", "grad layernorm", 0, "not a clean factor"},
   };
   return all;
 }
