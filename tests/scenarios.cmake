@@ -10,10 +10,10 @@ set(PARITY_SCENARIO_DIR ${PROJECT_SOURCE_DIR}/scenarios)
 file(GLOB PARITY_SCENARIO_FILES CONFIGURE_DEPENDS ${PARITY_SCENARIO_DIR}/*.json)
 # (the uneven-batch layouts are all in it: a rank with no sequence joins every collective of
 # a micro-batch with empty buffers, which each backend must take; the deepspeed order's out-of-
-# order group members and an etp outside {1, tp} too)
+# order group members and an etp outside {1, tp} too; and two context-parallel layouts)
 set(PARITY_SCENARIO_MPI_SAMPLE fsdp2 tp2_sp fsdp2_tp2 fsdp4_tp2_ep2_etp2 w8_tp2_ep4 tp2_sp_ep2
     fsdp4_uneven_b9_mb2 fsdp2_tp2_sp_uneven_b3_mb2 fsdp4_ep4_uneven_b3_clip w4_tp2_sp_ep4_uneven_b3_mb2
-    ds_w8_tp4_ep4 w8_tp4_ep2_etp2)
+    ds_w8_tp4_ep4 w8_tp4_ep2_etp2 cp2_tp2_sp fsdp2_cp2_ep4)
 set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 
 foreach(file ${PARITY_SCENARIO_FILES})

@@ -118,6 +118,25 @@ TEST(Format, PlacementStringsRoundTrip) {
 
 class FormatFiles : public Scratch {};
 
+// A dense layout written before the cp dimension existed, (dp_replicate, dp_shard, tp) with
+// three placements, reads as the same layout with Replicate on cp (docs/ckpt.md).
+TEST_F(FormatFiles, ThreeDimensionalDenseLayoutsReadWithCpReplicated) {
+  testing::save_layout(path("c"), "dps2.tp2", 1);
+  nlohmann::json j = nlohmann::json::parse(metadata_to_json(read_metadata(path("c"))).dump());
+  bool edited = false;
+  for (auto& t : j["tensors"])
+    if (t["name"] == "layers.0.attn.wq") {
+      t["layout"]["placements"] = {"Replicate", "Shard(0)", "Shard(1)"};
+      t["layout"]["mesh_dims"] = {"dp_replicate", "dp_shard", "tp"};
+      t["layout"]["mesh"] = {1, 2, 2};
+      edited = true;
+    }
+  ASSERT_TRUE(edited);
+  const Metadata md = metadata_from_json(j, "old");
+  EXPECT_EQ(md.mesh.cp, 1);
+  EXPECT_EQ(mesh::layout_str(md.find("layers.0.attn.wq")->layout), "(Replicate, Shard(0), Replicate, Shard(1))");
+}
+
 TEST_F(FormatFiles, MetadataRoundTripsAndNamesEveryChunk) {
   testing::save_layout(path("c"), "dps2.tp2", 1);
   const Metadata md = read_metadata(path("c"));
