@@ -301,12 +301,21 @@ TEST(Scenario, LayoutRules) {
           "$.layout.sp", "requires layout.tp > 1");
   refused({{"world", 4611686018427387904}, {"dp_shard", 4611686018427387904}, {"tp", 4}},
           "$.layout.world", "must equal dp_replicate*dp_shard*tp");
+  // context parallel (seq 8): world counts cp; cp divides seq, cp*tp under SP; cpu only
+  refused({{"world", 2}, {"cp", 0}}, "$.layout.cp", "must be >= 1");
+  refused({{"world", 2}, {"cp", 2}, {"tp", 2}}, "$.layout.world", "must equal dp_replicate*dp_shard*cp*tp (1*1*2*2), got 2");
+  refused({{"world", 3}, {"cp", 3}}, "$.layout.cp", "must divide model.seq (8)");
+  refused({{"world", 16}, {"cp", 8}, {"tp", 2}, {"sp", true}}, "$.layout.sp",
+          "layout.cp*layout.tp (8*2) to divide model.seq (8)");
+  refused({{"world", 2}, {"cp", 2}, {"device", "cuda"}}, "$.layout.cp", "CPU reference ops only");
 
   // Layouts beyond world 1 that can exist are accepted (FOLDINGS.md's group tables), with a
   // batch that splits over their data-parallel ranks (the runner's rule, parallel/supported.h).
   for (const json& ok : {json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 4}, {"etp", 1}},
                          json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 2}, {"etp", 2}},
                          json{{"world", 2}, {"tp", 2}, {"ep", 2}, {"sp", true}},
+                         json{{"world", 4}, {"cp", 2}, {"tp", 2}, {"sp", true}, {"ep", 2}},
+                         json{{"world", 8}, {"dp_shard", 2}, {"cp", 4}, {"ep", 4}},
                          json{{"world", 4}, {"dp_replicate", 2}, {"dp_shard", 2}, {"ep", 2},
                               {"backend", "nccl"}}}) {
     SCOPED_TRACE(ok.dump());
