@@ -170,6 +170,15 @@ TEST_F(FormatFiles, RankOrderIsRecordedWhenNotTheDefault) {
   EXPECT_EQ(rank_record_from(h, "r1").mesh.order, RankOrder::deepspeed);
   testing::save_layout(path("m"), "dps2.tp2.ep2", 1);
   EXPECT_FALSE(metadata_to_json(read_metadata(path("m"))).at("mesh").contains("order"));
+  // with context parallel both are recorded and read back
+  testing::save_layout(path("c"), "cp2.tp2.ep4.ds1", 1);
+  const Metadata mc = read_metadata(path("c"));
+  EXPECT_EQ(mc.mesh.order, RankOrder::deepspeed);
+  EXPECT_EQ(mc.mesh.cp, 2);
+  EXPECT_EQ(metadata_to_json(mc).at("mesh").at("cp"), 2);
+  const RankHeader hc = read_rank_header(path("c") + "/" + rank_file_name(3));
+  EXPECT_EQ(rank_record_from(hc, "r3").mesh.cp, 2);
+  EXPECT_EQ(rank_record_from(hc, "r3").mesh.order, RankOrder::deepspeed);
 }
 
 TEST_F(FormatFiles, BigChunksAreChecksummedPerBlockOfRows) {

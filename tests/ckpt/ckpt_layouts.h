@@ -1,7 +1,8 @@
 // Layouts and the model of the checkpoint tests, shared by test_ckpt and ckpt_worker.
 // A layout is written "dpr1.dps4.tp2.ep2.etp1" (missing fields are 1; world is the product
-// dp_replicate * dp_shard * tp); "ds1" selects the deepspeed rank order; "fde2" puts FSDP of the routed experts on dim 2 and "fdd1"
-// FSDP of every 2-D family on dim 1 (layout.fsdp_dim; 0 when absent).
+// dp_replicate * dp_shard * cp * tp); "ds1" selects the deepspeed rank order, "cp2" context
+// parallel; "fde2" puts FSDP of the routed experts on dim 2 and "fdd1" FSDP of every 2-D
+// family on dim 1 (layout.fsdp_dim; 0 when absent).
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -43,6 +44,7 @@ inline LayoutConfig parse_layout(const std::string& s) {
     const int64_t v = std::stoll(part.substr(i));
     if (key == "dpr") l.dp_replicate = v;
     else if (key == "dps") l.dp_shard = v;
+    else if (key == "cp") l.cp = v;
     else if (key == "tp") l.tp = v;
     else if (key == "ep") l.ep = v;
     else if (key == "etp") l.etp = v;
@@ -54,7 +56,7 @@ inline LayoutConfig parse_layout(const std::string& s) {
         l.fsdp_dim[static_cast<size_t>(f)] = {FsdpDimRule::Kind::dim, v};
     else throw Error("bad layout field '" + part + "' in " + s);
   }
-  l.world = l.dp_replicate * l.dp_shard * l.tp;
+  l.world = l.dp_replicate * l.dp_shard * l.cp * l.tp;
   mesh::validate_layout(l, test_model());
   return l;
 }

@@ -42,6 +42,14 @@ TEST_F(Reshard, ExpertsOnDimZeroAndOnTheirLastDim) { both_ways("dps8", "dps8.fde
 TEST_F(Reshard, FsdpDimOneStridedOverTpAndDimZero) { both_ways("dps4.tp2.fdd1", "dps4.tp2"); }
 TEST_F(Reshard, FsdpDimsAcrossMeshes) { both_ways("dps4.tp2.ep2.etp2.fde2.fdd1", "dpr2.dps2.tp2.ep2.etp2.fde1"); }
 
+// Context parallel under the deepspeed order (docs/mesh.md): the lane index runs over
+// dp_shard x cp, so the experts sit elsewhere than under megatron; cp ranks hold the same
+// dense shards.
+TEST_F(Reshard, ContextParallelUnderBothOrders) {
+  both_ways("dps2.cp2.tp2.ep4.ds1", "dps2.cp2.tp2.ep4");
+  both_ways("dps2.cp2.tp2.ep4.ds1", "dps4.tp2.ep2");
+}
+
 TEST_F(Reshard, WorldSize8To2To8ThroughWhatWasLoaded) {
   // Each hop saves what it loaded (not the formula), so a lost element would propagate.
   save_layout(path("w8"), "dpr2.dps2.tp2.ep2.etp2", 5);
