@@ -62,6 +62,7 @@ const std::vector<Choice>& choices(Option o) {
                                {"experth17", [](Scenario& s) { s.model.expert_hidden = 17; }}}},
       {Option::shared_uneven, {{"", [](Scenario& s) { s.model.shared_hidden = 16; }},
                                {"sharedh17", [](Scenario& s) { s.model.shared_hidden = 17; }}}},
+      {Option::order, {{"", [](Scenario&) {}}}},   // decided by the candidate layout (ds_ in the name)
       {Option::resume, {{"", [](Scenario&) {}}}},  // decided by the candidate: one layout or two
   };
   return table.at(o);
@@ -157,19 +158,22 @@ std::string layout_name(const LayoutConfig& l) {
   if (l.ep > 1) parts.push_back("ep" + std::to_string(l.ep));
   // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
   if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + std::to_string(l.etp));
-  std::string out;
+  std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
   for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
   return out;
 }
 
+// A name that would pass $.name's limit (with room for a "_N" to keep it unique) lists the
+// layouts and "mixed" instead of every changed option (the file itself says which).
 std::string proposal_name(const Candidate& c) {
   const Scenario& s = c.scenario;
   std::string name = "pw_";
   if (s.resume) name += "resume_" + layout_name(s.layout) + "_to_" + layout_name(s.resume->layout);
   else name += layout_name(s.layout);
+  std::string options;
   for (size_t o = 0; o < c.chosen.size(); ++o)
-    if (c.chosen[o] != 0) name += std::string("_") + choices(all_options()[o].option)[c.chosen[o]].suffix;
-  return name;
+    if (c.chosen[o] != 0) options += std::string("_") + choices(all_options()[o].option)[c.chosen[o]].suffix;
+  return name + (name.size() + options.size() + 4 > kMaxNameBytes ? "_mixed" : options);
 }
 
 // Each scenario gives an option one value, whatever its layouts, so it covers at most one
@@ -229,25 +233,23 @@ std::vector<LayoutConfig> candidate_layouts() {
     for (int64_t dps : {1, 2, 4, 8})
       for (int64_t tp : {1, 2, 4})
         for (int64_t ep : {1, 2, 4})
-          for (int64_t etp : {int64_t{1}, tp})
-            for (bool sp : {false, true}) {
-              LayoutConfig l{.world = dpr * dps * tp, .dp_replicate = dpr, .dp_shard = dps, .tp = tp,
-                             .ep = ep, .etp = etp, .sp = sp};
-              if (l.world < 2 || l.world > 8) continue;
-              if (std::find_if(out.begin(), out.end(), [&](const LayoutConfig& x) {
-                    return x.dp_replicate == dpr && x.dp_shard == dps && x.tp == tp && x.ep == ep && x.etp == etp &&
-                           x.sp == sp;
-                  }) != out.end())
-                continue;  // etp 1 and tp 1 are the same layout
-              Scenario s = base;
-              s.layout = l;
-              try {
-                validate_scenario(s);
-              } catch (const ConfigError&) {
-                continue;
+          for (int64_t etp : {1, 2, 4, 8})
+            for (bool sp : {false, true})
+              for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+                Scenario s = base;
+                s.layout = LayoutConfig{.world = dpr * dps * tp, .dp_replicate = dpr, .dp_shard = dps, .tp = tp,
+                                        .ep = ep, .etp = etp, .sp = sp, .order = order};
+                if (s.layout.world < 2 || s.layout.world > 8) continue;
+                try {
+                  validate_scenario(s);  // etp must tile the world
+                } catch (const ConfigError&) {
+                  continue;
+                }
+                // deepspeed only where its expert groups differ from megatron's: elsewhere
+                // it is the same layout
+                if (order == RankOrder::deepspeed && option_value(Option::order, s, s.layout) < 0) continue;
+                out.push_back(s.layout);
               }
-              out.push_back(l);
-            }
   return out;
 }
 

@@ -26,7 +26,8 @@ Scenario cover_template();
 
 // The layouts proposals use: world 2..8, power-of-two degrees (batch 8 or 16 then splits
 // over every data-parallel degree and micro-batch count), tp <= 4 and ep <= 4 (the
-// template's heads and experts), every etp and sp the validator allows.
+// template's heads and experts), every etp that tiles the world and every sp the validator
+// allows, under both rank orders (deepspeed only where its expert groups differ).
 std::vector<LayoutConfig> candidate_layouts();
 
 struct Proposal {

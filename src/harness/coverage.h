@@ -4,8 +4,9 @@
 // option. A pair is (option value, mode): "shared=off x tp" holds when some run trains a
 // model without shared expert under plain tensor parallelism. A bug that lives where two
 // features meet (no shared expert under TP without SP; an aux loss over micro-batches) is
-// only seen by a scenario that has both, so the shipped matrix must cover every pair that
-// can occur; impossible_reason() says, for each pair that cannot, why.
+// only seen by a scenario that has both, so the shipped matrix must cover every pair. Every
+// pair can occur: since etp is any degree that tiles the world and layout.order exists, no
+// folding mode excludes an option value (docs/coverage.md, "What can co-occur").
 #pragma once
 #include <string>
 #include <string_view>
@@ -25,9 +26,9 @@ const std::vector<Mode>& all_modes();
 // The modes a layout exercises, in Mode order; none for world 1.
 std::vector<Mode> modes_of(const LayoutConfig& l);
 
-// Model/run options. Most take one of several values; the four *_uneven options and resume
-// are flags with the single value "yes" (when the flag is off the run takes no value: the
-// even case is every layout's default and is covered everywhere).
+// Model/run options. Most take one of several values; the four *_uneven options, order and
+// resume are flags with a single value (when the flag is off the run takes no value: the
+// even case and the megatron order are every layout's default and are covered everywhere).
 enum class Option {
   shared,         // off: shared_experts 0; on: 1
   aux,            // off: aux_alpha 0; on: > 0
@@ -43,9 +44,10 @@ enum class Option {
   mlp_uneven,     // yes: mlp_hidden % tp != 0 and a dense layer exists
   expert_uneven,  // yes: expert_hidden % etp != 0 and an MoE layer exists
   shared_uneven,  // yes: shared_hidden % tp != 0 and a shared expert exists
+  order,          // deepspeed: layout.order deepspeed where its expert groups differ from megatron's
   resume,         // yes: the scenario is a save-and-resume check (both of its layouts)
 };
-inline constexpr int kOptionCount = 15;
+inline constexpr int kOptionCount = 16;
 
 struct OptionInfo {
   Option option;
@@ -70,8 +72,6 @@ std::string pair_name(const Pair& p);  // "shared=off x tp"
 
 // Every (option value, mode) pair, in option, value, mode order.
 std::vector<Pair> all_pairs();
-// Why no valid scenario can have both members of the pair, or "" when one can.
-std::string impossible_reason(const Pair& p);
 
 // The layouts a scenario compares with the baseline: its layout when world > 1, and the
 // resume check's layout (always world >= 2).
@@ -81,14 +81,14 @@ std::vector<LayoutConfig> compared_layouts(const Scenario& s);
 std::vector<Pair> covered_pairs(const Scenario& s);
 
 struct CoverageReport {
-  std::vector<Pair> possible, impossible;  // all_pairs(), split by impossible_reason()
-  std::vector<Pair> missing;               // possible pairs no scenario covers
-  std::vector<std::vector<int>> cover;     // per possible pair: indices of the scenarios covering it
+  std::vector<Pair> pairs;               // all_pairs()
+  std::vector<Pair> missing;             // pairs no scenario covers
+  std::vector<std::vector<int>> cover;   // per pair: indices of the scenarios covering it
 };
 CoverageReport check_coverage(const std::vector<Scenario>& scenarios);
 
-// The report as text: a table (option value x mode: how many scenarios cover the pair,
-// "-" for an impossible pair, "MISSING"), then one line per missing pair, then a summary.
+// The report as text: a table (option value x mode: how many scenarios cover the pair, or
+// "MISSING"), then one line per missing pair, then a summary.
 std::string format_coverage(const CoverageReport& r);
 
 }  // namespace parity::coverage
