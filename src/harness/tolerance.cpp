@@ -9,8 +9,16 @@ namespace parity {
 // the backward), and cancellation in a gradient can magnify the relative error of an
 // element by |sum terms| / |sum|; normwise, over a whole tensor, that magnification
 // averages out. So:
-//  - loss, grad norm: scalars from long positive sums: 1e-13 (fp64) = ~1000 u; fp32 1e-5
-//    = ~170 u.
+//  - loss: a scalar from long positive sums: 1e-13 (fp64) = ~1000 u; fp32 1e-5 = ~170 u.
+//  - grad norm: the norm of every gradient, so it inherits their error, not a sum's:
+//    |‖g + d‖ - ‖g‖| <= ‖d‖, and for rounding noise (nearly orthogonal to g) it is about
+//    <g, d> / ‖g‖², a fraction of the normwise ‖d‖ / ‖g‖. It grows with the model as the
+//    gradients' error does: measured 1.1e-13 with gradients at 1.1e-12 (dim 128, 4 layers,
+//    seq 64 at W = 8, dps 2 x tp 4, ep 8, step 2: 10x ci/bench's dim64 work; it failed the
+//    old 1e-13), and 1.13e-5 in fp32 on docs/gpu.md's large model at W = 8. Bound: a tenth
+//    of the gradients' normwise bound, 1e-12 (fp64) / 1e-4 (fp32). A replica counted twice
+//    moves the norm by half its family's share of the squared norm: this row catches shares
+//    above 2e-12 / 2e-4, and clip_coef and the parameters after a clipped step catch it too.
 //  - gradients: normwise 1e-11 (fp64, ~1e5 u: depth ~10 ops x 64 terms x cancellation
 //    headroom 100). fp32: 1e-3. At step 0 the same reasoning gives ~1e-4 (1700 u), but
 //    every later step's gradient is taken at parameters that already differ: Adam's update
@@ -37,8 +45,8 @@ namespace parity {
 Tolerance tolerance_for(DType dtype, Quantity q) {
   const bool f64 = dtype == DType::f64;
   switch (q) {
-    case Quantity::loss:
-    case Quantity::grad_norm: return f64 ? Tolerance{1e-13, 1e-10} : Tolerance{1e-5, 1e-3};
+    case Quantity::loss: return f64 ? Tolerance{1e-13, 1e-10} : Tolerance{1e-5, 1e-3};
+    case Quantity::grad_norm: return f64 ? Tolerance{1e-12, 1e-10} : Tolerance{1e-4, 1e-3};
     case Quantity::gradient: return f64 ? Tolerance{1e-11, 1e-8} : Tolerance{1e-3, 1e-1};
     case Quantity::routing_score: return f64 ? Tolerance{1e-11, 1e-8} : Tolerance{1e-4, 1e-2};
     case Quantity::parameter: return f64 ? Tolerance{1e-10, 1e-7} : Tolerance{1e-3, 1e-1};
