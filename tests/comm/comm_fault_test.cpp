@@ -35,17 +35,31 @@ void expect_named(const LaunchResult& r, int missing, const std::string& op) {
   }
 }
 
-TEST(GlooFaults, RankKilledMidAllreduce) {
+// Rank 2 of 4 killed in an allreduce: the survivors see that it has exited. `env` picks the
+// transport (none: the default, shared memory on one host).
+void killed_mid_allreduce(const std::vector<std::string>& env) {
   // The survivors' own messages are what this test reads: they get 5 s to write them (the
   // launcher's default grace of 1 s can cut them short on a loaded machine; the launcher's
   // speed after a death is fault.kill9_gloo's to check, and its summary names the rank).
-  auto r = run_worker(Backend::gloo, 4, {"kill", "2"}, kTimeout, 5000ms);
+  auto r = run_worker(Backend::gloo, 4, {"kill", "2"}, kTimeout, 5000ms, env);
   expect_clean(r);
   EXPECT_EQ(r.code, 3) << "a rank killed by a signal: infrastructure failed (core/exit_codes.h)";
   EXPECT_LT(r.seconds, kBound + 1.0);
   expect_named(r, 2, "allreduce");
   EXPECT_NE(r.logs[0].find("has exited"), std::string::npos) << r.logs[0];
 }
+
+// Rank 3 of 4 alive but never calling the collective: named as not reaching allreduce #2.
+void never_reaches_the_collective(const std::vector<std::string>& env) {
+  auto r = run_worker(Backend::gloo, 4, {"stall", "3"}, kTimeout, 1000ms, env);
+  expect_clean(r);
+  EXPECT_EQ(r.code, 3);
+  EXPECT_LT(r.seconds, kBound + 2.0);
+  expect_named(r, 3, "allreduce #2");
+  EXPECT_NE(r.logs[0].find("did not report reaching"), std::string::npos) << r.logs[0];
+}
+
+TEST(GlooFaults, RankKilledMidAllreduce) { killed_mid_allreduce({}); }
 
 TEST(GlooFaults, RankNeverJoins) {
   auto r = run_worker(Backend::gloo, 3, {"absent", "1"}, kTimeout, 1000ms);
@@ -63,33 +77,11 @@ TEST(GlooFaults, RankExitsBeforeJoining) {
   expect_named(r, 2, "rendezvous");
 }
 
-TEST(GlooFaults, RankNeverReachesTheCollective) {
-  auto r = run_worker(Backend::gloo, 4, {"stall", "3"}, kTimeout, 1000ms);
-  expect_clean(r);
-  EXPECT_EQ(r.code, 3);
-  EXPECT_LT(r.seconds, kBound + 2.0);
-  expect_named(r, 3, "allreduce #2");
-  EXPECT_NE(r.logs[0].find("did not report reaching"), std::string::npos) << r.logs[0];
-}
+TEST(GlooFaults, RankNeverReachesTheCollective) { never_reaches_the_collective({}); }
 
 // The same two failures on gloo's TCP transport (the default on one host is shared memory).
-TEST(GlooTcpFaults, RankKilledMidAllreduce) {
-  auto r = run_worker(Backend::gloo, 4, {"kill", "2"}, kTimeout, 5000ms, {"PARITY_GLOO_SHM=0"});
-  expect_clean(r);
-  EXPECT_EQ(r.code, 3);
-  EXPECT_LT(r.seconds, kBound + 1.0);
-  expect_named(r, 2, "allreduce");
-  EXPECT_NE(r.logs[0].find("has exited"), std::string::npos) << r.logs[0];
-}
-
-TEST(GlooTcpFaults, RankNeverReachesTheCollective) {
-  auto r = run_worker(Backend::gloo, 4, {"stall", "3"}, kTimeout, 1000ms, {"PARITY_GLOO_SHM=0"});
-  expect_clean(r);
-  EXPECT_EQ(r.code, 3);
-  EXPECT_LT(r.seconds, kBound + 2.0);
-  expect_named(r, 3, "allreduce #2");
-  EXPECT_NE(r.logs[0].find("did not report reaching"), std::string::npos) << r.logs[0];
-}
+TEST(GlooTcpFaults, RankKilledMidAllreduce) { killed_mid_allreduce({"PARITY_GLOO_SHM=0"}); }
+TEST(GlooTcpFaults, RankNeverReachesTheCollective) { never_reaches_the_collective({"PARITY_GLOO_SHM=0"}); }
 
 TEST(MpiFaults, RankKilledMidAllreduce) {
   auto r = run_worker(Backend::mpi, 3, {"kill", "1"}, kTimeout);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "mesh/explain.h"
+#include "mesh/expect_refused.h"
 #include "mesh/mesh.h"
 #include "mesh/param_layout.h"
 #include "mesh/placement.h"
@@ -15,6 +16,8 @@
 
 namespace parity::mesh {
 namespace {
+
+using testing::expect_refused;
 
 LayoutConfig lcp(int64_t dps, int64_t cp, int64_t tp, int64_t ep, int64_t dpr = 1) {
   LayoutConfig l;
@@ -128,16 +131,6 @@ TEST(MeshCp, DensePlacementsReplicateOverCp) {
   // rank 2 (cp 1, tp 0) holds exactly what rank 0 (cp 0, tp 0) holds
   EXPECT_EQ(local_dim_indices(m, l, wo.shape, 2), local_dim_indices(m, l, wo.shape, 0));
   EXPECT_NE(local_dim_indices(m, l, wo.shape, 4), local_dim_indices(m, l, wo.shape, 0));  // dps 1
-}
-
-void expect_refused(const LayoutConfig& l, const ModelConfig& m, const std::string& path, const std::string& rule) {
-  try {
-    validate_layout(l, m);
-    ADD_FAILURE() << "accepted: expected " << path << ": " << rule;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.path(), path);
-    EXPECT_NE(e.rule().find(rule), std::string::npos) << e.what();
-  }
 }
 
 TEST(MeshCp, RefusedLayouts) {

@@ -6,10 +6,13 @@
 
 #include "core/error.h"
 #include "mesh/explain.h"
+#include "mesh/expect_refused.h"
 #include "mesh/mesh.h"
 
 namespace parity::mesh {
 namespace {
+
+using testing::expect_refused;
 
 LayoutConfig lc(int64_t world, int64_t dpr, int64_t dps, int64_t tp, int64_t ep, int64_t etp) {
   LayoutConfig l;
@@ -115,17 +118,6 @@ TEST(MeshFolding, NamesFromGroups) {
   EXPECT_EQ(folding(Mesh(lc(8, 1, 4, 2, 2, 2))), Folding::dp2ep);
   EXPECT_EQ(folding(Mesh(lc(8, 1, 8, 1, 4, 1))), Folding::dp2ep);
   EXPECT_EQ(folding(Mesh(lc(8, 1, 4, 2, 1, 1))), Folding::none);
-}
-
-// The error must name the field and the rule.
-void expect_refused(const LayoutConfig& l, const ModelConfig& m, const std::string& path, const std::string& rule) {
-  try {
-    validate_layout(l, m);
-    ADD_FAILURE() << "accepted: expected " << path << ": " << rule;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.path(), path);
-    EXPECT_NE(e.rule().find(rule), std::string::npos) << e.what();
-  }
 }
 
 TEST(MeshValidation, RefusesLayoutsThatCannotExist) {
