@@ -60,8 +60,10 @@ LayoutConfig mesh_from(const json& m) {
   c.cp = m.contains("cp") ? m.at("cp").get<int64_t>() : 1;
   if (m.contains("order")) {
     const std::string o = m.at("order").get<std::string>();
-    if (o != "megatron" && o != "deepspeed") throw Error("mesh.order must be megatron or deepspeed, got '" + o + "'");
-    c.order = o == "deepspeed" ? RankOrder::deepspeed : RankOrder::megatron;
+    if (o == order_name(RankOrder::deepspeed))
+      c.order = RankOrder::deepspeed;
+    else if (o != order_name(RankOrder::megatron))
+      throw Error("mesh.order must be megatron or deepspeed, got '" + printable(o, 40) + "'");
   }
   return c;
 }
