@@ -6,7 +6,8 @@
 // per iteration), algbw = size / time, busbw = algbw * the nccl-tests factor
 // (allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; broadcast 1), #wrong
 // (a checked run before the timed ones, exact inputs, summed over ranks).
-// The first line gives a one-process memcpy busbw as the ceiling of loopback transports.
+// The first line gives a one-process memcpy busbw as the ceiling of loopback transports, and
+// (when allreduce is timed) the allreduce ceiling of this host for n ranks (below).
 #pragma once
 #include <cstdint>
 #include <ostream>
@@ -32,5 +33,12 @@ int64_t run_comm_bench(Communicator& world, const CommBenchOptions& opts, std::o
 
 // GB/s of a one-process memcpy of `bytes` (read + write counted once, like busbw).
 double memcpy_gbps(int64_t bytes);
+
+// The busbw no one-host allreduce of `ranks` buffers of `bytes` can beat here: the buffers in
+// one process, reduced in place by min(ranks, cores) threads, each owning a share of the
+// elements: every input read once, every output written once, no copies through a segment,
+// no waits. With more ranks than cores the cores, not the transport, bound the collective.
+// Best of 3; allocates 2 x ranks x bytes.
+double allreduce_ceiling_gbps(int ranks, int64_t bytes);
 
 }  // namespace parity::comm
