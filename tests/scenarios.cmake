@@ -121,7 +121,7 @@ add_test(NAME matrix.passes_and_skips_world1
 set_tests_properties(matrix.passes_and_skips_world1 PROPERTIES PASS_REGULAR_EXPRESSION
   "tiny +1 +one device +skipped.*tp2_ep2 +2 +tp 2, ep 2 +PASS.*matrix verdict: PASS: 1 passed, 0 failed, 1 skipped[^\n]*\nexit=0\n")
 add_test(NAME matrix.fault_fails_naming_family_and_factor
-         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 $<TARGET_FILE:parity> matrix ${PARITY_MX}/tp2_ep2.json -j 1; echo exit=$?")
+         COMMAND sh -c "d=$(mktemp -d) && PARITY_FAULT=scale_grad:router:2 $<TARGET_FILE:parity> matrix ${PARITY_MX}/tp2_ep2.json -j 1 --out $d; echo exit=$?; rm -rf $d")
 set_tests_properties(matrix.fault_fails_naming_family_and_factor PROPERTIES PASS_REGULAR_EXPRESSION
   "replay: PARITY_FAULT=scale_grad:router:2 .*tp2_ep2 +2 +tp 2, ep 2 +FAIL .* root grad router x2 at step 0 \\(2 \\(= tp\\)[^\n]*\n.*matrix verdict: FAIL: 0 passed, 1 failed.*exit=1\n")
 add_test(NAME matrix.missing_path_is_bad_input

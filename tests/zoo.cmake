@@ -13,7 +13,7 @@ set_tests_properties(zoo.unknown_name_is_bad_input PROPERTIES LABELS zoo PASS_RE
 # A bug that escapes fails `parity zoo`: dp_averaged_twice in a layout without data
 # parallelism (tp2, named fsdp4.json in a scratch directory) changes nothing.
 add_test(NAME zoo.an_escaped_bug_fails_the_zoo
-         COMMAND sh -c "d=$(mktemp -d) && cp ${PROJECT_SOURCE_DIR}/scenarios/tp2.json $d/fsdp4.json && $<TARGET_FILE:parity> zoo dp_averaged_twice --scenarios $d; echo exit=$?; rm -rf $d")
+         COMMAND sh -c "d=$(mktemp -d) && cp ${PROJECT_SOURCE_DIR}/scenarios/tp2.json $d/fsdp4.json && $<TARGET_FILE:parity> zoo dp_averaged_twice --scenarios $d --out $d/out; echo exit=$?; rm -rf $d")
 set_tests_properties(zoo.an_escaped_bug_fails_the_zoo PROPERTIES LABELS zoo
   PASS_REGULAR_EXPRESSION "dp_averaged_twice +fsdp4.json +ESCAPED .*zoo verdict: FAIL: 1 bugs, 0 caught.*exit=1\n")
 # strided_saved_as_shard on an uneven FSDP x TP save (fsdp 3 x tp 2, pieces 3/3/2 rows): the

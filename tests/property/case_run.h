@@ -61,14 +61,23 @@ inline std::filesystem::path failure_dir() {
   return std::filesystem::absolute(p);
 }
 
-// One scratch directory per test process, for case files, reports and logs.
+// One scratch directory per test process, for case files, reports and logs; removed when
+// the process ends (a failing case is kept in failure_dir(), not here: every run of the
+// property suites used to leave one of these in /tmp).
+struct ScratchDir {
+  std::filesystem::path path;
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 inline const std::filesystem::path& work_dir() {
-  static const std::filesystem::path dir = [] {
+  static const ScratchDir dir{[] {
     std::string t = (std::filesystem::temp_directory_path() / "parity-prop-XXXXXX").string();
     if (::mkdtemp(t.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     return std::filesystem::path(t);
-  }();
-  return dir;
+  }()};
+  return dir.path;
 }
 
 inline void write_text(const std::filesystem::path& p, const std::string& text) {
