@@ -1,6 +1,7 @@
 // Checksums, chunk geometry and metadata of the checkpoint format.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "ckpt/checksum.h"
@@ -188,6 +189,57 @@ TEST_F(FormatFiles, BigChunksAreChecksummedPerBlockOfRows) {
   const auto& c = md.find("embed.weight")->chunks.at(0);
   EXPECT_EQ(c.block_rows, kBlockBytes / (16 * 8));
   EXPECT_EQ(c.checksums.size(), 1u);
+}
+
+// Every problem the two parsers meet is an IoError naming where it was read: nlohmann's own
+// exceptions as "malformed", a typed Error with its message, an IoError from inside as it is
+// (not named twice).
+std::string io_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const IoError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected IoError, got another exception: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+TEST_F(FormatFiles, MetadataProblemsAreIoErrorsNamingWhere) {
+  testing::save_layout(path("c"), "dps2.tp2", 1);
+  const nlohmann::json good = nlohmann::json::parse(metadata_to_json(read_metadata(path("c"))).dump());
+  nlohmann::json j = good;
+  j.erase("step");
+  EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }),
+            "md: malformed metadata: [json.exception.out_of_range.403] key 'step' not found");
+  j = good;
+  j["mesh"]["order"] = "torus";
+  EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }), "md: mesh.order must be megatron or deepspeed, got 'torus'");
+  j = good;
+  j["format"] = "other";
+  EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }), "md: $.format: is not parity-checkpoint");
+}
+
+TEST_F(FormatFiles, RankRecordProblemsAreIoErrorsNamingWhere) {
+  testing::save_layout(path("c"), "dps2.tp2", 1);
+  const RankHeader good = read_rank_header(path("c") + "/" + rank_file_name(1));
+  ASSERT_NO_THROW(rank_record_from(good, "r1"));
+  RankHeader h = good;
+  h.metadata["step"] = "\"ten\"";
+  EXPECT_EQ(io_error([&] { rank_record_from(h, "r1"); }),
+            "r1: header __metadata__: malformed: [json.exception.type_error.302] type must be number, but is string");
+  h = good;
+  nlohmann::json m = nlohmann::json::parse(h.metadata.at("mesh"));
+  m["order"] = "torus";
+  h.metadata["mesh"] = m.dump();
+  EXPECT_EQ(io_error([&] { rank_record_from(h, "r1"); }),
+            "r1: header __metadata__: mesh.order must be megatron or deepspeed, got 'torus'");
+  h = good;
+  h.metadata["step"] = "1.5";
+  EXPECT_EQ(io_error([&] { rank_record_from(h, "r1"); }),
+            "r1: header __metadata__: step: holds the number 1.5 where integers belong");
 }
 
 }  // namespace
