@@ -17,7 +17,7 @@
 #include "harness/fsdp_dim_json.h"
 #include "harness/memory.h"
 #include "model/batch_split.h"
-#include "mesh/param_layout.h"
+#include "mesh/mesh.h"
 #include "parallel/supported.h"
 
 namespace parity {
@@ -209,12 +209,6 @@ void require_real(double v, double lo, bool strict_lo, double hi, const std::str
   require(ok, path, "must be " + (std::isfinite(v) ? range : "finite") + ", got " + num(v));
 }
 
-// a*b, or -1 when it overflows (callers only multiply positive degrees).
-int64_t checked_mul(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_mul_overflow(a, b, &out) ? -1 : out;
-}
-
 void validate_model(const ModelConfig& m) {
   const std::string p = "$.model.";
   require_at_least(m.vocab, 2, p + "vocab");
@@ -257,43 +251,13 @@ void validate_optim(const OptimConfig& o) {
   require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
 }
 
+// The layout rules are mesh::validate_layout's, reported under p ("$.layout." or
+// "$.resume.layout."); a scenario adds that its backend is one the launcher knows (a file's
+// reader refuses any other already: this is for scenarios built in code).
 void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p = "$.layout.") {
-  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
-           {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}})
-    require_at_least(v, 1, p + key);
-  const int64_t dense = checked_mul(checked_mul(checked_mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
-  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
-  require(dense == l.world, p + "world",
-          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" +
-              std::to_string(l.dp_replicate) + "*" + std::to_string(l.dp_shard) + "*" +
-              (cp ? std::to_string(l.cp) + "*" : "") + std::to_string(l.tp) + "), got " + std::to_string(l.world));
-  const int64_t expert = checked_mul(checked_mul(l.dp_replicate, l.ep), l.etp);
-  require(expert > 0 && l.world % expert == 0, p + "ep",
-          "dp_replicate*ep*etp (" + std::to_string(l.dp_replicate) + "*" + std::to_string(l.ep) +
-              "*" + std::to_string(l.etp) + ") must divide layout.world (" +
-              std::to_string(l.world) + ")");
-  require(m.experts % l.ep == 0, p + "ep",
-          "must divide model.experts (" + std::to_string(m.experts) + "), got " +
-              std::to_string(l.ep));
-  require(m.heads % l.tp == 0, p + "tp",
-          "must divide model.heads (" + std::to_string(m.heads) + "), got " + std::to_string(l.tp));
-  if (l.sp) {
-    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
-    require(m.seq % l.tp == 0, p + "sp",
-            "sequence parallel requires layout.tp (" + std::to_string(l.tp) +
-                ") to divide model.seq (" + std::to_string(m.seq) + ")");
-  }
-  require(m.seq % l.cp == 0, p + "cp",
-          "must divide model.seq (" + std::to_string(m.seq) +
-              ") so that each CP rank holds an equal chunk of every sequence, got " + std::to_string(l.cp));
-  if (l.sp && l.cp > 1)
-    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
-            "sequence parallel with context parallel requires layout.cp*layout.tp (" + std::to_string(l.cp) + "*" +
-                std::to_string(l.tp) + ") to divide model.seq (" + std::to_string(m.seq) + ")");
+  mesh::validate_layout(l, m, p);
   require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
           "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
-  mesh::check_fsdp_dim(l, m, p);
 }
 
 // The resume layout follows every rule of the main one (reported at $.resume.layout.*), and

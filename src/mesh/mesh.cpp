@@ -124,11 +124,10 @@ size_t index_in_view(View v, MeshDim d) {
 
 }  // namespace
 
-Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
-  const std::string p = "$.layout.";
+void check_structure(const LayoutConfig& l, const std::string& p) {
   for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
            {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-           {"cp", l.cp}, {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}})
+           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}})
     require(v >= 1, p + key, "must be >= 1, got " + s(v));
   require(l.world <= (int64_t{1} << 20), p + "world", "must be <= 1048576, got " + s(l.world));
   const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
@@ -140,6 +139,10 @@ Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
   require(expert > 0 && l.world % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
               ") must divide layout.world (" + s(l.world) + ") so that edp_shard is whole");
+}
+
+Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
+  check_structure(l);
   world_ = static_cast<int>(l.world);
 }
 
@@ -255,27 +258,25 @@ Folding folding(const Mesh& m) {
   return all_tp ? Folding::tp2ep : all_dp ? Folding::dp2ep : Folding::cross_lane;
 }
 
-void validate_layout(const LayoutConfig& l, const ModelConfig& m) {
-  Mesh mesh(l);  // structural rules first
-  const std::string p = "$.layout.";
-  require(m.heads % l.tp == 0, p + "tp",
-          "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
+void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  check_structure(l, p);  // structural rules first
   require(m.experts % l.ep == 0, p + "ep",
           "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " +
               s(l.ep));
+  require(m.heads % l.tp == 0, p + "tp",
+          "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
   if (l.sp) {
     require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
     require(m.seq % l.tp == 0, p + "sp",
             "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
   }
-  check_fsdp_dim(l, m);
-  validate_cp(l, m);
+  validate_cp(l, m, p);
+  check_fsdp_dim(l, m, p);
 }
 
 // Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
 // sequence parallel splits each chunk again over tp: both must divide.
-void validate_cp(const LayoutConfig& l, const ModelConfig& m) {
-  const std::string p = "$.layout.";
+void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
   require(l.cp == 1 || l.device != "cuda", p + "cp",
           "context parallel runs on the CPU reference ops only (layout.device \"cpu\"), got cp " + s(l.cp));
   require(m.seq % l.cp == 0, p + "cp",

@@ -294,13 +294,16 @@ TEST(Scenario, LayoutRules) {
   refused({{"world", 2}, {"dp_shard", 2}, {"ep", 4}}, "$.layout.ep",
           "dp_replicate*ep*etp (1*4*1) must divide layout.world (2)");
   refused({{"world", 6}, {"dp_shard", 6}, {"ep", 3}}, "$.layout.ep",
-          "must divide model.experts (4), got 3");
-  refused({{"world", 4}, {"tp", 4}}, "$.layout.tp", "must divide model.heads (2), got 4");
+          "must divide model.experts (4) so that each EP rank holds whole experts, got 3");
+  refused({{"world", 4}, {"tp", 4}}, "$.layout.tp",
+          "must divide model.heads (2) so that each TP rank holds whole heads, got 4");
   refused({{"sp", true}}, "$.layout.sp", "requires layout.tp > 1");
   refused({{"world", 3}, {"dp_shard", 3}, {"dp_replicate", 1}, {"tp", 1}, {"sp", true}},
           "$.layout.sp", "requires layout.tp > 1");
   refused({{"world", 4611686018427387904}, {"dp_shard", 4611686018427387904}, {"tp", 4}},
-          "$.layout.world", "must equal dp_replicate*dp_shard*tp");
+          "$.layout.world", "must be <= 1048576, got 4611686018427387904");
+  refused({{"world", 4}, {"dp_shard", 4611686018427387904}, {"tp", 4}},  // the product overflows
+          "$.layout.world", "must equal dp_replicate*dp_shard*tp (1*4611686018427387904*4), got 4");
   // context parallel (seq 8): world counts cp; cp divides seq, cp*tp under SP; cpu only
   refused({{"world", 2}, {"cp", 0}}, "$.layout.cp", "must be >= 1");
   refused({{"world", 2}, {"cp", 2}, {"tp", 2}}, "$.layout.world", "must equal dp_replicate*dp_shard*cp*tp (1*1*2*2), got 2");
