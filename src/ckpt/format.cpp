@@ -24,6 +24,22 @@ namespace {
   throw IoError(where + ": " + path + ": " + what);
 }
 
+// Runs a parser's body so that whatever it meets leaves as an IoError naming `where` (a bad
+// file is an I/O verdict, exit 1): nlohmann's exceptions as "<where>: <malformed>: <what>",
+// a typed Error with its message, an IoError (bad()'s, already named) as it is.
+template <class Body>
+void as_io_error(const std::string& where, const char* malformed, Body&& body) {
+  try {
+    body();
+  } catch (const json::exception& e) {
+    throw IoError(where + ": " + malformed + ": " + e.what());
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    throw IoError(where + ": " + e.what());
+  }
+}
+
 uint32_t parse_checksum(const std::string& s, const std::string& where, const std::string& path) {
   if (s.rfind("crc32c:", 0) != 0 || s.size() != 15 || s.find_first_not_of("0123456789abcdefABCDEF", 7) != std::string::npos)
     bad(where, path, "not a crc32c checksum: '" + printable(s, 40) + "'");  // stoul would throw std::invalid_argument
@@ -231,7 +247,7 @@ void check_consistent(const Metadata& md, const std::string& where) {
 
 Metadata metadata_from_json(const json& j, const std::string& where) {
   Metadata md;
-  try {
+  as_io_error(where, "malformed metadata", [&] {
     if (j.at("format").get<std::string>() != "parity-checkpoint") bad(where, "$.format", "is not parity-checkpoint");
     md.version = j.at("version").get<int>();
     if (md.version < kFormatVersion)
@@ -257,13 +273,7 @@ Metadata metadata_from_json(const json& j, const std::string& where) {
     const json& tensors = j.at("tensors");
     for (size_t i = 0; i < tensors.size(); ++i)
       md.tensors.push_back(tensor_from(tensors[i], where, "$.tensors[" + std::to_string(i) + "]"));
-  } catch (const json::exception& e) {
-    throw IoError(where + ": malformed metadata: " + e.what());
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw IoError(where + ": " + e.what());
-  }
+  });
   check_consistent(md, where);
   return md;
 }
@@ -466,7 +476,7 @@ RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path) 
     if (const json* f = first_float(v)) bad(where, k, "holds the number " + f->dump() + " where integers belong");
     return v;
   };
-  try {
+  as_io_error(where, "malformed", [&] {
     r.rank = ints("rank").get<int>();
     r.mesh = mesh_from(ints("mesh"));
     r.step = ints("step").get<int64_t>();
@@ -481,13 +491,7 @@ RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path) 
     if (held != h.entries.size())
       bad(where, "tensors", "records " + std::to_string(held) + " chunks, the file has " +
                                 std::to_string(h.entries.size()) + " entries");
-  } catch (const json::exception& e) {
-    throw IoError(where + ": malformed: " + e.what());
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    throw IoError(where + ": " + e.what());
-  }
+  });
   return r;
 }
 
