@@ -82,7 +82,7 @@ class Segment {
   int yields_;
 };
 
-// Bytes of each data half per member: PARITY_SHM_SLOT_BYTES, default 4 MiB (rounded to 64).
+// Bytes of each data half per member: PARITY_SHM_SLOT_BYTES, default 128 KiB (rounded to 64).
 int64_t slot_bytes_setting();
 
 }  // namespace parity::comm::shm
