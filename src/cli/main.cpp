@@ -10,7 +10,9 @@
 #include "core/exit_codes.h"
 #include "core/text.h"
 
-int main(int argc, char** argv) {
+namespace parity::cli {
+
+int run_cli(int argc, char** argv) {
   CLI::App app{
       "parity: runs a Mixture-of-Experts transformer on one device and under parallel layouts,\n"
       "and checks that every layout computes the same losses, gradients and updates.\n"
@@ -40,3 +42,7 @@ int main(int argc, char** argv) {
   }
   return 1;
 }
+
+}  // namespace parity::cli
+
+int main(int argc, char** argv) { return parity::cli::run_cli(argc, argv); }

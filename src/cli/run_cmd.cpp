@@ -227,6 +227,28 @@ std::string shared_baseline_path() {
   return (dir / ("parity-baseline-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) + ".bin")).string();
 }
 
+// Whether the ranks start by fork alone (comm/launch.h, LaunchOptions::in_process): every
+// rank on this host, gloo, the CPU (mpirun starts mpi's ranks; a CUDA context does not
+// survive a fork; across hosts each launcher's store client may hold a thread), and
+// PARITY_RANK_START not "exec" (the old way: fork + exec of `parity run ... --as-rank`).
+bool fork_started(const comm::LaunchOptions& lo, const LayoutConfig& layout) {
+  const char* v = std::getenv("PARITY_RANK_START");
+  const std::string how = v != nullptr ? v : "";
+  if (!how.empty() && how != "fork" && how != "exec")
+    throw ConfigError("PARITY_RANK_START", "must be fork or exec, got '" + printable(how, 64) + "'");
+  return how != "exec" && lo.nnodes == 1 && lo.backend == comm::Backend::gloo &&
+         parse_device(layout.device) == Device::cpu;
+}
+
+// A fork-started rank: its argv through the whole command line, as an exec'd one would run.
+int run_rank_argv(const std::vector<std::string>& argv) {
+  std::vector<std::string> copy(argv);
+  std::vector<char*> ptrs;
+  for (std::string& a : copy) ptrs.push_back(a.data());
+  ptrs.push_back(nullptr);
+  return run_cli(static_cast<int>(copy.size()), ptrs.data());
+}
+
 int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra,
                  int64_t first_block = 0) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
@@ -264,14 +286,18 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
     baseline.emplace(bs, shared_baseline_path(), lo.nproc, first_block);  // this host's ranks
     lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
   }
+  if (baseline) lo.after_start = [&baseline] { baseline->start(); };
+  const bool by_fork = fork_started(lo, layout);
+  if (by_fork) lo.in_process = run_rank_argv;
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   if (baseline) baseline->stop();
   const std::string ranks = lo.nnodes > 1 ? std::to_string(lo.nproc) + " of " + std::to_string(layout.world) +
                                                 " ranks on this host"
                                           : std::to_string(lo.nproc) + " ranks";
-  std::printf("time to verdict: %.3f s (launcher wall clock, %s, exit %d)\n", static_cast<double>(now_ns() - t0) * 1e-9,
-              ranks.c_str(), rc);
+  const std::string how = lo.backend == comm::Backend::mpi ? "started by mpirun" : by_fork ? "started by fork" : "started by exec";
+  std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n", static_cast<double>(now_ns() - t0) * 1e-9,
+              ranks.c_str(), how.c_str(), rc);
   return rc;
 }
 

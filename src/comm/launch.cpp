@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -229,9 +230,34 @@ std::vector<std::string> rank_argv(const LaunchOptions& o, const std::vector<std
   return argv;
 }
 
+// The child's half of a fork-started rank (LaunchOptions::in_process): the launcher's
+// signal handling undone, no descriptor of the launcher's left open, the rank's environment
+// and name; runs the rank and exits with its code without the launcher's exit handlers.
+[[noreturn]] void run_in_child(const LaunchOptions& o, int rank, const std::vector<std::string>& argv_s,
+                               std::vector<char*>& envp) {
+  signal(SIGCHLD, SIG_DFL);
+  g_wake_fd = -1;
+  close_range(3, ~0U, 0);
+  environ = envp.data();
+  const std::string name = "parity-rank" + std::to_string(rank);
+  prctl(PR_SET_NAME, name.c_str());
+  int rc = 1;
+  try {
+    rc = o.in_process(argv_s);
+  } catch (const std::exception& e) {  // run_cli reports its own; this is a last resort
+    std::fprintf(stderr, "parity: error: %s\n", e.what());
+  }
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  _exit(rc);
+}
+
 // fork + exec with the environment prepared beforehand (nothing but async-signal-safe
-// calls between fork and exec). The child dies with the launcher (PR_SET_PDEATHSIG).
-pid_t spawn(const std::vector<std::string>& argv_s, const std::vector<std::string>& env_s, int out_fd) {
+// calls between fork and exec), or fork alone with o.in_process (run_in_child). The child
+// dies with the launcher (PR_SET_PDEATHSIG).
+pid_t spawn(const LaunchOptions& o, int rank, const std::vector<std::string>& argv_s,
+            const std::vector<std::string>& env_s, int out_fd) {
   std::vector<char*> argv, envp;
   for (const auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -247,6 +273,7 @@ pid_t spawn(const std::vector<std::string>& argv_s, const std::vector<std::strin
   dup2(out_fd, 2);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  if (o.in_process) run_in_child(o, rank, argv_s, envp);
   execvpe(argv[0], argv.data(), envp.data());
   const char msg[] = "parity launch: cannot execute the command\n";
   [[maybe_unused]] auto n = write(2, msg, sizeof(msg) - 1);
@@ -319,7 +346,7 @@ void Launcher::start_all() {
       c.log.open(c.log_path);
     }
     try {
-      c.pid = spawn(argv, rank_env(o_, r, store_), p[1]);
+      c.pid = spawn(o_, c.rank, argv, rank_env(o_, r, store_), p[1]);
     } catch (...) {
       close(p[0]);
       close(p[1]);
@@ -448,6 +475,7 @@ int Launcher::run() {
   std::error_code ec;
   try {
     start_all();
+    if (o_.after_start) o_.after_start();
   } catch (...) {
     stop_all(SIGKILL);
     for (auto& c : children_) waitpid(c.pid, nullptr, 0);
@@ -544,6 +572,8 @@ int launch_main(const LaunchOptions& opts, const std::vector<std::string>& comma
     throw ConfigError("--master", "only with --nnodes > 1 (one host meets through a store directory)");
   if (command.empty()) throw ConfigError("command", "nothing to launch: give a command after --");
   if (opts.timeout.count() <= 0) throw ConfigError("timeout", "must be positive");
+  if (opts.in_process && opts.backend == Backend::mpi)
+    throw ConfigError("backend", "mpi ranks are started by mpirun, not by fork");
   Launcher l(opts, command);
   return l.run();
 }

@@ -306,18 +306,23 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   std::strncpy(h->key, key.c_str(), kKeyBytes - 1);
   ready_of(h).store(kNotStarted, std::memory_order_release);
   auto* base = static_cast<unsigned char*>(m);
-  thread_ = std::thread([this, s, base, bytes] {
+  map_ = base, map_bytes_ = bytes;
+  work_ = [this, s, base] {
     if (s.model.dtype == DType::f32)
       produce<float>(s, base, stop_);
     else
       produce<double>(s, base, stop_);
-    ::munmap(base, bytes);
-  });
+  };
+}
+
+void BaselineProducer::start() {
+  if (work_ && !thread_.joinable()) thread_ = std::thread(std::move(work_));
 }
 
 BaselineProducer::~BaselineProducer() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
   ::unlink(path_.c_str());
 }
 

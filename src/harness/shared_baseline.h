@@ -15,6 +15,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -62,6 +63,9 @@ class BaselineProducer {
  public:
   BaselineProducer(const Scenario& s, std::string path, int consumers, int64_t first);
   ~BaselineProducer();
+  // Starts the training thread (once the ranks are started: a launcher that starts them by
+  // fork alone must have no other thread then).
+  void start();
   void stop() { stop_.store(true); }
   const std::string& path() const { return path_; }
 
@@ -69,6 +73,9 @@ class BaselineProducer {
   std::string path_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
+  std::function<void()> work_;  // the training, until start() hands it to the thread
+  void* map_ = nullptr;          // the file's mapping, unmapped once the thread has ended
+  size_t map_bytes_ = 0;
 };
 
 }  // namespace parity

@@ -116,6 +116,36 @@ TEST(Cli, DumpOfThreeStepsIsCompleteAndDescribedByItsManifest) {
   fs::remove_all(d);
 }
 
+// One host, gloo, the CPU: the ranks start by fork alone (comm/launch.h in_process) unless
+// PARITY_RANK_START=exec. Both give the same report, every value but the timings, and the
+// launcher's last line says which way the ranks started; any other value is bad input.
+TEST(Cli, RanksStartedByForkAndByExecGiveTheSameReport) {
+  const fs::path d = temp_dir("rank_start");
+  const std::string scen = std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4_tp2_ep2_etp2.json";
+  Result fork = parity_cmd("run " + scen + " --report " + (d / "fork.json").string());
+  ASSERT_EQ(fork.code, 0) << fork.out;
+  EXPECT_NE(fork.out.find("(launcher wall clock, 8 ranks started by fork, exit 0)"), std::string::npos) << fork.out;
+  setenv("PARITY_RANK_START", "exec", 1);
+  Result exec = parity_cmd("run " + scen + " --report " + (d / "exec.json").string());
+  setenv("PARITY_RANK_START", "sometimes", 1);
+  Result bad = parity_cmd("run " + scen);
+  unsetenv("PARITY_RANK_START");
+  ASSERT_EQ(exec.code, 0) << exec.out;
+  EXPECT_NE(exec.out.find("(launcher wall clock, 8 ranks started by exec, exit 0)"), std::string::npos) << exec.out;
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("PARITY_RANK_START: must be fork or exec, got 'sometimes'"), std::string::npos) << bad.out;
+  auto values = [](const fs::path& p) {
+    nlohmann::json r = nlohmann::json::parse(std::ifstream(p));
+    r.erase("time_rank0");
+    r.erase("time_slowest");
+    return r;
+  };
+  const nlohmann::json a = values(d / "fork.json"), b = values(d / "exec.json");
+  EXPECT_FALSE(a["rows"].empty());
+  EXPECT_EQ(a, b);
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace parity
 

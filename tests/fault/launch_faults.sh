@@ -14,8 +14,22 @@ trap 'pkill -9 -f -- "$work" 2>/dev/null; rm -rf "$work"' EXIT
 now() { date +%s.%N; }
 fail() { echo "fault $case: FAIL: $*"; echo "---- output"; tail -30 "$work/out.log"; exit 1; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-# the pids of the rank processes of the run whose scenario copy lives in $work
-ranks() { pgrep -f -- "$work/s.json --as-rank" | sort -n; }
+# the pids of the rank processes of the run whose scenario copy lives in $work: exec'd ones
+# (mpirun's, PARITY_RANK_START=exec) by their command line, fork-started ones (gloo's, by
+# default) by their name parity-rank<R> and the TMPDIR they inherited from the launcher
+ranks() {
+  { pgrep -f -- "$work/s.json --as-rank"
+    for p in $(pgrep -- '^parity-rank[0-9]+$'); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"
+    done; } | sort -n
+}
+# a rank's number: its RANK (exec'd) or its name (fork-started)
+rank_of() {
+  local r
+  r=$(tr '\0' '\n' <"/proc/$1/environ" | sed -n 's/^\(RANK\|OMPI_COMM_WORLD_RANK\)=//p' | head -1)
+  [ -n "$r" ] || r=$(sed -n 's/^parity-rank//p' "/proc/$1/comm")
+  echo "$r"
+}
 wait_ranks() {  # wait until N ranks run and the run is past its start-up (up to 30 s)
   for _ in $(seq 300); do [ "$(ranks | wc -l)" -ge "$1" ] && { sleep 0.6; return 0; }; sleep 0.1; done
   fail "the ranks did not start"
@@ -32,7 +46,7 @@ for try in $(seq "$tries"); do
       launcher=$!
       wait_ranks 8
       victim=$(ranks | sed -n 4p)
-      rank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^\(RANK\|OMPI_COMM_WORLD_RANK\)=//p' | head -1)
+      rank=$(rank_of "$victim")
       t0=$(now)
       kill -$sig "$victim"
       # bound: well before the 60 s collective timeout (kill); the 3 s timeout plus far less
