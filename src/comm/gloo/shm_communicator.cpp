@@ -116,7 +116,7 @@ class ShmCommunicator : public Communicator {
       nonce = fresh_nonce();
       seg_name = "/parity-" + std::to_string(getpid()) + "-" + scope_ + "-" + hex(nonce).substr(0, 8);
       if (seg_name.size() > 200) seg_name = "/parity-" + std::to_string(getpid()) + "-" + hex(nonce);
-      seg_ = shm::Segment::create(seg_name, size(), shared_->slot, nonce);
+      seg_ = shm::Segment::create(seg_name, size(), shared_->slot, nonce, shared_->world_size);
     }
     const std::string peer = encode_peer(local_peer());
     const uint32_t len = static_cast<uint32_t>(peer.size());
@@ -136,7 +136,7 @@ class ShmCommunicator : public Communicator {
         seg_name = b.substr(sizeof(l) + l + 16);
       }
     }
-    if (rank != 0) seg_ = shm::Segment::open(seg_name, size(), shared_->slot, nonce);
+    if (rank != 0) seg_ = shm::Segment::open(seg_name, size(), shared_->slot, nonce, shared_->world_size);
     // One step before the first collective: once every member has posted it, every member
     // has mapped the segment and rank 0 removes its name (nothing left in /dev/shm even if
     // the group is never used and the process exits without destructors).

@@ -10,7 +10,8 @@
 // after waiting for step s + 1 never overwrites data a member still reads: one wait per
 // step, no separate "done" round.
 //
-// Waiting: a short spin (only when the members fit on the cores), ten sched_yield, then
+// Waiting: a short spin (only when the run's ranks on this host fit on its cores: a pair
+// spinning among 8 ranks on 2 cores takes the core its partner needs), ten sched_yield, then
 // a futex wait on the laggard's counter in slices of at most 50 ms; between slices the
 // laggard's process is checked (same host: an exited member is named at once) and the
 // collective's deadline. The poster wakes only when a member sleeps on its counter.
@@ -38,8 +39,12 @@ class Segment {
   // Creates (owner: group rank 0) or opens the segment `name` ("/parity-..."); the size
   // follows from `members` and `slot_bytes`. `nonce` is written by the owner and checked
   // by the others (a segment of another run under the same name is refused).
-  static std::unique_ptr<Segment> create(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce);
-  static std::unique_ptr<Segment> open(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce);
+  // host_ranks: the ranks of the run on this host (all of them share its cores), which
+  // decides whether waiting spins (below), whatever the size of this group.
+  static std::unique_ptr<Segment> create(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce,
+                                         int host_ranks);
+  static std::unique_ptr<Segment> open(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce,
+                                       int host_ranks);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -63,7 +68,7 @@ class Segment {
                 const std::vector<PeerInfo>& peers);
 
  private:
-  Segment(std::string name, int members, int64_t slot_bytes, void* base, size_t bytes, bool owner);
+  Segment(std::string name, int members, int64_t slot_bytes, void* base, size_t bytes, bool owner, int host_ranks);
   void wait_one(int r, uint32_t step, clock::time_point deadline, std::chrono::milliseconds timeout,
                 const PeerInfo& peer);
   RankControl& ctl(int r) const;
