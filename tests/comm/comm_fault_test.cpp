@@ -79,6 +79,24 @@ TEST(GlooFaults, RankExitsBeforeJoining) {
 
 TEST(GlooFaults, RankNeverReachesTheCollective) { never_reaches_the_collective({}); }
 
+// A group's member that exits after the world is made but before its group: the partner
+// names it, whether the one gone would have created the group's shared memory (rank 2 of
+// the pair {2, 3}) or opened it (rank 3); the other pair finishes.
+TEST(GlooFaults, GroupMemberExitsBeforeTheGroupIsMade) {
+  for (int gone : {2, 3}) {
+    auto r = run_worker(Backend::gloo, 4, {"groupexit", std::to_string(gone)}, kTimeout, 1000ms);
+    expect_clean(r);
+    EXPECT_EQ(r.code, 3) << r.all();
+    EXPECT_LT(r.seconds, kBound + 1.0);
+    const std::string& partner = r.logs[static_cast<size_t>(gone == 2 ? 3 : 2)];
+    EXPECT_NE(partner.find("CommError"), std::string::npos) << partner;
+    EXPECT_NE(partner.find("creating group{2,3}"), std::string::npos) << partner;
+    EXPECT_NE(partner.find("rank " + std::to_string(gone)), std::string::npos) << partner;
+    EXPECT_NE(partner.find("exited"), std::string::npos) << partner;
+    for (int r0 : {0, 1}) EXPECT_EQ(r.logs[static_cast<size_t>(r0)].find("CommError"), std::string::npos) << r.all();
+  }
+}
+
 // The same two failures on gloo's TCP transport (the default on one host is shared memory).
 TEST(GlooTcpFaults, RankKilledMidAllreduce) { killed_mid_allreduce({"PARITY_GLOO_SHM=0"}); }
 TEST(GlooTcpFaults, RankNeverReachesTheCollective) { never_reaches_the_collective({"PARITY_GLOO_SHM=0"}); }

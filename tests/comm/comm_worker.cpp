@@ -12,6 +12,8 @@
 //   comm_worker absent K              rank K never joins (sleeps), the rest wait at rendezvous
 //   comm_worker exit K                rank K exits 0 before joining
 //   comm_worker stall K               rank K joins but never reaches the allreduce
+//   comm_worker groupexit K           every rank makes its pair group {2i, 2i+1} and allreduces
+//                                     in it; rank K exits 0 after the world, before its group
 //   comm_worker sleep                 join, print the pid, sleep (for signal tests)
 //   comm_worker bench MAXBYTES [json]  nccl-tests style table (comm/bench.h)
 //   comm_worker nccl                  device-buffer allreduce + alltoallv (needs a GPU)
@@ -84,6 +86,12 @@ int fault(const std::string& mode, int k) {
   if (me == k && mode == "exit") return 0;
   auto w = make_world_communicator();
   w->barrier();
+  if (mode == "groupexit") {
+    if (me == k) return 0;
+    std::vector<float> pair(8, 1.0f);
+    w->group({me / 2 * 2, me / 2 * 2 + 1}).allreduce(std::span<float>(pair), ReduceOp::sum);
+    return pair[0] == 2.0f ? 0 : 1;
+  }
   if (me == k && mode == "stall") sleep_s(120);
   if (me == k && mode == "kill")
     std::thread([] {
@@ -152,7 +160,7 @@ int main(int argc, char** argv) {
     if (mode == "collectives") return collectives(arg == "large");
     if (mode == "digest") return digest(arg, argc > 3 && std::string(argv[3]) == "sum");
     if (mode == "props") return props(arg.empty() ? 30 : std::stoi(arg));
-    if (mode == "kill" || mode == "absent" || mode == "exit" || mode == "stall")
+    if (mode == "kill" || mode == "absent" || mode == "exit" || mode == "stall" || mode == "groupexit")
       return fault(mode, std::stoi(arg));
     if (mode == "sleep") return sleeper();
     if (mode == "bench") return bench(arg.empty() ? int64_t{1} << 26 : std::stoll(arg), argc > 3 && std::string(argv[3]) == "json");

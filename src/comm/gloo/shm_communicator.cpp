@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "comm/gloo/shm_segment.h"
 #include "core/error.h"
@@ -51,6 +52,8 @@ struct ShmShared {
   std::shared_ptr<Rendezvous> rdzv;
   int world_size = 1;
   int64_t slot = 0;
+  uint64_t world_nonce = 0;            // the world segment's: every group's derives from it
+  std::vector<PeerInfo> world_peers;   // by world rank, from the world's exchange
 };
 
 // Allreduces of at least this many bytes on more than 2 ranks reduce in two steps: each
@@ -108,39 +111,15 @@ class ShmCommunicator : public Communicator {
   ShmCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world, std::shared_ptr<ShmShared> shared)
       : Communicator(Backend::gloo, std::move(members), rank, timeout, world), shared_(std::move(shared)) {
     scope_ = scope_key(this->members(), shared_->world_size);
-    // Rank 0 creates the segment before publishing its name; the others open it once the
-    // exchange is over. Its name is removed after the first step, taken here.
-    std::string seg_name;
-    uint64_t nonce = 0;
-    if (rank == 0) {
-      nonce = fresh_nonce();
-      seg_name = "/parity-" + std::to_string(getpid()) + "-" + scope_ + "-" + hex(nonce).substr(0, 8);
-      if (seg_name.size() > 200) seg_name = "/parity-" + std::to_string(getpid()) + "-" + hex(nonce);
-      seg_ = shm::Segment::create(seg_name, size(), shared_->slot, nonce, shared_->world_size);
-    }
-    const std::string peer = encode_peer(local_peer());
-    const uint32_t len = static_cast<uint32_t>(peer.size());
-    std::string blob(reinterpret_cast<const char*>(&len), sizeof(len));
-    blob += peer + hex(nonce) + seg_name;
-    auto blobs = shared_->rdzv->exchange(scope_, this->members(), rank, blob, timeout);
-    peers_.resize(blobs.size());
-    for (size_t i = 0; i < blobs.size(); ++i) {
-      const std::string& b = blobs[i];
-      uint32_t l = 0;
-      if (b.size() < sizeof(l)) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(this->members()[i]));
-      std::memcpy(&l, b.data(), sizeof(l));
-      if (b.size() < sizeof(l) + l + 16) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(this->members()[i]));
-      peers_[i] = decode_peer(b.substr(sizeof(l), l));
-      if (i == 0 && rank != 0) {
-        nonce = std::strtoull(b.substr(sizeof(l) + l, 16).c_str(), nullptr, 16);
-        seg_name = b.substr(sizeof(l) + l + 16);
-      }
-    }
-    if (rank != 0) seg_ = shm::Segment::open(seg_name, size(), shared_->slot, nonce, shared_->world_size);
+    start();
+    if (world == nullptr)
+      join_world();
+    else
+      join_group();
+    seg_->name_members(this->members());
     // One step before the first collective: once every member has posted it, every member
     // has mapped the segment and rank 0 removes its name (nothing left in /dev/shm even if
     // the group is never used and the process exits without destructors).
-    start();
     sync(++step_);
   }
 
@@ -225,6 +204,12 @@ class ShmCommunicator : public Communicator {
 
  private:
   void start() { deadline_ = clock::now() + timeout(); }
+  std::string segment_name(uint64_t nonce, int64_t owner_pid) const {
+    std::string name = "/parity-" + std::to_string(owner_pid) + "-" + scope_ + "-" + hex(nonce).substr(0, 8);
+    return name.size() > 200 ? "/parity-" + std::to_string(owner_pid) + "-" + hex(nonce) : name;
+  }
+  void join_world();
+  void join_group();
   void sync(uint32_t s) {
     seg_->post(rank(), s);
     seg_->wait_all(rank(), s, deadline_, timeout(), peers_);
@@ -239,6 +224,67 @@ class ShmCommunicator : public Communicator {
   uint32_t step_ = 0;
   clock::time_point deadline_;
 };
+
+// The world: rank 0 creates the segment before publishing its name and nonce; the others
+// open it once the store exchange is over (which also gives every rank every peer's pid and
+// host, kept for the groups).
+void ShmCommunicator::join_world() {
+  std::string seg_name;
+  uint64_t nonce = 0;
+  if (rank() == 0) {
+    nonce = fresh_nonce();
+    seg_name = segment_name(nonce, getpid());
+    seg_ = shm::Segment::create(seg_name, size(), shared_->slot, nonce, shared_->world_size);
+  }
+  const std::string peer = encode_peer(local_peer());
+  const uint32_t len = static_cast<uint32_t>(peer.size());
+  std::string blob(reinterpret_cast<const char*>(&len), sizeof(len));
+  blob += peer + hex(nonce) + seg_name;
+  auto blobs = shared_->rdzv->exchange(scope_, members(), rank(), blob, timeout());
+  peers_.resize(blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    const std::string& b = blobs[i];
+    uint32_t l = 0;
+    if (b.size() < sizeof(l)) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
+    std::memcpy(&l, b.data(), sizeof(l));
+    if (b.size() < sizeof(l) + l + 16) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
+    peers_[i] = decode_peer(b.substr(sizeof(l), l));
+    if (i == 0 && rank() != 0) {
+      nonce = std::strtoull(b.substr(sizeof(l) + l, 16).c_str(), nullptr, 16);
+      seg_name = b.substr(sizeof(l) + l + 16);
+    }
+  }
+  if (rank() != 0) seg_ = shm::Segment::open(seg_name, size(), shared_->slot, nonce, shared_->world_size);
+  shared_->world_nonce = nonce;
+  shared_->world_peers = peers_;
+}
+
+// A group needs no store exchange: its peers are the world's, and its segment's name and
+// nonce follow from the world's nonce and its members, so group rank 0 creates it and the
+// others open it as soon as it exists (an exchange per group cost each rank about a
+// millisecond of polling the store; fsdp2_cp2_tp2_ep2 creates 5 groups a rank).
+void ShmCommunicator::join_group() {
+  peers_.clear();
+  for (int r : members()) peers_.push_back(shared_->world_peers.at(static_cast<size_t>(r)));
+  uint64_t nonce = shared_->world_nonce;
+  for (char c : scope_) nonce = (nonce ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;  // FNV-1a step
+  const std::string name = segment_name(nonce, peers_[0].pid);
+  if (rank() == 0) {
+    seg_ = shm::Segment::create(name, size(), shared_->slot, nonce, shared_->world_size);
+    return;
+  }
+  std::chrono::microseconds pause{20};
+  while (!(seg_ = shm::Segment::try_open(name, size(), shared_->slot, nonce, shared_->world_size))) {
+    if (peer_exited(peers_[0]))
+      throw CommError("rank " + std::to_string(members()[0]) + " (pid " + std::to_string(peers_[0].pid) +
+                      ") exited before creating the group's shared memory");
+    if (clock::now() >= deadline_)
+      throw CommError("timed out after " + std::to_string(timeout().count()) + " ms waiting for rank " +
+                      std::to_string(members()[0]) + " to create the group's shared memory");
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+}
 
 std::vector<int64_t> prefix(const std::vector<int64_t>& v) {
   std::vector<int64_t> off(v.size() + 1, 0);

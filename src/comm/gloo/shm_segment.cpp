@@ -114,14 +114,26 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int members, i
   h->nonce = nonce;
   h->members = members;
   h->slot_bytes = slot;
-  std::atomic_thread_fence(std::memory_order_release);
-  h->magic = kMagic;
+  std::atomic_ref<uint64_t>(h->magic).store(kMagic, std::memory_order_release);
   return std::unique_ptr<Segment>(new Segment(name, members, slot, p, bytes, true, host_ranks));
 }
 
 std::unique_ptr<Segment> Segment::open(const std::string& name, int members, int64_t slot, uint64_t nonce,
                                        int host_ranks) {
+  return open_impl(name, members, slot, nonce, host_ranks, false);
+}
+
+std::unique_ptr<Segment> Segment::try_open(const std::string& name, int members, int64_t slot, uint64_t nonce,
+                                           int host_ranks) {
+  return open_impl(name, members, slot, nonce, host_ranks, true);
+}
+
+// `early`: the creator may still be making it (no name yet, not yet sized, header not yet
+// written): nullptr then instead of an error.
+std::unique_ptr<Segment> Segment::open_impl(const std::string& name, int members, int64_t slot, uint64_t nonce,
+                                            int host_ranks, bool early) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0 && early && errno == ENOENT) return nullptr;
   if (fd < 0)
     throw CommError("shared memory " + name + ": shm_open failed: " + std::strerror(errno) +
                     " (ranks that share a host name but not /dev/shm? PARITY_GLOO_SHM=0 uses TCP)");
@@ -129,10 +141,15 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int members, int
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     close(fd);
+    if (early && st.st_size == 0) return nullptr;
     throw CommError("shared memory " + name + ": size " + std::to_string(st.st_size) + ", expected " + std::to_string(bytes));
   }
   void* p = map_fd(fd, bytes, name);
   const auto* h = static_cast<const Header*>(p);
+  if (early && std::atomic_ref<uint64_t>(const_cast<uint64_t&>(h->magic)).load(std::memory_order_acquire) == 0) {
+    munmap(p, bytes);
+    return nullptr;
+  }
   if (h->magic != kMagic || h->nonce != nonce || h->members != members || h->slot_bytes != slot) {
     munmap(p, bytes);
     throw CommError("shared memory " + name + ": not the segment of this group (another run's, or a different PARITY_SHM_SLOT_BYTES)");
@@ -157,6 +174,12 @@ void Segment::unlink() {
     shm_unlink(name_.c_str());
     linked_ = false;
   }
+}
+
+std::string Segment::who(int r) const {
+  const std::string g = std::to_string(r);
+  if (world_ranks_.empty()) return g + " of the group";
+  return std::to_string(world_ranks_[static_cast<size_t>(r)]) + " (group rank " + g + ")";
 }
 
 RankControl& Segment::ctl(int r) const {
@@ -198,8 +221,8 @@ void Segment::wait_one(int r, uint32_t step, clock::time_point deadline, std::ch
     if (reached(seen, step)) return;
     const auto now = clock::now();
     if (now >= deadline)
-      throw CommError("timed out after " + std::to_string(timeout.count()) + " ms waiting for rank " +
-                      std::to_string(r) + " of the group (shared memory)");
+      throw CommError("timed out after " + std::to_string(timeout.count()) + " ms waiting for rank " + who(r) +
+                      " (shared memory)");
     const auto left = std::min<clock::duration>(deadline - now, kSlice);
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
@@ -208,8 +231,8 @@ void Segment::wait_one(int r, uint32_t step, clock::time_point deadline, std::ch
     const bool slept = !reached(again, step) && futex(&c.step, FUTEX_WAIT, again, &ts) != 0 && errno == ETIMEDOUT;
     c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (slept && !reached(c.step.load(std::memory_order_acquire), step) && peer_exited(peer))
-      throw CommError("rank " + std::to_string(r) + " of the group (pid " + std::to_string(peer.pid) +
-                      ") exited during the collective (shared memory)");
+      throw CommError("rank " + who(r) + " exited during the collective (pid " + std::to_string(peer.pid) +
+                      ", shared memory)");
   }
 }
 

@@ -45,6 +45,9 @@ class Segment {
                                          int host_ranks);
   static std::unique_ptr<Segment> open(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce,
                                        int host_ranks);
+  // open() of a segment whose creator may not have made it yet: nullptr until it is ready.
+  static std::unique_ptr<Segment> try_open(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce,
+                                           int host_ranks);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -61,6 +64,9 @@ class Segment {
   // alltoallv: the bytes member `rank` sends to each member in `step` (members entries).
   int64_t* send_bytes(int rank, uint32_t step) const;
 
+  // The members' world ranks, for the messages ("rank 3 (group rank 1)"); unset: group ranks.
+  void name_members(std::vector<int> world_ranks) { world_ranks_ = std::move(world_ranks); }
+
   void post(int rank, uint32_t step);
   // Waits until every member has posted `step`. Throws CommError naming the member that
   // did not (its process exited, or the deadline passed). peers: same order as members.
@@ -69,9 +75,12 @@ class Segment {
 
  private:
   Segment(std::string name, int members, int64_t slot_bytes, void* base, size_t bytes, bool owner, int host_ranks);
+  static std::unique_ptr<Segment> open_impl(const std::string& name, int members, int64_t slot_bytes, uint64_t nonce,
+                                            int host_ranks, bool early);
   void wait_one(int r, uint32_t step, clock::time_point deadline, std::chrono::milliseconds timeout,
                 const PeerInfo& peer);
   RankControl& ctl(int r) const;
+  std::string who(int r) const;
 
   std::string name_;
   int members_;
@@ -85,6 +94,7 @@ class Segment {
   char* data_;
   int spin_iters_;
   int yields_;
+  std::vector<int> world_ranks_;
 };
 
 // Bytes of each data half per member: PARITY_SHM_SLOT_BYTES, default 128 KiB (rounded to 64).
