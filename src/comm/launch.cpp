@@ -246,6 +246,8 @@ std::vector<std::string> rank_argv(const LaunchOptions& o, const std::vector<std
     rc = o.in_process(argv_s);
   } catch (const std::exception& e) {  // run_cli reports its own; this is a last resort
     std::fprintf(stderr, "parity: error: %s\n", e.what());
+  } catch (...) {  // nothing may unwind out of the child into the launcher's code
+    std::fprintf(stderr, "parity: error: an unknown exception ended the rank\n");
   }
   std::cout.flush();
   std::cerr.flush();
