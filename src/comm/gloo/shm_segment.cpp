@@ -21,8 +21,8 @@ namespace {
 
 constexpr uint64_t kMagic = 0x7061726974797368ULL;  // "parityshm"-ish
 // 128 KiB: a large message moves in steps whose W slots stay in the caches between the copy
-// in and the reduction (4 MiB slots: 67-72% of the host's allreduce ceiling at 64 MiB, 128
-// KiB: 85-94%, at W = 2, 4 and 8; docs/comm.md), and each group's segment is 32x smaller.
+// in and the reduction (4 MiB slots: 62-73% of the host's allreduce ceiling at 64 MiB, 128
+// KiB: 77-94%, at W = 2, 4 and 8; docs/comm.md), and each group's segment is 32x smaller.
 constexpr int64_t kDefaultSlot = int64_t{128} << 10;
 constexpr auto kSlice = std::chrono::milliseconds(50);  // futex sleep between liveness checks
 
