@@ -9,6 +9,7 @@
 #include "ckpt/format.h"
 #include "ckpt_helpers.h"
 #include "core/error.h"
+#include "thrown.h"
 
 namespace parity::ckpt {
 namespace {
@@ -194,18 +195,7 @@ TEST_F(FormatFiles, BigChunksAreChecksummedPerBlockOfRows) {
 // Every problem the two parsers meet is an IoError naming where it was read: nlohmann's own
 // exceptions as "malformed", a typed Error with its message, an IoError from inside as it is
 // (not named twice).
-std::string io_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const IoError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected IoError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "accepted";
-  return "";
-}
+using parity::testing::io_error;
 
 TEST_F(FormatFiles, MetadataProblemsAreIoErrorsNamingWhere) {
   testing::save_layout(path("c"), "dps2.tp2", 1);

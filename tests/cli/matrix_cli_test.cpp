@@ -42,11 +42,7 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-size_t occurrences(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
+using test::occurrences;
 
 fs::path shipped(const std::string& dir, const std::string& name) {
   return fs::path(PARITY_SOURCE_DIR) / dir / (name + ".json");
@@ -85,7 +81,7 @@ TEST_F(MatrixCli, InjectedBugIsOneJunitFailureAndItsRootInTheSummary) {
   EXPECT_NE(r.out.find("matrix verdict: FAIL: 1 passed, 1 failed"), std::string::npos) << r.out;
   std::string x = slurp(dir_ / "junit.xml");
   EXPECT_EQ(test::xml_problem(x), "") << x;
-  EXPECT_EQ(occurrences(x, "<failure "), 1u) << x;
+  EXPECT_EQ(occurrences(x, "<failure "), 1) << x;
   const size_t fsdp4 = x.find("name=\"fsdp4\""), failure = x.find("<failure message=\"root grad head x0.25 at step 0");
   ASSERT_NE(fsdp4, std::string::npos) << x;
   EXPECT_GT(failure, fsdp4) << x;
@@ -122,7 +118,7 @@ TEST_F(MatrixCli, GoldenCatchesAnEditedOrMissingGolden) {
   EXPECT_NE(r.out.find("matrix verdict: FAIL"), std::string::npos) << r.out;
   std::string x = slurp(dir_ / "junit.xml");
   EXPECT_EQ(test::xml_problem(x), "") << x;
-  EXPECT_EQ(occurrences(x, "<failure "), 1u) << x;
+  EXPECT_EQ(occurrences(x, "<failure "), 1) << x;
   EXPECT_NE(x.find("<failure message=\"golden check tiny: FAIL: 1 of"), std::string::npos) << x;
   EXPECT_NE(x.find("  baseline loss" + std::string(22, ' ') + " step   3: got"), std::string::npos) << x;
   EXPECT_NE(slurp(dir_ / "summary.md").find("| [**FAIL**](logs/tiny.golden.log) |"), std::string::npos);

@@ -13,11 +13,7 @@
 namespace parity::cli {
 namespace {
 
-size_t occurrences(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
-  return n;
-}
+using test::occurrences;
 
 MatrixEntry entry(const std::string& name, int64_t world, int run_rc, int golden_rc = -1) {
   MatrixEntry e;
@@ -51,8 +47,8 @@ TEST(MatrixReport, JunitIsWellFormedWithAFailureExactlyWhereOneFailed) {
   es[2].golden.detail = "golden check tiny: FAIL: 1 of 1200 values differ\n  baseline loss step 3: got 1, golden 2\n";
   const std::string x = junit_xml(es, 12.5);
   EXPECT_EQ(test::xml_problem(x), "") << x;
-  EXPECT_EQ(occurrences(x, "<testcase "), 6u) << x;  // 3 runs (one skipped) and 3 golden checks
-  EXPECT_EQ(occurrences(x, "<failure "), 2u) << x;
+  EXPECT_EQ(occurrences(x, "<testcase "), 6) << x;  // 3 runs (one skipped) and 3 golden checks
+  EXPECT_EQ(occurrences(x, "<failure "), 2) << x;
   EXPECT_NE(x.find("tests=\"6\" failures=\"2\" errors=\"0\" skipped=\"1\""), std::string::npos) << x;
   // The run's failure: its root as the message, its lines (escaped) as the text.
   const size_t fsdp4 = x.find("classname=\"verdict\" name=\"fsdp4\"");

@@ -9,6 +9,13 @@
 
 namespace parity::test {
 
+// How many times `what` occurs in `s` (overlaps counted).
+inline int occurrences(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+  return n;
+}
+
 inline std::string xml_problem(const std::string& x) {
   std::vector<std::string> open;
   int roots = 0;

@@ -13,11 +13,7 @@
 namespace parity::cli {
 namespace {
 
-int occurrences(const std::string& s, const std::string& what) {
-  int n = 0;
-  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
-  return n;
-}
+using test::occurrences;
 
 TEST(ZooJunit, OneTestcasePerBugAndAFailureExactlyWhenNotCaughtAndNamed) {
   const std::vector<ZooResult> results = {

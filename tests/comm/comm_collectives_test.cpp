@@ -70,38 +70,40 @@ TEST(CollectiveProperties, MpiWorld3) {
 // The same non-exact inputs give the same bits under gloo and under mpi for every
 // collective whose result cannot depend on the backend (reduce_scatter is reduced in
 // rank order by both).
-TEST(CrossBackend, GlooAndMpiGiveTheSameBits) {
-  for (int world : {3, 4}) {
-    std::string dir = (std::filesystem::temp_directory_path() / ("parity-digest-" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(dir);
-    auto g = run_worker(Backend::gloo, world, {"digest", dir + "/gloo"});
-    auto m = run_worker(Backend::mpi, world, {"digest", dir + "/mpi"});
-    ASSERT_EQ(g.code, 0) << g.all();
-    ASSERT_EQ(m.code, 0) << m.all();
-    std::string dg = read_file(dir + "/gloo"), dm = read_file(dir + "/mpi");
-    std::filesystem::remove_all(dir);
-    EXPECT_FALSE(dg.empty());
-    EXPECT_EQ(dg, dm) << "world " << world;
+// Runs the digest worker at `world` ranks as `a` and as `b` (a backend and extra environment
+// each) and expects both digests non-empty and equal.
+struct DigestRun {
+  Backend backend;
+  std::vector<std::string> env;
+};
+void expect_same_digest(int world, const std::string& tag, const DigestRun& a, const DigestRun& b,
+                        const std::vector<std::string>& extra = {}) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("parity-digest-" + tag + "-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> digests;
+  for (const DigestRun* r : {&a, &b}) {
+    std::vector<std::string> args{"digest", dir + "/" + std::to_string(digests.size())};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto res = run_worker(r->backend, world, args, std::chrono::seconds(30), std::chrono::milliseconds(-1), r->env);
+    ASSERT_EQ(res.code, 0) << res.all();
+    digests.push_back(read_file(args[1]));
   }
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(digests[0].empty());
+  EXPECT_EQ(digests[0], digests[1]) << "world " << world;
+}
+
+TEST(CrossBackend, GlooAndMpiGiveTheSameBits) {
+  for (int world : {3, 4}) expect_same_digest(world, "b", {Backend::gloo, {}}, {Backend::mpi, {}});
 }
 
 // Gloo's two paths give the same bits for everything the digest holds plus sum allreduces
 // of non-exact inputs (1009 elements: one step; 20000 fp64: the two-step split on the
 // shared-memory path, the direct round on TCP, both in group-rank order).
 TEST(CrossTransport, GlooShmAndTcpGiveTheSameBits) {
-  for (int world : {3, 4}) {
-    std::string dir = (std::filesystem::temp_directory_path() / ("parity-digest-t-" + std::to_string(getpid()))).string();
-    std::filesystem::create_directories(dir);
-    auto s = run_worker(Backend::gloo, world, {"digest", dir + "/shm", "sum"});
-    auto t = run_worker(Backend::gloo, world, {"digest", dir + "/tcp", "sum"}, std::chrono::seconds(30),
-                        std::chrono::milliseconds(-1), {"PARITY_GLOO_SHM=0"});
-    ASSERT_EQ(s.code, 0) << s.all();
-    ASSERT_EQ(t.code, 0) << t.all();
-    std::string ds = read_file(dir + "/shm"), dt = read_file(dir + "/tcp");
-    std::filesystem::remove_all(dir);
-    EXPECT_FALSE(ds.empty());
-    EXPECT_EQ(ds, dt) << "world " << world;
-  }
+  for (int world : {3, 4})
+    expect_same_digest(world, "t", {Backend::gloo, {}}, {Backend::gloo, {"PARITY_GLOO_SHM=0"}}, {"sum"});
 }
 
 }  // namespace

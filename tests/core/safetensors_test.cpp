@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "thrown.h"
 
 namespace parity {
 namespace {
@@ -67,19 +68,7 @@ template <class V> Bytes bytes_of(const V& v) {
   return out;
 }
 
-// Runs `fn`, which must throw IoError, and returns its message.
-std::string io_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const IoError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected IoError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected IoError, nothing was thrown";
-  return "";
-}
+using parity::testing::io_error;
 
 // The tensors of the round-trip file: values chosen so that only a bitwise copy survives.
 struct Sample {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "thrown.h"
 #include "parallel/supported.h"
 
 namespace parity {
@@ -22,19 +23,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-// Runs `fn`, which must throw ConfigError, and returns its message.
-std::string config_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ConfigError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected ConfigError, nothing was thrown";
-  return "";
-}
+using parity::testing::config_error;
 
 // tiny.json's content with the value at JSON pointer `ptr` replaced.
 json tiny_with(const std::string& ptr, const json& value) {
