@@ -24,7 +24,7 @@ namespace {
 using nlohmann::ordered_json;
 
 struct DumpOptions {
-  std::string scenario, dir, device;
+  std::string scenario, dir, device, precision;
   int64_t steps = -1;
 };
 
@@ -139,9 +139,13 @@ Command add_dump_command(CLI::App& app) {
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
   sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)");
+  sub->add_option("--precision,--dtype", o->precision,
+                  "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16");
   return {sub, [o]() {
             Scenario s = load_scenario(o->scenario);
             if (o->steps >= 0) s.steps = o->steps;
+            if (!o->precision.empty()) s.model.set_precision(parse_precision(o->precision, "--precision"));
+            validate_scenario(s);
             const Device d = parse_device(o->device.empty() ? s.layout.device : o->device);
             require_device(d, "dump --device cuda");
             LayoutConfig one;  // the baseline alone, on the chosen device

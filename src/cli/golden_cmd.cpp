@@ -98,7 +98,7 @@ Golden compute(const std::string& path, const Scenario& file, const Scenario& ru
   Golden g;
   g.scenario = file.name;
   g.scenario_hash = scenario_hash(file);
-  g.dtype = std::string(dtype_name(run.model.dtype));
+  g.dtype = precision_name(run.model.precision());  // the policy: fp64, fp32, bf16, ...
   g.world = run.layout.world;
   g.layout = layout_description(run.layout);
   g.entropy_floor = MarkovData(run.model.vocab, run.data_seed).entropy_floor();
@@ -167,7 +167,7 @@ int check_one(const std::string& path, const GoldenOptions& o) {
               "golden from %.12s), %.1f s\n",
               file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
               static_cast<long long>(c.compared), c.max_rel,
-              tolerance_for(run.model.dtype, Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
+              tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
               static_cast<long long>(run.layout.world), run.layout.world > 1 ? (", " + run.layout.backend).c_str() : "",
               want.commit.c_str(), seconds_since(t0));
   if (!c.passed()) {

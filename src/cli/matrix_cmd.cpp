@@ -96,7 +96,7 @@ pid_t start_job(const MatrixEntry& e, bool golden, const MatrixOptions& o, const
   } else {
     args = {"run", e.file, "--report", report_path(dir, e)};
     if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
-    if (!o.dtype.empty()) args.insert(args.end(), {"--dtype", o.dtype});
+    if (!o.dtype.empty()) args.insert(args.end(), {"--precision", o.dtype});
     if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
     if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
   }
@@ -305,7 +305,8 @@ Command add_matrix_command(CLI::App& app) {
                   "temporary directory, removed when everything passes and no --summary links it)");
   sub->add_option("--backend", o->backend,
                   "Override every layout's backend in the runs: gloo, mpi or nccl (golden checks: --golden-backend)");
-  sub->add_option("--dtype", o->dtype, "Override every scenario's dtype in the runs: fp32 or fp64");
+  sub->add_option("--precision,--dtype", o->dtype,
+                  "Override every scenario's precision policy in the runs: fp64, fp32, bf16 or bf16-reduce-bf16");
   sub->add_option("--device", o->device,
                   "Override every layout's device: cpu or cuda (baseline and ranks on the GPU; default --jobs 2).\n"
                   "Exit 77, nothing run, when no CUDA device is visible");

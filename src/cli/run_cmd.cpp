@@ -132,10 +132,7 @@ Scenario load_with_overrides(const RunOptions& o) {
   }
   if (o.as_rank) s.resume.reset();  // a rank runs one phase; the launcher checked the whole file
   if (o.steps >= 0) s.steps = o.steps;
-  if (!o.dtype.empty()) {
-    if (o.dtype != "fp32" && o.dtype != "fp64") throw ConfigError("--dtype", "must be fp32 or fp64, got " + o.dtype);
-    s.model.dtype = parse_dtype(o.dtype);
-  }
+  if (!o.dtype.empty()) s.model.set_precision(parse_precision(o.dtype, "--precision"));
   if (!o.backend.empty()) s.layout.backend = o.backend;
   if (!o.backend.empty() && s.resume) s.resume->layout.backend = o.backend;
   if (!o.device.empty()) {
@@ -269,7 +266,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   require_device(layout);
   check_before_launch(s, layout, o);
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
-                                "--dtype", std::string(dtype_name(s.model.dtype)), "--backend", layout.backend,
+                                "--precision", precision_name(s.model.precision()), "--backend", layout.backend,
                                 "--device", layout.device};
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
@@ -453,7 +450,9 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(CLI::NonNegativeNumber);
   sub->add_option("--every", o->every, "World 1: print every K-th step (the last is always printed)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--dtype", o->dtype, "Override the scenario's dtype: fp32 or fp64");
+  sub->add_option("--precision,--dtype", o->dtype,
+                  "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
+                  "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name");
   sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl");
   sub->add_option("--device", o->device,
                   "Override the layout's device: cpu or cuda (the baseline and every rank on the GPU; ranks share\n"

@@ -1,5 +1,7 @@
 #include "harness/baseline.h"
 
+#include "core/precision.h"
+
 #include <cmath>
 
 #include "mesh/param_layout.h"
@@ -45,6 +47,7 @@ void add_counts(std::vector<int64_t>& into, const std::vector<int64_t>& c) {
 
 template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep) {
   const ModelConfig& c = sc_.model;
+  const PrecisionScope policy(c.precision());  // the storage points of the model read it
   const int64_t S = c.seq;
   StepRecord<T> rec;
   rec.step = t;
@@ -70,6 +73,8 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
       rec.select_scores[l].insert(rec.select_scores[l].end(), r.select_scores[l].begin(), r.select_scores[l].end());
     }
   }
+  // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
+  for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   rec.grad_norm = std::sqrt(sum_of_squares(model_.grads));
   rec.clip_coef = clip_coefficient(rec.grad_norm, sc_.optim.clip);
   if (keep == KeepGrads::yes) rec.grads = model_.grads;

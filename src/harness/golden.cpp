@@ -199,6 +199,7 @@ Golden golden_from_json(const nlohmann::json& j, const std::string& where) {
     g.scenario = str_field(j, "scenario", where);
     g.scenario_hash = str_field(j, "scenario_hash", where);
     g.dtype = str_field(j, "dtype", where);
+    (void)parse_precision(g.dtype, where + ": $.dtype");  // fp64, fp32, bf16 or bf16-reduce-bf16
     g.commit = str_field(j, "commit", where);
     g.backend = str_field(j, "backend", where);
     g.layout = str_field(j, "layout_shape", where);
@@ -243,7 +244,7 @@ void save_golden(const std::string& path, const Golden& g) {
 GoldenCheck compare_golden(const Golden& want, const Golden& got) {
   GoldenCheck out;
   if (want.dtype != got.dtype) out.structural.push_back("dtype: golden " + want.dtype + ", this run " + got.dtype);
-  const double tol = tolerance_for(got.dtype == "fp32" ? DType::f32 : DType::f64, Quantity::golden_curve).norm_rel;
+  const double tol = tolerance_for(parse_precision(got.dtype, "golden dtype"), Quantity::golden_curve).norm_rel;
   compare_curves("baseline", want.baseline, got.baseline, tol, out);
   if (want.layout_curves.has_value() != got.layout_curves.has_value())
     out.structural.push_back(std::string("layout: ") + (want.layout_curves ? "golden has" : "golden has no") +

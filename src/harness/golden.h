@@ -38,7 +38,7 @@ struct Curves {
 struct Golden {
   std::string scenario;       // Scenario::name
   std::string scenario_hash;  // scenario_hash() of the file's scenario (before overrides)
-  std::string dtype;          // fp64 | fp32
+  std::string dtype;          // the precision policy: fp64 | fp32 | bf16 | bf16-reduce-bf16
   std::string commit;         // git rev-parse HEAD when made, or "unknown"
   std::string backend;        // the backend that made the layout's curves ("" for world 1)
   std::string layout;         // "world 4 = dp_replicate 1 x dp_shard 2 x tp 2, ep 1, etp 2"

@@ -111,7 +111,7 @@ std::string plot_data(const std::vector<Golden>& gs) {
   std::ostringstream s;
   for (size_t i = 0; i < gs.size(); ++i) {
     const Golden& g = gs[i];
-    const double bound = tolerance_for(g.dtype == "fp32" ? DType::f32 : DType::f64, Quantity::loss).norm_rel;
+    const double bound = tolerance_for(parse_precision(g.dtype, "golden dtype"), Quantity::loss).norm_rel;
     s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout << "): step baseline layout |layout-baseline| bound\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
       s << t << " " << num(g.baseline.loss[t]);

@@ -174,7 +174,7 @@ void parse_layout(const ObjectReader& r, LayoutConfig& l) {
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
-                                           "dtype", "model", "optim", "layout", "resume"};
+                                           "dtype", "precision", "model", "optim", "layout", "resume"};
 const std::vector<std::string> kResumeKeys = {"save_at", "layout"};
 const std::vector<std::string> kModelKeys = {
     "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
@@ -353,6 +353,12 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
   top.read("seed", s.seed);
   top.read("data_seed", s.data_seed);
   top.read_enum("dtype", s.model.dtype, {"fp64", "fp32"}, {DType::f64, DType::f32});
+  if (const json* p = top.find("precision")) {  // the policy (core/precision.h); dtype is its old name
+    if (top.find("dtype") != nullptr)
+      throw ConfigError("$.precision", "give precision or dtype, not both (dtype is precision's older name)");
+    if (!p->is_string()) throw ConfigError("$.precision", "must be a string (fp64, fp32, bf16 or bf16-reduce-bf16)");
+    s.model.set_precision(parse_precision(p->get<std::string>(), "$.precision"));
+  }
   if (const json* m = top.find("model")) parse_model(ObjectReader(*m, "$.model", kModelKeys), s.model);
   if (const json* o = top.find("optim")) parse_optim(ObjectReader(*o, "$.optim", kOptimKeys), s.optim);
   if (const json* l = top.find("layout"))
@@ -437,8 +443,11 @@ nlohmann::json scenario_to_json(const Scenario& s) {
     return j;
   };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
-           {"data_seed", s.data_seed}, {"dtype", std::string(dtype_name(m.dtype))},
-           {"model", model}, {"optim", optim}, {"layout", layout_json(l)}};
+           {"data_seed", s.data_seed}, {"model", model}, {"optim", optim}, {"layout", layout_json(l)}};
+  if (m.store == Low::none)
+    out["dtype"] = std::string(dtype_name(m.dtype));  // files without a 16-bit policy stay as they were
+  else
+    out["precision"] = precision_name(m.precision());
   if (s.resume) out["resume"] = json{{"save_at", s.resume->save_at}, {"layout", layout_json(s.resume->layout)}};
   return out;
 }
@@ -456,6 +465,9 @@ void validate_scenario(const Scenario& s) {
   validate_layout(s.layout, s.model);
   check_supported(s.model, s.layout);
   if (s.resume) validate_resume(*s.resume, s);
+  const bool cuda = s.layout.device == "cuda" || (s.resume && s.resume->layout.device == "cuda");
+  require(s.model.store == Low::none || !cuda, "$.precision",
+          "bf16 runs on the CPU: the GPU's bf16 kernels are not built yet (docs/precision.md)");
 }
 
 }  // namespace parity

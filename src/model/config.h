@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "core/precision.h"
 #include "core/tensor.h"
 #include "ops/router.h"  // Score, the router's scoring function (an op)
 
@@ -25,7 +26,12 @@ struct ModelConfig {
   double aux_alpha = 0.0;  // 0 = no sequence-wise balance loss
   double bias_rate = 0.0;  // 0 = no expert-bias update
   bool tie_embeddings = false;
-  DType dtype = DType::f64;
+  DType dtype = DType::f64;  // the compute dtype: accumulations, master weights, optimizer state
+  Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
+  Low reduce = Low::none;    // and the dtype of its gradient reductions
+
+  Precision precision() const { return {dtype, store, reduce}; }
+  void set_precision(const Precision& p) { dtype = p.compute, store = p.store, reduce = p.reduce; }
 
   int64_t head_dim() const { return dim / heads; }
   int64_t moe_layers() const { return layers - dense_layers; }

@@ -1,6 +1,8 @@
 #include "model/model.h"
 #include "ops/elementwise.h"
 
+#include "core/precision.h"
+
 #include <string>
 
 #include "model/moe.h"
@@ -63,6 +65,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
   matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
   matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, D);
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * D);  // storage points (core/precision.h)
   L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
   for (int64_t q = 0; q < nseq; ++q)
     attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
@@ -128,15 +131,23 @@ template <class T> MicroResult Model<T>::forward(const int64_t* inputs, const in
 
 template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_t* targets, int64_t b, bool backward) {
   const ModelConfig& c = cfg_;
+  // The parameters the ops see: the master weights themselves, or their compute copy
+  // rounded to the policy's storage format (core/precision.h); gradients go to grads either way.
+  ParamSet<T> rounded;
+  if (current_precision().store != Low::none) {
+    rounded = params;
+    for (auto& t : rounded.tensors) to_storage(t.ptr(), t.numel());
+  }
+  ParamSet<T>& P = current_precision().store != Low::none ? rounded : params;
   const int64_t D = c.dim, V = c.vocab, n = b * c.seq;
   MicroResult res;
   auto h = zeros<T>(n * D);  // (n, D) residual stream
-  embedding_forward(inputs, n, params["embed.weight"].ptr(), V, D, h.data());
+  embedding_forward(inputs, n, P["embed.weight"].ptr(), V, D, h.data());
   std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     auto& L = caches[static_cast<size_t>(l)];
-    layer_forward(c, layer_refs(params, c, l), bias, n, h.data(), L);
+    layer_forward(c, layer_refs(P, c, l), bias, n, h.data(), L);
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
@@ -148,18 +159,19 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   }
   // head: logits (n, V) = LN(h) · W, W (D, V) = lm_head or embed^T
   auto hf = zeros<T>(n * D), mf = zeros<T>(n), rf = zeros<T>(n);
-  layernorm_forward(h.data(), params["final_ln.weight"].ptr(), params["final_ln.bias"].ptr(), n, D, hf.data(),
+  layernorm_forward(h.data(), P["final_ln.weight"].ptr(), P["final_ln.bias"].ptr(), n, D, hf.data(),
                     mf.data(), rf.data());
   Buffer<T> head_t;
   const T* head = nullptr;
   if (c.tie_embeddings) {
-    head_t = transpose(params["embed.weight"].ptr(), V, D);
+    head_t = transpose(P["embed.weight"].ptr(), V, D);
     head = head_t.data();
   } else {
-    head = params["lm_head.weight"].ptr();
+    head = P["lm_head.weight"].ptr();
   }
   auto logits = zeros<T>(n * V), losses = zeros<T>(n);
   matmul_forward(hf.data(), head, logits.data(), n, D, V);
+  to_storage(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
   const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
   res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
   res.loss = res.ce + res.aux;
@@ -177,11 +189,11 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
     matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), grads["lm_head.weight"].ptr(), n, D, V);
   }
   auto dh = zeros<T>(n * D);
-  layernorm_backward(h.data(), params["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
+  layernorm_backward(h.data(), P["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
                      grads["final_ln.weight"].ptr(), grads["final_ln.bias"].ptr());
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
-    layer_backward(c, layer_refs(params, c, l), layer_refs(grads, c, l), bias, n, caches[static_cast<size_t>(l)],
+    layer_backward(c, layer_refs(P, c, l), layer_refs(grads, c, l), bias, n, caches[static_cast<size_t>(l)],
                    dh.data());
   }
   embedding_backward(inputs, n, dh.data(), V, D, grads["embed.weight"].ptr());

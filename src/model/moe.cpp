@@ -45,6 +45,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
   cache.logits = zeros<T>(n * E);
   cache.s = zeros<T>(n * E);
   matmul_forward(x, wt.gate, cache.logits.data(), n, D, E);
+  to_storage(cache.logits.data(), n * E);  // a storage point (core/precision.h); scores in the compute dtype
   router_scores_forward(cache.logits.data(), n, E, c.score, cache.s.data());
   cache.chosen.assign(static_cast<size_t>(n * K), 0);
   topk_select(cache.s.data(), wt.expert_bias, n, E, K, cache.chosen.data());

@@ -1,5 +1,7 @@
 #include "ops/attention.h"
 
+#include "core/precision.h"
+
 #include "core/device.h"
 #if PARITY_HAVE_CUDA
 #include "kernels/kernels.h"
@@ -56,6 +58,7 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
       }
     }
   }
+  to_storage(out, Sq * W);  // a storage point (core/precision.h); probs stay in the compute dtype
 }
 
 namespace {

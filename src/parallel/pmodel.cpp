@@ -1,6 +1,7 @@
 #include "parallel/pmodel.h"
 
 #include "core/inject.h"
+#include "core/precision.h"
 #include "ops/elementwise.h"
 
 #include "ops/attention.h"
@@ -55,7 +56,10 @@ template <class T> struct ParallelModel<T>::Impl {
     }
     for (const auto* unit : {&dense, &experts}) {
       std::vector<Tensor<T>> got = gather_all(*unit);
-      for (size_t i = 0; i < got.size(); ++i) m.gathered_[(*unit)[i]->spec().name] = std::move(got[i]);
+      for (size_t i = 0; i < got.size(); ++i) {
+        to_storage(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
+        m.gathered_[(*unit)[i]->spec().name] = std::move(got[i]);
+      }
     }
   }
   void gather_layer(int64_t l) const {
@@ -92,6 +96,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffe
   matmul_forward(L.a_full.data(), w(p + ".attn.wq").ptr(), L.q.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(p + ".attn.wk").ptr(), L.k.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(p + ".attn.wv").ptr(), L.v.data(), n, D, Dl);
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
   if (m.cp_.size > 1) {
     cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
   } else {
@@ -265,12 +270,15 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   Buffer<T> head = c.tie_embeddings ? transpose(emb.ptr(), Vl, D) : I.w("lm_head.weight").data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
+  to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
   VpCeCache<T> ce;
   const double inv_tokens = loss_scale(c, b, share);
   res.ce = vp_cross_entropy_forward(tp_, logits.data(), targets, n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);
   vp_cross_entropy_backward(logits.data(), targets, n, v0, Vl, static_cast<T>(inv_tokens), ce, dlogits.data());
+  if (injected("cross_entropy_in_bf16"))  // bug zoo (core/inject.h): softmax and its gradient in bf16
+    round_to(Low::bf16, dlogits.data(), n * Vl);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {
     auto dhead = zeros<T>(D * Vl);

@@ -1,5 +1,7 @@
 #include "parallel/pmoe.h"
 
+#include "core/precision.h"
+
 #include "core/inject.h"
 #include "ops/elementwise.h"
 
@@ -98,6 +100,7 @@ void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int6
   const int64_t D = c.dim, E = c.experts, K = c.top_k;
   k.logits = zeros<T>(n_d * E), k.s = zeros<T>(n_d * E), k.w = zeros<T>(n_d * K);
   matmul_forward(k.x_d.data(), wt.gate, k.logits.data(), n_d, D, E);
+  to_storage(k.logits.data(), n_d * E);  // a storage point (core/precision.h); scores in the compute dtype
   router_scores_forward(k.logits.data(), n_d, E, c.score, k.s.data());
   k.chosen.assign(static_cast<size_t>(n_d * K), 0);
   topk_select(k.s.data(), wt.bias, n_d, E, K, k.chosen.data());

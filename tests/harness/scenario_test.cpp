@@ -427,5 +427,36 @@ TEST(Scenario, FileLimitsAreCheckedBeforeParsing) {
   EXPECT_NE(msg.find("ok_depth.json: $.model: expected an object, got array [[[[1]]]]"), std::string::npos) << msg;
 }
 
+// The precision policy (docs/precision.md): "precision" or its older name "dtype", not both.
+TEST(Scenario, PrecisionIsReadCheckedAndWrittenBack) {
+  json j = tiny_with("/precision", "bf16");
+  j.erase("dtype");
+  const Scenario s = parse_scenario(j, "t");
+  EXPECT_EQ(s.model.dtype, DType::f32);
+  EXPECT_EQ(s.model.store, Low::bf16);
+  EXPECT_EQ(s.model.reduce, Low::none);
+  const json back = scenario_to_json(s);
+  EXPECT_EQ(back.at("precision"), "bf16");
+  EXPECT_FALSE(back.contains("dtype"));
+  EXPECT_EQ(parse_scenario(back, "t").model.precision(), s.model.precision());
+  j["precision"] = "bf16-reduce-bf16";
+  EXPECT_EQ(parse_scenario(j, "t").model.reduce, Low::bf16);
+  // an fp64 / fp32 file keeps its "dtype" key when written back
+  EXPECT_EQ(scenario_to_json(parse_scenario(tiny_with("/dtype", "fp32"), "t")).at("dtype"), "fp32");
+  expect_refused("/precision", "bf16", "$.precision", "give precision or dtype, not both");
+  json k = tiny_with("/precision", "fp16");
+  k.erase("dtype");
+  std::string msg = config_error([&] { parse_scenario(k, "t"); });
+  EXPECT_NE(msg.find("$.precision: fp16 needs dynamic loss scaling"), std::string::npos) << msg;
+  k["precision"] = 16;
+  msg = config_error([&] { parse_scenario(k, "t"); });
+  EXPECT_NE(msg.find("$.precision: must be a string"), std::string::npos) << msg;
+  json c = tiny_with("/layout/device", "cuda");
+  c.erase("dtype");
+  c["precision"] = "bf16";
+  msg = config_error([&] { parse_scenario(c, "t"); });
+  EXPECT_NE(msg.find("$.precision: bf16 runs on the CPU"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace parity

@@ -189,7 +189,7 @@ inline std::string judge(const std::string& property, const Scenario& s, const C
 inline bool has_empty_expert(const Scenario& s) {
   if (s.model.moe_layers() == 0) return false;
   Scenario b = s;
-  b.model.dtype = DType::f64;
+  b.model.set_precision({DType::f64, Low::none, Low::none});
   BaselineRun<double> run(b);
   for (int64_t t = 0; t < s.steps; ++t)
     for (const auto& per_layer : run.step(t).tokens_per_expert)
@@ -235,6 +235,7 @@ inline void classify_case(const Scenario& s) {
   coverage.uneven_batch += bs.uneven, coverage.empty_rank += bs.empty_rank;
   RC_CLASSIFY(fsdp_off_dim0(s.layout, s.model), "FSDP on a dimension other than 0");
   RC_CLASSIFY(s.layout.cp > 1, "CP");
+  RC_CLASSIFY(s.model.store == Low::bf16, "bf16");
   RC_CLASSIFY(s.layout.cp > 1 && s.layout.order == RankOrder::deepspeed, "CP with the deepspeed order");
   ++coverage.cases, ++coverage.folding[static_cast<int>(f)];
   coverage.uneven += sh.uneven, coverage.empty_shard += sh.empty, coverage.empty_expert += empty_expert;

@@ -1,0 +1,59 @@
+#include "core/precision.h"
+
+#include "core/error.h"
+
+#include <cstdlib>
+
+namespace parity {
+
+namespace {
+thread_local Precision tl_precision{};
+thread_local int tl_jitter = 0;
+thread_local uint64_t tl_jitter_state = 0;
+}
+
+JitterScope::JitterScope() {
+  if (tl_jitter++ == 0) tl_jitter_state = 0x9e3779b97f4a7c15ull;  // the same sequence every run
+}
+JitterScope::~JitterScope() { --tl_jitter; }
+bool jitter_on() { return tl_jitter > 0; }
+double jitter_ulps() {
+  static const double j = [] {
+    const char* v = std::getenv("PARITY_TWIN_JITTER");  // for measuring the choice (docs/verdict.md)
+    return v != nullptr && *v != '\0' ? std::atof(v) : kJitterUlps;
+  }();
+  return j;
+}
+bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible period here
+  tl_jitter_state ^= tl_jitter_state >> 12, tl_jitter_state ^= tl_jitter_state << 25, tl_jitter_state ^= tl_jitter_state >> 27;
+  return ((tl_jitter_state * 0x2545f4914f6cdd1dull) >> 63) != 0;
+}
+
+std::string precision_name(const Precision& p) {
+  if (p.store == Low::bf16) return p.reduce == Low::bf16 ? "bf16-reduce-bf16" : "bf16";
+  return std::string(dtype_name(p.compute));
+}
+
+Precision parse_precision(std::string_view name, const std::string& path) {
+  if (name == "fp64") return {DType::f64, Low::none, Low::none};
+  if (name == "fp32") return {DType::f32, Low::none, Low::none};
+  if (name == "bf16") return {DType::f32, Low::bf16, Low::none};
+  if (name == "bf16-reduce-bf16") return {DType::f32, Low::bf16, Low::bf16};
+  if (name == "fp16")
+    throw ConfigError(path, "fp16 needs dynamic loss scaling, which parity does not implement; use bf16 "
+                            "(same exponent range as fp32, no scaling needed)");
+  std::string shown(name.substr(0, 40));
+  throw ConfigError(path, "must be fp64, fp32, bf16 or bf16-reduce-bf16, got \"" + shown + "\"");
+}
+
+double unit_roundoff(const Precision& p) {
+  if (p.store == Low::bf16) return 0x1p-8;
+  return p.compute == DType::f64 ? 0x1p-53 : 0x1p-24;
+}
+
+const Precision& current_precision() { return tl_precision; }
+
+PrecisionScope::PrecisionScope(const Precision& p) : saved_(tl_precision) { tl_precision = p; }
+PrecisionScope::~PrecisionScope() { tl_precision = saved_; }
+
+}  // namespace parity
