@@ -70,7 +70,7 @@ const std::vector<Injection>& injections() {
       {"aux_stats_per_lane", "parallel/pmoe.cpp, aux loss under SP",
        "under sequence parallel the load-balancing statistics (token fractions, mean scores) taken over each "
        "lane's own sequence chunk instead of the whole sequences",
-       "fsdp2_tp2_sp_aux.json", "loss all micro-batches", 0, "not a scaling"},
+       "fsdp2_tp2_sp_aux.json", "loss all micro-batches|grad layernorm", 0, "not a scaling"},
       {"vocab_ce_max_wrong_group", "parallel/tp_ops.cpp, vocab-parallel cross-entropy",
        "the row max of the vocab-parallel cross-entropy reduced over the wrong group (here: none), so each lane "
        "shifts its sum of exponentials by its own max and the lanes' sums are added unscaled",
@@ -78,7 +78,7 @@ const std::vector<Injection>& injections() {
       {"alltoallv_counts_off_by_one", "parallel/ep_dispatch.cpp, EP dispatch plan",
        "the alltoallv split between two EP peers off by one: one token's row goes to the next peer's first "
        "expert (sender and receiver agree, so nothing hangs or crashes)",
-       "fsdp4_ep2.json", "loss all micro-batches", 0, "not a scaling"},
+       "fsdp4_ep2.json", "loss all micro-batches|grad head", 0, "not a scaling"},
       {"expert_grads_over_dense_dp", "parallel/parallel_run.cpp, expert gradient reduction",
        "the routed experts' gradients reduced over the dense data-parallel group instead of the expert "
        "data-parallel group: with EP borrowed from DP the EP peers in it hold other experts, whose gradients "
@@ -98,6 +98,27 @@ const std::vector<Injection>& injections() {
        "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",
        "cp2_dense.json", "grad layernorm", 0, "not a clean factor"},
+      // Precision faults (issue 24): each rounds to bf16 where the scenario's policy keeps fp32.
+      {"tp_reduce_in_bf16", "parallel/parallel_run.cpp, TP reduction of TP-replicated parameters",
+       "the TP all-reduce of the LayerNorm (under SP) and router gradients run in bf16 where the policy reduces "
+       "in fp32 (pytorch#190626: FSDP2's reduce_dtype not applied to the TP Partial -> Replicate reduction)",
+       "bf16_tp2_sp.json", "grad layernorm", 0, "rounded to bf16"},
+      {"dp_reduce_in_bf16", "parallel/parallel_run.cpp, data-parallel reduction",
+       "the data-parallel reduce-scatter of the gradients in bf16 under an fp32 reduce policy",
+       "bf16_fsdp4.json", "grad head", 0, "rounded to bf16"},
+      {"no_fp32_master", "parallel/parallel_run.cpp, optimizer step",
+       "the update applied to bf16 parameters with no fp32 master copy: every step's parameters are rounded "
+       "to bf16 (accelerate#3979: the FSDP mixed-precision upcast silently a no-op)",
+       "bf16_fsdp4.json", "param head", 0, "rounded to bf16"},
+      {"grad_accum_in_bf16", "parallel/parallel_run.cpp, micro-batch gradient accumulation",
+       "gradients accumulated over micro-batches in bf16 instead of an fp32 main grad",
+       "bf16_fsdp2_tp2_mb2.json", "grad head", 0, "rounded to bf16"},
+      {"cross_entropy_in_bf16", "parallel/pmodel.cpp, cross-entropy backward",
+       "the softmax of the cross-entropy and its gradient taken in bf16 where the policy keeps fp32",
+       "bf16_fsdp4.json", "grad head", 0, "rounded to bf16"},
+      {"optim_state_in_bf16", "parallel/parallel_run.cpp, optimizer state",
+       "Adam's first and second moments kept in bf16 instead of fp32",
+       "bf16_fsdp4.json", "param head", 1, "rounded to bf16"},
   };
   return all;
 }

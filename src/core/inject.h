@@ -17,7 +17,8 @@ struct Injection {
   std::string_view bug;       // what goes wrong
   // What must catch it (`parity zoo`): a scenario in scenarios/, and the root the verdict
   // must name there: "quantity subject" as the root line prints it, the step, and a part of
-  // the factor's reading ("" when any).
+  // the factor's reading ("" when any). Root and factor may list alternatives, "A|B": under a
+  // 16-bit policy a change within the loss's bound first shows in the gradients.
   std::string_view scenario;
   std::string_view root;
   int64_t step;

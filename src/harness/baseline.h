@@ -30,6 +30,7 @@ template <class T> struct StepRecord {
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
   std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
+  std::vector<double> noise;  // (kNoiseWidth) the rounding twin's distance (harness/twin.h), when a source measured it
 };
 
 enum class KeepGrads { no, yes };

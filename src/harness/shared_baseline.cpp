@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "harness/golden.h"
+#include "harness/twin.h"
 #include "model/params.h"
 
 namespace parity {
@@ -58,7 +59,8 @@ struct Geometry {
   size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
   size_t init_bytes() const { return tensors() + bias(); }
   size_t block_bytes() const {
-    return 8 * (5 + static_cast<size_t>(M)) + 2 * tensors() + bias() + 8 * static_cast<size_t>(L * E + L * n * K + L * n * E);
+    return 8 * (5 + static_cast<size_t>(M)) + 2 * tensors() + bias() +
+           8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth;
   }
 };
 
@@ -109,17 +111,23 @@ template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, con
 // ---- a baseline trained in this process ----
 template <class T> class LocalBaseline final : public BaselineSource<T> {
  public:
-  explicit LocalBaseline(const Scenario& s) : run_(s) {}
-  StepRecord<T> step(int64_t t) override { return run_.step(t, KeepGrads::yes); }
+  explicit LocalBaseline(const Scenario& s) : run_(s), twin_(s) {}
+  StepRecord<T> step(int64_t t) override {
+    const std::vector<Tensor<T>> before = run_.model().params.tensors;
+    StepRecord<T> r = run_.step(t, KeepGrads::yes);
+    r.noise = twin_.step(t, r, before, run_.model().params.tensors, run_.model().expert_bias);
+    return r;
+  }
   const std::vector<Tensor<T>>& params() override { return run_.model().params.tensors; }
   const std::vector<Buffer<T>>& expert_bias() override { return run_.model().expert_bias; }
   void skip_to(int64_t t) override {
-    for (int64_t i = 0; i < t; ++i) (void)run_.step(i);  // replayed, not compared
+    for (int64_t i = 0; i < t; ++i) (void)run_.step(i), twin_.skip(i);  // replayed, not compared
   }
   bool shared() const override { return false; }
 
  private:
   BaselineRun<T> run_;
+  TwinRun<T> twin_;
 };
 
 // ---- the host's shared file ----
@@ -157,6 +165,8 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     for (auto& v : r.tokens_per_expert) get(at, v.data(), v.size());
     for (auto& v : r.chosen) get(at, v.data(), v.size());
     for (auto& v : r.select_scores) get(at, v.data(), v.size());
+    r.noise.resize(kNoiseWidth);
+    get(at, r.noise.data(), kNoiseWidth);
     release(t + 1);
     return r;
   }
@@ -207,12 +217,15 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
   const Geometry g(s, sizeof(T));
   try {
     BaselineRun<T> run(s);
+    TwinRun<T> twin(s);  // beside the baseline, once per host
     unsigned char* at = base + kHeader;
     put_tensors(at, run.model().params.tensors);
     put_bias(at, run.model().expert_bias, g);
     ready_of(h).store(0, std::memory_order_release);
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
+      const std::vector<Tensor<T>> before = run.model().params.tensors;
       StepRecord<T> r = run.step(t, KeepGrads::yes);
+      r.noise = twin.step(t, r, before, run.model().params.tensors, run.model().expert_bias);
       // the block of step t - kRing is reused: wait until every rank is past it
       for (unsigned spins = 0; !stop.load(); ++spins) {
         int64_t slowest = INT64_MAX;
@@ -231,6 +244,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       for (const auto& v : r.tokens_per_expert) put(at, v.data(), v.size());
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
+      put(at, r.noise.data(), kNoiseWidth);
       ready_of(h).store(t + 1, std::memory_order_release);
     }
   } catch (const std::exception& e) {

@@ -2,6 +2,9 @@
 // layout differs from the baseline only by the order of floating-point sums; every bound
 // below is derived from that and carries its derivation.
 #pragma once
+#include <cmath>
+
+#include "core/precision.h"
 #include "core/tensor.h"
 
 namespace parity {
@@ -16,5 +19,31 @@ struct Tolerance {
 };
 
 Tolerance tolerance_for(DType dtype, Quantity q);
+// The same for a precision policy: its compute dtype's row, except what a 16-bit storage
+// policy changes (the loss's floor, and golden curves: see tolerance.cpp).
+Tolerance tolerance_for(const Precision& p, Quantity q);
+
+// Measured bounds (docs/verdict.md "Bounds"): a verdict row's bound at a step is
+// kTwinFactor times the largest rounding noise the twin (harness/twin.h) showed for that row
+// up to that step, and never below the row's floor for the run's precision policy.
+inline constexpr double kTwinFactor = 10;
+// The second measure of a tensor row (docs/verdict.md "Bounds"): the fraction of its elements
+// that are far, |x - ref| > kFarRel * (|ref| + rms(ref) / 16). A tensor rounded to bf16 has
+// about 3/4 of its elements far (relative errors uniform up to 2^-9 .. 2^-8); rounding noise
+// that a reordered sum lets through a 16-bit store flips a few values, and leaves most
+// elements near. Bound: kTwinFactor x the twin's fraction, never below kFarFloor.
+inline constexpr double kFarRel = 0x1p-11;
+inline constexpr double kFarFloor = 0.05;
+inline bool is_far(double x, double ref, double rms) {
+  const double d = std::abs(x - ref);
+  return !(d <= kFarRel * (std::abs(ref) + rms / 16));
+}
+double far_bound(double twin_fraction);
+struct Bound {
+  double value = 0;
+  bool from_twin = false;  // false: the floor decided
+};
+double noise_floor(const Precision& p, Quantity q);
+Bound measured_bound(const Precision& p, Quantity q, double noise);
 
 }  // namespace parity

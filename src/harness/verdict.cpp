@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/shared_baseline.h"
+#include "harness/twin.h"
 #include "harness/scenario.h"
 #include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
@@ -86,9 +88,12 @@ template <class T> class Runner {
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
   std::string norm_by_family(const StepRecord<T>& b, const double* got) const;
+  bool family_part_off(const StepRecord<T>& b, const double* got) const;
+  std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
   static constexpr size_t kScalars = 3 + kFamilyCount;
   void apply_fault(RankStepRecord<T>& p) const;
+  void set_bounds(const std::vector<double>& noise);
 
   const Scenario& sc_;
   comm::Communicator& world_;
@@ -104,13 +109,20 @@ template <class T> class Runner {
   std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
   std::vector<char> counted_;               // per parameter: counted_copy on this rank
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
+  std::vector<Family> group_family_;        // per grad group (and its param group): the family
+  std::vector<double> envelope_;            // per noise index: the twin's largest noise so far (harness/twin.h)
+  std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
+  double route_tie_ = 0;                    // this step's absolute near-tie gap
+  std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
   Timings time_;
   // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
   // ratio of a param row is taken on the update, after - before, where a 2x gradient under
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
   std::vector<Tensor<T>> before_local_, before_base_;
   void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
-  std::vector<double> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  // per param group: the update's scale ratio and its fraction of far elements
+  std::vector<std::array<double, 2>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  static constexpr size_t kUpdateWidth = 5;  // per param group: NormSums, far, counted
 };
 
 template <class T> void Runner<T>::build_groups() {
@@ -120,7 +132,7 @@ template <class T> void Runner<T>::build_groups() {
   group_of_param_.resize(specs.size());
   for (size_t p = 0; p < specs.size(); ++p) {
     const auto f = static_cast<size_t>(specs[p].family);
-    if (fam_group[f] < 0) fam_group[f] = static_cast<int>(n_fam_++);
+    if (fam_group[f] < 0) fam_group[f] = static_cast<int>(n_fam_++), group_family_.push_back(specs[p].family);
     group_of_param_[p] = static_cast<size_t>(fam_group[f]);
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
     counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
@@ -140,8 +152,8 @@ template <class T> void Runner<T>::build_groups() {
   }
   const ModelConfig& c = sc_.model;
   if (c.moe_layers() > 0) {
-    vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, {}, {}};
-    vd::GroupSpec bias{"expert_bias", "all MoE layers", tolerance_for(dt, Quantity::parameter), {}, {}};
+    vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
+    vd::GroupSpec bias{"expert_bias", "all MoE layers", tolerance_for(dt, Quantity::parameter), 1.0, {}, {}};
     for (int64_t l = 0; l < c.moe_layers(); ++l) {
       const std::string pre = "layers." + std::to_string(c.dense_layers + l);
       tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c.experts});
@@ -156,6 +168,33 @@ template <class T> void Runner<T>::build_groups() {
   for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject, g.tol.norm_rel));
   for (int64_t l = 0; l < c.moe_layers(); ++l)
     rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
+}
+
+// This step's bound of every row: kTwinFactor x the twin's largest noise up to this step (the
+// noise grows over the steps as the parameters drift apart), never below the floor.
+template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
+  if (envelope_.empty()) envelope_.assign(kNoiseWidth, 0.0);
+  for (size_t i = 0; i < kNoiseWidth; ++i)
+    envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
+  const Precision prec = sc_.model.precision();
+  auto B = [&](Quantity q, size_t i) { return measured_bound(prec, q, envelope_[i]); };
+  bounds_.assign(rows_.size(), Bound{});
+  far_bounds_.assign(n_fam_, 1.0);
+  bounds_[0] = B(Quantity::loss, kNoiseLoss);
+  bounds_[1] = bounds_[2] = B(Quantity::grad_norm, kNoiseGradNorm);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    bounds_[3 + g] = B(Quantity::gradient, kNoiseGrad + f);
+    bounds_[3 + n_fam_ + g] = B(Quantity::parameter, kNoiseParam + f);
+  }
+  if (groups_.size() > 2 * n_fam_) bounds_[3 + 2 * n_fam_ + 1] = B(Quantity::parameter, kNoiseBias);  // tpe: exact
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].tol.norm_rel = bounds_[3 + g].value;
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    groups_[g].far_bound = far_bound(envelope_[kNoiseFarGrad + f]);
+    far_bounds_[g] = far_bound(envelope_[kNoiseFarParam + f]);  // on the update (fold)
+  }
+  route_tie_ = std::isnan(envelope_[kNoiseRoute]) ? 0.0 : kTwinFactor * envelope_[kNoiseRoute];
 }
 
 template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
@@ -183,21 +222,42 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     }
     const T* r = ref[p].ptr();
     const T* x = got[p].ptr();
+    const double rms = std::sqrt(sum_of_squares(r, ref[p].numel()) / static_cast<double>(std::max<int64_t>(ref[p].numel(), 1)));
     for (size_t i = 0; i < idx.size(); ++i)
-      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0);
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0, rms);
   }
 }
 
 // Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
 // same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
-template <class T> std::string Runner<T>::norm_by_family(const StepRecord<T>& b, const double* got) const {
+template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
   std::vector<double> ref(kFamilyCount, 0.0);
   const auto& specs = b.grads->specs;
   for (size_t p = 0; p < specs.size(); ++p)
     ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
-  const double tol = rows_[1].tol;
+  return ref;
+}
+
+// The grad norm's parts per family, each held to its family's gradient bound: a family's
+// norm moves by at most its gradients' normwise error (| ||x|| - ||r|| | <= ||x - r||), so a
+// part off by more is a wrong norm even when the total is within its own bound (a small
+// family dropped from the norm moves the total by less than rounding does under bf16).
+template <class T> bool Runner<T>::family_part_off(const StepRecord<T>& b, const double* got) const {
+  const std::vector<double> ref = family_norm_sq(b);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    if (ref[f] == 0 && got[f] == 0) continue;
+    if (!(std::abs(std::sqrt(got[f]) - std::sqrt(ref[f])) <= bounds_[3 + g].value * std::sqrt(ref[f]))) return true;
+  }
+  return false;
+}
+
+template <class T> std::string Runner<T>::norm_by_family(const StepRecord<T>& b, const double* got) const {
+  const std::vector<double> ref = family_norm_sq(b);
   std::string off;
-  for (size_t f = 0; f < kFamilyCount; ++f) {
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    const double tol = std::max(bounds_[1].value, bounds_[3 + g].value);
     if (ref[f] == 0 && got[f] == 0) continue;
     const double ratio = ref[f] != 0 ? got[f] / ref[f] : std::numeric_limits<double>::infinity();
     if (std::abs(ratio - 1) <= 2 * tol) continue;
@@ -246,7 +306,7 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
     static const std::vector<int64_t> none;
     const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
     const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
-    vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie).pack(out);
+    vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_).pack(out);
   }
   return out;
 }
@@ -265,7 +325,7 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
       o.verdict = o.norm_rel <= tol ? RowVerdict::ok : RowVerdict::fail;
     }
   };
-  const double lt = rows_[0].tol, nt = rows_[1].tol;
+  const double lt = bounds_[0].value, nt = bounds_[1].value;
   for (int r = 0; r < world_.size(); ++r) {
     const double* x = all.data() + static_cast<size_t>(r) * stride;
     consider(loss, x[0], b.loss, r, "loss", lt);
@@ -280,6 +340,8 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     if (r == 0) line.clip_coef = x[2];
   }
   line.grad_norm_rel = norm.norm_rel;
+  if (norm.verdict == RowVerdict::ok && family_part_off(b, all.data() + 3)) norm.verdict = RowVerdict::fail;
+  loss.bound = bounds_[0], norm.bound = bounds_[1], clip.bound = bounds_[2];
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
@@ -293,13 +355,17 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   const size_t stride = all.size() / static_cast<size_t>(world_.size());
   StepLine line = scalars(t, b, all, stride);
   const size_t g0 = kScalars + b.micro_losses.size();
-  const std::vector<double> upd = update_ratios(all, stride, stride - 3 * n_fam_);
+  const auto upd = update_ratios(all, stride, stride - kUpdateWidth * n_fam_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<vd::LocalSums> parts;
     for (int r = 0; r < world_.size(); ++r)
       parts.push_back(vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
     vd::Outcome o = vd::group_outcome(groups_[g], vd::combine(parts));
-    if (g >= n_fam_ && g < 2 * n_fam_ && !std::isnan(upd[g - n_fam_])) o.scale_ratio = upd[g - n_fam_];
+    o.bound = bounds_[3 + g];
+    if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
+      if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
+      vd::check_far(o, upd[g - n_fam_][1], far_bounds_[g - n_fam_], "of the update");
+    }
     vd::update_row(rows_[3 + g], t, o);
   }
   const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
@@ -326,34 +392,46 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
 // the baseline's (after - before), three doubles per group appended to out.
 template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out) {
   std::vector<NormSums> u(n_fam_);
+  std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
   const auto& ref_after = base_->params();
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
-    NormSums& s = u[group_of_param_[q]];
+    const size_t g = group_of_param_[q];
+    NormSums& s = u[g];
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
     const T *r1 = ref_after[q].ptr(), *r0 = before_base_[q].ptr();
+    double sq = 0;  // the baseline's whole update, for is_far's magnitude floor
+    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
+      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
+      sq += r * r;
+    }
+    const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(ref_after[q].numel(), 1)));
     for (size_t i = 0; i < idx_[q].size(); ++i) {
       const auto j = idx_[q][i];
       const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
       const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
       s.diff2 += (x - r) * (x - r), s.ref2 += r * r, s.dot += x * r;
+      far[g] += is_far(x, r, rms), count[g] += 1;
     }
   }
-  for (const auto& s : u) out.insert(out.end(), {s.diff2, s.ref2, s.dot});
+  for (size_t g = 0; g < n_fam_; ++g) out.insert(out.end(), {u[g].diff2, u[g].ref2, u[g].dot, far[g], count[g]});
 }
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<double> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride, size_t at) const {
-  std::vector<double> out(n_fam_);
+std::vector<std::array<double, 2>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+                                                             size_t at) const {
+  std::vector<std::array<double, 2>> out(n_fam_);
   for (size_t g = 0; g < n_fam_; ++g) {
     NormSums s;
+    double far = 0, count = 0;
     for (int r = 0; r < world_.size(); ++r) {
-      const double* x = all.data() + static_cast<size_t>(r) * stride + at + 3 * g;
+      const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
       s.add(NormSums{x[0], x[1], x[2]});
+      far += x[3], count += x[4];
     }
-    out[g] = s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN();
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN(), count > 0 ? far / count : 0.0};
   }
   return out;
 }
@@ -365,6 +443,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   auto t0 = Clock::now();
   StepRecord<T> b = base_->step(t);
   time_.baseline += since(t0);
+  set_bounds(b.noise);
   t0 = Clock::now();
   RankStepRecord<T> p = par_.step(t);
   time_.parallel += since(t0);
@@ -439,6 +518,7 @@ std::string fault_desc(const std::optional<Fault>& f) {
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
   VerdictReport rep;
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
+  rep.precision = precision_name(s.model.precision());
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
                  s.layout.world, s.model.microbatches};

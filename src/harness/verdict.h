@@ -72,7 +72,9 @@ struct Row {
   std::string subject;   // family name, "layer 1", or "" for scalars
   double norm_rel = 0;   // normwise relative error at `step`
   double scale_ratio = 1;  // <x, ref> / ||ref||^2 at `step` (NaN when undefined)
-  double tol = 0;        // the bound on norm_rel (tolerance.h)
+  double tol = 0;        // the bound on norm_rel at `step` (tolerance.h measured_bound)
+  std::string bound_from;  // "twin" (kTwinFactor x the rounding twin's noise) or "floor"
+  double far = 0, far_bound = 0;  // tensor rows: the fraction of far elements at `step`, its bound
   int64_t step = -1;     // the step shown
   int64_t bad_steps = 0;  // steps over the bound
   WorstElement worst;
@@ -104,7 +106,7 @@ struct Timings {
 };
 
 struct VerdictReport {
-  std::string scenario, dtype, backend, layout;  // layout: "world 8 = dpr 1 x dps 4 x tp 2, sp"
+  std::string scenario, dtype, precision, backend, layout;  // layout: "world 8 = dpr 1 x dps 4 x tp 2, sp"
   std::string optim;  // "adam lr 0.003": the optimizer the ranks really ran (after --optim / --lr)
   int world = 1;
   int64_t steps = 0;

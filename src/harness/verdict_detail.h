@@ -17,6 +17,7 @@ namespace parity::verdict_detail {
 struct GroupSpec {
   std::string quantity, subject;
   Tolerance tol;
+  double far_bound = 1;  // the fraction of far elements allowed (tolerance.h kFarRel)
   std::vector<std::string> names;  // per tensor
   std::vector<Shape> shapes;       // per tensor, global
 };
@@ -29,8 +30,10 @@ struct LocalSums {
   double tensor = -1, flat = -1, got = 0, ref = 0;  // where it is
   double shape_bad = 0;  // local tensors whose size is not the layout's
 
-  static constexpr size_t kWidth = 13;
-  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted);
+  double far = 0, counted_n = 0;  // counted elements that are far (tolerance.h is_far), and all counted
+  static constexpr size_t kWidth = 14;
+  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor)
+  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0);
   void pack(std::vector<double>& out) const;
   static LocalSums unpack(const double* in);
 };
@@ -43,6 +46,7 @@ struct GroupStep {
   int rank = -1;
   double got = 0, ref = 0;
   int64_t shape_bad = 0;
+  double far = 0, counted_n = 0;
 };
 // parts: every rank's LocalSums of this group, in rank order.
 GroupStep combine(const std::vector<LocalSums>& parts);
@@ -54,8 +58,13 @@ struct Outcome {
   WorstElement worst;
   std::string detail;
   RowVerdict verdict = RowVerdict::ok;
+  Bound bound;  // what norm_rel was held to at this step
+  double far = 0, far_bound = 0;  // the fraction of far elements and its bound (tensor rows)
 };
 Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
+// The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is
+// over its bound fails, saying so; `of` names what was measured ("of the update").
+void check_far(Outcome& o, double far, double bound, const std::string& of);
 
 // Folds one step's outcome into a row: a worse verdict replaces what the row shows; among
 // ok steps the largest error is shown; failing and near-tie rows keep their first step.
@@ -75,10 +84,11 @@ struct RouteLocal {
 
 // Compares one rank's reported tokens with the baseline's choices. base_chosen (n, K),
 // base_scores (n, E): the values top-k ranked. near_tie_rel: a differing decision whose
-// baseline gap is <= near_tie_rel * (|v_base| + |v_par|) is a near-tie (tolerance.h).
+// baseline gap is <= near_tie_rel * (|v_base| + |v_par|) is a near-tie (tolerance.h); so is
+// one whose gap is <= near_tie_abs (kTwinFactor x the rounding twin's score noise).
 RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int64_t>& chosen,
                           const std::vector<int64_t>& base_chosen, const std::vector<double>& base_scores, int64_t K,
-                          int64_t E, double near_tie_rel);
+                          int64_t E, double near_tie_rel, double near_tie_abs = 0);
 
 // parts in rank order; coverage: how many ranks reported each token (n).
 Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<int64_t>& coverage,

@@ -29,9 +29,10 @@ std::string worst_str(const WorstElement& w) {
 
 std::string row_line(const Row& r) {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %9s %4lld %4lld  %s",
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %-5s %9s %4lld %4lld  %s",
                 std::string(row_verdict_name(r.verdict)).c_str(), r.quantity.c_str(),
-                r.subject.empty() ? "-" : r.subject.c_str(), r.norm_rel, r.tol, scale_str(r.scale_ratio).c_str(),
+                r.subject.empty() ? "-" : r.subject.c_str(), r.norm_rel, r.tol,
+                r.bound_from.empty() ? "-" : r.bound_from.c_str(), scale_str(r.scale_ratio).c_str(),
                 static_cast<long long>(r.step), static_cast<long long>(r.bad_steps), worst_str(r.worst).c_str());
   std::string s = buf;
   if (!r.detail.empty()) s += "\n         " + r.detail;
@@ -65,7 +66,7 @@ nlohmann::json timings_json(const Timings& t) {
 }  // namespace
 
 std::string format_verdict(const VerdictReport& r) {
-  std::string out = "parity run " + r.scenario + ": " + r.dtype + ", " + r.backend + ", " + r.layout + ", " +
+  std::string out = "parity run " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout + ", " +
                     std::to_string(r.steps) + " steps, " + r.optim + "\n";
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
@@ -78,8 +79,8 @@ std::string format_verdict(const VerdictReport& r) {
                   s.loss, s.loss_diff, s.micro_rel, s.grad_norm_rel, s.clip_coef, static_cast<long long>(s.route_diff));
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %9s %4s %4s  %s\n", "verdict", "quantity", "subject",
-                "norm_rel", "tol", "scale", "step", "bad", "worst element");
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %-5s %9s %4s %4s  %s\n", "verdict", "quantity", "subject",
+                "norm_rel", "bound", "from", "scale", "step", "bad", "worst element");
   out += buf;
   int fail = 0, tie = 0;
   for (const Row& row : r.rows) {
@@ -119,12 +120,15 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"subject", row.subject},
                     {"norm_rel", num(row.norm_rel)},
                     {"tol", row.tol},
+                    {"bound_from", row.bound_from},
+                    {"far", row.far},
+                    {"far_bound", row.far_bound},
                     {"scale_ratio", num(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},
                     {"worst", worst_json(row.worst)},
                     {"detail", row.detail}});
-  return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"backend", r.backend},
+  return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"precision", r.precision}, {"backend", r.backend},
           {"layout", r.layout},     {"world", r.world},   {"steps", r.steps},
           {"first_step", r.first_step}, {"compared_steps", r.steps - r.first_step}, {"checkpoint", r.checkpoint}, {"optim", r.optim},
           {"fault", r.fault},       {"passed", r.passed()}, {"root", root_json(r, find_root(r))},

@@ -67,6 +67,31 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   return "not a clean factor";
 }
 
+// A tensor row that failed the way a rounding to bf16 fails (docs/verdict.md "The root"):
+// most of its elements far (tolerance.h is_far; a rounding moves about 3/4 of them), the
+// scale within 1% of 1, and for gradients a normwise error at bf16's level, 2^-12 .. 2^-7
+// (one or two roundings: ~1.1e-3 .. 1.6e-3), with no element moved by more than 2^-5 of its
+// value (a rounding moves none by more than 2^-8; a wrong computation moves some a lot).
+// Parameter rows are read on the update, where the far elements were counted.
+static std::string precision_meaning(const Row& row, const std::string& precision) {
+  if (row.quantity != "grad" && row.quantity != "param") return "";
+  if (!(row.far >= 0.5) || std::isnan(row.scale_ratio) || std::fabs(row.scale_ratio - 1) > 1e-2) return "";
+  if (row.quantity == "grad") {
+    if (!(row.norm_rel >= 0x1p-12 && row.norm_rel <= 0x1p-7)) return "";
+    if (!(std::fabs(row.worst.got - row.worst.ref) <= 0x1p-5 * std::fabs(row.worst.ref))) return "";
+  }
+  const std::string keeps = precision == "bf16-reduce-bf16" ? "bf16 reductions but fp32 accumulation and master weights"
+                            : precision == "bf16"           ? "fp32 (reductions, accumulation, master weights)"
+                                                            : precision;
+  char level[128];
+  std::snprintf(level, sizeof level, "rounded to bf16 (%.0f%% of the %selements moved by bf16's rounding, normwise %.2e)",
+                100 * row.far, row.quantity == "param" ? "update's " : "", row.norm_rel);
+  const std::string what = row.quantity == "param"
+                               ? ": parameters or optimizer state kept in bf16 where the policy keeps "
+                               : ": a reduction, accumulation or softmax in bf16 where the policy keeps ";
+  return std::string(level) + what + keeps;
+}
+
 RootCause find_root(const VerdictReport& r) {
   RootCause root;
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -87,6 +112,8 @@ RootCause find_root(const VerdictReport& r) {
   // A wrong grad norm is read by its parts per family (the row's detail), not its total.
   root.factor = rr.quantity == "grad_norm" && !rr.detail.empty() ? rr.detail
                                                                 : factor_meaning(rr.scale_ratio, r.degrees);
+  if (rr.quantity != "grad_norm")
+    if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
   return root;
 }
 

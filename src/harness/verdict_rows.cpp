@@ -69,9 +69,9 @@ bool VerdictReport::passed() const {
 
 namespace verdict_detail {
 
-void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted) {
+void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms) {
   const double d = g - r;
-  if (counted) once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r;
+  if (counted) once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms);
   all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
   double err = std::abs(d);
   if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
@@ -83,7 +83,7 @@ void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, b
 
 void LocalSums::pack(std::vector<double>& out) const {
   out.insert(out.end(), {once.diff2, once.ref2, once.dot, all.diff2, all.ref2, all.dot, max_err, tensor, flat, got,
-                         ref, shape_bad, 0.0});
+                         ref, shape_bad, far, counted_n});
 }
 
 LocalSums LocalSums::unpack(const double* in) {
@@ -91,6 +91,7 @@ LocalSums LocalSums::unpack(const double* in) {
   s.once = {in[0], in[1], in[2]};
   s.all = {in[3], in[4], in[5]};
   s.max_err = in[6], s.tensor = in[7], s.flat = in[8], s.got = in[9], s.ref = in[10], s.shape_bad = in[11];
+  s.far = in[12], s.counted_n = in[13];
   return s;
 }
 
@@ -101,6 +102,7 @@ GroupStep combine(const std::vector<LocalSums>& parts) {
     g.once.add(p.once);
     g.all.add(p.all);
     g.shape_bad += static_cast<int64_t>(p.shape_bad);
+    g.far += p.far, g.counted_n += p.counted_n;
     if (p.max_err > g.max_err) {
       g.max_err = p.max_err, g.tensor = static_cast<int64_t>(p.tensor), g.flat = static_cast<int64_t>(p.flat);
       g.rank = static_cast<int>(r), g.got = p.got, g.ref = p.ref;
@@ -118,6 +120,8 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
     const auto t = static_cast<size_t>(s.tensor);
     o.worst = {g.names[t], unravel(s.flat, g.shapes[t]), s.rank, s.got, s.ref, s.max_err};
   }
+  o.bound = {g.tol.norm_rel, false};
+  o.far = s.counted_n > 0 ? s.far / s.counted_n : 0.0, o.far_bound = g.far_bound;
   const bool finite = std::isfinite(s.max_err) || s.max_err < 0;
   if (!(o.norm_rel <= g.tol.norm_rel)) {
     o.verdict = RowVerdict::fail;
@@ -125,6 +129,8 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
     o.verdict = RowVerdict::fail;
     o.detail = "replicas disagree: normwise error over every copy " + fmt("%.3e", all_rel) +
                " (the counted copies: " + fmt("%.3e", o.norm_rel) + ")";
+  } else {
+    check_far(o, o.far, g.far_bound, "");
   }
   if (!finite) o.verdict = RowVerdict::fail, o.detail = "non-finite value";
   if (s.shape_bad > 0) {
@@ -134,12 +140,27 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
   return o;
 }
 
+void check_far(Outcome& o, double far, double bound, const std::string& of) {
+  o.far = far, o.far_bound = bound;
+  if (o.verdict != RowVerdict::ok || !(far > bound)) return;  // within the normwise bound, but most elements moved
+  o.verdict = RowVerdict::fail;
+  o.detail = fmt("%.1f%%", 100 * far) + " of the elements " + (of.empty() ? "" : of + " ") +
+             "are far (|err| > 2^-11 of their magnitude; bound " + fmt("%.1f%%", 100 * bound) +
+             "): every value moved a little, as a rounding to 16 bits moves them";
+}
+
 void update_row(Row& row, int64_t step, const Outcome& o) {
   if (o.verdict == RowVerdict::fail) ++row.bad_steps;
   const bool worse = static_cast<int>(o.verdict) < static_cast<int>(row.verdict);
-  const bool larger = o.verdict == row.verdict && row.verdict == RowVerdict::ok && o.norm_rel > row.norm_rel;
+  // among ok steps: the one that came closest to its bound
+  auto closeness = [](double err, double bound) { return bound > 0 ? err / bound : err; };
+  const bool larger = o.verdict == row.verdict && row.verdict == RowVerdict::ok &&
+                      closeness(o.norm_rel, o.bound.value) > closeness(row.norm_rel, row.tol);
   if (row.step < 0 || worse || larger) {
+    if (o.bound.value > 0 || row.quantity != "routing") row.tol = o.bound.value;
+    row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : "floor") : "exact";
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
+    row.far = o.far, row.far_bound = o.far_bound;
     row.worst = o.worst, row.detail = o.detail, row.verdict = o.verdict;
   }
 }
@@ -157,7 +178,7 @@ RouteLocal RouteLocal::unpack(const double* in) {
 
 RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int64_t>& chosen,
                           const std::vector<int64_t>& base_chosen, const std::vector<double>& base_scores, int64_t K,
-                          int64_t E, double near_tie_rel) {
+                          int64_t E, double near_tie_rel, double near_tie_abs) {
   RouteLocal out;
   const int64_t n = K > 0 ? static_cast<int64_t>(base_chosen.size()) / K : 0;
   if (chosen.size() != ids.size() * static_cast<size_t>(K)) out.bad_id += 1;
@@ -178,7 +199,7 @@ RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int
         const double vb = base_scores[static_cast<size_t>(tok * E + b)];
         const double vp = base_scores[static_cast<size_t>(tok * E + p)];
         gap = std::abs(vb - vp);
-        tie = gap <= near_tie_rel * (std::abs(vb) + std::abs(vp));
+        tie = gap <= near_tie_rel * (std::abs(vb) + std::abs(vp)) || gap <= near_tie_abs;
       }
       if (tie) out.near_tie += 1;
       if (gap > out.gap) {

@@ -14,6 +14,7 @@
 #include "parallel/supported.h"
 
 #include "core/inject.h"
+#include "core/precision.h"
 #include "ops/elementwise.h"
 #include "parallel/pmodel.h"
 
@@ -88,11 +89,22 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
 
 // TP sums of the partitioned families (one allreduce), then the data-parallel reduction
 // of the dense and the expert parameters (one flat reduce-scatter + allreduce each).
+//
+// The policy's reduce dtype (core/precision.h): a bf16 reduction is every input rounded to
+// bf16, an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within
+// its internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
+  const Low reduce = sc.model.reduce;
+  // bug zoo (core/inject.h): the TP all-reduce of TP-replicated parameters' gradients run in
+  // bf16 whatever the policy (pytorch#190626: FSDP2's reduce_dtype not applied to it)
+  static const bool tp_bf16 = injected("tp_reduce_in_bf16");
+  const Low tp_reduce = tp_bf16 ? Low::bf16 : reduce;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
     if (tp_partitioned(specs[p])) flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
+  round_to(tp_reduce, flat.data(), static_cast<int64_t>(flat.size()));
   tp_allreduce(tp, flat);
+  round_to(tp_reduce, flat.data(), static_cast<int64_t>(flat.size()));
   for (size_t p = 0, at = 0; p < specs.size(); ++p)
     if (tp_partitioned(specs[p])) {
       std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), model->mp_grads[p].numel(), model->mp_grads[p].data.begin());
@@ -105,6 +117,10 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
         tp_allreduce(tp, model->mp_grads[p].data);
     }
   out.assign(specs.size(), {});
+  // bug zoo (core/inject.h): the data-parallel reduce-scatter in bf16 under an fp32 reduce policy
+  static const bool dp_bf16 = injected("dp_reduce_in_bf16");
+  const Low dp_reduce = dp_bf16 ? Low::bf16 : reduce;
+  for (auto& g : model->mp_grads) round_to(dp_reduce, g.ptr(), g.numel());
   for (bool experts : {false, true}) {
     std::vector<const ShardedParam<T>*> ps;
     std::vector<const Tensor<T>*> gs;
@@ -114,6 +130,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
         ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
+    for (auto& g : red) round_to(dp_reduce, g.ptr(), g.numel());
     // bug zoo (core/inject.h): expert gradients summed over the dense DP group, not EDP: the
     // EP peers inside it hold other experts, whose gradients get added in
     if (experts && ep_group->size() > 1 && injected("expert_grads_over_dense_dp"))
@@ -136,6 +153,13 @@ template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<
     g.tensors.push_back(std::move(grads[p]));
   }
   opt->step(w, g);
+  // bug zoo (core/inject.h): the update applied to bf16 parameters with no fp32 master
+  // (accelerate#3979), and the optimizer's state kept in bf16
+  if (injected("no_fp32_master"))
+    for (auto& x : w.tensors) round_to(Low::bf16, x.ptr(), x.numel());
+  if (injected("optim_state_in_bf16"))
+    for (auto* st : {&opt->first_moment(), &opt->second_moment()})
+      for (auto& x : st->tensors) round_to(Low::bf16, x.ptr(), x.numel());
   for (size_t p = 0; p < specs.size(); ++p) {
     model->params[p].local = std::move(w.tensors[p]);
     grads[p] = std::move(g.tensors[p]);
@@ -149,6 +173,7 @@ template <class T> ParallelRun<T>::~ParallelRun() = default;
 template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   Impl& I = *impl_;
   const ModelConfig& c = I.sc.model;
+  const PrecisionScope policy(c.precision());  // the storage points of the model read it
   const int64_t S = c.seq;
   RankStepRecord<T> out;
   out.step = t;
@@ -167,6 +192,8 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
     const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
     const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
+    if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
+      for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
     parts.insert(parts.end(), {r.ce, r.aux});
     for (size_t l = 0; l < r.counts.size(); ++l)
       for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
