@@ -40,10 +40,11 @@ std::string status_problem(const struct stat& st, int64_t max_bytes) {
 }
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why, Blame blame, std::string_view what) {
-  const std::string p = printable(path);
+  // The path as given: a reader that quotes it (load_scenario) escapes it, and so does the
+  // last line of defence (run_cli prints every message through printable_lines).
   const std::string rule = std::string(what) + " " + why;
-  if (blame == Blame::user_input) throw ConfigError(p, rule);
-  throw IoError(p + ": " + rule);
+  if (blame == Blame::user_input) throw ConfigError(path, rule);
+  throw IoError(path + ": " + rule);
 }
 
 // The first `n` bytes of a regular file (through open_regular: never blocks), or "".
