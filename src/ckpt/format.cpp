@@ -10,6 +10,7 @@
 
 #include "ckpt/checksum.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/safetensors.h"
 #include "core/text.h"
 
@@ -293,10 +294,11 @@ const json* first_float(const json& j) {
 
 Metadata read_metadata(const std::string& dir) {
   const std::string path = dir + "/" + kMetadataFile;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": missing (cannot open: " + std::strerror(errno) + ")");
-  const std::string text = read_bounded(in, kMetadataLimits.max_bytes);
-  if (in.bad()) throw IoError(path + ": cannot read: " + std::strerror(errno));
+  // A FIFO, a directory, a link to /dev/zero: a damaged checkpoint, never a blocking read.
+  const auto read = read_regular_if_exists(path, static_cast<int64_t>(kMetadataLimits.max_bytes),
+                                           Blame::damaged_data, "checkpoint metadata");
+  if (!read) throw IoError(path + ": missing (cannot open: " + std::strerror(ENOENT) + ")");
+  const std::string& text = *read;
   // Before the parser: deep nesting would overflow the stack of the first copy or dump.
   if (const std::string problem = json_limits_problem(text, kMetadataLimits); !problem.empty())
     throw IoError(path + ": refused before parsing: " + problem + " (docs/ckpt.md)");
@@ -386,16 +388,26 @@ void parse_header_json(RankHeader& out, const std::string& path) {
 }
 
 RankHeader read_rank_header(const std::string& path, HeaderJson mode) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path + ": missing (cannot open: " + std::strerror(errno) + ")");
+  const auto f = open_regular_if_exists(path, kMaxRankFileBytes, Blame::damaged_data, "checkpoint rank file");
+  if (!f) throw IoError(path + ": missing (cannot open: " + std::strerror(ENOENT) + ")");
+  auto read = [&](unsigned char* p, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t got = ::read(f->fd(), p + done, n - done);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<size_t>(got);
+    }
+    return true;
+  };
   std::vector<unsigned char> buf(8);
-  if (!in.read(reinterpret_cast<char*>(buf.data()), 8)) throw IoError(path + ": truncated (no safetensors header)");
+  if (!read(buf.data(), 8)) throw IoError(path + ": truncated (no safetensors header)");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | buf[static_cast<size_t>(i)];
   if (n > (uint64_t{1} << 30)) throw IoError(path + ": header length " + std::to_string(n) + " is not plausible");
+  if (n > static_cast<uint64_t>(f->size()) - 8) throw IoError(path + ": truncated header");
   buf.resize(8 + n);
-  if (!in.read(reinterpret_cast<char*>(buf.data() + 8), static_cast<std::streamsize>(n)))
-    throw IoError(path + ": truncated header");
+  if (!read(buf.data() + 8, static_cast<size_t>(n))) throw IoError(path + ": truncated header");
   return parse_rank_header(buf.data(), static_cast<int64_t>(buf.size()), path, mode);
 }
 

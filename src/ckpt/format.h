@@ -29,6 +29,9 @@ namespace parity::ckpt {
 constexpr int kFormatVersion = 2;
 constexpr int64_t kBlockBytes = int64_t{1} << 20;
 inline const char* const kMetadataFile = "metadata.json";
+// The largest rank file a reader opens (core/files.h): far above any real shard, a bound that
+// refuses a link to an endless device before a byte is read.
+constexpr int64_t kMaxRankFileBytes = int64_t{1} << 40;
 // What metadata.json may be, checked before it is parsed (docs/ckpt.md): bytes, nesting, strings.
 inline constexpr JsonLimits kMetadataLimits{std::size_t{256} << 20, 64, std::size_t{64} << 10};
 

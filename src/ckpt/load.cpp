@@ -12,6 +12,7 @@
 #include "ckpt/collective.h"
 #include "ckpt/verify.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace parity::ckpt {
 
@@ -56,16 +57,14 @@ class Files {
   int open(int rank, const std::string& tensor) {
     if (auto it = fds_.find(rank); it != fds_.end()) return it->second;
     const std::string p = path(rank);
-    const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw IoError(p + ": missing (tensor '" + tensor + "' needs it): " + std::strerror(errno));
-    struct stat st{};
-    ::fstat(fd, &st);
+    // A FIFO or a device in place of the rank file: refused (exit 3), never a blocking open.
+    auto f = open_regular_if_exists(p, kMaxRankFileBytes, Blame::damaged_data, "checkpoint rank file");
+    if (!f) throw IoError(p + ": missing (tensor '" + tensor + "' needs it): " + std::strerror(ENOENT));
     const int64_t want = md_.files.at(static_cast<size_t>(rank)).bytes;
-    if (st.st_size != want) {
-      ::close(fd);
-      throw IoError(p + ": " + (st.st_size < want ? "truncated" : "wrong size") + ": " + std::to_string(st.st_size) +
+    if (f->size() != want)
+      throw IoError(p + ": " + (f->size() < want ? "truncated" : "wrong size") + ": " + std::to_string(f->size()) +
                     " bytes, metadata.json says " + std::to_string(want) + " (tensor '" + tensor + "' needs it)");
-    }
+    const int fd = f->release();
     fds_[rank] = fd;
     return fd;
   }

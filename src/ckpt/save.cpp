@@ -13,6 +13,7 @@
 #include "ckpt/checksum.h"
 #include "ckpt/collective.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/inject.h"
 #include "core/safetensors.h"
 
@@ -325,6 +326,7 @@ void save_all(const mesh::Mesh& m, const std::vector<const ShardedState*>& state
   if (static_cast<int>(states.size()) != m.world())
     throw Error("checkpoint: save_all needs one state per rank (" + std::to_string(m.world()) + "), got " +
                 std::to_string(states.size()));
+  check_output_dir("checkpoint directory", dir, DirKind::checkpoint);  // never replaces what is not ours
   recover(dir);
   const std::string tmp = make_temp_dir(dir);
   try {
@@ -349,6 +351,9 @@ void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& st
   std::vector<int64_t> nonce{0};
   agreed(world, "save (prepare " + dir + ")", [&] {
     if (rank != 0) return;
+    // The last line of defence (the CLI checks before launching): a directory that is not a
+    // parity checkpoint is never exchanged with the new one and removed (docs/faults.md).
+    check_output_dir("--ckpt", dir, DirKind::checkpoint);
     recover(dir);
     nonce[0] = new_nonce();
     const std::string tmp = temp_dir_for(dir, nonce[0]);

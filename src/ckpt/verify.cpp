@@ -10,6 +10,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/checksum.h"
 #include "core/error.h"
+#include "core/files.h"
 
 namespace parity::ckpt {
 namespace {
@@ -127,11 +128,19 @@ std::string needs(const std::vector<Ref>& refs) {
 // (Depth::everything). False when nothing more can be checked.
 bool read_file(std::vector<std::string>& problems, const std::string& path, const FileMeta& f,
                const std::vector<Ref>& refs, Depth depth, RankHeader& h, std::vector<unsigned char>& bytes) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) {
-    problems.push_back(path + ": missing" + needs(refs) + ": " + std::strerror(errno));
+  // A FIFO, a directory, a link to /dev/zero in place of a rank file: a damaged checkpoint,
+  // named as what it is, never a read that blocks or never ends (core/files.h).
+  const std::string why = regular_file_problem(path, kMaxRankFileBytes);
+  if (why == "is missing") {
+    problems.push_back(path + ": missing" + needs(refs) + ": " + std::strerror(ENOENT));
     return false;
   }
+  if (!why.empty()) {
+    problems.push_back(path + ": checkpoint rank file " + why + needs(refs));
+    return false;
+  }
+  struct stat st{};
+  ::stat(path.c_str(), &st);
   const int64_t size = st.st_size;
   if (size != f.bytes)
     problems.push_back(path + ": " + (size < f.bytes ? "truncated" : "wrong size") + ": " + std::to_string(size) +
@@ -141,9 +150,8 @@ bool read_file(std::vector<std::string>& problems, const std::string& path, cons
       h = read_rank_header(path, HeaderJson::skip);
       return true;
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw IoError(path + ": cannot open: " + std::strerror(errno));
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    const std::string all = read_regular(path, kMaxRankFileBytes, Blame::damaged_data, "checkpoint rank file");
+    bytes.assign(all.begin(), all.end());
     if (size == f.bytes)
       if (const uint32_t got = crc32c(bytes.data(), bytes.size()); got != f.checksum)
         problems.push_back(path + ": file checksum mismatch: metadata.json says " + checksum_str(f.checksum) +

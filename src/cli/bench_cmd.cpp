@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "cli/self.h"
 #include "comm/bench.h"
 #include "comm/world.h"
@@ -113,8 +114,8 @@ Command add_bench_command(CLI::App& app) {
       "model", "Time the one-device baseline: matmul GFLOP/s on the scenario's shapes against this core's fp64\n"
                "peak, and the time per training step");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (e.g. scenarios/small.json)")->required();
-  sub->add_option("--steps", o->steps, "Training steps to time (after one warm-up step)")->check(CLI::PositiveNumber);
-  sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(CLI::PositiveNumber);
+  sub->add_option("--steps", o->steps, "Training steps to time (after one warm-up step)")->check(positive_integer());
+  sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(positive_integer());
   sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU");
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return c->worker ? comm_bench_worker(*c) : comm_bench_launch(*c);

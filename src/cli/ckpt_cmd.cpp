@@ -23,6 +23,7 @@
 #include "ckpt/unsharded.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/exit_codes.h"
 #include "harness/scenario.h"
 
@@ -117,6 +118,8 @@ int run_bench(const std::string& scenario, std::string dir) {
   mesh::validate_layout(b, sc.model);
   const mesh::Mesh ma(a), mb(b);
   if (dir.empty()) dir = (fs::temp_directory_path() / "parity-ckpt-bench").string();
+  check_output_dir("--dir", dir, DirKind::checkpoint);  // removed below: only if it is a checkpoint
+  check_output_file("--dir", dir + "-raw.bin", "xxxxxxxx");  // raw_disk's own bytes
   fs::remove_all(dir);
   std::vector<std::unique_ptr<ckpt::SyntheticState>> st;
   std::vector<const ckpt::ShardedState*> ptrs;

@@ -9,8 +9,10 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "harness/baseline.h"
@@ -98,7 +100,7 @@ ordered_json conventions() {
 }
 
 template <class T> int dump(const Scenario& s, const std::string& dir) {
-  std::filesystem::create_directories(dir);
+  prepare_output_dir("dir", dir);  // new, empty, or a dump parity wrote (docs/faults.md "Nothing lost")
   BaselineRun<T> run(s);
   ordered_json files = ordered_json::array(), steps = ordered_json::array();
   {
@@ -137,7 +139,7 @@ Command add_dump_command(CLI::App& app) {
               "routing) as safetensors files with a manifest.json describing them");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
-  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(CLI::NonNegativeNumber);
+  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(non_negative_integer());
   sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)");
   sub->add_option("--precision,--dtype", o->precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16");

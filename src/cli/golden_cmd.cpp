@@ -17,10 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "cli/self.h"
 #include "comm/launch.h"
 #include "comm/world.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "harness/golden.h"
 #include "harness/memory.h"
@@ -46,6 +48,7 @@ struct GoldenOptions {
 };
 
 std::string golden_path(const GoldenOptions& o, const std::string& scenario_path, const std::string& name) {
+  if (name.empty()) throw ConfigError("$.name", "must not be empty: it names the golden file (golden/NAME.json)");
   const fs::path dir = o.dir.empty() ? fs::path(scenario_path).parent_path() / ".." / "golden" : fs::path(o.dir);
   return (dir.lexically_normal() / (name + ".json")).string();
 }
@@ -117,6 +120,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int update_one(const std::string& path, const GoldenOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto [file, run] = load_pair(path, o);
+  // Before the run: a golden is replaced only by a golden (docs/faults.md "Nothing lost").
+  check_output_file("golden update", golden_path(o, path, file.name), kGoldenSignature);
   Golden g = compute(path, file, run, o);
   g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
   const std::string out = golden_path(o, path, file.name);
@@ -227,7 +232,7 @@ Command add_golden_command(CLI::App& app) {
   sub->require_subcommand(1);
   CLI::App* up = sub->add_subcommand("update", "Run each scenario (50 steps) and write its golden file");
   add_common(up, *o);
-  up->add_option("--steps", o->steps, "Steps to pin")->capture_default_str()->check(CLI::PositiveNumber);
+  up->add_option("--steps", o->steps, "Steps to pin")->capture_default_str()->check(positive_integer());
   CLI::App* check = sub->add_subcommand(
       "check", "Rerun each scenario and compare with its golden file; print the steps that differ; exit 1 if any");
   add_common(check, *o);

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
+#include "cli/numbers.h"
 #include "cli/self.h"
 #include "comm/launch.h"
 
@@ -37,11 +39,12 @@ Command add_launch_command(CLI::App& app) {
   add_launch_options(*sub, o->opts, o->backend, o->timeout_s);
   add_node_options(*sub, o->opts.nnodes, o->opts.node_rank, o->opts.master);
   sub->add_option("--grace", o->grace_s, "Seconds the other ranks get to report after the first failure "
-                                         "(default: 1)");
+                                         "(default: 1)")
+      ->check(non_negative_real(365.0 * 24 * 3600));
   sub->add_option("--deadline", o->deadline_s,
                   "Wall-clock limit in seconds for the whole launch: when it passes every rank is stopped\n"
                   "(SIGTERM, then SIGKILL) and the exit code is 3 (infrastructure failed). Default: none")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_seconds());
   sub->add_flag("--no-prefix", o->no_prefix, "Print the ranks' lines without the \"[r] \" prefix");
   sub->add_option("command", o->command, "COMMAND ARGS after --")->required();
   return {sub, [o]() {

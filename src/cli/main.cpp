@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/text.h"
@@ -24,6 +25,7 @@ int run_cli(int argc, char** argv) {
                                           parity::cli::add_golden_command(app), parity::cli::add_plot_command(app),
                                           parity::cli::add_matrix_command(app), parity::cli::add_zoo_command(app),
                                           parity::cli::add_cover_command(app)};
+  strict_numbers(app);  // every numeric option of every subcommand (cli/numbers.h)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -28,10 +28,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "cli/matrix_report.h"
 #include "cli/self.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/inject.h"
 #include "harness/golden.h"
 #include "harness/plot.h"
@@ -187,9 +189,8 @@ int print_table(const std::vector<MatrixEntry>& entries, const MatrixOptions& o,
   return c.pass() ? 0 : 1;
 }
 
+// The reports' paths were checked before the jobs ran (check_reports): no directory is created.
 void write_file(const std::string& path, const std::string& text) {
-  const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path());
   std::ofstream f(path);
   f << text;
   if (!f.flush()) throw IoError("matrix: cannot write " + path);
@@ -237,12 +238,23 @@ std::string relative_to(const std::string& path, const std::string& file_in_dir)
   return fs::absolute(path).lexically_normal().lexically_relative(from.lexically_normal()).string();
 }
 
+// Every report path is parity's to write before anything runs (docs/faults.md "Nothing
+// lost"): --out and --plots new, empty or parity's output directories, --junit and --summary
+// new files in existing directories, or what an earlier matrix wrote there.
+void check_reports(const MatrixOptions& o) {
+  if (!o.out.empty()) check_output_dir("--out", o.out);
+  if (!o.plots.empty()) check_output_dir("--plots", o.plots);
+  if (!o.junit.empty()) check_output_file("--junit", o.junit, "<testsuite name=\"parity-matrix\"");
+  if (!o.summary.empty()) check_output_file("--summary", o.summary, "# parity matrix: ");
+}
+
 int run_matrix(MatrixOptions o) {
   const bool cuda = !o.device.empty() && parse_device(o.device) == Device::cuda;
   if (!o.inject.empty()) setenv("PARITY_INJECT", o.inject.c_str(), 1);  // every run and golden check inherits it
   (void)injected_names();  // every name checked before anything runs: an unknown one is exit 2
   if (cuda) require_device(Device::cuda, "matrix --device cuda");
   std::vector<MatrixEntry> entries = load_entries(scenario_files(o.paths));
+  check_reports(o);
   if (o.jobs <= 0) o.jobs = cuda ? 2 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::string dir = o.out;
   if (dir.empty()) {
@@ -250,7 +262,8 @@ int run_matrix(MatrixOptions o) {
     if (::mkdtemp(t.data()) == nullptr) throw IoError("matrix: cannot create a temporary directory");
     dir = t;
   }
-  fs::create_directories(dir);
+  if (!o.out.empty()) prepare_output_dir("--out", dir);
+  if (!o.plots.empty()) prepare_output_dir("--plots", o.plots);
   std::vector<Job> jobs;
   for (size_t i = 0; i < entries.size(); ++i) {
     MatrixEntry& e = entries[i];
@@ -299,7 +312,7 @@ Command add_matrix_command(CLI::App& app) {
   sub->add_option("paths", o->paths, "Scenario files or directories of them (default: scenarios)");
   sub->add_option("-j,--jobs", o->jobs,
                   "Runs and golden checks at once (default: the number of CPUs; 2 with --device cuda)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   sub->add_option("--out", o->out,
                   "Keep every report (NAME.report.json) and log (NAME.log, NAME.golden.log) in DIR (default: a "
                   "temporary directory, removed when everything passes and no --summary links it)");
@@ -312,7 +325,7 @@ Command add_matrix_command(CLI::App& app) {
                   "Exit 77, nothing run, when no CUDA device is visible");
   sub->add_option("--steps", o->steps, "Override every scenario's number of steps in the runs (a golden check runs "
                                        "its golden's steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   sub->add_flag("--golden", o->golden,
                 "Also `parity golden check` every scenario, world 1 included (docs/golden.md): a column of the "
                 "table, and a golden that differs, is missing or stale fails the matrix");

@@ -29,12 +29,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/numbers.h"
 #include "cli/self.h"
 #include "comm/launch.h"
 #include "comm/world.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/files.h"
 #include "core/inject.h"
 #include "harness/baseline.h"
 #include "harness/scenario.h"
@@ -122,6 +124,21 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   return 0;
 }
 
+// What this run writes must be parity's to replace (docs/faults.md "Nothing lost"), checked
+// before anything runs: --ckpt a new or empty directory or a parity checkpoint, --report a
+// new file or a report of an earlier run (its "compared_steps" key), in existing directories.
+// Every --report is verdict_json (harness/verdict_report.cpp) dumped with sorted keys: this
+// key comes within its first lines.
+constexpr const char* kReportSignature = "\"compared_steps\":";
+std::string phase1_report(const std::string& report);
+
+void check_outputs(const RunOptions& o, const Scenario& s) {
+  if (!o.ckpt.empty()) check_output_dir("--ckpt", o.ckpt, DirKind::checkpoint);
+  if (o.report.empty()) return;
+  check_output_file("--report", o.report, kReportSignature);
+  if (s.resume) check_output_file("--report", phase1_report(o.report), kReportSignature);
+}
+
 // The scenario with the command line's overrides, checked again as a whole (ConfigError,
 // exit 2, names the field and the rule).
 Scenario load_with_overrides(const RunOptions& o) {
@@ -160,6 +177,7 @@ Scenario load_with_overrides(const RunOptions& o) {
   if (o.save_at > s.steps)
     throw ConfigError("--save-at", "must be <= steps (" + std::to_string(s.steps) + "), got " +
                                        std::to_string(o.save_at));
+  check_outputs(o, s);
   return s;
 }
 
@@ -447,9 +465,9 @@ Command add_run_command(CLI::App& app) {
       "per family, grad norm, clipping, routing, tokens_per_expert, expert bias) and print the verdict.\n"
       "Exit 0 within tolerance, 1 not, 2 bad input.");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
-  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(CLI::NonNegativeNumber);
+  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(non_negative_integer());
   sub->add_option("--every", o->every, "World 1: print every K-th step (the last is always printed)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   sub->add_option("--precision,--dtype", o->dtype,
                   "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
                   "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name");
@@ -461,23 +479,23 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--inject", o->inject,
                   "Turn on named bugs in the parallel code (comma-separated; docs/zoo.md): the verdict must catch\n"
                   "them and name their root. Same as PARITY_INJECT=NAME");
-  sub->add_option("--lr", o->lr, "Override the learning rate")->check(CLI::PositiveNumber);
+  sub->add_option("--lr", o->lr, "Override the learning rate (a finite number > 0)")->check(positive_real());
   sub->add_option("--report", o->report,
                   "World > 1: also write the verdict as JSON to FILE (a scenario with a resume object: phase 2's; "
                   "phase 1's goes to FILE.phase1.json)");
   sub->add_option("--timeout", o->timeout_s, "World > 1: per-collective timeout in seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_seconds())
       ->capture_default_str();
   sub->add_option("--deadline", o->deadline_s,
                   "World > 1: wall-clock limit in seconds for the ranks (each phase of a resume check); when it\n"
                   "passes every rank is stopped and the exit code is 3 (infrastructure failed). Default: none")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_seconds());
   sub->add_option("--log-dir", o->log_dir, "World > 1: also write each rank's output to DIR/rank<r>.log");
   add_node_options(*sub, o->nnodes, o->node_rank, o->master);
   sub->add_option("--save-at", o->save_at,
                   "Save the layout's whole training state (world 1: the baseline's, a seed checkpoint) to --ckpt\n"
                   "DIR after K steps, then go on")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   sub->add_option("--ckpt", o->ckpt, "Checkpoint directory for --save-at (replaced atomically)");
   sub->add_option("--resume", o->resume,
                   "Load the training state from DIR (saved under any layout) and continue from its step; the\n"

@@ -1,5 +1,7 @@
 #include "cli/self.h"
 
+#include "cli/numbers.h"
+
 #include <fcntl.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -22,12 +24,12 @@ bool is_parity_subcommand(const std::string& name) {
 }
 
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s) {
-  sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(CLI::PositiveNumber);
+  sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(positive_integer());
   sub.add_option("--backend", backend, "gloo, mpi or nccl")
       ->check(CLI::IsMember({"gloo", "mpi", "nccl"}))
       ->capture_default_str();
   sub.add_option("--timeout", timeout_s, "Per-collective timeout in seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_seconds())
       ->capture_default_str();
   sub.add_option("--log-dir", opts.log_dir, "Also write each rank's output to DIR/rank<r>.log");
 }
@@ -42,9 +44,9 @@ void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& m
                  "Hosts of the run, one launcher on each (default 1: this host alone). With N > 1 the ranks meet\n"
                  "through a TCP store that rank 0 serves at --master; this launcher starts ranks\n"
                  "node-rank * nproc .. + nproc - 1 of N * nproc (docs/multihost.md)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer());
   sub.add_option("--node-rank", node_rank, "This host's index in [0, --nnodes); node 0 runs rank 0")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   sub.add_option("--master", master,
                  "ADDR:PORT of rank 0's TCP store (node 0's address, the same on every host; --nnodes > 1)");
 }

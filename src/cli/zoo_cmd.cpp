@@ -19,6 +19,7 @@
 #include "cli/self.h"
 #include "cli/zoo_report.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/inject.h"
 #include "core/precision.h"
 
@@ -101,13 +102,16 @@ int run_zoo(const ZooOptions& o) {
     if (!fs::exists(o.scenarios + "/" + std::string(b->scenario)))
       throw ConfigError("--scenarios", o.scenarios + "/" + std::string(b->scenario) +
                                            ": missing (run from the project root or name the scenario directory)");
+  // What parity may write (docs/faults.md "Nothing lost"), checked before any bug runs.
+  if (!o.out.empty()) check_output_dir("--out", o.out);
+  if (!o.junit.empty()) check_output_file("--junit", o.junit, "<testsuite name=\"parity-zoo\"");
   std::string dir = o.out;
   if (dir.empty()) {
     std::string t = (fs::temp_directory_path() / "parity-zoo-XXXXXX").string();
     if (::mkdtemp(t.data()) == nullptr) throw IoError("zoo: cannot create a temporary directory");
     dir = t;
   }
-  fs::create_directories(dir);
+  if (!o.out.empty()) prepare_output_dir("--out", dir);
   std::printf("%-28s %-46s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
   int bad = 0;
   std::vector<ZooResult> results;

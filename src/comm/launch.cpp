@@ -55,6 +55,14 @@ void on_signal(int sig) {
   wake_poll();
 }
 
+// The signals that end a launch the way SIGTERM does: every rank stopped, the summary printed,
+// the store directory and shared-memory segments removed, exit 128 + the signal. SIGHUP (the
+// terminal or the ssh session closed), SIGQUIT (Ctrl-\\), SIGPIPE (`parity run ... | head -1`:
+// the reader of stdout went away) once killed the launcher on the spot and left its ranks to
+// PR_SET_PDEATHSIG, its segments and its store behind.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+constexpr size_t kNumStopSignals = sizeof kStopSignals / sizeof kStopSignals[0];
+
 class SignalGuard {
  public:
   SignalGuard() {
@@ -64,8 +72,7 @@ class SignalGuard {
     struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    for (size_t i = 0; i < kNumStopSignals; ++i) sigaction(kStopSignals[i], &sa, &old_[i]);
     struct sigaction sc {};
     sc.sa_handler = on_child;
     sc.sa_flags = SA_NOCLDSTOP | SA_RESTART;
@@ -73,18 +80,22 @@ class SignalGuard {
     sigaction(SIGCHLD, &sc, &old_chld_);
   }
   ~SignalGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+    for (size_t i = 0; i < kNumStopSignals; ++i) sigaction(kStopSignals[i], &old_[i], nullptr);
+    // After a SIGPIPE the reader is gone for good: what is still printed (the verdict, an
+    // error) must fail quietly (EPIPE), not kill the process before its clean-up.
+    if (pipe_broken_) signal(SIGPIPE, SIG_IGN);
     sigaction(SIGCHLD, &old_chld_, nullptr);
     g_wake_fd = -1;
     close(wake_[0]);
     close(wake_[1]);
   }
   int fd() const { return wake_[0]; }
+  void saw(int sig) { pipe_broken_ = pipe_broken_ || sig == SIGPIPE; }
 
  private:
   int wake_[2];
-  struct sigaction old_int_ {}, old_term_ {}, old_chld_ {};
+  bool pipe_broken_ = false;
+  struct sigaction old_[kNumStopSignals] {}, old_chld_ {};
 };
 
 struct Child {
@@ -273,8 +284,7 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::vector<std::string>& ar
   if (getppid() != parent) _exit(1);
   dup2(out_fd, 1);
   dup2(out_fd, 2);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+  for (int sig : kStopSignals) signal(sig, SIG_DFL);  // a fork-started rank keeps no handler of the launcher's
   if (o.in_process) run_in_child(o, rank, argv_s, envp);
   execvpe(argv[0], argv.data(), envp.data());
   const char msg[] = "parity launch: cannot execute the command\n";
@@ -487,12 +497,15 @@ int Launcher::run() {
   for (;;) {
     pump(50);
     reap();
-    if (int sig = g_signal.exchange(0); sig && !interrupted_by_) {
-      interrupted_by_ = sig;
-      std::cerr << "parity launch: received " << strsignal(sig) << ", stopping every rank" << std::endl;
-      stop_all(SIGTERM);
-      terminating_ = true;
-      term_at_ = clock::now();
+    if (int sig = g_signal.exchange(0); sig) {
+      signals.saw(sig);
+      if (!interrupted_by_) {
+        interrupted_by_ = sig;
+        std::cerr << "parity launch: received " << strsignal(sig) << ", stopping every rank" << std::endl;
+        stop_all(SIGTERM);
+        terminating_ = true;
+        term_at_ = clock::now();
+      }
     }
     auto now = clock::now();
     if (o_.deadline.count() > 0 && !terminating_ && !deadline_passed_ && now - started_at_ > o_.deadline) {

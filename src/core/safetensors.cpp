@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 
 namespace parity {
@@ -106,17 +107,10 @@ bool parse_dtype_name(const std::string& s, DType& out) {
 std::vector<unsigned char> read_bytes(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) bad_file(path, "cannot open safetensors file: it is a directory");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    const int err = errno;
-    bad_file(path, std::string("cannot open safetensors file: ") + std::strerror(err));
-  }
-  const std::streamoff size = in.tellg();
-  std::vector<unsigned char> bytes(size > 0 ? static_cast<size_t>(size) : 0);
-  in.seekg(0);
-  if (!bytes.empty()) in.read(reinterpret_cast<char*>(bytes.data()), size);
-  if (!in || in.gcount() != size) bad_file(path, "cannot read safetensors file");
-  return bytes;
+  // A FIFO, a device (a link to /dev/zero): refused before a byte is read (core/files.h).
+  const auto text = read_regular_if_exists(path, int64_t{1} << 40, Blame::damaged_data, "safetensors file");
+  if (!text) bad_file(path, std::string("cannot open safetensors file: ") + std::strerror(ENOENT));
+  return std::vector<unsigned char>(text->begin(), text->end());
 }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " prefix.

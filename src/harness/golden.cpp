@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "harness/scenario.h"
 #include "harness/tolerance.h"
 
@@ -20,6 +21,7 @@ namespace parity {
 namespace {
 
 constexpr const char* kFormat = "parity-golden-1";
+constexpr int64_t kMaxGoldenBytes = int64_t{64} << 20;  // a 50-step golden is about 20 KB
 
 std::string fmt_double(double x) {
   if (!std::isfinite(x)) throw Error("golden: a non-finite value (" + std::to_string(x) + ") cannot be pinned");
@@ -214,13 +216,12 @@ Golden golden_from_json(const nlohmann::json& j, const std::string& where) {
 }
 
 Golden load_golden(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw IoError(path + ": no golden file");
-  std::stringstream ss;
-  ss << f.rdbuf();
+  // A FIFO or a device where the golden should be: refused, never a blocking read.
+  const auto text = read_regular_if_exists(path, kMaxGoldenBytes, Blame::user_input, "golden file");
+  if (!text) throw IoError(path + ": no golden file");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(path, std::string("invalid JSON: ") + e.what());
   }

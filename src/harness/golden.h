@@ -55,6 +55,9 @@ std::string layout_description(const LayoutConfig& l);
 
 // golden/<name>.json text: stable (see the file comment) and exact.
 std::string golden_to_text(const Golden& g);
+// What every golden file holds ($.format): the mark that lets `golden update` replace a file
+// (core/files.h check_output_file; anything else at that path is refused, never overwritten).
+inline constexpr const char* kGoldenSignature = "\"format\": \"parity-golden-1\"";
 // Parses a golden's JSON; `where` (the file) prefixes errors. Throws ConfigError.
 Golden golden_from_json(const nlohmann::json& j, const std::string& where);
 Golden load_golden(const std::string& path);             // IoError when missing

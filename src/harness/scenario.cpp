@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/text.h"
 #include "harness/fsdp_dim_json.h"
 #include "harness/memory.h"
@@ -293,14 +294,12 @@ std::string read_text(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw ConfigError(path, "cannot open scenario file: it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, "cannot open scenario file (missing or unreadable)");
-  std::string text = read_bounded(in, kScenarioLimits.max_bytes);  // a larger file (or /dev/zero): cut, refused
-  if (in.bad()) throw ConfigError(path, "cannot read scenario file");
-  if (text.size() > kScenarioLimits.max_bytes)
-    throw ConfigError(path, "scenario file larger than " + std::to_string(kScenarioLimits.max_bytes) +
-                                " bytes, the limit (docs/scenario.md, Limits)");
-  return text;
+  // A FIFO, a device (a link to /dev/zero), a file past the limit: refused before a byte is
+  // read, never a blocking open (core/files.h).
+  const auto text = read_regular_if_exists(path, static_cast<int64_t>(kScenarioLimits.max_bytes), Blame::user_input,
+                                           "scenario file");
+  if (!text) throw ConfigError(path, "cannot open scenario file (missing or unreadable)");
+  return *text;
 }
 
 // Parses JSON text, refusing duplicate keys (nlohmann would keep the last one silently).
@@ -384,6 +383,9 @@ std::vector<std::string> scenario_files(const std::vector<std::string>& paths) {
       out.insert(out.end(), in_dir.begin(), in_dir.end());
     } else if (fs::is_regular_file(p)) {
       out.push_back(p);
+    } else if (const std::string why = regular_file_problem(p, static_cast<int64_t>(kScenarioLimits.max_bytes));
+               why != "is missing") {
+      throw ConfigError(p, "scenario file " + why);  // a FIFO, a device: named as what it is
     } else {
       throw ConfigError(p, "no such scenario file or directory (the default, scenarios, is relative: run from the "
                            "project root or name the files)");
@@ -409,6 +411,11 @@ Scenario load_scenario(const std::string& path) {
   try {
     const std::string text = read_text(path);
     Scenario s = parse_scenario_text(text, std::filesystem::path(path).stem().string());
+    // A file's name names its golden file and logs (golden/NAME.json, NAME.log): "" would be
+    // golden/.json, a hidden file every such scenario would share. (A scenario built in code,
+    // and its JSON round trip, may have none: it has no golden.)
+    if (s.name.empty())
+      throw ConfigError("$.name", "must not be empty: it names the golden file and the logs (golden/NAME.json)");
     s.source = path;
     return s;
   } catch (const ConfigError& e) {

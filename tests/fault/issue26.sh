@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Issue 26 through the real parity binary, one ctest per case (tests/fault/issue26.cmake):
+#   issue26.sh PARITY SCENARIO_DIR CASE
+# Classes: nothing lost (out_*), no read of a file that is not regular (nonreg_*), numbers on
+# the command line (num_*), and the signals that end a launch like SIGTERM (sig_*). Every
+# command that could hang on a FIFO runs under `timeout` (a hang is a failure, never a hung
+# test). Prints "issue26 CASE: PASS" (exit 0) only when every check held.
+set -u
+parity=$1 scen=$2 case=$3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+work=$(mktemp -d)
+export TMPDIR=$work
+trap 'rm -rf "$work"' EXIT
+fail() { echo "issue26 $case: FAIL: $*"; echo "---- output"; tail -20 "$work/out.log" 2>/dev/null; exit 1; }
+# run BOUND CMD...: runs CMD under `timeout BOUND`, output in out.log; sets rc and ms.
+run() {
+  local bound=$1; shift
+  local t0; t0=$(date +%s%N)
+  timeout -k 2 "$bound" "$@" >"$work/out.log" 2>&1 </dev/null
+  rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && fail "still running after $bound s (it blocks): $*"
+  return 0
+}
+want() {  # want CODE PATTERN: the last run's exit code and a line of its output
+  [ "$rc" -eq "$1" ] || fail "exit $rc, want $1: $(head -3 "$work/out.log")"
+  grep -qE -- "$2" "$work/out.log" || fail "no line matching '$2'"
+}
+no_launch() { grep -qE "time to verdict|parity: rank|parity launch" "$work/out.log" && fail "ranks were started"; return 0; }
+save_ckpt() {  # a real checkpoint of fsdp2 after 1 step in $work/$1
+  "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/$1" >"$work/save.log" 2>&1 ||
+    { cat "$work/save.log"; fail "the checkpoint could not be saved"; }
+}
+d=$work/d
+case $case in
+  # ---- nothing lost -------------------------------------------------------------------------
+  out_ckpt_foreign_dir)  # once: the directory and its file deleted, exit 0
+    mkdir -p "$d" && echo precious >"$d/notes.txt"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$d"
+    want 2 "--ckpt: .*/d: is not a parity checkpoint .*parity never overwrites what it did not create"
+    no_launch
+    [ "$(cat "$d/notes.txt" 2>/dev/null)" = precious ] || fail "the directory's file was lost"
+    # the same directory once parity's: saved, then saved over again (its own output)
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/c"
+    want 0 "saved"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/c"
+    want 0 "saved"
+    mkdir "$work/empty"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/empty"
+    want 0 "saved" ;;
+  out_ckpt_regular_file)  # once: the file replaced by a checkpoint
+    echo precious >"$d"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$d"
+    want 2 "--ckpt: .*/d: is a regular file where a directory is expected"
+    [ "$(cat "$d")" = precious ] || fail "the file was lost" ;;
+  out_report_foreign)  # --report over a file that is not a report; --junit/--summary likewise
+    echo precious >"$work/r.json"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --report "$work/r.json"
+    want 2 "--report: .*/r\.json: exists and is not a file parity wrote"
+    no_launch
+    [ "$(cat "$work/r.json")" = precious ] || fail "the file was overwritten"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --report "$work/own.json"
+    want 0 "verdict: PASS"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --report "$work/own.json"  # its own: replaced
+    want 0 "verdict: PASS"
+    echo precious >"$work/s.md"
+    run 60 "$parity" matrix "$scen/fsdp2.json" --summary "$work/s.md"
+    want 2 "--summary: .*/s\.md: exists and is not a file parity wrote"
+    [ "$(cat "$work/s.md")" = precious ] || fail "the summary's file was overwritten" ;;
+  out_dir_foreign)  # matrix --out / --plots into a directory that is not parity's
+    mkdir -p "$d" && echo precious >"$d/fsdp2.log"
+    run 60 "$parity" matrix "$scen/fsdp2.json" --out "$d"
+    want 2 "--out: .*/d: is a non-empty directory that parity did not write"
+    grep -q "matrix verdict" "$work/out.log" && fail "the matrix ran"
+    [ "$(cat "$d/fsdp2.log")" = precious ] || fail "the log's file was overwritten"
+    run 60 "$parity" matrix "$scen/fsdp2.json" --out "$work/o"
+    want 0 "matrix verdict: PASS"
+    run 60 "$parity" matrix "$scen/fsdp2.json" --out "$work/o"  # its own output directory
+    want 0 "matrix verdict: PASS" ;;
+  out_missing_parent)  # --junit in a directory that does not exist: nothing created
+    run 60 "$parity" matrix "$scen/fsdp2.json" --junit "$work/nonexistent/x.xml"
+    want 2 "--junit: .*/nonexistent/x\.xml: its directory .*/nonexistent does not exist"
+    [ -e "$work/nonexistent" ] && fail "the missing directory was created"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --report "$work/nonexistent/r.json"
+    want 2 "--report: .*its directory .*does not exist"
+    [ -e "$work/nonexistent" ] && fail "the missing directory was created" ;;
+  # ---- files that are not regular ------------------------------------------------------------
+  nonreg_scenario)  # a FIFO, /dev/zero, a directory as the scenario: once a hang for ever
+    mkfifo "$work/s.json"
+    for sub in run explain dump; do
+      extra=""; [ $sub = dump ] && extra="$work/dumpdir"
+      run 20 "$parity" $sub "$work/s.json" $extra
+      want 2 "s\.json: scenario file is a FIFO \(named pipe\), not a regular file"
+      echo "$sub on a FIFO: exit $rc after $ms ms"
+    done
+    for sub in matrix cover; do  # once: "no such scenario file or directory"
+      run 20 "$parity" $sub "$work/s.json"
+      want 2 "s\.json: scenario file is a FIFO \(named pipe\), not a regular file"
+      grep -q "no such scenario" "$work/out.log" && fail "$sub calls a FIFO 'no such scenario file'"
+    done
+    ln -s /dev/zero "$work/z.json"
+    run 20 "$parity" run "$work/z.json"
+    want 2 "z\.json: scenario file is a character device, not a regular file"
+    echo "run on a link to /dev/zero: exit $rc after $ms ms" ;;
+  nonreg_golden)  # a FIFO as the golden file
+    mkdir "$work/g" && mkfifo "$work/g/tiny.json"
+    run 20 "$parity" golden check "$scen/tiny.json" --golden-dir "$work/g"
+    want 2 "tiny\.json: golden file is a FIFO \(named pipe\), not a regular file"
+    echo "golden check on a FIFO: exit $rc after $ms ms" ;;
+  nonreg_ckpt)  # FIFOs, a directory and /dev/zero inside a checkpoint: damaged, exit 3, never a hang
+    save_ckpt good
+    for what in meta_fifo rank_fifo rank_zero rank_dir; do
+      rm -rf "$d" && cp -r "$work/good" "$d"
+      case $what in
+        meta_fifo) rm "$d/metadata.json" && mkfifo "$d/metadata.json"; pat="metadata\.json: checkpoint metadata is a FIFO" ;;
+        rank_fifo) rm "$d/rank1.safetensors" && mkfifo "$d/rank1.safetensors"; pat="rank1\.safetensors: checkpoint rank file is a FIFO" ;;
+        rank_zero) rm "$d/rank1.safetensors" && ln -s /dev/zero "$d/rank1.safetensors"; pat="rank1\.safetensors: checkpoint rank file is a character device" ;;
+        rank_dir) rm "$d/rank1.safetensors" && mkdir "$d/rank1.safetensors"; pat="rank1\.safetensors: checkpoint rank file is a directory" ;;
+      esac
+      for cmd in "ckpt inspect $d" "ckpt export $d $work/x.safetensors" "ckpt diff $d $work/good" \
+                 "run $scen/fsdp2.json --steps 2 --resume $d"; do
+        # shellcheck disable=SC2086  # cmd is words
+        run 30 "$parity" $cmd
+        want 3 "$pat"
+        echo "$what, $cmd: exit $rc after $ms ms"
+      done
+    done ;;
+  # ---- numbers on the command line -----------------------------------------------------------
+  num_steps)
+    run 20 "$parity" run "$scen/tiny.json" --steps 99999999999999999999
+    want 2 "--steps: is beyond the 64-bit range \[-2\^63, 2\^63 - 1\], got '99999999999999999999'"
+    run 20 "$parity" run "$scen/tiny.json" --steps -1
+    want 2 "--steps: must be an integer in \[0, 2\^63 - 1\], got '-1'"
+    [ "$(awk '{ if (length($0) > m) m = length($0) } END { print m + 0 }' "$work/out.log")" -lt 200 ] ||
+      fail "a line of more than 200 characters (a 309-digit bound?)"
+    run 20 "$parity" launch -n 99999999999999999999 -- true
+    want 2 "--nproc: is beyond the 64-bit range"
+    run 20 "$parity" run "$scen/tiny.json" --timeout 1e999
+    want 2 "--timeout: must be a finite number, got '1e999'" ;;
+  num_lr)
+    for v in nan inf -inf; do
+      run 20 "$parity" run "$scen/tiny.json" --lr "$v"
+      want 2 "--lr: must be a finite number, got '$v'"
+    done
+    run 20 "$parity" run "$scen/tiny.json" --lr 0
+    want 2 "--lr: must be a number in \(0, 1e\+300\], got '0'" ;;
+  num_empty_name)  # once accepted; golden update wrote golden/.json
+    printf '{"name": "", "steps": 2}' >"$work/s.json"
+    run 20 "$parity" run "$work/s.json"
+    want 2 "s\.json: \\\$\.name: must not be empty"
+    mkdir "$work/g"
+    run 20 "$parity" golden update "$work/s.json" --golden-dir "$work/g"
+    want 2 "\\\$\.name: must not be empty"
+    [ -e "$work/g/.json" ] && fail "golden update wrote .json"
+    [ -z "$(ls -A "$work/g")" ] || fail "golden update wrote $(ls -A "$work/g")" ;;
+  # ---- signals: like SIGTERM ------------------------------------------------------------------
+  sig_HUP | sig_QUIT)  # once: the launcher killed at once, no summary, ranks left to PDEATHSIG
+    sig=${case#sig_}
+    "$parity" run "$scen/fsdp2.json" --steps 1000000 --timeout 60 >"$work/out.log" 2>&1 &
+    launcher=$!
+    ranks=""
+    for _ in $(seq 300); do
+      ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
+      [ "$(echo "$ranks" | grep -c .)" -ge 2 ] && break
+      sleep 0.1
+    done
+    [ "$(echo "$ranks" | grep -c .)" -ge 2 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    sleep 0.5
+    t0=$(date +%s%N)
+    kill -s "$sig" $launcher
+    for _ in $(seq 150); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; fail "still running 15 s after SIG$sig"; }
+    wait $launcher; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    want $((128 + $(kill -l "$sig"))) "parity launch: received [A-Za-z]+, stopping every rank"
+    grep -q "parity launch: failed; rank verdicts:" "$work/out.log" || fail "no summary"
+    grep -q "stopped by the launcher" "$work/out.log" || fail "the summary names no stopped rank"
+    for p in $ranks; do
+      kill -0 "$p" 2>/dev/null && fail "rank pid $p left running"
+      ls /dev/shm/parity-"$p"-* >/dev/null 2>&1 && fail "rank pid $p's shared-memory segment left in /dev/shm"
+    done
+    echo "SIG$sig of the launcher: exit $rc after $ms ms, ranks stopped, summary printed" ;;
+  sig_PIPE)  # `| head -1`: once killed by SIGPIPE at the next line, without a word
+    ( "$parity" launch -n 2 -- sh -c 'while :; do echo tick; sleep 0.05; done' 2>"$work/out.log"
+      echo "exit=$?" >>"$work/out.log" ) | head -1 >/dev/null
+    rc=$(sed -n 's/^exit=//p' "$work/out.log")
+    want 141 "parity launch: received Broken pipe, stopping every rank"
+    grep -q "parity launch: failed; rank verdicts:" "$work/out.log" || fail "no summary"
+    sleep 0.2
+    pgrep -f "while :; do echo tick" >/dev/null && fail "a rank left running"
+    echo "SIGPIPE (| head -1): exit $rc, ranks stopped, summary printed" ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
+echo "issue26 $case: PASS"
