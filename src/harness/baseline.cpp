@@ -62,6 +62,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
     const SeqRange seqs = micro_batch_sequences(c.batch, c.microbatches, mb);  // sizes may differ by one
     const int64_t off = seqs.begin * S;
+    model_.route_first_token = off;  // the global id of its first token (near-tie arbitration)
     MicroResult r = model_.forward_backward(rec.inputs.data() + off, rec.targets.data() + off, seqs.size());
     rec.micro_losses.push_back(r.loss);
     rec.loss += r.loss;

@@ -59,7 +59,7 @@ template <class T> TwinRun<T>::TwinRun(const Scenario& s) : run_(std::make_uniqu
 }
 template <class T> TwinRun<T>::~TwinRun() = default;
 
-template <class T> void TwinRun<T>::skip(int64_t t) {
+template <class T> void TwinRun<T>::skip(int64_t t) {  // routes freely: nothing to follow here
   const JitterScope jitter;
   (void)run_->step(t);
 }
@@ -70,8 +70,13 @@ std::vector<double> TwinRun<T>::step(int64_t t, const StepRecord<T>& base, const
   const std::vector<Tensor<T>> before = run_->model().params.tensors;
   StepRecord<T> r;
   {
+    // The twin routes as the baseline did (model/route_oracle.h): a layout follows the
+    // baseline's near-ties, so the noise measured here is rounding with routing held.
+    const RouteOracle follow{&base.chosen, &base.select_scores, 0, 0, true};
+    run_->model().route_oracle = &follow;
     const JitterScope jitter;
     r = run_->step(t, KeepGrads::yes);
+    run_->model().route_oracle = nullptr;
   }
   std::vector<double> out(kNoiseWidth, 0.0);
   out[kNoiseLoss] = rel(r.loss, base.loss);

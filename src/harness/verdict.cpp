@@ -306,7 +306,9 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
     static const std::vector<int64_t> none;
     const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
     const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
-    vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_).pack(out);
+    vd::RouteLocal rl = vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_);
+    rl.followed = l < p.followed.size() ? static_cast<double>(p.followed[l]) : 0.0;
+    rl.pack(out);
   }
   return out;
 }
@@ -382,7 +384,8 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     }
     Row& row = rows_[3 + groups_.size() + l];
     vd::Outcome o = vd::routing_outcome(parts, cov, row.subject);
-    for (const auto& p : parts) line.route_diff += static_cast<int64_t>(p.mismatch);
+    for (const auto& p : parts)
+      line.route_diff += static_cast<int64_t>(p.mismatch), line.near_ties += static_cast<int64_t>(p.followed);
     vd::update_row(row, t, o);
   }
   rep.step_lines.push_back(line);
@@ -445,7 +448,10 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.baseline += since(t0);
   set_bounds(b.noise);
   t0 = Clock::now();
-  RankStepRecord<T> p = par_.step(t);
+  // near-ties follow the baseline's choice (model/route_oracle.h), within this step's bound
+  const RouteOracle oracle{&b.chosen, &b.select_scores, tolerance_for(sc_.model.dtype, Quantity::routing_score).elem_rel,
+                           route_tie_, false};
+  RankStepRecord<T> p = par_.step(t, &oracle);
   time_.parallel += since(t0);
   t0 = Clock::now();
   apply_fault(p);

@@ -91,6 +91,7 @@ struct StepLine {
   double grad_norm_rel = 0;   // |grad_norm - ref| / ref
   double clip_coef = 1, clip_ref = 1;
   int64_t route_diff = 0;     // tokens whose chosen experts differ (all MoE layers)
+  int64_t near_ties = 0;      // near-ties that followed the baseline's choice (all MoE layers)
 };
 
 // Seconds. start-up: from the launcher's start to the rank's verdict entry (process spawn,

@@ -76,6 +76,7 @@ struct RouteLocal {
   double gap = -1;  // the largest decision gap among this rank's differing tokens
   double token = -1, slot = -1, base_expert = -1, par_expert = -1;
   double bad_id = 0;  // reported token ids or experts out of range, or sizes that disagree
+  double followed = 0;  // near-ties this rank's routing resolved as the baseline did (model/route_oracle.h)
 
   static constexpr size_t kWidth = 10;
   void pack(std::vector<double>& out) const;

@@ -71,12 +71,13 @@ std::string format_verdict(const VerdictReport& r) {
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s\n", "step", "loss", "loss - ref", "micro rel",
-                "grad_norm rel", "clip_coef", "routing");
+  std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s %9s\n", "step", "loss", "loss - ref", "micro rel",
+                "grad_norm rel", "clip_coef", "routing", "near-tie");
   out += buf;
   for (const StepLine& s : r.step_lines) {
-    std::snprintf(buf, sizeof buf, "%5lld %16.10f %+11.2e %10.2e %13.2e %10.6f %9lld\n", static_cast<long long>(s.step),
-                  s.loss, s.loss_diff, s.micro_rel, s.grad_norm_rel, s.clip_coef, static_cast<long long>(s.route_diff));
+    std::snprintf(buf, sizeof buf, "%5lld %16.10f %+11.2e %10.2e %13.2e %10.6f %9lld %9lld\n",
+                  static_cast<long long>(s.step), s.loss, s.loss_diff, s.micro_rel, s.grad_norm_rel, s.clip_coef,
+                  static_cast<long long>(s.route_diff), static_cast<long long>(s.near_ties));
     out += buf;
   }
   std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %-5s %9s %4s %4s  %s\n", "verdict", "quantity", "subject",
@@ -113,7 +114,8 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                      {"grad_norm_rel", num(s.grad_norm_rel)},
                      {"clip_coef", num(s.clip_coef)},
                      {"clip_ref", num(s.clip_ref)},
-                     {"routing_diff", s.route_diff}});
+                     {"routing_diff", s.route_diff},
+                     {"near_ties_followed", s.near_ties}});
   for (const Row& row : r.rows)
     rows.push_back({{"verdict", row_verdict_name(row.verdict)},
                     {"quantity", row.quantity},

@@ -166,13 +166,13 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
 }
 
 void RouteLocal::pack(std::vector<double>& out) const {
-  out.insert(out.end(), {mismatch, near_tie, gap, token, slot, base_expert, par_expert, bad_id, 0.0, 0.0});
+  out.insert(out.end(), {mismatch, near_tie, gap, token, slot, base_expert, par_expert, bad_id, followed, 0.0});
 }
 
 RouteLocal RouteLocal::unpack(const double* in) {
   RouteLocal r;
   r.mismatch = in[0], r.near_tie = in[1], r.gap = in[2], r.token = in[3], r.slot = in[4];
-  r.base_expert = in[5], r.par_expert = in[6], r.bad_id = in[7];
+  r.base_expert = in[5], r.par_expert = in[6], r.bad_id = in[7], r.followed = in[8];
   return r;
 }
 
@@ -216,10 +216,10 @@ Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<
                         const std::string& layer) {
   Outcome o;
   o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
-  double mismatch = 0, near_tie = 0, bad_id = 0, gap = -1;
+  double mismatch = 0, near_tie = 0, bad_id = 0, gap = -1, followed = 0;
   for (size_t r = 0; r < parts.size(); ++r) {
     const RouteLocal& p = parts[r];
-    mismatch += p.mismatch, near_tie += p.near_tie, bad_id += p.bad_id;
+    mismatch += p.mismatch, near_tie += p.near_tie, bad_id += p.bad_id, followed += p.followed;
     if (p.gap > gap) {
       gap = p.gap;
       o.worst = {layer + " token " + std::to_string(static_cast<int64_t>(p.token)),
@@ -240,8 +240,11 @@ Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<
   if (missing + twice > 0 || bad_id > 0)
     o.detail += (o.detail.empty() ? "" : "; ") + std::to_string(missing) + " tokens unreported, " +
                 std::to_string(twice) + " reported twice, " + i(bad_id) + " bad ids or sizes";
+  if (followed > 0)
+    o.detail += (o.detail.empty() ? "" : "; ") + i(followed) +
+                " near-tie tokens followed the baseline's choice (their scores within the rounding noise)";
   if (mismatch > near_tie || missing + twice > 0 || bad_id > 0) o.verdict = RowVerdict::fail;
-  else if (near_tie > 0) o.verdict = RowVerdict::near_tie;
+  else if (near_tie > 0 || followed > 0) o.verdict = RowVerdict::near_tie;
   return o;
 }
 

@@ -50,13 +50,14 @@ template <class T> struct LayerCache {
   MoeCache<T> moe;
 };
 
-template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bias) {
-  return {r.gate, r.w1, r.w3, r.w2, r.sw1, r.sw3, r.sw2, bias};
+template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bias, RouteFollow follow = {}) {
+  return {r.gate, r.w1, r.w3, r.w2, r.sw1, r.sw3, r.sw2, bias, follow};
 }
 
 // h (n, D) in place: h += Attn(LN1(h)); h += FFN-or-MoE(LN2(h)).
 template <class T>
-void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, LayerCache<T>& L) {
+void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, LayerCache<T>& L,
+                   const RouteFollow& follow) {
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   L.h_in = copy_of(h, n * D);
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
@@ -78,7 +79,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   layernorm_forward(h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
   auto f = zeros<T>(n * D);  // (n, D)
   if (w.gate)
-    moe_forward(c, moe_weights(w, bias), L.bn.data(), n, f.data(), L.moe);
+    moe_forward(c, moe_weights(w, bias, follow), L.bn.data(), n, f.data(), L.moe);
   else
     ffn_forward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, f.data(), L.mlp);
   add_into(h, f.data(), n * D);
@@ -147,7 +148,8 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   for (int64_t l = 0; l < c.layers; ++l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     auto& L = caches[static_cast<size_t>(l)];
-    layer_forward(c, layer_refs(P, c, l), bias, n, h.data(), L);
+    const RouteFollow follow{route_oracle, l - c.dense_layers, route_first_token};
+    layer_forward(c, layer_refs(P, c, l), bias, n, h.data(), L, follow);
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);

@@ -7,6 +7,7 @@
 
 #include "model/config.h"
 #include "model/params.h"
+#include "model/route_oracle.h"
 
 namespace parity {
 
@@ -28,6 +29,10 @@ template <class T> class Model {
   ParamSet<T> params;                     // registry order (params.h)
   ParamSet<T> grads;                      // same shapes; accumulated by forward_backward
   std::vector<Buffer<T>> expert_bias;  // per MoE layer: (E), updated by the bias rule only
+  // Near-tie arbitration (model/route_oracle.h; the rounding twin follows the baseline's
+  // routing): the oracle, and the global id of the next micro-batch's first token.
+  const RouteOracle* route_oracle = nullptr;
+  int64_t route_first_token = 0;
 
   // inputs, targets (b, S) for b whole sequences of the step's B. Adds this micro-batch's
   // gradient of the step loss (normalised by B*S) into grads.

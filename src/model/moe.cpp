@@ -49,6 +49,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
   router_scores_forward(cache.logits.data(), n, E, c.score, cache.s.data());
   cache.chosen.assign(static_cast<size_t>(n * K), 0);
   topk_select(cache.s.data(), wt.expert_bias, n, E, K, cache.chosen.data());
+  cache.followed = follow_baseline_routes(wt.follow, nullptr, n, K, E, cache.chosen.data());
   cache.w = zeros<T>(n * K);
   route_weights_forward(cache.s.data(), cache.chosen.data(), n, E, K, c.route_norm, c.route_scale, cache.w.data());
 

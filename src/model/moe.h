@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/route_oracle.h"
 #include "ops/permute.h"
 #include "ops/swiglu.h"
 
@@ -19,6 +20,7 @@ template <class T> struct MoeWeights {
   const T* shared_w3;      // (D, Fs)
   const T* shared_w2;      // (Fs, D)
   const T* expert_bias;    // (E)
+  RouteFollow follow;      // near-tie arbitration (model/route_oracle.h); no oracle: route freely
 };
 
 template <class T> struct MoeGrads {
@@ -36,6 +38,7 @@ template <class T> struct MoeCache {
   FfnCache<T> shared;
   Buffer<T> shared_out;         // (n, D)
   double aux = 0;                    // this block's aux-loss contribution (already * alpha / B)
+  int64_t followed = 0;              // tokens whose near-tie choice followed the baseline's
 };
 
 // out (n, D) = MoE(x); x (n, D) holds n = seqs * S tokens, whole sequences.

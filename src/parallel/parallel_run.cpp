@@ -170,7 +170,7 @@ template <class T> ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communic
     : impl_(std::make_unique<Impl>(s, world)) {}
 template <class T> ParallelRun<T>::~ParallelRun() = default;
 
-template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
+template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const RouteOracle* oracle) {
   Impl& I = *impl_;
   const ModelConfig& c = I.sc.model;
   const PrecisionScope policy(c.precision());  // the storage points of the model read it
@@ -179,6 +179,8 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
   out.step = t;
   out.token_ids.resize(static_cast<size_t>(c.moe_layers()));
   out.chosen.resize(static_cast<size_t>(c.moe_layers()));
+  out.followed.assign(static_cast<size_t>(c.moe_layers()), 0);
+  I.model->route_oracle = oracle;
   std::vector<int64_t> counts(static_cast<size_t>(c.moe_layers() * c.experts), 0);
   I.model->zero_grads();
   std::vector<int64_t> in, tg;
@@ -191,7 +193,9 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
     const MicroShare share{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
     const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
     const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
+    I.model->route_g0 = g0;
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
+    for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
     parts.insert(parts.end(), {r.ce, r.aux});
@@ -241,6 +245,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t) {
                          c.experts, injected("bias_update_sign") ? -c.bias_rate : c.bias_rate);
   }
   out.expert_bias = I.model->expert_bias;
+  I.model->route_oracle = nullptr;  // it points into the caller's step record
   return out;
 }
 

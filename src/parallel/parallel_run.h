@@ -15,6 +15,7 @@
 #include "mesh/placement.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/route_oracle.h"
 #include "parallel/training_refs.h"
 
 namespace parity {
@@ -35,6 +36,7 @@ template <class T> struct RankStepRecord {
   // exactly one rank): global token id (sequence * S + position) and its K chosen experts.
   std::vector<std::vector<int64_t>> token_ids;  // (n_reported)
   std::vector<std::vector<int64_t>> chosen;     // (n_reported, K)
+  std::vector<int64_t> followed;  // per MoE layer: this rank's near-ties that followed the baseline
 };
 
 template <class T> class ParallelRun {
@@ -44,7 +46,8 @@ template <class T> class ParallelRun {
   ParallelRun(const Scenario& s, comm::Communicator& world);
   ~ParallelRun();
 
-  RankStepRecord<T> step(int64_t t);
+  // oracle: the baseline's routing of step t (model/route_oracle.h), or null to route freely.
+  RankStepRecord<T> step(int64_t t, const RouteOracle* oracle = nullptr);
 
   const mesh::Mesh& mesh() const;
   const std::vector<ParamSpec>& specs() const;

@@ -138,7 +138,8 @@ template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std:
   PMoeWeights<T> wt{w(p + ".moe.router.gate").ptr(),
                     {w(p + ".moe.experts.w1").ptr(), w(p + ".moe.experts.w3").ptr(), w(p + ".moe.experts.w2").ptr(),
                      local_dim(p + ".moe.experts.w1", 2)},
-                    nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data()};
+                    nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data(),
+                    RouteFollow{m.route_oracle, l - c.dense_layers, m.route_g0}};
   if (c.shared_experts > 0) {
     wt.sw1 = w(p + ".moe.shared.w1").ptr(), wt.sw3 = w(p + ".moe.shared.w3").ptr(), wt.sw2 = w(p + ".moe.shared.w2").ptr();
     wt.Fsl = local_dim(p + ".moe.shared.w1", 1);
@@ -258,6 +259,7 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     res.aux += L.moe.aux;
     res.chosen.push_back(to_vector(L.moe.chosen));
     res.first_row.push_back(L.moe.t0);
+    res.followed.push_back(L.moe.followed);
     std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
     for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
     res.counts.push_back(counts);

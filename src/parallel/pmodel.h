@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/route_oracle.h"
 #include "parallel/cp_ops.h"
 #include "parallel/ep_dispatch.h"
 #include "parallel/sharded_param.h"
@@ -26,6 +27,7 @@ struct PMicroResult {
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer (n_d, K): tokens this rank routed
   std::vector<int64_t> first_row;                       // per MoE layer: their first row in the residual view
   std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): assignments this rank routed
+  std::vector<int64_t> followed;                        // per MoE layer: near-ties that followed the baseline
 };
 
 // Where this rank's sequences sit in the step (model/batch_split.h); only the bug zoo's loss
@@ -44,6 +46,10 @@ template <class T> class ParallelModel {
   std::vector<ShardedParam<T>> params;  // registry order
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
   std::vector<Buffer<T>> expert_bias;
+  // Near-tie arbitration (model/route_oracle.h): the baseline's routing of this step, and the
+  // next micro-batch's first global sequence on this rank. No oracle: route freely.
+  const RouteOracle* route_oracle = nullptr;
+  int64_t route_g0 = 0;
 
   // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
   // optimizer may have changed the shards since they were gathered).

@@ -95,8 +95,21 @@ template <class T> Buffer<T> aux_whole_sequences_backward(const ModelConfig& c, 
   return gather ? cp_slice(cp, ds_full, b, L, E) : ds_full;
 }
 
+// The global token id of each routed row [t0, t1) of this rank (ParallelRun::report_tokens
+// names the same ones): c.seq is this rank's chunk of each sequence.
 template <class T>
-void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int64_t n_d) {
+std::vector<int64_t> routed_token_ids(const ModelConfig& c, const TpContext& tp, const CpContext& cp,
+                                      const PMoeCache<T>& k, int64_t g0) {
+  const int64_t S = c.seq * cp.size, Sc = c.seq;
+  const bool split = tp.sp && tp.size > 1;
+  const int64_t Sl = split ? Sc / tp.size : Sc, off = cp.offset(S) + (split ? tp.rank * Sl : 0);
+  std::vector<int64_t> ids;
+  for (int64_t t = k.t0; t < k.t1; ++t) ids.push_back((g0 + t / Sl) * S + off + t % Sl);
+  return ids;
+}
+
+template <class T>
+void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int64_t n_d, const int64_t* ids) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k;
   k.logits = zeros<T>(n_d * E), k.s = zeros<T>(n_d * E), k.w = zeros<T>(n_d * K);
   matmul_forward(k.x_d.data(), wt.gate, k.logits.data(), n_d, D, E);
@@ -104,6 +117,7 @@ void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int6
   router_scores_forward(k.logits.data(), n_d, E, c.score, k.s.data());
   k.chosen.assign(static_cast<size_t>(n_d * K), 0);
   topk_select(k.s.data(), wt.bias, n_d, E, K, k.chosen.data());
+  k.followed = ids != nullptr ? follow_baseline_routes(wt.follow, ids, n_d, K, E, k.chosen.data()) : 0;
   route_weights_forward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, k.w.data());
 }
 
@@ -118,7 +132,9 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
   k.t0 = mine.begin, k.t1 = mine.end;
   const int64_t n_d = mine.size();
   k.x_d.assign(x_res.begin() + k.t0 * D, x_res.begin() + k.t1 * D);
-  route(c, wt, k, n_d);
+  const std::vector<int64_t> ids =
+      wt.follow.oracle != nullptr ? routed_token_ids(c, tp, cp, k, wt.follow.first) : std::vector<int64_t>{};
+  route(c, wt, k, n_d, ids.empty() ? nullptr : ids.data());
   k.aux = 0;
   if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: this lane's sequence chunks only
     const int64_t Sl = S / tp.size;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/route_oracle.h"
 #include "ops/swiglu.h"
 #include "parallel/cp_ops.h"
 #include "parallel/ep_dispatch.h"
@@ -26,6 +27,8 @@ template <class T> struct PMoeWeights {
   const T *sw1, *sw3, *sw2;     // shared (D, Fsl), (Fsl, D) or nullptr
   int64_t Fsl = 0;
   const T* bias;                // (E)
+  RouteFollow follow;           // near-tie arbitration (model/route_oracle.h); follow.first = g0, the
+                                // micro-batch's first global sequence of this rank
 };
 template <class T> struct PMoeGrads {
   T *gate, *w1, *w3, *w2, *sw1, *sw3, *sw2;
@@ -42,6 +45,7 @@ template <class T> struct PMoeCache {
   Buffer<T> x_full;               // (n, D) for the shared expert
   FfnCache<T> shared;
   double aux = 0;                      // this micro-batch's aux part (identical on lanes)
+  int64_t followed = 0;                // routed rows whose near-tie choice followed the baseline's
 };
 
 // x_res (n_res, D) -> out_res (n_res, D); b sequences of c.seq tokens. Under context
