@@ -8,6 +8,7 @@
 // the low end), so a failure shrinks towards W = 2, one step, one layer, fp64, adam.
 // Header-only like tests/mesh/mesh_gen.h: tests/CMakeLists.txt compiles *_test.cpp only.
 #pragma once
+#include <cstdlib>
 #include <rapidcheck.h>
 
 #include <algorithm>
@@ -252,6 +253,9 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   const Precision f64{DType::f64, Low::none, Low::none}, f32{DType::f32, Low::none, Low::none},
       bf16{DType::f32, Low::bf16, Low::none};  // the precision policy (docs/precision.md)
   m.set_precision(pick<Precision>({f64, f64, f64, f32, bf16}));
+  // PARITY_PROPERTY_PRECISION=NAME: every case in that policy (ci/soak: >= 1000 cases each)
+  if (const char* fixed = std::getenv("PARITY_PROPERTY_PRECISION"); fixed != nullptr && *fixed != '\0')
+    m.set_precision(parse_precision(fixed, "PARITY_PROPERTY_PRECISION"));
   return m;
 }
 
