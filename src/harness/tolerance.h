@@ -34,6 +34,10 @@ inline constexpr double kTwinFactor = 10;
 // elements near. Bound: kTwinFactor x the twin's fraction, never below kFarFloor.
 inline constexpr double kFarRel = 0x1p-11;
 inline constexpr double kFarFloor = 0.05;
+// A fraction over a handful of elements says nothing about "most elements": a LayerNorm of
+// dim 1 has six, and one cancellation makes 17%. The measure fails only on at least this
+// many far elements.
+inline constexpr double kFarMinCount = 16;
 inline bool is_far(double x, double ref, double rms) {
   const double d = std::abs(x - ref);
   return !(d <= kFarRel * (std::abs(ref) + rms / 16));

@@ -120,8 +120,8 @@ template <class T> class Runner {
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
   std::vector<Tensor<T>> before_local_, before_base_;
   void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
-  // per param group: the update's scale ratio and its fraction of far elements
-  std::vector<std::array<double, 2>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  // per param group: the update's scale ratio, its far elements and its counted elements
+  std::vector<std::array<double, 3>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
   static constexpr size_t kUpdateWidth = 5;  // per param group: NormSums, far, counted
 };
 
@@ -366,7 +366,7 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     o.bound = bounds_[3 + g];
     if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
       if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
-      vd::check_far(o, upd[g - n_fam_][1], far_bounds_[g - n_fam_], "of the update");
+      vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
     }
     vd::update_row(rows_[3 + g], t, o);
   }
@@ -423,9 +423,9 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 2>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+std::vector<std::array<double, 3>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
                                                              size_t at) const {
-  std::vector<std::array<double, 2>> out(n_fam_);
+  std::vector<std::array<double, 3>> out(n_fam_);
   for (size_t g = 0; g < n_fam_; ++g) {
     NormSums s;
     double far = 0, count = 0;
@@ -434,7 +434,7 @@ std::vector<std::array<double, 2>> Runner<T>::update_ratios(const std::vector<do
       s.add(NormSums{x[0], x[1], x[2]});
       far += x[3], count += x[4];
     }
-    out[g] = {s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN(), count > 0 ? far / count : 0.0};
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN(), far, count};
   }
   return out;
 }

@@ -64,7 +64,7 @@ struct Outcome {
 Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
 // The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is
 // over its bound fails, saying so; `of` names what was measured ("of the update").
-void check_far(Outcome& o, double far, double bound, const std::string& of);
+void check_far(Outcome& o, double far_count, double count, double bound, const std::string& of);
 
 // Folds one step's outcome into a row: a worse verdict replaces what the row shows; among
 // ok steps the largest error is shown; failing and near-tie rows keep their first step.

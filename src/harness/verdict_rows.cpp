@@ -130,7 +130,7 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
     o.detail = "replicas disagree: normwise error over every copy " + fmt("%.3e", all_rel) +
                " (the counted copies: " + fmt("%.3e", o.norm_rel) + ")";
   } else {
-    check_far(o, o.far, g.far_bound, "");
+    check_far(o, s.far, s.counted_n, g.far_bound, "");
   }
   if (!finite) o.verdict = RowVerdict::fail, o.detail = "non-finite value";
   if (s.shape_bad > 0) {
@@ -140,9 +140,11 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
   return o;
 }
 
-void check_far(Outcome& o, double far, double bound, const std::string& of) {
+void check_far(Outcome& o, double far_count, double count, double bound, const std::string& of) {
+  const double far = count > 0 ? far_count / count : 0.0;
   o.far = far, o.far_bound = bound;
-  if (o.verdict != RowVerdict::ok || !(far > bound)) return;  // within the normwise bound, but most elements moved
+  // within the normwise bound, but most of (enough) elements moved
+  if (o.verdict != RowVerdict::ok || !(far > bound) || far_count < kFarMinCount) return;
   o.verdict = RowVerdict::fail;
   o.detail = fmt("%.1f%%", 100 * far) + " of the elements " + (of.empty() ? "" : of + " ") +
              "are far (|err| > 2^-11 of their magnitude; bound " + fmt("%.1f%%", 100 * bound) +

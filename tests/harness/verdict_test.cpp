@@ -114,6 +114,30 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
   EXPECT_EQ(u.shape_bad, 1);
 }
 
+// The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount
+// (2^-9 relative) stays within a loose normwise bound but fails on its far elements, once
+// there are enough of them; the same moves on a handful of elements say nothing.
+TEST(VerdictGroups, ManyFarElementsFailWithinTheNormwiseBound) {
+  auto run = [](int n) {
+    std::vector<vd::LocalSums> parts(1);
+    for (int i = 0; i < n; ++i) {
+      const double ref = 1.0 + 0.01 * i;
+      parts[0].add(0, i, ref * (1 + 0x1p-9), ref, true, 1.0);
+    }
+    vd::GroupSpec g = spec_2x3(1e-2);  // normwise 2^-9 = 2e-3: within
+    g.far_bound = kFarFloor;
+    return vd::group_outcome(g, vd::combine(parts));
+  };
+  const vd::Outcome many = run(64), few = run(8);
+  EXPECT_LT(many.norm_rel, 1e-2);
+  EXPECT_EQ(many.verdict, RowVerdict::fail);
+  EXPECT_DOUBLE_EQ(many.far, 1.0);
+  EXPECT_NE(many.detail.find("100.0% of the elements are far"), std::string::npos) << many.detail;
+  EXPECT_EQ(few.verdict, RowVerdict::ok);  // 8 < kFarMinCount far elements
+  EXPECT_FALSE(is_far(1.0 + 0x1p-12, 1.0, 1.0));  // rounding noise far below 2^-11 is near
+  EXPECT_TRUE(is_far(1.0 + 0x1p-9, 1.0, 1.0));
+}
+
 TEST(VerdictGroups, AReplicaThatDisagreesFailsEvenWhenTheCountedCopyAgrees) {
   std::vector<vd::LocalSums> parts(2);
   parts[0].add(1, 0, 1.0, 1.0, true);   // the counted copy

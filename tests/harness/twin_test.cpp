@@ -1,0 +1,76 @@
+// The rounding twin (harness/twin.h) and the measured bounds (harness/tolerance.h).
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/baseline.h"
+#include "harness/scenario.h"
+#include "harness/tolerance.h"
+#include "harness/twin.h"
+
+namespace parity {
+namespace {
+
+Scenario tiny_in(const std::string& precision) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json");
+  s.model.set_precision(parse_precision(precision, "test"));
+  s.steps = 3;
+  return s;
+}
+
+// The twin's noise is rounding: above zero (it measured something) and far below a real
+// error, in the order of its precision's unit roundoff.
+template <class T> std::vector<double> noise_at_step(const Scenario& s, int64_t steps) {
+  BaselineRun<T> base(s);
+  TwinRun<T> twin(s);
+  std::vector<double> n;
+  for (int64_t t = 0; t < steps; ++t) {
+    const std::vector<Tensor<T>> before = base.model().params.tensors;
+    const StepRecord<T> r = base.step(t, KeepGrads::yes);
+    n = twin.step(t, r, before, base.model().params.tensors, base.model().expert_bias);
+  }
+  return n;
+}
+
+double largest_grad_noise(const std::vector<double>& n) {
+  double m = 0;
+  for (size_t f = 0; f < kFamilyCount; ++f) m = std::max(m, n[kNoiseGrad + f]);
+  return m;
+}
+
+TEST(Twin, NoiseIsRoundingSizedPerPrecision) {
+  const std::vector<double> f64 = noise_at_step<double>(tiny_in("fp64"), 2);
+  const std::vector<double> f32 = noise_at_step<float>(tiny_in("fp32"), 2);
+  const std::vector<double> b16 = noise_at_step<float>(tiny_in("bf16"), 2);
+  ASSERT_EQ(f64.size(), kNoiseWidth);
+  for (double x : f64) EXPECT_TRUE(std::isfinite(x));
+  const double g64 = largest_grad_noise(f64), g32 = largest_grad_noise(f32), g16 = largest_grad_noise(b16);
+  EXPECT_GT(g64, 0.0);
+  EXPECT_LT(g64, 1e-12);
+  EXPECT_GT(g32, 1e3 * g64);
+  EXPECT_LT(g32, 1e-4);
+  // bf16: a parameter moved one fp32 ulp mostly rounds to the same bf16 copy, so the twin's
+  // noise can be below fp32's; the floors (2^-8 / 16) carry the bound there
+  EXPECT_GE(g16, 0.0);
+  EXPECT_LT(g16, 1e-2);
+  EXPECT_LT(noise_floor(parse_precision("bf16", ""), Quantity::gradient), 1e-3);
+}
+
+TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
+  const Precision p = parse_precision("fp32", "test");
+  const double floor = noise_floor(p, Quantity::gradient);
+  EXPECT_EQ(measured_bound(p, Quantity::gradient, 0).value, floor);
+  EXPECT_FALSE(measured_bound(p, Quantity::gradient, 0).from_twin);
+  const Bound b = measured_bound(p, Quantity::gradient, floor);
+  EXPECT_TRUE(b.from_twin);
+  EXPECT_DOUBLE_EQ(b.value, kTwinFactor * floor);
+  EXPECT_EQ(measured_bound(p, Quantity::gradient, NAN).value, floor);
+  EXPECT_LT(noise_floor(parse_precision("fp64", ""), Quantity::gradient), 1e-12);
+  EXPECT_EQ(far_bound(0), kFarFloor);
+  EXPECT_DOUBLE_EQ(far_bound(0.02), 0.2);
+}
+
+}  // namespace
+}  // namespace parity
