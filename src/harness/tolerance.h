@@ -28,7 +28,7 @@ Tolerance tolerance_for(const Precision& p, Quantity q);
 // up to that step, and never below the row's floor for the run's precision policy.
 inline constexpr double kTwinFactor = 10;
 // The second measure of a tensor row (docs/verdict.md "Bounds"): the fraction of its elements
-// that are far, |x - ref| > kFarRel * (|ref| + rms(ref) / 16). A tensor rounded to bf16 has
+// that are far, |x - ref| > kFarRel * (|ref| + rms / 16), rms over the baseline's whole family. A tensor rounded to bf16 has
 // about 3/4 of its elements far (relative errors uniform up to 2^-9 .. 2^-8); rounding noise
 // that a reordered sum lets through a 16-bit store flips a few values, and leaves most
 // elements near. Bound: kTwinFactor x the twin's fraction, never below kFarFloor.

@@ -13,12 +13,10 @@ namespace {
 
 // sqrt(sum (x - r)^2 / sum r^2) over a set of tensors (0 when both are 0).
 // Also the far elements of harness/tolerance.h, for the rows' second measure.
+// is_far's magnitude floor is the family's rms, as the verdict takes it (verdict.cpp).
 struct Normwise {
   double diff2 = 0, ref2 = 0, far = 0, n = 0;
-  template <class T> void add(const T* x, const T* r, size_t count) {
-    double sq = 0;
-    for (size_t i = 0; i < count; ++i) sq += static_cast<double>(r[i]) * static_cast<double>(r[i]);
-    const double rms = count > 0 ? std::sqrt(sq / static_cast<double>(count)) : 0.0;
+  template <class T> void add(const T* x, const T* r, size_t count, double rms) {
     for (size_t i = 0; i < count; ++i) {
       const double d = static_cast<double>(x[i]) - static_cast<double>(r[i]);
       diff2 += d * d, ref2 += static_cast<double>(r[i]) * static_cast<double>(r[i]);
@@ -84,16 +82,23 @@ std::vector<double> TwinRun<T>::step(int64_t t, const StepRecord<T>& base, const
   const auto& specs = r.grads->specs;
   std::vector<Normwise> g(kFamilyCount), p(kFamilyCount), u(kFamilyCount);
   const auto& params = run_->model().params.tensors;
+  std::vector<std::vector<double>> mine(specs.size()), ref(specs.size());  // the updates
+  std::vector<double> gsq(kFamilyCount, 0), psq(kFamilyCount, 0), usq(kFamilyCount, 0), cnt(kFamilyCount, 0);
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto f = static_cast<size_t>(specs[i].family);
-    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size());
-    p[f].add(params[i].ptr(), base_params[i].ptr(), params[i].data.size());
-    std::vector<double> mine(params[i].data.size()), ref(mine.size());  // the updates
-    for (size_t j = 0; j < mine.size(); ++j) {
-      mine[j] = static_cast<double>(params[i].data[j]) - static_cast<double>(before[i].data[j]);
-      ref[j] = static_cast<double>(base_params[i].data[j]) - static_cast<double>(base_before[i].data[j]);
+    for (size_t j = 0; j < params[i].data.size(); ++j) {
+      mine[i].push_back(static_cast<double>(params[i].data[j]) - static_cast<double>(before[i].data[j]));
+      ref[i].push_back(static_cast<double>(base_params[i].data[j]) - static_cast<double>(base_before[i].data[j]));
+      const double gr = static_cast<double>(base.grads->tensors[i].data[j]), pr = static_cast<double>(base_params[i].data[j]);
+      gsq[f] += gr * gr, psq[f] += pr * pr, usq[f] += ref[i][j] * ref[i][j], cnt[f] += 1;
     }
-    u[f].add(mine.data(), ref.data(), mine.size());
+  }
+  auto rms = [&](const std::vector<double>& sq, size_t f) { return cnt[f] > 0 ? std::sqrt(sq[f] / cnt[f]) : 0.0; };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto f = static_cast<size_t>(specs[i].family);
+    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(), rms(gsq, f));
+    p[f].add(params[i].ptr(), base_params[i].ptr(), params[i].data.size(), rms(psq, f));
+    u[f].add(mine[i].data(), ref[i].data(), mine[i].size(), rms(usq, f));
   }
   for (size_t f = 0; f < kFamilyCount; ++f) {
     out[kNoiseGrad + f] = g[f].rel(), out[kNoiseParam + f] = p[f].rel();
@@ -101,7 +106,7 @@ std::vector<double> TwinRun<T>::step(int64_t t, const StepRecord<T>& base, const
   }
   Normwise b;
   const auto& bias = run_->model().expert_bias;
-  for (size_t l = 0; l < bias.size() && l < base_bias.size(); ++l) b.add(bias[l].data(), base_bias[l].data(), bias[l].size());
+  for (size_t l = 0; l < bias.size() && l < base_bias.size(); ++l) b.add(bias[l].data(), base_bias[l].data(), bias[l].size(), 0.0);
   out[kNoiseBias] = b.rel();
   double route = 0;
   for (size_t l = 0; l < r.select_scores.size() && l < base.select_scores.size(); ++l)

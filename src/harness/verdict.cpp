@@ -211,6 +211,12 @@ template <class T>
 void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                             const std::vector<Tensor<T>>& ref) {
   std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
+  // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
+  // that is all but zero next to its family, a gradient that vanishes, has no far elements)
+  std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
+  for (size_t p = 0; p < ref.size(); ++p)
+    sq[group_of_param_[p]] += sum_of_squares(ref[p].ptr(), ref[p].numel()),
+        cnt[group_of_param_[p]] += static_cast<double>(ref[p].numel());
   for (size_t p = 0; p < ref.size(); ++p) {
     const size_t g = group_of_param_[p];
     const int64_t tensor_id = pos[g]++;
@@ -222,7 +228,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     }
     const T* r = ref[p].ptr();
     const T* x = got[p].ptr();
-    const double rms = std::sqrt(sum_of_squares(r, ref[p].numel()) / static_cast<double>(std::max<int64_t>(ref[p].numel(), 1)));
+    const double rms = cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0;
     for (size_t i = 0; i < idx.size(); ++i)
       s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0, rms);
   }
@@ -397,6 +403,12 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
   std::vector<NormSums> u(n_fam_);
   std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
   const auto& ref_after = base_->params();
+  std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
+  for (size_t q = 0; q < ref_after.size() && q < before_base_.size(); ++q)
+    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
+      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>(before_base_[q].ptr()[j]);
+      usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
+    }
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
@@ -404,12 +416,7 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
     NormSums& s = u[g];
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
     const T *r1 = ref_after[q].ptr(), *r0 = before_base_[q].ptr();
-    double sq = 0;  // the baseline's whole update, for is_far's magnitude floor
-    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
-      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
-      sq += r * r;
-    }
-    const double rms = std::sqrt(sq / static_cast<double>(std::max<int64_t>(ref_after[q].numel(), 1)));
+    const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
     for (size_t i = 0; i < idx_[q].size(); ++i) {
       const auto j = idx_[q][i];
       const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
