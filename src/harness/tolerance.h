@@ -48,6 +48,8 @@ struct Bound {
   bool from_twin = false;  // false: the floor decided
 };
 double noise_floor(const Precision& p, Quantity q);
-Bound measured_bound(const Precision& p, Quantity q, double noise);
+// elements: the row's element count (a tensor family; 0 for a scalar): below 256 the floor
+// grows as sqrt(256 / elements), since a few elements do not average their errors.
+Bound measured_bound(const Precision& p, Quantity q, double noise, double elements = 0);
 
 }  // namespace parity

@@ -173,17 +173,6 @@ template <class T> void Runner<T>::build_groups() {
     rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
 }
 
-// A family of few elements does not average its elements' errors: one element summed with
-// cancellation carries the normwise error. Below kFewElements elements the floor grows as
-// sqrt(kFewElements / n) (a 4-element head of a dim-2 model: 8x; fp64 property case 102 of
-// seed 2 failed at 1.5e-13 against 1.1e-13 on one ulp of one element).
-constexpr double kFewElements = 256;
-Bound few_elements(Bound b, const Precision& p, Quantity q, double n) {
-  if (n >= kFewElements || n <= 0) return b;
-  const double floor = noise_floor(p, q) * std::sqrt(kFewElements / n);
-  return b.value >= floor ? b : Bound{floor, false};
-}
-
 // This step's bound of every row: kTwinFactor x the twin's largest noise up to this step (the
 // noise grows over the steps as the parameters drift apart), never below the floor.
 template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
@@ -191,16 +180,15 @@ template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) 
   for (size_t i = 0; i < kNoiseWidth; ++i)
     envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
   const Precision prec = sc_.model.precision();
-  auto B = [&](Quantity q, size_t i) { return measured_bound(prec, q, envelope_[i]); };
+  auto B = [&](Quantity q, size_t i, double n = 0) { return measured_bound(prec, q, envelope_[i], n); };
   bounds_.assign(rows_.size(), Bound{});
   far_bounds_.assign(n_fam_, 1.0);
   bounds_[0] = B(Quantity::loss, kNoiseLoss);
   bounds_[1] = bounds_[2] = B(Quantity::grad_norm, kNoiseGradNorm);
   for (size_t g = 0; g < n_fam_; ++g) {
     const auto f = static_cast<size_t>(group_family_[g]);
-    bounds_[3 + g] = few_elements(B(Quantity::gradient, kNoiseGrad + f), prec, Quantity::gradient, group_elements_[g]);
-    bounds_[3 + n_fam_ + g] =
-        few_elements(B(Quantity::parameter, kNoiseParam + f), prec, Quantity::parameter, group_elements_[g]);
+    bounds_[3 + g] = B(Quantity::gradient, kNoiseGrad + f, group_elements_[g]);
+    bounds_[3 + n_fam_ + g] = B(Quantity::parameter, kNoiseParam + f, group_elements_[g]);
     // |‖x‖ - ‖r‖| <= ‖x - r‖: the norm moves by at most its largest family's normwise error
     // (a norm carried by one element inherits that element's error); its parts are checked
     // family by family (family_part_off), so a wrong count still fails there

@@ -67,6 +67,8 @@ TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
   EXPECT_TRUE(b.from_twin);
   EXPECT_DOUBLE_EQ(b.value, kTwinFactor * floor);
   EXPECT_EQ(measured_bound(p, Quantity::gradient, NAN).value, floor);
+  EXPECT_DOUBLE_EQ(measured_bound(p, Quantity::gradient, 0, 4).value, 8 * floor);  // few elements: sqrt(256 / 4)
+  EXPECT_EQ(measured_bound(p, Quantity::gradient, 0, 256).value, floor);
   // fp64 / fp32: the fixed table is the floor, so a measured bound never tightens it
   EXPECT_EQ(noise_floor(parse_precision("fp64", ""), Quantity::gradient), tolerance_for(DType::f64, Quantity::gradient).norm_rel);
   EXPECT_EQ(far_bound(0), kFarFloor);
