@@ -25,12 +25,15 @@ template <class T> void matmul_forward(const T* x, const T* w, T* y, int64_t n, 
 template <class T>
 void matmul_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t n, int64_t k, int64_t m);
 
-// attention.cu: causal attention of ONE sequence, q, k, v, out (S, H*Dh), probs (H, S, S).
+// attention.cu: causal attention of a block of query rows of ONE sequence (ops/attention.h's
+// attention_forward_rows): q, out (Sq, H*Dh) at global positions [q0, q0 + Sq), k, v
+// (Sk, H*Dh), probs (H, Sq, Sk); the whole sequence is q0 = 0, Sq = Sk = S.
 template <class T>
-void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H, int64_t Dh, T* out, T* probs);
+void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
+                            int64_t Dh, T* out, T* probs);
 template <class T>
-void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
-                        int64_t Dh, T* dq, T* dk, T* dv);
+void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
+                             int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv);
 
 // layernorm.cu
 template <class T>

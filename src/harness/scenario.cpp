@@ -472,9 +472,6 @@ void validate_scenario(const Scenario& s) {
   validate_layout(s.layout, s.model);
   check_supported(s.model, s.layout);
   if (s.resume) validate_resume(*s.resume, s);
-  const bool cuda = s.layout.device == "cuda" || (s.resume && s.resume->layout.device == "cuda");
-  require(s.model.store == Low::none || !cuda, "$.precision",
-          "bf16 runs on the CPU: the GPU's bf16 kernels are not built yet (docs/precision.md)");
 }
 
 }  // namespace parity

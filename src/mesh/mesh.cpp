@@ -277,8 +277,6 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
 // Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
 // sequence parallel splits each chunk again over tp: both must divide.
 void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
-  require(l.cp == 1 || l.device != "cuda", p + "cp",
-          "context parallel runs on the CPU reference ops only (layout.device \"cpu\"), got cp " + s(l.cp));
   require(m.seq % l.cp == 0, p + "cp",
           "must divide model.seq (" + s(m.seq) + ") so that each CP rank holds an equal chunk of every sequence, got " +
               s(l.cp));

@@ -20,9 +20,6 @@ namespace parity {
 // probs (H, S, S) has 0 where j > i.
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, int64_t S, int64_t H, int64_t Dh, T* out, T* probs) {
-#if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::attention_forward(q, k, v, S, H, Dh, out, probs);
-#endif
   attention_forward_rows(q, k, v, S, 0, S, H, Dh, out, probs);
 }
 
@@ -31,6 +28,13 @@ template <class T>
 void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
                             int64_t Dh, T* out, T* probs) {
   const int64_t W = H * Dh;  // row stride of q, k, v, out
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) {
+    cuda::attention_forward_rows(q, k, v, Sq, q0, Sk, H, Dh, out, probs);
+    to_storage(out, Sq * W);  // the kernel has finished: the host rounds the (managed) output
+    return;
+  }
+#endif
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   for (int64_t h = 0; h < H; ++h) {
     const int64_t c0 = h * Dh;
@@ -89,9 +93,6 @@ void softmax_grad_head(const T* P, const T* v, const T* dout, int64_t Sq, int64_
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, int64_t H,
                         int64_t Dh, T* dq, T* dk, T* dv) {
-#if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::attention_backward(q, k, v, probs, dout, S, H, Dh, dq, dk, dv);
-#endif
   attention_backward_rows(q, k, v, probs, dout, S, 0, S, H, Dh, dq, dk, dv);
 }
 
@@ -102,6 +103,9 @@ void attention_backward(const T* q, const T* k, const T* v, const T* probs, cons
 template <class T>
 void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
                              int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::attention_backward_rows(q, k, v, probs, dout, Sq, q0, Sk, H, Dh, dq, dk, dv);
+#endif
   const int64_t W = H * Dh;
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   std::vector<T> dS(static_cast<size_t>(Sq * Sk));  // (Sq, Sk), one head

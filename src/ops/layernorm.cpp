@@ -21,7 +21,11 @@ namespace parity {
 template <class T>
 void layernorm_forward(const T* x, const T* w, const T* b, int64_t n, int64_t D, T* y, T* mean, T* rstd) {
 #if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::layernorm_forward(x, w, b, n, D, y, mean, rstd);
+  if (on_cuda()) {
+    cuda::layernorm_forward(x, w, b, n, D, y, mean, rstd);
+    to_storage(y, n * D);  // the kernel has finished: the host rounds the (managed) output
+    return;
+  }
 #endif
   const T eps = T(kLayerNormEps);
   for (int64_t i = 0; i < n; ++i) {

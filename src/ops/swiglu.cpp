@@ -16,7 +16,11 @@ namespace parity {
 template <class T>
 void swiglu_forward(const T* a, const T* b, int64_t n, T* h) {
 #if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::swiglu_forward(a, b, n, h);
+  if (on_cuda()) {
+    cuda::swiglu_forward(a, b, n, h);
+    to_storage(h, n);  // the kernel has finished: the host rounds the (managed) output
+    return;
+  }
 #endif
   for (int64_t i = 0; i < n; ++i) h[i] = (a[i] * ops_detail::stable_sigmoid(a[i])) * b[i];
   to_storage(h, n);  // a storage point (core/precision.h)

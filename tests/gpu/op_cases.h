@@ -128,6 +128,21 @@ template <class T> void attention_bwd(OpCtx<T>& c) {
   attention_forward(q, k, v, S, H, Dh, out, probs);
   attention_backward(q, k, v, probs, dout, S, H, Dh, c.grad("dq", S * W), c.grad("dk", S * W), c.grad("dv", S * W));
 }
+// Context parallel's block of query rows: the last Sq = S - q0 of S positions.
+template <class T> void attention_rows_fwd(OpCtx<T>& c) {
+  const int64_t S = c.s + 1, q0 = c.s / 2, Sq = S - q0, H = 2, Dh = c.s % 4 + 1, W = H * Dh;
+  const T *q = c.in(Sq * W), *k = c.in(S * W), *v = c.in(S * W);
+  attention_forward_rows(q, k, v, Sq, q0, S, H, Dh, c.out("out", Sq * W), c.out("probs", H * Sq * S));
+}
+template <class T> void attention_rows_bwd(OpCtx<T>& c) {
+  const int64_t S = c.s + 1, q0 = c.s / 2, Sq = S - q0, H = 2, Dh = c.s % 4 + 1, W = H * Dh;
+  const T *q = c.in(Sq * W), *k = c.in(S * W), *v = c.in(S * W), *dout = c.in(Sq * W);
+  T* out = c.out("out", Sq * W);
+  T* probs = c.out("probs", H * Sq * S);
+  attention_forward_rows(q, k, v, Sq, q0, S, H, Dh, out, probs);
+  attention_backward_rows(q, k, v, probs, dout, Sq, q0, S, H, Dh, c.grad("dq", Sq * W), c.grad("dk", S * W),
+                          c.grad("dv", S * W));
+}
 template <class T> void layernorm_fwd(OpCtx<T>& c) {
   const int64_t n = c.s, D = c.s + 3;
   const T *x = c.in(n * D), *w = c.in(D), *b = c.in(D);
@@ -255,6 +270,8 @@ inline const std::vector<OpCase>& op_cases() {
       PARITY_CASE("matmul_backward", matmul_bwd),
       PARITY_CASE("attention_forward", attention_fwd),
       PARITY_CASE("attention_backward", attention_bwd),
+      PARITY_CASE("attention_rows_forward", attention_rows_fwd),
+      PARITY_CASE("attention_rows_backward", attention_rows_bwd),
       PARITY_CASE("layernorm_forward", layernorm_fwd),
       PARITY_CASE("layernorm_backward", layernorm_bwd),
       PARITY_CASE("swiglu_forward", swiglu_fwd),

@@ -54,8 +54,6 @@ const std::vector<Case>& cases() {
        "must divide model.seq (8) so that each CP rank holds an equal chunk of every sequence, got 3"},
       {{{"world", 16}, {"cp", 8}, {"tp", 2}, {"sp", true}}, "sp",
        "sequence parallel with context parallel requires layout.cp*layout.tp (8*2) to divide model.seq (8)"},
-      {{{"world", 2}, {"cp", 2}, {"device", "cuda"}}, "cp",
-       "context parallel runs on the CPU reference ops only (layout.device \"cpu\"), got cp 2"},
   };
   return all;
 }
