@@ -41,11 +41,33 @@ Profile& profile() {
   static Profile p;
   return p;
 }
+
+// Stage's temporaries come from the device's default stream-ordered pool, whose release
+// threshold is 0: every synchronisation (one per op) hands the freed blocks back to the
+// driver and the next op allocates them again. Keep them instead (the threshold at its
+// maximum), once per process; PARITY_CUDA_POOL_KEEP=0 keeps the driver's default, to time
+// the difference (docs/gpu.md).
+void keep_pool_memory() {
+  static const bool done = [] {
+    const char* v = std::getenv("PARITY_CUDA_POOL_KEEP");
+    if (v != nullptr && std::string(v) == "0") return true;
+    int dev = 0;
+    cudaMemPool_t pool{};
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    (void)cudaGetLastError();
+    return true;
+  }();
+  (void)done;
+}
 }  // namespace
 
 std::atomic<int64_t> g_last_finish_ns{0};
 
 Stage::Stage() : t0_ns_(profile().on ? now_ns() : 0) {
+  keep_pool_memory();
   if (t0_ns_ != 0 && g_last_finish_ns.load() != 0) gap_ns_ = t0_ns_ - g_last_finish_ns.load();
 }
 
