@@ -128,7 +128,7 @@ class Attention(nn.Module):
         b, s, d = x.shape
         q, k, v = (w(x).view(b, s, self.h, d // self.h).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.h)
-        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         return self.wo((att @ v).transpose(1, 2).reshape(b, s, d))
 
