@@ -82,6 +82,12 @@ add_test(NAME verdict.fault.scale_param_layernorm
          COMMAND sh -c "PARITY_FAULT=scale_param:layernorm:1.001 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} --steps 2 2>&1; echo exit=$?")
 set_tests_properties(verdict.fault.scale_param_layernorm PROPERTIES
   PASS_REGULAR_EXPRESSION "\nFAIL +param +layernorm +[^\n]*\n.*root: param layernorm at step 0, .*exit=1\n")
+# One replica's router parameters moved by 1e-10 relative (on rank 1 alone), far inside every
+# normwise bound: the replicas row still fails, naming the group and the two ranks.
+add_test(NAME verdict.fault.replica_drift
+         COMMAND sh -c "PARITY_FAULT=scale_param:router:1.0000000001@1 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} --steps 2 2>&1; echo exit=$?")
+set_tests_properties(verdict.fault.replica_drift PROPERTIES
+  PASS_REGULAR_EXPRESSION "\nFAIL +replicas +every tensor [^\n]*\n +copies of the same elements differ in their bits: param router on ranks [0-9]+ and 1 .*root: replicas .*exit=1\n")
 # A malformed fault is bad input: exit 2 before any rank starts.
 add_test(NAME verdict.fault.malformed_is_refused
          COMMAND sh -c "PARITY_FAULT=scale_grad:nonsense:2 $<TARGET_FILE:parity> run ${PARITY_FAULT_SCENARIO} 2>&1; echo exit=$?")

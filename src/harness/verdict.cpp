@@ -171,6 +171,7 @@ template <class T> void Runner<T>::build_groups() {
   for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject, g.tol.norm_rel));
   for (int64_t l = 0; l < c.moe_layers(); ++l)
     rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
+  rows_.push_back(make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
 }
 
 // This step's bound of every row: kTwinFactor x the twin's largest noise up to this step (the
@@ -205,7 +206,7 @@ template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) 
 }
 
 template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
-  if (!opt_.fault) return;
+  if (!opt_.fault || (opt_.fault->rank >= 0 && opt_.fault->rank != world_.rank())) return;
   const auto& specs = par_.specs();
   auto& ts = opt_.fault->target == Fault::Target::grad ? p.grads : p.params;
   for (size_t i = 0; i < specs.size() && i < ts.size(); ++i)
@@ -371,6 +372,8 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   StepLine line = scalars(t, b, all, stride);
   const size_t g0 = kScalars + b.micro_losses.size();
   const auto upd = update_ratios(all, stride, stride - kUpdateWidth * n_fam_);
+  std::vector<std::string> replica_bad;
+  int64_t replica_pairs = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<vd::LocalSums> parts;
     for (int r = 0; r < world_.size(); ++r)
@@ -382,7 +385,12 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
       vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
     }
     vd::update_row(rows_[3 + g], t, o);
+    replica_pairs += o.replica_pairs;
+    if (o.replica_a >= 0)
+      replica_bad.push_back(groups_[g].quantity + " " + groups_[g].subject + " on ranks " +
+                            std::to_string(o.replica_a) + " and " + std::to_string(o.replica_b));
   }
+  vd::update_row(rows_.back(), t, vd::replicas_outcome(replica_bad, replica_pairs));
   const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
   const ModelConfig& c = sc_.model;
   const size_t n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
@@ -530,7 +538,8 @@ std::string optim_desc(const OptimConfig& o) {
 std::string fault_desc(const std::optional<Fault>& f) {
   if (!f) return "";
   return std::string(f->target == Fault::Target::grad ? "scale_grad:" : "scale_param:") +
-         std::string(family_name(f->family)) + ":" + std::to_string(f->factor);
+         std::string(family_name(f->family)) + ":" + std::to_string(f->factor) +
+         (f->rank >= 0 ? " on rank " + std::to_string(f->rank) : "");
 }
 
 }  // namespace
@@ -541,7 +550,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.precision = precision_name(s.model.precision());
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
-                 s.layout.world, s.model.microbatches};
+                 s.layout.world, s.model.microbatches, s.layout.cp};
   rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())
     rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;

@@ -34,12 +34,15 @@ namespace parity {
 // A deliberate error in what the layout reports, applied by the harness just before the
 // compare, so a test can show that the verdict fails (ARCHITECTURE.md: no check that cannot
 // fire). Spec "scale_grad:FAMILY:FACTOR" or "scale_param:FAMILY:FACTOR", e.g.
-// PARITY_FAULT=scale_grad:router:2 multiplies every local router-gate gradient by 2.
+// PARITY_FAULT=scale_grad:router:2 multiplies every local router-gate gradient by 2. A
+// suffix @R applies it on world rank R alone: scale_param:router:1.0000000001@1 moves one
+// replica's bits and nothing else (the replicas row, docs/verdict.md).
 struct Fault {
   enum class Target { grad, param };
   Target target = Target::grad;
   Family family = Family::router;
   double factor = 1;
+  int rank = -1;  // -1: every rank
 };
 // Throws ConfigError("PARITY_FAULT", rule) on a malformed spec.
 Fault parse_fault(std::string_view spec);
@@ -77,6 +80,7 @@ struct Row {
   double far = 0, far_bound = 0;  // tensor rows: the fraction of far elements at `step`, its bound
   int64_t step = -1;     // the step shown
   int64_t bad_steps = 0;  // steps over the bound
+  int64_t compared = -1;  // elements compared at `step` (tokens for routing, copies for replicas); -1: a scalar
   WorstElement worst;
   std::string detail;    // routing and count rows: what differed
   RowVerdict verdict = RowVerdict::ok;

@@ -31,7 +31,12 @@ struct LocalSums {
   double shape_bad = 0;  // local tensors whose size is not the layout's
 
   double far = 0, counted_n = 0;  // counted elements that are far (tolerance.h is_far), and all counted
-  static constexpr size_t kWidth = 14;
+  // Replicas (docs/verdict.md "Replicas, bit for bit"): a digest of the global indices this
+  // rank holds (its shard's identity) and of the bits of its values, in its local order.
+  // Ranks with the same key hold the same elements and must hold the same bits.
+  uint64_t key = kDigestSeed, bits = kDigestSeed;
+  static constexpr uint64_t kDigestSeed = 0x243f6a8885a308d3ull;
+  static constexpr size_t kWidth = 16;
   // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor)
   void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0);
   void pack(std::vector<double>& out) const;
@@ -47,6 +52,8 @@ struct GroupStep {
   double got = 0, ref = 0;
   int64_t shape_bad = 0;
   double far = 0, counted_n = 0;
+  int replica_a = -1, replica_b = -1;  // two ranks holding the same elements with different bits
+  int64_t replica_pairs = 0;           // ranks compared bit for bit with another holder of their elements
 };
 // parts: every rank's LocalSums of this group, in rank order.
 GroupStep combine(const std::vector<LocalSums>& parts);
@@ -60,11 +67,18 @@ struct Outcome {
   RowVerdict verdict = RowVerdict::ok;
   Bound bound;  // what norm_rel was held to at this step
   double far = 0, far_bound = 0;  // the fraction of far elements and its bound (tensor rows)
+  int64_t compared = -1;  // elements (tokens for routing) compared; -1 for scalars
+  int replica_a = -1, replica_b = -1;  // group rows: two ranks whose copies differ in bits
+  int64_t replica_pairs = 0;
 };
 Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
 // The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is
 // over its bound fails, saying so; `of` names what was measured ("of the update").
 void check_far(Outcome& o, double far_count, double count, double bound, const std::string& of);
+
+// The replicas row at one step: `bad` names the groups whose copies differ in bits (with
+// their ranks), `pairs` the copies compared bit for bit over every group.
+Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs);
 
 // Folds one step's outcome into a row: a worse verdict replaces what the row shows; among
 // ok steps the largest error is shown; failing and near-tie rows keep their first step.

@@ -29,11 +29,12 @@ std::string worst_str(const WorstElement& w) {
 
 std::string row_line(const Row& r) {
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %-5s %9s %4lld %4lld  %s",
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %-5s %9s %4lld %4lld %8s  %s",
                 std::string(row_verdict_name(r.verdict)).c_str(), r.quantity.c_str(),
                 r.subject.empty() ? "-" : r.subject.c_str(), r.norm_rel, r.tol,
                 r.bound_from.empty() ? "-" : r.bound_from.c_str(), scale_str(r.scale_ratio).c_str(),
-                static_cast<long long>(r.step), static_cast<long long>(r.bad_steps), worst_str(r.worst).c_str());
+                static_cast<long long>(r.step), static_cast<long long>(r.bad_steps),
+                r.compared < 0 ? "-" : std::to_string(r.compared).c_str(), worst_str(r.worst).c_str());
   std::string s = buf;
   if (!r.detail.empty()) s += "\n         " + r.detail;
   return s + "\n";
@@ -80,8 +81,8 @@ std::string format_verdict(const VerdictReport& r) {
                   static_cast<long long>(s.route_diff), static_cast<long long>(s.near_ties));
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %-5s %9s %4s %4s  %s\n", "verdict", "quantity", "subject",
-                "norm_rel", "bound", "from", "scale", "step", "bad", "worst element");
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %-5s %9s %4s %4s %8s  %s\n", "verdict", "quantity",
+                "subject", "norm_rel", "bound", "from", "scale", "step", "bad", "compared", "worst element");
   out += buf;
   int fail = 0, tie = 0;
   for (const Row& row : r.rows) {
@@ -128,6 +129,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"scale_ratio", num(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},
+                    {"compared", row.compared},
                     {"worst", worst_json(row.worst)},
                     {"detail", row.detail}});
   return {{"scenario", r.scenario}, {"dtype", r.dtype},   {"precision", r.precision}, {"backend", r.backend},

@@ -34,6 +34,7 @@ int data_flow_rank(const std::string& quantity, const std::string& subject) {
   if (quantity == "tokens_per_expert") return 41;
   if (quantity == "expert_bias") return 42;
   if (quantity == "param") return 50 + family_rank(subject);
+  if (quantity == "replicas") return 60;
   return 70;
 }
 
@@ -54,6 +55,7 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   add(d.ep, "ep");
   add(d.etp, "etp");
   add(d.dp, "dp");
+  add(d.cp, "cp");
   add(d.world, "world");
   add(d.microbatches, "microbatches");
   std::string named;
@@ -110,8 +112,9 @@ RootCause find_root(const VerdictReport& r) {
   }
   const Row& rr = r.rows[root.row];
   // A wrong grad norm is read by its parts per family (the row's detail), not its total.
-  root.factor = rr.quantity == "grad_norm" && !rr.detail.empty() ? rr.detail
-                                                                : factor_meaning(rr.scale_ratio, r.degrees);
+  // So is a replica that drifted apart: no scale, the groups and ranks that differ.
+  const bool by_detail = (rr.quantity == "grad_norm" || rr.quantity == "replicas") && !rr.detail.empty();
+  root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
   return root;

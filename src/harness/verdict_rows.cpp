@@ -1,6 +1,7 @@
 // The verdict's building blocks that do not depend on the element type: faults, the
 // first-replica rule, local sums and their combination over ranks, rows, routing.
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -21,7 +22,8 @@ std::string fmt(const char* f, double x) {
 Fault parse_fault(std::string_view spec) {
   const std::string rule =
       "expected scale_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: embedding, attention, layernorm, "
-      "router, routed_experts, shared_experts, dense_mlp, head), got \"" + std::string(spec) + "\"";
+      "router, routed_experts, shared_experts, dense_mlp, head), with @RANK to apply it on one world rank, got \"" +
+      std::string(spec) + "\"";
   const size_t a = spec.find(':'), b = a == std::string_view::npos ? a : spec.find(':', a + 1);
   if (b == std::string_view::npos) throw ConfigError("PARITY_FAULT", rule);
   Fault f;
@@ -34,8 +36,15 @@ Fault parse_fault(std::string_view spec) {
                    Family::shared_experts, Family::dense_mlp, Family::head})
     if (family_name(x) == fam) f.family = x, found = true;
   if (!found) throw ConfigError("PARITY_FAULT", rule);
-  const std::string num(spec.substr(b + 1));
+  std::string num(spec.substr(b + 1));
   char* end = nullptr;
+  if (const size_t at = num.find('@'); at != std::string::npos) {
+    const std::string r = num.substr(at + 1);
+    const long v = std::strtol(r.c_str(), &end, 10);
+    if (r.empty() || end != r.c_str() + r.size() || v < 0 || v > 1 << 20) throw ConfigError("PARITY_FAULT", rule);
+    f.rank = static_cast<int>(v);
+    num.resize(at);
+  }
   f.factor = std::strtod(num.c_str(), &end);
   if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(f.factor))
     throw ConfigError("PARITY_FAULT", rule);
@@ -69,7 +78,28 @@ bool VerdictReport::passed() const {
 
 namespace verdict_detail {
 
+namespace {
+// A 64-bit mix (splitmix64's finaliser) chained over the values: order-dependent, and the
+// same for two ranks that visit the same values in the same order.
+uint64_t mix(uint64_t h, uint64_t v) {
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t bits_of(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+// Digests travel as doubles: their top 52 bits, exact in a double.
+double as_double(uint64_t h) { return static_cast<double>(h >> 12); }
+uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
+}  // namespace
+
 void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms) {
+  key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
+  bits = mix(bits, bits_of(g));
   const double d = g - r;
   if (counted) once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms);
   all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
@@ -83,7 +113,7 @@ void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, b
 
 void LocalSums::pack(std::vector<double>& out) const {
   out.insert(out.end(), {once.diff2, once.ref2, once.dot, all.diff2, all.ref2, all.dot, max_err, tensor, flat, got,
-                         ref, shape_bad, far, counted_n});
+                         ref, shape_bad, far, counted_n, as_double(key), as_double(bits)});
 }
 
 LocalSums LocalSums::unpack(const double* in) {
@@ -92,13 +122,26 @@ LocalSums LocalSums::unpack(const double* in) {
   s.all = {in[3], in[4], in[5]};
   s.max_err = in[6], s.tensor = in[7], s.flat = in[8], s.got = in[9], s.ref = in[10], s.shape_bad = in[11];
   s.far = in[12], s.counted_n = in[13];
+  s.key = as_digest(in[14]), s.bits = as_digest(in[15]);
   return s;
 }
 
 GroupStep combine(const std::vector<LocalSums>& parts) {
   GroupStep g;
+  std::vector<std::pair<uint64_t, size_t>> first;  // per shard key seen: its first holder
   for (size_t r = 0; r < parts.size(); ++r) {
     const LocalSums& p = parts[r];
+    if (p.key != LocalSums::kDigestSeed) {  // a rank holding elements of this group
+      size_t i = 0;
+      while (i < first.size() && first[i].first != p.key) ++i;
+      if (i == first.size()) {
+        first.push_back({p.key, r});
+      } else {
+        ++g.replica_pairs;
+        if (parts[first[i].second].bits != p.bits && g.replica_a < 0)
+          g.replica_a = static_cast<int>(first[i].second), g.replica_b = static_cast<int>(r);
+      }
+    }
     g.once.add(p.once);
     g.all.add(p.all);
     g.shape_bad += static_cast<int64_t>(p.shape_bad);
@@ -113,6 +156,10 @@ GroupStep combine(const std::vector<LocalSums>& parts) {
 
 Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
   Outcome o;
+  o.compared = static_cast<int64_t>(s.counted_n);
+  o.replica_a = s.replica_a, o.replica_b = s.replica_b, o.replica_pairs = s.replica_pairs;
+  int64_t expected = 0;
+  for (const Shape& sh : g.shapes) expected += numel(sh);
   o.norm_rel = s.once.norm_rel_err();
   o.scale_ratio = s.once.scale_ratio();
   const double all_rel = s.all.norm_rel_err();
@@ -133,6 +180,11 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
     check_far(o, s.far, s.counted_n, g.far_bound, "");
   }
   if (!finite) o.verdict = RowVerdict::fail, o.detail = "non-finite value";
+  if (s.shape_bad == 0 && (expected == 0 || o.compared != expected)) {  // no row is ok on what it did not see
+    o.verdict = RowVerdict::fail;
+    o.detail = "compared " + std::to_string(o.compared) + " of " + std::to_string(expected) +
+               " elements: every element must be compared exactly once (a tensor skipped, or counted twice)";
+  }
   if (s.shape_bad > 0) {
     o.verdict = RowVerdict::fail;
     o.detail = std::to_string(s.shape_bad) + " local tensors have the wrong size for their layout";
@@ -162,9 +214,22 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
     if (o.bound.value > 0 || row.quantity != "routing") row.tol = o.bound.value;
     row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : "floor") : "exact";
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
-    row.far = o.far, row.far_bound = o.far_bound;
+    row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
     row.worst = o.worst, row.detail = o.detail, row.verdict = o.verdict;
   }
+}
+
+Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs) {
+  Outcome o;
+  o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
+  o.compared = pairs;
+  o.norm_rel = static_cast<double>(bad.size());
+  if (bad.empty()) return o;
+  o.verdict = RowVerdict::fail;
+  for (const std::string& b : bad) o.detail += (o.detail.empty() ? "" : "; ") + b;
+  o.detail = "copies of the same elements differ in their bits: " + o.detail +
+             " (a reduction whose result differs from rank to rank, or a replica updated apart)";
+  return o;
 }
 
 void RouteLocal::pack(std::vector<double>& out) const {
@@ -233,6 +298,7 @@ Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<
   for (int64_t c : coverage) missing += c == 0, twice += c > 1;
   const auto n = static_cast<double>(coverage.size());
   o.norm_rel = n > 0 ? mismatch / n : 0;
+  o.compared = static_cast<int64_t>(coverage.size());
   const auto i = [](double x) { return std::to_string(static_cast<int64_t>(x)); };
   if (mismatch > 0)
     o.detail = i(mismatch) + " of " + i(n) + " tokens chose other experts (" + i(near_tie) +

@@ -69,8 +69,13 @@ TEST(VerdictFault, ParsesTargetFamilyAndFactor) {
   EXPECT_EQ(f.target, Fault::Target::param);
   EXPECT_EQ(f.family, Family::routed_experts);
   EXPECT_EQ(f.factor, 0.5);
+  EXPECT_EQ(f.rank, -1);
+  f = parse_fault("scale_param:router:1.0000000001@3");  // one rank's copy only
+  EXPECT_EQ(f.factor, 1.0000000001);
+  EXPECT_EQ(f.rank, 3);
   for (const char* bad : {"", "scale_grad", "scale_grad:router", "scale_grad:router:", "scale_grad:rooter:2",
-                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:inf"})
+                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:inf",
+                          "scale_grad:router:2@", "scale_grad:router:2@-1", "scale_grad:router:2@x"})
     EXPECT_THROW(parse_fault(bad), ConfigError) << bad;
 }
 
@@ -79,6 +84,13 @@ vd::GroupSpec spec_2x3(double tol) {
   g.quantity = "grad", g.subject = "router", g.tol = Tolerance{tol, tol * 1000};
   g.names = {"a", "b"};
   g.shapes = {{2, 3}, {4}};
+  return g;
+}
+// One tensor "a" of n elements (and an empty "b" before it when `second`): a group whose
+// every element a test adds.
+vd::GroupSpec spec_n(double tol, int64_t n, bool second = false) {
+  vd::GroupSpec g = spec_2x3(tol);
+  g.shapes = second ? std::vector<Shape>{{0}, {n}} : std::vector<Shape>{{n}, {0}};
   return g;
 }
 
@@ -124,7 +136,7 @@ TEST(VerdictGroups, ManyFarElementsFailWithinTheNormwiseBound) {
       const double ref = 1.0 + 0.01 * i;
       parts[0].add(0, i, ref * (1 + 0x1p-9), ref, true, 1.0);
     }
-    vd::GroupSpec g = spec_2x3(1e-2);  // normwise 2^-9 = 2e-3: within
+    vd::GroupSpec g = spec_n(1e-2, n);  // normwise 2^-9 = 2e-3: within
     g.far_bound = kFarFloor;
     return vd::group_outcome(g, vd::combine(parts));
   };
@@ -142,7 +154,7 @@ TEST(VerdictGroups, AReplicaThatDisagreesFailsEvenWhenTheCountedCopyAgrees) {
   std::vector<vd::LocalSums> parts(2);
   parts[0].add(1, 0, 1.0, 1.0, true);   // the counted copy
   parts[1].add(1, 0, 1.5, 1.0, false);  // a replica that diverged
-  vd::Outcome o = vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));
+  vd::Outcome o = vd::group_outcome(spec_n(1e-11, 1, true), vd::combine(parts));
   EXPECT_EQ(o.norm_rel, 0.0);
   EXPECT_EQ(o.verdict, RowVerdict::fail);
   EXPECT_NE(o.detail.find("replicas disagree"), std::string::npos) << o.detail;
@@ -162,9 +174,53 @@ TEST(VerdictGroups, NonFiniteValuesAndWrongSizesFail) {
 TEST(VerdictGroups, RoundingInsideTheBoundPasses) {
   std::vector<vd::LocalSums> parts(1);
   parts[0].add(0, 0, 1.0 + 1e-15, 1.0, true);
-  vd::Outcome o = vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));
+  vd::Outcome o = vd::group_outcome(spec_n(1e-11, 1), vd::combine(parts));
   EXPECT_EQ(o.verdict, RowVerdict::ok);
   EXPECT_NEAR(o.scale_ratio, 1.0, 1e-14);
+  EXPECT_EQ(o.compared, 1);
+}
+
+// A row is never ok on what it did not see: every element of the group's tensors must be
+// compared exactly once (a tensor skipped, a shard left out, or one counted by two replicas
+// fails, even where every compared element matches).
+TEST(VerdictGroups, ARowThatComparedTooFewOrTooManyElementsFails) {
+  auto run = [](int n_added, int twice) {
+    std::vector<vd::LocalSums> parts(2);
+    for (int i = 0; i < n_added; ++i) parts[i % 2].add(0, i, 1.0, 1.0, true);
+    for (int i = 0; i < twice; ++i) parts[1].add(0, i, 1.0, 1.0, true);
+    return vd::group_outcome(spec_2x3(1e-11), vd::combine(parts));  // 6 + 4 elements
+  };
+  EXPECT_EQ(run(10, 0).verdict, RowVerdict::ok);
+  for (auto [n, twice] : {std::pair{9, 0}, std::pair{0, 0}, std::pair{10, 1}}) {
+    const vd::Outcome o = run(n, twice);
+    EXPECT_EQ(o.verdict, RowVerdict::fail) << n << " + " << twice;
+    EXPECT_NE(o.detail.find("compared " + std::to_string(n + twice) + " of 10 elements"), std::string::npos)
+        << o.detail;
+  }
+}
+
+// Replicas, bit for bit: ranks whose digests of the global indices they hold agree must hold
+// the same bits; one ulp on one copy is within every normwise bound and still named.
+TEST(VerdictGroups, CopiesOfTheSameElementsMustHoldTheSameBits) {
+  auto run = [](double drift) {
+    std::vector<vd::LocalSums> parts(3);
+    for (int r = 0; r < 3; ++r)
+      for (int i = 0; i < 4; ++i) {
+        const double x = 1.0 + i;
+        parts[r].add(0, r == 2 ? 4 + i : i, r == 1 && i == 3 ? x * drift : x, x, r != 1);  // 0, 1 replicas; 2 apart
+      }
+    return vd::group_outcome(spec_n(1e-11, 8), vd::combine(parts));
+  };
+  const vd::Outcome same = run(1.0), drifted = run(1.0 + 0x1p-52);
+  EXPECT_EQ(same.replica_a, -1);
+  EXPECT_EQ(same.replica_pairs, 1);
+  EXPECT_EQ(drifted.verdict, RowVerdict::ok);  // within the normwise bound...
+  EXPECT_EQ(drifted.replica_a, 0);              // ...but not the same bits
+  EXPECT_EQ(drifted.replica_b, 1);
+  const vd::Outcome row = vd::replicas_outcome({"grad router on ranks 0 and 1"}, 1);
+  EXPECT_EQ(row.verdict, RowVerdict::fail);
+  EXPECT_NE(row.detail.find("differ in their bits: grad router on ranks 0 and 1"), std::string::npos) << row.detail;
+  EXPECT_EQ(vd::replicas_outcome({}, 1).verdict, RowVerdict::ok);
 }
 
 // Two tokens, E = 4, K = 2. Baseline choices (descending s + bias).
