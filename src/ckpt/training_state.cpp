@@ -23,7 +23,10 @@ template <class T> ckpt::ShardedState TrainingState<T>::state() {
   for (size_t p = 0; p < specs.size(); ++p)
     st.add("optim.m." + specs[p].name, specs[p].shape, layouts[p], m.tensors.at(p));
   if (r_.opt->has_second_moment()) {
-    ParamSet<T>& v = r_.opt->second_moment();
+    // bug zoo (core/inject.h) ckpt_v_from_m_buffer: the second moment's entries point at the
+    // first moment's tensors, on save and on load alike
+    static const bool one_buffer = injected("ckpt_v_from_m_buffer");
+    ParamSet<T>& v = one_buffer ? m : r_.opt->second_moment();
     for (size_t p = 0; p < specs.size(); ++p)
       st.add("optim.v." + specs[p].name, specs[p].shape, layouts[p], v.tensors.at(p));
   }

@@ -90,6 +90,15 @@ const std::vector<Injection>& injections() {
        "pieces leave gaps the loader refuses: resume_fsdp3_tp2_to_fsdp2_tp2)",
        "resume_fsdp4_tp2_to_hsdp2x2_tp2_ep2_etp2.json", "loss all micro-batches", 3,
        "not a clean factor"},
+      {"clip_skips_experts", "parallel/parallel_run.cpp, gradient clipping",
+       "the clip coefficient, computed from the right global norm, applied to every gradient but the routed "
+       "experts' (expert parameters kept out of the clipping pass): grad_norm and clip_coef match, only the "
+       "parameters after a clipped step differ",
+       "fsdp2_tp2_clip.json", "param routed_experts", 0, ""},
+      {"ckpt_v_from_m_buffer", "ckpt/training_state.cpp, the optimizer state's checkpoint entries",
+       "Adam's second-moment entries point at the first moment's tensors: a save writes m where v belongs and a "
+       "load reads it back into m, so save(load(A)) is bitwise A while the resumed optimizer never gets its v",
+       "resume_fsdp3_to_fsdp4.json", "param head", 3, ""},
       {"aux_stats_per_cp_chunk", "parallel/pmoe.cpp, aux loss under context parallel",
        "under context parallel the load-balancing statistics (token fractions, mean scores) taken over each "
        "cp rank's own sequence chunk instead of the whole sequence gathered over cp, and each rank's loss added",

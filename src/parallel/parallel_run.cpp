@@ -233,9 +233,11 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);
+  static const bool clip_skips_experts = injected("clip_skips_experts");  // bug zoo (core/inject.h)
   if (out.clip_coef != 1.0)
-    for (auto& g : step_grads)
-      for (auto& x : g.data) x *= coef;
+    for (size_t p = 0; p < step_grads.size(); ++p)
+      if (!clip_skips_experts || I.specs[p].family != Family::routed_experts)
+        for (auto& x : step_grads[p].data) x *= coef;
   I.step_optimizer(step_grads);
   for (const auto& p : I.model->params) out.params.push_back(p.local);
   for (int64_t l = 0; l < c.moe_layers(); ++l) {

@@ -17,9 +17,9 @@
 namespace parity::property {
 namespace {
 
-rc::detail::TestResult check_with(int cases, uint64_t seed, void (*prop)()) {
+rc::detail::TestResult check_with(int cases, uint64_t seed, void (*prop)(), bool shrink = true) {
   rc::detail::TestParams params;
-  params.seed = seed, params.maxSuccess = cases;
+  params.seed = seed, params.maxSuccess = cases, params.disableShrinking = !shrink;
   rc::detail::TestMetadata md;
   md.id = md.description = "programmatic";
   return rc::detail::checkTestable(prop, md, params);
@@ -52,6 +52,43 @@ TEST(PropertyFaults, DoubledExpertReductionIsFoundAndShrunkToAReplayableScenario
   EXPECT_NE(bad.log.find("FAIL     grad              routed_experts"), std::string::npos) << bad.log;
   const CaseRun good = run_case(s, "replay_clean");
   EXPECT_EQ(good.rc, 0) << good.log;
+}
+
+// Property 7 can fail on a mistake made the same way on save and on load: with Adam's second
+// moment saved from the first moment's buffer (the zoo's ckpt_v_from_m_buffer), the round trip
+// alone is bitwise clean; the saved state against the state in memory is not.
+TEST(PropertyFaults, CheckpointSavedFromTheWrongBufferFailsTheRoundTripProperty) {
+  const std::filesystem::path out = work_dir() / "fault-ckpt-out";
+  ::setenv("PARITY_PROPERTY_OUT", out.c_str(), 1);
+  ::setenv("PARITY_INJECT", "ckpt_v_from_m_buffer", 1);  // the rank processes inherit it
+  const auto result = check_with(12, 3, &prop_ckpt_round_trip, false);  // the first failure is enough
+  ::unsetenv("PARITY_INJECT");
+  ::unsetenv("PARITY_PROPERTY_OUT");
+  rc::detail::printResultMessage(result, std::cout);
+  std::cout << "\n";
+  rc::detail::FailureResult failure;
+  ASSERT_TRUE(result.match(failure)) << "v saved from m's buffer went unnoticed";
+  EXPECT_NE(failure.description.find("OFF optim.v "), std::string::npos) << failure.description;
+  EXPECT_EQ(failure.description.find("DIFF "), std::string::npos)
+      << "the round trip itself differed: this fault is meant to be invisible to it\n" << failure.description;
+}
+
+// The clip property can fail on a clip applied to the wrong tensors: with the routed experts
+// left out of the clipping (the zoo's clip_skips_experts) grad_norm and clip_coef match and
+// only the parameters after a clipped step differ.
+TEST(PropertyFaults, ClipAppliedToTheWrongTensorsFailsTheClipProperty) {
+  const std::filesystem::path out = work_dir() / "fault-clip-out";
+  ::setenv("PARITY_PROPERTY_OUT", out.c_str(), 1);
+  ::setenv("PARITY_INJECT", "clip_skips_experts", 1);
+  const auto result = check_with(30, 5, &prop_grad_norm_clip, false);
+  ::unsetenv("PARITY_INJECT");
+  ::unsetenv("PARITY_PROPERTY_OUT");
+  rc::detail::printResultMessage(result, std::cout);
+  std::cout << "\n";
+  rc::detail::FailureResult failure;
+  ASSERT_TRUE(result.match(failure)) << "a clip that skips the experts went unnoticed";
+  EXPECT_NE(failure.description.find("FAIL param routed_experts"), std::string::npos) << failure.description;
+  EXPECT_EQ(failure.description.find("FAIL grad_norm"), std::string::npos) << failure.description;
 }
 
 // In-process, no ranks: every drawn case passes the scenario schema, the layout rules and
