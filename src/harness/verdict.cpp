@@ -207,6 +207,15 @@ template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) 
 
 template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
   if (!opt_.fault || (opt_.fault->rank >= 0 && opt_.fault->rank != world_.rank())) return;
+  if (opt_.fault->target == Fault::Target::loss) {
+    p.loss *= opt_.fault->factor;
+    for (double& m : p.micro_losses) m *= opt_.fault->factor;
+    return;
+  }
+  if (opt_.fault->target == Fault::Target::grad_norm) {
+    p.grad_norm *= opt_.fault->factor;
+    return;
+  }
   const auto& specs = par_.specs();
   auto& ts = opt_.fault->target == Fault::Target::grad ? p.grads : p.params;
   for (size_t i = 0; i < specs.size() && i < ts.size(); ++i)
@@ -537,8 +546,10 @@ std::string optim_desc(const OptimConfig& o) {
 
 std::string fault_desc(const std::optional<Fault>& f) {
   if (!f) return "";
-  return std::string(f->target == Fault::Target::grad ? "scale_grad:" : "scale_param:") +
-         std::string(family_name(f->family)) + ":" + std::to_string(f->factor) +
+  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:"};
+  const bool scalar = f->target == Fault::Target::loss || f->target == Fault::Target::grad_norm;
+  return std::string(kWhat[static_cast<int>(f->target)]) + (scalar ? "all" : std::string(family_name(f->family))) +
+         ":" + std::to_string(f->factor) +
          (f->rank >= 0 ? " on rank " + std::to_string(f->rank) : "");
 }
 

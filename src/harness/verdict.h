@@ -37,8 +37,10 @@ namespace parity {
 // PARITY_FAULT=scale_grad:router:2 multiplies every local router-gate gradient by 2. A
 // suffix @R applies it on world rank R alone: scale_param:router:1.0000000001@1 moves one
 // replica's bits and nothing else (the replicas row, docs/verdict.md).
+// scale_loss:all:F and scale_grad_norm:all:F scale the reported loss (every micro-batch's too)
+// or the grad norm (tests/verdict/calibration.py plants faults just above and below bounds).
 struct Fault {
-  enum class Target { grad, param };
+  enum class Target { grad, param, loss, grad_norm };
   Target target = Target::grad;
   Family family = Family::router;
   double factor = 1;

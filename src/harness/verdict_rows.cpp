@@ -22,7 +22,8 @@ std::string fmt(const char* f, double x) {
 Fault parse_fault(std::string_view spec) {
   const std::string rule =
       "expected scale_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: embedding, attention, layernorm, "
-      "router, routed_experts, shared_experts, dense_mlp, head), with @RANK to apply it on one world rank, got \"" +
+      "router, routed_experts, shared_experts, dense_mlp, head), scale_loss:all:FACTOR or "
+      "scale_grad_norm:all:FACTOR, with @RANK to apply it on one world rank, got \"" +
       std::string(spec) + "\"";
   const size_t a = spec.find(':'), b = a == std::string_view::npos ? a : spec.find(':', a + 1);
   if (b == std::string_view::npos) throw ConfigError("PARITY_FAULT", rule);
@@ -30,11 +31,15 @@ Fault parse_fault(std::string_view spec) {
   const std::string_view what = spec.substr(0, a), fam = spec.substr(a + 1, b - a - 1);
   if (what == "scale_grad") f.target = Fault::Target::grad;
   else if (what == "scale_param") f.target = Fault::Target::param;
+  else if (what == "scale_loss") f.target = Fault::Target::loss;
+  else if (what == "scale_grad_norm") f.target = Fault::Target::grad_norm;
   else throw ConfigError("PARITY_FAULT", rule);
-  bool found = false;
+  const bool scalar = f.target == Fault::Target::loss || f.target == Fault::Target::grad_norm;
+  bool found = scalar && fam == "all";
+  if (scalar != found) throw ConfigError("PARITY_FAULT", rule);
   for (Family x : {Family::embedding, Family::attention, Family::layernorm, Family::router, Family::routed_experts,
                    Family::shared_experts, Family::dense_mlp, Family::head})
-    if (family_name(x) == fam) f.family = x, found = true;
+    if (!scalar && family_name(x) == fam) f.family = x, found = true;
   if (!found) throw ConfigError("PARITY_FAULT", rule);
   std::string num(spec.substr(b + 1));
   char* end = nullptr;
