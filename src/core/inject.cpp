@@ -70,7 +70,7 @@ const std::vector<Injection>& injections() {
       {"aux_stats_per_lane", "parallel/pmoe.cpp, aux loss under SP",
        "under sequence parallel the load-balancing statistics (token fractions, mean scores) taken over each "
        "lane's own sequence chunk instead of the whole sequences",
-       "fsdp2_tp2_sp_aux.json", "loss all micro-batches|grad layernorm", 0, "not a scaling"},
+       "fsdp2_tp2_sp_aux.json", "loss all micro-batches|grad router", 0, "not a scaling|not a clean factor"},
       {"vocab_ce_max_wrong_group", "parallel/tp_ops.cpp, vocab-parallel cross-entropy",
        "the row max of the vocab-parallel cross-entropy reduced over the wrong group (here: none), so each lane "
        "shifts its sum of exponentials by its own max and the lanes' sums are added unscaled",
@@ -106,7 +106,7 @@ const std::vector<Injection>& injections() {
       {"cp_kv_grad_local", "parallel/cp_ops.cpp, attention backward across cp",
        "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",
-       "cp2_dense.json", "grad layernorm", 0, "not a clean factor"},
+       "cp2_dense.json", "grad attention", 0, "not a clean factor"},
       // Precision faults (issue 24): each rounds to bf16 where the scenario's policy keeps fp32.
       {"tp_reduce_in_bf16", "parallel/parallel_run.cpp, TP reduction of TP-replicated parameters",
        "the TP all-reduce of the LayerNorm (under SP) and router gradients run in bf16 where the policy reduces "

@@ -21,6 +21,7 @@
 #include "harness/scenario.h"
 #include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
+#include "harness/verdict_flow.h"
 #include "parallel/parallel_run.h"
 
 namespace parity {
@@ -389,6 +390,18 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
       parts.push_back(vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
     vd::Outcome o = vd::group_outcome(groups_[g], vd::combine(parts));
     o.bound = bounds_[3 + g];
+    if (g < n_fam_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
+      std::vector<size_t> members;
+      std::vector<std::string> names;
+      for (size_t q = 0; q < group_of_param_.size(); ++q) {
+        names.push_back(par_.specs()[q].name);
+        if (group_of_param_[q] == g) members.push_back(q);
+      }
+      const size_t at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size();
+      const auto fw = verdict_flow::first_wrong(all, stride, at, world_.size(), members, names, sc_.model.layers,
+                                                o.bound.value);
+      o.flow = fw.pos, o.flow_tensor = fw.tensor;
+    }
     if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
       if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
       vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
@@ -494,6 +507,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
     for (int64_t id : p.token_ids[l])
       if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, idx_, counted_, mine);  // the first wrong tensor
   add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += since(t0);
   t0 = Clock::now();

@@ -83,6 +83,8 @@ struct Row {
   int64_t step = -1;     // the step shown
   int64_t bad_steps = 0;  // steps over the bound
   int64_t compared = -1;  // elements compared at `step` (tokens for routing, copies for replicas); -1: a scalar
+  int64_t flow = -1;        // grad rows failing: the backward position of the first wrong tensor (verdict_flow.h)
+  std::string flow_tensor;  // its name
   WorstElement worst;
   std::string detail;    // routing and count rows: what differed
   RowVerdict verdict = RowVerdict::ok;

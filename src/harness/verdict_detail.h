@@ -70,6 +70,8 @@ struct Outcome {
   int64_t compared = -1;  // elements (tokens for routing) compared; -1 for scalars
   int replica_a = -1, replica_b = -1;  // group rows: two ranks whose copies differ in bits
   int64_t replica_pairs = 0;
+  int64_t flow = -1;        // grad rows: the backward position of the first wrong tensor (verdict_flow.h)
+  std::string flow_tensor;  // and its name
 };
 Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
 // The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is

@@ -94,14 +94,22 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
   return std::string(level) + what + keeps;
 }
 
+// Gradient rows that know their first wrong tensor are ordered by its place in the backward
+// pass (verdict_flow.h), before the family order: an attention-backward bug also makes the
+// LayerNorm upstream of it wrong, and the family order alone ranks LayerNorm first.
+std::pair<int, int64_t> flow_key(const Row& row) {
+  const int rank = data_flow_rank(row.quantity, row.subject);
+  if (row.quantity == "grad") return {10, row.flow >= 0 ? row.flow : (int64_t{1} << 40) + rank};
+  return {rank, 0};
+}
+
 RootCause find_root(const VerdictReport& r) {
   RootCause root;
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const Row& row = r.rows[i];
     if (row.verdict != RowVerdict::fail) continue;
     if (!root.found || row.step < root.step ||
-        (row.step == root.step && data_flow_rank(row.quantity, row.subject) <
-                                      data_flow_rank(r.rows[root.row].quantity, r.rows[root.row].subject))) {
+        (row.step == root.step && flow_key(row) < flow_key(r.rows[root.row]))) {
       root.found = true, root.row = i, root.step = row.step;
     }
   }
@@ -126,7 +134,9 @@ std::string root_line(const VerdictReport& r, const RootCause& root) {
   char scale[32] = "-";
   if (!std::isnan(row.scale_ratio)) std::snprintf(scale, sizeof scale, "%.6f", row.scale_ratio);
   std::string out = "root: " + row.quantity + (row.subject.empty() ? "" : " " + row.subject) + " at step " +
-                    std::to_string(root.step) + ", scale " + scale + " -> " + root.factor;
+                    std::to_string(root.step) +
+                    (row.flow_tensor.empty() ? "" : " (first wrong in the backward pass: " + row.flow_tensor + ")") +
+                    ", scale " + scale + " -> " + root.factor;
   if (!root.same_step.empty()) {
     out += "; also first failing at step " + std::to_string(root.step) + ":";
     for (size_t i : root.same_step)
@@ -152,6 +162,7 @@ nlohmann::json root_json(const VerdictReport& r, const RootCause& root) {
           {"step", root.step},
           {"scale_ratio", std::isnan(row.scale_ratio) ? nlohmann::json(nullptr) : nlohmann::json(row.scale_ratio)},
           {"factor", root.factor},
+          {"first_wrong_tensor", row.flow_tensor},
           {"same_step", names(root.same_step)},
           {"consequences", names(root.consequences)}};
 }

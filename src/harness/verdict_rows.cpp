@@ -220,6 +220,7 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
     row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : "floor") : "exact";
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
     row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
+    row.flow = o.flow, row.flow_tensor = o.flow_tensor;
     row.worst = o.worst, row.detail = o.detail, row.verdict = o.verdict;
   }
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "harness/verdict.h"
+#include "harness/verdict_flow.h"
 
 namespace parity {
 namespace {
@@ -65,6 +66,47 @@ TEST(VerdictRoot, DataFlowOrder) {
   EXPECT_LT(data_flow_rank("grad", "embedding"), data_flow_rank("grad_norm", ""));
   EXPECT_LT(data_flow_rank("grad_norm", ""), data_flow_rank("routing", "layer 1"));
   EXPECT_LT(data_flow_rank("expert_bias", ""), data_flow_rank("param", "head"));
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+// Tensor by tensor (verdict_flow.h): two gradient families failing at one step are ordered by
+// their first wrong tensor in the backward pass, so an attention-backward bug (layer 1's wk,
+// and the LayerNorm upstream of it, ln1) names attention; without a tensor the family order
+// stands (LayerNorm before attention).
+TEST(VerdictRoot, GradientRowsAreOrderedByTheirFirstWrongTensor) {
+  EXPECT_EQ(verdict_flow::backward_position("lm_head.weight", 2), 0);
+  EXPECT_EQ(verdict_flow::backward_position("final_ln.weight", 2), 1);
+  EXPECT_LT(verdict_flow::backward_position("layers.1.moe.experts.w2", 2),
+            verdict_flow::backward_position("layers.1.ln2.weight", 2));
+  EXPECT_LT(verdict_flow::backward_position("layers.1.ln2.weight", 2),
+            verdict_flow::backward_position("layers.1.attn.wk", 2));
+  EXPECT_LT(verdict_flow::backward_position("layers.1.attn.wk", 2),
+            verdict_flow::backward_position("layers.1.ln1.bias", 2));
+  EXPECT_LT(verdict_flow::backward_position("layers.1.ln1.bias", 2),
+            verdict_flow::backward_position("layers.0.mlp.w1", 2));
+  EXPECT_EQ(verdict_flow::backward_position("embed.weight", 2), 10);
+  EXPECT_EQ(verdict_flow::backward_position("layers.7.attn.wq", 2), -1);
+  VerdictReport rep;
+  Row ln = row("grad", "layernorm", 0, 1.01), attn = row("grad", "attention", 0, 0.98);
+  rep.rows = {ln, attn};
+  EXPECT_EQ(rep.rows[find_root(rep).row].subject, "layernorm");  // no tensor known: the family order
+  rep.rows[0].flow = verdict_flow::backward_position("layers.1.ln1.weight", 2);
+  rep.rows[1].flow = verdict_flow::backward_position("layers.1.attn.wk", 2), rep.rows[1].flow_tensor = "layers.1.attn.wk";
+  const RootCause root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].subject, "attention");
+  EXPECT_NE(root_line(rep, root).find("(first wrong in the backward pass: layers.1.attn.wk)"), std::string::npos);
+}
+
+// A sum over cp dropped or doubled reads as cp.
+TEST(VerdictRoot, NamesTheContextParallelDegree) {
+  LayoutDegrees d;
+  d.cp = 2;
+  EXPECT_EQ(factor_meaning(0.5, d).rfind("1/2 (= 1/cp)", 0), 0u) << factor_meaning(0.5, d);
 }
 
 }  // namespace
