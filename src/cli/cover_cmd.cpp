@@ -50,23 +50,28 @@ int run_cover(const CoverOptions& o) {
   for (const std::string& f : scenario_files(o.paths)) set.push_back(load_scenario(f));
   const coverage::CoverageReport report = coverage::check_coverage(set);
   std::printf("parity cover: %zu scenario files\n\n%s", set.size(), coverage::format_coverage(report).c_str());
-  if (report.missing.empty()) {
+  const size_t n_missing = report.missing.size() + report.option_missing.size();
+  if (n_missing == 0) {
     std::printf("cover verdict: PASS: every possible pair is covered\n");
     return 0;
   }
   const coverage::Proposals p = coverage::propose(set);
   std::printf("\nproposal: %zu scenarios cover the %zu missing pairs (no fewer than %zu can):\n", p.scenarios.size(),
-              report.missing.size(), p.lower_bound);
+              n_missing, p.lower_bound);
   for (const coverage::Proposal& x : p.scenarios) {
     std::string layouts = layout_text(x.scenario.layout);
     if (x.scenario.resume) layouts += " -> " + layout_text(x.scenario.resume->layout);
-    std::printf("  %s (%s), %zu new pairs:\n   ", x.scenario.name.c_str(), layouts.c_str(), x.covers.size());
+    std::printf("  %s (%s), %zu new pairs:\n   ", x.scenario.name.c_str(), layouts.c_str(),
+                x.covers.size() + x.option_covers.size());
     for (const coverage::Pair& q : x.covers) std::printf(" %s;", coverage::pair_name(q).c_str());
+    for (const coverage::OptionPair& q : x.option_covers) std::printf(" %s;", coverage::option_pair_name(q).c_str());
     std::printf("\n");
   }
   for (const coverage::Pair& q : p.left) std::printf("  no candidate covers: %s\n", coverage::pair_name(q).c_str());
+  for (const coverage::OptionPair& q : p.option_left)
+    std::printf("  no candidate covers: %s\n", coverage::option_pair_name(q).c_str());
   if (!o.write.empty()) write_proposals(p, o.write);
-  std::printf("cover verdict: FAIL: %zu pairs missing%s\n", report.missing.size(),
+  std::printf("cover verdict: FAIL: %zu pairs missing%s\n", n_missing,
               o.write.empty() ? " (parity cover --write scenarios writes the proposal)" : "");
   return 1;
 }
@@ -76,7 +81,8 @@ int run_cover(const CoverOptions& o) {
 Command add_cover_command(CLI::App& app) {
   auto o = std::make_shared<CoverOptions>();
   CLI::App* sub = app.add_subcommand(
-      "cover", "Pairwise coverage of scenario files: which (option value, folding mode) pairs they cover, every "
+      "cover", "Pairwise coverage of scenario files: which (option value, folding mode) and (option value, option "
+               "value) pairs they cover, every "
                "missing pair, and the fewest scenarios found (greedy) that add the missing ones. Exit 0 every "
                "possible pair covered, 1 a pair missing, 2 bad input");
   sub->add_option("paths", o->paths, "Scenario files or directories of them (top level only; default: scenarios)");

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "harness/scenario.h"
 #include "mesh/mesh.h"
 
@@ -51,8 +52,9 @@ const std::vector<Choice>& choices(Option o) {
                         }}}},
       {Option::clip, {{"", [](Scenario& s) { s.optim.clip = 0; }},
                       {"clip", [](Scenario& s) { s.optim.clip = 0.3; }}}},  // as fsdp2_tp2_clip
-      {Option::dtype, {{"", [](Scenario& s) { s.model.dtype = DType::f64; }},
-                       {"fp32", [](Scenario& s) { s.model.dtype = DType::f32; }}}},
+      {Option::dtype, {{"", [](Scenario& s) { s.model.set_precision(Precision{DType::f64}); }},
+                       {"fp32", [](Scenario& s) { s.model.set_precision(Precision{DType::f32}); }},
+                       {"bf16", [](Scenario& s) { s.model.set_precision(Precision{DType::f32, Low::bf16}); }}}},
       // prime sizes: uneven under every tp (etp) > 1
       {Option::vocab_uneven, {{"", [](Scenario& s) { s.model.vocab = 64; }},
                               {"vocab61", [](Scenario& s) { s.model.vocab = 61; }}}},
@@ -64,6 +66,12 @@ const std::vector<Choice>& choices(Option o) {
                                {"sharedh17", [](Scenario& s) { s.model.shared_hidden = 17; }}}},
       {Option::order, {{"", [](Scenario&) {}}}},   // decided by the candidate layout (ds_ in the name)
       {Option::resume, {{"", [](Scenario&) {}}}},  // decided by the candidate: one layout or two
+      {Option::weight_decay, {{"", [](Scenario& s) { s.optim.weight_decay = 0; }},
+                              {"wd", [](Scenario& s) { s.optim.weight_decay = 0.1; }}}},
+      {Option::route_norm, {{"", [](Scenario& s) { s.model.route_norm = s.model.top_k != 1; }},
+                            {"norm", [](Scenario& s) { s.model.route_norm = s.model.top_k == 1; }}}},
+      {Option::route_scale, {{"", [](Scenario& s) { s.model.route_scale = 1.0; }},
+                             {"rscale", [](Scenario& s) { s.model.route_scale = 2.5; }}}},
   };
   return table.at(o);
 }
@@ -85,8 +93,10 @@ struct Candidate {
 // A combination in which an option has no effect, which a proposal avoids: with top_k ==
 // experts every expert takes every token, so the aux loss is the constant aux_alpha (f_e = 1,
 // sum p_e = 1: no gradient) and the bias update is 0.
+// So has top_k 1 with route_norm and no aux loss: every weight is 1, the router gets no gradient.
 bool inert(const Scenario& s) {
-  return s.model.top_k == s.model.experts && (s.model.aux_alpha > 0 || s.model.bias_rate > 0);
+  return (s.model.top_k == s.model.experts && (s.model.aux_alpha > 0 || s.model.bias_rate > 0)) ||
+         (s.model.top_k == 1 && s.model.route_norm && s.model.aux_alpha == 0 && s.model.moe_layers() > 0);
 }
 
 // Proposals keep the batch even over micro-batches x data parallel (any batch >= microbatches
@@ -102,7 +112,10 @@ void fit_batch(Scenario& s) {
 
 // The candidate with one layout (or a resume check from layouts[0] to layouts[1]), each
 // option at the choice that covers the most missing pairs; gain read back from the result.
-Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>& missing) {
+// target: an option pair whose two values the candidate must take (when no candidate gains
+// by choosing one option at a time, a pair whose two settings differ from the template).
+Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>& missing,
+                const std::set<OptionPair>& omissing, const OptionPair* target = nullptr) {
   Candidate c;
   Scenario& s = c.scenario;
   s = cover_template();
@@ -111,30 +124,67 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
     s.steps = 6;  // as the shipped resume checks
     s.resume = ResumeConfig{3, layouts[1]->config};
   }
-  for (const OptionInfo& info : all_options()) {
-    const std::vector<Choice>& opts = choices(info.option);
-    int best = 0;
-    size_t best_gain = 0;
-    for (size_t k = 0; k < opts.size(); ++k) {
-      Scenario t = s;
-      opts[k].apply(t);
-      if (k > 0 && inert(t)) continue;
-      std::set<Pair> got;
-      for (const Layout* l : layouts) {
-        const int v = option_value(info.option, t, l->config);
-        if (v < 0) continue;
-        for (Mode m : l->modes)
-          if (missing.count({info.option, v, m})) got.insert({info.option, v, m});
+  // Two passes: the first chooses each option against the options chosen before it, the
+  // second chooses each again against all the others (a pair whose first option comes
+  // early in the list is only seen then).
+  c.chosen.assign(all_options().size(), 0);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t oi = 0; oi < all_options().size(); ++oi) {
+      const OptionInfo& info = all_options()[oi];
+      const std::vector<Choice>& opts = choices(info.option);
+      int best = c.chosen[oi];
+      size_t best_gain = 0;
+      bool have = false;
+      for (size_t k = 0; k < opts.size(); ++k) {
+        Scenario t = s;
+        opts[k].apply(t);
+        for (size_t later = oi + 1; pass == 1 && later < all_options().size(); ++later)  // keep the others' choices
+          choices(all_options()[later].option)[static_cast<size_t>(c.chosen[later])].apply(t);
+        if (k > 0 && inert(t)) continue;
+        if (target != nullptr && (info.option == target->a || info.option == target->b) &&
+            option_value(info.option, t, layouts[0]->config) != (info.option == target->a ? target->va : target->vb))
+          continue;
+        std::set<Pair> got;
+        std::set<OptionPair> ogot;
+        for (const Layout* l : layouts) {
+          const int v = option_value(info.option, t, l->config);
+          if (v < 0) continue;
+          for (Mode m : l->modes)
+            if (missing.count({info.option, v, m})) got.insert({info.option, v, m});
+          for (size_t other = 0; other < all_options().size(); ++other) {
+            if (other == oi || (pass == 0 && other > oi)) continue;
+            const Option o2 = all_options()[other].option;
+            const int w = option_value(o2, t, l->config);
+            if (w < 0) continue;
+            const OptionPair q = other < oi ? OptionPair{o2, w, info.option, v} : OptionPair{info.option, v, o2, w};
+            if (omissing.count(q)) ogot.insert(q);
+          }
+        }
+        if (!have || got.size() + ogot.size() > best_gain)
+          best = static_cast<int>(k), best_gain = got.size() + ogot.size(), have = true;
       }
-      if (got.size() > best_gain) best = static_cast<int>(k), best_gain = got.size();
+      c.chosen[oi] = best;
+      opts[static_cast<size_t>(best)].apply(s);
     }
-    opts[static_cast<size_t>(best)].apply(s);
-    c.chosen.push_back(best);
-    c.changes += best != 0;
+    if (pass == 0) {  // rebuild from the template with the choices, for the second pass to vary one at a time
+      Scenario fresh = cover_template();
+      fresh.layout = s.layout, fresh.resume = s.resume, fresh.steps = s.steps;
+      s = fresh;
+    }
   }
+  // the final scenario: the template with every choice applied in order
+  {
+    Scenario fresh = cover_template();
+    fresh.layout = s.layout, fresh.resume = s.resume, fresh.steps = s.steps;
+    for (size_t oi = 0; oi < all_options().size(); ++oi)
+      choices(all_options()[oi].option)[static_cast<size_t>(c.chosen[oi])].apply(fresh);
+    s = fresh;
+  }
+  for (int k : c.chosen) c.changes += k != 0;
   fit_batch(s);
   const std::vector<Pair> covered = covered_pairs(s);
   for (const Pair& p : covered) c.gain += missing.count(p);
+  for (const OptionPair& p : covered_option_pairs(s)) c.gain += omissing.count(p);
   c.pairs = covered.size();
   for (const Layout* l : layouts) c.cost += l->config.world;
   return c;
@@ -173,7 +223,8 @@ std::string proposal_name(const Candidate& c) {
   std::string options;
   for (size_t o = 0; o < c.chosen.size(); ++o)
     if (c.chosen[o] != 0) options += std::string("_") + choices(all_options()[o].option)[c.chosen[o]].suffix;
-  return name + (name.size() + options.size() + 4 > kMaxNameBytes ? "_mixed" : options);
+  // long lists of options make unreadable file names: past 64 bytes the file says what differs
+  return name + (name.size() + options.size() > 64 ? "_mixed" : options);
 }
 
 // Each scenario gives an option one value, whatever its layouts, so it covers at most one
@@ -191,20 +242,31 @@ size_t lower_bound(const std::set<Pair>& missing) {
 void drop_redundant(std::vector<Proposal>& props) {
   auto covered_by_others = [&](size_t i) {
     std::set<Pair> others;
+    std::set<OptionPair> oothers;
     for (size_t j = 0; j < props.size(); ++j)
-      if (j != i)
+      if (j != i) {
         for (const Pair& q : covered_pairs(props[j].scenario)) others.insert(q);
-    return std::all_of(props[i].covers.begin(), props[i].covers.end(), [&](const Pair& q) { return others.count(q); });
+        for (const OptionPair& q : covered_option_pairs(props[j].scenario)) oothers.insert(q);
+      }
+    return std::all_of(props[i].covers.begin(), props[i].covers.end(), [&](const Pair& q) { return others.count(q); }) &&
+           std::all_of(props[i].option_covers.begin(), props[i].option_covers.end(),
+                       [&](const OptionPair& q) { return oothers.count(q); });
   };
   for (size_t i = 0; i < props.size();) {
     if (covered_by_others(i)) {
       std::set<Pair> wanted;
-      for (const Proposal& p : props) wanted.insert(p.covers.begin(), p.covers.end());
+      std::set<OptionPair> owanted;
+      for (const Proposal& p : props) {
+        wanted.insert(p.covers.begin(), p.covers.end());
+        owanted.insert(p.option_covers.begin(), p.option_covers.end());
+      }
       props.erase(props.begin() + static_cast<std::ptrdiff_t>(i));
       for (Proposal& p : props) {
-        p.covers.clear();
+        p.covers.clear(), p.option_covers.clear();
         for (const Pair& q : covered_pairs(p.scenario))
           if (wanted.erase(q)) p.covers.push_back(q);
+        for (const OptionPair& q : covered_option_pairs(p.scenario))
+          if (owanted.erase(q)) p.option_covers.push_back(q);
       }
       i = 0;
     } else {
@@ -256,19 +318,23 @@ std::vector<LayoutConfig> candidate_layouts() {
 Proposals propose(const std::vector<Scenario>& shipped) {
   const CoverageReport report = check_coverage(shipped);
   std::set<Pair> missing(report.missing.begin(), report.missing.end());
+  std::set<OptionPair> omissing(report.option_missing.begin(), report.option_missing.end());
   Proposals out;
   out.lower_bound = lower_bound(missing);
   std::vector<Layout> layouts;
   for (const LayoutConfig& l : candidate_layouts()) layouts.push_back({l, modes_of(l)});
   std::set<std::string> names;
   for (const Scenario& s : shipped) names.insert(s.name);
-  while (!missing.empty()) {
-    const bool resume_missing = std::any_of(missing.begin(), missing.end(),
-                                            [](const Pair& p) { return p.option == Option::resume; });
+  while (!missing.empty() || !omissing.empty()) {
+    const bool resume_missing =
+        std::any_of(missing.begin(), missing.end(), [](const Pair& p) { return p.option == Option::resume; }) ||
+        std::any_of(omissing.begin(), omissing.end(),
+                    [](const OptionPair& p) { return p.a == Option::resume || p.b == Option::resume; });
     std::optional<Candidate> best;
+    const OptionPair* target = nullptr;
     auto consider = [&](const std::vector<const Layout*>& ls) {
-      Candidate c = build(ls, missing);
-      if (c.gain == 0 || (best && !better(c, *best))) return;
+      Candidate c = build(ls, missing, omissing, target);
+      if (c.gain == 0 || inert(c.scenario) || (best && !better(c, *best))) return;
       try {
         validate_scenario(c.scenario);
       } catch (const ConfigError&) {
@@ -276,22 +342,39 @@ Proposals propose(const std::vector<Scenario>& shipped) {
       }
       best = std::move(c);
     };
-    for (const Layout& a : layouts) {
-      consider({&a});
-      if (resume_missing)
-        for (const Layout& b : layouts) consider({&a, &b});
+    auto consider_all = [&] {
+      for (const Layout& a : layouts) {
+        consider({&a});
+        if (resume_missing)
+          for (const Layout& b : layouts) consider({&a, &b});
+      }
+    };
+    consider_all();
+    if (!best && !omissing.empty()) {  // two settings that must change together
+      const OptionPair first = *omissing.begin();
+      target = &first;
+      consider_all();
+      target = nullptr;
+      if (!best) {
+        out.option_left.push_back(first);
+        omissing.erase(first);
+        continue;
+      }
     }
     if (!best) break;
     std::string name = proposal_name(*best);
     for (int k = 2; names.count(name); ++k) name = proposal_name(*best) + "_" + std::to_string(k);
     names.insert(name);
     best->scenario.name = name;
-    Proposal p{best->scenario, {}};
+    Proposal p{best->scenario, {}, {}};
     for (const Pair& q : covered_pairs(p.scenario))
       if (missing.erase(q)) p.covers.push_back(q);
+    for (const OptionPair& q : covered_option_pairs(p.scenario))
+      if (omissing.erase(q)) p.option_covers.push_back(q);
     out.scenarios.push_back(std::move(p));
   }
   out.left.assign(missing.begin(), missing.end());
+  out.option_left.insert(out.option_left.end(), omissing.begin(), omissing.end());
   drop_redundant(out.scenarios);
   return out;
 }
@@ -309,7 +392,7 @@ std::string scenario_file_text(const Scenario& s) {
     return in_order(l, {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "sp", "order", "fsdp_dim", "backend",
                         "device"});
   };
-  ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype"});
+  ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype", "precision"});
   out["model"] = in_order(j["model"], {"vocab", "dim", "layers", "dense_layers", "heads", "seq", "batch",
                                        "microbatches", "mlp_hidden", "experts", "top_k", "expert_hidden",
                                        "shared_experts", "shared_hidden", "score", "route_norm", "route_scale",

@@ -33,11 +33,13 @@ std::vector<LayoutConfig> candidate_layouts();
 struct Proposal {
   Scenario scenario;
   std::vector<Pair> covers;  // the missing pairs it covers that no earlier proposal covered
+  std::vector<OptionPair> option_covers;  // the same for option x option pairs
 };
 
 struct Proposals {
   std::vector<Proposal> scenarios;
   std::vector<Pair> left;    // missing pairs no candidate covers (empty unless a rule is wrong)
+  std::vector<OptionPair> option_left;  // the same for option x option pairs
   size_t lower_bound = 0;    // no fewer scenarios can cover the missing pairs (see .cpp)
 };
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/precision.h"
 #include "mesh/mesh.h"
 
 namespace parity::coverage {
@@ -58,13 +59,16 @@ const std::vector<OptionInfo>& all_options() {
       {Option::top_k, "top_k", {"1", "all", "other"}, true},
       {Option::optim, "optim", {"sgd", "adam", "adamw"}, false},
       {Option::clip, "clip", {"off", "on"}, false},
-      {Option::dtype, "dtype", {"fp32", "fp64"}, false},
+      {Option::dtype, "precision", {"fp32", "fp64", "bf16"}, false},
       {Option::vocab_uneven, "vocab%tp", {"uneven"}, false},
       {Option::mlp_uneven, "mlp_hidden%tp", {"uneven"}, false},
       {Option::expert_uneven, "expert_hidden%etp", {"uneven"}, true},
       {Option::shared_uneven, "shared_hidden%tp", {"uneven"}, true},
       {Option::order, "order", {"deepspeed"}, true},
       {Option::resume, "resume", {"yes"}, false},
+      {Option::weight_decay, "weight_decay", {"off", "on"}, false},
+      {Option::route_norm, "route_norm", {"off", "on"}, true},
+      {Option::route_scale, "route_scale", {"1", "other"}, true},
   };
   return options;
 }
@@ -110,13 +114,16 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
     case Option::top_k: return m.top_k == 1 ? 0 : m.top_k == m.experts ? 1 : 2;
     case Option::optim: return s.optim.kind == OptimKind::sgd ? 0 : s.optim.kind == OptimKind::adam ? 1 : 2;
     case Option::clip: return s.optim.clip > 0 ? 1 : 0;
-    case Option::dtype: return m.dtype == DType::f32 ? 0 : 1;
+    case Option::dtype: return m.store == Low::bf16 ? 2 : m.dtype == DType::f32 ? 0 : 1;
     case Option::vocab_uneven: return flag(m.vocab % l.tp != 0);
     case Option::mlp_uneven: return flag(m.dense_layers > 0 && m.mlp_hidden % l.tp != 0);
     case Option::expert_uneven: return flag(m.expert_hidden % l.etp != 0);
     case Option::shared_uneven: return flag(m.shared_experts > 0 && m.shared_hidden % l.tp != 0);
     case Option::order: return flag(deepspeed_differs(l));
     case Option::resume: return flag(s.resume.has_value());
+    case Option::weight_decay: return s.optim.weight_decay > 0 ? 1 : 0;
+    case Option::route_norm: return m.route_norm ? 1 : 0;
+    case Option::route_scale: return m.route_scale == 1.0 ? 0 : 1;
   }
   return -1;
 }
@@ -157,6 +164,50 @@ std::vector<Pair> covered_pairs(const Scenario& s) {
   return out;
 }
 
+std::string option_pair_name(const OptionPair& p) {
+  auto one = [](Option o, int v) {
+    const OptionInfo& info = option_info(o);
+    return std::string(info.name) + "=" + std::string(info.values[static_cast<size_t>(v)]);
+  };
+  return one(p.a, p.va) + " x " + one(p.b, p.vb);
+}
+
+bool possible(const OptionPair& p) {
+  // top_k=all: every expert takes every token, so the aux loss is a constant (no gradient)
+  // and the bias update is 0: bias=on means top_k < experts, and aux=on there cannot act
+  if ((p.a == Option::bias || p.a == Option::aux) && p.va == 1 && p.b == Option::top_k && p.vb == 1) return false;
+  if (p.a == Option::shared && p.va == 0 && p.b == Option::shared_uneven) return false;  // needs a shared expert
+  return true;
+}
+
+std::vector<OptionPair> all_option_pairs() {
+  std::vector<OptionPair> out;
+  const auto& opts = all_options();
+  for (size_t i = 0; i < opts.size(); ++i)
+    for (size_t j = i + 1; j < opts.size(); ++j)
+      for (size_t vi = 0; vi < opts[i].values.size(); ++vi)
+        for (size_t vj = 0; vj < opts[j].values.size(); ++vj) {
+          const OptionPair p{opts[i].option, static_cast<int>(vi), opts[j].option, static_cast<int>(vj)};
+          if (possible(p)) out.push_back(p);
+        }
+  return out;
+}
+
+std::vector<OptionPair> covered_option_pairs(const Scenario& s) {
+  std::vector<OptionPair> out;
+  for (const LayoutConfig& l : compared_layouts(s)) {
+    std::vector<int> v;
+    for (const OptionInfo& info : all_options()) v.push_back(option_value(info.option, s, l));
+    for (size_t i = 0; i < v.size(); ++i)
+      for (size_t j = i + 1; j < v.size(); ++j)
+        if (v[i] >= 0 && v[j] >= 0)
+          out.push_back({all_options()[i].option, v[i], all_options()[j].option, v[j]});
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 CoverageReport check_coverage(const std::vector<Scenario>& scenarios) {
   CoverageReport r;
   std::map<Pair, size_t> index;
@@ -170,6 +221,15 @@ CoverageReport check_coverage(const std::vector<Scenario>& scenarios) {
     }
   for (size_t i = 0; i < r.pairs.size(); ++i)
     if (r.cover[i].empty()) r.missing.push_back(r.pairs[i]);
+  r.option_pairs = all_option_pairs();
+  std::map<OptionPair, size_t> oindex;
+  for (size_t i = 0; i < r.option_pairs.size(); ++i) oindex[r.option_pairs[i]] = i;
+  r.option_cover.assign(r.option_pairs.size(), 0);
+  for (const Scenario& s : scenarios)
+    for (const OptionPair& p : covered_option_pairs(s))
+      if (const auto it = oindex.find(p); it != oindex.end()) ++r.option_cover[it->second];
+  for (size_t i = 0; i < r.option_pairs.size(); ++i)
+    if (r.option_cover[i] == 0) r.option_missing.push_back(r.option_pairs[i]);
   return r;
 }
 
@@ -198,8 +258,12 @@ std::string format_coverage(const CoverageReport& r) {
   for (const Pair& p : r.missing) out += "missing: " + pair_name(p) + "\n";
   // every pair is possible (docs/coverage.md, "What can co-occur"); the wording is the
   // one the ctest coverage.* tests match
+  for (const OptionPair& p : r.option_missing) out += "missing: " + option_pair_name(p) + "\n";
   std::snprintf(buf, sizeof buf, "coverage: %zu of %zu possible pairs covered, %zu missing\n",
                 r.pairs.size() - r.missing.size(), r.pairs.size(), r.missing.size());
+  out += buf;
+  std::snprintf(buf, sizeof buf, "option x option: %zu of %zu possible pairs covered, %zu missing\n",
+                r.option_pairs.size() - r.option_missing.size(), r.option_pairs.size(), r.option_missing.size());
   out += buf;
   return out;
 }

@@ -39,15 +39,18 @@ enum class Option {
   top_k,          // 1; all (top_k == experts > 1); other
   optim,          // sgd; adam; adamw
   clip,           // off: clip 0; on: clip > 0
-  dtype,          // fp32; fp64
+  dtype,          // the precision policy: fp32; fp64; bf16 (bf16 storage, either reduction)
   vocab_uneven,   // yes: vocab % tp != 0 (the vocab-parallel embedding and head)
   mlp_uneven,     // yes: mlp_hidden % tp != 0 and a dense layer exists
   expert_uneven,  // yes: expert_hidden % etp != 0 and an MoE layer exists
   shared_uneven,  // yes: shared_hidden % tp != 0 and a shared expert exists
   order,          // deepspeed: layout.order deepspeed where its expert groups differ from megatron's
   resume,         // yes: the scenario is a save-and-resume check (both of its layouts)
+  weight_decay,   // off: 0; on: > 0
+  route_norm,     // off; on: the top-k weights renormalised
+  route_scale,    // 1; other
 };
-inline constexpr int kOptionCount = 16;
+inline constexpr int kOptionCount = 19;
 
 struct OptionInfo {
   Option option;
@@ -80,15 +83,37 @@ std::vector<LayoutConfig> compared_layouts(const Scenario& s);
 // with each mode of that layout. Sorted, unique.
 std::vector<Pair> covered_pairs(const Scenario& s);
 
+// Option x option: two options' values taken by the same run ("shared=off x aux=on"). A bug
+// that needs two settings together (an optimizer setting that only matters with a routing
+// setting) is seen only by a run that has both.
+struct OptionPair {
+  Option a;
+  int va;
+  Option b;  // b > a
+  int vb;
+  auto operator<=>(const OptionPair&) const = default;
+};
+std::string option_pair_name(const OptionPair& p);  // "shared=off x aux=on"
+// Whether the two values can be taken by one run (or act in it): bias=on means top_k <
+// experts and an aux loss under top_k=all is a constant, so neither meets top_k=all;
+// shared_hidden%tp=uneven needs a shared expert (docs/coverage.md, "What can co-occur").
+bool possible(const OptionPair& p);
+std::vector<OptionPair> all_option_pairs();  // the possible ones, in option, value order
+// The option pairs a scenario covers: per compared layout, every two options' values there.
+std::vector<OptionPair> covered_option_pairs(const Scenario& s);
+
 struct CoverageReport {
   std::vector<Pair> pairs;               // all_pairs()
   std::vector<Pair> missing;             // pairs no scenario covers
   std::vector<std::vector<int>> cover;   // per pair: indices of the scenarios covering it
+  std::vector<OptionPair> option_pairs;    // all_option_pairs()
+  std::vector<OptionPair> option_missing;  // option pairs no scenario covers
+  std::vector<int> option_cover;           // per option pair: how many scenarios cover it
 };
 CoverageReport check_coverage(const std::vector<Scenario>& scenarios);
 
 // The report as text: a table (option value x mode: how many scenarios cover the pair, or
-// "MISSING"), then one line per missing pair, then a summary.
+// "MISSING"), then one line per missing pair (both kinds), then a summary of each kind.
 std::string format_coverage(const CoverageReport& r);
 
 }  // namespace parity::coverage

@@ -181,8 +181,12 @@ TEST(Coverage, GeneratorCoversEveryPossiblePairFromNothing) {
     EXPECT_NO_THROW(validate_scenario(x.scenario));
     for (const LayoutConfig& l : compared_layouts(x.scenario))
       EXPECT_EQ(x.scenario.model.batch % (x.scenario.model.microbatches * l.dp_replicate * l.dp_shard), 0);
-    EXPECT_FALSE(x.covers.empty());
+    EXPECT_FALSE(x.covers.empty() && x.option_covers.empty());
     for (const Pair& q : x.covers) EXPECT_TRUE(has(covered_pairs(x.scenario), q)) << pair_name(q);
+    for (const OptionPair& q : x.option_covers) {
+      const auto got = covered_option_pairs(x.scenario);
+      EXPECT_TRUE(std::find(got.begin(), got.end(), q) != got.end()) << option_pair_name(q);
+    }
     EXPECT_TRUE(seen.insert(x.scenario.name).second);
     EXPECT_EQ(x.scenario.name.rfind("pw_", 0), 0u);
     const ModelConfig& m = x.scenario.model;  // no check that cannot fire
@@ -195,6 +199,8 @@ TEST(Coverage, GeneratorCoversEveryPossiblePairFromNothing) {
     set.push_back(x.scenario);
   }
   EXPECT_TRUE(check_coverage(set).missing.empty()) << names(check_coverage(set).missing);
+  EXPECT_TRUE(check_coverage(set).option_missing.empty()) << check_coverage(set).option_missing.size();
+  EXPECT_TRUE(p.option_left.empty()) << p.option_left.size();
   EXPECT_GE(p.scenarios.size(), p.lower_bound);
   EXPECT_GE(p.lower_bound, 3u);  // top_k and optim have three values each
 }
@@ -207,6 +213,7 @@ TEST(Coverage, GeneratorCompletesAnIncompleteSet) {
   std::vector<Scenario> set{tp2};
   for (const Proposal& x : p.scenarios) set.push_back(x.scenario);
   EXPECT_TRUE(check_coverage(set).missing.empty());
+  EXPECT_TRUE(check_coverage(set).option_missing.empty());
   EXPECT_TRUE(p.left.empty());
 }
 
@@ -235,6 +242,27 @@ TEST(Coverage, ShippedScenariosCoverEveryPossiblePair) {
   const CoverageReport r = check_coverage(set);
   EXPECT_TRUE(r.missing.empty()) << r.missing.size() << " pairs no shipped scenario covers:" << names(r.missing)
                                  << "\n(`parity cover` proposes scenarios for them; docs/coverage.md)";
+  std::string omissing;
+  for (const OptionPair& q : r.option_missing) omissing += "\n  " + option_pair_name(q);
+  EXPECT_TRUE(r.option_missing.empty()) << r.option_missing.size() << " option x option pairs no shipped scenario covers:"
+                                        << omissing << "\n(`parity cover --write scenarios` closes them)";
+}
+
+// Option x option pairs (issue 25): every two options' values, except what cannot co-occur;
+// a scenario covers the pairs its options take together in each compared run.
+TEST(Coverage, OptionPairsAreEveryTwoValuesTakenTogether) {
+  const auto all = all_option_pairs();
+  for (const OptionPair& q : all) EXPECT_LT(q.a, q.b) << option_pair_name(q);
+  EXPECT_FALSE(possible({Option::bias, 1, Option::top_k, 1}));  // bias=on needs top_k < experts
+  EXPECT_TRUE(possible({Option::bias, 1, Option::top_k, 0}));
+  Scenario s = with_layout(layout(1, 1, 2, 1, 2));
+  s.model.shared_experts = 0, s.optim.weight_decay = 0.1, s.model.route_scale = 2.5;
+  const auto got = covered_option_pairs(s);
+  auto has_op = [&](OptionPair q) { return std::find(got.begin(), got.end(), q) != got.end(); };
+  EXPECT_TRUE(has_op({Option::shared, 0, Option::weight_decay, 1})) << "shared=off x weight_decay=on";
+  EXPECT_TRUE(has_op({Option::weight_decay, 1, Option::route_scale, 1}));
+  EXPECT_FALSE(has_op({Option::shared, 1, Option::weight_decay, 1}));
+  EXPECT_EQ(option_pair_name({Option::shared, 0, Option::aux, 1}), "shared=off x aux=on");
 }
 
 }  // namespace
