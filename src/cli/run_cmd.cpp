@@ -92,10 +92,10 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   use_device(parse_device(s.layout.device));
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
-  const nlohmann::json model = scenario_to_json(s)["model"];
+  const nlohmann::json model = scenario_to_json(s)["model"], identity = checkpoint_run(s);
   int64_t first = 0;
   if (!o.resume.empty()) {
-    first = run.load(o.resume, model).step;
+    first = run.load(o.resume, model, identity).step;
     if (first > s.steps)
       throw ConfigError("--resume", o.resume + " was saved after step " + std::to_string(first) +
                                         ", beyond the run's last step (steps = " + std::to_string(s.steps) + ")");
@@ -107,7 +107,7 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   print_header(s, floor);
   for (int64_t t = first;; ++t) {
     if (t == o.save_at) {
-      run.save(o.ckpt, {t, data_position_after(s.model, t), model});
+      run.save(o.ckpt, {t, data_position_after(s.model, t), model, identity});
       std::printf("saved %s after %lld steps\n", o.ckpt.c_str(), static_cast<long long>(t));
     }
     if (t >= s.steps) break;
@@ -196,6 +196,7 @@ void check_before_launch(const Scenario& s, const LayoutConfig& layout, const Ru
   const std::string dir = ckpt::resolve(o.resume);
   const ckpt::Metadata md = ckpt::read_metadata(dir);
   ckpt::check_model(md.model, scenario_to_json(s)["model"], dir + "/" + ckpt::kMetadataFile);  // the ranks' words
+  ckpt::check_run(md.run, checkpoint_run(s), dir + "/" + ckpt::kMetadataFile);
   const std::string K = std::to_string(md.step), steps = std::to_string(s.steps);
   if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict.cpp)
     throw ConfigError("--resume", o.resume + " was saved after step " + K + ", beyond the run's last step (steps = " +

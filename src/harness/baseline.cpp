@@ -34,8 +34,9 @@ template <class T> ckpt::ShardedState BaselineRun<T>::state() { return training(
 template <class T> void BaselineRun<T>::save(const std::string& dir, const ckpt::CheckpointInfo& info) {
   training().save(nullptr, mesh_, info, dir);
 }
-template <class T> ckpt::CheckpointInfo BaselineRun<T>::load(const std::string& dir, const nlohmann::json& model) {
-  return training().load(nullptr, mesh_, model, dir);
+template <class T>
+ckpt::CheckpointInfo BaselineRun<T>::load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run) {
+  return training().load(nullptr, mesh_, model, dir, run);
 }
 
 namespace {

@@ -55,7 +55,7 @@ template <class T> class BaselineRun {
   // after which the next step() must be step(info.step).
   ckpt::ShardedState state();
   void save(const std::string& dir, const ckpt::CheckpointInfo& info);
-  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run = nullptr);
 
  private:
   TrainingState<T>& training();

@@ -190,6 +190,35 @@ case $case in
     sleep 0.2
     pgrep -f "while :; do echo tick" >/dev/null && fail "a rank left running"
     echo "SIGPIPE (| head -1): exit $rc, ranks stopped, summary printed" ;;
+  # ---- checkpoint identity: a resume under another run is bad input, never "parity broken" --
+  ident_resume)  # once: seed, data seed, lr, optimizer loaded, then the verdict failed with exit 1
+    save_ckpt good
+    sed 's/"seed": 1234/"seed": 99/' "$scen/fsdp2.json" >"$work/seed.json"
+    sed 's/"data_seed": 5678/"data_seed": 99/' "$scen/fsdp2.json" >"$work/data.json"
+    for what in seed data lr optim beta2 precision; do
+      args=("$scen/fsdp2.json" --steps 2 --resume "$work/good")
+      case $what in
+        seed) args[0]=$work/seed.json; pat='\$\.run\.seed: the checkpoint was saved by a run with another seed: checkpoint has 1234, this run has 99' ;;
+        data) args[0]=$work/data.json; pat='\$\.run\.data_seed: .*checkpoint has 5678, this run has 99' ;;
+        lr) args+=(--lr 0.5); pat='\$\.run\.optim\.lr: .*checkpoint has 0\.003, this run has 0\.5' ;;
+        optim) args+=(--optim sgd); pat='\$\.run\.optim\.kind: .*checkpoint has "adam", this run has "sgd"' ;;
+        beta2) sed 's/"beta2": 0.999/"beta2": 0.99/' "$scen/fsdp2.json" >"$work/b2.json"; args[0]=$work/b2.json
+               pat='\$\.run\.optim\.beta2: ' ;;
+        precision) args+=(--precision fp32); pat='\$\.run\.precision: .*checkpoint has "fp64", this run has "fp32"' ;;
+      esac
+      run 60 "$parity" run "${args[@]}"
+      want 2 "good/metadata\.json: $pat"
+      no_launch
+      echo "resume with another $what: exit $rc after $ms ms: $(grep -m1 'run\.' "$work/out.log")"
+    done
+    # world 1 (the baseline loads it itself) and the scenario's own settings: as before
+    sed 's/"seed": 1234/"seed": 99/' "$scen/tiny.json" >"$work/tiny99.json"
+    "$parity" run "$scen/tiny.json" --steps 1 --save-at 1 --ckpt "$work/t1" >"$work/save.log" 2>&1 || fail "tiny save"
+    run 60 "$parity" run "$work/tiny99.json" --steps 2 --resume "$work/t1"
+    want 2 "\\\$\.run\.seed: the checkpoint was saved by a run with another seed"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 2 --resume "$work/good"
+    want 0 "verdict: PASS"
+    grep -q '"run":' "$work/good/metadata.json" || fail "metadata.json records no run" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"
