@@ -112,10 +112,7 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
     }
     if (t >= s.steps) break;
     StepRecord<T> r = run.step(t);
-    if (!std::isfinite(r.loss)) {
-      std::fprintf(stderr, "parity run: loss is %f at step %lld\n", r.loss, static_cast<long long>(t));
-      return 1;
-    }
+    require_finite_baseline(r, run.model().params.specs, run.model().params.tensors);  // exit 4
     if (t % o.every == 0 || t + 1 == s.steps)
       std::printf("%6lld %14.8f %14.8f %12.4e %12.4e %8.4f %12.6f\n", static_cast<long long>(t), r.loss, r.ce, r.aux,
                   r.grad_norm, r.clip_coef, r.ce - floor);
@@ -446,12 +443,16 @@ int run_rank(const RunOptions& o) {
   const char* r = std::getenv("RANK");
   if (r == nullptr) r = std::getenv("OMPI_COMM_WORLD_RANK");
   if (r == nullptr) r = std::getenv("SLURM_PROCID");
-  const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": error: ";
+  const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": ";
   try {
     return run_rank_verdict(o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), printable_lines(e.what()).c_str());
-    return exit_code::of(e);
+    const int code = exit_code::of(e);
+    // every rank runs the same baseline and diverges alike: rank 0 says it once
+    if (code == exit_code::diverged && r != nullptr && std::string(r) != "0") return code;
+    std::fprintf(stderr, "%s%s: %s\n", who.c_str(), code == exit_code::diverged ? "baseline diverged" : "error",
+                 printable_lines(e.what()).c_str());
+    return code;
   }
 }
 

@@ -459,6 +459,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
   StepRecord<T> b = base_->step(t);
+  require_finite_baseline(b, b.grads->specs, base_->params());  // exit 4 on every rank alike
   time_.baseline += since(t0);
   set_bounds(b.noise);
   t0 = Clock::now();

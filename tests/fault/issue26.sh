@@ -219,6 +219,21 @@ case $case in
     run 60 "$parity" run "$scen/fsdp2.json" --steps 2 --resume "$work/good"
     want 0 "verdict: PASS"
     grep -q '"run":' "$work/good/metadata.json" || fail "metadata.json records no run" ;;
+  # ---- a baseline that goes non-finite: its own outcome (exit 4), not "parity broken" --------
+  diverge_baseline)  # once: exit 1, "parity broken", every row FAIL
+    run 120 "$parity" run "$scen/fsdp2.json" --steps 4 --lr 1e100
+    want 4 "baseline diverged: the one-device baseline went non-finite at step [0-9]+: (loss|micro-batch [0-9]+ loss|grad [^ ]+|grad_norm|param \(after the update\) [^ ]+)[^=]* = (-?nan|-?inf)"
+    grep -q "verdict: FAIL" "$work/out.log" && fail "a diverged baseline reported as a failed verdict"
+    [ "$(grep -c 'went non-finite' "$work/out.log")" -eq 1 ] || fail "the divergence is not said exactly once"
+    echo "W2: exit $rc after $ms ms: $(grep -m1 'went non-finite' "$work/out.log" | cut -c1-160)"
+    run 60 "$parity" run "$scen/tiny.json" --steps 4 --lr 1e100
+    want 4 "baseline diverged: the one-device baseline went non-finite at step [0-9]+"
+    echo "W1: exit $rc after $ms ms" ;;
+  diverge_layout)  # a layout non-finite where the baseline is finite: parity broken, root says so
+    PARITY_FAULT=scale_grad:router:nan run 120 "$parity" run "$scen/fsdp2.json" --steps 2
+    want 1 "verdict: FAIL"
+    want 1 "root: grad router at step 0[ ,].*-> non-finite: the layout's first non-finite quantity \(layers\.1\.moe\.router\.gate\[[0-9, ]+\] = nan where the baseline has [-0-9.e]+\); the baseline is finite"
+    echo "layout NaN: exit $rc after $ms ms: $(grep -m1 '^root:' "$work/out.log" | cut -c1-160)" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"

@@ -70,8 +70,12 @@ TEST(VerdictFault, ParsesTargetFamilyAndFactor) {
   EXPECT_EQ(f.family, Family::routed_experts);
   EXPECT_EQ(f.factor, 0.5);
   for (const char* bad : {"", "scale_grad", "scale_grad:router", "scale_grad:router:", "scale_grad:rooter:2",
-                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:inf"})
+                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:1e999",
+                          "scale_grad:router:infinity", "scale_grad:router:NaN"})
     EXPECT_THROW(parse_fault(bad), ConfigError) << bad;
+  // non-finite only when spelled so: a layout that goes non-finite (issue 26)
+  EXPECT_TRUE(std::isnan(parse_fault("scale_grad:router:nan").factor));
+  EXPECT_EQ(parse_fault("scale_param:head:-inf").factor, -std::numeric_limits<double>::infinity());
 }
 
 vd::GroupSpec spec_2x3(double tol) {
