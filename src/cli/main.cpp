@@ -52,4 +52,10 @@ int run_cli(int argc, char** argv) {
 
 }  // namespace parity::cli
 
-int main(int argc, char** argv) { return parity::cli::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) ends a write with EFBIG, reported as an I/O error naming the
+  // limit (core/resources.h, exit 3), instead of killing the process by SIGXFSZ. Ignored
+  // signals stay ignored in the ranks (fork and exec keep the disposition).
+  signal(SIGXFSZ, SIG_IGN);
+  return parity::cli::run_cli(argc, argv);
+}

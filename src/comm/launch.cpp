@@ -22,6 +22,7 @@
 #include "comm/diagnose.h"
 #include "comm/gloo/shm_communicator.h"
 #include "core/error.h"
+#include "core/resources.h"
 
 extern char** environ;
 
@@ -66,7 +67,7 @@ constexpr size_t kNumStopSignals = sizeof kStopSignals / sizeof kStopSignals[0];
 class SignalGuard {
  public:
   SignalGuard() {
-    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw Error("launch: pipe failed");
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw IoError("launch: pipe failed: " + describe_errno(errno));
     g_signal.store(0);
     g_wake_fd = wake_[1];
     struct sigaction sa {};
@@ -278,7 +279,7 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::vector<std::string>& ar
   envp.push_back(nullptr);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) throw Error(std::string("launch: fork failed: ") + strerror(errno));
+  if (pid < 0) throw IoError("launch: cannot start rank " + std::to_string(rank) + ": fork failed: " + describe_errno(errno));
   if (pid > 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
@@ -349,7 +350,8 @@ void Launcher::start_all() {
   auto argv = rank_argv(o_, command_);
   for (int r = 0; r < n; ++r) {
     int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) throw Error("launch: pipe failed");
+    if (pipe2(p, O_CLOEXEC) != 0)
+      throw IoError("launch: pipe for rank " + std::to_string(global_rank(o_, r)) + " failed: " + describe_errno(errno));
     Child c;
     c.rank = global_rank(o_, r);
     c.fd = p[0];
@@ -492,6 +494,7 @@ int Launcher::run() {
     stop_all(SIGKILL);
     for (auto& c : children_) waitpid(c.pid, nullptr, 0);
     if (!store_.empty()) std::filesystem::remove_all(store_, ec);
+    for (const auto& c : children_) remove_shm_segments_of(c.pid);  // nothing left behind
     throw;
   }
   for (;;) {

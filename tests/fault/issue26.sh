@@ -31,6 +31,7 @@ save_ckpt() {  # a real checkpoint of fsdp2 after 1 step in $work/$1
   "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/$1" >"$work/save.log" 2>&1 ||
     { cat "$work/save.log"; fail "the checkpoint could not be saved"; }
 }
+private_shm() { [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; }  # root: a /dev/shm of the test's own
 d=$work/d
 case $case in
   # ---- nothing lost -------------------------------------------------------------------------
@@ -234,6 +235,47 @@ case $case in
     want 1 "verdict: FAIL"
     want 1 "root: grad router at step 0[ ,].*-> non-finite: the layout's first non-finite quantity \(layers\.1\.moe\.router\.gate\[[0-9, ]+\] = nan where the baseline has [-0-9.e]+\); the baseline is finite"
     echo "layout NaN: exit $rc after $ms ms: $(grep -m1 '^root:' "$work/out.log" | cut -c1-160)" ;;
+  # ---- exhausted resources: exit 3 naming the resource, nothing left behind --------------------
+  res_fd)  # once: exit 1, "pipe failed", the world's /dev/shm segment left behind
+    # in a mount namespace of its own with a /dev/shm of its own: what is left there is this run's
+    private_shm || { echo "issue26 $case: PASS (skipped: no private mount namespace here)"; exit 0; }
+    run 60 unshare -m bash -c "mount -t tmpfs tmpfs /dev/shm && ulimit -n 12 &&
+      { \"$parity\" run \"$scen/fsdp8.json\" --steps 2; rc=\$?; ls /dev/shm >\"$work/shm.txt\"; exit \$rc; }"
+    want 3 "pipe for rank [1-7] failed: Too many open files \(the open-file limit, ulimit -n, is 12\)"
+    [ -s "$work/shm.txt" ] && fail "left in /dev/shm: $(cat "$work/shm.txt")"
+    echo "ulimit -n 12, fsdp8: exit $rc after $ms ms, nothing left in /dev/shm" ;;
+  res_shm)  # once: a rank killed by SIGBUS, no mention of /dev/shm
+    private_shm || { echo "issue26 $case: PASS (skipped: no private mount namespace here)"; exit 0; }
+    run 60 unshare -m bash -c "mount -t tmpfs -o size=64k tmpfs /dev/shm && head -c 60000 /dev/zero >/dev/shm/filler &&
+      { \"$parity\" run \"$scen/fsdp8.json\" --steps 2; rc=\$?; ls /dev/shm >\"$work/shm.txt\"; exit \$rc; }"
+    want 3 "shared memory /dev/shm/parity-[^:]+: cannot reserve [0-9]+ bytes: No space left on device \(/dev/shm: the filesystem is full"
+    grep -q "Bus error" "$work/out.log" && fail "a rank died of SIGBUS"
+    [ "$(cat "$work/shm.txt")" = filler ] || fail "left in /dev/shm: $(cat "$work/shm.txt")"
+    echo "full /dev/shm: exit $rc after $ms ms: $(grep -m1 'cannot reserve' "$work/out.log" | cut -c1-150)" ;;
+  res_fork)  # once: exit 1, "fork failed"
+    # root is exempt from the process limit: run as nobody, where the launcher and 3 ranks fit
+    as=(); [ "$(id -u)" -eq 0 ] && { chmod 777 "$work"; as=(setpriv --reuid=65534 --regid=65534 --clear-groups); }
+    n=$(( $(ps -U "$( [ ${#as[@]} -gt 0 ] && echo 65534 || id -u)" -L --no-headers | wc -l) + 4 ))
+    run 60 "${as[@]}" bash -c "ulimit -u $n; exec \"$parity\" launch -n 64 -- sleep 5"
+    want 3 "fork failed: Resource temporarily unavailable \(the process limit, ulimit -u, is [0-9]+; or memory\)"
+    pgrep -f "^sleep 5$" -P $$ >/dev/null && fail "a rank left running"
+    echo "ulimit -u $n: exit $rc after $ms ms" ;;
+  res_fsize)  # once: killed by SIGXFSZ (exit 153)
+    run 60 bash -c "ulimit -f 64; exec \"$parity\" run \"$scen/fsdp2.json\" --steps 2"
+    want 3 "File too large \(the file-size limit, ulimit -f, is 65536 bytes\)"
+    no_launch
+    ls "$work"/parity-baseline-* >/dev/null 2>&1 && fail "the shared baseline file was left in TMPDIR"
+    echo "ulimit -f 64: exit $rc after $ms ms" ;;
+  res_tmpdir)  # once: SIGBUS (exit 135), no message
+    mkdir "$work/full"
+    mount -t tmpfs -o size=64k tmpfs "$work/full" 2>/dev/null || { echo "issue26 $case: PASS (skipped: cannot mount a tmpfs here)"; exit 0; }
+    head -c 60000 /dev/zero >"$work/full/filler" 2>/dev/null
+    TMPDIR=$work/full run 60 "$parity" run "$scen/fsdp2.json" --steps 2
+    left=$(ls -A "$work/full" | grep -vx filler)
+    umount "$work/full"
+    [ -z "$left" ] || fail "left in TMPDIR: $left"
+    want 3 "shared baseline: cannot reserve [0-9]+ bytes for .*/full/parity-baseline-.*: No space left on device \(.*/full: the filesystem is full"
+    echo "full TMPDIR: exit $rc after $ms ms" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"
