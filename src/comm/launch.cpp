@@ -21,6 +21,7 @@
 
 #include "comm/diagnose.h"
 #include "comm/gloo/shm_communicator.h"
+#include "comm/leftovers.h"
 #include "core/error.h"
 #include "core/resources.h"
 
@@ -137,51 +138,6 @@ int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
-}
-
-// A process's identity that survives pid reuse: "pid start-time" (/proc/<pid>/stat field 22).
-std::string process_id(pid_t pid) {
-  const auto f = proc_stat_fields(pid);
-  return f.size() > 19 ? std::to_string(pid) + " " + f[19] : "";
-}
-
-// Store directories of launchers that are gone (kill -9 of a launcher leaves its directory:
-// its ranks die with it, PR_SET_PDEATHSIG, but nothing runs its cleanup): removed before a
-// new one is made, so nothing piles up or trips a later run. A directory is stale when the
-// launcher named in its owner file no longer runs, or it has no owner file and is over an
-// hour old (a launcher killed between mkdtemp and writing the file).
-void remove_stale_store_dirs(const std::string& root) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("parity-rdzv-", 0) != 0 || !e.is_directory(ec)) continue;
-    std::ifstream f(e.path() / "launcher");
-    std::string owner;
-    std::getline(f, owner);
-    bool stale = false;
-    if (!owner.empty()) {
-      const pid_t pid = static_cast<pid_t>(std::atol(owner.c_str()));
-      stale = pid <= 0 || process_id(pid) != owner;
-    } else {
-      const auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-      stale = !ec && age > std::chrono::hours(1);
-    }
-    if (stale) fs::remove_all(e.path(), ec);
-  }
-}
-
-std::string make_store_dir(const LaunchOptions& o) {
-  std::string root = o.store_root;
-  if (root.empty()) {
-    const char* t = std::getenv("TMPDIR");
-    root = t && *t ? t : "/tmp";
-  }
-  remove_stale_store_dirs(root);
-  std::string tmpl = root + "/parity-rdzv-XXXXXX";
-  if (!mkdtemp(tmpl.data())) throw IoError("launch: cannot create a store directory under " + root + ": " + strerror(errno));
-  std::ofstream(tmpl + "/launcher") << process_id(getpid()) << "\n";
-  return tmpl;
 }
 
 // A rank's global rank: this host's ranks follow those of the hosts before it.
@@ -485,7 +441,7 @@ int Launcher::run() {
   SignalGuard signals;
   wake_fd_ = signals.fd();
   started_at_ = clock::now();
-  if (o_.nnodes == 1) store_ = make_store_dir(o_);  // across hosts: the TCP store at --master
+  if (o_.nnodes == 1) store_ = make_store_dir(o_.store_root);  // across hosts: the TCP store at --master
   std::error_code ec;
   try {
     start_all();

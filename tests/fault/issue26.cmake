@@ -6,7 +6,7 @@
 set(PARITY_ISSUE26_SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/fault/issue26.sh)
 foreach(case out_ckpt_foreign_dir out_ckpt_regular_file out_report_foreign out_dir_foreign out_missing_parent
              nonreg_scenario nonreg_golden nonreg_ckpt num_steps num_lr num_empty_name sig_HUP sig_QUIT sig_PIPE
-             ident_resume diverge_baseline diverge_layout res_fd res_shm res_fork res_fsize res_tmpdir)
+             ident_resume diverge_baseline diverge_layout res_fd res_shm res_fork res_fsize res_tmpdir stale_shm)
   add_test(NAME fault.issue26.${case}
            COMMAND ${PARITY_ISSUE26_SCRIPT} $<TARGET_FILE:parity> ${PROJECT_SOURCE_DIR}/scenarios ${case})
   set_tests_properties(fault.issue26.${case} PROPERTIES LABELS "fault;input" TIMEOUT 180
@@ -17,4 +17,5 @@ set_tests_properties(fault.issue26.out_ckpt_foreign_dir fault.issue26.out_report
                      fault.issue26.nonreg_ckpt fault.issue26.sig_HUP fault.issue26.sig_QUIT
                      fault.issue26.ident_resume fault.issue26.diverge_baseline fault.issue26.diverge_layout
                      fault.issue26.res_fd fault.issue26.res_shm fault.issue26.res_fsize fault.issue26.res_tmpdir
+                     fault.issue26.stale_shm
                      PROPERTIES LABELS "fault;input;multiprocess" RUN_SERIAL TRUE)

@@ -276,6 +276,22 @@ case $case in
     [ -z "$left" ] || fail "left in TMPDIR: $left"
     want 3 "shared baseline: cannot reserve [0-9]+ bytes for .*/full/parity-baseline-.*: No space left on device \(.*/full: the filesystem is full"
     echo "full TMPDIR: exit $rc after $ms ms" ;;
+  # ---- stale segments: the next launch sweeps /dev/shm names of ranks that are gone ----------
+  stale_shm)  # once: left for ever
+    sh -c 'exit 0' & dead=$!; wait $dead
+    kill -0 "$dead" 2>/dev/null && fail "pid $dead was reused at once; rerun"
+    sleep 60 & alive=$!
+    head -c 4096 /dev/zero >"/dev/shm/parity-$dead-issue26test-00000000"
+    head -c 4096 /dev/zero >"/dev/shm/parity-$alive-issue26test-00000000"
+    run 60 "$parity" launch -n 2 -- true
+    rc_launch=$rc
+    stale_left=0; [ -e "/dev/shm/parity-$dead-issue26test-00000000" ] && stale_left=1
+    live_kept=0; [ -e "/dev/shm/parity-$alive-issue26test-00000000" ] && live_kept=1
+    rm -f "/dev/shm/parity-$dead-issue26test-00000000" "/dev/shm/parity-$alive-issue26test-00000000"
+    kill $alive
+    [ $rc_launch -eq 0 ] || fail "the launch failed: exit $rc_launch"
+    [ $stale_left -eq 0 ] && [ $live_kept -eq 1 ] || fail "stale segment left: $stale_left, live one kept: $live_kept"
+    echo "a dead pid's segment swept, a live pid's kept" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"
