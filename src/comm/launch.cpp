@@ -272,6 +272,13 @@ class Launcher {
       if (!c.status && proc_state(c.pid).rfind("T ", 0) != 0) return false;
     return true;
   }
+  // A live rank in state T (stopped), if any (not mpirun: its ranks are not our children).
+  const Child* stopped_child() const {
+    if (o_.backend == Backend::mpi) return nullptr;
+    for (const auto& c : children_)
+      if (!c.status && proc_state(c.pid).rfind("T ", 0) == 0) return &c;
+    return nullptr;
+  }
   void mark_hung() {
     for (auto& c : children_)
       if (!c.status && first_failed_ >= 0) c.hung = true, c.hung_state = proc_state(c.pid);
@@ -288,6 +295,7 @@ class Launcher {
   std::string store_;
   std::vector<Child> children_;
   int first_failed_ = -1;
+  bool blamed_stopped_ = false;  // first_failed_ is a rank found stopped, not one that exited
   clock::time_point failed_at_{}, term_at_{};
   bool terminating_ = false;
   int interrupted_by_ = 0;
@@ -411,6 +419,16 @@ void Launcher::reap() {
     if (!ok && first_failed_ < 0 && !c.stopped) {
       first_failed_ = c.rank;
       failed_at_ = clock::now();
+      // A rank that fails while another is stopped (SIGSTOP, a debugger) was most likely
+      // waiting on it (a collective timed out): the stopped one is named, and nothing is
+      // left to wait for (docs/faults.md "Blame").
+      if (const Child* s = stopped_child(); s != nullptr) {
+        first_failed_ = s->rank, blamed_stopped_ = true;
+        std::cerr << "parity launch: " << rank_name(*s) << " is stopped (" << proc_state(s->pid)
+                  << ": SIGSTOP or a debugger) and the others wait on it; " << rank_name(c) << " "
+                  << describe_status(st) << " waiting; stopping every rank" << std::endl;
+        continue;
+      }
       std::cerr << "parity launch: " << rank_name(c) << " " << (WIFSIGNALED(st) ? "died: " : "")
                 << describe_status(st) << (c.log_path.empty() ? "" : "; log: " + c.log_path)
                 << "; giving the other ranks " << grace_.count() << " ms to report before stopping them" << std::endl;
@@ -429,6 +447,10 @@ void Launcher::stop_all(int sig) {
 
 void Launcher::summarise() const {
   std::cerr << "parity launch: failed; rank verdicts:\n";
+  if (blamed_stopped_)
+    for (const auto& c : children_)
+      if (c.rank == first_failed_)
+        std::cerr << "  the rank the others waited on: " << rank_name(c) << ", stopped (SIGSTOP or a debugger)\n";
   for (const auto& c : children_) {
     std::cerr << "  " << rank_name(c) << ": " << (c.hung ? "did not answer (stopped or hung: " + c.hung_state + "), " : "")
               << (c.stopped ? "stopped by the launcher, " : "") << describe_status(*c.status)
@@ -475,7 +497,7 @@ int Launcher::run() {
       terminating_ = true;
       term_at_ = now;
     }
-    if (first_failed_ >= 0 && !terminating_ && (now - failed_at_ > grace_ || only_stopped_left())) {
+    if (first_failed_ >= 0 && !terminating_ && (now - failed_at_ > grace_ || only_stopped_left() || blamed_stopped_)) {
       mark_hung();
       stop_all(SIGTERM);
       terminating_ = true;
@@ -508,6 +530,7 @@ int Launcher::run() {
   if (first_failed_ < 0) return 0;
   summarise();
   if (o_.backend == Backend::mpi && mpi_signal_) return 3;  // a rank died: infrastructure failed
+  if (blamed_stopped_) return 3;  // a rank hung (stopped): infrastructure failed
   for (const auto& c : children_)
     if (c.rank == first_failed_) {
       const int st = *c.status;

@@ -2,7 +2,9 @@
 # Issue 26 through the real parity binary, one ctest per case (tests/fault/issue26.cmake):
 #   issue26.sh PARITY SCENARIO_DIR CASE
 # Classes: nothing lost (out_*), no read of a file that is not regular (nonreg_*), numbers on
-# the command line (num_*), and the signals that end a launch like SIGTERM (sig_*). Every
+# the command line (num_*), the signals that end a launch like SIGTERM (sig_*), checkpoint
+# identity (ident_*), a baseline or layout that goes non-finite (diverge_*), exhausted
+# resources (res_*), stale /dev/shm names (stale_shm) and blame of a stopped rank. Every
 # command that could hang on a FIFO runs under `timeout` (a hang is a failure, never a hung
 # test). Prints "issue26 CASE: PASS" (exit 0) only when every check held.
 set -u
@@ -292,6 +294,32 @@ case $case in
     [ $rc_launch -eq 0 ] || fail "the launch failed: exit $rc_launch"
     [ $stale_left -eq 0 ] && [ $live_kept -eq 1 ] || fail "stale segment left: $stale_left, live one kept: $live_kept"
     echo "a dead pid's segment swept, a live pid's kept" ;;
+  # ---- blame: the stopped rank, not the ranks waiting on it ----------------------------------
+  blame_stop)  # once: the first line named a rank that timed out waiting, the grace spent
+    "$parity" run "$scen/w8_tp4_ep4.json" --steps 1000000 --timeout 3 >"$work/out.log" 2>&1 &
+    launcher=$!
+    ranks=""
+    for _ in $(seq 600); do
+      ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
+      [ "$(echo "$ranks" | grep -c .)" -ge 8 ] && break
+      sleep 0.1
+    done
+    [ "$(echo "$ranks" | grep -c .)" -ge 8 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    sleep 1
+    victim=$(echo "$ranks" | sed -n 6p)
+    vrank=$(sed 's/^parity-rank//' "/proc/$victim/comm")  # its name (a forked rank's environ is the launcher's)
+    t0=$(date +%s%N)
+    kill -STOP "$victim"
+    for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
+    wait $launcher; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    first=$(grep -m1 '^parity launch:' "$work/out.log")
+    echo "$first" | grep -q "rank $vrank (pid $victim) is stopped" || fail "the first line blames another rank: $first"
+    want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
+    [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+    echo "SIGSTOP of rank $vrank: exit $rc after $ms ms: $first" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"
