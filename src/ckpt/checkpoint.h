@@ -67,6 +67,10 @@ struct CheckpointInfo {
   int64_t step = 0;           // opaque to the checkpoint: the caller's own counters
   int64_t data_position = 0;
   nlohmann::json model;       // the model config (e.g. scenario_to_json(s)["model"]); compared on load
+  // The rest of what decides the trajectory (harness/scenario.h checkpoint_run: seeds,
+  // optimizer and its settings, precision, the saving layout); null: not recorded (tools,
+  // synthetic states). Compared on load when the loader passes its own (check_run).
+  nlohmann::json run = nullptr;
 };
 
 // Collective over `world` (world.size() == m.world()). Throws IoError (naming the file) when
@@ -80,8 +84,10 @@ void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& st
 // or shape mismatch; IoError for a missing, truncated or corrupt file (naming file and
 // tensor), and for a metadata.json that disagrees with itself or a file (verify.h). Tensors
 // in the checkpoint but not in `state` are ignored. Returns the saved info.
+// `run`: the loader's identity (CheckpointInfo::run), checked by check_run before any tensor
+// is read; null: not checked.
 CheckpointInfo load(comm::Communicator& world, const mesh::Mesh& m, ShardedState& state, const nlohmann::json& model,
-                    const std::string& dir);
+                    const std::string& dir, const nlohmann::json& run = nullptr);
 
 // ---- the pieces, without communication (save_all / tools / tests drive them directly) ----
 
@@ -120,9 +126,17 @@ std::string resolve(const std::string& dir);
 
 // Fills rank `rank`'s tensors of `state` from a verified checkpoint (Checkpoint::open,
 // verify.h), verifying every block it reads. Checks the model config first. Throws as load().
-void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const nlohmann::json& model);
+void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const nlohmann::json& model,
+               const nlohmann::json& run = nullptr);
 
 // Throws ConfigError "<where>: $.model<pointer>: checkpoint has X, this run has Y" when differ.
 void check_model(const nlohmann::json& saved, const nlohmann::json& expected, const std::string& where);
+
+// The run identity (CheckpointInfo::run) of a checkpoint against the loader's; nothing when
+// `expected` is null. Every member but "layout" must agree (a resume under another layout is
+// what parity checks). Throws ConfigError "<where>: $.run.optim.lr: the checkpoint was saved
+// by a run with another optim.lr: checkpoint has 0.01, this run has 0.5 (1 difference(s))";
+// a checkpoint without "run" (saved before it was recorded) is refused, exit 2.
+void check_run(const nlohmann::json& saved, const nlohmann::json& expected, const std::string& where);
 
 }  // namespace parity::ckpt

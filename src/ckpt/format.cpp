@@ -174,6 +174,7 @@ ordered_json metadata_to_json(const Metadata& md) {
   j["step"] = md.step;
   j["data_position"] = md.data_position;
   j["model"] = md.model;
+  if (!md.run.is_null()) j["run"] = md.run;
   j["mesh"] = mesh_json(m);
   ordered_json files = ordered_json::array();
   for (const auto& f : md.files)
@@ -265,6 +266,7 @@ Metadata metadata_from_json(const json& j, const std::string& where) {
     md.step = j.at("step").get<int64_t>();
     md.data_position = j.at("data_position").get<int64_t>();
     md.model = j.at("model");
+    if (j.contains("run")) md.run = j.at("run");
     md.mesh = mesh_from(j.at("mesh"));
     const json& files = j.at("files");
     for (const auto& f : files)
@@ -310,10 +312,10 @@ Metadata read_metadata(const std::string& dir) {
   }
   // nlohmann turns a float into an integer with a plain cast, undefined behaviour beyond the
   // integer's range (1e300 as a rank: found by fuzz_ckpt_metadata under UBSan). The format
-  // writes integers everywhere but in the caller's $.model: any other float is refused here.
+  // writes integers everywhere but in the caller's $.model and $.run: any other float is refused here.
   if (j.is_object())
     for (const auto& [key, value] : j.items())
-      if (key != "model" && first_float(value) != nullptr)
+      if (key != "model" && key != "run" && first_float(value) != nullptr)
         throw IoError(path + ": $." + printable(key, 64) + ": holds the number " + first_float(value)->dump() +
                       " where the format writes integers only");
   return metadata_from_json(j, path);
@@ -427,14 +429,16 @@ std::map<std::string, std::string> rank_record_metadata(const RankRecordHeader& 
                        {"layout", layout_json(t.layout, r.mesh)},
                        {"chunks", chunks}});
   }
-  return {{"format", "parity-checkpoint"},
-          {"version", std::to_string(kFormatVersion)},
-          {"rank", std::to_string(r.rank)},
-          {"mesh", mesh_json(r.mesh).dump()},
-          {"step", std::to_string(r.step)},
-          {"data_position", std::to_string(r.data_position)},
-          {"model", checksum_str(r.model_checksum)},
-          {"tensors", tensors.dump()}};
+  std::map<std::string, std::string> out{{"format", "parity-checkpoint"},
+                                         {"version", std::to_string(kFormatVersion)},
+                                         {"rank", std::to_string(r.rank)},
+                                         {"mesh", mesh_json(r.mesh).dump()},
+                                         {"step", std::to_string(r.step)},
+                                         {"data_position", std::to_string(r.data_position)},
+                                         {"model", checksum_str(r.model_checksum)},
+                                         {"tensors", tensors.dump()}};
+  if (r.run_checksum) out["run"] = checksum_str(*r.run_checksum);
+  return out;
 }
 
 namespace {
@@ -494,6 +498,7 @@ RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path) 
     r.step = ints("step").get<int64_t>();
     r.data_position = ints("data_position").get<int64_t>();
     r.model_checksum = parse_checksum(get("model"), where, "model");
+    if (h.metadata.count("run")) r.run_checksum = parse_checksum(get("run"), where, "run");
     const json tensors = ints("tensors");
     size_t held = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {

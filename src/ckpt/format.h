@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,7 @@ struct Metadata {
   int version = kFormatVersion;
   int64_t step = 0, data_position = 0;
   nlohmann::json model;     // the caller's model config, compared on load
+  nlohmann::json run;       // the run's identity (CheckpointInfo::run); null when not recorded
   LayoutConfig mesh;        // the degrees it was saved under
   std::vector<FileMeta> files;
   std::vector<TensorMeta> tensors;
@@ -129,6 +131,7 @@ struct RankRecordHeader {
   LayoutConfig mesh;
   int64_t step = 0, data_position = 0;
   uint32_t model_checksum = 0;      // json_checksum of the model config
+  std::optional<uint32_t> run_checksum;  // json_checksum of the run identity, when recorded
   std::vector<TensorMeta> tensors;  // only the tensors (and chunks) of this file
 };
 std::map<std::string, std::string> rank_record_metadata(const RankRecordHeader& r);

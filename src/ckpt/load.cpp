@@ -125,11 +125,36 @@ void check_model(const json& saved, const json& expected, const std::string& whe
                         want + " (" + std::to_string(patch.size()) + " difference(s))");
 }
 
-void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const json& model) {
+void check_run(const json& saved, const json& expected, const std::string& where) {
+  if (expected.is_null()) return;
+  if (!saved.is_object())
+    throw ConfigError(where + ": $.run",
+                      "missing: the checkpoint was saved by a parity that did not record its run's seeds, optimizer "
+                      "and precision, so a resume cannot be checked to continue the same training; save it again "
+                      "with this build (docs/ckpt.md \"Identity\")");
+  json a = saved, b = expected;
+  a.erase("layout"), b.erase("layout");  // recorded, not compared: resharding is the point
+  if (a == b) return;
+  const json patch = json::diff(a, b);
+  const std::string ptr = patch.at(0).at("path").get<std::string>();
+  const json::json_pointer jp(ptr);
+  std::string field;  // "/optim/lr" -> "optim.lr"
+  for (const char c : ptr.substr(1)) field += c == '/' ? '.' : c;
+  const std::string have = a.contains(jp) ? short_json(a.at(jp)) : "nothing";
+  const std::string want = b.contains(jp) ? short_json(b.at(jp)) : "nothing";
+  throw ConfigError(where + ": $.run." + field,
+                    "the checkpoint was saved by a run with another " + field + ": checkpoint has " + have +
+                        ", this run has " + want + " (" + std::to_string(patch.size()) +
+                        " difference(s)); a resume must continue the same training");
+}
+
+void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, int rank, const json& model,
+               const json& run) {
   const std::string& dir = ck.dir();
   const Metadata& md = ck.md();
   const std::string where = dir + "/" + kMetadataFile;
   check_model(md.model, model, where);
+  check_run(md.run, run, where);
   for (const StateEntry& e : state.entries()) {
     const TensorMeta* t = md.find(e.name);
     if (!t)
@@ -149,15 +174,15 @@ void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, i
 }
 
 CheckpointInfo load(comm::Communicator& world, const mesh::Mesh& m, ShardedState& state, const json& model,
-                    const std::string& dir) {
+                    const std::string& dir, const json& run) {
   if (world.size() != m.world())
     throw Error("checkpoint load: the communicator has " + std::to_string(world.size()) + " ranks, the mesh " +
                 std::to_string(m.world()));
   CheckpointInfo info;
   agreed(world, "load of " + dir, [&] {
     const Checkpoint ck = Checkpoint::open(dir);
-    load_rank(ck, m, state, world.rank(), model);
-    info = {ck.md().step, ck.md().data_position, ck.md().model};
+    load_rank(ck, m, state, world.rank(), model, run);
+    info = {ck.md().step, ck.md().data_position, ck.md().model, ck.md().run};
   });
   return info;
 }

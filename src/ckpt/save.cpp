@@ -114,7 +114,8 @@ RankRecord write_rank_file(const std::string& dir, const mesh::Mesh& m, const Sh
                            const CheckpointInfo& info, int rank) {
   RankRecord rec;
   rec.chunks.resize(state.size());
-  RankRecordHeader self{rank, m.layout(), info.step, info.data_position, json_checksum(info.model), {}};
+  RankRecordHeader self{rank, m.layout(), info.step, info.data_position, json_checksum(info.model), {}, {}};
+  if (!info.run.is_null()) self.run_checksum = json_checksum(info.run);
   SafetensorsWriter w;
   for (size_t i = 0; i < state.size(); ++i) {
     const StateEntry& e = state.entries()[i];
@@ -203,6 +204,7 @@ Metadata make_metadata(const mesh::Mesh& m, const ShardedState& state, const Che
   md.step = info.step;
   md.data_position = info.data_position;
   md.model = info.model;
+  md.run = info.run;
   md.mesh = m.layout();
   for (const auto& r : records) md.files.push_back(r.file);
   for (size_t i = 0; i < state.size(); ++i) {

@@ -53,15 +53,15 @@ void TrainingState<T>::save(comm::Communicator* world, const mesh::Mesh& m, cons
 
 template <class T>
 ckpt::CheckpointInfo TrainingState<T>::load(comm::Communicator* world, const mesh::Mesh& m, const nlohmann::json& model,
-                                            const std::string& dir) {
+                                            const std::string& dir, const nlohmann::json& run) {
   ckpt::ShardedState st = state();
   ckpt::CheckpointInfo info;
   if (world == nullptr) {
     const ckpt::Checkpoint ck = ckpt::Checkpoint::open(dir);
-    ckpt::load_rank(ck, m, st, 0, model);
-    info = {ck.md().step, ck.md().data_position, ck.md().model};
+    ckpt::load_rank(ck, m, st, 0, model, run);
+    info = {ck.md().step, ck.md().data_position, ck.md().model, ck.md().run};
   } else {
-    info = ckpt::load(*world, m, st, model, dir);
+    info = ckpt::load(*world, m, st, model, dir, run);
   }
   const std::string where = dir + "/metadata.json";
   if (info.step < 0 || info.data_position != data_position_after(*r_.model, info.step))

@@ -50,9 +50,10 @@ template <class T> class TrainingState {
   // Collective (nullptr: W = 1). Fills every piece from `dir` (saved under any layout and
   // world size), restores the optimizer step and the bias. Throws as ckpt::load does, and
   // ConfigError when info.data_position is not info.step * model.batch or the saved
-  // optimizer step is negative.
+  // optimizer step is negative. `run` (CheckpointInfo::run, null: not checked) must agree
+  // with the saved run's identity (ckpt::check_run), checked before any tensor is read.
   ckpt::CheckpointInfo load(comm::Communicator* world, const mesh::Mesh& m, const nlohmann::json& model,
-                            const std::string& dir);
+                            const std::string& dir, const nlohmann::json& run = nullptr);
 
  private:
   void restore(const std::string& dir);
@@ -71,8 +72,8 @@ template <class T> class ParallelRunState {
       : run_(run), world_(world), state_(run.training_refs()) {}
   ckpt::ShardedState state() { return state_.state(); }
   void save(const std::string& dir, const ckpt::CheckpointInfo& info) { state_.save(&world_, run_.mesh(), info, dir); }
-  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model) {
-    return state_.load(&world_, run_.mesh(), model, dir);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run = nullptr) {
+    return state_.load(&world_, run_.mesh(), model, dir, run);
   }
 
  private:

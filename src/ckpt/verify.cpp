@@ -62,6 +62,9 @@ void check_identity(std::vector<std::string>& problems, const std::string& path,
   d.field("mesh.cp", md.mesh.cp, h.mesh.cp);
   d.field("mesh.order", md.mesh.order, h.mesh.order, [](RankOrder o) { return std::string(order_name(o)); });
   d.field("model (checksum)", json_checksum(md.model), h.model_checksum, checksum_str);
+  auto sum = [](std::optional<uint32_t> c) { return c ? checksum_str(*c) : std::string("none"); };
+  d.field("run (checksum)", md.run.is_null() ? std::nullopt : std::optional<uint32_t>(json_checksum(md.run)),
+          h.run_checksum, sum);
   if (!d.empty()) problems.push_back(d.message(path));
 }
 

@@ -1,6 +1,8 @@
 // `parity`: proves a parallel training layout computes what one device computes.
 // Exit codes: the one table in core/exit_codes.h (0 ok, 1 parity broken, 2 bad input,
-// 3 infrastructure failed, 77 not run here).
+// 3 infrastructure failed, 4 baseline diverged, 77 not run here).
+#include <signal.h>
+
 #include <cstdio>
 #include <exception>
 #include <vector>
@@ -17,7 +19,7 @@ int run_cli(int argc, char** argv) {
   CLI::App app{
       "parity: runs a Mixture-of-Experts transformer on one device and under parallel layouts,\n"
       "and checks that every layout computes the same losses, gradients and updates.\n"
-      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 parity broken, 2 bad input, 3 infrastructure failed (a rank died or\nhung, a timeout, I/O), 77 not run here (no GPU, not enough memory)."};
+      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 parity broken, 2 bad input, 3 infrastructure failed (a rank died or\nhung, a timeout, I/O, an exhausted resource), 4 the one-device baseline diverged (inf/NaN), 77 not run\nhere (no GPU, not enough memory)."};
   app.require_subcommand(1);
   std::vector<parity::cli::Command> cmds{parity::cli::add_run_command(app), parity::cli::add_dump_command(app),
                                           parity::cli::add_bench_command(app), parity::cli::add_explain_command(app),
@@ -38,7 +40,10 @@ int run_cli(int argc, char** argv) {
   } catch (const std::exception& e) {
     const int code = parity::exit_code::of(e);
     // Messages quote files and names: control characters are escaped (core/text.h), never obeyed.
-    std::fprintf(stderr, "parity: %s: %s\n", code == parity::exit_code::not_run ? "not run" : "error",
+    std::fprintf(stderr, "parity: %s: %s\n",
+                 code == parity::exit_code::not_run    ? "not run"
+                 : code == parity::exit_code::diverged ? "baseline diverged"
+                                                       : "error",
                  parity::printable_lines(e.what()).c_str());
     return code;
   }
@@ -47,4 +52,10 @@ int run_cli(int argc, char** argv) {
 
 }  // namespace parity::cli
 
-int main(int argc, char** argv) { return parity::cli::run_cli(argc, argv); }
+int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) ends a write with EFBIG, reported as an I/O error naming the
+  // limit (core/resources.h, exit 3), instead of killing the process by SIGXFSZ. Ignored
+  // signals stay ignored in the ranks (fork and exec keep the disposition).
+  signal(SIGXFSZ, SIG_IGN);
+  return parity::cli::run_cli(argc, argv);
+}

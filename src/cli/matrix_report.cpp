@@ -75,6 +75,7 @@ std::string run_verdict(const MatrixEntry& e) {
   if (e.run.rc == 0) return "PASS";
   if (e.run.rc == 1) return "FAIL";
   if (e.run.rc == 77) return "not run";
+  if (e.run.rc == 4) return "DIVERGED";  // the baseline itself (core/exit_codes.h diverged)
   return exit_text(e.run.rc);
 }
 

@@ -92,10 +92,10 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   use_device(parse_device(s.layout.device));
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
-  const nlohmann::json model = scenario_to_json(s)["model"];
+  const nlohmann::json model = scenario_to_json(s)["model"], identity = checkpoint_run(s);
   int64_t first = 0;
   if (!o.resume.empty()) {
-    first = run.load(o.resume, model).step;
+    first = run.load(o.resume, model, identity).step;
     if (first > s.steps)
       throw ConfigError("--resume", o.resume + " was saved after step " + std::to_string(first) +
                                         ", beyond the run's last step (steps = " + std::to_string(s.steps) + ")");
@@ -107,15 +107,12 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   print_header(s, floor);
   for (int64_t t = first;; ++t) {
     if (t == o.save_at) {
-      run.save(o.ckpt, {t, data_position_after(s.model, t), model});
+      run.save(o.ckpt, {t, data_position_after(s.model, t), model, identity});
       std::printf("saved %s after %lld steps\n", o.ckpt.c_str(), static_cast<long long>(t));
     }
     if (t >= s.steps) break;
     StepRecord<T> r = run.step(t);
-    if (!std::isfinite(r.loss)) {
-      std::fprintf(stderr, "parity run: loss is %f at step %lld\n", r.loss, static_cast<long long>(t));
-      return 1;
-    }
+    require_finite_baseline(r, run.model().params.specs, run.model().params.tensors);  // exit 4
     if (t % o.every == 0 || t + 1 == s.steps)
       std::printf("%6lld %14.8f %14.8f %12.4e %12.4e %8.4f %12.6f\n", static_cast<long long>(t), r.loss, r.ce, r.aux,
                   r.grad_norm, r.clip_coef, r.ce - floor);
@@ -196,6 +193,7 @@ void check_before_launch(const Scenario& s, const LayoutConfig& layout, const Ru
   const std::string dir = ckpt::resolve(o.resume);
   const ckpt::Metadata md = ckpt::read_metadata(dir);
   ckpt::check_model(md.model, scenario_to_json(s)["model"], dir + "/" + ckpt::kMetadataFile);  // the ranks' words
+  ckpt::check_run(md.run, checkpoint_run(s), dir + "/" + ckpt::kMetadataFile);
   const std::string K = std::to_string(md.step), steps = std::to_string(s.steps);
   if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict.cpp)
     throw ConfigError("--resume", o.resume + " was saved after step " + K + ", beyond the run's last step (steps = " +
@@ -445,12 +443,16 @@ int run_rank(const RunOptions& o) {
   const char* r = std::getenv("RANK");
   if (r == nullptr) r = std::getenv("OMPI_COMM_WORLD_RANK");
   if (r == nullptr) r = std::getenv("SLURM_PROCID");
-  const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": error: ";
+  const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": ";
   try {
     return run_rank_verdict(o);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s%s\n", who.c_str(), printable_lines(e.what()).c_str());
-    return exit_code::of(e);
+    const int code = exit_code::of(e);
+    // every rank runs the same baseline and diverges alike: rank 0 says it once
+    if (code == exit_code::diverged && r != nullptr && std::string(r) != "0") return code;
+    std::fprintf(stderr, "%s%s: %s\n", who.c_str(), code == exit_code::diverged ? "baseline diverged" : "error",
+                 printable_lines(e.what()).c_str());
+    return code;
   }
 }
 

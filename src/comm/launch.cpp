@@ -21,7 +21,9 @@
 
 #include "comm/diagnose.h"
 #include "comm/gloo/shm_communicator.h"
+#include "comm/leftovers.h"
 #include "core/error.h"
+#include "core/resources.h"
 
 extern char** environ;
 
@@ -66,7 +68,7 @@ constexpr size_t kNumStopSignals = sizeof kStopSignals / sizeof kStopSignals[0];
 class SignalGuard {
  public:
   SignalGuard() {
-    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw Error("launch: pipe failed");
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) throw IoError("launch: pipe failed: " + describe_errno(errno));
     g_signal.store(0);
     g_wake_fd = wake_[1];
     struct sigaction sa {};
@@ -136,51 +138,6 @@ int exit_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
-}
-
-// A process's identity that survives pid reuse: "pid start-time" (/proc/<pid>/stat field 22).
-std::string process_id(pid_t pid) {
-  const auto f = proc_stat_fields(pid);
-  return f.size() > 19 ? std::to_string(pid) + " " + f[19] : "";
-}
-
-// Store directories of launchers that are gone (kill -9 of a launcher leaves its directory:
-// its ranks die with it, PR_SET_PDEATHSIG, but nothing runs its cleanup): removed before a
-// new one is made, so nothing piles up or trips a later run. A directory is stale when the
-// launcher named in its owner file no longer runs, or it has no owner file and is over an
-// hour old (a launcher killed between mkdtemp and writing the file).
-void remove_stale_store_dirs(const std::string& root) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("parity-rdzv-", 0) != 0 || !e.is_directory(ec)) continue;
-    std::ifstream f(e.path() / "launcher");
-    std::string owner;
-    std::getline(f, owner);
-    bool stale = false;
-    if (!owner.empty()) {
-      const pid_t pid = static_cast<pid_t>(std::atol(owner.c_str()));
-      stale = pid <= 0 || process_id(pid) != owner;
-    } else {
-      const auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-      stale = !ec && age > std::chrono::hours(1);
-    }
-    if (stale) fs::remove_all(e.path(), ec);
-  }
-}
-
-std::string make_store_dir(const LaunchOptions& o) {
-  std::string root = o.store_root;
-  if (root.empty()) {
-    const char* t = std::getenv("TMPDIR");
-    root = t && *t ? t : "/tmp";
-  }
-  remove_stale_store_dirs(root);
-  std::string tmpl = root + "/parity-rdzv-XXXXXX";
-  if (!mkdtemp(tmpl.data())) throw IoError("launch: cannot create a store directory under " + root + ": " + strerror(errno));
-  std::ofstream(tmpl + "/launcher") << process_id(getpid()) << "\n";
-  return tmpl;
 }
 
 // A rank's global rank: this host's ranks follow those of the hosts before it.
@@ -278,7 +235,7 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::vector<std::string>& ar
   envp.push_back(nullptr);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) throw Error(std::string("launch: fork failed: ") + strerror(errno));
+  if (pid < 0) throw IoError("launch: cannot start rank " + std::to_string(rank) + ": fork failed: " + describe_errno(errno));
   if (pid > 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
@@ -315,6 +272,13 @@ class Launcher {
       if (!c.status && proc_state(c.pid).rfind("T ", 0) != 0) return false;
     return true;
   }
+  // A live rank in state T (stopped), if any (not mpirun: its ranks are not our children).
+  const Child* stopped_child() const {
+    if (o_.backend == Backend::mpi) return nullptr;
+    for (const auto& c : children_)
+      if (!c.status && proc_state(c.pid).rfind("T ", 0) == 0) return &c;
+    return nullptr;
+  }
   void mark_hung() {
     for (auto& c : children_)
       if (!c.status && first_failed_ >= 0) c.hung = true, c.hung_state = proc_state(c.pid);
@@ -331,6 +295,7 @@ class Launcher {
   std::string store_;
   std::vector<Child> children_;
   int first_failed_ = -1;
+  bool blamed_stopped_ = false;  // first_failed_ is a rank found stopped, not one that exited
   clock::time_point failed_at_{}, term_at_{};
   bool terminating_ = false;
   int interrupted_by_ = 0;
@@ -349,7 +314,8 @@ void Launcher::start_all() {
   auto argv = rank_argv(o_, command_);
   for (int r = 0; r < n; ++r) {
     int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) throw Error("launch: pipe failed");
+    if (pipe2(p, O_CLOEXEC) != 0)
+      throw IoError("launch: pipe for rank " + std::to_string(global_rank(o_, r)) + " failed: " + describe_errno(errno));
     Child c;
     c.rank = global_rank(o_, r);
     c.fd = p[0];
@@ -453,6 +419,16 @@ void Launcher::reap() {
     if (!ok && first_failed_ < 0 && !c.stopped) {
       first_failed_ = c.rank;
       failed_at_ = clock::now();
+      // A rank that fails while another is stopped (SIGSTOP, a debugger) was most likely
+      // waiting on it (a collective timed out): the stopped one is named, and nothing is
+      // left to wait for (docs/faults.md "Blame").
+      if (const Child* s = stopped_child(); s != nullptr) {
+        first_failed_ = s->rank, blamed_stopped_ = true;
+        std::cerr << "parity launch: " << rank_name(*s) << " is stopped (" << proc_state(s->pid)
+                  << ": SIGSTOP or a debugger) and the others wait on it; " << rank_name(c) << " "
+                  << describe_status(st) << " waiting; stopping every rank" << std::endl;
+        continue;
+      }
       std::cerr << "parity launch: " << rank_name(c) << " " << (WIFSIGNALED(st) ? "died: " : "")
                 << describe_status(st) << (c.log_path.empty() ? "" : "; log: " + c.log_path)
                 << "; giving the other ranks " << grace_.count() << " ms to report before stopping them" << std::endl;
@@ -471,6 +447,10 @@ void Launcher::stop_all(int sig) {
 
 void Launcher::summarise() const {
   std::cerr << "parity launch: failed; rank verdicts:\n";
+  if (blamed_stopped_)
+    for (const auto& c : children_)
+      if (c.rank == first_failed_)
+        std::cerr << "  the rank the others waited on: " << rank_name(c) << ", stopped (SIGSTOP or a debugger)\n";
   for (const auto& c : children_) {
     std::cerr << "  " << rank_name(c) << ": " << (c.hung ? "did not answer (stopped or hung: " + c.hung_state + "), " : "")
               << (c.stopped ? "stopped by the launcher, " : "") << describe_status(*c.status)
@@ -483,7 +463,7 @@ int Launcher::run() {
   SignalGuard signals;
   wake_fd_ = signals.fd();
   started_at_ = clock::now();
-  if (o_.nnodes == 1) store_ = make_store_dir(o_);  // across hosts: the TCP store at --master
+  if (o_.nnodes == 1) store_ = make_store_dir(o_.store_root);  // across hosts: the TCP store at --master
   std::error_code ec;
   try {
     start_all();
@@ -492,6 +472,7 @@ int Launcher::run() {
     stop_all(SIGKILL);
     for (auto& c : children_) waitpid(c.pid, nullptr, 0);
     if (!store_.empty()) std::filesystem::remove_all(store_, ec);
+    for (const auto& c : children_) remove_shm_segments_of(c.pid);  // nothing left behind
     throw;
   }
   for (;;) {
@@ -516,7 +497,7 @@ int Launcher::run() {
       terminating_ = true;
       term_at_ = now;
     }
-    if (first_failed_ >= 0 && !terminating_ && (now - failed_at_ > grace_ || only_stopped_left())) {
+    if (first_failed_ >= 0 && !terminating_ && (now - failed_at_ > grace_ || only_stopped_left() || blamed_stopped_)) {
       mark_hung();
       stop_all(SIGTERM);
       terminating_ = true;
@@ -549,6 +530,7 @@ int Launcher::run() {
   if (first_failed_ < 0) return 0;
   summarise();
   if (o_.backend == Backend::mpi && mpi_signal_) return 3;  // a rank died: infrastructure failed
+  if (blamed_stopped_) return 3;  // a rank hung (stopped): infrastructure failed
   for (const auto& c : children_)
     if (c.rank == first_failed_) {
       const int st = *c.status;

@@ -1,5 +1,6 @@
 // Typed errors. Library code throws these and never exits; a binary turns them into its
-// exit code (ConfigError -> 2, UnavailableError -> 77, anything else -> 1).
+// exit code (core/exit_codes.h: ConfigError -> 2, CommError / IoError -> 3, DivergedError -> 4,
+// UnavailableError -> 77, anything else -> 1).
 #pragma once
 #include <stdexcept>
 #include <string>
@@ -38,6 +39,14 @@ class UnavailableError : public Error {
 
 // A file that cannot be read or written, or whose contents are not what they claim.
 class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The one-device baseline itself went non-finite (inf / NaN loss, gradients or parameters: a
+// learning rate or route scale the training does not survive). Not a parity bug: the inputs
+// diverge on one device, so no layout can be judged against them. Names the step and quantity.
+class DivergedError : public Error {
  public:
   using Error::Error;
 };

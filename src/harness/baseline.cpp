@@ -1,5 +1,6 @@
 #include "harness/baseline.h"
 
+#include "core/error.h"
 #include "core/precision.h"
 
 #include <cmath>
@@ -34,8 +35,9 @@ template <class T> ckpt::ShardedState BaselineRun<T>::state() { return training(
 template <class T> void BaselineRun<T>::save(const std::string& dir, const ckpt::CheckpointInfo& info) {
   training().save(nullptr, mesh_, info, dir);
 }
-template <class T> ckpt::CheckpointInfo BaselineRun<T>::load(const std::string& dir, const nlohmann::json& model) {
-  return training().load(nullptr, mesh_, model, dir);
+template <class T>
+ckpt::CheckpointInfo BaselineRun<T>::load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run) {
+  return training().load(nullptr, mesh_, model, dir, run);
 }
 
 namespace {
@@ -87,7 +89,52 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   return rec;
 }
 
+namespace {
+// "NAME[i] = v" for the first non-finite element of `t`, or "".
+template <class T> std::string non_finite_in(const char* what, const std::string& name, const Tensor<T>& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (!std::isfinite(static_cast<double>(t.ptr()[i])))
+      return std::string(what) + " " + name + "[" + std::to_string(i) + "] = " +
+             std::to_string(static_cast<double>(t.ptr()[i]));
+  return "";
+}
+std::string scalar(const std::string& name, double x) { return std::isfinite(x) ? "" : name + " = " + std::to_string(x); }
+}  // namespace
+
+template <class T>
+std::string first_non_finite(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params) {
+  if (std::string s = scalar("loss", r.loss); !s.empty()) return s;
+  for (size_t m = 0; m < r.micro_losses.size(); ++m)
+    if (std::string s = scalar("micro-batch " + std::to_string(m) + " loss", r.micro_losses[m]); !s.empty()) return s;
+  if (r.grads)
+    for (size_t p = 0; p < r.grads->tensors.size(); ++p)
+      if (std::string s = non_finite_in("grad", r.grads->specs[p].name, r.grads->tensors[p]); !s.empty()) return s;
+  if (std::string s = scalar("grad_norm", r.grad_norm); !s.empty()) return s;
+  for (size_t p = 0; p < params.size() && p < specs.size(); ++p)
+    if (std::string s = non_finite_in("param (after the update)", specs[p].name, params[p]); !s.empty()) return s;
+  return "";
+}
+
+template <class T>
+void require_finite_baseline(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params) {
+  const std::string what = first_non_finite(r, specs, params);
+  if (what.empty()) return;
+  throw DivergedError("the one-device baseline went non-finite at step " + std::to_string(r.step) + ": " + what +
+                      " (the training itself diverges under these inputs, e.g. the learning rate or route scale; "
+                      "no layout can be judged against it: exit 4, not a parity failure)");
+}
+
 template class BaselineRun<float>;
 template class BaselineRun<double>;
+template std::string first_non_finite(const StepRecord<float>&, const std::vector<ParamSpec>&,
+                                      const std::vector<Tensor<float>>&);
+template std::string first_non_finite(const StepRecord<double>&, const std::vector<ParamSpec>&,
+                                      const std::vector<Tensor<double>>&);
+template void require_finite_baseline(const StepRecord<float>&, const std::vector<ParamSpec>&,
+                                      const std::vector<Tensor<float>>&);
+template void require_finite_baseline(const StepRecord<double>&, const std::vector<ParamSpec>&,
+                                      const std::vector<Tensor<double>>&);
 
 }  // namespace parity

@@ -35,6 +35,19 @@ template <class T> struct StepRecord {
 
 enum class KeepGrads { no, yes };
 
+// The first quantity of baseline step `r` that is not finite, in data-flow order: the loss,
+// a micro-batch loss, a gradient (when kept), the grad norm, then a parameter after the update
+// (`params`, in `specs` order; may be empty): "loss = nan", "grad layers.0.attn.wq[5] = inf",
+// "param embed.weight[0] = -inf". "" when everything is finite.
+template <class T>
+std::string first_non_finite(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params);
+// Throws DivergedError (exit 4, core/exit_codes.h) naming the step and first_non_finite:
+// "the one-device baseline went non-finite at step 1: loss = nan (...)".
+template <class T>
+void require_finite_baseline(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params);
+
 template <class T> class BaselineRun {
  public:
   explicit BaselineRun(const Scenario& s);
@@ -55,7 +68,7 @@ template <class T> class BaselineRun {
   // after which the next step() must be step(info.step).
   ckpt::ShardedState state();
   void save(const std::string& dir, const ckpt::CheckpointInfo& info);
-  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run = nullptr);
 
  private:
   TrainingState<T>& training();

@@ -425,6 +425,12 @@ Scenario load_scenario(const std::string& path) {
   }
 }
 
+nlohmann::json checkpoint_run(const Scenario& s) {
+  const json j = scenario_to_json(s);
+  return json{{"seed", s.seed}, {"data_seed", s.data_seed}, {"precision", precision_name(s.model.precision())},
+              {"optim", j.at("optim")}, {"layout", j.at("layout")}};
+}
+
 nlohmann::json scenario_to_json(const Scenario& s) {
   const ModelConfig& m = s.model;
   const OptimConfig& o = s.optim;

@@ -39,6 +39,12 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name);
 // "") reproduces s (except Scenario::source, which is where a file was read from).
 nlohmann::json scenario_to_json(const Scenario& s);
 
+// What a checkpoint records of the run beside its model config (ckpt::CheckpointInfo::run,
+// docs/ckpt.md "Identity"): everything else that decides the trajectory, i.e. seed,
+// data_seed, precision and the optimizer with its settings (compared on resume), and the
+// saving layout (recorded only). The steps done are the checkpoint's own step.
+nlohmann::json checkpoint_run(const Scenario& s);
+
 // Checks every range and cross-field rule of the schema (model sizes, optimizer
 // hyper-parameters, layout degrees). Throws ConfigError naming the JSON path of the field.
 void validate_scenario(const Scenario& s);

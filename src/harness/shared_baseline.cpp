@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "core/resources.h"
 #include "harness/golden.h"
 #include "harness/twin.h"
 #include "model/params.h"
@@ -300,10 +301,13 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   const Geometry g(s, elem);
   const size_t bytes = kHeader + g.init_bytes() + static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(s.steps, 0), kRing)) * g.block_bytes();
   const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw IoError("shared baseline: cannot create " + path_ + ": " + std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (fd < 0) throw IoError("shared baseline: cannot create " + path_ + ": " + describe_errno(errno, path_));
+  // Reserved up front: a full TMPDIR is this error (exit 3), never a SIGBUS through the mapping.
+  if (const int e = reserve_file(fd, static_cast<int64_t>(bytes)); e != 0) {
     ::close(fd);
-    throw IoError("shared baseline: cannot size " + path_ + ": " + std::strerror(errno));
+    ::unlink(path_.c_str());
+    throw IoError("shared baseline: cannot reserve " + std::to_string(bytes) + " bytes for " + path_ + ": " +
+                  describe_errno(e, path_));
   }
   void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);

@@ -489,6 +489,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
   StepRecord<T> b = base_->step(t);
+  require_finite_baseline(b, b.grads->specs, base_->params());  // exit 4 on every rank alike
   time_.baseline += since(t0);
   set_bounds(b.noise);
   t0 = Clock::now();
@@ -521,7 +522,8 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
 
 template <class T> int64_t Runner<T>::resume(const std::string& dir) {
   auto t0 = Clock::now();
-  const ckpt::CheckpointInfo info = ParallelRunState<T>(par_, *timed_).load(dir, scenario_to_json(sc_)["model"]);
+  const ckpt::CheckpointInfo info =
+      ParallelRunState<T>(par_, *timed_).load(dir, scenario_to_json(sc_)["model"], checkpoint_run(sc_));
   time_.parallel += since(t0);
   if (info.step > sc_.steps)
     throw ConfigError("--resume", dir + " was saved after step " + std::to_string(info.step) +
@@ -534,7 +536,8 @@ template <class T> int64_t Runner<T>::resume(const std::string& dir) {
 
 template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
   const auto t0 = Clock::now();
-  ParallelRunState<T>(par_, *timed_).save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"]});
+  ParallelRunState<T>(par_, *timed_)
+      .save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"], checkpoint_run(sc_)});
   time_.parallel += since(t0);
 }
 

@@ -125,6 +125,17 @@ RootCause find_root(const VerdictReport& r) {
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
+  // The layout went non-finite where the baseline did not (a non-finite baseline ends the run
+  // with exit 4 before any compare: harness/baseline.h require_finite_baseline).
+  if (!std::isfinite(rr.worst.got) || rr.detail == "non-finite value") {
+    std::string at = rr.worst.name;
+    for (size_t k = 0; k < rr.worst.index.size(); ++k) at += (k ? ", " : "[") + std::to_string(rr.worst.index[k]);
+    if (!rr.worst.index.empty()) at += "]";
+    char v[96];
+    std::snprintf(v, sizeof v, "%g where the baseline has %g", rr.worst.got, rr.worst.ref);
+    root.factor = "non-finite: the layout's first non-finite quantity" + (at.empty() ? "" : " (" + at + " = " + v + ")") +
+                  "; the baseline is finite";
+  }
   return root;
 }
 

@@ -23,7 +23,8 @@ Fault parse_fault(std::string_view spec) {
   const std::string rule =
       "expected scale_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: embedding, attention, layernorm, "
       "router, routed_experts, shared_experts, dense_mlp, head), scale_loss:all:FACTOR or "
-      "scale_grad_norm:all:FACTOR, with @RANK to apply it on one world rank, got \"" +
+      "scale_grad_norm:all:FACTOR (FACTOR a finite number, nan or inf), with @RANK to apply it on one world rank, "
+      "got \"" +
       std::string(spec) + "\"";
   const size_t a = spec.find(':'), b = a == std::string_view::npos ? a : spec.find(':', a + 1);
   if (b == std::string_view::npos) throw ConfigError("PARITY_FAULT", rule);
@@ -51,7 +52,10 @@ Fault parse_fault(std::string_view spec) {
     num.resize(at);
   }
   f.factor = std::strtod(num.c_str(), &end);
-  if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(f.factor))
+  // nan and inf only when spelled so (a layout that goes non-finite, docs/faults.md); a number
+  // that overflows (1e999) stays refused
+  const bool word = num == "nan" || num == "inf" || num == "-inf";
+  if (num.empty() || end != num.c_str() + num.size() || (!std::isfinite(f.factor) && !word))
     throw ConfigError("PARITY_FAULT", rule);
   return f;
 }

@@ -4,8 +4,9 @@
 #   ckpt.run.seed_w1_to_fsdp8      the baseline (W = 1) writes a seed checkpoint, fsdp8 starts from it
 #   ckpt.run.w1_resume_bitwise     W = 1 save at 2 and resume: steps 2..3 print the same as the
 #                                  run that never stopped
-#   ckpt.run.wrong_state_fails     resuming from another seed's checkpoint is caught (exit 1):
-#                                  the resumed comparison can fire
+#   ckpt.run.wrong_state_fails     a resumed state that is not the baseline's (the optimizer
+#                                  step not restored) is caught (exit 1): the comparison can fire
+#   ckpt.run.refuses.other_seed    another seed's checkpoint: refused, exit 2, $.run.seed
 #   ckpt.run.refuses.*             a flipped byte, a truncated file, a deleted rank file, another
 #                                  model config: refused with the message, non-zero exit
 # The scenario files with a "resume" object (scenarios/resume_*.json) are registered by
@@ -58,12 +59,20 @@ ${P} run '${S}/w1.json' --steps 4 --resume '${S}/w1c' | grep -E '^ +[23] ' > '${
 test -s '${S}/w1_full.txt' && diff '${S}/w1_full.txt' '${S}/w1_resumed.txt' && echo same-losses")
 set_tests_properties(ckpt.run.w1_resume_bitwise PROPERTIES PASS_REGULAR_EXPRESSION "same-losses")
 
-# The check can fire: a checkpoint of another seed's run is not the baseline's state.
+# The check can fire: a resumed state that is not the baseline's (the optimizer's step count
+# not restored, the zoo's adam_step_not_restored) fails the verdict, exit 1. A checkpoint of
+# another seed's run is not that: it is refused before any rank starts, exit 2, naming the
+# field (issue 26; it once loaded and failed the verdict as if the layout were wrong).
 add_test(NAME ckpt.run.wrong_state_fails
-         COMMAND sh -c "rm -rf '${S}/s99' && ${P} run '${S}/fsdp4_seed99.json' --steps 2 --save-at 2 --ckpt '${S}/s99' >/dev/null && \
-${P} run ${PARITY_RESUME_SCEN}/fsdp4.json --steps 4 --resume '${S}/s99' 2>&1; echo exit=$?")
+         COMMAND sh -c "rm -rf '${S}/s2' && ${P} run ${PARITY_RESUME_SCEN}/fsdp4.json --steps 2 --save-at 2 --ckpt '${S}/s2' >/dev/null && \
+${P} run ${PARITY_RESUME_SCEN}/fsdp4.json --steps 4 --resume '${S}/s2' --inject adam_step_not_restored 2>&1; echo exit=$?")
 set_tests_properties(ckpt.run.wrong_state_fails PROPERTIES
   PASS_REGULAR_EXPRESSION "\nFAIL +[^\n]*\n.*verdict: FAIL.*exit=1\n")
+add_test(NAME ckpt.run.refuses.other_seed
+         COMMAND sh -c "rm -rf '${S}/s99' && ${P} run '${S}/fsdp4_seed99.json' --steps 2 --save-at 2 --ckpt '${S}/s99' >/dev/null && \
+${P} run ${PARITY_RESUME_SCEN}/fsdp4.json --steps 4 --resume '${S}/s99' 2>&1; echo exit=$?")
+set_tests_properties(ckpt.run.refuses.other_seed PROPERTIES
+  PASS_REGULAR_EXPRESSION "s99/metadata.json: \\$.run.seed: the checkpoint was saved by a run with another seed: checkpoint has 99, this run has 1234.*exit=2\n")
 
 # Faults: one good checkpoint of fsdp4 (4 rank files) after 2 steps, copied and damaged.
 set(PARITY_RESUME_GOOD "rm -rf '${S}/good' && ${P} run ${PARITY_RESUME_SCEN}/fsdp4.json --steps 2 --save-at 2 --ckpt '${S}/good' >/dev/null")

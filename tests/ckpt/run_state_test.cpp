@@ -116,6 +116,48 @@ TEST_F(RunState, OtherModelConfigAndMissingMomentsAreRefused) {
   EXPECT_THROW((void)c.load(path("c"), scenario_to_json(adam)["model"]), ConfigError);
 }
 
+// Issue 26: the run's identity (harness/scenario.h checkpoint_run) is recorded and a resume
+// under another one is refused naming the field; the layout is recorded, not compared; a
+// checkpoint saved without it (before it was recorded) is refused, never loaded unchecked.
+TEST_F(RunState, AnotherRunIdentityIsRefusedNamingTheField) {
+  const Scenario s = moe_scenario(OptimKind::adam, DType::f64);
+  const json model = scenario_to_json(s)["model"];
+  BaselineRun<double> a(s);
+  (void)a.step(0);
+  a.save(path("id"), {1, s.model.batch, model, checkpoint_run(s)});
+  auto refusal = [&](const Scenario& other) -> std::string {
+    BaselineRun<double> b(other);
+    try {
+      (void)b.load(path("id"), scenario_to_json(other)["model"], checkpoint_run(other));
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "loaded";
+  };
+  Scenario seed = s, data = s, lr = s, kind = s, beta = s, prec = s, layout = s;
+  seed.seed += 1, data.data_seed += 1, lr.optim.lr *= 2, kind.optim.kind = OptimKind::adamw, beta.optim.beta2 = 0.99;
+  prec.model.set_precision(parse_precision("fp32", "test"));
+  layout.layout.dp_shard = 2, layout.layout.world = 2;
+  EXPECT_NE(refusal(seed).find("$.run.seed: the checkpoint was saved by a run with another seed"), std::string::npos)
+      << refusal(seed);
+  EXPECT_NE(refusal(data).find("$.run.data_seed:"), std::string::npos) << refusal(data);
+  EXPECT_NE(refusal(lr).find("$.run.optim.lr:"), std::string::npos) << refusal(lr);
+  EXPECT_NE(refusal(kind).find("$.run.optim.kind:"), std::string::npos) << refusal(kind);
+  EXPECT_NE(refusal(beta).find("$.run.optim.beta2:"), std::string::npos) << refusal(beta);
+  EXPECT_NE(refusal(prec).find("$.run.precision:"), std::string::npos) << refusal(prec);
+  EXPECT_EQ(refusal(layout), "loaded") << "a resume under another layout is parity's own check";
+  EXPECT_EQ(refusal(s), "loaded");
+  // saved without a run identity (a checkpoint of an older build): refused with exit 2
+  a.save(path("old"), {1, s.model.batch, model});
+  BaselineRun<double> c(s);
+  try {
+    (void)c.load(path("old"), model, checkpoint_run(s));
+    FAIL() << "a checkpoint without $.run was loaded unchecked";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.run: missing"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(RunState, InconsistentDataPositionIsRefused) {
   const Scenario s = moe_scenario(OptimKind::adam, DType::f64);
   BaselineRun<double> a(s), b(s);

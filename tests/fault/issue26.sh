@@ -2,7 +2,9 @@
 # Issue 26 through the real parity binary, one ctest per case (tests/fault/issue26.cmake):
 #   issue26.sh PARITY SCENARIO_DIR CASE
 # Classes: nothing lost (out_*), no read of a file that is not regular (nonreg_*), numbers on
-# the command line (num_*), and the signals that end a launch like SIGTERM (sig_*). Every
+# the command line (num_*), the signals that end a launch like SIGTERM (sig_*), checkpoint
+# identity (ident_*), a baseline or layout that goes non-finite (diverge_*), exhausted
+# resources (res_*), stale /dev/shm names (stale_shm) and blame of a stopped rank. Every
 # command that could hang on a FIFO runs under `timeout` (a hang is a failure, never a hung
 # test). Prints "issue26 CASE: PASS" (exit 0) only when every check held.
 set -u
@@ -31,6 +33,7 @@ save_ckpt() {  # a real checkpoint of fsdp2 after 1 step in $work/$1
   "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/$1" >"$work/save.log" 2>&1 ||
     { cat "$work/save.log"; fail "the checkpoint could not be saved"; }
 }
+private_shm() { [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; }  # root: a /dev/shm of the test's own
 d=$work/d
 case $case in
   # ---- nothing lost -------------------------------------------------------------------------
@@ -190,6 +193,133 @@ case $case in
     sleep 0.2
     pgrep -f "while :; do echo tick" >/dev/null && fail "a rank left running"
     echo "SIGPIPE (| head -1): exit $rc, ranks stopped, summary printed" ;;
+  # ---- checkpoint identity: a resume under another run is bad input, never "parity broken" --
+  ident_resume)  # once: seed, data seed, lr, optimizer loaded, then the verdict failed with exit 1
+    save_ckpt good
+    sed 's/"seed": 1234/"seed": 99/' "$scen/fsdp2.json" >"$work/seed.json"
+    sed 's/"data_seed": 5678/"data_seed": 99/' "$scen/fsdp2.json" >"$work/data.json"
+    for what in seed data lr optim beta2 precision; do
+      args=("$scen/fsdp2.json" --steps 2 --resume "$work/good")
+      case $what in
+        seed) args[0]=$work/seed.json; pat='\$\.run\.seed: the checkpoint was saved by a run with another seed: checkpoint has 1234, this run has 99' ;;
+        data) args[0]=$work/data.json; pat='\$\.run\.data_seed: .*checkpoint has 5678, this run has 99' ;;
+        lr) args+=(--lr 0.5); pat='\$\.run\.optim\.lr: .*checkpoint has 0\.003, this run has 0\.5' ;;
+        optim) args+=(--optim sgd); pat='\$\.run\.optim\.kind: .*checkpoint has "adam", this run has "sgd"' ;;
+        beta2) sed 's/"beta2": 0.999/"beta2": 0.99/' "$scen/fsdp2.json" >"$work/b2.json"; args[0]=$work/b2.json
+               pat='\$\.run\.optim\.beta2: ' ;;
+        precision) args+=(--precision fp32); pat='\$\.run\.precision: .*checkpoint has "fp64", this run has "fp32"' ;;
+      esac
+      run 60 "$parity" run "${args[@]}"
+      want 2 "good/metadata\.json: $pat"
+      no_launch
+      echo "resume with another $what: exit $rc after $ms ms: $(grep -m1 'run\.' "$work/out.log")"
+    done
+    # world 1 (the baseline loads it itself) and the scenario's own settings: as before
+    sed 's/"seed": 1234/"seed": 99/' "$scen/tiny.json" >"$work/tiny99.json"
+    "$parity" run "$scen/tiny.json" --steps 1 --save-at 1 --ckpt "$work/t1" >"$work/save.log" 2>&1 || fail "tiny save"
+    run 60 "$parity" run "$work/tiny99.json" --steps 2 --resume "$work/t1"
+    want 2 "\\\$\.run\.seed: the checkpoint was saved by a run with another seed"
+    run 60 "$parity" run "$scen/fsdp2.json" --steps 2 --resume "$work/good"
+    want 0 "verdict: PASS"
+    grep -q '"run":' "$work/good/metadata.json" || fail "metadata.json records no run" ;;
+  # ---- a baseline that goes non-finite: its own outcome (exit 4), not "parity broken" --------
+  diverge_baseline)  # once: exit 1, "parity broken", every row FAIL
+    run 120 "$parity" run "$scen/fsdp2.json" --steps 4 --lr 1e100
+    want 4 "baseline diverged: the one-device baseline went non-finite at step [0-9]+: (loss|micro-batch [0-9]+ loss|grad [^ ]+|grad_norm|param \(after the update\) [^ ]+)[^=]* = (-?nan|-?inf)"
+    grep -q "verdict: FAIL" "$work/out.log" && fail "a diverged baseline reported as a failed verdict"
+    [ "$(grep -c 'went non-finite' "$work/out.log")" -eq 1 ] || fail "the divergence is not said exactly once"
+    echo "W2: exit $rc after $ms ms: $(grep -m1 'went non-finite' "$work/out.log" | cut -c1-160)"
+    run 60 "$parity" run "$scen/tiny.json" --steps 4 --lr 1e100
+    want 4 "baseline diverged: the one-device baseline went non-finite at step [0-9]+"
+    echo "W1: exit $rc after $ms ms" ;;
+  diverge_layout)  # a layout non-finite where the baseline is finite: parity broken, root says so
+    PARITY_FAULT=scale_grad:router:nan run 120 "$parity" run "$scen/fsdp2.json" --steps 2
+    want 1 "verdict: FAIL"
+    want 1 "root: grad router at step 0[ ,].*-> non-finite: the layout's first non-finite quantity \(layers\.1\.moe\.router\.gate\[[0-9, ]+\] = nan where the baseline has [-0-9.e]+\); the baseline is finite"
+    echo "layout NaN: exit $rc after $ms ms: $(grep -m1 '^root:' "$work/out.log" | cut -c1-160)" ;;
+  # ---- exhausted resources: exit 3 naming the resource, nothing left behind --------------------
+  res_fd)  # once: exit 1, "pipe failed", the world's /dev/shm segment left behind
+    # in a mount namespace of its own with a /dev/shm of its own: what is left there is this run's
+    private_shm || { echo "issue26 $case: PASS (skipped: no private mount namespace here)"; exit 0; }
+    run 60 unshare -m bash -c "mount -t tmpfs tmpfs /dev/shm && ulimit -n 12 &&
+      { \"$parity\" run \"$scen/fsdp8.json\" --steps 2; rc=\$?; ls /dev/shm >\"$work/shm.txt\"; exit \$rc; }"
+    want 3 "pipe for rank [1-7] failed: Too many open files \(the open-file limit, ulimit -n, is 12\)"
+    [ -s "$work/shm.txt" ] && fail "left in /dev/shm: $(cat "$work/shm.txt")"
+    echo "ulimit -n 12, fsdp8: exit $rc after $ms ms, nothing left in /dev/shm" ;;
+  res_shm)  # once: a rank killed by SIGBUS, no mention of /dev/shm
+    private_shm || { echo "issue26 $case: PASS (skipped: no private mount namespace here)"; exit 0; }
+    run 60 unshare -m bash -c "mount -t tmpfs -o size=64k tmpfs /dev/shm && head -c 60000 /dev/zero >/dev/shm/filler &&
+      { \"$parity\" run \"$scen/fsdp8.json\" --steps 2; rc=\$?; ls /dev/shm >\"$work/shm.txt\"; exit \$rc; }"
+    want 3 "shared memory /dev/shm/parity-[^:]+: cannot reserve [0-9]+ bytes: No space left on device \(/dev/shm: the filesystem is full"
+    grep -q "Bus error" "$work/out.log" && fail "a rank died of SIGBUS"
+    [ "$(cat "$work/shm.txt")" = filler ] || fail "left in /dev/shm: $(cat "$work/shm.txt")"
+    echo "full /dev/shm: exit $rc after $ms ms: $(grep -m1 'cannot reserve' "$work/out.log" | cut -c1-150)" ;;
+  res_fork)  # once: exit 1, "fork failed"
+    # root is exempt from the process limit: run as nobody, where the launcher and 3 ranks fit
+    as=(); [ "$(id -u)" -eq 0 ] && { chmod 777 "$work"; as=(setpriv --reuid=65534 --regid=65534 --clear-groups); }
+    n=$(( $(ps -U "$( [ ${#as[@]} -gt 0 ] && echo 65534 || id -u)" -L --no-headers | wc -l) + 4 ))
+    run 60 "${as[@]}" bash -c "ulimit -u $n; exec \"$parity\" launch -n 64 -- sleep 5"
+    want 3 "fork failed: Resource temporarily unavailable \(the process limit, ulimit -u, is [0-9]+; or memory\)"
+    pgrep -f "^sleep 5$" -P $$ >/dev/null && fail "a rank left running"
+    echo "ulimit -u $n: exit $rc after $ms ms" ;;
+  res_fsize)  # once: killed by SIGXFSZ (exit 153)
+    run 60 bash -c "ulimit -f 64; exec \"$parity\" run \"$scen/fsdp2.json\" --steps 2"
+    want 3 "File too large \(the file-size limit, ulimit -f, is 65536 bytes\)"
+    no_launch
+    ls "$work"/parity-baseline-* >/dev/null 2>&1 && fail "the shared baseline file was left in TMPDIR"
+    echo "ulimit -f 64: exit $rc after $ms ms" ;;
+  res_tmpdir)  # once: SIGBUS (exit 135), no message
+    mkdir "$work/full"
+    mount -t tmpfs -o size=64k tmpfs "$work/full" 2>/dev/null || { echo "issue26 $case: PASS (skipped: cannot mount a tmpfs here)"; exit 0; }
+    head -c 60000 /dev/zero >"$work/full/filler" 2>/dev/null
+    TMPDIR=$work/full run 60 "$parity" run "$scen/fsdp2.json" --steps 2
+    left=$(ls -A "$work/full" | grep -vx filler)
+    umount "$work/full"
+    [ -z "$left" ] || fail "left in TMPDIR: $left"
+    want 3 "shared baseline: cannot reserve [0-9]+ bytes for .*/full/parity-baseline-.*: No space left on device \(.*/full: the filesystem is full"
+    echo "full TMPDIR: exit $rc after $ms ms" ;;
+  # ---- stale segments: the next launch sweeps /dev/shm names of ranks that are gone ----------
+  stale_shm)  # once: left for ever
+    sh -c 'exit 0' & dead=$!; wait $dead
+    kill -0 "$dead" 2>/dev/null && fail "pid $dead was reused at once; rerun"
+    sleep 60 & alive=$!
+    head -c 4096 /dev/zero >"/dev/shm/parity-$dead-issue26test-00000000"
+    head -c 4096 /dev/zero >"/dev/shm/parity-$alive-issue26test-00000000"
+    run 60 "$parity" launch -n 2 -- true
+    rc_launch=$rc
+    stale_left=0; [ -e "/dev/shm/parity-$dead-issue26test-00000000" ] && stale_left=1
+    live_kept=0; [ -e "/dev/shm/parity-$alive-issue26test-00000000" ] && live_kept=1
+    rm -f "/dev/shm/parity-$dead-issue26test-00000000" "/dev/shm/parity-$alive-issue26test-00000000"
+    kill $alive
+    [ $rc_launch -eq 0 ] || fail "the launch failed: exit $rc_launch"
+    [ $stale_left -eq 0 ] && [ $live_kept -eq 1 ] || fail "stale segment left: $stale_left, live one kept: $live_kept"
+    echo "a dead pid's segment swept, a live pid's kept" ;;
+  # ---- blame: the stopped rank, not the ranks waiting on it ----------------------------------
+  blame_stop)  # once: the first line named a rank that timed out waiting, the grace spent
+    "$parity" run "$scen/w8_tp4_ep4.json" --steps 1000000 --timeout 3 >"$work/out.log" 2>&1 &
+    launcher=$!
+    ranks=""
+    for _ in $(seq 600); do
+      ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
+                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
+      [ "$(echo "$ranks" | grep -c .)" -ge 8 ] && break
+      sleep 0.1
+    done
+    [ "$(echo "$ranks" | grep -c .)" -ge 8 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    sleep 1
+    victim=$(echo "$ranks" | sed -n 6p)
+    vrank=$(sed 's/^parity-rank//' "/proc/$victim/comm")  # its name (a forked rank's environ is the launcher's)
+    t0=$(date +%s%N)
+    kill -STOP "$victim"
+    for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
+    wait $launcher; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    first=$(grep -m1 '^parity launch:' "$work/out.log")
+    echo "$first" | grep -q "rank $vrank (pid $victim) is stopped" || fail "the first line blames another rank: $first"
+    want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
+    [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+    echo "SIGSTOP of rank $vrank: exit $rc after $ms ms: $first" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"

@@ -74,9 +74,13 @@ TEST(VerdictFault, ParsesTargetFamilyAndFactor) {
   EXPECT_EQ(f.factor, 1.0000000001);
   EXPECT_EQ(f.rank, 3);
   for (const char* bad : {"", "scale_grad", "scale_grad:router", "scale_grad:router:", "scale_grad:rooter:2",
-                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:inf",
-                          "scale_grad:router:2@", "scale_grad:router:2@-1", "scale_grad:router:2@x"})
+                          "shift_grad:router:2", "scale_grad:router:2x", "scale_grad:router:1e999",
+                          "scale_grad:router:infinity", "scale_grad:router:NaN", "scale_grad:router:2@",
+                          "scale_grad:router:2@-1", "scale_grad:router:2@x"})
     EXPECT_THROW(parse_fault(bad), ConfigError) << bad;
+  // non-finite only when spelled so: a layout that goes non-finite (issue 26)
+  EXPECT_TRUE(std::isnan(parse_fault("scale_grad:router:nan").factor));
+  EXPECT_EQ(parse_fault("scale_param:head:-inf").factor, -std::numeric_limits<double>::infinity());
 }
 
 vd::GroupSpec spec_2x3(double tol) {

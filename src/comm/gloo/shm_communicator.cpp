@@ -1,9 +1,11 @@
 #include "comm/gloo/shm_communicator.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -41,6 +43,21 @@ void remove_shm_segments_of(int64_t pid) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
     if (e.path().filename().string().rfind(prefix, 0) == 0) shm_unlink(("/" + e.path().filename().string()).c_str());
+}
+
+int remove_stale_shm_segments() {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("parity-", 0) != 0) continue;
+    const size_t end = name.find('-', 7);
+    const std::string digits = name.substr(7, end == std::string::npos ? std::string::npos : end - 7);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::atol(digits.c_str()));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH && shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  return removed;
 }
 
 namespace {

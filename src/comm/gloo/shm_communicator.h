@@ -34,6 +34,14 @@ std::string diagnose_on_boards(Rendezvous& rdzv, const std::string& scope, const
 // launcher calls it for every rank it started, once the rank has ended.
 void remove_shm_segments_of(int64_t pid);
 
+// Removes every "/dev/shm/parity-PID-..." whose PID (the rank that created it) no longer runs:
+// a name lives only while its group starts (every member maps it, then rank 0 unlinks it), so
+// once its creator is gone nobody can still need the name. What a launcher killed by -9 (its
+// ranks die with it) or a rank killed during start-up leaves; the next launch sweeps it. A
+// reused pid keeps a name until that process ends too (never one in use removed).
+// Returns how many were removed.
+int remove_stale_shm_segments();
+
 std::unique_ptr<Communicator> make_shm_world(int rank, int world_size, std::shared_ptr<Rendezvous> rendezvous,
                                              std::chrono::milliseconds timeout);
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/resources.h"
 
 namespace parity::comm::shm {
 
@@ -95,13 +96,15 @@ int64_t slot_bytes_setting() {
 std::unique_ptr<Segment> Segment::create(const std::string& name, int members, int64_t slot, uint64_t nonce,
                                          int host_ranks) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw CommError("shared memory " + name + ": shm_open failed: " + std::strerror(errno));
+  if (fd < 0) throw IoError("shared memory /dev/shm" + name + ": shm_open failed: " + describe_errno(errno, "/dev/shm/x"));
   const size_t bytes = segment_bytes(members, slot);
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int e = errno;
+  // Reserved up front: a full /dev/shm is this error (exit 3), never a SIGBUS at the first
+  // store through the mapping.
+  if (const int e = reserve_file(fd, static_cast<int64_t>(bytes)); e != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    throw CommError("shared memory " + name + ": ftruncate to " + std::to_string(bytes) + " bytes failed: " + std::strerror(e));
+    throw IoError("shared memory /dev/shm" + name + ": cannot reserve " + std::to_string(bytes) + " bytes: " +
+                  describe_errno(e, "/dev/shm/x"));
   }
   void* p = nullptr;
   try {
