@@ -36,13 +36,6 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
                             Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
 
-std::string layout_desc(const LayoutConfig& l) {
-  auto s = [](int64_t x) { return std::to_string(x); };
-  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
-         (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" +
-         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order");
-}
-
 Row make_row(std::string quantity, std::string subject, double tol) {
   Row r;
   r.quantity = std::move(quantity), r.subject = std::move(subject), r.tol = tol;
@@ -541,35 +534,6 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
   time_.parallel += since(t0);
 }
 
-// Rank 0's timings and, per field, the slowest rank's.
-void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
-  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
-                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
-  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
-  world.allgather(std::span<const double>(v), std::span<double>(all));
-  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
-  rep.rank0 = to(all.data());
-  std::vector<double> mx(v.size(), 0);
-  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
-    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
-  rep.slowest = to(mx.data());
-}
-
-std::string optim_desc(const OptimConfig& o) {
-  char lr[32];
-  std::snprintf(lr, sizeof lr, "%g", o.lr);
-  return std::string(optim_name(o.kind)) + " lr " + lr;
-}
-
-std::string fault_desc(const std::optional<Fault>& f) {
-  if (!f) return "";
-  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:"};
-  const bool scalar = f->target == Fault::Target::loss || f->target == Fault::Target::grad_norm;
-  return std::string(kWhat[static_cast<int>(f->target)]) + (scalar ? "all" : std::string(family_name(f->family))) +
-         ":" + std::to_string(f->factor) +
-         (f->rank >= 0 ? " on rank " + std::to_string(f->rank) : "");
-}
-
 }  // namespace
 
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
@@ -579,10 +543,11 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
                  s.layout.world, s.model.microbatches, s.layout.cp};
-  rep.layout = layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps, rep.fault = fault_desc(o.fault);
+  rep.layout = vd::layout_desc(s.layout), rep.world = world.size(), rep.steps = s.steps;
+  rep.fault = vd::fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())
     rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;
-  rep.optim = optim_desc(s.optim);
+  rep.optim = vd::optim_desc(s.optim);
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
   run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);
@@ -606,7 +571,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(),
                    [](const Row& a, const Row& b) { return static_cast<int>(a.verdict) < static_cast<int>(b.verdict); });
-  gather_timings(world, run.time(), rep);
+  vd::gather_timings(world, run.time(), rep);
   return rep;
 }
 

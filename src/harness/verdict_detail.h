@@ -3,6 +3,7 @@
 // combination of all ranks' parts in rank order (so every rank gets the same bits).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,5 +111,13 @@ RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int
 // parts in rank order; coverage: how many ranks reported each token (n).
 Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<int64_t>& coverage,
                         const std::string& layer);
+
+// What the report says of the run: "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 1,
+// etp 2)", "adam lr 0.003", the injected fault; and every rank's timings gathered (rank 0's
+// and, per field, the slowest rank's). verdict_report.cpp.
+std::string layout_desc(const LayoutConfig& l);
+std::string optim_desc(const OptimConfig& o);
+std::string fault_desc(const std::optional<Fault>& f);
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep);
 
 }  // namespace parity::verdict_detail

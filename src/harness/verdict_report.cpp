@@ -7,6 +7,10 @@
 
 #include "harness/compare.h"
 #include "harness/verdict.h"
+#include "harness/verdict_detail.h"
+
+#include <algorithm>
+#include <span>
 
 namespace parity {
 
@@ -65,6 +69,48 @@ nlohmann::json timings_json(const Timings& t) {
 }
 
 }  // namespace
+
+// The run's descriptions and rank 0's / the slowest rank's timings (verdict_detail.h).
+namespace verdict_detail {
+
+std::string layout_desc(const LayoutConfig& l) {
+  auto s = [](int64_t x) { return std::to_string(x); };
+  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
+         (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" +
+         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order");
+}
+
+// Rank 0's timings and, per field, the slowest rank's.
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
+                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
+  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(v), std::span<double>(all));
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
+  rep.rank0 = to(all.data());
+  std::vector<double> mx(v.size(), 0);
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  rep.slowest = to(mx.data());
+}
+
+std::string optim_desc(const OptimConfig& o) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", o.lr);
+  return std::string(optim_name(o.kind)) + " lr " + lr;
+}
+
+std::string fault_desc(const std::optional<Fault>& f) {
+  if (!f) return "";
+  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:"};
+  const bool scalar = f->target == Fault::Target::loss || f->target == Fault::Target::grad_norm;
+  return std::string(kWhat[static_cast<int>(f->target)]) + (scalar ? "all" : std::string(family_name(f->family))) +
+         ":" + std::to_string(f->factor) +
+         (f->rank >= 0 ? " on rank " + std::to_string(f->rank) : "");
+}
+
+
+}  // namespace verdict_detail
 
 std::string format_verdict(const VerdictReport& r) {
   std::string out = "parity run " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout + ", " +
