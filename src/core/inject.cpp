@@ -95,6 +95,10 @@ const std::vector<Injection>& injections() {
        "experts' (expert parameters kept out of the clipping pass): grad_norm and clip_coef match, only the "
        "parameters after a clipped step differ",
        "fsdp2_tp2_clip.json", "param routed_experts", 0, ""},
+      {"optim_state_replica_drift", "parallel/parallel_run.cpp, optimizer step",
+       "one data-parallel replica's Adam second moment one ulp apart from the others' (a replica updated apart, "
+       "as from a reduction whose bits differ from rank to rank): its parameters are still equal after the step",
+       "hsdp2x2.json", "replicas every tensor", 0, ""},
       {"ckpt_v_from_m_buffer", "ckpt/training_state.cpp, the optimizer state's checkpoint entries",
        "Adam's second-moment entries point at the first moment's tensors: a save writes m where v belongs and a "
        "load reads it back into m, so save(load(A)) is bitwise A while the resumed optimizer never gets its v",

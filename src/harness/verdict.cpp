@@ -22,6 +22,7 @@
 #include "harness/verdict_comm.h"
 #include "harness/verdict_detail.h"
 #include "harness/verdict_flow.h"
+#include "harness/verdict_state.h"
 #include "parallel/parallel_run.h"
 
 namespace parity {
@@ -114,6 +115,8 @@ template <class T> class Runner {
   // ratio of a param row is taken on the update, after - before, where a 2x gradient under
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
   std::vector<Tensor<T>> before_local_, before_base_;
+  verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
+  bool keyed_ = false;
   void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements and its counted elements
   std::vector<std::array<double, 3>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
@@ -405,6 +408,10 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
       replica_bad.push_back(groups_[g].quantity + " " + groups_[g].subject + " on ranks " +
                             std::to_string(o.replica_a) + " and " + std::to_string(o.replica_b));
   }
+  const size_t state_at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size() -
+                          verdict_state::kWidth * state_keys_.names.size();
+  for (std::string& d : verdict_state::differing(all, stride, state_at, world_.size(), state_keys_.names, replica_pairs))
+    replica_bad.push_back(std::move(d));
   vd::update_row(rows_.back(), t, vd::replicas_outcome(replica_bad, replica_pairs));
   const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
   const ModelConfig& c = sc_.model;
@@ -501,6 +508,12 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
     for (int64_t id : p.token_ids[l])
       if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  {  // the optimizer state's digests (the replicas row), then each gradient tensor's sums
+    ParallelRunState<T> view(par_, *timed_);
+    const ckpt::ShardedState st = view.state();
+    if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
+    verdict_state::append_digests(st, state_keys_, mine);
+  }
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, idx_, counted_, mine);  // the first wrong tensor
   add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += since(t0);

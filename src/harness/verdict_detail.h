@@ -13,6 +13,17 @@
 
 namespace parity::verdict_detail {
 
+// Digests (the replicas row): a 64-bit mix (splitmix64's finaliser) chained over values,
+// order-dependent and the same for two ranks that visit the same values in the same order;
+// they travel as doubles, their top 52 bits (exact in a double).
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline double digest_as_double(uint64_t h) { return static_cast<double>(h >> 12); }
+
 // A compared group: one row of the table (a family's gradients, its parameters, the
 // tokens_per_expert counts, the expert biases), made of named tensors.
 struct GroupSpec {

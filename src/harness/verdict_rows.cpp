@@ -88,21 +88,12 @@ bool VerdictReport::passed() const {
 namespace verdict_detail {
 
 namespace {
-// A 64-bit mix (splitmix64's finaliser) chained over the values: order-dependent, and the
-// same for two ranks that visit the same values in the same order.
-uint64_t mix(uint64_t h, uint64_t v) {
-  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 uint64_t bits_of(double x) {
   uint64_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
 }
-// Digests travel as doubles: their top 52 bits, exact in a double.
-double as_double(uint64_t h) { return static_cast<double>(h >> 12); }
+double as_double(uint64_t h) { return digest_as_double(h); }
 uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
 }  // namespace
 

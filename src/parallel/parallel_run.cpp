@@ -160,6 +160,14 @@ template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<
   if (injected("optim_state_in_bf16"))
     for (auto* st : {&opt->first_moment(), &opt->second_moment()})
       for (auto& x : st->tensors) round_to(Low::bf16, x.ptr(), x.numel());
+  // bug zoo: a replica's optimizer state one ulp apart (its parameters still equal this step)
+  static const bool drift = injected("optim_state_replica_drift");
+  if (drift && mesh.coord(mesh::MeshDim::dp_replicate, world.rank()) > 0 && opt->has_second_moment())
+    for (auto& x : opt->second_moment().tensors)
+      if (x.numel() > 0) {
+        x.ptr()[0] = std::nextafter(x.ptr()[0], T(1));
+        break;
+      }
   for (size_t p = 0; p < specs.size(); ++p) {
     model->params[p].local = std::move(w.tensors[p]);
     grads[p] = std::move(g.tensors[p]);
