@@ -33,6 +33,17 @@ save_ckpt() {  # a real checkpoint of fsdp2 after 1 step in $work/$1
   "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/$1" >"$work/save.log" 2>&1 ||
     { cat "$work/save.log"; fail "the checkpoint could not be saved"; }
 }
+wait_ranks() {  # wait_ranks N TRIES: the pids of this test's fork-started ranks, once N run (0.1 s a try)
+  local ranks=""
+  for _ in $(seq "$2"); do
+    ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
+              tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
+    [ "$(echo "$ranks" | grep -c .)" -ge "$1" ] && break
+    sleep 0.1
+  done
+  echo "$ranks"
+  [ "$(echo "$ranks" | grep -c .)" -ge "$1" ]
+}
 private_shm() { [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; }  # root: a /dev/shm of the test's own
 d=$work/d
 case $case in
@@ -161,14 +172,7 @@ case $case in
     sig=${case#sig_}
     "$parity" run "$scen/fsdp2.json" --steps 1000000 --timeout 60 >"$work/out.log" 2>&1 &
     launcher=$!
-    ranks=""
-    for _ in $(seq 300); do
-      ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
-                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
-      [ "$(echo "$ranks" | grep -c .)" -ge 2 ] && break
-      sleep 0.1
-    done
-    [ "$(echo "$ranks" | grep -c .)" -ge 2 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    ranks=$(wait_ranks 2 300) || { kill -9 $launcher; fail "the ranks did not start"; }
     sleep 0.5
     t0=$(date +%s%N)
     kill -s "$sig" $launcher
@@ -298,14 +302,7 @@ case $case in
   blame_stop)  # once: the first line named a rank that timed out waiting, the grace spent
     "$parity" run "$scen/w8_tp4_ep4.json" --steps 1000000 --timeout 3 >"$work/out.log" 2>&1 &
     launcher=$!
-    ranks=""
-    for _ in $(seq 600); do
-      ranks=$(for p in $(pgrep -- '^parity-rank[0-9]+$'); do
-                tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"; done)
-      [ "$(echo "$ranks" | grep -c .)" -ge 8 ] && break
-      sleep 0.1
-    done
-    [ "$(echo "$ranks" | grep -c .)" -ge 8 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    ranks=$(wait_ranks 8 600) || { kill -9 $launcher; fail "the ranks did not start"; }
     sleep 1
     victim=$(echo "$ranks" | sed -n 6p)
     vrank=$(sed 's/^parity-rank//' "/proc/$victim/comm")  # its name (a forked rank's environ is the launcher's)

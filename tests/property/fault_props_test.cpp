@@ -54,41 +54,42 @@ TEST(PropertyFaults, DoubledExpertReductionIsFoundAndShrunkToAReplayableScenario
   EXPECT_EQ(good.rc, 0) << good.log;
 }
 
-// Property 7 can fail on a mistake made the same way on save and on load: with Adam's second
-// moment saved from the first moment's buffer (the zoo's ckpt_v_from_m_buffer), the round trip
-// alone is bitwise clean; the saved state against the state in memory is not.
-TEST(PropertyFaults, CheckpointSavedFromTheWrongBufferFailsTheRoundTripProperty) {
-  const std::filesystem::path out = work_dir() / "fault-ckpt-out";
+// Runs `prop` (cases from `seed`, no shrinking: the first failure is enough) with the named
+// injection on in every rank process it starts; returns the failure's description, or "" if
+// every case passed.
+std::string failure_with_injection(const char* inject, const char* out_name, int cases, uint64_t seed,
+                                   void (*prop)()) {
+  const std::filesystem::path out = work_dir() / out_name;
   ::setenv("PARITY_PROPERTY_OUT", out.c_str(), 1);
-  ::setenv("PARITY_INJECT", "ckpt_v_from_m_buffer", 1);  // the rank processes inherit it
-  const auto result = check_with(12, 3, &prop_ckpt_round_trip, false);  // the first failure is enough
+  ::setenv("PARITY_INJECT", inject, 1);  // the rank processes inherit it
+  const auto result = check_with(cases, seed, prop, false);
   ::unsetenv("PARITY_INJECT");
   ::unsetenv("PARITY_PROPERTY_OUT");
   rc::detail::printResultMessage(result, std::cout);
   std::cout << "\n";
   rc::detail::FailureResult failure;
-  ASSERT_TRUE(result.match(failure)) << "v saved from m's buffer went unnoticed";
-  EXPECT_NE(failure.description.find("OFF optim.v "), std::string::npos) << failure.description;
-  EXPECT_EQ(failure.description.find("DIFF "), std::string::npos)
-      << "the round trip itself differed: this fault is meant to be invisible to it\n" << failure.description;
+  return result.match(failure) ? failure.description : std::string();
+}
+
+// Property 7 can fail on a mistake made the same way on save and on load: with Adam's second
+// moment saved from the first moment's buffer (the zoo's ckpt_v_from_m_buffer), the round trip
+// alone is bitwise clean; the saved state against the state in memory is not.
+TEST(PropertyFaults, CheckpointSavedFromTheWrongBufferFailsTheRoundTripProperty) {
+  const std::string why = failure_with_injection("ckpt_v_from_m_buffer", "fault-ckpt-out", 12, 3, &prop_ckpt_round_trip);
+  ASSERT_FALSE(why.empty()) << "v saved from m's buffer went unnoticed";
+  EXPECT_NE(why.find("OFF optim.v "), std::string::npos) << why;
+  EXPECT_EQ(why.find("DIFF "), std::string::npos)
+      << "the round trip itself differed: this fault is meant to be invisible to it\n" << why;
 }
 
 // The clip property can fail on a clip applied to the wrong tensors: with the routed experts
 // left out of the clipping (the zoo's clip_skips_experts) grad_norm and clip_coef match and
 // only the parameters after a clipped step differ.
 TEST(PropertyFaults, ClipAppliedToTheWrongTensorsFailsTheClipProperty) {
-  const std::filesystem::path out = work_dir() / "fault-clip-out";
-  ::setenv("PARITY_PROPERTY_OUT", out.c_str(), 1);
-  ::setenv("PARITY_INJECT", "clip_skips_experts", 1);
-  const auto result = check_with(30, 5, &prop_grad_norm_clip, false);
-  ::unsetenv("PARITY_INJECT");
-  ::unsetenv("PARITY_PROPERTY_OUT");
-  rc::detail::printResultMessage(result, std::cout);
-  std::cout << "\n";
-  rc::detail::FailureResult failure;
-  ASSERT_TRUE(result.match(failure)) << "a clip that skips the experts went unnoticed";
-  EXPECT_NE(failure.description.find("FAIL param routed_experts"), std::string::npos) << failure.description;
-  EXPECT_EQ(failure.description.find("FAIL grad_norm"), std::string::npos) << failure.description;
+  const std::string why = failure_with_injection("clip_skips_experts", "fault-clip-out", 30, 5, &prop_grad_norm_clip);
+  ASSERT_FALSE(why.empty()) << "a clip that skips the experts went unnoticed";
+  EXPECT_NE(why.find("FAIL param routed_experts"), std::string::npos) << why;
+  EXPECT_EQ(why.find("FAIL grad_norm"), std::string::npos) << why;
 }
 
 // In-process, no ranks: every drawn case passes the scenario schema, the layout rules and
