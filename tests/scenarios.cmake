@@ -110,7 +110,7 @@ set_tests_properties(verdict.refuses_bad_layout PROPERTIES
 add_test(NAME verdict.refuses_bad_backend_override
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2_sp.json --backend tcp 2>&1; echo exit=$?")
 set_tests_properties(verdict.refuses_bad_backend_override PROPERTIES
-  PASS_REGULAR_EXPRESSION "\\$\\.layout\\.backend: [^\n]*\nexit=2\n")
+  PASS_REGULAR_EXPRESSION "--backend: tcp not in [^\n]*gloo[^\n]*\n[^\n]*\nexit=2\n")
 
 # --report FILE: the same verdict as JSON.
 add_test(NAME verdict.report_json

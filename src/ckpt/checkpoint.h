@@ -1,7 +1,7 @@
 // Distributed checkpoints that reshard across layouts (docs/ckpt.md).
 //
 // The unit is a named global tensor that every rank holds as its local shard under a
-// mesh::Layout (the same description the parallel code and mesh::param_layout use):
+// mesh::TensorLayout (the same description the parallel code and mesh::param_layout use):
 //
 //   ckpt::ShardedState st;
 //   st.add("layers.0.attn.wq", spec.shape, mesh::param_layout(m, spec), local_wq);  // Tensor<T>&
@@ -37,7 +37,7 @@ struct StateEntry {
   std::string name;
   DType dtype = DType::f64;
   Shape shape;          // global
-  mesh::Layout layout;  // how the local tensor is placed on the mesh (no Partial)
+  mesh::TensorLayout layout;  // how the local tensor is placed on the mesh (no Partial)
   std::variant<Tensor<float>*, Tensor<double>*, Tensor<int64_t>*> local;
 
   const void* data() const;
@@ -50,7 +50,7 @@ struct StateEntry {
 class ShardedState {
  public:
   // Throws Error on a duplicate or empty name.
-  template <class T> void add(const std::string& name, const Shape& global_shape, const mesh::Layout& layout,
+  template <class T> void add(const std::string& name, const Shape& global_shape, const mesh::TensorLayout& layout,
                               Tensor<T>& local) {
     check_new(name);
     entries_.push_back({name, dtype_of<T>(), global_shape, layout, &local});

@@ -75,7 +75,7 @@ std::string rect_str(const Rect& r) {
   return s + "]";
 }
 
-bool writes_shard(const mesh::Mesh& m, const mesh::Layout& l, const std::string& tensor, int rank) {
+bool writes_shard(const mesh::Mesh& m, const mesh::TensorLayout& l, const std::string& tensor, int rank) {
   const std::vector<int64_t> c = m.coords(l.view, rank);
   bool first = true;
   for (size_t i = 0; i < l.placements.size(); ++i) {
@@ -87,7 +87,7 @@ bool writes_shard(const mesh::Mesh& m, const mesh::Layout& l, const std::string&
   return first;
 }
 
-std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::Layout& l, const Shape& shape, int rank) {
+std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::TensorLayout& l, const Shape& shape, int rank) {
   const auto idx = mesh::local_dim_indices(m, l, shape, rank);
   std::vector<std::vector<Run>> runs;
   for (const auto& v : idx) {

@@ -1,7 +1,7 @@
 // The geometry of a checkpoint: which rectangles of a global tensor a rank writes, and how
 // the bytes of a saved rectangle land in a rank's local tensor under another layout.
 //
-// A rank's local tensor under a Layout is the cartesian product of one list of global
+// A rank's local tensor under a TensorLayout is the cartesian product of one list of global
 // indices per tensor dimension (mesh::local_dim_indices). Each list splits into maximal runs
 // of consecutive indices (one run for Shard, sf runs for StridedShard), and the product of
 // the runs gives the rectangles the rank really holds; each rectangle is written row-major
@@ -35,10 +35,10 @@ struct LocalChunk {
 // True when `rank` writes its shard of a tensor under `l`: its coordinate is 0 on every
 // Replicate dimension (the first replica), so every element is written exactly once.
 // Throws Error for a Partial placement: a checkpoint holds values, not addends.
-bool writes_shard(const mesh::Mesh& m, const mesh::Layout& l, const std::string& tensor, int rank);
+bool writes_shard(const mesh::Mesh& m, const mesh::TensorLayout& l, const std::string& tensor, int rank);
 
 // The rectangles of rank's shard (empty ones left out), in local row-major order.
-std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::Layout& l, const Shape& shape, int rank);
+std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::TensorLayout& l, const Shape& shape, int rank);
 
 // Copies the chunk's elements (elem bytes each) out of the local tensor `local` (local_shape,
 // row-major) into `out`, row-major in the chunk's shape.

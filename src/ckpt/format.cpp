@@ -47,7 +47,7 @@ uint32_t parse_checksum(const std::string& s, const std::string& where, const st
   return static_cast<uint32_t>(std::stoul(s.substr(7), nullptr, 16));
 }
 
-ordered_json layout_json(const mesh::Layout& l, const LayoutConfig& cfg) {
+ordered_json layout_json(const mesh::TensorLayout& l, const LayoutConfig& cfg) {
   const mesh::Mesh m(cfg);
   ordered_json p = ordered_json::array(), dims = ordered_json::array();
   for (const auto& x : l.placements) p.push_back(mesh::placement_str(x));
@@ -56,37 +56,15 @@ ordered_json layout_json(const mesh::Layout& l, const LayoutConfig& cfg) {
           {"mesh", m.sizes(l.view)}};
 }
 
-// "order" only when it is not megatron (the default): checkpoints of the default order are
-// byte-for-byte those written before rank orders existed, and read back the same.
-ordered_json mesh_json(const LayoutConfig& m) {
-  ordered_json j = {{"world", m.world}, {"dp_replicate", m.dp_replicate}, {"dp_shard", m.dp_shard},
-                    {"tp", m.tp},       {"ep", m.ep},                     {"etp", m.etp}};
-  if (m.cp != 1) j["cp"] = m.cp;  // written only when used: checkpoints without cp stay as they were
-  if (m.order != RankOrder::megatron) j["order"] = std::string(order_name(m.order));
-  return j;
-}
+// The checkpoint's layout record is mesh/layout_config.h's codec: "cp" and "order" only where
+// they are not the default, so checkpoints without them are byte-for-byte those written
+// before either existed, and read back the same.
+ordered_json mesh_json(const LayoutConfig& m) { return layout_json(m, LayoutRecord::checkpoint); }
 
-LayoutConfig mesh_from(const json& m) {
-  LayoutConfig c;
-  c.world = m.at("world").get<int64_t>();
-  c.dp_replicate = m.at("dp_replicate").get<int64_t>();
-  c.dp_shard = m.at("dp_shard").get<int64_t>();
-  c.tp = m.at("tp").get<int64_t>();
-  c.ep = m.at("ep").get<int64_t>();
-  c.etp = m.at("etp").get<int64_t>();
-  c.cp = m.contains("cp") ? m.at("cp").get<int64_t>() : 1;
-  if (m.contains("order")) {
-    const std::string o = m.at("order").get<std::string>();
-    if (o == order_name(RankOrder::deepspeed))
-      c.order = RankOrder::deepspeed;
-    else if (o != order_name(RankOrder::megatron))
-      throw Error("mesh.order must be megatron or deepspeed, got '" + printable(o, 40) + "'");
-  }
-  return c;
-}
+LayoutConfig mesh_from(const json& m) { return read_layout(m, "$.mesh", LayoutRecord::checkpoint); }
 
-mesh::Layout layout_from(const json& l, const std::string& where, const std::string& path) {
-  mesh::Layout out;
+mesh::TensorLayout layout_from(const json& l, const std::string& where, const std::string& path) {
+  mesh::TensorLayout out;
   const std::string view = l.at("view").get<std::string>();
   if (view != "dense" && view != "expert") bad(where, path + ".layout.view", "must be dense or expert");
   out.view = view == "dense" ? mesh::View::dense : mesh::View::expert;

@@ -23,7 +23,7 @@
 #include "core/tensor.h"
 #include "core/text.h"
 #include "mesh/placement.h"
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity::ckpt {
 
@@ -54,7 +54,7 @@ struct TensorMeta {
   std::string name;
   DType dtype = DType::f64;
   Shape shape;
-  mesh::Layout layout;            // the layout it was saved under, on the saved mesh
+  mesh::TensorLayout layout;            // the layout it was saved under, on the saved mesh
   std::vector<ChunkMeta> chunks;  // by rank, then local order
 };
 

@@ -31,9 +31,7 @@ std::string format_report(const InspectReport& r, bool verbose) {
     const LayoutConfig& m = md.mesh;
     o << "  format version " << md.version << " (metadata checksum " << checksum_str(md.checksum) << "), step "
       << md.step << ", data position " << md.data_position << "\n";
-    o << "  saved on world " << m.world << " (dp_replicate " << m.dp_replicate << ", dp_shard " << m.dp_shard
-      << (m.cp > 1 ? ", cp " + std::to_string(m.cp) : "") << ", tp " << m.tp << ", ep " << m.ep << ", etp " << m.etp
-      << (m.order == RankOrder::megatron ? "" : ", " + std::string(order_name(m.order)) + " order") << ")\n";
+    o << "  saved on " << describe_layout(m, LayoutText::full) << "\n";
     o << "  model " << md.model.dump() << "\n";
     int64_t total = 0;
     o << "  files:\n";

@@ -65,11 +65,11 @@ void maybe_crash(const char* point, int rank) {
 // plain Shard (the lengths stay the rank's own). A round trip into the same layout reads the
 // same wrong offsets back and looks fine; another layout gets rows from the wrong places,
 // and uneven pieces leave gaps and overlaps that the loader refuses.
-std::vector<LocalChunk> saved_chunks(const mesh::Mesh& m, const mesh::Layout& l, const Shape& shape, int rank) {
+std::vector<LocalChunk> saved_chunks(const mesh::Mesh& m, const mesh::TensorLayout& l, const Shape& shape, int rank) {
   std::vector<LocalChunk> out = shard_chunks(m, l, shape, rank);
   static const bool bug = injected("strided_saved_as_shard");
   if (!bug) return out;
-  mesh::Layout as_shard = l;
+  mesh::TensorLayout as_shard = l;
   for (auto& p : as_shard.placements)
     if (p.kind == mesh::PlacementKind::strided_shard) p = mesh::Placement::shard(p.dim);
   if (as_shard == l) return out;

@@ -31,7 +31,7 @@ double SyntheticState::value(const std::string& name, int64_t g, uint64_t salt) 
 
 SyntheticState::SyntheticState(const ModelConfig& c, const mesh::Mesh& m, int rank, uint64_t salt)
     : mesh_(m), rank_(rank), salt_(salt) {
-  auto add = [&](const std::string& name, const Shape& shape, const mesh::Layout& l) {
+  auto add = [&](const std::string& name, const Shape& shape, const mesh::TensorLayout& l) {
     const auto idx = mesh::global_indices(m, l, shape, rank);
     Tensor<double>& t = f64_.emplace_back(mesh::local_shape(m, l, shape, rank));
     for (size_t i = 0; i < idx.size(); ++i) t.data[i] = value(name, idx[i], salt);

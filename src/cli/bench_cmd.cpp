@@ -71,7 +71,7 @@ CLI::App* add_comm_bench(CLI::App& bench, std::shared_ptr<CommBenchCli> o) {
 }
 
 template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
-  const Device dev = parse_device(o.device.empty() ? s.layout.device : o.device);
+  const Device dev = o.device.empty() ? s.layout.device : parse_device(o.device);
   require_device(dev, "bench model --device cuda");
   use_device(dev);
   const double peak = dev == Device::cpu ? measure_fp64_peak_gflops() : 0.0;
@@ -116,7 +116,8 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario JSON file (e.g. scenarios/small.json)")->required();
   sub->add_option("--steps", o->steps, "Training steps to time (after one warm-up step)")->check(positive_integer());
   sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(positive_integer());
-  sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU");
+  sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU")
+      ->check(device_choice());
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return c->worker ? comm_bench_worker(*c) : comm_bench_launch(*c);
             Scenario s = load_scenario(o->scenario);

@@ -87,10 +87,6 @@ LayoutConfig layout_of(int64_t world, int64_t dp_shard, int64_t tp, int64_t ep) 
   return l;
 }
 
-std::string layout_name(const LayoutConfig& l) {
-  return "W" + std::to_string(l.world) + " dps" + std::to_string(l.dp_shard) + " tp" + std::to_string(l.tp) + " ep" +
-         std::to_string(l.ep);
-}
 
 // Loads `dir` into every rank of `to` in turn (one process); returns seconds and #wrong.
 std::pair<double, int64_t> load_all(const ModelConfig& c, const mesh::Mesh& to, const nlohmann::json& model,
@@ -114,8 +110,8 @@ int run_bench(const std::string& scenario, std::string dir) {
   const Scenario sc = load_scenario(scenario);
   const nlohmann::json model = scenario_to_json(sc)["model"];
   const LayoutConfig a = layout_of(8, 4, 2, 2), b = layout_of(2, 2, 1, 1);
-  mesh::validate_layout(a, sc.model);
-  mesh::validate_layout(b, sc.model);
+  validate_layout(a, sc.model);
+  validate_layout(b, sc.model);
   const mesh::Mesh ma(a), mb(b);
   if (dir.empty()) dir = (fs::temp_directory_path() / "parity-ckpt-bench").string();
   check_output_dir("--dir", dir, DirKind::checkpoint);  // removed below: only if it is a checkpoint
@@ -139,12 +135,12 @@ int run_bench(const std::string& scenario, std::string dir) {
   }
   int64_t bytes = 0;
   for (const auto& f : ckpt::read_metadata(dir).files) bytes += f.bytes;
-  row("save (fsync, best of 3)", layout_name(a), bytes, best, 0);
+  row("save (fsync, best of 3)", describe_layout(a, LayoutText::brief), bytes, best, 0);
   for (bool cold : {true, false}) {
     const auto [s, w] = load_all(sc.model, ma, model, dir, cold);
-    row(cold ? "load cold, same" : "load warm, same", layout_name(a), bytes, s, w);
+    row(cold ? "load cold, same" : "load warm, same", describe_layout(a, LayoutText::brief), bytes, s, w);
     const auto [s2, w2] = load_all(sc.model, mb, model, dir, cold);
-    row(cold ? "load cold, reshard" : "load warm, reshard", layout_name(b), bytes, s2, w2);
+    row(cold ? "load cold, reshard" : "load warm, reshard", describe_layout(b, LayoutText::brief), bytes, s2, w2);
   }
   const auto [w, r] = raw_disk(dir + "-raw.bin", bytes);
   row("dd write (fsync)", "raw, 4 MiB blocks", bytes, w, 0);

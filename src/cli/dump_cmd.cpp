@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/self.h"
 #include "cli/numbers.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -140,7 +141,8 @@ Command add_dump_command(CLI::App& app) {
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
   sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(non_negative_integer());
-  sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)");
+  sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)")
+      ->check(device_choice());
   sub->add_option("--precision,--dtype", o->precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16");
   return {sub, [o]() {
@@ -148,10 +150,10 @@ Command add_dump_command(CLI::App& app) {
             if (o->steps >= 0) s.steps = o->steps;
             if (!o->precision.empty()) s.model.set_precision(parse_precision(o->precision, "--precision"));
             validate_scenario(s);
-            const Device d = parse_device(o->device.empty() ? s.layout.device : o->device);
+            const Device d = o->device.empty() ? s.layout.device : parse_device(o->device);
             require_device(d, "dump --device cuda");
             LayoutConfig one;  // the baseline alone, on the chosen device
-            one.device = std::string(device_name(d));
+            one.device = d;
             require_memory(s, one, printable(o->scenario, 4096));  // exit 77 before allocating
             use_device(d);
             return s.model.dtype == DType::f32 ? dump<float>(s, o->dir) : dump<double>(s, o->dir);

@@ -59,10 +59,9 @@ std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOpt
   Scenario file = load_scenario(path);
   Scenario run = file;
   run.steps = o.steps;
-  if (!o.backend.empty()) run.layout.backend = o.backend;
+  if (!o.backend.empty()) run.layout.backend = comm::parse_backend(o.backend);
   try {
     validate_scenario(run);
-    mesh::validate_layout(run.layout, run.model);
   } catch (const ConfigError& e) {
     throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }
@@ -78,12 +77,12 @@ std::string temp_file(const std::string& name) {
 Curves run_layout(const std::string& path, const Scenario& s, const GoldenOptions& o) {
   comm::LaunchOptions lo;
   lo.nproc = static_cast<int>(s.layout.world);
-  lo.backend = comm::parse_backend(s.layout.backend);
+  lo.backend = s.layout.backend;
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   lo.prefix_output = false;
   const std::string out = temp_file(s.name);
   std::vector<std::string> args{"golden", "rank",      path, "--steps", std::to_string(s.steps), "--backend",
-                                s.layout.backend, "--out", out};
+                                std::string(comm::backend_name(s.layout.backend)), "--out", out};
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   if (rc != 0) {
@@ -103,11 +102,11 @@ Golden compute(const std::string& path, const Scenario& file, const Scenario& ru
   g.scenario_hash = scenario_hash(file);
   g.dtype = precision_name(run.model.precision());  // the policy: fp64, fp32, bf16, ...
   g.world = run.layout.world;
-  g.layout = layout_description(run.layout);
+  g.layout = describe_layout(run.layout, LayoutText::full);
   g.entropy_floor = MarkovData(run.model.vocab, run.data_seed).entropy_floor();
   g.baseline = baseline_curves(run);
   if (run.layout.world > 1) {
-    g.backend = run.layout.backend;
+    g.backend = comm::backend_name(run.layout.backend);
     g.layout_curves = run_layout(path, run, o);
   }
   return g;
@@ -173,7 +172,7 @@ int check_one(const std::string& path, const GoldenOptions& o) {
               file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
               static_cast<long long>(c.compared), c.max_rel,
               tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
-              static_cast<long long>(run.layout.world), run.layout.world > 1 ? (", " + run.layout.backend).c_str() : "",
+              static_cast<long long>(run.layout.world), run.layout.world > 1 ? (", " + std::string(comm::backend_name(run.layout.backend))).c_str() : "",
               want.commit.c_str(), seconds_since(t0));
   if (!c.passed()) {
     print_diffs(c, o.max_lines);
@@ -217,7 +216,8 @@ int run_rank(const GoldenOptions& o) {
 
 void add_common(CLI::App* sub, GoldenOptions& o) {
   sub->add_option("scenarios", o.scenarios, "Scenario JSON files")->required();
-  sub->add_option("--backend", o.backend, "Override the layout's backend (gloo, mpi, nccl) for the run");
+  sub->add_option("--backend", o.backend, "Override the layout's backend (gloo, mpi, nccl) for the run")
+      ->check(backend_choice());
   sub->add_option("--golden-dir", o.dir, "Golden files' directory (default: ../golden next to the scenario)");
   sub->add_option("--timeout", o.timeout_s, "Per-collective timeout in seconds")->capture_default_str();
 }

@@ -56,17 +56,6 @@ struct MatrixOptions {
   std::string junit, summary, summary_title, plots, inject;
 };
 
-std::string layout_short(const LayoutConfig& l) {
-  std::string s;
-  auto add = [&](const char* k, int64_t v) {
-    if (v > 1) s += std::string(s.empty() ? "" : " x ") + k + " " + std::to_string(v);
-  };
-  add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("tp", l.tp);
-  if (l.sp) s += " (sp)";
-  if (l.ep > 1) s += ", ep " + std::to_string(l.ep) + (l.etp > 1 ? " etp " + std::to_string(l.etp) : "");
-  if (l.order != RankOrder::megatron) s += ", " + std::string(order_name(l.order)) + " order";
-  return s.empty() ? "one device" : s;
-}
 
 // Every file is parsed and validated before anything runs: bad input is exit 2, not a FAIL.
 std::vector<MatrixEntry> load_entries(const std::vector<std::string>& files) {
@@ -75,8 +64,8 @@ std::vector<MatrixEntry> load_entries(const std::vector<std::string>& files) {
     const Scenario s = load_scenario(f);
     MatrixEntry e;
     e.file = f, e.name = fs::path(f).stem().string(), e.world = s.layout.world;
-    e.layout = layout_short(s.layout);
-    if (s.resume) e.layout += " -> " + layout_short(s.resume->layout);  // saved, then resumed there
+    e.layout = describe_layout(s.layout, LayoutText::brief);
+    if (s.resume) e.layout += " -> " + describe_layout(s.resume->layout, LayoutText::brief);  // saved, then resumed there
     e.golden_file = (fs::path(f).parent_path() / ".." / "golden" / (s.name + ".json")).lexically_normal().string();
     out.push_back(std::move(e));
   }
@@ -317,12 +306,14 @@ Command add_matrix_command(CLI::App& app) {
                   "Keep every report (NAME.report.json) and log (NAME.log, NAME.golden.log) in DIR (default: a "
                   "temporary directory, removed when everything passes and no --summary links it)");
   sub->add_option("--backend", o->backend,
-                  "Override every layout's backend in the runs: gloo, mpi or nccl (golden checks: --golden-backend)");
+                  "Override every layout's backend in the runs: gloo, mpi or nccl (golden checks: --golden-backend)")
+      ->check(backend_choice());
   sub->add_option("--precision,--dtype", o->dtype,
                   "Override every scenario's precision policy in the runs: fp64, fp32, bf16 or bf16-reduce-bf16");
   sub->add_option("--device", o->device,
                   "Override every layout's device: cpu or cuda (baseline and ranks on the GPU; default --jobs 2).\n"
-                  "Exit 77, nothing run, when no CUDA device is visible");
+                  "Exit 77, nothing run, when no CUDA device is visible")
+      ->check(device_choice());
   sub->add_option("--steps", o->steps, "Override every scenario's number of steps in the runs (a golden check runs "
                                        "its golden's steps)")
       ->check(non_negative_integer());

@@ -81,15 +81,15 @@ void print_header(const Scenario& s, double floor) {
 
 // A layout on cuda (or on nccl) needs a CUDA device: refused before any rank starts, exit 77.
 void require_device(const LayoutConfig& layout) {
-  parity::require_device(parse_device(layout.device),
-                         "layout.device cuda" + std::string(layout.backend == "nccl" ? " (backend nccl)" : ""));
+  parity::require_device(layout.device,
+                         "layout.device cuda" + std::string(layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
 }
 
 // World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).
 template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
   require_device(s.layout);
   require_memory(s, s.layout, printable(o.scenario, 4096));
-  use_device(parse_device(s.layout.device));
+  use_device(s.layout.device);
   BaselineRun<T> run(s);
   const double floor = run.data().entropy_floor();
   const nlohmann::json model = scenario_to_json(s)["model"], identity = checkpoint_run(s);
@@ -147,16 +147,15 @@ Scenario load_with_overrides(const RunOptions& o) {
   if (o.as_rank) s.resume.reset();  // a rank runs one phase; the launcher checked the whole file
   if (o.steps >= 0) s.steps = o.steps;
   if (!o.dtype.empty()) s.model.set_precision(parse_precision(o.dtype, "--precision"));
-  if (!o.backend.empty()) s.layout.backend = o.backend;
-  if (!o.backend.empty() && s.resume) s.resume->layout.backend = o.backend;
+  if (!o.backend.empty()) s.layout.backend = comm::parse_backend(o.backend);
+  if (!o.backend.empty() && s.resume) s.resume->layout.backend = s.layout.backend;
   if (!o.device.empty()) {
-    (void)parse_device(o.device);  // ConfigError on an unknown name
-    s.layout.device = o.device == "gpu" ? "cuda" : o.device;
+    s.layout.device = parse_device(o.device);  // ConfigError on an unknown name
     if (s.resume) s.resume->layout.device = s.layout.device;
   }
   // nccl moves device buffers: a layout on nccl computes on the GPU.
-  if (s.layout.backend == "nccl") s.layout.device = "cuda";
-  if (s.resume && s.resume->layout.backend == "nccl") s.resume->layout.device = "cuda";
+  if (s.layout.backend == comm::Backend::nccl) s.layout.device = Device::cuda;
+  if (s.resume && s.resume->layout.backend == comm::Backend::nccl) s.resume->layout.device = Device::cuda;
   if (!o.optim.empty()) {
     if (o.optim == "sgd") s.optim.kind = OptimKind::sgd;
     else if (o.optim == "adam") s.optim.kind = OptimKind::adam;
@@ -250,7 +249,7 @@ bool fork_started(const comm::LaunchOptions& lo, const LayoutConfig& layout) {
   if (!how.empty() && how != "fork" && how != "exec")
     throw ConfigError("PARITY_RANK_START", "must be fork or exec, got '" + printable(how, 64) + "'");
   return how != "exec" && lo.nnodes == 1 && lo.backend == comm::Backend::gloo &&
-         parse_device(layout.device) == Device::cpu;
+         layout.device == Device::cpu;
 }
 
 // A fork-started rank: its argv through the whole command line, as an exec'd one would run.
@@ -272,7 +271,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
                                       std::to_string(o.nnodes) + " hosts");
   lo.nproc = static_cast<int>(layout.world / o.nnodes);
   lo.nnodes = o.nnodes, lo.node_rank = o.node_rank, lo.master = o.master;
-  lo.backend = comm::parse_backend(layout.backend);
+  lo.backend = layout.backend;
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(o.deadline_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
@@ -282,8 +281,9 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   require_device(layout);
   check_before_launch(s, layout, o);
   std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
-                                "--precision", precision_name(s.model.precision()), "--backend", layout.backend,
-                                "--device", layout.device};
+                                "--precision", precision_name(s.model.precision()), "--backend",
+                                std::string(comm::backend_name(layout.backend)), "--device",
+                                std::string(device_name(layout.device))};
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
   if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
@@ -295,7 +295,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   if (baseline_place() == BaselinePlace::once_per_host) {
     Scenario bs = s;
     bs.layout = layout;
-    use_device(parse_device(layout.device));
+    use_device(layout.device);
     baseline.emplace(bs, shared_baseline_path(), lo.nproc, first_block);  // this host's ranks
     lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
   }
@@ -329,7 +329,7 @@ int run_rank_verdict(const RunOptions& o) {
   // Who this rank is: `parity launch`, mpirun, srun or a torchrun-like launcher (comm/rank_env.h),
   // with the layout's backend (after --backend). A world of the wrong size is refused before
   // the rendezvous would wait for ranks that never come.
-  comm::RankEnv env = comm::read_rank_env(comm::parse_backend(s.layout.backend));
+  comm::RankEnv env = comm::read_rank_env(s.layout.backend);
   if (o.timeout_given) env.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   if (env.world_size != s.layout.world) {
     const std::string var = env.source == "OMPI_COMM_WORLD_RANK" ? "OMPI_COMM_WORLD_SIZE"
@@ -339,7 +339,7 @@ int run_rank_verdict(const RunOptions& o) {
     throw ConfigError(var, is + ", but the layout of " + o.scenario + " has " + std::to_string(s.layout.world) +
                                " ranks ($.layout.world)");
   }
-  use_device(parse_device(s.layout.device), env.local_rank);
+  use_device(s.layout.device, env.local_rank);
   const auto r0 = std::chrono::steady_clock::now();
   auto world = comm::make_world_communicator(env);
   VerdictOptions vo;
@@ -359,13 +359,6 @@ int run_rank_verdict(const RunOptions& o) {
   return rep.exit_code();
 }
 
-std::string layout_str(const LayoutConfig& l) {
-  auto n = [](int64_t x) { return std::to_string(x); };
-  return "world " + n(l.world) + " (dp_replicate " + n(l.dp_replicate) + ", dp_shard " + n(l.dp_shard) +
-         (l.cp > 1 ? ", cp " + n(l.cp) : "") + ", tp " + n(l.tp) + ", ep " + n(l.ep) + ", etp " + n(l.etp) +
-         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order") +
-         ")";
-}
 
 // A fresh directory for the check's checkpoint, removed when the check ends.
 struct TempDir {
@@ -392,7 +385,7 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   const TempDir tmp;
   const std::string dir = tmp.path + "/ckpt", K = std::to_string(rc.save_at);
   std::printf("resume check, phase 1 of 2: steps 0..%lld under %s, saved after step %s to %s\n",
-              static_cast<long long>(rc.save_at - 1), layout_str(s.layout).c_str(), K.c_str(), dir.c_str());
+              static_cast<long long>(rc.save_at - 1), describe_layout(s.layout, LayoutText::full).c_str(), K.c_str(), dir.c_str());
   std::fflush(stdout);
   RunOptions o1 = o;
   o1.report = o.report.empty() ? "" : phase1_report(o.report);
@@ -413,7 +406,7 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
     return rc1 != 0 ? rc1 : 1;
   }
   std::printf("resume check, phase 2 of 2: steps %s..%lld under %s, resumed from %s\n", K.c_str(),
-              static_cast<long long>(s.steps - 1), layout_str(rc.layout).c_str(), dir.c_str());
+              static_cast<long long>(s.steps - 1), describe_layout(rc.layout, LayoutText::full).c_str(), dir.c_str());
   std::fflush(stdout);
   const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir, "--resume-layout"}, std::max<int64_t>(rc.save_at - 1, 0));
   const int code = rc1 != 0 ? rc1 : rc2;
@@ -473,10 +466,11 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--precision,--dtype", o->dtype,
                   "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
                   "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name");
-  sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl");
+  sub->add_option("--backend", o->backend, "Override the layout's backend: gloo, mpi or nccl")->check(backend_choice());
   sub->add_option("--device", o->device,
                   "Override the layout's device: cpu or cuda (the baseline and every rank on the GPU; ranks share\n"
-                  "the visible GPUs round-robin by local rank). Exit 77 when no CUDA device is visible");
+                  "the visible GPUs round-robin by local rank). Exit 77 when no CUDA device is visible")
+      ->check(device_choice());
   sub->add_option("--optim", o->optim, "Override the optimizer: sgd, adam or adamw");
   sub->add_option("--inject", o->inject,
                   "Turn on named bugs in the parallel code (comma-separated; docs/zoo.md): the verdict must catch\n"

@@ -21,6 +21,10 @@ pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, c
 // -n, --backend, --timeout, --log-dir on `sub`; finish_launch_options converts after parsing.
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s);
 void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s);
+// The names --backend and --device take, checked when the command line is parsed (exit 2, the
+// option named): the layout's enums (mesh/layout_config.h) are parsed from them at the edge.
+CLI::Validator backend_choice();  // gloo, mpi, nccl
+CLI::Validator device_choice();   // cpu, cuda (gpu: cuda's other name)
 // --nnodes, --node-rank, --master: one launcher per host (comm/launch.h, docs/multihost.md).
 void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& master);
 

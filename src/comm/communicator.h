@@ -20,15 +20,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "comm/backend.h"
 #include "core/tensor.h"
 
 namespace parity::comm {
 
-enum class Backend { gloo, mpi, nccl };
 enum class ReduceOp { sum, max, min };
 
-std::string_view backend_name(Backend b);   // "gloo", "mpi", "nccl"
-Backend parse_backend(std::string_view s);  // throws ConfigError on an unknown name
 std::string_view reduce_op_name(ReduceOp op);
 
 constexpr std::chrono::milliseconds kDefaultTimeout{60000};

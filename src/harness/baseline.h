@@ -12,7 +12,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "mesh/mesh.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 #include "model/data.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
@@ -77,7 +77,7 @@ template <class T> class BaselineRun {
   Model<T> model_;
   Optimizer<T> opt_;
   mesh::Mesh mesh_;                       // world 1
-  std::vector<mesh::Layout> layouts_;     // per parameter under mesh_
+  std::vector<mesh::TensorLayout> layouts_;     // per parameter under mesh_
   std::unique_ptr<TrainingState<T>> training_;  // built on first use
 };
 

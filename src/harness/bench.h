@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity {
 

@@ -76,7 +76,7 @@ const std::vector<Choice>& choices(Option o) {
   return table.at(o);
 }
 
-struct Layout {
+struct TensorLayout {
   LayoutConfig config;
   std::vector<Mode> modes;
 };
@@ -114,7 +114,7 @@ void fit_batch(Scenario& s) {
 // option at the choice that covers the most missing pairs; gain read back from the result.
 // target: an option pair whose two values the candidate must take (when no candidate gains
 // by choosing one option at a time, a pair whose two settings differ from the template).
-Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>& missing,
+Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<Pair>& missing,
                 const std::set<OptionPair>& omissing, const OptionPair* target = nullptr) {
   Candidate c;
   Scenario& s = c.scenario;
@@ -146,7 +146,7 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
           continue;
         std::set<Pair> got;
         std::set<OptionPair> ogot;
-        for (const Layout* l : layouts) {
+        for (const TensorLayout* l : layouts) {
           const int v = option_value(info.option, t, l->config);
           if (v < 0) continue;
           for (Mode m : l->modes)
@@ -186,7 +186,7 @@ Candidate build(const std::vector<const Layout*>& layouts, const std::set<Pair>&
   for (const Pair& p : covered) c.gain += missing.count(p);
   for (const OptionPair& p : covered_option_pairs(s)) c.gain += omissing.count(p);
   c.pairs = covered.size();
-  for (const Layout* l : layouts) c.cost += l->config.world;
+  for (const TensorLayout* l : layouts) c.cost += l->config.world;
   return c;
 }
 
@@ -197,29 +197,14 @@ bool better(const Candidate& a, const Candidate& b) {
   return a.changes < b.changes;
 }
 
-std::string layout_name(const LayoutConfig& l) {
-  std::vector<std::string> parts;
-  if (l.dp_replicate > 1)
-    parts.push_back("hsdp" + std::to_string(l.dp_replicate) + "x" + std::to_string(l.dp_shard));
-  else if (l.dp_shard > 1)
-    parts.push_back("fsdp" + std::to_string(l.dp_shard));
-  if (l.tp > 1) parts.push_back("tp" + std::to_string(l.tp));
-  if (l.sp) parts.push_back("sp");
-  if (l.ep > 1) parts.push_back("ep" + std::to_string(l.ep));
-  // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
-  if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + std::to_string(l.etp));
-  std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
-  for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
-  return out;
-}
 
 // A name that would pass $.name's limit (with room for a "_N" to keep it unique) lists the
 // layouts and "mixed" instead of every changed option (the file itself says which).
 std::string proposal_name(const Candidate& c) {
   const Scenario& s = c.scenario;
   std::string name = "pw_";
-  if (s.resume) name += "resume_" + layout_name(s.layout) + "_to_" + layout_name(s.resume->layout);
-  else name += layout_name(s.layout);
+  if (s.resume) name += "resume_" + describe_layout(s.layout, LayoutText::stem) + "_to_" + describe_layout(s.resume->layout, LayoutText::stem);
+  else name += describe_layout(s.layout, LayoutText::stem);
   std::string options;
   for (size_t o = 0; o < c.chosen.size(); ++o)
     if (c.chosen[o] != 0) options += std::string("_") + choices(all_options()[o].option)[c.chosen[o]].suffix;
@@ -321,7 +306,7 @@ Proposals propose(const std::vector<Scenario>& shipped) {
   std::set<OptionPair> omissing(report.option_missing.begin(), report.option_missing.end());
   Proposals out;
   out.lower_bound = lower_bound(missing);
-  std::vector<Layout> layouts;
+  std::vector<TensorLayout> layouts;
   for (const LayoutConfig& l : candidate_layouts()) layouts.push_back({l, modes_of(l)});
   std::set<std::string> names;
   for (const Scenario& s : shipped) names.insert(s.name);
@@ -332,7 +317,7 @@ Proposals propose(const std::vector<Scenario>& shipped) {
                     [](const OptionPair& p) { return p.a == Option::resume || p.b == Option::resume; });
     std::optional<Candidate> best;
     const OptionPair* target = nullptr;
-    auto consider = [&](const std::vector<const Layout*>& ls) {
+    auto consider = [&](const std::vector<const TensorLayout*>& ls) {
       Candidate c = build(ls, missing, omissing, target);
       if (c.gain == 0 || inert(c.scenario) || (best && !better(c, *best))) return;
       try {
@@ -343,10 +328,10 @@ Proposals propose(const std::vector<Scenario>& shipped) {
       best = std::move(c);
     };
     auto consider_all = [&] {
-      for (const Layout& a : layouts) {
+      for (const TensorLayout& a : layouts) {
         consider({&a});
         if (resume_missing)
-          for (const Layout& b : layouts) consider({&a, &b});
+          for (const TensorLayout& b : layouts) consider({&a, &b});
       }
     };
     consider_all();

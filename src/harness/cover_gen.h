@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "harness/coverage.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity::coverage {
 

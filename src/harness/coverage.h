@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity::coverage {
 

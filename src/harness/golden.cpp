@@ -138,15 +138,6 @@ std::string scenario_hash(const Scenario& s) {
   return buf;
 }
 
-std::string layout_description(const LayoutConfig& l) {
-  std::string s = "world " + std::to_string(l.world) + " = dp_replicate " + std::to_string(l.dp_replicate) +
-                  " x dp_shard " + std::to_string(l.dp_shard) +
-                  (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "") + " x tp " + std::to_string(l.tp);
-  s += ", ep " + std::to_string(l.ep) + ", etp " + std::to_string(l.etp);
-  if (l.sp) s += ", sp";
-  // megatron is the default order: the descriptions of existing goldens stay as they were
-  return l.order == RankOrder::megatron ? s : s + ", " + std::string(order_name(l.order)) + " order";
-}
 
 std::string golden_to_text(const Golden& g) {
   std::map<std::string, std::string> top;  // sorted keys, values already formatted

@@ -21,7 +21,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "comm/communicator.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity {
 
@@ -51,7 +51,6 @@ struct Golden {
 // "fnv1a64:<16 hex digits>" of scenario_to_json(s).dump() (sorted keys, no whitespace), with
 // Scenario::source left out: the same file content gives the same hash wherever it lives.
 std::string scenario_hash(const Scenario& s);
-std::string layout_description(const LayoutConfig& l);
 
 // golden/<name>.json text: stable (see the file comment) and exact.
 std::string golden_to_text(const Golden& g);

@@ -93,7 +93,7 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim) {
 
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what) {
   const MemoryEstimate est = estimate_memory(s.model, s.optim, layout, baseline_place());
-  const bool gpu = parse_device(layout.device) == Device::cuda;
+  const bool gpu = layout.device == Device::cuda;
   const int64_t have = gpu ? cuda_memory_bytes() : host_memory_bytes();
   if (have <= 0 || est.run_bytes <= static_cast<double>(have)) return;  // unknown: nothing to check against
   const std::string n = std::to_string(est.processes);

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity {
 

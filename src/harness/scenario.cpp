@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
-#include "harness/fsdp_dim_json.h"
+#include "core/json_object.h"
 #include "harness/memory.h"
 #include "model/batch_split.h"
 #include "mesh/mesh.h"
@@ -26,112 +26,7 @@ namespace {
 
 using nlohmann::json;
 
-// A value as a user wrote it, for messages: its JSON type and a short, printable rendering
-// (dump escapes C0 controls; printable() the rest, DEL and C1, which dump keeps).
-std::string describe(const json& v) {
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + printable(text);
-}
-
-// A double for messages: integral values as integers, others as the shortest decimal that
-// reads back to the same double (nlohmann's formatting).
-std::string num(double x) {
-  if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e15)
-    return std::to_string(static_cast<long long>(x));
-  return json(x).dump();
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
-  return out;
-}
-
-// Reads the fields of one JSON object at `path`, refusing keys outside `allowed`.
-class ObjectReader {
- public:
-  ObjectReader(const json& j, std::string path, std::vector<std::string> allowed)
-      : j_(j), path_(std::move(path)) {
-    if (!j_.is_object()) throw ConfigError(path_, "expected an object, got " + describe(j_));
-    for (const auto& [key, value] : j_.items()) {
-      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end())
-        throw ConfigError(at(key), "unknown key; allowed keys are: " + join(allowed));
-    }
-  }
-
-  std::string at(const std::string& key) const { return path_ + "." + printable(key, 64); }
-  const json* find(const std::string& key) const {
-    auto it = j_.find(key);
-    return it == j_.end() ? nullptr : &*it;
-  }
-
-  void read(const std::string& key, int64_t& out) const {
-    const json* v = find(key);
-    if (!v) return;
-    if (!v->is_number_integer())
-      throw ConfigError(at(key), "expected an integer, got " + describe(*v));
-    if (v->is_number_unsigned() &&
-        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw ConfigError(at(key), "integer too large, got " + v->dump());
-    out = v->get<int64_t>();
-  }
-
-  void read(const std::string& key, uint64_t& out) const {
-    const json* v = find(key);
-    if (!v) return;
-    if (!v->is_number_integer())
-      throw ConfigError(at(key), "expected a non-negative integer, got " + describe(*v));
-    if (!v->is_number_unsigned() && v->get<int64_t>() < 0)
-      throw ConfigError(at(key), "must be a non-negative integer, got " + v->dump());
-    out = v->get<uint64_t>();
-  }
-
-  void read(const std::string& key, double& out) const {
-    const json* v = find(key);
-    if (!v) return;
-    if (!v->is_number()) throw ConfigError(at(key), "expected a number, got " + describe(*v));
-    out = v->get<double>();
-  }
-
-  void read(const std::string& key, bool& out) const {
-    const json* v = find(key);
-    if (!v) return;
-    if (!v->is_boolean())
-      throw ConfigError(at(key), "expected a boolean (true or false), got " + describe(*v));
-    out = v->get<bool>();
-  }
-
-  void read(const std::string& key, std::string& out) const {
-    const json* v = find(key);
-    if (!v) return;
-    if (!v->is_string()) throw ConfigError(at(key), "expected a string, got " + describe(*v));
-    out = v->get<std::string>();
-  }
-
-  // A string that must be one of `names`; `values[i]` is what names[i] means.
-  template <class E>
-  void read_enum(const std::string& key, E& out, const std::vector<std::string>& names,
-                 const std::vector<E>& values) const {
-    const json* v = find(key);
-    if (!v) return;
-    std::string quoted;
-    for (const auto& n : names) quoted += (quoted.empty() ? "\"" : ", \"") + n + "\"";
-    if (v->is_string()) {
-      for (size_t i = 0; i < names.size(); ++i) {
-        if (v->get<std::string>() == names[i]) {
-          out = values[i];
-          return;
-        }
-      }
-    }
-    throw ConfigError(at(key), "expected one of " + quoted + ", got " + describe(*v));
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-};
+std::string num(double x) { return json_num(x); }
 
 void parse_model(const ObjectReader& r, ModelConfig& m) {
   for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
@@ -158,22 +53,6 @@ void parse_optim(const ObjectReader& r, OptimConfig& o) {
     r.read(key, *field);
 }
 
-void parse_layout(const ObjectReader& r, LayoutConfig& l) {
-  for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
-           {"world", &l.world}, {"dp_replicate", &l.dp_replicate}, {"dp_shard", &l.dp_shard},
-           {"tp", &l.tp}, {"ep", &l.ep}, {"etp", &l.etp}, {"cp", &l.cp}})
-    r.read(key, *field);
-  r.read("sp", l.sp);
-  r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
-  if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
-  std::string backend = l.backend;
-  r.read_enum("backend", backend, {"gloo", "mpi", "nccl"}, {"gloo", "mpi", "nccl"});
-  l.backend = backend;
-  std::string device = l.device;
-  r.read_enum("device", device, {"cpu", "cuda"}, {"cpu", "cuda"});
-  l.device = device;
-}
-
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
                                            "dtype", "precision", "model", "optim", "layout", "resume"};
 const std::vector<std::string> kResumeKeys = {"save_at", "layout"};
@@ -184,9 +63,6 @@ const std::vector<std::string> kModelKeys = {
     "bias_rate", "tie_embeddings"};
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
-const std::vector<std::string> kLayoutKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
-                                              "cp",    "sp",           "order",    "backend", "device", "fsdp_dim"};
-
 // ---- validation ------------------------------------------------------------------------
 
 void require(bool ok, const std::string& path, const std::string& rule) {
@@ -252,15 +128,6 @@ void validate_optim(const OptimConfig& o) {
   require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
 }
 
-// The layout rules are mesh::validate_layout's, reported under p ("$.layout." or
-// "$.resume.layout."); a scenario adds that its backend is one the launcher knows (a file's
-// reader refuses any other already: this is for scenarios built in code).
-void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p = "$.layout.") {
-  mesh::validate_layout(l, m, p);
-  require(l.backend == "gloo" || l.backend == "mpi" || l.backend == "nccl", p + "backend",
-          "expected one of \"gloo\", \"mpi\", \"nccl\", got \"" + l.backend + "\"");
-}
-
 // The resume layout follows every rule of the main one (reported at $.resume.layout.*), and
 // the run's rules: a world of at least 2 (it is compared with the baseline), and the
 // runner's (check_supported: a batch that splits over micro-batches and data-parallel ranks).
@@ -285,7 +152,7 @@ void parse_resume(const ObjectReader& r, ResumeConfig& out) {
   for (const char* key : {"save_at", "layout"})
     if (r.find(key) == nullptr) throw ConfigError(r.at(key), "required key is missing");
   r.read("save_at", out.save_at);
-  parse_layout(ObjectReader(*r.find("layout"), r.at("layout"), kLayoutKeys), out.layout);
+  out.layout = read_layout(*r.find("layout"), r.at("layout"), LayoutRecord::scenario);
 }
 
 // ---- files -------------------------------------------------------------------------------
@@ -360,8 +227,7 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
   }
   if (const json* m = top.find("model")) parse_model(ObjectReader(*m, "$.model", kModelKeys), s.model);
   if (const json* o = top.find("optim")) parse_optim(ObjectReader(*o, "$.optim", kOptimKeys), s.optim);
-  if (const json* l = top.find("layout"))
-    parse_layout(ObjectReader(*l, "$.layout", kLayoutKeys), s.layout);
+  if (const json* l = top.find("layout")) s.layout = read_layout(*l, "$.layout", LayoutRecord::scenario);
   if (const json* r = top.find("resume")) {
     s.resume.emplace();
     parse_resume(ObjectReader(*r, "$.resume", kResumeKeys), *s.resume);
@@ -446,15 +312,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},
                 {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
                 {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
-  auto layout_json = [](const LayoutConfig& x) {
-    json j{{"world", x.world}, {"dp_replicate", x.dp_replicate}, {"dp_shard", x.dp_shard},
-           {"tp", x.tp}, {"ep", x.ep}, {"etp", x.etp}, {"sp", x.sp}, {"backend", x.backend}};
-    if (x.cp != 1) j["cp"] = x.cp;  // 1 is the default: files without context parallel stay as they were
-    if (x.device != "cpu") j["device"] = x.device;  // cpu is the default: files stay as they were
-    if (x.order != RankOrder::megatron) j["order"] = std::string(order_name(x.order));  // likewise
-    if (auto f = fsdp_dim_json(x.fsdp_dim)) j["fsdp_dim"] = *f;  // so is dim 0 everywhere
-    return j;
-  };
+  auto layout_json = [](const LayoutConfig& x) { return json(parity::layout_json(x, LayoutRecord::scenario)); };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
            {"data_seed", s.data_seed}, {"model", model}, {"optim", optim}, {"layout", layout_json(l)}};
   if (m.store == Low::none)

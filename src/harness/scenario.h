@@ -9,7 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/text.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 
 namespace parity {
 

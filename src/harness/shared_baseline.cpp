@@ -261,7 +261,7 @@ std::string baseline_key(const Scenario& s) {
   c.name.clear(), c.source.clear();
   c.steps = 1;
   c.resume.reset();
-  const std::string device = s.layout.device;
+  const Device device = s.layout.device;
   c.layout = LayoutConfig{};
   c.layout.device = device;
   return scenario_hash(c);

@@ -25,7 +25,7 @@
 #include "comm/communicator.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 #include "model/params.h"
 #include "harness/verdict_root.h"
 
@@ -55,7 +55,7 @@ std::optional<Fault> fault_from_env();
 // every Replicate dimension of the layout's view (and on every Partial one, where
 // coordinate 0 holds the value itself). Each element of the global tensor has exactly one
 // such holder.
-bool counted_copy(const mesh::Mesh& m, const mesh::Layout& l, int rank);
+bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank);
 
 enum class RowVerdict { fail, near_tie, ok };  // the order rows are printed in
 std::string_view row_verdict_name(RowVerdict v);  // "FAIL", "near-tie", "ok"

@@ -126,7 +126,6 @@ Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<
 // What the report says of the run: "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 1,
 // etp 2)", "adam lr 0.003", the injected fault; and every rank's timings gathered (rank 0's
 // and, per field, the slowest rank's). verdict_report.cpp.
-std::string layout_desc(const LayoutConfig& l);
 std::string optim_desc(const OptimConfig& o);
 std::string fault_desc(const std::optional<Fault>& f);
 void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep);

@@ -73,12 +73,6 @@ nlohmann::json timings_json(const Timings& t) {
 // The run's descriptions and rank 0's / the slowest rank's timings (verdict_detail.h).
 namespace verdict_detail {
 
-std::string layout_desc(const LayoutConfig& l) {
-  auto s = [](int64_t x) { return std::to_string(x); };
-  return "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
-         (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp) + " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")" +
-         (l.sp ? ", sp" : "") + (l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order");
-}
 
 // Rank 0's timings and, per field, the slowest rank's.
 void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {

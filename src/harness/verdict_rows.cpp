@@ -66,7 +66,7 @@ std::optional<Fault> fault_from_env() {
   return parse_fault(v);
 }
 
-bool counted_copy(const mesh::Mesh& m, const mesh::Layout& l, int rank) {
+bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank) {
   return mesh::first_replica(m, l, rank) && mesh::partial_root(m, l, rank);
 }
 

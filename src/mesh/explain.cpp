@@ -65,7 +65,7 @@ void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model
   o << "\n";
   for (const ParamSpec& spec : param_specs(model)) {
     if (spec.name.find(param) == std::string::npos) continue;
-    const Layout l = param_layout(m, spec);
+    const TensorLayout l = param_layout(m, spec);
     o << "| " << spec.name << " | " << compact_shape(spec.shape) << " | " << view_name(l.view) << " | "
       << layout_str(l) << " |";
     for (int r = 0; r < m.world(); ++r) o << " " << compact_shape(local_shape(m, l, spec.shape, r)) << " |";
@@ -142,7 +142,7 @@ std::string ranges_table(const Mesh& m, const ModelConfig& model, const std::str
        "| parameter | rank | local shape | global offset | index ranges |\n| --- | --- | --- | --- | --- |\n";
   for (const ParamSpec& spec : param_specs(model)) {
     if (spec.name.find(param_filter) == std::string::npos) continue;
-    const Layout l = param_layout(m, spec);
+    const TensorLayout l = param_layout(m, spec);
     for (int r = 0; r < m.world(); ++r)
       o << "| " << spec.name << " | " << r << " | " << compact_shape(local_shape(m, l, spec.shape, r)) << " | "
         << tuple_str(global_offset(m, l, spec.shape, r)) << " | " << ranges_str(local_dim_ranges(m, l, spec.shape, r))

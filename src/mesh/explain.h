@@ -7,7 +7,7 @@
 
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity::mesh {
 

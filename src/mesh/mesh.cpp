@@ -101,17 +101,7 @@ std::vector<MeshDim> group_dims(GroupKind k) {
 
 namespace {
 
-void require(bool ok, const std::string& path, const std::string& rule) {
-  if (!ok) throw ConfigError(path, rule);
-}
-
 std::string s(int64_t v) { return std::to_string(v); }
-
-// a*b, or -1 on overflow (callers multiply positive degrees only).
-int64_t mul(int64_t a, int64_t b) {
-  int64_t out = 0;
-  return __builtin_mul_overflow(a, b, &out) ? -1 : out;
-}
 
 size_t index_in_view(View v, MeshDim d) {
   const auto& dims = view_dims(v);
@@ -123,23 +113,6 @@ size_t index_in_view(View v, MeshDim d) {
 }
 
 }  // namespace
-
-void check_structure(const LayoutConfig& l, const std::string& p) {
-  for (auto [key, v] : std::vector<std::pair<const char*, int64_t>>{
-           {"world", l.world}, {"dp_replicate", l.dp_replicate}, {"dp_shard", l.dp_shard},
-           {"tp", l.tp}, {"ep", l.ep}, {"etp", l.etp}, {"cp", l.cp}})
-    require(v >= 1, p + key, "must be >= 1, got " + s(v));
-  require(l.world <= (int64_t{1} << 20), p + "world", "must be <= 1048576, got " + s(l.world));
-  const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
-  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
-  require(dense == l.world, p + "world",
-          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" + s(l.dp_replicate) + "*" +
-              s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") + s(l.tp) + "), got " + s(l.world));
-  const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
-  require(expert > 0 && l.world % expert == 0, p + "ep",
-          "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
-              ") must divide layout.world (" + s(l.world) + ") so that edp_shard is whole");
-}
 
 Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
   check_structure(l);
@@ -256,34 +229,6 @@ Folding folding(const Mesh& m) {
     all_dp = all_dp && std::includes(dp.begin(), dp.end(), ep.begin(), ep.end());
   }
   return all_tp ? Folding::tp2ep : all_dp ? Folding::dp2ep : Folding::cross_lane;
-}
-
-void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
-  check_structure(l, p);  // structural rules first
-  require(m.experts % l.ep == 0, p + "ep",
-          "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " +
-              s(l.ep));
-  require(m.heads % l.tp == 0, p + "tp",
-          "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
-  if (l.sp) {
-    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
-    require(m.seq % l.tp == 0, p + "sp",
-            "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
-  }
-  validate_cp(l, m, p);
-  check_fsdp_dim(l, m, p);
-}
-
-// Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
-// sequence parallel splits each chunk again over tp: both must divide.
-void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
-  require(m.seq % l.cp == 0, p + "cp",
-          "must divide model.seq (" + s(m.seq) + ") so that each CP rank holds an equal chunk of every sequence, got " +
-              s(l.cp));
-  if (l.sp && l.cp > 1)
-    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
-            "sequence parallel with context parallel requires layout.cp*layout.tp (" + s(l.cp) + "*" + s(l.tp) +
-                ") to divide model.seq (" + s(m.seq) + ")");
 }
 
 comm::Communicator& comm_group(comm::Communicator& world, const Mesh& m, GroupKind k) {

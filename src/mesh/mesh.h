@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity::comm {
 class Communicator;
@@ -120,24 +120,6 @@ Folding folding(const Mesh& m);
 // view v, and back. Both are permutations of [0, W); the identity under megatron.
 int64_t order_linear(const LayoutConfig& l, View v, int64_t rank);
 int64_t order_rank(const LayoutConfig& l, View v, int64_t linear);
-
-// The structural rules, in this order: every degree >= 1 (world, dp_replicate, dp_shard, tp,
-// ep, etp, cp), world <= 1048576, world = dp_replicate·dp_shard·cp·tp, dp_replicate·ep·etp
-// divides world. Throws ConfigError("<prefix><field>", rule): the scenario reports its main
-// layout under "$.layout." and its resume layout under "$.resume.layout.".
-void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.layout.");
-
-// Every rule a layout must meet for this model, the one implementation of each (a scenario's
-// layouts, the runner's check_supported, `parity explain`, the ckpt commands all call it),
-// in this order (docs/scenario.md): check_structure's, experts % ep, heads % tp, sequence
-// parallel needs tp > 1 and seq % tp (any etp that tiles the world is a layout),
-// validate_cp's, fsdp_dim names a dimension of every tensor of its family (check_fsdp_dim in
-// param_layout.h). Throws ConfigError("<prefix><field>" or "$.model.<field>", rule) before
-// any rank starts.
-void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
-// validate_layout's context-parallel rules: cp only on the CPU device; cp divides model.seq;
-// with sp, cp*tp does.
-void validate_cp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
 // The communicator of this rank's group of kind k (collective over that group's members;
 // every rank of the world should call it for the same kinds in the same order). Throws

@@ -93,7 +93,7 @@ void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const 
   }
 }
 
-Layout param_layout(const Mesh& m, const ParamSpec& spec) {
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
   const int64_t td = tp_shard_dim(spec);
   const int64_t fd = fsdp_shard_dim(m, spec);
   const Placement t = td < 0 ? Placement::replicate() : Placement::shard(td);

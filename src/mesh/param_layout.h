@@ -39,6 +39,6 @@ int64_t fsdp_shard_dim(const Mesh& m, const ParamSpec& spec);
 // a dimension of each of its tensors. Throws ConfigError("<prefix>fsdp_dim.<family>", rule).
 void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
-Layout param_layout(const Mesh& m, const ParamSpec& spec);
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec);
 
 }  // namespace parity::mesh

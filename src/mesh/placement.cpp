@@ -17,13 +17,13 @@ std::string placement_str(const Placement& p) {
   return "?";
 }
 
-std::string layout_str(const Layout& l) {
+std::string layout_str(const TensorLayout& l) {
   std::string out = "(";
   for (size_t i = 0; i < l.placements.size(); ++i) out += (i ? ", " : "") + placement_str(l.placements[i]);
   return out + ")";
 }
 
-Layout replicated(View v) { return {v, std::vector<Placement>(view_dims(v).size(), Placement::replicate())}; }
+TensorLayout replicated(View v) { return {v, std::vector<Placement>(view_dims(v).size(), Placement::replicate())}; }
 
 Range chunk(int64_t len, int64_t n, int64_t i) {
   if (n < 1 || i < 0 || i >= n || len < 0)
@@ -35,7 +35,7 @@ Range chunk(int64_t len, int64_t n, int64_t i) {
 
 namespace {
 
-[[noreturn]] void bad_layout(const Layout& l, const Shape& shape, const std::string& why) {
+[[noreturn]] void bad_layout(const TensorLayout& l, const Shape& shape, const std::string& why) {
   throw Error("layout " + layout_str(l) + " on the " + std::string(view_name(l.view)) + " view for shape " +
               shape_str(shape) + ": " + why);
 }
@@ -80,7 +80,7 @@ std::vector<Range> flat_step(const std::vector<Range>& segs, const Placement& p,
 // these view coordinates, in local order (placement.h: the segment rule while segment
 // counts divide, DTensor's flat rule from the first placement where they do not).
 std::vector<Range> dim_segments(const std::vector<int64_t>& sizes, const std::vector<int64_t>& coords,
-                                const Layout& l, int64_t d, int64_t len) {
+                                const TensorLayout& l, int64_t d, int64_t len) {
   std::vector<Range> segs = {{0, len}};
   bool flat = false;
   for (size_t i = 0; i < l.placements.size(); ++i) {
@@ -114,7 +114,7 @@ std::vector<Range> dim_segments(const std::vector<int64_t>& sizes, const std::ve
 
 }  // namespace
 
-void check_layout(const Mesh& m, const Layout& l, const Shape& shape) {
+void check_layout(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   const std::vector<int64_t> sizes = m.sizes(l.view);
   if (l.placements.size() != sizes.size())
     bad_layout(l, shape, std::to_string(l.placements.size()) + " placements for a view of " +
@@ -130,7 +130,7 @@ void check_layout(const Mesh& m, const Layout& l, const Shape& shape) {
   }
 }
 
-std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   check_layout(m, l, shape);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
   std::vector<std::vector<int64_t>> out(shape.size());
@@ -140,7 +140,7 @@ std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout&
   return out;
 }
 
-std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   check_layout(m, l, shape);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
   std::vector<std::vector<Range>> out(shape.size());
@@ -153,7 +153,7 @@ std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const Layout& l,
   return out;
 }
 
-Shape global_offset(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+Shape global_offset(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   const auto ranges = local_dim_ranges(m, l, shape, rank);
   Shape out(shape.size(), 0);
   for (const Placement& p : l.placements) {
@@ -164,13 +164,13 @@ Shape global_offset(const Mesh& m, const Layout& l, const Shape& shape, int rank
   return out;
 }
 
-Shape local_shape(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+Shape local_shape(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   Shape out;
   for (const auto& idx : local_dim_indices(m, l, shape, rank)) out.push_back(static_cast<int64_t>(idx.size()));
   return out;
 }
 
-std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank) {
+std::vector<int64_t> global_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   const auto idx = local_dim_indices(m, l, shape, rank);
   std::vector<int64_t> out = {0};  // flat global offsets of the prefix dimensions
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -183,7 +183,7 @@ std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape&
   return out;
 }
 
-int64_t replication(const Mesh& m, const Layout& l) {
+int64_t replication(const Mesh& m, const TensorLayout& l) {
   const std::vector<int64_t> sizes = m.sizes(l.view);
   int64_t r = 1;
   for (size_t i = 0; i < l.placements.size() && i < sizes.size(); ++i)
@@ -191,28 +191,28 @@ int64_t replication(const Mesh& m, const Layout& l) {
   return r;
 }
 
-bool partial_root(const Mesh& m, const Layout& l, int rank) {
+bool partial_root(const Mesh& m, const TensorLayout& l, int rank) {
   const std::vector<int64_t> c = m.coords(l.view, rank);
   for (size_t i = 0; i < l.placements.size() && i < c.size(); ++i)
     if (l.placements[i].kind == PlacementKind::partial && c[i] != 0) return false;
   return true;
 }
 
-bool first_replica(const Mesh& m, const Layout& l, int rank) {
+bool first_replica(const Mesh& m, const TensorLayout& l, int rank) {
   const std::vector<int64_t> c = m.coords(l.view, rank);
   for (size_t i = 0; i < l.placements.size() && i < c.size(); ++i)
     if (l.placements[i].kind == PlacementKind::replicate && c[i] != 0) return false;
   return true;
 }
 
-bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape) {
+bool has_uneven_shards(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   const Shape first = local_shape(m, l, shape, 0);
   for (int r = 1; r < m.world(); ++r)
     if (local_shape(m, l, shape, r) != first) return true;
   return false;
 }
 
-bool has_empty_shards(const Mesh& m, const Layout& l, const Shape& shape) {
+bool has_empty_shards(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   if (numel(shape) == 0) return false;
   for (int r = 0; r < m.world(); ++r)
     if (numel(local_shape(m, l, shape, r)) == 0) return true;

@@ -1,6 +1,6 @@
 // Placements: where every element of a tensor lives on the mesh (shared/design/FOLDINGS.md).
 //
-// A tensor's Layout is a view and one placement per dimension of that view, applied left
+// A tensor's TensorLayout (where its elements live) is a view and one placement per dimension of that view, applied left
 // to right to the rank's local tensor, as in PyTorch's DTensor:
 //   Replicate            every rank of the mesh dimension holds the whole local tensor
 //   Shard(d)             split tensor dimension d into n pieces (torch.chunk: ceil(len / n)
@@ -50,20 +50,20 @@ struct Placement {
 
 std::string placement_str(const Placement& p);  // "Replicate", "Shard(0)", "StridedShard(0, 2)", "Partial(sum)"
 
-struct Layout {
+struct TensorLayout {
   View view = View::dense;
   std::vector<Placement> placements;  // one per dimension of view_dims(view)
-  bool operator==(const Layout&) const = default;
+  bool operator==(const TensorLayout&) const = default;
 };
 
-std::string layout_str(const Layout& l);  // "(Replicate, StridedShard(0, 2), Shard(0))"
+std::string layout_str(const TensorLayout& l);  // "(Replicate, StridedShard(0, 2), Shard(0))"
 
 // All Replicate in a view.
-Layout replicated(View v);
+TensorLayout replicated(View v);
 
 // Throws Error unless: one placement per view dimension, every sharded dimension exists in
 // `shape`, and sf >= 1.
-void check_layout(const Mesh& m, const Layout& l, const Shape& shape);
+void check_layout(const Mesh& m, const TensorLayout& l, const Shape& shape);
 
 // torch.chunk's rule: piece i of n over a length: [min(i·c, len), min((i+1)·c, len)), c = ceil(len / n).
 struct Range {
@@ -74,34 +74,34 @@ struct Range {
 Range chunk(int64_t len, int64_t n, int64_t i);
 
 // For each tensor dimension, the global indices along it held by `rank`, in local order.
-std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
 // The same as maximal runs of consecutive global indices [begin, end), in local order (empty
 // runs left out): one run for Shard, up to sf for StridedShard.
-std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
 // DTensor's global offset (compute_local_shape_and_global_offset): per tensor dimension the
 // first global index the rank holds; 0 on dimensions no placement shards; the dimension's
 // length when the rank holds none of a sharded dimension (what DCP de-duplicates by).
-Shape global_offset(const Mesh& m, const Layout& l, const Shape& shape, int rank);
-Shape local_shape(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+Shape global_offset(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
+Shape local_shape(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
 // The flat (row-major) global index of every local element, in local row-major order.
-std::vector<int64_t> global_indices(const Mesh& m, const Layout& l, const Shape& shape, int rank);
+std::vector<int64_t> global_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
 
 // How many ranks hold each element: the product of the sizes of the Replicate and Partial
 // dimensions (a Partial rank holds an addend of every element).
-int64_t replication(const Mesh& m, const Layout& l);
+int64_t replication(const Mesh& m, const TensorLayout& l);
 
 // True when `rank` holds the value itself under Partial: its coordinate is 0 on every
 // Partial dimension (shard() gives the other ranks zeros).
-bool partial_root(const Mesh& m, const Layout& l, int rank);
+bool partial_root(const Mesh& m, const TensorLayout& l, int rank);
 
 // True when `rank` is the first of the ranks holding the same elements: coordinate 0 on
 // every Replicate dimension. Counting only first replicas counts each element once
 // (grad norms, checkpoints, comparisons).
-bool first_replica(const Mesh& m, const Layout& l, int rank);
+bool first_replica(const Mesh& m, const TensorLayout& l, int rank);
 
 // Whether some rank's shard is shorter than another's along a sharded dimension (uneven),
 // and whether some rank holds no element of a non-empty tensor (empty).
-bool has_uneven_shards(const Mesh& m, const Layout& l, const Shape& shape);
-bool has_empty_shards(const Mesh& m, const Layout& l, const Shape& shape);
+bool has_uneven_shards(const Mesh& m, const TensorLayout& l, const Shape& shape);
+bool has_empty_shards(const Mesh& m, const TensorLayout& l, const Shape& shape);
 
 }  // namespace parity::mesh

@@ -25,7 +25,7 @@ std::vector<int64_t> rank_strides(const Mesh& m, View v) {
   return st;
 }
 
-std::vector<DimOwners> dim_owners(const Mesh& m, const Layout& l, const Shape& shape) {
+std::vector<DimOwners> dim_owners(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   const std::vector<int64_t> st = rank_strides(m, l.view);
   std::vector<DimOwners> out(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -51,7 +51,7 @@ std::vector<DimOwners> dim_owners(const Mesh& m, const Layout& l, const Shape& s
 }
 
 // The part of a receiver's rank on the dimensions of `l` that shard nothing.
-int64_t free_base(const Mesh& m, const Layout& l, int rank) {
+int64_t free_base(const Mesh& m, const TensorLayout& l, int rank) {
   const std::vector<int64_t> st = rank_strides(m, l.view), c = m.coords(l.view, rank);
   int64_t base = 0;
   for (size_t i = 0; i < l.placements.size(); ++i)
@@ -62,8 +62,8 @@ int64_t free_base(const Mesh& m, const Layout& l, int rank) {
 // Calls f(source rank, position in the source's local) for each element of `rank`'s local
 // tensor under `to`, in local row-major order.
 template <class F>
-void for_each_needed(const Mesh& m, const Shape& shape, const Layout& from, const std::vector<DimOwners>& own,
-                     const Layout& to, int rank, F&& f) {
+void for_each_needed(const Mesh& m, const Shape& shape, const TensorLayout& from, const std::vector<DimOwners>& own,
+                     const TensorLayout& to, int rank, F&& f) {
   const auto idx = local_dim_indices(m, to, shape, rank);
   for (const auto& v : idx)
     if (v.empty()) return;
@@ -87,11 +87,11 @@ void for_each_needed(const Mesh& m, const Shape& shape, const Layout& from, cons
 
 }  // namespace
 
-RedistributePlan plan_redistribute(const Mesh& m, const Shape& shape, const Layout& from, const Layout& to,
+RedistributePlan plan_redistribute(const Mesh& m, const Shape& shape, const TensorLayout& from, const TensorLayout& to,
                                    int rank) {
   check_layout(m, from, shape);
   check_layout(m, to, shape);
-  const Layout src = partials_resolved(from);
+  const TensorLayout src = partials_resolved(from);
   const std::vector<DimOwners> own = dim_owners(m, src, shape);
   const auto W = static_cast<size_t>(m.world());
   RedistributePlan p{std::vector<int64_t>(W, 0), std::vector<int64_t>(W, 0), {}, {}};
@@ -117,7 +117,7 @@ namespace {
 
 // Step (1): sums the addends of each Partial dimension of `from` over its group.
 template <comm::CommElement T>
-Buffer<T> sum_partials(comm::Communicator& world, const Mesh& m, const Layout& from, Buffer<T> x) {
+Buffer<T> sum_partials(comm::Communicator& world, const Mesh& m, const TensorLayout& from, Buffer<T> x) {
   const auto& dims = view_dims(from.view);
   for (size_t i = 0; i < from.placements.size(); ++i) {
     if (from.placements[i].kind != PlacementKind::partial) continue;
@@ -137,8 +137,8 @@ Buffer<T> sum_partials(comm::Communicator& world, const Mesh& m, const Layout& f
 }  // namespace
 
 template <comm::CommElement T>
-Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& shape, const Layout& from,
-                       const Tensor<T>& local, const Layout& to) {
+Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& shape, const TensorLayout& from,
+                       const Tensor<T>& local, const TensorLayout& to) {
   if (world.size() != m.world() || world.members().front() != 0)
     throw CommError("redistribute: needs the world communicator of " + std::to_string(m.world()) + " ranks, got " +
                     world.name() + " of " + std::to_string(world.size()));
@@ -162,11 +162,11 @@ Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& sh
   return out;
 }
 
-template Tensor<float> redistribute<float>(comm::Communicator&, const Mesh&, const Shape&, const Layout&,
-                                           const Tensor<float>&, const Layout&);
-template Tensor<double> redistribute<double>(comm::Communicator&, const Mesh&, const Shape&, const Layout&,
-                                             const Tensor<double>&, const Layout&);
-template Tensor<int64_t> redistribute<int64_t>(comm::Communicator&, const Mesh&, const Shape&, const Layout&,
-                                               const Tensor<int64_t>&, const Layout&);
+template Tensor<float> redistribute<float>(comm::Communicator&, const Mesh&, const Shape&, const TensorLayout&,
+                                           const Tensor<float>&, const TensorLayout&);
+template Tensor<double> redistribute<double>(comm::Communicator&, const Mesh&, const Shape&, const TensorLayout&,
+                                             const Tensor<double>&, const TensorLayout&);
+template Tensor<int64_t> redistribute<int64_t>(comm::Communicator&, const Mesh&, const Shape&, const TensorLayout&,
+                                               const Tensor<int64_t>&, const TensorLayout&);
 
 }  // namespace parity::mesh

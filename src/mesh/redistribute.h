@@ -28,11 +28,11 @@ struct RedistributePlan {
   std::vector<int64_t> recv_pos;  // (sum recv_counts) positions in the `to` local, grouped by sender
 };
 
-RedistributePlan plan_redistribute(const Mesh& m, const Shape& shape, const Layout& from, const Layout& to,
+RedistributePlan plan_redistribute(const Mesh& m, const Shape& shape, const TensorLayout& from, const TensorLayout& to,
                                    int rank);
 
 template <comm::CommElement T>
-Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& shape, const Layout& from,
-                       const Tensor<T>& local, const Layout& to);
+Tensor<T> redistribute(comm::Communicator& world, const Mesh& m, const Shape& shape, const TensorLayout& from,
+                       const Tensor<T>& local, const TensorLayout& to);
 
 }  // namespace parity::mesh

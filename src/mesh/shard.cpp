@@ -6,14 +6,14 @@
 
 namespace parity::mesh {
 
-Layout partials_resolved(const Layout& l) {
-  Layout out = l;
+TensorLayout partials_resolved(const TensorLayout& l) {
+  TensorLayout out = l;
   for (Placement& p : out.placements)
     if (p.kind == PlacementKind::partial) p = Placement::replicate();
   return out;
 }
 
-template <class T> Tensor<T> shard(const Mesh& m, const Layout& l, const Tensor<T>& global, int rank) {
+template <class T> Tensor<T> shard(const Mesh& m, const TensorLayout& l, const Tensor<T>& global, int rank) {
   if (global.numel() != numel(global.shape))
     throw Error("shard: tensor of shape " + shape_str(global.shape) + " holds " + std::to_string(global.numel()) +
                 " elements");
@@ -28,7 +28,7 @@ template <class T> Tensor<T> shard(const Mesh& m, const Layout& l, const Tensor<
 }
 
 template <class T>
-std::vector<Tensor<T>> reduce_partials(const Mesh& m, const Layout& l, std::vector<Tensor<T>> locals) {
+std::vector<Tensor<T>> reduce_partials(const Mesh& m, const TensorLayout& l, std::vector<Tensor<T>> locals) {
   const auto& dims = view_dims(l.view);
   for (size_t i = 0; i < l.placements.size(); ++i) {
     if (l.placements[i].kind != PlacementKind::partial) continue;
@@ -54,7 +54,7 @@ std::vector<Tensor<T>> reduce_partials(const Mesh& m, const Layout& l, std::vect
 }
 
 template <class T>
-Tensor<T> assemble(const Mesh& m, const Layout& l, const Shape& shape, const std::vector<Tensor<T>>& locals,
+Tensor<T> assemble(const Mesh& m, const TensorLayout& l, const Shape& shape, const std::vector<Tensor<T>>& locals,
                    Replicas replicas) {
   check_layout(m, l, shape);
   if (locals.size() != static_cast<size_t>(m.world()))
@@ -67,7 +67,7 @@ Tensor<T> assemble(const Mesh& m, const Layout& l, const Shape& shape, const std
                   shape_str(locals[static_cast<size_t>(r)].shape) + ", the layout " + layout_str(l) + " gives " +
                   shape_str(local_shape(m, l, shape, r)));
   const std::vector<Tensor<T>> summed = reduce_partials(m, l, locals);
-  const Layout plain = partials_resolved(l);
+  const TensorLayout plain = partials_resolved(l);
   Tensor<T> out(shape);
   std::vector<int> holder(static_cast<size_t>(out.numel()), -1);
   for (int r = 0; r < m.world(); ++r) {
@@ -90,9 +90,9 @@ Tensor<T> assemble(const Mesh& m, const Layout& l, const Shape& shape, const std
 }
 
 #define PARITY_MESH_SHARD(T)                                                                                 \
-  template Tensor<T> shard<T>(const Mesh&, const Layout&, const Tensor<T>&, int);                            \
-  template std::vector<Tensor<T>> reduce_partials<T>(const Mesh&, const Layout&, std::vector<Tensor<T>>);    \
-  template Tensor<T> assemble<T>(const Mesh&, const Layout&, const Shape&, const std::vector<Tensor<T>>&,    \
+  template Tensor<T> shard<T>(const Mesh&, const TensorLayout&, const Tensor<T>&, int);                            \
+  template std::vector<Tensor<T>> reduce_partials<T>(const Mesh&, const TensorLayout&, std::vector<Tensor<T>>);    \
+  template Tensor<T> assemble<T>(const Mesh&, const TensorLayout&, const Shape&, const std::vector<Tensor<T>>&,    \
                                  Replicas);
 PARITY_MESH_SHARD(float)
 PARITY_MESH_SHARD(double)

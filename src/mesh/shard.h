@@ -22,7 +22,7 @@ template <class T> constexpr T additive_identity() {
   else return T(0);
 }
 
-template <class T> Tensor<T> shard(const Mesh& m, const Layout& l, const Tensor<T>& global, int rank);
+template <class T> Tensor<T> shard(const Mesh& m, const TensorLayout& l, const Tensor<T>& global, int rank);
 
 // What assemble() does when two ranks hold different bits for the same element (after
 // Partial dimensions are summed): must_agree throws Error naming the element and the ranks;
@@ -31,13 +31,13 @@ enum class Replicas { must_agree, take_first };
 
 // locals[r] is rank r's local tensor (shape local_shape(m, l, shape, r)).
 template <class T>
-Tensor<T> assemble(const Mesh& m, const Layout& l, const Shape& shape, const std::vector<Tensor<T>>& locals,
+Tensor<T> assemble(const Mesh& m, const TensorLayout& l, const Shape& shape, const std::vector<Tensor<T>>& locals,
                    Replicas replicas = Replicas::must_agree);
 
 // Sums the addends of every Partial dimension of l, left to right in coordinate order, and
 // returns the locals with those dimensions Replicate (the layout partials_resolved(l)).
 template <class T>
-std::vector<Tensor<T>> reduce_partials(const Mesh& m, const Layout& l, std::vector<Tensor<T>> locals);
-Layout partials_resolved(const Layout& l);
+std::vector<Tensor<T>> reduce_partials(const Mesh& m, const TensorLayout& l, std::vector<Tensor<T>> locals);
+TensorLayout partials_resolved(const TensorLayout& l);
 
 }  // namespace parity::mesh

@@ -3,7 +3,6 @@
 namespace parity {
 
 std::string_view score_name(Score s) { return s == Score::softmax ? "softmax" : "sigmoid"; }
-std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
 
 std::string_view optim_name(OptimKind k) {
   switch (k) {

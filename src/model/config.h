@@ -1,9 +1,9 @@
-// The model, optimizer, layout and run configuration: everything a scenario file fixes.
+// The model and optimizer configuration (a scenario's "model" and "optim"; the layout is
+// mesh/layout_config.h, the whole scenario mesh/run_config.h).
 // Field names match shared/design/MODEL.md and the scenario schema (docs/scenario.md).
 #pragma once
 #include <cstdint>
 #include <array>
-#include <optional>
 #include <string>
 
 #include "core/precision.h"
@@ -50,62 +50,7 @@ struct OptimConfig {
   double clip = 0.0;  // max global grad norm; 0 = no clipping
 };
 
-// How world ranks are numbered in the expert view (docs/mesh.md, "Rank order"):
-//   megatron   Megatron's tp-ep-dp, the expert coordinates row-major over the world rank
-//   deepspeed  DeepSpeed's TP-strided expert groups: inside each dp_replicate block the
-//              expert coordinates are row-major over tp_rank * dp_shard + dp_shard_rank
-// The dense view is numbered the same way under both.
-enum class RankOrder { megatron, deepspeed };
-
-// FSDP's shard dimension for one parameter family (layout.fsdp_dim, docs/scenario.md): a
-// tensor dimension (negative counts from the last, as in PyTorch), or `largest`: the
-// dimension with the most indices in the model-parallel-local tensor (the first on a tie).
-struct FsdpDimRule {
-  enum class Kind { dim, largest };
-  Kind kind = Kind::dim;
-  int64_t dim = 0;
-  bool operator==(const FsdpDimRule&) const = default;
-};
-// One rule per model/params.h Family, indexed by the enum's value; dim 0 everywhere by
-// default (FSDP2's default Shard(0)).
-using FsdpDimConfig = std::array<FsdpDimRule, 8>;
-
-// World size and parallel degrees (shared/design/FOLDINGS.md). Filled in by later issues;
-// the one-device baseline is world 1 with every degree 1.
-struct LayoutConfig {
-  int64_t world = 1;
-  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
-  int64_t ep = 1, etp = 1;
-  int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
-  bool sp = false;
-  RankOrder order = RankOrder::megatron;
-  FsdpDimConfig fsdp_dim{};
-  std::string backend = "gloo";
-  std::string device = "cpu";  // "cpu" | "cuda": where the baseline and every rank compute
-};
-
-// A save-and-resume-elsewhere check (docs/scenario.md, "resume"): the run trains save_at
-// steps under the scenario's layout and saves, then this layout loads the checkpoint and
-// trains the remaining steps; both phases are compared with the uninterrupted baseline.
-struct ResumeConfig {
-  int64_t save_at = 0;
-  LayoutConfig layout;
-};
-
-struct Scenario {
-  std::string name;      // file stem unless given
-  std::string source;    // path it was read from ("" when built in code)
-  ModelConfig model;
-  OptimConfig optim;
-  LayoutConfig layout;
-  int64_t steps = 10;
-  uint64_t seed = 1234;       // parameter initialisation
-  uint64_t data_seed = 5678;  // the Markov chain and the sequences drawn from it
-  std::optional<ResumeConfig> resume;
-};
-
 std::string_view score_name(Score s);
-std::string_view order_name(RankOrder o);  // "megatron", "deepspeed"
 std::string_view optim_name(OptimKind k);
 
 }  // namespace parity

@@ -44,7 +44,7 @@ template <class T> struct ParallelRun<T>::Impl {
   mesh::Mesh mesh;
   MarkovData data;
   std::vector<ParamSpec> specs, local_specs_;
-  std::vector<mesh::Layout> layouts;
+  std::vector<mesh::TensorLayout> layouts;
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
@@ -261,7 +261,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
 
 template <class T> const mesh::Mesh& ParallelRun<T>::mesh() const { return impl_->mesh; }
 template <class T> const std::vector<ParamSpec>& ParallelRun<T>::specs() const { return impl_->specs; }
-template <class T> const std::vector<mesh::Layout>& ParallelRun<T>::layouts() const { return impl_->layouts; }
+template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::layouts() const { return impl_->layouts; }
 
 template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;

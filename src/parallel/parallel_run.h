@@ -13,7 +13,7 @@
 #include "comm/communicator.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 #include "model/params.h"
 #include "model/route_oracle.h"
 #include "parallel/training_refs.h"
@@ -51,7 +51,7 @@ template <class T> class ParallelRun {
 
   const mesh::Mesh& mesh() const;
   const std::vector<ParamSpec>& specs() const;
-  const std::vector<mesh::Layout>& layouts() const;  // per parameter, registry order
+  const std::vector<mesh::TensorLayout>& layouts() const;  // per parameter, registry order
 
   // This rank's whole training state (parameter shards under layouts(), the optimizer, the
   // expert bias) as pointers into the run, for checkpoints (ckpt/training_state.h:

@@ -192,7 +192,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
 
 template <class T>
 ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
-                                const std::vector<mesh::Layout>& layouts)
+                                const std::vector<mesh::TensorLayout>& layouts)
     : cfg_(s.model) {
   using mesh::GroupKind;
   using mesh::MeshDim;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "mesh/run_config.h"
 #include "model/route_oracle.h"
 #include "parallel/cp_ops.h"
 #include "parallel/ep_dispatch.h"
@@ -41,7 +42,7 @@ template <class T> class ParallelModel {
  public:
   // Collective over `world`: builds the TP, EP, ETP and data-parallel groups.
   ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
-                const std::vector<mesh::Layout>& layouts);
+                const std::vector<mesh::TensorLayout>& layouts);
 
   std::vector<ShardedParam<T>> params;  // registry order
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)

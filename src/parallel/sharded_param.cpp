@@ -36,7 +36,7 @@ std::vector<int64_t> piece_global_indices(const Shape& global, const Shape& mp_s
 }  // namespace
 
 template <class T>
-ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const mesh::Layout& layout, int rank,
+ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const mesh::TensorLayout& layout, int rank,
                               uint64_t seed, const std::vector<MpChunk>& mp, DataParallelGroups groups)
     : spec_(spec), mp_shape_(spec.shape), mp_offset_(spec.shape.size(), 0), groups_(groups) {
   for (const MpChunk& c : mp) {

@@ -40,7 +40,7 @@ struct MpChunk {
 
 template <class T> class ShardedParam {
  public:
-  ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const mesh::Layout& layout, int rank, uint64_t seed,
+  ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const mesh::TensorLayout& layout, int rank, uint64_t seed,
                const std::vector<MpChunk>& mp, DataParallelGroups groups);
 
   const ParamSpec& spec() const { return spec_; }

@@ -6,7 +6,7 @@
 namespace parity {
 
 void check_supported(const ModelConfig& m, const LayoutConfig& l) {
-  mesh::validate_layout(l, m);
+  validate_layout(l, m);
   // Any batch splits over any data-parallel degree (model/batch_split.h: a rank may take no
   // sequence of a micro-batch); what is still refused is a micro-batch with no sequence.
   check_batch_split(m.batch, m.microbatches);

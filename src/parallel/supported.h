@@ -1,4 +1,4 @@
-// The rules a layout must meet for the parallel runner to run a model: mesh::validate_layout's
+// The rules a layout must meet for the parallel runner to run a model: validate_layout's (mesh/layout_config.h)
 // (heads % tp, experts % ep, any etp that tiles the world, sequence parallel) and a batch of at
 // least one sequence per micro-batch (model/batch_split.h; any batch splits over the
 // data-parallel ranks, a rank may get no sequence). One implementation, run in three places:
@@ -6,7 +6,7 @@
 // file and the JSON path), the scenario's resume layout, and ParallelRun on every rank (a
 // scenario built in code).
 #pragma once
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity {
 

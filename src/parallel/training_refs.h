@@ -17,7 +17,7 @@ namespace parity {
 template <class T> struct TrainingRefs {
   const ModelConfig* model = nullptr;
   const std::vector<ParamSpec>* specs = nullptr;       // global shapes, registry order
-  const std::vector<mesh::Layout>* layouts = nullptr;  // per parameter
+  const std::vector<mesh::TensorLayout>* layouts = nullptr;  // per parameter
   std::vector<Tensor<T>*> params;                      // this rank's shards under layouts
   Optimizer<T>* opt = nullptr;                         // over the local shapes
   std::vector<Buffer<T>>* expert_bias = nullptr;  // per MoE layer (E)

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "mesh/mesh.h"
-#include "model/config.h"
+#include "mesh/layout_config.h"
 #include "model/params.h"
 
 namespace parity::ckpt::testing {
@@ -57,7 +57,7 @@ inline LayoutConfig parse_layout(const std::string& s) {
     else throw Error("bad layout field '" + part + "' in " + s);
   }
   l.world = l.dp_replicate * l.dp_shard * l.cp * l.tp;
-  mesh::validate_layout(l, test_model());
+  validate_layout(l, test_model());
   return l;
 }
 

@@ -113,7 +113,7 @@ TEST_F(Reshard, ALoadReadsOnlyTheBlocksItNeeds) {
   LayoutConfig l4;
   l4.world = l4.dp_shard = 4;
   const mesh::Mesh m4(l4);
-  const mesh::Layout fsdp{mesh::View::dense,
+  const mesh::TensorLayout fsdp{mesh::View::dense,
                           {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
   Tensor<double> part;
   ShardedState s0;

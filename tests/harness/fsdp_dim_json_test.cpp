@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "harness/fsdp_dim_json.h"
+#include "mesh/fsdp_dim_json.h"
 #include "harness/scenario.h"
 #include "model/params.h"
 

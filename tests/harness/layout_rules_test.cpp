@@ -1,7 +1,7 @@
 // Every layout rule as a user meets it through a scenario: the exact JSON path and rule text,
 // for the main layout ($.layout.*) and the resume layout ($.resume.layout.*), which must
 // follow the same rules (docs/scenario.md). One case per rule; the rules' single
-// implementation is mesh::validate_layout (plus the scenario's backend rule).
+// implementation is validate_layout (plus the scenario's backend rule).
 #include <functional>
 #include <fstream>
 #include <string>
@@ -112,24 +112,6 @@ TEST(LayoutRules, FsdpDimNamesTheFamily) {
   std::tie(path, rule) = refusal([&] { parse_scenario(j, "t"); });
   EXPECT_EQ(path, "$.resume.layout.fsdp_dim.routed_experts");
   EXPECT_EQ(rule.rfind("dim 3 is outside [-3, 3) for ", 0), 0u) << rule;
-}
-
-// A scenario built in code can name any backend; a file cannot (its reader knows the three).
-TEST(LayoutRules, BackendOfAScenarioBuiltInCode) {
-  Scenario s = parse_scenario(tiny(), "t");
-  s.layout.backend = "tcp";
-  auto [path, rule] = refusal([&] { validate_scenario(s); });
-  EXPECT_EQ(path, "$.layout.backend");
-  EXPECT_EQ(rule, "expected one of \"gloo\", \"mpi\", \"nccl\", got \"tcp\"");
-  s.layout.backend = "gloo";
-  s.steps = 4;
-  s.resume = ResumeConfig{2, s.layout};
-  s.resume->layout.world = s.resume->layout.dp_shard = 2;
-  EXPECT_NO_THROW(validate_scenario(s));
-  s.resume->layout.backend = "tcp";
-  std::tie(path, rule) = refusal([&] { validate_scenario(s); });
-  EXPECT_EQ(path, "$.resume.layout.backend");
-  EXPECT_EQ(rule, "expected one of \"gloo\", \"mpi\", \"nccl\", got \"tcp\"");
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ Scenario all_fields_changed() {
   o.eps = 1e-12, o.weight_decay = 0.01, o.clip = 1.0;
   LayoutConfig& l = s.layout;
   l.world = 8, l.dp_replicate = 2, l.dp_shard = 2, l.tp = 2, l.ep = 2, l.etp = 2, l.sp = true;
-  l.backend = "mpi";
+  l.backend = comm::Backend::mpi;
   return s;
 }
 

@@ -35,7 +35,7 @@ TEST(VerdictCountedCopy, EveryElementOfEveryParameterIsCountedOnce) {
                  layout(2, 1, 4), layout(1, 8, 1)}) {
     const mesh::Mesh m(l);
     for (const ParamSpec& spec : param_specs(c)) {
-      const mesh::Layout pl = mesh::param_layout(m, spec);
+      const mesh::TensorLayout pl = mesh::param_layout(m, spec);
       std::vector<int> hits(static_cast<size_t>(numel(spec.shape)), 0);
       for (int r = 0; r < m.world(); ++r)
         if (counted_copy(m, pl, r))
@@ -49,9 +49,9 @@ TEST(VerdictCountedCopy, EveryElementOfEveryParameterIsCountedOnce) {
 
 TEST(VerdictCountedCopy, ReplicateAndPartialDimensionsCountCoordinateZeroOnly) {
   const mesh::Mesh m(layout(2, 2, 2));  // dense (dpr, dps, cp 1, tp), rank = tp + 2 (dps + 2 dpr)
-  const mesh::Layout all_rep = mesh::replicated(mesh::View::dense);
+  const mesh::TensorLayout all_rep = mesh::replicated(mesh::View::dense);
   for (int r = 0; r < 8; ++r) EXPECT_EQ(counted_copy(m, all_rep, r), r == 0) << r;
-  mesh::Layout partial_tp{mesh::View::dense,
+  mesh::TensorLayout partial_tp{mesh::View::dense,
                           {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(),
                            mesh::Placement::partial()}};
   std::vector<int> counted;

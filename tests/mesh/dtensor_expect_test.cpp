@@ -31,7 +31,7 @@ LayoutConfig mesh3(int64_t a, int64_t b, int64_t c) {
 
 // (size, offset) along dim 0 of every rank, in rank order (the last mesh dimension fastest,
 // as PyTorch's itertools.product over the mesh coordinates).
-std::vector<SizeOffset> size_offsets(const Mesh& m, const Layout& l, const Shape& shape) {
+std::vector<SizeOffset> size_offsets(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   std::vector<SizeOffset> out;
   for (int r = 0; r < m.world(); ++r)
     out.emplace_back(local_shape(m, l, shape, r)[0], global_offset(m, l, shape, r)[0]);
@@ -75,7 +75,7 @@ TEST(DTensorExpectations, ShardThenStridedShard) {  // global (18, 2), [Shard(0)
 // meet a Shard over 3 (refused before).
 TEST(DTensorExpectations, ShardStridedShardShardOnThreeMeshDims) {
   const Mesh m(mesh3(4, 2, 3));
-  const Layout l{View::dense, {P::shard(0), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::shard(0), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
   const std::vector<SizeOffset> want = {
       {2, 0},  {2, 2},  {2, 6},  {2, 3},  {2, 8},  {0, 39},   // mesh0 0
       {2, 10}, {2, 12}, {2, 16}, {2, 13}, {2, 18}, {0, 39},   // mesh0 1
@@ -118,7 +118,7 @@ TEST(DTensorExpectations, UnevenFsdpTpMetaCompute) {  // world 8, TP 2, global (
 // StridedShard(0, 4) over tp 2 splits those 12 rows into 4 chunks of 3 and keeps 2 + 1 of each.
 TEST(NestedStridedShard, RangesOfTheThreeByFourCase) {
   const Mesh m(mesh3(1, 4, 2));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 3), P::replicate(), P::strided_shard(0, 4)}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 3), P::replicate(), P::strided_shard(0, 4)}};
   using R = std::vector<Range>;
   EXPECT_EQ(local_dim_ranges(m, l, {39, 2}, 0)[0], (R{{0, 2}, {3, 4}, {13, 14}, {15, 17}, {27, 29}}));
   EXPECT_EQ(local_dim_ranges(m, l, {39, 2}, 1)[0], (R{{2, 3}, {14, 15}, {26, 27}, {29, 30}}));
@@ -130,7 +130,7 @@ TEST(NestedStridedShard, RangesOfTheThreeByFourCase) {
 // Three segments over tp 2 (refused before): DTensor's flat rule, 12 rows.
 TEST(NestedStridedShard, ThreeSegmentsOverTwoRanks) {
   const Mesh m(mesh3(1, 2, 2));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 3), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 3), P::replicate(), P::shard(0)}};
   using Idx = std::vector<int64_t>;
   const std::vector<Idx> want = {{0, 1, 4}, {5, 8, 9}, {2, 3, 6}, {7, 10, 11}};
   for (int r = 0; r < 4; ++r) EXPECT_EQ(local_dim_indices(m, l, {12}, r)[0], want[static_cast<size_t>(r)]) << r;
@@ -145,7 +145,7 @@ TEST(NestedStridedShard, ThreeSegmentsOverTwoRanks) {
 // empty piece comes first): parity keeps FSDP2's storage, FSDP of each TP shard.
 TEST(NestedStridedShard, DividingSegmentsKeepFsdpOfEachTpShard) {
   const Mesh m(mesh3(1, 3, 2));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
   EXPECT_EQ(size_offsets(m, l, {7}), (std::vector<SizeOffset>{{2, 0}, {1, 4}, {2, 2}, {1, 5}, {0, 7}, {1, 6}}));
 }
 

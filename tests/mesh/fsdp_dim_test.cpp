@@ -45,10 +45,10 @@ TEST(FsdpDim, RoutedExpertsOnTheHiddenDimension) {
   const Mesh m(l);
   EXPECT_EQ(of(m, "layers.1.moe.experts.w1", {4, 16, 32}, Family::routed_experts),
             "(Replicate, Shard(2), Shard(0), Shard(2))");  // etp 1 still names its dim
-  const Layout w1 = param_layout(m, {"layers.1.moe.experts.w1", {4, 16, 32}, Family::routed_experts, 0.02});
+  const TensorLayout w1 = param_layout(m, {"layers.1.moe.experts.w1", {4, 16, 32}, Family::routed_experts, 0.02});
   for (int r = 0; r < 8; ++r) EXPECT_EQ(local_shape(m, w1, {4, 16, 32}, r), (Shape{4, 16, 4})) << r;
   EXPECT_FALSE(has_empty_shards(m, w1, {4, 16, 32}));
-  const Layout dim0 = param_layout(Mesh(lc(8, 8, 1, 1, 1)), {"w1", {4, 16, 32}, Family::routed_experts, 0.02});
+  const TensorLayout dim0 = param_layout(Mesh(lc(8, 8, 1, 1, 1)), {"w1", {4, 16, 32}, Family::routed_experts, 0.02});
   EXPECT_TRUE(has_empty_shards(Mesh(lc(8, 8, 1, 1, 1)), dim0, {4, 16, 32}));  // what dim 0 does: 4 of 8 empty
 }
 
@@ -66,7 +66,7 @@ TEST(FsdpDim, StridedWhenEtpOrTpShardsTheSameDimension) {
   EXPECT_EQ(of(m, "layers.0.attn.wq", {16, 16}, Family::attention), "(Replicate, StridedShard(1, 4), Replicate, Shard(1))");
   EXPECT_EQ(of(m, "layers.0.attn.wo", {16, 16}, Family::attention), "(Replicate, Shard(1), Replicate, Shard(0))");
   // w1 rank 0: expert rows 0-1 (ep 0), columns: etp 0 holds 0-7, edps 0 keeps 0-3 of them.
-  const Layout w1 = param_layout(m, {"w1", {4, 16, 32}, Family::routed_experts, 0.02});
+  const TensorLayout w1 = param_layout(m, {"w1", {4, 16, 32}, Family::routed_experts, 0.02});
   const auto ranges = local_dim_ranges(m, w1, {4, 16, 32}, 0);
   EXPECT_EQ(ranges[0], (std::vector<Range>{{0, 2}}));
   EXPECT_EQ(ranges[2], (std::vector<Range>{{0, 4}}));

@@ -125,7 +125,7 @@ TEST(MeshCp, DefaultLeavesFoldingsTable) {
 TEST(MeshCp, DensePlacementsReplicateOverCp) {
   const Mesh m(lcp(2, 2, 2, 1));  // W 8
   const ParamSpec wo{"layers.0.attn.wo", {16, 16}, Family::attention, 0.02};
-  const Layout l = param_layout(m, wo);
+  const TensorLayout l = param_layout(m, wo);
   EXPECT_EQ(layout_str(l), "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
   EXPECT_EQ(replication(m, l), 2);
   // rank 2 (cp 1, tp 0) holds exactly what rank 0 (cp 0, tp 0) holds
@@ -146,7 +146,7 @@ TEST(MeshCp, RefusedLayouts) {
   m.seq = 8;
   EXPECT_NO_THROW(validate_layout(sp, m));
   LayoutConfig gpu = lcp(1, 2, 1, 1);
-  gpu.device = "cuda";
+  gpu.device = Device::cuda;
   EXPECT_NO_THROW(validate_layout(gpu, m));  // the row-block attention kernels (kernels/attention.cu)
   LayoutConfig zero = lcp(1, 1, 1, 1);
   zero.cp = 0;

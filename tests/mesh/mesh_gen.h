@@ -12,7 +12,7 @@
 #include "core/tensor.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity::mesh::testing {
 
@@ -69,10 +69,10 @@ inline int64_t right_product(const std::vector<int64_t>& sizes, const std::vecto
 // right sharding the same dimension) or, two times in three, any factor 1..4 (nested
 // StridedShard whose segment counts need not divide: DTensor's flat rule), and a
 // dimension's only shard may take any factor.
-inline Layout draw_layout(const Mesh& m, const Shape& shape, View v) {
+inline TensorLayout draw_layout(const Mesh& m, const Shape& shape, View v) {
   const std::vector<int64_t> sizes = m.sizes(v);
   const auto rank = static_cast<int64_t>(shape.size());
-  Layout l{v, {}};
+  TensorLayout l{v, {}};
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int kind = *rc::gen::weightedOneOf<int>(
         {{2, rc::gen::just(0)}, {rank > 0 ? 7 : 0, rc::gen::just(1)}, {1, rc::gen::just(2)}});
@@ -95,7 +95,7 @@ inline Layout draw_layout(const Mesh& m, const Shape& shape, View v) {
 // from there on it follows DTensor's flat rule. The segment counting of placement.cpp,
 // restated: a first shard leaves sf segments (1 for Shard), Shard over n keeps s / n when n
 // divides s, StridedShard keeps sf when s = sf * n.
-inline bool uses_flat_rule(const Mesh& m, const Layout& l) {
+inline bool uses_flat_rule(const Mesh& m, const TensorLayout& l) {
   const std::vector<int64_t> sizes = m.sizes(l.view);
   for (int64_t d = 0; d < 64; ++d) {
     int64_t s = 1;
@@ -112,7 +112,7 @@ inline bool uses_flat_rule(const Mesh& m, const Layout& l) {
   return false;
 }
 
-inline Layout draw_layout(const Mesh& m, const Shape& shape) {
+inline TensorLayout draw_layout(const Mesh& m, const Shape& shape) {
   return draw_layout(m, shape, *rc::gen::elementOf(std::vector<View>{View::dense, View::expert}));
 }
 
@@ -134,7 +134,7 @@ template <class A, class B> bool same_bits(const A& a, const B& b) {
 }
 
 // The case as a scenario "layout" object plus the tensor's shape and layouts, for replay.
-inline std::string describe(const LayoutConfig& c, const Shape& shape, const Layout& a, const Layout& b) {
+inline std::string describe(const LayoutConfig& c, const Shape& shape, const TensorLayout& a, const TensorLayout& b) {
   auto i = [](int64_t v) { return std::to_string(v); };
   return "\"layout\": {\"world\": " + i(c.world) + ", \"dp_replicate\": " + i(c.dp_replicate) +
          ", \"dp_shard\": " + i(c.dp_shard) + ", \"tp\": " + i(c.tp) + ", \"ep\": " + i(c.ep) +

@@ -19,7 +19,7 @@ using testing::draw_layout;
 using testing::draw_layout_config;
 using testing::draw_shape;
 
-void classify(const Mesh& m, const Layout& l, const Shape& shape) {
+void classify(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   RC_CLASSIFY(has_uneven_shards(m, l, shape), "uneven shards");
   RC_CLASSIFY(has_empty_shards(m, l, shape), "empty shards");
   bool strided = false;
@@ -36,7 +36,7 @@ void classify(const Mesh& m, const Layout& l, const Shape& shape) {
 RC_GTEST_PROP(MeshProps, AssembleOfShardIsBitwiseTheTensor, ()) {
   const Mesh m(draw_layout_config(testing::draw_world()));
   const Shape shape = draw_shape();
-  const Layout l = draw_layout(m, shape);
+  const TensorLayout l = draw_layout(m, shape);
   classify(m, l, shape);
   const Tensor<double> x = testing::pattern<double>(shape, 3);
   std::vector<Tensor<double>> locals;
@@ -52,7 +52,7 @@ RC_GTEST_PROP(MeshProps, AssembleOfShardIsBitwiseTheTensor, ()) {
 RC_GTEST_PROP(MeshProps, EveryElementIsHeldByAsManyRanksAsTheLayoutReplicatesIt, ()) {
   const Mesh m(draw_layout_config(testing::draw_world()));
   const Shape shape = draw_shape();
-  const Layout l = draw_layout(m, shape);
+  const TensorLayout l = draw_layout(m, shape);
   classify(m, l, shape);
   std::vector<int64_t> held(static_cast<size_t>(numel(shape)), 0);
   const Tensor<int64_t> x = testing::pattern<int64_t>(shape, 0);
@@ -81,7 +81,7 @@ RC_GTEST_PROP(MeshProps, StridedShardAgreesWithItsDefinition, ()) {
   const std::vector<int64_t> sizes = m.sizes(v);
   const size_t at = *rc::gen::inRange<size_t>(0, dims.size());
   const int64_t N = *rc::gen::inRange<int64_t>(0, 25);
-  Layout l{v, std::vector<Placement>(dims.size(), Placement::replicate())};
+  TensorLayout l{v, std::vector<Placement>(dims.size(), Placement::replicate())};
   std::vector<MeshDim> right;
   int64_t right_size = 1;
   for (size_t k = at + 1; k < dims.size(); ++k)
@@ -123,7 +123,7 @@ RC_GTEST_PROP(MeshProps, StridedShardAgreesWithItsDefinition, ()) {
 // piece c of each of sf chunks. The segment rule and this agree on a dimension's first
 // placement, so a layout whose second placement on d already does not divide follows this
 // oracle all the way.
-std::vector<int64_t> dtensor_indices(const Mesh& m, const Layout& l, int64_t d, int64_t len, int rank) {
+std::vector<int64_t> dtensor_indices(const Mesh& m, const TensorLayout& l, int64_t d, int64_t len, int rank) {
   std::vector<int64_t> idx;
   for (int64_t g = 0; g < len; ++g) idx.push_back(g);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
@@ -153,14 +153,14 @@ RC_GTEST_PROP(MeshProps, NestedStridedShardWithAnyFactorsFollowsDTensor, ()) {
     if (sizes[i] > 1) big.push_back(i);
   RC_PRE(big.size() >= 2);
   const size_t a = big[0], b = big[1];
-  Layout l{v, std::vector<Placement>(sizes.size(), Placement::replicate())};
+  TensorLayout l{v, std::vector<Placement>(sizes.size(), Placement::replicate())};
   const int64_t sf1 = *rc::gen::inRange<int64_t>(2, 6);
   l.placements[a] = Placement::strided_shard(0, sf1);
   l.placements[b] = *rc::gen::arbitrary<bool>() ? Placement::shard(0)
                                                 : Placement::strided_shard(0, *rc::gen::inRange<int64_t>(1, 6));
   for (size_t k = b + 1; k < sizes.size(); ++k)
     if (*rc::gen::arbitrary<bool>()) l.placements[k] = Placement::shard(0);
-  RC_PRE(testing::uses_flat_rule(m, Layout{v, {l.placements.begin(), l.placements.begin() + static_cast<long>(b) + 1}}));
+  RC_PRE(testing::uses_flat_rule(m, TensorLayout{v, {l.placements.begin(), l.placements.begin() + static_cast<long>(b) + 1}}));
   const int64_t N = *rc::gen::inRange<int64_t>(0, 40);
   RC_CLASSIFY(l.placements[b].kind == PlacementKind::strided_shard, "StridedShard after StridedShard");
   RC_CLASSIFY(has_empty_shards(m, l, {N, 2}), "empty shards");
@@ -182,7 +182,7 @@ RC_GTEST_PROP(MeshProps, RedistributePlanMovesShardAToShardB, ()) {
   const LayoutConfig cfg = draw_layout_config(testing::draw_world());
   const Mesh m(cfg);
   const Shape shape = draw_shape();
-  const Layout a = draw_layout(m, shape), b = draw_layout(m, shape);
+  const TensorLayout a = draw_layout(m, shape), b = draw_layout(m, shape);
   classify(m, a, shape);
   RC_LOG() << testing::describe(cfg, shape, a, b) << "\n";
   const Tensor<double> x = testing::pattern<double>(shape, 5);

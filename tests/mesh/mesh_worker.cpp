@@ -43,7 +43,7 @@ template <class T> T value(int64_t g, int64_t key) {
 
 // Rank r's local tensor under a: the addend of its coordinates on a's Partial dimensions
 // (replicas along Replicate dimensions hold the same bits).
-template <class T> Tensor<T> addend(const Mesh& m, const Layout& a, const Shape& shape, int r) {
+template <class T> Tensor<T> addend(const Mesh& m, const TensorLayout& a, const Shape& shape, int r) {
   const std::vector<int64_t> c = m.coords(a.view, r), sizes = m.sizes(a.view);
   int64_t key = 0;
   for (size_t i = 0; i < c.size(); ++i)
@@ -58,7 +58,7 @@ template <class T> Tensor<T> addend(const Mesh& m, const Layout& a, const Shape&
 // The expected result is shard_B of the tensor assemble() makes of every rank's addends in
 // this process, so Partial sums must come out of the collectives in assemble()'s order.
 template <class T>
-int64_t wrong_everywhere(comm::Communicator& w, const Mesh& m, const Shape& shape, const Layout& a, const Layout& b) {
+int64_t wrong_everywhere(comm::Communicator& w, const Mesh& m, const Shape& shape, const TensorLayout& a, const TensorLayout& b) {
   std::vector<Tensor<T>> locals;
   for (int r = 0; r < m.world(); ++r) locals.push_back(addend<T>(m, a, shape, r));
   const Tensor<T> y = assemble(m, a, shape, locals);
@@ -82,7 +82,7 @@ bool props(comm::Communicator& w, int cases) {
     const LayoutConfig cfg = testing::draw_layout_config(w.size());
     const Mesh m(cfg);
     const Shape shape = testing::draw_shape();
-    const Layout a = testing::draw_layout(m, shape), b = testing::draw_layout(m, shape);
+    const TensorLayout a = testing::draw_layout(m, shape), b = testing::draw_layout(m, shape);
     RC_TAG(std::string(view_name(a.view)) + " -> " + std::string(view_name(b.view)));
     RC_CLASSIFY(has_uneven_shards(m, a, shape) || has_uneven_shards(m, b, shape), "uneven shards");
     RC_CLASSIFY(has_empty_shards(m, a, shape) || has_empty_shards(m, b, shape), "empty shards");

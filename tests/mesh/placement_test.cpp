@@ -53,7 +53,7 @@ TEST(Placement, Names) {
 // (0,0) rows 0-1, (0,1) rows 4-5, (1,0) rows 2-3, (1,1) rows 6-7.
 TEST(WorkedExample, EightRowsOnFsdp2Tp2) {
   const Mesh m(lc(4, 1, 2, 2, 1, 1));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
   const Shape shape = {8, 3};
   EXPECT_EQ(local_dim_indices(m, l, shape, m.rank_of(View::dense, {0, 0, 0, 0}))[0], (Idx{0, 1}));
   EXPECT_EQ(local_dim_indices(m, l, shape, m.rank_of(View::dense, {0, 0, 0, 1}))[0], (Idx{4, 5}));
@@ -67,7 +67,7 @@ TEST(WorkedExample, EightRowsOnFsdp2Tp2) {
 // then chunk(4, 3) = 2, 2, 0 and chunk(3, 3) = 1, 1, 1), never a chunk of the FSDP shard.
 TEST(WorkedExample, UnevenStridedIsFsdpOfEachTpShard) {
   const Mesh m(lc(6, 1, 3, 2, 1, 1));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::shard(0)}};
   const std::vector<Idx> want = {{0, 1}, {4}, {2, 3}, {5}, {}, {6}};  // by rank = tp + 2·dps
   for (int r = 0; r < 6; ++r) EXPECT_EQ(local_dim_indices(m, l, {7}, r)[0], want[static_cast<size_t>(r)]) << r;
 }
@@ -76,7 +76,7 @@ TEST(WorkedExample, UnevenStridedIsFsdpOfEachTpShard) {
 // owner 0, local index 3.
 TEST(WorkedExample, StridedShardFormula) {
   const Mesh m(lc(3, 1, 3, 1, 1, 1));
-  const Layout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::replicate()}};
+  const TensorLayout l{View::dense, {P::replicate(), P::strided_shard(0, 2), P::replicate(), P::replicate()}};
   EXPECT_EQ(local_dim_indices(m, l, {12}, 0)[0], (Idx{0, 1, 6, 7}));
   EXPECT_EQ(local_dim_indices(m, l, {12}, 1)[0], (Idx{2, 3, 8, 9}));
   EXPECT_EQ(local_dim_indices(m, l, {12}, 2)[0], (Idx{4, 5, 10, 11}));
@@ -91,9 +91,9 @@ TEST(WorkedExample, RoutedExpertsDpShard4Tp2Ep2Etp2) {
   const Mesh m(lc(8, 1, 4, 2, 2, 2));
   const ParamSpec w1{"layers.1.moe.experts.w1", {8, 3, 4}, Family::routed_experts, 0.02};
   const ParamSpec w2{"layers.1.moe.experts.w2", {8, 4, 3}, Family::routed_experts, 0.02};
-  const Layout l1 = param_layout(m, w1), l2 = param_layout(m, w2);
-  EXPECT_EQ(l1, (Layout{View::expert, {P::replicate(), P::strided_shard(0, 2), P::shard(0), P::shard(2)}}));
-  EXPECT_EQ(l2, (Layout{View::expert, {P::replicate(), P::strided_shard(0, 2), P::shard(0), P::shard(1)}}));
+  const TensorLayout l1 = param_layout(m, w1), l2 = param_layout(m, w2);
+  EXPECT_EQ(l1, (TensorLayout{View::expert, {P::replicate(), P::strided_shard(0, 2), P::shard(0), P::shard(2)}}));
+  EXPECT_EQ(l2, (TensorLayout{View::expert, {P::replicate(), P::strided_shard(0, 2), P::shard(0), P::shard(1)}}));
   for (int r = 0; r < 8; ++r) {
     const auto i1 = local_dim_indices(m, l1, w1.shape, r), i2 = local_dim_indices(m, l2, w2.shape, r);
     EXPECT_EQ(i1[0], kExperts[static_cast<size_t>(r)]) << r;
@@ -108,7 +108,7 @@ TEST(WorkedExample, RoutedExpertsDpShard4Tp2Ep2Etp2) {
 TEST(WorkedExample, RoutedExpertsWithDpReplicate2) {
   const Mesh m(lc(16, 2, 4, 2, 2, 2));
   const ParamSpec w1{"layers.1.moe.experts.w1", {8, 3, 4}, Family::routed_experts, 0.02};
-  const Layout l = param_layout(m, w1);
+  const TensorLayout l = param_layout(m, w1);
   EXPECT_EQ(layout_str(l), "(Replicate, StridedShard(0, 2), Shard(0), Shard(2))");
   for (int r = 0; r < 16; ++r) {
     const auto idx = local_dim_indices(m, l, w1.shape, r);
@@ -152,7 +152,7 @@ TEST(Layouts, RefusedWhenTheyCannotApply) {
 
 TEST(Shard, PartialGivesTheValueToCoordinateZeroAndMinusZeroElsewhere) {
   const Mesh m(lc(4, 2, 1, 2, 1, 1));  // dense (dpr 2, dps 1, tp 2)
-  const Layout l{View::dense, {P::partial(), P::replicate(), P::replicate(), P::shard(0)}};
+  const TensorLayout l{View::dense, {P::partial(), P::replicate(), P::replicate(), P::shard(0)}};
   const Tensor<double> x({4}, {1.5, -0.0, 0.0, -2.0});
   EXPECT_EQ(shard(m, l, x, 1).data, (std::vector<double>{0.0, -2.0}));
   const Tensor<double> z = shard(m, l, x, 3);
@@ -172,7 +172,7 @@ TEST(Shard, PartialGivesTheValueToCoordinateZeroAndMinusZeroElsewhere) {
 
 TEST(Assemble, ReplicasMustAgreeUnlessToldOtherwise) {
   const Mesh m(lc(2, 1, 1, 2, 1, 1));
-  const Layout l = replicated(View::dense);
+  const TensorLayout l = replicated(View::dense);
   const std::vector<Tensor<int64_t>> locals = {Tensor<int64_t>({2}, {1, 2}), Tensor<int64_t>({2}, {1, 3})};
   EXPECT_THROW(assemble(m, l, {2}, locals), Error);
   EXPECT_EQ(assemble(m, l, {2}, locals, Replicas::take_first).data, (std::vector<int64_t>{1, 2}));

@@ -100,7 +100,7 @@ void prop_drawn_cases_are_valid() {
   spec.draw_clip = *rc::gen::arbitrary<bool>();
   const Scenario s = *gen_case(spec);
   validate_scenario(s);
-  mesh::validate_layout(s.layout, s.model);
+  validate_layout(s.layout, s.model);
   const auto& l = s.layout;
   RC_ASSERT(s.model.batch >= s.model.microbatches);  // any batch over dp, no empty micro-batch
   RC_ASSERT(s.model.batch <= 2 * s.model.microbatches * l.dp_replicate * l.dp_shard);
@@ -117,8 +117,8 @@ void prop_drawn_cases_are_valid() {
 void prop_drawn_ckpt_cases_are_valid() {
   const CkptCase c = *gen_ckpt_case();
   validate_scenario(c.save);
-  mesh::validate_layout(c.save.layout, c.save.model);
-  mesh::validate_layout(c.load, c.save.model);
+  validate_layout(c.save.layout, c.save.model);
+  validate_layout(c.load, c.save.model);
   RC_ASSERT(c.save.model.batch >= c.save.model.microbatches);  // any batch over either layout's dp
   RC_ASSERT(c.load.world >= 1 && c.load.world <= 8);
 }
@@ -193,7 +193,7 @@ TEST(PropertyGenerators, CoverEveryFoldingModeAndShardShape) {
     ++folding[static_cast<int>(folding_of(s.layout))];
     ds += s.layout.order == RankOrder::deepspeed, etp += free_etp(s.layout);
     uneven += sh.uneven, empty += sh.empty, sp += s.layout.sp, fp32 += s.model.dtype == DType::f32;
-    mpi += s.layout.backend == "mpi", moe += s.model.moe_layers() > 0, cp += s.layout.cp > 1;
+    mpi += s.layout.backend == comm::Backend::mpi, moe += s.model.moe_layers() > 0, cp += s.layout.cp > 1;
     ds_cp += s.layout.cp > 1 && s.layout.order == RankOrder::deepspeed;
   };
   rc::detail::TestParams params;

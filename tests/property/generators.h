@@ -22,7 +22,7 @@
 #include "mesh/param_layout.h"
 #include "mesh/placement.h"
 #include "model/batch_split.h"
-#include "model/config.h"
+#include "mesh/run_config.h"
 #include "model/params.h"
 
 namespace parity::property {
@@ -299,10 +299,10 @@ inline bool fsdp_off_dim0(const LayoutConfig& l, const ModelConfig& model) {
 }
 
 // The backend: gloo mostly, mpi in one case of ten when allowed.
-inline std::string draw_backend(bool allow_mpi) {
-  if (!allow_mpi) return "gloo";
-  std::vector<std::string> b(9, "gloo");
-  b.push_back("mpi");
+inline comm::Backend draw_backend(bool allow_mpi) {
+  if (!allow_mpi) return comm::Backend::gloo;
+  std::vector<comm::Backend> b(9, comm::Backend::gloo);
+  b.push_back(comm::Backend::mpi);
   return pick(b);
 }
 
@@ -379,7 +379,7 @@ inline ShardShape shard_shape(const Scenario& s) {
   const mesh::Mesh m(s.layout);
   ShardShape out;
   for (const ParamSpec& p : param_specs(s.model)) {
-    const mesh::Layout l = mesh::param_layout(m, p);
+    const mesh::TensorLayout l = mesh::param_layout(m, p);
     out.uneven = out.uneven || mesh::has_uneven_shards(m, l, p.shape);
     out.empty = out.empty || mesh::has_empty_shards(m, l, p.shape);
   }

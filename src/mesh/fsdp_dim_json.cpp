@@ -1,6 +1,7 @@
-#include "harness/fsdp_dim_json.h"
+#include "mesh/fsdp_dim_json.h"
 
 #include "core/error.h"
+#include "core/json_object.h"
 #include "core/text.h"
 #include "model/params.h"
 
@@ -16,12 +17,6 @@ std::string family_list() {
   return out;
 }
 
-std::string shown(const json& v) {
-  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + printable(text);
-}
-
 FsdpDimRule parse_rule(const json& v, const std::string& path) {
   if (v.is_string() && v.get<std::string>() == "largest") return {FsdpDimRule::Kind::largest, 0};
   if (v.is_number_integer()) {
@@ -32,7 +27,7 @@ FsdpDimRule parse_rule(const json& v, const std::string& path) {
     return {FsdpDimRule::Kind::dim, d};
   }
   throw ConfigError(path, "expected a tensor dimension (an integer, negative counts from the last) or \"largest\", "
-                          "got " + shown(v));
+                          "got " + json_shown(v));
 }
 
 json rule_json(const FsdpDimRule& r) {

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "mesh/layout_config.h"
 
 namespace parity {
 

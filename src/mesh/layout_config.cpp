@@ -1,0 +1,151 @@
+#include "mesh/layout_config.h"
+
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/json_object.h"
+#include "mesh/fsdp_dim_json.h"
+#include "mesh/param_layout.h"
+
+namespace parity {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
+
+namespace {
+
+// The degrees, in the records' order.
+std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
+  return {{"world", &LayoutConfig::world}, {"dp_replicate", &LayoutConfig::dp_replicate},
+          {"dp_shard", &LayoutConfig::dp_shard}, {"tp", &LayoutConfig::tp},
+          {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp}};
+}
+
+const std::vector<std::string> kScenarioKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
+                                                "cp",    "sp",           "order",    "backend", "device", "fsdp_dim"};
+const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "cp", "order"};
+
+void require(bool ok, const std::string& path, const std::string& rule) {
+  if (!ok) throw ConfigError(path, rule);
+}
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+// a*b, or -1 on overflow (callers multiply positive degrees only).
+int64_t mul(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? -1 : out;
+}
+
+}  // namespace
+
+LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord record) {
+  const bool scenario = record == LayoutRecord::scenario;
+  const ObjectReader r(j, path, scenario ? kScenarioKeys : kCheckpointKeys);
+  if (!scenario) r.require_keys({"world", "dp_replicate", "dp_shard", "tp", "ep", "etp"});
+  LayoutConfig l;
+  for (auto [key, field] : degrees()) r.read(key, l.*field);
+  r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
+  if (!scenario) return l;
+  r.read("sp", l.sp);
+  if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
+  r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
+              {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
+  r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
+  return l;
+}
+
+ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
+  ordered_json j = ordered_json::object();
+  for (auto [key, field] : degrees())
+    if (std::string_view(key) != "cp") j[key] = l.*field;
+  if (l.cp != 1) j["cp"] = l.cp;
+  if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
+  if (record == LayoutRecord::checkpoint) return j;
+  j["sp"] = l.sp;
+  j["backend"] = std::string(comm::backend_name(l.backend));
+  if (l.device != Device::cpu) j["device"] = std::string(device_name(l.device));
+  if (auto f = fsdp_dim_json(l.fsdp_dim)) j["fsdp_dim"] = *f;
+  return j;
+}
+
+std::string describe_layout(const LayoutConfig& l, LayoutText form) {
+  const std::string order = l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order";
+  if (form == LayoutText::full || form == LayoutText::report) {
+    std::string out = "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
+                      (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
+    out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp) : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
+    return out + (l.sp ? ", sp" : "") + order;
+  }
+  if (form == LayoutText::brief) {
+    std::string out;
+    auto add = [&](const char* k, int64_t v) {
+      if (v > 1) out += std::string(out.empty() ? "" : " x ") + k + " " + s(v);
+    };
+    add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("cp", l.cp), add("tp", l.tp);
+    if (l.sp) out += " (sp)";
+    if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
+    if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
+    return out.empty() ? "one device" : out;
+  }
+  std::vector<std::string> parts;  // stem
+  if (l.dp_replicate > 1)
+    parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard));
+  else if (l.dp_shard > 1)
+    parts.push_back("fsdp" + s(l.dp_shard));
+  if (l.cp > 1) parts.push_back("cp" + s(l.cp));
+  if (l.tp > 1) parts.push_back("tp" + s(l.tp));
+  if (l.sp) parts.push_back("sp");
+  if (l.ep > 1) parts.push_back("ep" + s(l.ep));
+  // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
+  if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + s(l.etp));
+  std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
+  for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
+  return out;
+}
+
+void check_structure(const LayoutConfig& l, const std::string& p) {
+  for (auto [key, field] : degrees()) require(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
+  require(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
+  const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
+  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
+  require(dense == l.world, p + "world",
+          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" + s(l.dp_replicate) + "*" +
+              s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") + s(l.tp) + "), got " + s(l.world));
+  const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
+  require(expert > 0 && l.world % expert == 0, p + "ep",
+          "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
+              ") must divide layout.world (" + s(l.world) + ") so that edp_shard is whole");
+}
+
+void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  check_structure(l, p);  // structural rules first
+  require(m.experts % l.ep == 0, p + "ep",
+          "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " + s(l.ep));
+  require(m.heads % l.tp == 0, p + "tp",
+          "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
+  if (l.sp) {
+    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
+    require(m.seq % l.tp == 0, p + "sp",
+            "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
+  }
+  validate_cp(l, m, p);
+  mesh::check_fsdp_dim(l, m, p);
+}
+
+// Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
+// sequence parallel splits each chunk again over tp: both must divide.
+void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  require(m.seq % l.cp == 0, p + "cp",
+          "must divide model.seq (" + s(m.seq) + ") so that each CP rank holds an equal chunk of every sequence, got " +
+              s(l.cp));
+  if (l.sp && l.cp > 1)
+    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
+            "sequence parallel with context parallel requires layout.cp*layout.tp (" + s(l.cp) + "*" + s(l.tp) +
+                ") to divide model.seq (" + s(m.seq) + ")");
+}
+
+}  // namespace parity

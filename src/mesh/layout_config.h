@@ -1,0 +1,99 @@
+// The layout's one home: the degrees a run folds its ranks into, the rank order, FSDP's shard
+// dimension per family, the backend and the device (shared/design/FOLDINGS.md, docs/mesh.md);
+// how a layout is read from and written to JSON (scenario files and checkpoint records share
+// the codec); how it is described in words (every report uses describe_layout); and the
+// rules a layout must meet (checked once per scenario, errors naming the JSON path).
+// Adding a degree: a field here, its key in layout_config.cpp, its rule, its words.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/backend.h"
+#include "core/device.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace parity {
+
+// How world ranks are numbered in the expert view (docs/mesh.md, "Rank order"):
+//   megatron   Megatron's tp-ep-dp, the expert coordinates row-major over the world rank
+//   deepspeed  DeepSpeed's TP-strided expert groups: inside each dp_replicate block the
+//              expert coordinates are row-major over tp_rank * dp_shard + dp_shard_rank
+// The dense view is numbered the same way under both.
+enum class RankOrder { megatron, deepspeed };
+std::string_view order_name(RankOrder o);  // "megatron", "deepspeed"
+
+// FSDP's shard dimension for one parameter family (layout.fsdp_dim, docs/scenario.md): a
+// tensor dimension (negative counts from the last, as in PyTorch), or `largest`: the
+// dimension with the most indices in the model-parallel-local tensor (the first on a tie).
+struct FsdpDimRule {
+  enum class Kind { dim, largest };
+  Kind kind = Kind::dim;
+  int64_t dim = 0;
+  bool operator==(const FsdpDimRule&) const = default;
+};
+// One rule per model/params.h Family, indexed by the enum's value; dim 0 everywhere by
+// default (FSDP2's default Shard(0)).
+using FsdpDimConfig = std::array<FsdpDimRule, 8>;
+static_assert(std::tuple_size_v<FsdpDimConfig> == kFamilyCount, "layout.fsdp_dim holds one rule per family");
+
+// World size and parallel degrees; the one-device baseline is world 1 with every degree 1.
+struct LayoutConfig {
+  int64_t world = 1;
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
+  int64_t ep = 1, etp = 1;
+  int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
+  bool sp = false;
+  RankOrder order = RankOrder::megatron;
+  FsdpDimConfig fsdp_dim{};
+  comm::Backend backend = comm::Backend::gloo;
+  Device device = Device::cpu;  // where the baseline and every rank compute
+};
+
+// ---- JSON ---------------------------------------------------------------------------------
+// Which record: a scenario's "layout" (every field; a missing key is its default) or a
+// checkpoint's "mesh" (the degrees and the order, which decide where every element lives;
+// world to etp required). Defaults are left out where files predate their field (cp 1,
+// order megatron, device cpu, fsdp_dim 0), so older files are rewritten byte for byte.
+enum class LayoutRecord { scenario, checkpoint };
+
+// Reads the record at JSON path `path` ("$.layout", "$.resume.layout", "$.mesh"); throws
+// ConfigError naming "<path>.<key>" for an unknown key, a wrong type, a missing required key
+// or an unknown name. Values are not checked here: validate_layout does that.
+LayoutConfig read_layout(const nlohmann::json& j, const std::string& path, LayoutRecord record);
+// The record's keys in a fixed order: world, dp_replicate, dp_shard, tp, ep, etp, [cp],
+// [order], then for a scenario sp, backend, [device], [fsdp_dim].
+nlohmann::ordered_json layout_json(const LayoutConfig& l, LayoutRecord record);
+
+// ---- words --------------------------------------------------------------------------------
+enum class LayoutText {
+  full,    // "world 8 = dp_replicate 1 x dp_shard 4 x tp 2, ep 4, etp 1" (+ ", sp", ", deepspeed
+           //  order"): golden files' layout_shape, run's phase lines
+  report,  // "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 4, etp 1)": --report's "layout"
+  brief,   // "dps 4 x tp 2, ep 4": the matrix table, summary.md ("one device" for world 1)
+  stem,    // "fsdp4_tp2_ep4": the file names `parity cover` writes, as the shipped ones
+};
+std::string describe_layout(const LayoutConfig& l, LayoutText form);
+
+// ---- rules --------------------------------------------------------------------------------
+// The structural rules, in this order: every degree >= 1 (world, dp_replicate, dp_shard, tp,
+// ep, etp, cp), world <= kMaxWorld, world = dp_replicate·dp_shard·cp·tp, dp_replicate·ep·etp
+// divides world. Throws ConfigError("<prefix><field>", rule): a scenario reports its main
+// layout under "$.layout." and its resume layout under "$.resume.layout.".
+inline constexpr int64_t kMaxWorld = int64_t{1} << 20;
+void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.layout.");
+
+// Every rule a layout must meet for this model, the one implementation of each (a
+// scenario's layouts, the runner's check_supported, `parity explain`, the ckpt commands all
+// call it), in this order (docs/scenario.md): check_structure's, experts % ep, heads % tp,
+// sequence parallel needs tp > 1 and seq % tp, validate_cp's, fsdp_dim names a dimension of
+// every tensor of its family (check_fsdp_dim in mesh/param_layout.h).
+void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+// validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does.
+void validate_cp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+
+}  // namespace parity

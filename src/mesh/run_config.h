@@ -1,0 +1,34 @@
+// Everything a scenario file fixes: the model, the optimizer, the layout (mesh/layout_config.h)
+// and the run (steps, seeds, a save-and-resume check). In mesh/ because it is the lowest
+// layer that knows a layout; harness/scenario.h reads and writes it.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "mesh/layout_config.h"
+#include "model/config.h"
+
+namespace parity {
+
+// A save-and-resume-elsewhere check (docs/scenario.md, "resume"): the run trains save_at
+// steps under the scenario's layout and saves, then this layout loads the checkpoint and
+// trains the remaining steps; both phases are compared with the uninterrupted baseline.
+struct ResumeConfig {
+  int64_t save_at = 0;
+  LayoutConfig layout;
+};
+
+struct Scenario {
+  std::string name;      // file stem unless given
+  std::string source;    // path it was read from ("" when built in code)
+  ModelConfig model;
+  OptimConfig optim;
+  LayoutConfig layout;
+  int64_t steps = 10;
+  uint64_t seed = 1234;       // parameter initialisation
+  uint64_t data_seed = 5678;  // the Markov chain and the sequences drawn from it
+  std::optional<ResumeConfig> resume;
+};
+
+}  // namespace parity

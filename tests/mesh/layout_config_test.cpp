@@ -1,0 +1,131 @@
+// The layout's home (mesh/layout_config.h): its words, worked by hand for each form (the
+// golden files' and the reports' wording must not move: they are recorded in files), its JSON
+// codec (a round trip, the checkpoint record's exact bytes, refusals naming the JSON path),
+// and that every shipped scenario's short form names every degree above 1 (the matrix table
+// once dropped cp: "cp2_ep2" showed as ", ep 2").
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "harness/scenario.h"
+#include "mesh/layout_config.h"
+
+namespace parity {
+namespace {
+
+LayoutConfig make(int64_t dpr, int64_t dps, int64_t cp, int64_t tp, int64_t ep, int64_t etp) {
+  LayoutConfig l;
+  l.dp_replicate = dpr, l.dp_shard = dps, l.cp = cp, l.tp = tp, l.ep = ep, l.etp = etp;
+  l.world = dpr * dps * cp * tp;
+  return l;
+}
+
+TEST(LayoutConfig, WordsOfEachForm) {
+  const LayoutConfig one = make(1, 1, 1, 1, 1, 1);
+  EXPECT_EQ(describe_layout(one, LayoutText::full), "world 1 = dp_replicate 1 x dp_shard 1 x tp 1, ep 1, etp 1");
+  EXPECT_EQ(describe_layout(one, LayoutText::report), "world 1 = dp_replicate 1 x dp_shard 1 x tp 1 (ep 1, etp 1)");
+  EXPECT_EQ(describe_layout(one, LayoutText::brief), "one device");
+  EXPECT_EQ(describe_layout(one, LayoutText::stem), "");
+
+  LayoutConfig l = make(2, 2, 1, 2, 2, 2);
+  l.sp = true, l.order = RankOrder::deepspeed;
+  EXPECT_EQ(describe_layout(l, LayoutText::full),
+            "world 8 = dp_replicate 2 x dp_shard 2 x tp 2, ep 2, etp 2, sp, deepspeed order");
+  EXPECT_EQ(describe_layout(l, LayoutText::report),
+            "world 8 = dp_replicate 2 x dp_shard 2 x tp 2 (ep 2, etp 2), sp, deepspeed order");
+  EXPECT_EQ(describe_layout(l, LayoutText::brief), "dpr 2 x dps 2 x tp 2 (sp), ep 2 etp 2, deepspeed order");
+  EXPECT_EQ(describe_layout(l, LayoutText::stem), "ds_hsdp2x2_tp2_sp_ep2_etp2");
+
+  const LayoutConfig cp = make(1, 2, 2, 2, 4, 1);
+  EXPECT_EQ(describe_layout(cp, LayoutText::full), "world 8 = dp_replicate 1 x dp_shard 2 x cp 2 x tp 2, ep 4, etp 1");
+  EXPECT_EQ(describe_layout(cp, LayoutText::report),
+            "world 8 = dp_replicate 1 x dp_shard 2 x cp 2 x tp 2 (ep 4, etp 1)");
+  EXPECT_EQ(describe_layout(cp, LayoutText::brief), "dps 2 x cp 2 x tp 2, ep 4");
+  EXPECT_EQ(describe_layout(cp, LayoutText::stem), "fsdp2_cp2_tp2_ep4");
+  EXPECT_EQ(describe_layout(make(1, 1, 2, 1, 1, 1), LayoutText::brief), "cp 2");
+  EXPECT_EQ(describe_layout(make(1, 1, 2, 1, 2, 1), LayoutText::brief), "cp 2, ep 2");
+}
+
+TEST(LayoutConfig, ScenarioRecordRoundTrips) {
+  LayoutConfig l = make(2, 2, 2, 1, 2, 2);
+  l.order = RankOrder::deepspeed, l.backend = comm::Backend::mpi, l.device = Device::cuda;
+  l.fsdp_dim[4] = {FsdpDimRule::Kind::largest, 0};
+  const nlohmann::json j = layout_json(l, LayoutRecord::scenario);
+  const LayoutConfig back = read_layout(j, "$.layout", LayoutRecord::scenario);
+  EXPECT_EQ(layout_json(back, LayoutRecord::scenario).dump(), nlohmann::ordered_json(layout_json(l, LayoutRecord::scenario)).dump());
+  EXPECT_EQ(back.backend, comm::Backend::mpi);
+  EXPECT_EQ(back.device, Device::cuda);
+  EXPECT_EQ(back.fsdp_dim, l.fsdp_dim);
+}
+
+// The checkpoint's record is written byte for byte as before the codec moved here: the
+// degrees in this order, cp and order only where they are not the default.
+TEST(LayoutConfig, CheckpointRecordBytes) {
+  LayoutConfig l = make(1, 4, 1, 2, 2, 1);
+  l.backend = comm::Backend::mpi, l.sp = true;  // not part of the record
+  EXPECT_EQ(layout_json(l, LayoutRecord::checkpoint).dump(),
+            R"({"world":8,"dp_replicate":1,"dp_shard":4,"tp":2,"ep":2,"etp":1})");
+  l = make(1, 2, 2, 2, 1, 1);
+  l.order = RankOrder::deepspeed;
+  EXPECT_EQ(layout_json(l, LayoutRecord::checkpoint).dump(),
+            R"({"world":8,"dp_replicate":1,"dp_shard":2,"tp":2,"ep":1,"etp":1,"cp":2,"order":"deepspeed"})");
+  const LayoutConfig back = read_layout(layout_json(l, LayoutRecord::checkpoint), "$.mesh", LayoutRecord::checkpoint);
+  EXPECT_EQ(back.cp, 2);
+  EXPECT_EQ(back.order, RankOrder::deepspeed);
+}
+
+std::pair<std::string, std::string> refusal(const nlohmann::json& j, LayoutRecord r, const std::string& path) {
+  try {
+    (void)read_layout(j, path, r);
+  } catch (const ConfigError& e) {
+    return {e.path(), e.rule()};
+  }
+  return {"", "not refused"};
+}
+
+TEST(LayoutConfig, RefusalsNameTheJsonPath) {
+  auto [path, rule] = refusal({{"world", 2}, {"tpp", 2}}, LayoutRecord::scenario, "$.resume.layout");
+  EXPECT_EQ(path, "$.resume.layout.tpp");
+  EXPECT_EQ(rule.rfind("unknown key; allowed keys are: world, dp_replicate", 0), 0u) << rule;
+  std::tie(path, rule) = refusal({{"backend", "tcp"}}, LayoutRecord::scenario, "$.layout");
+  EXPECT_EQ(path, "$.layout.backend");
+  EXPECT_EQ(rule, "expected one of \"gloo\", \"mpi\", \"nccl\", got string \"tcp\"");
+  std::tie(path, rule) = refusal({{"device", "tpu"}}, LayoutRecord::scenario, "$.layout");
+  EXPECT_EQ(path, "$.layout.device");
+  // a checkpoint's record holds the degrees: the rest is not its own, and world..etp are required
+  std::tie(path, rule) = refusal({{"world", 2}, {"backend", "gloo"}}, LayoutRecord::checkpoint, "$.mesh");
+  EXPECT_EQ(path, "$.mesh.backend");
+  std::tie(path, rule) = refusal({{"world", 2}, {"dp_replicate", 1}, {"dp_shard", 2}, {"tp", 1}, {"ep", 1}},
+                                 LayoutRecord::checkpoint, "$.mesh");
+  EXPECT_EQ(path, "$.mesh.etp");
+  EXPECT_EQ(rule, "required key is missing");
+  std::tie(path, rule) = refusal({{"world", 2.5}}, LayoutRecord::scenario, "$.layout");
+  EXPECT_EQ(path, "$.layout.world");
+}
+
+// Every degree above 1 of every shipped layout is in its short form.
+TEST(LayoutConfig, ShortFormOfEveryShippedScenarioNamesEveryDegree) {
+  const std::string dir = std::string(PARITY_SOURCE_DIR) + "/scenarios";
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    const Scenario s = load_scenario(e.path().string());
+    for (const LayoutConfig* l : {&s.layout, s.resume ? &s.resume->layout : nullptr}) {
+      if (l == nullptr) continue;
+      const std::string b = describe_layout(*l, LayoutText::brief);
+      for (auto [word, v] : std::vector<std::pair<std::string, int64_t>>{
+               {"dpr ", l->dp_replicate}, {"dps ", l->dp_shard}, {"cp ", l->cp}, {"tp ", l->tp}, {"ep ", l->ep}})
+        if (v > 1) {
+          EXPECT_NE(b.find(word + std::to_string(v)), std::string::npos) << e.path() << ": " << b;
+        }
+      EXPECT_NE(b.rfind(",", 0), 0u) << e.path() << ": " << b;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 90);
+}
+
+}  // namespace
+}  // namespace parity
