@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/numbers.h"
+#include "cli/resolved.h"
 #include "cli/self.h"
 #include "comm/launch.h"
 #include "comm/world.h"
@@ -74,15 +75,15 @@ std::string temp_file(const std::string& name) {
 }
 
 // Starts the layout's ranks; rank 0 writes its curves to a temporary file read back here.
-Curves run_layout(const std::string& path, const Scenario& s, const GoldenOptions& o) {
+Curves run_layout(const Scenario& s, const GoldenOptions& o) {
   comm::LaunchOptions lo;
   lo.nproc = static_cast<int>(s.layout.world);
   lo.backend = s.layout.backend;
   lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
   lo.prefix_output = false;
   const std::string out = temp_file(s.name);
-  std::vector<std::string> args{"golden", "rank",      path, "--steps", std::to_string(s.steps), "--backend",
-                                std::string(comm::backend_name(s.layout.backend)), "--out", out};
+  const ResolvedScenario file(s);  // the run's scenario, steps and backend resolved (cli/resolved.h)
+  std::vector<std::string> args{"golden", "rank", file.path(), "--out", out};
   std::fflush(stdout);
   const int rc = comm::launch_main(lo, self_command(args));
   if (rc != 0) {
@@ -96,7 +97,7 @@ Curves run_layout(const std::string& path, const Scenario& s, const GoldenOption
   return curves_from_json(nlohmann::json::parse(ss.str()), out);
 }
 
-Golden compute(const std::string& path, const Scenario& file, const Scenario& run, const GoldenOptions& o) {
+Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o) {
   Golden g;
   g.scenario = file.name;
   g.scenario_hash = scenario_hash(file);
@@ -107,7 +108,7 @@ Golden compute(const std::string& path, const Scenario& file, const Scenario& ru
   g.baseline = baseline_curves(run);
   if (run.layout.world > 1) {
     g.backend = comm::backend_name(run.layout.backend);
-    g.layout_curves = run_layout(path, run, o);
+    g.layout_curves = run_layout(run, o);
   }
   return g;
 }
@@ -121,7 +122,7 @@ int update_one(const std::string& path, const GoldenOptions& o) {
   auto [file, run] = load_pair(path, o);
   // Before the run: a golden is replaced only by a golden (docs/faults.md "Nothing lost").
   check_output_file("golden update", golden_path(o, path, file.name), kGoldenSignature);
-  Golden g = compute(path, file, run, o);
+  Golden g = compute(file, run, o);
   g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
   const std::string out = golden_path(o, path, file.name);
   save_golden(out, g);
@@ -166,7 +167,7 @@ int check_one(const std::string& path, const GoldenOptions& o) {
     return 1;
   }
   if (static_cast<int64_t>(want.baseline.steps()) != run.steps) run.steps = static_cast<int64_t>(want.baseline.steps());
-  const GoldenCheck c = compare_golden(want, compute(path, file, run, o));
+  const GoldenCheck c = compare_golden(want, compute(file, run, o));
   std::printf("golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "
               "golden from %.12s), %.1f s\n",
               file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
@@ -203,7 +204,7 @@ int for_each(const GoldenOptions& o, int (*one)(const std::string&, const Golden
 
 // The rank side: the layout's curves; rank 0 writes them.
 int run_rank(const GoldenOptions& o) {
-  auto [file, run] = load_pair(o.scenarios.at(0), o);
+  const Scenario run = load_scenario(o.scenarios.at(0));  // resolved by the launcher
   auto world = comm::make_world_communicator();
   const Curves c = layout_curves(run, *world);
   if (world->rank() == 0) {
@@ -239,7 +240,6 @@ Command add_golden_command(CLI::App& app) {
   check->add_option("--max-lines", o->max_lines, "Differing values to print per scenario")->capture_default_str();
   CLI::App* rank = sub->add_subcommand("rank", "(internal) one rank of a golden run")->group("");
   add_common(rank, *o);
-  rank->add_option("--steps", o->steps, "Steps");
   rank->add_option("--out", o->out, "Rank 0 writes the curves here")->required();
   return {sub, [o, up, check]() {
             if (up->parsed()) return for_each(*o, update_one);

@@ -30,6 +30,7 @@
 
 #include "cli/commands.h"
 #include "cli/numbers.h"
+#include "cli/resolved.h"
 #include "cli/self.h"
 #include "comm/launch.h"
 #include "comm/world.h"
@@ -64,7 +65,6 @@ struct RunOptions {
   bool as_rank = false;
   int64_t save_at = -1;       // --save-at K (with --ckpt DIR)
   std::string ckpt, resume;   // --ckpt DIR, --resume DIR
-  bool resume_layout = false;  // (internal) run the scenario's resume.layout instead of its layout
   int nnodes = 1, node_rank = 0;  // --nnodes, --node-rank, --master: this host's share of the ranks
   std::string master;
 };
@@ -140,10 +140,6 @@ void check_outputs(const RunOptions& o, const Scenario& s) {
 // exit 2, names the field and the rule).
 Scenario load_with_overrides(const RunOptions& o) {
   Scenario s = load_scenario(o.scenario);
-  if (o.resume_layout) {
-    if (!s.resume) throw ConfigError(o.scenario + ": $.resume", "--resume-layout needs a scenario with a resume object");
-    s.layout = s.resume->layout;
-  }
   if (o.as_rank) s.resume.reset();  // a rank runs one phase; the launcher checked the whole file
   if (o.steps >= 0) s.steps = o.steps;
   if (!o.dtype.empty()) s.model.set_precision(parse_precision(o.dtype, "--precision"));
@@ -205,15 +201,6 @@ void check_before_launch(const Scenario& s, const LayoutConfig& layout, const Ru
     throw ConfigError("--save-at", "must be in [" + K + ", steps = " + steps + "], got " + std::to_string(o.save_at));
 }
 
-// The launcher side: refuse bad input, start the ranks of `layout`, report the wall time.
-// A double as text that parses back to the same bits (std::to_string keeps 6 decimals:
-// --lr 1e-7 reached the ranks as 0).
-std::string exact_str(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
-}
-
 // "R.json" -> "R.phase1.json" (any other name: "R.phase1"): phase 1's report in a resume check.
 std::string phase1_report(const std::string& report) {
   const std::string ext = ".json";
@@ -230,12 +217,7 @@ std::string shared_baseline_path() {
   static int seq = 0;
   std::error_code ec;
   const fs::path dir = fs::temp_directory_path(ec);
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("parity-baseline-", 0) != 0) continue;
-    const long pid = std::atol(name.c_str() + std::strlen("parity-baseline-"));
-    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
-  }
+  sweep_stale_temp("parity-baseline-");
   return (dir / ("parity-baseline-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) + ".bin")).string();
 }
 
@@ -280,14 +262,14 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
   require_device(layout);
   check_before_launch(s, layout, o);
-  std::vector<std::string> args{"run", o.scenario, "--as-rank", "--steps", std::to_string(s.steps),
-                                "--precision", precision_name(s.model.precision()), "--backend",
-                                std::string(comm::backend_name(layout.backend)), "--device",
-                                std::string(device_name(layout.device))};
+  // The ranks run the resolved scenario (cli/resolved.h): this phase's layout, overrides applied.
+  Scenario resolved = s;
+  resolved.layout = layout;
+  resolved.resume.reset();
+  const ResolvedScenario file(resolved, o.log_dir);
+  std::vector<std::string> args{"run", file.path(), "--as-rank"};
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
-  if (!o.optim.empty()) args.insert(args.end(), {"--optim", o.optim});
-  if (o.lr >= 0) args.insert(args.end(), {"--lr", exact_str(o.lr)});
   // One baseline per host (harness/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
@@ -408,7 +390,7 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   std::printf("resume check, phase 2 of 2: steps %s..%lld under %s, resumed from %s\n", K.c_str(),
               static_cast<long long>(s.steps - 1), describe_layout(rc.layout, LayoutText::full).c_str(), dir.c_str());
   std::fflush(stdout);
-  const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir, "--resume-layout"}, std::max<int64_t>(rc.save_at - 1, 0));
+  const int rc2 = launch_ranks(s, rc.layout, o, {"--resume", dir}, std::max<int64_t>(rc.save_at - 1, 0));
   const int code = rc1 != 0 ? rc1 : rc2;
   std::printf("resume check verdict: %s (phase 1 exit %d, phase 2 exit %d)\n", code == 0 ? "PASS" : "FAIL", rc1, rc2);
   return code;
@@ -499,7 +481,6 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--as-rank", o->as_rank,
                 "Run as one rank of the verdict, started by another launcher: mpirun, srun, torchrun-like\n"
                 "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `parity launch --nnodes`; docs/multihost.md");
-  sub->add_flag("--resume-layout", o->resume_layout, "(internal) run the scenario's resume.layout")->group("");
   return {sub, [o, sub]() {
             if (!o->inject.empty()) setenv("PARITY_INJECT", o->inject.c_str(), 1);  // every rank inherits it
             o->timeout_given = sub->get_option("--timeout")->count() > 0;
