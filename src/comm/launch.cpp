@@ -558,6 +558,10 @@ std::pair<std::string, int> parse_master(const std::string& s) {
 
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command) {
   if (opts.nproc < 1) throw ConfigError("nproc", "must be at least 1, got " + std::to_string(opts.nproc));
+  if (opts.nproc > kMaxRanksPerHost)
+    throw ConfigError("--nproc", "must be at most " + std::to_string(kMaxRanksPerHost) +
+                                     " (the per-host cap: ranks one launcher starts on one host; more hosts: "
+                                     "--nnodes), got " + std::to_string(opts.nproc));
   if (opts.nnodes < 1) throw ConfigError("--nnodes", "must be at least 1, got " + std::to_string(opts.nnodes));
   if (opts.node_rank < 0 || opts.node_rank >= opts.nnodes)
     throw ConfigError("--node-rank", "must be in [0, --nnodes = " + std::to_string(opts.nnodes) + "), got " +
