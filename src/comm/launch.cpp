@@ -211,6 +211,7 @@ class Launcher {
   void summarise() const;
   void note_mpi_line(std::string_view line);
   bool blame_mpi_stopped(const Child& mpirun, int st);
+  void blame_mpi_hang(clock::time_point now);
   // A rank killed by SIGKILL that the launcher did not send, while the kernel's OOM killer
   // killed: named as out of memory (core/resources.h oom_killer_note); "" otherwise.
   std::string oom_note(int st) const {
@@ -417,6 +418,19 @@ bool Launcher::blame_mpi_stopped(const Child& c, int st) {
   return true;
 }
 
+// Backend mpi: a rank stopped longer than --timeout + 1 s while mpirun has not ended the job:
+// the others wait on it where no timeout applies (a stop during MPI_Init hung for ever).
+void Launcher::blame_mpi_hang(clock::time_point now) {
+  if (!(mpi_stopped_ = mpi_watch_->stopped_longer_than(o_.timeout + ms(1000)))) return;
+  blamed_stopped_ = true, first_failed_ = children_.front().rank, failed_at_ = now;
+  std::cerr << "parity launch: rank " << mpi_stopped_->rank << " (pid " << mpi_stopped_->pid
+            << ") was stopped (state T for " << mpi_stopped_->for_at_least.count() << " ms, past --timeout "
+            << o_.timeout.count() << " ms: SIGSTOP or a debugger) and the others wait on it where no timeout "
+            << "applies (MPI_Init); stopping every rank" << std::endl;
+  stop_all(SIGTERM);
+  terminating_ = true, term_at_ = now;
+}
+
 void Launcher::stop_all(int sig) {
   for (auto& c : children_)
     if (!c.status) {
@@ -463,6 +477,7 @@ int Launcher::run() {
   for (;;) {
     pump(50);
     if (mpi_watch_) mpi_watch_->look(clock::now());
+    if (mpi_watch_ && first_failed_ < 0 && !terminating_) blame_mpi_hang(clock::now());
     reap();
     if (int sig = g_signal.exchange(0); sig) {
       signals.saw(sig);
@@ -501,6 +516,7 @@ int Launcher::run() {
   }
   for (auto& c : children_)
     if (c.fd >= 0) close(c.fd);
+  if (mpi_watch_) mpi_watch_->kill_survivors();  // mpirun is gone: none of its ranks may stay
   for (const auto& d : {store_, mpi_shm_}) if (!d.empty()) std::filesystem::remove_all(d, ec);
   // A rank killed before its groups' members all mapped their shared-memory segment leaves
   // the name behind (comm/gloo/shm_communicator.h); the segments are named by that pid.

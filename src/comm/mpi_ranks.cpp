@@ -1,5 +1,7 @@
 #include "comm/mpi_ranks.h"
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +55,7 @@ void MpiRankWatch::look(clock::time_point now) {
     if (f.empty() || f[0].empty()) continue;
     Seen& s = ranks_[c];
     if (s.rank < 0) s.rank = mpi_rank_of(c);
+    if (s.start.empty() && f.size() > 19) s.start = f[19];
     const bool stopped = f[0][0] == 'T' || f[0][0] == 't';
     if (!stopped) {  // the last stop's span is kept: stopped_at judges whether it is recent
       s.last_running = now;
@@ -74,6 +77,21 @@ std::optional<MpiRankWatch::Stopped> MpiRankWatch::stopped_at(clock::time_point 
     if (!best || span > best->for_at_least) best = Stopped{s.rank, pid, span};
   }
   return best;
+}
+
+std::optional<MpiRankWatch::Stopped> MpiRankWatch::stopped_longer_than(std::chrono::milliseconds span) const {
+  for (const auto& [pid, s] : ranks_) {
+    const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(s.stop_last - s.stop_first);
+    if (s.rank >= 0 && s.stopped_looks >= 2 && s.stop_last == last_look_ && lasted >= span) return Stopped{s.rank, pid, lasted};
+  }
+  return std::nullopt;
+}
+
+void MpiRankWatch::kill_survivors() const {
+  for (const auto& [pid, s] : ranks_) {
+    const auto f = proc_stat_fields(pid);
+    if (f.size() > 19 && !s.start.empty() && f[19] == s.start && f[0] != "Z") ::kill(pid, SIGKILL);
+  }
 }
 
 }  // namespace parity::comm

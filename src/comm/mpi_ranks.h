@@ -38,9 +38,19 @@ class MpiRankWatch {
   // report or its exit), and before it; the one stopped longest when there are several.
   std::optional<Stopped> stopped_at(clock::time_point failed_at, std::chrono::milliseconds slack) const;
 
+  // A rank still stopped at the last look whose stop has lasted at least `span`. Past
+  // --timeout (and a second) every collective waiting on it has timed out, so if mpirun still
+  // runs the others wait where no timeout applies (MPI_Init has none): the launcher ends it.
+  std::optional<Stopped> stopped_longer_than(std::chrono::milliseconds span) const;
+
+  // SIGKILL to every rank seen that still runs as the same process (pid and start time), not a
+  // zombie: after mpirun has gone, none may be left (a stopped rank cannot notice it went).
+  void kill_survivors() const;
+
  private:
   struct Seen {
     int rank = -1;
+    std::string start;                   // its start time (/proc/PID/stat field 22): pid reuse
     int stopped_looks = 0;               // in a row, in the current or last stop
     clock::time_point stop_first{}, stop_last{}, last_running{};
   };
