@@ -66,6 +66,7 @@ std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOpt
   } catch (const ConfigError& e) {
     throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }
+  require_ranks_per_host(run, 1, printable(path, 4096));   // exit 2 above the per-host cap
   require_memory(run, run.layout, printable(path, 4096));  // exit 77 before any rank starts
   return {file, run};
 }

@@ -11,6 +11,7 @@
 #include "cli/numbers.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/resources.h"
 #include "core/text.h"
 
 namespace parity::cli {
@@ -57,5 +58,6 @@ int main(int argc, char** argv) {
   // limit (core/resources.h, exit 3), instead of killing the process by SIGXFSZ. Ignored
   // signals stay ignored in the ranks (fork and exec keep the disposition).
   signal(SIGXFSZ, SIG_IGN);
+  parity::name_out_of_memory();  // a failed allocation says "out of memory" (core/resources.h), exit 3
   return parity::cli::run_cli(argc, argv);
 }

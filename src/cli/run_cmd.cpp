@@ -486,6 +486,7 @@ Command add_run_command(CLI::App& app) {
             o->timeout_given = sub->get_option("--timeout")->count() > 0;
             if (o->as_rank) return run_rank(*o);
             Scenario s = load_with_overrides(*o);
+            require_ranks_per_host(s, o->nnodes, printable(o->scenario, 4096));  // exit 2 before anything runs
             // with --nnodes this is one launcher per host, whatever started it (srun, one task a node)
             if ((s.layout.world > 1 || s.resume) && o->nnodes == 1) refuse_nested_launch(s);
             if (s.resume && o->save_at < 0 && o->resume.empty()) return run_resume_check(s, *o);

@@ -21,7 +21,9 @@
 
 #include "comm/diagnose.h"
 #include "comm/gloo/shm_communicator.h"
+#include "comm/launch_env.h"
 #include "comm/leftovers.h"
+#include "comm/mpi_ranks.h"
 #include "core/error.h"
 #include "core/resources.h"
 
@@ -140,64 +142,6 @@ int exit_code(int status) {
   return 1;
 }
 
-// A rank's global rank: this host's ranks follow those of the hosts before it.
-int global_rank(const LaunchOptions& o, int local) { return o.node_rank * o.nproc + local; }
-
-std::vector<std::string> rank_env(const LaunchOptions& o, int local, const std::string& store) {
-  static const char* ours[] = {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-                               "PARITY_BACKEND=", "PARITY_COMM_TIMEOUT_MS=", "PARITY_STORE_DIR=",
-                               "MASTER_ADDR=", "MASTER_PORT="};
-  // An MPI process's own identity (a launcher started from inside an MPI job, or after an
-  // MPI singleton init) must not leak into the ranks.
-  static const char* mpi_identity[] = {"OMPI_COMM_WORLD_", "OMPI_UNIVERSE_SIZE=", "OMPI_MCA_ess",
-                                       "OMPI_MCA_orte_", "OMPI_MCA_pmix", "PMIX_", "OMPI_FILE_LOCATION=",
-                                       "OMPI_APP_CTX_", "OMPI_FIRST_RANKS=", "OMPI_NUM_APP_CTX="};
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    bool replaced = false;
-    for (const char* p : ours) replaced = replaced || std::strncmp(*e, p, std::strlen(p)) == 0;
-    for (const char* p : mpi_identity) replaced = replaced || std::strncmp(*e, p, std::strlen(p)) == 0;
-    if (!replaced) env.emplace_back(*e);
-  }
-  std::string n = std::to_string(o.nproc);
-  env.push_back("PARITY_BACKEND=" + std::string(backend_name(o.backend)));
-  env.push_back("PARITY_COMM_TIMEOUT_MS=" + std::to_string(o.timeout.count()));
-  if (o.backend != Backend::mpi) {
-    env.push_back("RANK=" + std::to_string(global_rank(o, local)));
-    env.push_back("WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc));
-    env.push_back("LOCAL_RANK=" + std::to_string(local));
-    env.push_back("LOCAL_WORLD_SIZE=" + n);
-    if (o.nnodes > 1) {
-      const auto [addr, port] = parse_master(o.master);
-      env.push_back("MASTER_ADDR=" + addr);
-      env.push_back("MASTER_PORT=" + std::to_string(port));
-    } else {
-      env.push_back("PARITY_STORE_DIR=" + store);
-    }
-  } else if (geteuid() == 0) {
-    env.push_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-    env.push_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  }
-  for (const auto& e : o.extra_env) env.push_back(e);
-  return env;
-}
-
-std::vector<std::string> rank_argv(const LaunchOptions& o, const std::vector<std::string>& command) {
-  if (o.backend != Backend::mpi) return command;
-  std::vector<std::string> argv = {o.mpirun, "-np", std::to_string(o.nproc), "--oversubscribe"};
-  if (o.prefix_output) argv.push_back("--tag-output");
-  for (const char* v : {"PARITY_BACKEND", "PARITY_COMM_TIMEOUT_MS"}) {
-    argv.push_back("-x");
-    argv.push_back(v);
-  }
-  for (const auto& e : o.extra_env) {
-    argv.push_back("-x");
-    argv.push_back(e.substr(0, e.find('=')));
-  }
-  argv.insert(argv.end(), command.begin(), command.end());
-  return argv;
-}
-
 // The child's half of a fork-started rank (LaunchOptions::in_process): the launcher's
 // signal handling undone, no descriptor of the launcher's left open, the rank's environment
 // and name; runs the rank and exits with its code without the launcher's exit handlers.
@@ -266,6 +210,14 @@ class Launcher {
   void stop_all(int sig);
   void summarise() const;
   void note_mpi_line(std::string_view line);
+  bool blame_mpi_stopped(const Child& mpirun, int st);
+  void blame_mpi_hang(clock::time_point now);
+  // A rank killed by SIGKILL that the launcher did not send, while the kernel's OOM killer
+  // killed: named as out of memory (core/resources.h oom_killer_note); "" otherwise.
+  std::string oom_note(int st) const {
+    const bool killed = (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) || (mpi_signal_ && mpi_how_.rfind("killed by signal 9 ", 0) == 0);
+    return killed ? oom_killer_note(oom_before_) : "";
+  }
   // Every rank still alive is stopped (SIGSTOP): none of them will report, stop now.
   bool only_stopped_left() const {
     for (const auto& c : children_)
@@ -306,6 +258,11 @@ class Launcher {
   int mpi_rank_ = -1;
   std::string mpi_how_;
   bool mpi_signal_ = false;
+  int64_t oom_before_ = oom_kill_count();
+  std::string mpi_shm_;                        // OpenMPI's segments go here (comm/leftovers.h)
+  std::optional<MpiRankWatch> mpi_watch_;      // mpirun's children, for blame (comm/mpi_ranks.h)
+  std::optional<clock::time_point> mpi_sign_;  // the first line of a failure through mpirun
+  std::optional<MpiRankWatch::Stopped> mpi_stopped_, mpi_reported_;  // blamed; named stopped by a rank
 };
 
 void Launcher::start_all() {
@@ -324,13 +281,14 @@ void Launcher::start_all() {
       c.log.open(c.log_path);
     }
     try {
-      c.pid = spawn(o_, c.rank, argv, rank_env(o_, r, store_), p[1]);
+      c.pid = spawn(o_, c.rank, argv, rank_env(o_, r, store_, mpi_shm_), p[1]);
     } catch (...) {
       close(p[0]);
       close(p[1]);
       throw;
     }
     close(p[1]);
+    if (o_.backend == Backend::mpi) mpi_watch_.emplace(c.pid);
     children_.push_back(std::move(c));
   }
 }
@@ -340,10 +298,15 @@ void Launcher::start_all() {
 //   "mpirun noticed that process rank 2 with PID 0 on node vm exited on signal 9 (Killed)."
 //   "  Process name: [prterun-vm-123@1,3]" then "  Exit code:    3"
 void Launcher::note_mpi_line(std::string_view line) {
+  if (!mpi_sign_ && line.find("parity: ") != std::string_view::npos) mpi_sign_ = clock::now();  // a rank's error
+  // A rank's timeout names a member it found stopped in /proc (comm/diagnose.h).
+  static const std::regex stopped(R"(missing rank (\d+) \(group rank \d+\) \(pid (\d+) on \S+ is stopped)");
   static const std::regex died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+))");
   static const std::regex name(R"(Process name:\s*\[.*,(\d+)\]\]?)"), code(R"(Exit code:\s*(\d+))");
   std::cmatch m;
   const std::string l(line);
+  if (!mpi_reported_ && l.find("is stopped") != std::string::npos && std::regex_search(l.c_str(), m, stopped))
+    mpi_reported_ = MpiRankWatch::Stopped{std::stoi(m[1].str()), static_cast<pid_t>(std::stol(m[2].str())), ms(0)};
   if (std::regex_search(l.c_str(), m, died)) {
     mpi_rank_ = std::stoi(m[1].str()), mpi_signal_ = true;
     const int sig = std::stoi(m[3].str());
@@ -429,11 +392,43 @@ void Launcher::reap() {
                   << describe_status(st) << " waiting; stopping every rank" << std::endl;
         continue;
       }
+      if (blame_mpi_stopped(c, st)) continue;
       std::cerr << "parity launch: " << rank_name(c) << " " << (WIFSIGNALED(st) ? "died: " : "")
-                << describe_status(st) << (c.log_path.empty() ? "" : "; log: " + c.log_path)
+                << describe_status(st) << oom_note(st) << (c.log_path.empty() ? "" : "; log: " + c.log_path)
                 << "; giving the other ranks " << grace_.count() << " ms to report before stopping them" << std::endl;
     }
   }
+}
+
+// Backend mpi: mpirun failed, and by now it has continued and ended every rank; a rank seen
+// stopped until the failure began (comm/mpi_ranks.h) is named, not the one mpirun reports
+// (that one timed out waiting on it).
+bool Launcher::blame_mpi_stopped(const Child& c, int st) {
+  if (mpi_watch_) mpi_stopped_ = mpi_watch_->stopped_at(mpi_sign_.value_or(clock::now()), ms(1500));
+  if (!mpi_stopped_) mpi_stopped_ = mpi_reported_;  // what the waiting ranks saw in /proc at their timeout
+  if (!mpi_stopped_) return false;
+  blamed_stopped_ = true;
+  std::cerr << "parity launch: rank " << mpi_stopped_->rank << " (pid " << mpi_stopped_->pid << ") was stopped ("
+            << (mpi_stopped_->for_at_least.count() > 0
+                    ? "state T for at least " + std::to_string(mpi_stopped_->for_at_least.count()) + " ms"
+                    : std::string("as the ranks waiting on it saw"))
+            << ": SIGSTOP or a debugger) and the others waited on it; mpirun (pid " << c.pid << ") ended the job"
+            << (mpi_rank_ >= 0 ? " after rank " + std::to_string(mpi_rank_) + " " + mpi_how_ : "") << ", "
+            << describe_status(st) << std::endl;
+  return true;
+}
+
+// Backend mpi: a rank stopped longer than --timeout + 1 s while mpirun has not ended the job:
+// the others wait on it where no timeout applies (a stop during MPI_Init hung for ever).
+void Launcher::blame_mpi_hang(clock::time_point now) {
+  if (!(mpi_stopped_ = mpi_watch_->stopped_longer_than(o_.timeout + ms(1000)))) return;
+  blamed_stopped_ = true, first_failed_ = children_.front().rank, failed_at_ = now;
+  std::cerr << "parity launch: rank " << mpi_stopped_->rank << " (pid " << mpi_stopped_->pid
+            << ") was stopped (state T for " << mpi_stopped_->for_at_least.count() << " ms, past --timeout "
+            << o_.timeout.count() << " ms: SIGSTOP or a debugger) and the others wait on it where no timeout "
+            << "applies (MPI_Init); stopping every rank" << std::endl;
+  stop_all(SIGTERM);
+  terminating_ = true, term_at_ = now;
 }
 
 void Launcher::stop_all(int sig) {
@@ -447,7 +442,10 @@ void Launcher::stop_all(int sig) {
 
 void Launcher::summarise() const {
   std::cerr << "parity launch: failed; rank verdicts:\n";
-  if (blamed_stopped_)
+  if (mpi_stopped_)
+    std::cerr << "  the rank the others waited on: rank " << mpi_stopped_->rank << " (pid " << mpi_stopped_->pid
+              << "), stopped (SIGSTOP or a debugger)\n";
+  else if (blamed_stopped_)
     for (const auto& c : children_)
       if (c.rank == first_failed_)
         std::cerr << "  the rank the others waited on: " << rank_name(c) << ", stopped (SIGSTOP or a debugger)\n";
@@ -465,18 +463,21 @@ int Launcher::run() {
   started_at_ = clock::now();
   if (o_.nnodes == 1) store_ = make_store_dir(o_.store_root);  // across hosts: the TCP store at --master
   std::error_code ec;
+  if (o_.backend == Backend::mpi) mpi_shm_ = make_mpi_shm_dir(store_);
   try {
     start_all();
     if (o_.after_start) o_.after_start();
   } catch (...) {
     stop_all(SIGKILL);
     for (auto& c : children_) waitpid(c.pid, nullptr, 0);
-    if (!store_.empty()) std::filesystem::remove_all(store_, ec);
+    for (const auto& d : {store_, mpi_shm_}) if (!d.empty()) std::filesystem::remove_all(d, ec);
     for (const auto& c : children_) remove_shm_segments_of(c.pid);  // nothing left behind
     throw;
   }
   for (;;) {
     pump(50);
+    if (mpi_watch_) mpi_watch_->look(clock::now());
+    if (mpi_watch_ && first_failed_ < 0 && !terminating_) blame_mpi_hang(clock::now());
     reap();
     if (int sig = g_signal.exchange(0); sig) {
       signals.saw(sig);
@@ -515,7 +516,8 @@ int Launcher::run() {
   }
   for (auto& c : children_)
     if (c.fd >= 0) close(c.fd);
-  if (!store_.empty()) std::filesystem::remove_all(store_, ec);
+  if (mpi_watch_) mpi_watch_->kill_survivors();  // mpirun is gone: none of its ranks may stay
+  for (const auto& d : {store_, mpi_shm_}) if (!d.empty()) std::filesystem::remove_all(d, ec);
   // A rank killed before its groups' members all mapped their shared-memory segment leaves
   // the name behind (comm/gloo/shm_communicator.h); the segments are named by that pid.
   for (const auto& c : children_) remove_shm_segments_of(c.pid);
@@ -558,6 +560,10 @@ std::pair<std::string, int> parse_master(const std::string& s) {
 
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command) {
   if (opts.nproc < 1) throw ConfigError("nproc", "must be at least 1, got " + std::to_string(opts.nproc));
+  if (opts.nproc > kMaxRanksPerHost)
+    throw ConfigError("--nproc", "must be at most " + std::to_string(kMaxRanksPerHost) +
+                                     " (the per-host cap: ranks one launcher starts on one host; more hosts: "
+                                     "--nnodes), got " + std::to_string(opts.nproc));
   if (opts.nnodes < 1) throw ConfigError("--nnodes", "must be at least 1, got " + std::to_string(opts.nnodes));
   if (opts.node_rank < 0 || opts.node_rank >= opts.nnodes)
     throw ConfigError("--node-rank", "must be in [0, --nnodes = " + std::to_string(opts.nnodes) + "), got " +

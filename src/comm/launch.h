@@ -37,8 +37,13 @@ namespace parity::comm {
 // known by then, so a run ends within about a second of a death or a collective timeout.
 inline constexpr std::chrono::milliseconds kDefaultGrace{1000};
 
+// The per-host cap: ranks one launcher starts on one host (`parity launch -n`, a scenario's
+// $.layout.world over --nnodes hosts); the shared baseline has as many reader slots
+// (harness/shared_baseline.cpp). Above it a launch is refused with exit 2, never clamped.
+inline constexpr int kMaxRanksPerHost = 256;
+
 struct LaunchOptions {
-  int nproc = 1;                                        // -n, --nproc: number of ranks (>= 1)
+  int nproc = 1;                                        // -n, --nproc: ranks on this host, [1, kMaxRanksPerHost]
   Backend backend = Backend::gloo;                      // --backend gloo|mpi|nccl
   std::chrono::milliseconds timeout = kDefaultTimeout;  // --timeout: per-collective timeout
   std::chrono::milliseconds grace{-1};                  // --grace: after the first failure (default kDefaultGrace)

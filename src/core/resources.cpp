@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <new>
 
 namespace parity {
 
@@ -22,9 +24,13 @@ std::string resource_hint(int err, const std::string& where) {
   switch (err) {
     case EMFILE: return " (the open-file limit, ulimit -n, is " + limit_str(RLIMIT_NOFILE) + ")";
     case ENFILE: return " (the system's open-file table is full)";
-    case EAGAIN: return " (the process limit, ulimit -u, is " + limit_str(RLIMIT_NPROC) + "; or memory)";
+    case EAGAIN: {
+      const std::string as = limit_str(RLIMIT_AS);
+      return " (the process limit, ulimit -u, is " + limit_str(RLIMIT_NPROC) + "; or memory" +
+             (as == "unlimited" ? "" : ": the address-space limit, ulimit -v, is " + as + " bytes") + ")";
+    }
     case EFBIG: return " (the file-size limit, ulimit -f, is " + limit_str(RLIMIT_FSIZE) + " bytes)";
-    case ENOMEM: return " (out of memory)";
+    case ENOMEM: return memory_hint();
     case ENOSPC:
     case EDQUOT: {
       if (where.empty()) return " (the filesystem is full)";
@@ -39,6 +45,58 @@ std::string resource_hint(int err, const std::string& where) {
 }
 
 std::string describe_errno(int err, const std::string& where) { return std::strerror(err) + resource_hint(err, where); }
+
+std::string memory_hint() {
+  const std::string as = limit_str(RLIMIT_AS);
+  return as == "unlimited" ? " (out of memory)" : " (out of memory; the address-space limit, ulimit -v, is " + as + " bytes)";
+}
+
+namespace {
+
+// What a failed `new` throws instead of a bare std::bad_alloc: the same type to every catch
+// (exit_code::of: infrastructure), a message that names memory. Built in a static buffer:
+// nothing may be allocated when the allocator has just failed.
+char g_oom_message[200];
+
+class OutOfMemory : public std::bad_alloc {
+ public:
+  const char* what() const noexcept override { return g_oom_message; }
+};
+
+void on_failed_new() {
+  struct rlimit r {};
+  if (getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    std::snprintf(g_oom_message, sizeof g_oom_message,
+                  "out of memory: an allocation failed (the address-space limit, ulimit -v, is %llu bytes)",
+                  static_cast<unsigned long long>(r.rlim_cur));
+  else
+    std::snprintf(g_oom_message, sizeof g_oom_message, "out of memory: an allocation failed (std::bad_alloc)");
+  throw OutOfMemory();
+}
+
+}  // namespace
+
+void name_out_of_memory() { std::set_new_handler(on_failed_new); }
+
+int64_t oom_kill_count() {
+  std::FILE* f = std::fopen("/proc/vmstat", "re");
+  if (f == nullptr) return -1;
+  char name[64];
+  long long v = 0;
+  int64_t out = -1;
+  while (std::fscanf(f, "%63s %lld", name, &v) == 2)
+    if (std::strcmp(name, "oom_kill") == 0) out = v;
+  std::fclose(f);
+  return out;
+}
+
+std::string oom_killer_note(int64_t before) {
+  const int64_t now = oom_kill_count();
+  if (before < 0 || now <= before) return "";
+  return "; the kernel's OOM killer killed " + std::to_string(now - before) +
+         " process(es) during the run: out of memory (/proc/vmstat oom_kill went from " + std::to_string(before) +
+         " to " + std::to_string(now) + ")";
+}
 
 int reserve_file(int fd, int64_t bytes) {
   const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes));

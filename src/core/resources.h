@@ -17,6 +17,25 @@ std::string resource_hint(int err, const std::string& where = "");
 // strerror(err) followed by resource_hint(err, where).
 std::string describe_errno(int err, const std::string& where = "");
 
+// " (out of memory; the address-space limit, ulimit -v, is N bytes)", or " (out of memory)"
+// when there is no such limit.
+std::string memory_hint();
+
+// Makes a failed `new` (std::bad_alloc, exit 3) say what ran out: its what() becomes "out of
+// memory: an allocation failed (the address-space limit, ulimit -v, is N bytes)" instead of
+// "std::bad_alloc" (std::set_new_handler; the message built without allocating). Called
+// once by main; fork-started ranks inherit it.
+void name_out_of_memory();
+
+// The kernel's count of processes its OOM killer has killed (/proc/vmstat oom_kill, every
+// cgroup's included); -1 when unknown. A rank killed by SIGKILL while it rose was most likely
+// one of them (comm/launch.cpp says so).
+int64_t oom_kill_count();
+
+// "; the kernel's OOM killer killed N process(es) during the run (out of memory: /proc/vmstat
+// oom_kill went from A to B)" when the count rose since `before`; "" otherwise.
+std::string oom_killer_note(int64_t before);
+
 // Reserves `bytes` of `fd` (a file in TMPDIR, a /dev/shm segment) with posix_fallocate, so a
 // full filesystem is an error here and not a SIGBUS at the first store through a mapping.
 // Returns 0 or the error number (posix_fallocate's; EOPNOTSUPP-like results fall back to

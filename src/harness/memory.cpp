@@ -2,10 +2,12 @@
 // double: a model of dim 2^40 gives 2^80-element tensors, which int64_t cannot hold.
 #include "harness/memory.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 #include <vector>
 
+#include "comm/launch.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "harness/shared_baseline.h"
@@ -107,6 +109,20 @@ void require_memory(const Scenario& s, const LayoutConfig& layout, const std::st
                          " parameters with gradients and optimizer state, one micro-batch's activations), this "
                          "machine has " + bytes_str(static_cast<double>(have)) +
                          (gpu ? " on its visible GPUs" : ""));
+}
+
+void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& what) {
+  const int64_t cap = comm::kMaxRanksPerHost, hosts = std::max(nnodes, 1);
+  for (const auto& [path, layout] : {std::pair{"$.layout.world", &s.layout},
+                                     std::pair{"$.resume.layout.world", s.resume ? &s.resume->layout : nullptr}}) {
+    if (layout == nullptr || (layout->world + hosts - 1) / hosts <= cap) continue;
+    const std::string w = std::to_string(layout->world);
+    throw ConfigError(what + ": " + path,
+                      "must put at most " + std::to_string(cap) + " ranks on one host (the per-host cap: ranks one "
+                      "launcher starts), got " + w + (hosts > 1 ? " over " + std::to_string(hosts) + " hosts" : "") +
+                      "; spread it over more hosts with --nnodes (at least " + std::to_string((layout->world + cap - 1) / cap) +
+                      ") or use a smaller layout");
+  }
 }
 
 }  // namespace parity

@@ -54,6 +54,12 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim);
 // use (baseline_place(): PARITY_SHARED_BASELINE).
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what);
 
+// ConfigError (exit 2) "<what>: $.layout.world: ..." when the layout puts more ranks on one host
+// (world / nnodes, rounded up) than the per-host cap (comm/launch.h kMaxRanksPerHost); the same
+// for a resume check's $.resume.layout.world. Checked before anything starts (once: exit 1,
+// "shared baseline: 512 ranks on one host", no JSON path).
+void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& what);
+
 // "1.5 GiB", "12 TiB": bytes for messages.
 std::string bytes_str(double bytes);
 

@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <cstdint>
+#include <system_error>
 
+#include "comm/launch.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/resources.h"
 #include "harness/golden.h"
 #include "harness/twin.h"
@@ -27,11 +30,11 @@ BaselinePlace baseline_place() {
 
 namespace {
 
-constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '1'};
+constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
 constexpr size_t kHeader = 8192, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
 constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank
-constexpr int kMaxConsumers = 256;  // ranks on one host that can share a file
+constexpr int kMaxConsumers = comm::kMaxRanksPerHost;  // ranks on one host that can share a file
 
 struct Header {
   char magic[8];
@@ -41,6 +44,7 @@ struct Header {
   int64_t next[kMaxConsumers];       // per rank: the first step whose block it still needs
   char key[kKeyBytes];
   char error[kErrorBytes];
+  int64_t error_code;  // the failure's exit code (core/exit_codes.h): out of memory is 3, not "parity broken"
 };
 static_assert(sizeof(Header) <= kHeader);
 
@@ -190,7 +194,11 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     for (unsigned spins = 0;; ++spins) {
       const int64_t r = ready_of(h).load(std::memory_order_acquire);
       if (r >= n && r != kNotStarted) return;
-      if (r == kFailed) throw Error(std::string("the shared baseline failed: ") + h->error);
+      if (r == kFailed) {
+        const std::string what = std::string("the shared baseline failed: ") + h->error;
+        if (h->error_code == exit_code::infrastructure) throw IoError(what);
+        throw Error(what);
+      }
       if (r >= 0 && r >= h->steps && n > r)
         throw Error("the shared baseline has " + std::to_string(h->steps) + " steps, step " + std::to_string(n - 1) +
                     " was asked for");
@@ -250,6 +258,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
     }
   } catch (const std::exception& e) {
     std::strncpy(h->error, e.what(), kErrorBytes - 1);
+    h->error_code = exit_code::of(e);
     ready_of(h).store(kFailed, std::memory_order_release);
   }
 }
@@ -311,7 +320,11 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   }
   void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (m == MAP_FAILED) throw IoError("shared baseline: cannot map " + path_ + ": " + std::strerror(errno));
+  if (m == MAP_FAILED) {
+    const int e = errno;
+    ::unlink(path_.c_str());  // the destructor does not run: nothing left in TMPDIR
+    throw IoError("shared baseline: cannot map " + path_ + ": " + describe_errno(e, path_));
+  }
   auto* h = static_cast<Header*>(m);
   std::memcpy(h->magic, kMagic, sizeof kMagic);
   h->elem = static_cast<int64_t>(elem);
@@ -319,6 +332,7 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   h->block_bytes = static_cast<int64_t>(g.block_bytes());
   h->steps = s.steps;
   h->consumers = consumers;
+  h->error_code = 0;
   for (int c = 0; c < consumers; ++c) h->next[c] = std::max<int64_t>(first, 0);
   const std::string key = baseline_key(s);
   std::strncpy(h->key, key.c_str(), kKeyBytes - 1);
@@ -334,7 +348,12 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
 }
 
 void BaselineProducer::start() {
-  if (work_ && !thread_.joinable()) thread_ = std::thread(std::move(work_));
+  if (!work_ || thread_.joinable()) return;
+  try {
+    thread_ = std::thread(std::move(work_));
+  } catch (const std::system_error& e) {  // a thread's stack did not fit (ulimit -v) or the process limit
+    throw IoError("shared baseline: cannot start its thread: " + describe_errno(e.code().value()));
+  }
 }
 
 BaselineProducer::~BaselineProducer() {

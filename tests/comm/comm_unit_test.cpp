@@ -2,8 +2,15 @@
 // launcher option checks, and the nccl backend (skipped, visibly, without a GPU).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "comm/leftovers.h"
 #include "comm/world.h"
 #include "comm_checks.h"
 #include "core/device.h"
@@ -101,6 +108,46 @@ TEST(Launcher, RejectsBadOptionsBeforeStartingAnything) {
   EXPECT_THROW(launch_main(o, {"true"}), ConfigError);
   o.nproc = 2;
   EXPECT_THROW(launch_main(o, {}), ConfigError);
+}
+
+// The per-host cap: refused, never clamped, before anything starts (issue 26).
+TEST(Launcher, RefusesMoreRanksThanThePerHostCap) {
+  LaunchOptions o;
+  o.nproc = kMaxRanksPerHost + 1;
+  const auto before = child_pids();
+  try {
+    launch_main(o, {"true"});
+    ADD_FAILURE() << "-n " << o.nproc << " was launched";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nproc: must be at most 256 (the per-host cap"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(child_pids(), before);
+}
+
+// A directory of a launcher that is gone is removed; one whose launcher runs (this process),
+// and a name of another prefix, are kept (comm/leftovers.h).
+TEST(Leftovers, OnlyDirectoriesOfLaunchersThatAreGoneAreSwept) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("parity-leftovers-test-" + std::to_string(getpid()));
+  fs::create_directories(root);
+  const std::string mine = make_owned_dir(root.string(), "parity-mpi-");
+  EXPECT_EQ(process_id(getpid()), [&] { std::ifstream f(mine + "/launcher"); std::string l; std::getline(f, l); return l; }());
+  const fs::path gone = root / "parity-mpi-gone", reused = root / "parity-mpi-reused", other = root / "vader_segment.x";
+  fs::create_directories(gone);
+  fs::create_directories(reused);
+  fs::create_directories(other);
+  std::ofstream(gone / "launcher") << "999999999 1\n";                       // no such pid
+  std::ofstream(reused / "launcher") << std::to_string(getpid()) << " 1\n";  // this pid, another start time
+  EXPECT_EQ(remove_stale_owned_dirs(root.string(), "parity-mpi-"), 2);
+  EXPECT_TRUE(fs::exists(mine));
+  EXPECT_FALSE(fs::exists(gone));
+  EXPECT_FALSE(fs::exists(reused));
+  EXPECT_TRUE(fs::exists(other));
+  std::vector<std::string> env = {"OMPI_MCA_btl_vader_backing_directory=/elsewhere", "HOME=/root"};
+  mpi_dirs_env(env, "/dev/shm/parity-mpi-x", "/tmp/parity-rdzv-y");
+  EXPECT_EQ(env, (std::vector<std::string>{"HOME=/root", "OMPI_MCA_btl_vader_backing_directory=/dev/shm/parity-mpi-x",
+                                           "OMPI_MCA_orte_tmpdir_base=/tmp/parity-rdzv-y"}));
+  fs::remove_all(root);
 }
 
 TEST(Launcher, MissingCommandFailsWith127) {

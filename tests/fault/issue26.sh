@@ -317,6 +317,134 @@ case $case in
     want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
     [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
     echo "SIGSTOP of rank $vrank: exit $rc after $ms ms: $first" ;;
+  # ---- part 3: OpenMPI's leftovers, the per-host cap, memory, blame under mpi ----------------
+  stale_mpi)  # once: kill -9 of the launcher under mpi left vader_segment.* in /dev/shm for ever
+    decoy=/dev/shm/vader_segment.issue26decoy-$$.0.1.0  # another program's: never touched
+    head -c 4096 /dev/zero >"$decoy"
+    sh -c 'exit 0' & dead=$!; wait $dead
+    sleep 60 & alive=$!
+    mkdir -p "/dev/shm/parity-mpi-i26dead$$" "/dev/shm/parity-mpi-i26live$$"
+    echo "$dead 1" >"/dev/shm/parity-mpi-i26dead$$/launcher"  # a launcher that is gone
+    echo "$alive $(cut -d' ' -f22 "/proc/$alive/stat")" >"/dev/shm/parity-mpi-i26live$$/launcher"  # one that runs
+    cleanup_decoys() { rm -rf "$decoy" "/dev/shm/parity-mpi-i26dead$$" "/dev/shm/parity-mpi-i26live$$"; kill $alive 2>/dev/null; }
+    top_before=$(ls /dev/shm | grep '^vader_segment\.' | sort)
+    "$parity" run "$scen/fsdp2.json" --backend mpi --steps 1000000 --timeout 60 >"$work/out.log" 2>&1 &
+    launcher=$!
+    mine=""
+    for _ in $(seq 300); do  # this launcher's /dev/shm directory, once OpenMPI's segments are in it
+      for dir in /dev/shm/parity-mpi-*; do
+        [ "$(cut -d' ' -f1 "$dir/launcher" 2>/dev/null)" = "$launcher" ] && ls "$dir"/vader_segment.* >/dev/null 2>&1 && mine=$dir
+      done
+      [ -n "$mine" ] && break
+      sleep 0.1
+    done
+    top_during=$(ls /dev/shm | grep '^vader_segment\.' | sort)
+    mpirun_pid=$(pgrep -P $launcher | head -1)
+    ranks=$( [ -n "$mpirun_pid" ] && pgrep -P "$mpirun_pid")
+    kill -9 $launcher; wait $launcher 2>/dev/null
+    for _ in $(seq 100); do  # until mpirun and its ranks are dead (gone, or zombies nobody reaps yet)
+      left=0; for p in $mpirun_pid $ranks; do st=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null); [ -n "$st" ] && [ "$st" != Z ] && left=1; done
+      [ $left -eq 0 ] && break; sleep 0.1
+    done
+    [ -n "$mine" ] || { cleanup_decoys; fail "OpenMPI's segments are not in a parity-mpi directory of the launcher's (in /dev/shm: $(comm -13 <(echo "$top_before") <(echo "$top_during") | head -3))"; }
+    [ "$top_during" = "$top_before" ] || { cleanup_decoys; fail "OpenMPI put segments straight into /dev/shm"; }
+    ls -d "$work"/parity-rdzv-*/ompi.* >/dev/null 2>&1 || { cleanup_decoys; fail "OpenMPI's session directory is not in the launcher's store directory"; }
+    ls -d "$work"/ompi.* >/dev/null 2>&1 && { cleanup_decoys; fail "OpenMPI's session directory is in TMPDIR itself"; }
+    echo "kill -9 of the launcher: left $(ls "$mine" | tr '\n' ' ')and $(ls -d "$work"/parity-rdzv-*/ompi.*/pid.* | sed "s|$work/||")"
+    run 60 "$parity" launch -n 1 -- true  # the next launch sweeps
+    rc_launch=$rc
+    still=""; [ -e "$mine" ] && still="$mine "
+    ls -d "$work"/parity-rdzv-* >/dev/null 2>&1 && still+="$(ls -d "$work"/parity-rdzv-*) "
+    [ -e "/dev/shm/parity-mpi-i26dead$$" ] && still+="the dead launcher's decoy "
+    kept=1; [ -e "$decoy" ] && [ -e "/dev/shm/parity-mpi-i26live$$/launcher" ] || kept=0
+    cleanup_decoys
+    [ $rc_launch -eq 0 ] || fail "the next launch failed: exit $rc_launch"
+    [ -z "$still" ] || fail "not swept by the next launch: $still"
+    [ $kept -eq 1 ] || fail "another program's vader_segment or a live launcher's directory was removed"
+    # a run that ends normally leaves none of it either
+    shm_before=$(ls -d /dev/shm/parity-mpi-* 2>/dev/null)
+    run 120 "$parity" run "$scen/fsdp2.json" --backend mpi --steps 2
+    want 0 "verdict: PASS"
+    ls -d "$work"/parity-rdzv-* "$work"/ompi.* >/dev/null 2>&1 && fail "a finished mpi run left $(ls "$work")"
+    new=$(comm -13 <(echo "$shm_before") <(ls -d /dev/shm/parity-mpi-* 2>/dev/null))
+    for d in $new; do  # a directory of a launcher that has ended: this run's
+      p=$(cut -d' ' -f1 "$d/launcher" 2>/dev/null); [ -n "$p" ] && ! kill -0 "$p" 2>/dev/null && fail "a finished mpi run left $d"
+    done
+    echo "the next launch swept them; another program's vader_segment and a live launcher's directory kept" ;;
+  launch_cap)  # once: -n 257 started 257 processes, -n 100000 ran out of descriptors after 20000
+    for n in 257 100000; do
+      run 30 "$parity" launch -n $n -- touch "$work/started"
+      want 2 "--nproc: must be at most 256 \(the per-host cap: ranks one launcher starts on one host; more hosts: --nnodes\), got $n"
+      [ -e "$work/started" ] && fail "-n $n started a rank"
+      echo "launch -n $n: exit $rc after $ms ms"
+    done
+    run 60 "$parity" launch -n 256 -- true  # the cap itself runs
+    [ $rc -eq 0 ] || fail "launch -n 256: exit $rc"
+    echo "launch -n 256 -- true: exit 0 after $ms ms" ;;
+  world_cap)  # once: exit 1, "shared baseline: 512 ranks on one host (at most 256)", no JSON path
+    sed 's/"world": 2,/"world": 512,/; s/"dp_shard": 2,/"dp_shard": 512,/' "$scen/fsdp2.json" >"$work/w512.json"
+    grep -q '"world": 512' "$work/w512.json" || fail "the test's scenario was not made"
+    run 60 "$parity" run "$work/w512.json" --steps 1
+    want 2 "w512\.json: \\\$\.layout\.world: must put at most 256 ranks on one host \(the per-host cap: ranks one launcher starts\), got 512; spread it over more hosts with --nnodes \(at least 2\)"
+    no_launch
+    echo "world 512: exit $rc after $ms ms"
+    sed 's/"world": 4,/"world": 512,/; s/"dp_shard": 4,/"dp_shard": 512,/' "$scen/resume_fsdp3_to_fsdp4.json" >"$work/r512.json"
+    run 60 "$parity" run "$work/r512.json"
+    want 2 "r512\.json: \\\$\.resume\.layout\.world: must put at most 256 ranks on one host"
+    no_launch
+    grep -q "resume check, phase 1" "$work/out.log" && fail "phase 1 ran before the refusal"
+    mkdir "$work/g"
+    run 60 "$parity" golden check "$work/w512.json" --golden-dir "$work/g"
+    want 2 "w512\.json: \\\$\.layout\.world: must put at most 256 ranks on one host" ;;
+  res_memory)  # once: a bare "std::bad_alloc", or exit 1 ("parity broken") when the launcher's baseline ran out
+    private_shm || { echo "issue26 $case: no private mount namespace here"; exit 77; }
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['name']='bigmlp'; s['steps']=2; s['model']['mlp_hidden']=200000; json.dump(s,open(sys.argv[2],'w'))" \
+      "$scen/fsdp2.json" "$work/bigmlp.json" || fail "the test's scenario was not made"
+    # about 80 MB of parameters: the limit decides where memory runs out first (the launcher's
+    # map of the shared baseline, a rank, the launcher's baseline thread); each is exit 3
+    for kib in 300000 600000 1000000; do
+      run 120 unshare -m bash -c "mount -t tmpfs tmpfs /dev/shm && ulimit -v $kib &&
+        { \"$parity\" run \"$work/bigmlp.json\"; rc=\$?; ls /dev/shm >\"$work/shm.txt\"; exit \$rc; }"
+      want 3 "(out of memory: an allocation failed \(|Cannot allocate memory \(out of memory; )the address-space limit, ulimit -v, is $((kib * 1024)) bytes"
+      grep -q "std::bad_alloc" "$work/out.log" && fail "ulimit -v $kib: a bare std::bad_alloc"
+      [ -s "$work/shm.txt" ] && fail "ulimit -v $kib: left in /dev/shm: $(cat "$work/shm.txt")"
+      left=$(ls "$work" | grep '^parity-' | tr '\n' ' ')
+      [ -z "$left" ] || fail "ulimit -v $kib: left in TMPDIR: $left"
+      echo "ulimit -v $kib: exit $rc after $ms ms: $(grep -m1 -E 'out of memory' "$work/out.log" | cut -c1-170)"
+    done ;;
+  blame_stop_mpi | blame_stop_mpi_init)
+    # once: the first line named the rank mpirun reported (one that timed out waiting); stopped
+    # at once (_init: most likely in MPI_Init, which has no timeout), the run hung for ever
+    delay=1.5; [ $case = blame_stop_mpi_init ] && delay=0
+    "$parity" run "$scen/w8_tp4_ep4.json" --backend mpi --steps 1000000 --timeout 3 >"$work/out.log" 2>&1 &
+    launcher=$!
+    ranks=""
+    for _ in $(seq 600); do
+      mpirun_pid=$(pgrep -P $launcher | head -1)
+      [ -n "$mpirun_pid" ] && ranks=$(pgrep -P "$mpirun_pid")
+      [ "$(echo "$ranks" | grep -c .)" -ge 8 ] && break
+      sleep 0.1
+    done
+    [ "$(echo "$ranks" | grep -c .)" -ge 8 ] || { kill -9 $launcher; fail "the ranks did not start"; }
+    sleep $delay
+    victim=$(echo "$ranks" | sed -n 6p)
+    vrank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+    [ -n "$vrank" ] || { kill -9 $launcher; fail "no OMPI_COMM_WORLD_RANK for pid $victim"; }
+    t0=$(date +%s%N)
+    kill -STOP "$victim"
+    for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
+    wait $launcher; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    first=$(grep -m1 '^parity launch:' "$work/out.log")
+    echo "$first" | grep -q "^parity launch: rank $vrank (pid $victim) was stopped" || fail "the first line blames another rank: $first"
+    want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
+    [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+    sleep 0.5
+    # dead: gone, or a zombie that nobody reaps yet (its parent mpirun is gone)
+    state=$(cut -d' ' -f3 "/proc/$victim/stat" 2>/dev/null)
+    [ -z "$state" ] || [ "$state" = Z ] || { kill -9 "$victim"; fail "the stopped rank was left running (state $state)"; }
+    echo "SIGSTOP of rank $vrank under mpi ${delay} s after start: exit $rc after $ms ms: $(echo "$first" | cut -c1-200)" ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "issue26 $case: PASS"

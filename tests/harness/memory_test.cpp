@@ -95,5 +95,32 @@ TEST(Memory, RefusalsSayWhatAndHowMuch) {
   EXPECT_EQ(bytes_str(1.5 * GiB), "1.5 GiB");
 }
 
+// The per-host cap (comm/launch.h kMaxRanksPerHost): a ConfigError at the layout's JSON path,
+// prefixed by the scenario file; over --nnodes hosts the share per host counts.
+TEST(Memory, WorldAboveThePerHostCapNamesItsJsonPath) {
+  Scenario s;
+  s.layout.world = 512, s.layout.dp_shard = 512;
+  try {
+    require_ranks_per_host(s, 1, "w.json");
+    ADD_FAILURE() << "512 ranks on one host passed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.path(), "w.json: $.layout.world");
+    EXPECT_NE(e.rule().find("at most 256 ranks on one host"), std::string::npos) << e.what();
+    EXPECT_NE(e.rule().find("got 512; spread it over more hosts with --nnodes (at least 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(require_ranks_per_host(s, 2, "w.json"));  // 256 on each of 2 hosts
+  EXPECT_THROW(require_ranks_per_host(s, 1, "w.json"), ConfigError);
+  s.layout.world = 256, s.layout.dp_shard = 256;
+  EXPECT_NO_THROW(require_ranks_per_host(s, 1, "w.json"));
+  s.resume.emplace();
+  s.resume->layout.world = 257;
+  try {
+    require_ranks_per_host(s, 1, "r.json");
+    ADD_FAILURE() << "a resume layout of 257 ranks passed";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.path(), "r.json: $.resume.layout.world");
+  }
+}
+
 }  // namespace
 }  // namespace parity
