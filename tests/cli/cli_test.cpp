@@ -167,7 +167,7 @@ TEST(Cli, DeviceCudaRunsOnTheGpuOrExits77NamingWhy) {
   }
   Result bad = parity_cmd("run " + tp2 + " --device tpu");
   EXPECT_EQ(bad.code, 2) << bad.out;
-  EXPECT_NE(bad.out.find("expected cpu or cuda"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--device: tpu not in {cpu,cuda,gpu}"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, NcclBackendWithoutAGpuIsRefusedBeforeLaunchWith77) {
