@@ -10,7 +10,7 @@ which every rank trains beside it (as PyTorch's own DDP tests do). Rank 0 prints
 verdict and the time to verdict.
 
 It is written here, not taken from PyTorch or DeepSpeed, and is not bit-compatible with
-parity's model (shared/design/MODEL.md): same sizes, same work pattern.
+parity's model (docs/design/model.md): same sizes, same work pattern.
 
   peer_dp.py --world 8 --dim 32 --layers 2 --experts 8 --seq 16 --batch 16 --steps 10
   peer_dp.py --world 1 ...    the one-process run alone (no ranks): the peer's one-device time

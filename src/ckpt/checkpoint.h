@@ -67,7 +67,7 @@ struct CheckpointInfo {
   int64_t step = 0;           // opaque to the checkpoint: the caller's own counters
   int64_t data_position = 0;
   nlohmann::json model;       // the model config (e.g. scenario_to_json(s)["model"]); compared on load
-  // The rest of what decides the trajectory (harness/scenario.h checkpoint_run: seeds,
+  // The rest of what decides the trajectory (harness/scenario/scenario.h checkpoint_run: seeds,
   // optimizer and its settings, precision, the saving layout); null: not recorded (tools,
   // synthetic states). Compared on load when the loader passes its own (check_run).
   nlohmann::json run = nullptr;

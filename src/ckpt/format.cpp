@@ -42,7 +42,8 @@ void as_io_error(const std::string& where, const char* malformed, Body&& body) {
 }
 
 uint32_t parse_checksum(const std::string& s, const std::string& where, const std::string& path) {
-  if (s.rfind("crc32c:", 0) != 0 || s.size() != 15 || s.find_first_not_of("0123456789abcdefABCDEF", 7) != std::string::npos)
+  if (s.rfind("crc32c:", 0) != 0 || s.size() != 15 ||
+      s.find_first_not_of("0123456789abcdefABCDEF", 7) != std::string::npos)
     bad(where, path, "not a crc32c checksum: '" + printable(s, 40) + "'");  // stoul would throw std::invalid_argument
   return static_cast<uint32_t>(std::stoul(s.substr(7), nullptr, 16));
 }
@@ -118,7 +119,8 @@ ChunkMeta chunk_from(const json& j, const TensorMeta& t, const std::string& wher
   const int64_t blocks = c.block_rows < 1 ? -1 : (c.rows() + c.block_rows - 1) / c.block_rows;
   if (blocks != static_cast<int64_t>(c.checksums.size()))
     bad(where, path + ".checksums", "does not hold one checksum per block of block_rows rows");
-  if (j.at("file").get<std::string>() != rank_file_name(c.rank)) bad(where, path + ".file", "is not rank<rank>.safetensors");
+  if (j.at("file").get<std::string>() != rank_file_name(c.rank))
+    bad(where, path + ".file", "is not rank<rank>.safetensors");
   return c;
 }
 

@@ -162,9 +162,9 @@ void load_rank(const Checkpoint& ck, const mesh::Mesh& m, ShardedState& state, i
                                                                  std::to_string(md.tensors.size()) +
                                                                  " tensors, not this one");
     if (t->dtype != e.dtype)
-      throw ConfigError(where + ": tensor '" + e.name + "'", "dtype mismatch: saved as " +
-                                                                 std::string(dtype_name(t->dtype)) +
-                                                                 ", this run loads " + std::string(dtype_name(e.dtype)));
+      throw ConfigError(where + ": tensor '" + e.name + "'",
+                        "dtype mismatch: saved as " + std::string(dtype_name(t->dtype)) + ", this run loads " +
+                            std::string(dtype_name(e.dtype)));
     if (t->shape != e.shape)
       throw ConfigError(where + ": tensor '" + e.name + "'",
                         "shape mismatch: saved " + shape_str(t->shape) + ", this run wants " + shape_str(e.shape));

@@ -14,8 +14,8 @@
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "harness/bench.h"
-#include "harness/scenario.h"
+#include "harness/runner/bench.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 

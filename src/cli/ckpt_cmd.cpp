@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/exit_codes.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 namespace {
@@ -178,7 +178,8 @@ Command add_ckpt_command(CLI::App& app) {
     bool verbose = false;
   };
   auto o = std::make_shared<Opts>();
-  CLI::App* sub = app.add_subcommand("ckpt", "Inspect, export, compare and benchmark sharded checkpoints (docs/ckpt.md)");
+  CLI::App* sub =
+      app.add_subcommand("ckpt", "Inspect, export, compare and benchmark sharded checkpoints (docs/ckpt.md)");
   sub->require_subcommand(1);
   CLI::App* ins = sub->add_subcommand(
       "inspect", "Print a checkpoint's tensors, shapes, dtypes, layouts, chunks per rank, sizes and checksums, "

@@ -1,7 +1,7 @@
 // `parity cover [PATH...] [--write DIR]`: pairwise coverage of a scenario set (docs/coverage.md).
 // Reads every scenario file (a directory: its *.json, top level only; default scenarios/),
 // prints which (option value, folding mode) pairs it covers and names every missing one,
-// then proposes the scenarios (greedy covering array, harness/cover_gen.h) that would cover
+// then proposes the scenarios (greedy covering array, harness/scenario/cover_gen.h) that would cover
 // them; --write DIR writes those as DIR/NAME.json. Exit 0 when the set covers every possible
 // pair, 1 when a pair is missing (with or without --write), 2 for bad input.
 #include <cstdio>
@@ -13,9 +13,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "harness/cover_gen.h"
-#include "harness/coverage.h"
-#include "harness/scenario.h"
+#include "harness/scenario/cover_gen.h"
+#include "harness/scenario/coverage.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 namespace {

@@ -16,9 +16,9 @@
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "core/text.h"
-#include "harness/baseline.h"
-#include "harness/memory.h"
-#include "harness/scenario.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/memory.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 
@@ -55,7 +55,8 @@ class ManifestFile {
   ordered_json tensors_ = ordered_json::object();
 };
 
-template <class T> void add_params(ManifestFile& mf, SafetensorsWriter& w, const std::string& prefix, const ParamSet<T>& p) {
+template <class T>
+void add_params(ManifestFile& mf, SafetensorsWriter& w, const std::string& prefix, const ParamSet<T>& p) {
   for (size_t i = 0; i < p.size(); ++i) mf.add(w, prefix + p.specs[i].name, p.tensors[i]);
 }
 

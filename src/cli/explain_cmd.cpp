@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "mesh/explain.h"
 
 namespace parity::cli {

@@ -1,4 +1,4 @@
-// `parity golden update|check SCENARIO...` (harness/golden.h): pin a scenario's curves in
+// `parity golden update|check SCENARIO...` (harness/golden/golden.h): pin a scenario's curves in
 // golden/<name>.json, or rerun it and compare with the pinned curves. The baseline runs in
 // this process; for layout.world > 1 the layout's ranks are started like `parity run` does
 // (the hidden `golden rank` side) and rank 0 hands its curves back through a file.
@@ -25,10 +25,10 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
-#include "harness/golden.h"
-#include "harness/memory.h"
-#include "harness/scenario.h"
-#include "harness/tolerance.h"
+#include "harness/golden/golden.h"
+#include "harness/scenario/memory.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
 #include "mesh/mesh.h"
 #include "model/data.h"
 
@@ -169,13 +169,15 @@ int check_one(const std::string& path, const GoldenOptions& o) {
   }
   if (static_cast<int64_t>(want.baseline.steps()) != run.steps) run.steps = static_cast<int64_t>(want.baseline.steps());
   const GoldenCheck c = compare_golden(want, compute(file, run, o));
-  std::printf("golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "
-              "golden from %.12s), %.1f s\n",
-              file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
-              static_cast<long long>(c.compared), c.max_rel,
-              tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
-              static_cast<long long>(run.layout.world), run.layout.world > 1 ? (", " + std::string(comm::backend_name(run.layout.backend))).c_str() : "",
-              want.commit.c_str(), seconds_since(t0));
+  std::printf(
+      "golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "
+      "golden from %.12s), %.1f s\n",
+      file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
+      static_cast<long long>(c.compared), c.max_rel,
+      tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
+      static_cast<long long>(run.layout.world),
+      run.layout.world > 1 ? (", " + std::string(comm::backend_name(run.layout.backend))).c_str() : "",
+      want.commit.c_str(), seconds_since(t0));
   if (!c.passed()) {
     print_diffs(c, o.max_lines);
     std::printf("  (%s)\n", regen.c_str());

@@ -20,7 +20,9 @@ int run_cli(int argc, char** argv) {
   CLI::App app{
       "parity: runs a Mixture-of-Experts transformer on one device and under parallel layouts,\n"
       "and checks that every layout computes the same losses, gradients and updates.\n"
-      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 parity broken, 2 bad input, 3 infrastructure failed (a rank died or\nhung, a timeout, I/O, an exhausted resource), 4 the one-device baseline diverged (inf/NaN), 77 not run\nhere (no GPU, not enough memory)."};
+      "Scenario files: docs/scenario.md. Exit codes: 0 ok, 1 parity broken, 2 bad input, 3 infrastructure failed (a "
+      "rank died or\nhung, a timeout, I/O, an exhausted resource), 4 the one-device baseline diverged (inf/NaN), 77 "
+      "not run\nhere (no GPU, not enough memory)."};
   app.require_subcommand(1);
   std::vector<parity::cli::Command> cmds{parity::cli::add_run_command(app), parity::cli::add_dump_command(app),
                                           parity::cli::add_bench_command(app), parity::cli::add_explain_command(app),

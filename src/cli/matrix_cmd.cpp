@@ -35,9 +35,9 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/inject.h"
-#include "harness/golden.h"
-#include "harness/plot.h"
-#include "harness/scenario.h"
+#include "harness/golden/golden.h"
+#include "harness/golden/plot.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 namespace {
@@ -65,7 +65,8 @@ std::vector<MatrixEntry> load_entries(const std::vector<std::string>& files) {
     MatrixEntry e;
     e.file = f, e.name = fs::path(f).stem().string(), e.world = s.layout.world;
     e.layout = describe_layout(s.layout, LayoutText::brief);
-    if (s.resume) e.layout += " -> " + describe_layout(s.resume->layout, LayoutText::brief);  // saved, then resumed there
+    if (s.resume)
+      e.layout += " -> " + describe_layout(s.resume->layout, LayoutText::brief);  // saved, then resumed there
     e.golden_file = (fs::path(f).parent_path() / ".." / "golden" / (s.name + ".json")).lexically_normal().string();
     out.push_back(std::move(e));
   }

@@ -51,21 +51,10 @@ std::string golden_message(const MatrixEntry& e) {
   return "parity golden check exit " + std::to_string(e.golden.rc);
 }
 
-void testcase(std::string& x, const char* classname, const MatrixEntry& e, const MatrixJob& j, bool failed,
-              const std::string& skipped, const std::string& message) {
-  x += "  <testcase classname=\"" + std::string(classname) + "\" name=\"" + xml_escape(e.name, true) +
-       "\" file=\"" + xml_escape(e.file, true) + "\" time=\"" + fixed(j.seconds, 3) + "\"";
-  if (!failed && skipped.empty()) {
-    x += "/>\n";
-    return;
-  }
-  x += ">\n";
-  if (!skipped.empty())
-    x += "    <skipped message=\"" + xml_escape(skipped, true) + "\"/>\n";
-  else
-    x += "    <failure message=\"" + xml_escape(message, true) + "\" type=\"" + classname + "\">" +
-         xml_escape(j.detail) + (j.log.empty() ? "" : xml_escape("log: " + j.log + "\n")) + "</failure>\n";
-  x += "  </testcase>\n";
+JunitCase testcase(const char* classname, const MatrixEntry& e, const MatrixJob& j, bool failed,
+                   const std::string& skipped, const std::string& message) {
+  return {classname, e.name, e.file, j.seconds, skipped, failed, message,
+          j.detail + (j.log.empty() ? "" : "log: " + j.log + "\n")};
 }
 
 }  // namespace
@@ -132,26 +121,6 @@ std::string failure_lines(std::string_view log_text, bool golden, int max_lines)
   return out;
 }
 
-std::string xml_escape(std::string_view text, bool attribute) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      case '\n': out += attribute ? "&#10;" : "\n"; break;
-      case '\r': out += "&#13;"; break;
-      case '\t': out += attribute ? "&#9;" : "\t"; break;
-      default:
-        // XML 1.0 has no way to write the other C0 controls, not even as references.
-        out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
-    }
-  }
-  return out;
-}
 
 MatrixCounts count(const std::vector<MatrixEntry>& entries) {
   MatrixCounts c;
@@ -166,27 +135,18 @@ MatrixCounts count(const std::vector<MatrixEntry>& entries) {
 }
 
 std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds) {
-  int tests = 0, failures = 0, skipped = 0;
-  std::string cases;
+  std::vector<JunitCase> cases;
   for (const MatrixEntry& e : entries) {
-    ++tests;
     const std::string v = run_verdict(e);
     const std::string skip = e.world == 1  ? "world 1: no layout to compare"
                              : v == "not run" ? "not run: the run needs hardware this machine lacks (exit 77)"
                                               : "";
     const bool failed = skip.empty() && run_failed(e);
-    skipped += !skip.empty(), failures += failed;
-    testcase(cases, "verdict", e, e.run, failed, skip, failed ? run_message(e) : "");
-    if (e.golden.rc >= 0) {
-      ++tests;
-      failures += golden_failed(e);
-      testcase(cases, "golden", e, e.golden, golden_failed(e), "", golden_failed(e) ? golden_message(e) : "");
-    }
+    cases.push_back(testcase("verdict", e, e.run, failed, skip, failed ? run_message(e) : ""));
+    if (e.golden.rc >= 0)
+      cases.push_back(testcase("golden", e, e.golden, golden_failed(e), "", golden_failed(e) ? golden_message(e) : ""));
   }
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"parity-matrix\" tests=\"" +
-         std::to_string(tests) + "\" failures=\"" + std::to_string(failures) + "\" errors=\"0\" skipped=\"" +
-         std::to_string(skipped) + "\" time=\"" + fixed(wall_seconds, 3) + "\">\n" + cases + "</testsuite>\n" +
-         "</testsuites>\n";
+  return junit_xml("parity-matrix", cases, wall_seconds);
 }
 
 std::string summary_markdown(const std::vector<MatrixEntry>& entries, const SummaryInfo& info) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include "cli/junit.h"
 
 namespace parity::cli {
 
@@ -53,10 +54,6 @@ ReportSummary summarize_report(const nlohmann::json& report);
 // line and the values that differ.
 std::string failure_lines(std::string_view log_text, bool golden, int max_lines = 40);
 
-// Text for XML character data (attribute = false) or an attribute value in double quotes
-// (attribute = true: line breaks and tabs as character references, so they survive
-// attribute-value normalisation). Control characters XML 1.0 cannot hold become '?'.
-std::string xml_escape(std::string_view text, bool attribute = false);
 
 // One <testsuite>: a testcase per run (classname "verdict"; world 1 and exit 77 <skipped/>)
 // and per golden check (classname "golden"), a <failure> with a one-line message and the

@@ -112,7 +112,8 @@ CLI::Validator integer_in(int64_t lo, int64_t hi) {
         std::string why;
         const auto v = read_integer(s, why);
         if (!v) return why;
-        if (*v < lo || *v > hi) return "must be an integer in [" + bound(lo) + ", " + bound(hi) + "], got " + quote_arg(s);
+        if (*v < lo || *v > hi)
+          return "must be an integer in [" + bound(lo) + ", " + bound(hi) + "], got " + quote_arg(s);
         return "";
       },
       lo == 0 ? "NONNEGATIVE" : lo == 1 ? "POSITIVE" : "");

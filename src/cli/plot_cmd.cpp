@@ -1,6 +1,6 @@
 // `parity plot SCENARIO|GOLDEN...`: one figure (PNG and SVG, drawn by gnuplot) of the golden
 // curves of one scenario or a group: each layout's loss over its baseline with the entropy
-// floor, and |layout - baseline| per step on a log axis (harness/plot.h). Reads the golden
+// floor, and |layout - baseline| per step on a log axis (harness/golden/plot.h). Reads the golden
 // files; runs nothing. Exit 0 drawn, 1 gnuplot missing or failed, 2 bad input.
 #include <cstdio>
 #include <filesystem>
@@ -13,9 +13,9 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "harness/golden.h"
-#include "harness/plot.h"
-#include "harness/scenario.h"
+#include "harness/golden/golden.h"
+#include "harness/golden/plot.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 
@@ -70,7 +70,8 @@ Command add_plot_command(CLI::App& app) {
       "floor, and |layout - baseline| per step on a log axis. Inputs: scenario files (their golden is\n"
       "read from ../golden) or golden files; several make one figure for the group.");
   sub->add_option("inputs", o->inputs, "Scenario or golden JSON files")->required();
-  sub->add_option("-o,--out", o->out, "Output path without extension (default golden/plots/NAME or golden/plots/group)");
+  sub->add_option("-o,--out", o->out,
+                  "Output path without extension (default golden/plots/NAME or golden/plots/group)");
   sub->add_option("--title", o->title, "Figure title");
   sub->add_option("--golden-dir", o->golden_dir, "Golden files' directory (default: ../golden next to the scenario)");
   sub->add_option("--gnuplot", o->plot.gnuplot, "The gnuplot program")->capture_default_str();

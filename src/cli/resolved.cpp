@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::cli {
 

@@ -2,7 +2,7 @@
 // data's entropy floor. World > 1 starts layout.world rank processes of this binary (the
 // --as-rank side, which mpirun, srun or a torchrun-like launcher may start instead:
 // docs/multihost.md), each running the baseline and the layout side by side; rank 0
-// prints the verdict table (harness/verdict.h) and every rank exits with the verdict:
+// prints the verdict table (harness/verdict/verdict.h) and every rank exits with the verdict:
 // 0 within tolerance, 1 not, 2 bad input (refused before any rank starts).
 //
 // Checkpoints (docs/ckpt.md, "Training runs"): --save-at K --ckpt DIR saves the layout's
@@ -39,15 +39,15 @@
 #include "core/exit_codes.h"
 #include "core/files.h"
 #include "core/inject.h"
-#include "harness/baseline.h"
-#include "harness/scenario.h"
-#include "harness/shared_baseline.h"
-#include "harness/verdict.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+#include "harness/runner/shared_baseline.h"
+#include "harness/verdict/verdict.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/format.h"
 #include "ckpt/training_state.h"
 #include "core/text.h"
-#include "harness/memory.h"
+#include "harness/scenario/memory.h"
 
 namespace parity::cli {
 
@@ -81,8 +81,9 @@ void print_header(const Scenario& s, double floor) {
 
 // A layout on cuda (or on nccl) needs a CUDA device: refused before any rank starts, exit 77.
 void require_device(const LayoutConfig& layout) {
-  parity::require_device(layout.device,
-                         "layout.device cuda" + std::string(layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
+  parity::require_device(
+      layout.device,
+      "layout.device cuda" + std::string(layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
 }
 
 // World 1: the baseline alone; --resume / --save-at on its state (the seed checkpoint).
@@ -124,7 +125,7 @@ template <class T> int run_baseline(const Scenario& s, const RunOptions& o) {
 // What this run writes must be parity's to replace (docs/faults.md "Nothing lost"), checked
 // before anything runs: --ckpt a new or empty directory or a parity checkpoint, --report a
 // new file or a report of an earlier run (its "compared_steps" key), in existing directories.
-// Every --report is verdict_json (harness/verdict_report.cpp) dumped with sorted keys: this
+// Every --report is verdict_json (harness/verdict/verdict_report.cpp) dumped with sorted keys: this
 // key comes within its first lines.
 constexpr const char* kReportSignature = "\"compared_steps\":";
 std::string phase1_report(const std::string& report);
@@ -190,7 +191,7 @@ void check_before_launch(const Scenario& s, const LayoutConfig& layout, const Ru
   ckpt::check_model(md.model, scenario_to_json(s)["model"], dir + "/" + ckpt::kMetadataFile);  // the ranks' words
   ckpt::check_run(md.run, checkpoint_run(s), dir + "/" + ckpt::kMetadataFile);
   const std::string K = std::to_string(md.step), steps = std::to_string(s.steps);
-  if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict.cpp)
+  if (md.step > s.steps)  // the same words as the ranks' check (harness/verdict/verdict.cpp)
     throw ConfigError("--resume", o.resume + " was saved after step " + K + ", beyond the run's last step (steps = " +
                                       steps + ")");
   if (md.step == s.steps && o.save_at < 0)
@@ -243,8 +244,8 @@ int run_rank_argv(const std::vector<std::string>& argv) {
   return run_cli(static_cast<int>(copy.size()), ptrs.data());
 }
 
-int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o, const std::vector<std::string>& extra,
-                 int64_t first_block = 0) {
+int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions& o,
+                 const std::vector<std::string>& extra, int64_t first_block = 0) {
   (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
   (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
   comm::LaunchOptions lo;
@@ -270,7 +271,7 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   std::vector<std::string> args{"run", file.path(), "--as-rank"};
   args.insert(args.end(), extra.begin(), extra.end());
   if (!o.report.empty()) args.insert(args.end(), {"--report", o.report});
-  // One baseline per host (harness/shared_baseline.h): trained here while the ranks run,
+  // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
   std::optional<BaselineProducer> baseline;
@@ -290,9 +291,11 @@ int launch_ranks(const Scenario& s, const LayoutConfig& layout, const RunOptions
   const std::string ranks = lo.nnodes > 1 ? std::to_string(lo.nproc) + " of " + std::to_string(layout.world) +
                                                 " ranks on this host"
                                           : std::to_string(lo.nproc) + " ranks";
-  const std::string how = lo.backend == comm::Backend::mpi ? "started by mpirun" : by_fork ? "started by fork" : "started by exec";
-  std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n", static_cast<double>(now_ns() - t0) * 1e-9,
-              ranks.c_str(), how.c_str(), rc);
+  const std::string how = lo.backend == comm::Backend::mpi ? "started by mpirun"
+                          : by_fork                        ? "started by fork"
+                                                           : "started by exec";
+  std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",
+              static_cast<double>(now_ns() - t0) * 1e-9, ranks.c_str(), how.c_str(), rc);
   return rc;
 }
 
@@ -332,7 +335,8 @@ int run_rank_verdict(const RunOptions& o) {
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
                                             " ranks but this run has " + std::to_string(world->size()));
-  VerdictReport rep = s.model.dtype == DType::f32 ? run_verdict<float>(s, *world, vo) : run_verdict<double>(s, *world, vo);
+  VerdictReport rep =
+      s.model.dtype == DType::f32 ? run_verdict<float>(s, *world, vo) : run_verdict<double>(s, *world, vo);
   if (world->rank() == 0) {
     std::fputs(format_verdict(rep).c_str(), stdout);
     std::fflush(stdout);
@@ -367,7 +371,8 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   const TempDir tmp;
   const std::string dir = tmp.path + "/ckpt", K = std::to_string(rc.save_at);
   std::printf("resume check, phase 1 of 2: steps 0..%lld under %s, saved after step %s to %s\n",
-              static_cast<long long>(rc.save_at - 1), describe_layout(s.layout, LayoutText::full).c_str(), K.c_str(), dir.c_str());
+              static_cast<long long>(rc.save_at - 1), describe_layout(s.layout, LayoutText::full).c_str(), K.c_str(),
+              dir.c_str());
   std::fflush(stdout);
   RunOptions o1 = o;
   o1.report = o.report.empty() ? "" : phase1_report(o.report);
@@ -384,7 +389,8 @@ int run_resume_check(const Scenario& s, const RunOptions& o) {
   }
   std::error_code ec;
   if (!std::filesystem::exists(dir + "/metadata.json", ec)) {
-    std::printf("resume check: phase 1 wrote no checkpoint (exit %d); phase 2 not run\nresume check verdict: FAIL\n", rc1);
+    std::printf("resume check: phase 1 wrote no checkpoint (exit %d); phase 2 not run\nresume check verdict: FAIL\n",
+                rc1);
     return rc1 != 0 ? rc1 : 1;
   }
   std::printf("resume check, phase 2 of 2: steps %s..%lld under %s, resumed from %s\n", K.c_str(),
@@ -415,16 +421,14 @@ void refuse_nested_launch(const Scenario& s) {
 
 // Errors of a rank carry its rank: the launcher prints every rank's lines unprefixed.
 int run_rank(const RunOptions& o) {
-  const char* r = std::getenv("RANK");
-  if (r == nullptr) r = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (r == nullptr) r = std::getenv("SLURM_PROCID");
-  const std::string who = std::string("parity: rank ") + (r != nullptr ? r : "?") + ": ";
+  const std::string r = comm::rank_label();
+  const std::string who = "parity: rank " + r + ": ";
   try {
     return run_rank_verdict(o);
   } catch (const std::exception& e) {
     const int code = exit_code::of(e);
     // every rank runs the same baseline and diverges alike: rank 0 says it once
-    if (code == exit_code::diverged && r != nullptr && std::string(r) != "0") return code;
+    if (code == exit_code::diverged && r != "?" && r != "0") return code;
     std::fprintf(stderr, "%s%s: %s\n", who.c_str(), code == exit_code::diverged ? "baseline diverged" : "error",
                  printable_lines(e.what()).c_str());
     return code;

@@ -17,7 +17,8 @@ namespace parity::cli {
 std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 bool is_parity_subcommand(const std::string& name) {
-  static const char* kNames[] = {"run", "dump", "bench", "explain", "launch", "ckpt", "golden", "plot", "matrix", "zoo"};
+  static const char* kNames[] = {"run",  "dump",   "bench", "explain", "launch",
+                                 "ckpt", "golden", "plot",  "matrix",  "zoo"};
   for (const char* n : kNames)
     if (name == n) return true;
   return false;

@@ -37,7 +37,8 @@ void run_op(Communicator& c, const std::string& op, std::vector<T>& a, std::vect
   if (op == "allreduce") c.allreduce(std::span<T>(a.data(), n), ReduceOp::sum);
   else if (op == "broadcast") c.broadcast(std::span<T>(a.data(), n), 0);
   else if (op == "allgather") c.allgather(std::span<const T>(a.data(), n / p), std::span<T>(b.data(), n / p * p));
-  else if (op == "reduce_scatter") c.reduce_scatter(std::span<const T>(a.data(), n / p * p), std::span<T>(b.data(), n / p), ReduceOp::sum);
+  else if (op == "reduce_scatter")
+    c.reduce_scatter(std::span<const T>(a.data(), n / p * p), std::span<T>(b.data(), n / p), ReduceOp::sum);
   else if (op == "alltoall") c.alltoall(std::span<const T>(a.data(), n / p * p), std::span<T>(b.data(), n / p * p));
   else throw ConfigError("ops", "unknown collective '" + op + "'");
 }
@@ -103,7 +104,8 @@ template <class T> int64_t bench_all(Communicator& c, const CommBenchOptions& o,
     for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= std::max(2, o.factor)) {
       int64_t count = std::max<int64_t>(1, bytes / static_cast<int64_t>(sizeof(T)));
       if (op != "allreduce" && op != "broadcast") count = std::max<int64_t>(p, count / p * p);
-      int iters = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 64, 2, o.max_iters));
+      int iters = static_cast<int>(
+          std::clamp<int64_t>((int64_t{256} << 20) / std::max<int64_t>(bytes, 1) / 64, 2, o.max_iters));
       Row r = bench_one<T>(c, op, count, iters);
       total_wrong += r.wrong;
       if (c.rank() == 0) print_row(out, r, dtype_of<T>(), o.json);
@@ -160,7 +162,8 @@ int64_t run_comm_bench(Communicator& c, const CommBenchOptions& o, std::ostream&
     char head[512];
     const int64_t mib64 = int64_t{64} << 20;
     const double mem = memcpy_gbps(mib64);
-    int at = std::snprintf(head, sizeof(head), "# backend %s (%s), %d ranks; memcpy busbw ceiling %.2f GB/s (64 MiB, one process)\n",
+    int at = std::snprintf(head, sizeof(head),
+                           "# backend %s (%s), %d ranks; memcpy busbw ceiling %.2f GB/s (64 MiB, one process)\n",
                            std::string(backend_name(c.backend())).c_str(), c.transport().c_str(), c.size(), mem);
     // The host's own bound for this many ranks (only worth its 2 x n x 64 MiB when allreduce
     // is timed at 1 MiB or more): the other ranks wait in the barrier meanwhile, asleep.

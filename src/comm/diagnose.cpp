@@ -143,7 +143,8 @@ std::string describe(const std::vector<int>& members, const std::vector<PeerInfo
     if (seen[r] == Seen::exited) {
       exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " has exited)";
     } else if (seen[r] == Seen::stopped) {
-      exited += (exited.empty() ? "" : "; ") + label + " (" + pid + " is stopped: SIGSTOP or a debugger; it did not answer " + what + ")";
+      exited += (exited.empty() ? "" : "; ") + label + " (" + pid +
+                " is stopped: SIGSTOP or a debugger; it did not answer " + what + ")";
     } else if (seen[r] == Seen::unknown) {
       silent += (silent.empty() ? "" : "; ") + label + " (" + pid +
                 " did not report reaching " + what + ")";

@@ -179,7 +179,8 @@ pid_t spawn(const LaunchOptions& o, int rank, const std::vector<std::string>& ar
   envp.push_back(nullptr);
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid < 0) throw IoError("launch: cannot start rank " + std::to_string(rank) + ": fork failed: " + describe_errno(errno));
+  if (pid < 0)
+    throw IoError("launch: cannot start rank " + std::to_string(rank) + ": fork failed: " + describe_errno(errno));
   if (pid > 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
@@ -215,7 +216,8 @@ class Launcher {
   // A rank killed by SIGKILL that the launcher did not send, while the kernel's OOM killer
   // killed: named as out of memory (core/resources.h oom_killer_note); "" otherwise.
   std::string oom_note(int st) const {
-    const bool killed = (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) || (mpi_signal_ && mpi_how_.rfind("killed by signal 9 ", 0) == 0);
+    const bool killed =
+        (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) || (mpi_signal_ && mpi_how_.rfind("killed by signal 9 ", 0) == 0);
     return killed ? oom_killer_note(oom_before_) : "";
   }
   // Every rank still alive is stopped (SIGSTOP): none of them will report, stop now.
@@ -272,12 +274,14 @@ void Launcher::start_all() {
   for (int r = 0; r < n; ++r) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
-      throw IoError("launch: pipe for rank " + std::to_string(global_rank(o_, r)) + " failed: " + describe_errno(errno));
+      throw IoError("launch: pipe for rank " + std::to_string(global_rank(o_, r)) +
+                    " failed: " + describe_errno(errno));
     Child c;
     c.rank = global_rank(o_, r);
     c.fd = p[0];
     if (!o_.log_dir.empty()) {
-      c.log_path = o_.log_dir + (o_.backend == Backend::mpi ? "/mpirun.log" : "/rank" + std::to_string(c.rank) + ".log");
+      c.log_path =
+          o_.log_dir + (o_.backend == Backend::mpi ? "/mpirun.log" : "/rank" + std::to_string(c.rank) + ".log");
       c.log.open(c.log_path);
     }
     try {
@@ -450,7 +454,8 @@ void Launcher::summarise() const {
       if (c.rank == first_failed_)
         std::cerr << "  the rank the others waited on: " << rank_name(c) << ", stopped (SIGSTOP or a debugger)\n";
   for (const auto& c : children_) {
-    std::cerr << "  " << rank_name(c) << ": " << (c.hung ? "did not answer (stopped or hung: " + c.hung_state + "), " : "")
+    std::cerr << "  " << rank_name(c) << ": "
+              << (c.hung ? "did not answer (stopped or hung: " + c.hung_state + "), " : "")
               << (c.stopped ? "stopped by the launcher, " : "") << describe_status(*c.status)
               << (c.log_path.empty() ? "" : ", log " + c.log_path) << "\n";
   }

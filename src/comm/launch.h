@@ -39,7 +39,7 @@ inline constexpr std::chrono::milliseconds kDefaultGrace{1000};
 
 // The per-host cap: ranks one launcher starts on one host (`parity launch -n`, a scenario's
 // $.layout.world over --nnodes hosts); the shared baseline has as many reader slots
-// (harness/shared_baseline.cpp). Above it a launch is refused with exit 2, never clamped.
+// (harness/runner/shared_baseline.cpp). Above it a launch is refused with exit 2, never clamped.
 inline constexpr int kMaxRanksPerHost = 256;
 
 struct LaunchOptions {
@@ -71,11 +71,11 @@ struct LaunchOptions {
 // "10.0.0.1:29500" or "[fe80::1]:29500" -> {addr, port}; ConfigError naming --master.
 std::pair<std::string, int> parse_master(const std::string& s);
 
-// Starts the ranks (nproc of them: with nnodes > 1, this host's share), waits for them, returns the verdict (core/exit_codes.h): 0 when every
-// rank exited 0; 3 (infrastructure failed) when a rank died by a signal or the deadline
-// passed; else the first failing rank's exit code; 130/143 when the launcher itself was
-// interrupted. Under mpi the rank mpirun names as the first to fail is the one reported. Throws ConfigError for bad options
-// (nproc < 1, empty command) before starting anything; never exits.
+// Starts the ranks (nproc of them: with nnodes > 1, this host's share), waits for them, returns the verdict
+// (core/exit_codes.h): 0 when every rank exited 0; 3 (infrastructure failed) when a rank died by a signal or the
+// deadline passed; else the first failing rank's exit code; 130/143 when the launcher itself was interrupted. Under mpi
+// the rank mpirun names as the first to fail is the one reported. Throws ConfigError for bad options (nproc < 1, empty
+// command) before starting anything; never exits.
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command);
 
 }  // namespace parity::comm

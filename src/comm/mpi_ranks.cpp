@@ -82,7 +82,8 @@ std::optional<MpiRankWatch::Stopped> MpiRankWatch::stopped_at(clock::time_point 
 std::optional<MpiRankWatch::Stopped> MpiRankWatch::stopped_longer_than(std::chrono::milliseconds span) const {
   for (const auto& [pid, s] : ranks_) {
     const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(s.stop_last - s.stop_first);
-    if (s.rank >= 0 && s.stopped_looks >= 2 && s.stop_last == last_look_ && lasted >= span) return Stopped{s.rank, pid, lasted};
+    if (s.rank >= 0 && s.stopped_looks >= 2 && s.stop_last == last_look_ && lasted >= span)
+      return Stopped{s.rank, pid, lasted};
   }
   return std::nullopt;
 }

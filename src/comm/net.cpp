@@ -40,8 +40,9 @@ AddrList resolve(const std::string& host, int port, int socktype, int flags, std
 
 std::string to_text(const sockaddr* sa) {
   char buf[INET6_ADDRSTRLEN] = {};
-  const void* a = sa->sa_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr)
-                                           : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+  const void* a = sa->sa_family == AF_INET
+                      ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr)
+                      : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
   return inet_ntop(sa->sa_family, a, buf, sizeof buf) != nullptr ? buf : "";
 }
 

@@ -1,6 +1,8 @@
 #include "comm/rank_env.h"
 
 #include <cstdlib>
+#include <initializer_list>
+#include <optional>
 
 #include "comm/redis_store.h"
 #include "core/error.h"
@@ -113,11 +115,18 @@ class Reader {
   const EnvLookup& env_;
 };
 
+std::optional<std::string> first_set(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return std::string(v);
+  return std::nullopt;
+}
+
 void check_identity(const RankEnv& e, const Names& n) {
   const std::string ws = std::to_string(e.world_size);
   if (e.world_size < 1) throw ConfigError(n.world, "must be at least 1, got " + ws);
   if (e.rank < 0 || e.rank >= e.world_size)
-    throw ConfigError(n.rank, "must be in [0, " + std::string(n.world) + " = " + ws + "), got " + std::to_string(e.rank));
+    throw ConfigError(n.rank,
+                      "must be in [0, " + std::string(n.world) + " = " + ws + "), got " + std::to_string(e.rank));
   if (e.local_world_size < 1 || e.local_world_size > e.world_size)
     throw ConfigError(n.local_world, "must be in [1, " + std::string(n.world) + " = " + ws + "], got " +
                                          std::to_string(e.local_world_size));
@@ -298,6 +307,13 @@ RankEnv read_rank_env(std::optional<Backend> backend) {
     if (v == nullptr) return std::nullopt;
     return std::string(v);
   }, backend);
+}
+
+std::string rank_label() { return first_set({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}).value_or("?"); }
+
+int local_rank_or(int fallback) {
+  const auto v = first_set({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
+  return v ? std::atoi(v->c_str()) : fallback;
 }
 
 }  // namespace parity::comm

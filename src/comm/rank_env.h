@@ -61,6 +61,13 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 RankEnv parse_rank_env(const EnvLookup& env, std::optional<Backend> backend = std::nullopt);
 RankEnv read_rank_env(std::optional<Backend> backend = std::nullopt);  // this process's environment
 
+// The same variables read without read_rank_env's checks, for what must not throw: the rank
+// to label an error with ("?" when none is set: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, in
+// read_rank_env's order), and the local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
+// SLURM_LOCALID; `fallback` when none is set).
+std::string rank_label();
+int local_rank_or(int fallback);
+
 // Slurm's compressed host lists: "node[1-3,5]" -> node1 node2 node3 node5, "gpu[08-10]" ->
 // gpu08 gpu09 gpu10 (zero padding kept), "a,b[1-2],c" and "r[1-2]-n[1-2]" (every
 // combination, left to right). Throws ConfigError naming `var` on a malformed list.

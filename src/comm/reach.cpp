@@ -107,8 +107,8 @@ std::string unreachable_sentence(const std::vector<HostReach>& hosts) {
   for (const HostReach& h : hosts) {
     if (h.reachable) continue;
     out += (out.empty() ? "" : "; ") + std::string("host ") + h.label + " is unreachable: rank" +
-           (h.ranks.size() > 1 ? "s " : " ") + rank_ranges(h.ranks) + " (their transport did not take a TCP connection: " +
-           h.why + "; a cut link, or a host that is down)";
+           (h.ranks.size() > 1 ? "s " : " ") + rank_ranges(h.ranks) +
+           " (their transport did not take a TCP connection: " + h.why + "; a cut link, or a host that is down)";
   }
   return out;
 }

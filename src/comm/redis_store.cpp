@@ -67,7 +67,8 @@ RedisUrl parse_redis_url(const std::string& url, const std::string& var) {
   if (!port.empty() || rest.back() == ':') {
     const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
     out.port = digits ? std::stoi(port) : 0;
-    if (out.port < 1 || out.port > 65535) throw ConfigError(var, "port must be in [1, 65535], got '" + port + "' in '" + url + "'");
+    if (out.port < 1 || out.port > 65535)
+      throw ConfigError(var, "port must be in [1, 65535], got '" + port + "' in '" + url + "'");
   }
   if (out.run.size() > kMaxRun) throw ConfigError(var, "run id longer than " + std::to_string(kMaxRun) + " characters");
   for (char c : out.run)
@@ -97,7 +98,8 @@ RedisStore::RedisStore(const RedisUrl& url, int rank, int world_size, ms timeout
     ctx_ = nullptr;
     if (steady::now() + ms(50) > deadline)
       throw CommError("rendezvous: the Redis store " + where() + " did not answer within " +
-                      std::to_string(timeout.count()) + " ms: " + last + " (is redis-server running there, and is PARITY_STORE the same for every rank?)");
+                      std::to_string(timeout.count()) + " ms: " + last +
+                      " (is redis-server running there, and is PARITY_STORE the same for every rank?)");
     std::this_thread::sleep_for(ms(50));
   }
   try {
@@ -168,12 +170,13 @@ void RedisStore::claim_or_join(int rank, int world_size, ms timeout) {
     Reply r = command(timeout, "claim", "world",
                       {"SET", prefix_ + "world", token_ + ws, "NX", "EX", std::to_string(kKeyTtl.count())});
     if (r.nil())
-      throw ConfigError("PARITY_RUN_ID", "run '" + url_.run + "' is already on the store " + where() +
-                                             ": another run uses this run id, or one that failed within the last " +
-                                             std::to_string(kFailedTtl.count()) + " s or crashed within " +
-                                             std::to_string(kKeyTtl.count() / 3600) +
-                                             " h (its keys expire then; or: redis-cli -h HOST -p PORT --scan --pattern '" +
-                                             prefix_ + "*' | xargs redis-cli -h HOST -p PORT del)");
+      throw ConfigError("PARITY_RUN_ID",
+                        "run '" + url_.run + "' is already on the store " + where() +
+                            ": another run uses this run id, or one that failed within the last " +
+                            std::to_string(kFailedTtl.count()) + " s or crashed within " +
+                            std::to_string(kKeyTtl.count() / 3600) +
+                            " h (its keys expire then; or: redis-cli -h HOST -p PORT --scan --pattern '" + prefix_ +
+                            "*' | xargs redis-cli -h HOST -p PORT del)");
     return;
   }
   const auto deadline = steady::now() + timeout;
@@ -181,7 +184,8 @@ void RedisStore::claim_or_join(int rank, int world_size, ms timeout) {
   while (!(theirs = try_get("world", timeout))) {
     if (steady::now() > deadline)
       throw CommError("rendezvous: rank 0 did not claim run '" + url_.run + "' on the store " + where() + " within " +
-                      std::to_string(timeout.count()) + " ms (is rank 0 running, with the same PARITY_STORE and run id?)");
+                      std::to_string(timeout.count()) +
+                      " ms (is rank 0 running, with the same PARITY_STORE and run id?)");
     std::this_thread::sleep_for(ms(20));
   }
   if (*theirs != ws)
@@ -195,7 +199,8 @@ long long RedisStore::remove_run_keys(ms op_timeout) {
   std::string cursor = "0";
   do {
     Reply r = command(op_timeout, "scan", prefix_ + "*", {"SCAN", cursor, "MATCH", prefix_ + "*", "COUNT", "1000"});
-    if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2) throw CommError("store " + where() + ": unexpected SCAN reply");
+    if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements != 2)
+      throw CommError("store " + where() + ": unexpected SCAN reply");
     cursor = std::string(r.r->element[0]->str, r.r->element[0]->len);
     const redisReply* keys = r.r->element[1];
     if (keys->elements == 0) continue;
@@ -222,7 +227,8 @@ void RedisStore::finish() {
       cursor = std::string(r.r->element[0]->str, r.r->element[0]->len);
       for (size_t i = 0; i < r.r->element[1]->elements; ++i) {
         const redisReply* k = r.r->element[1]->element[i];
-        command(op, "expire", std::string(k->str, k->len), {"EXPIRE", std::string(k->str, k->len), std::to_string(kFailedTtl.count())});
+        command(op, "expire", std::string(k->str, k->len),
+                {"EXPIRE", std::string(k->str, k->len), std::to_string(kFailedTtl.count())});
       }
     } while (cursor != "0");
   } catch (const std::exception& e) {

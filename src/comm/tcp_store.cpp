@@ -192,7 +192,8 @@ uint8_t TcpStore::request(char op, const std::string& key, const std::string& va
   const auto deadline = steady::now() + op_timeout;
   char head[5];
   std::string why;
-  bool ok = net::send_all(fd_, frame.data(), frame.size(), deadline, &why) && net::recv_all(fd_, head, 5, deadline, &why);
+  bool ok =
+      net::send_all(fd_, frame.data(), frame.size(), deadline, &why) && net::recv_all(fd_, head, 5, deadline, &why);
   if (ok) {
     answer->assign(get_u32(head + 1), '\0');
     ok = net::recv_all(fd_, answer->data(), answer->size(), deadline, &why);

@@ -36,7 +36,8 @@ std::shared_ptr<Rendezvous> rendezvous_for(const RankEnv& env) {
       return make_redis_rendezvous(parse_redis_url(env.store_url), env.rank, env.world_size, env.timeout);
     case RendezvousKind::local: break;
   }
-  if (env.world_size > 1) throw ConfigError("MASTER_ADDR", "no rendezvous for a world of " + std::to_string(env.world_size));
+  if (env.world_size > 1)
+    throw ConfigError("MASTER_ADDR", "no rendezvous for a world of " + std::to_string(env.world_size));
   return make_local_rendezvous();
 }
 

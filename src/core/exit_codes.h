@@ -1,4 +1,4 @@
-// The one exit-code table of every parity command (README "Exit codes", docs/exit_codes.md).
+// The one exit-code table of every parity command (README "Exit codes", docs/architecture.md).
 // CI tells a parity bug from a flaky machine by the code alone.
 #pragma once
 #include <exception>

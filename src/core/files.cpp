@@ -181,7 +181,8 @@ void check_output_dir(const std::string& option, const std::string& dir, DirKind
     return;
   }
   if (!S_ISDIR(st.st_mode))
-    throw ConfigError(option, printable(dir) + ": is " + (S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode)) +
+    throw ConfigError(option, printable(dir) + ": is " +
+                                  (S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode)) +
                                   " where a directory is expected; parity never replaces what it did not create");
   std::error_code ec;
   if (fs::is_empty(dir, ec) && !ec) return;

@@ -25,7 +25,8 @@ double jitter_ulps() {
   return j;
 }
 bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible period here
-  tl_jitter_state ^= tl_jitter_state >> 12, tl_jitter_state ^= tl_jitter_state << 25, tl_jitter_state ^= tl_jitter_state >> 27;
+  tl_jitter_state ^= tl_jitter_state >> 12, tl_jitter_state ^= tl_jitter_state << 25,
+      tl_jitter_state ^= tl_jitter_state >> 27;
   return ((tl_jitter_state * 0x2545f4914f6cdd1dull) >> 63) != 0;
 }
 

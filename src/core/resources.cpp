@@ -48,7 +48,8 @@ std::string describe_errno(int err, const std::string& where) { return std::stre
 
 std::string memory_hint() {
   const std::string as = limit_str(RLIMIT_AS);
-  return as == "unlimited" ? " (out of memory)" : " (out of memory; the address-space limit, ulimit -v, is " + as + " bytes)";
+  return as == "unlimited" ? " (out of memory)"
+                           : " (out of memory; the address-space limit, ulimit -v, is " + as + " bytes)";
 }
 
 namespace {

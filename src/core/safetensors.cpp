@@ -263,8 +263,9 @@ void SafetensorsFile::parse_header(const std::string& header_text) {
     if (sh == info.end() || !sh->is_array()) bad_tensor(path_, name, "missing or non-array shape");
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62))
-        bad_tensor(path_, name, "shape entry " + printable(d.dump(-1, ' ', false, json::error_handler_t::replace), 100) +
-                                    " is not a non-negative integer");
+        bad_tensor(path_, name,
+                   "shape entry " + printable(d.dump(-1, ' ', false, json::error_handler_t::replace), 100) +
+                       " is not a non-negative integer");
       e.shape.push_back(d.get<int64_t>());
     }
     const auto off = info.find("data_offsets");

@@ -26,7 +26,8 @@ std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
 
 const std::vector<std::string> kScenarioKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
                                                 "cp",    "sp",           "order",    "backend", "device", "fsdp_dim"};
-const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "cp", "order"};
+const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp",
+                                                  "ep",    "etp",          "cp",       "order"};
 
 void require(bool ok, const std::string& path, const std::string& rule) {
   if (!ok) throw ConfigError(path, rule);
@@ -77,7 +78,8 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   if (form == LayoutText::full || form == LayoutText::report) {
     std::string out = "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
                       (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
-    out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp) : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
+    out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
+                                    : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
     return out + (l.sp ? ", sp" : "") + order;
   }
   if (form == LayoutText::brief) {

@@ -1,5 +1,5 @@
 // The layout's one home: the degrees a run folds its ranks into, the rank order, FSDP's shard
-// dimension per family, the backend and the device (shared/design/FOLDINGS.md, docs/mesh.md);
+// dimension per family, the backend and the device (docs/design/foldings.md, docs/mesh.md);
 // how a layout is read from and written to JSON (scenario files and checkpoint records share
 // the codec); how it is described in words (every report uses describe_layout); and the
 // rules a layout must meet (checked once per scenario, errors naming the JSON path).

@@ -1,4 +1,4 @@
-// The device mesh: two views of the same W ranks (shared/design/FOLDINGS.md).
+// The device mesh: two views of the same W ranks (docs/design/foldings.md).
 //
 //   dense view  (dp_replicate, dp_shard, cp, tp)         every parameter but routed experts
 //   expert view (dp_replicate, edp_shard, ep, etp)       routed experts

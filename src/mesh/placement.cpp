@@ -130,7 +130,8 @@ void check_layout(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   }
 }
 
-std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
+std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const TensorLayout& l, const Shape& shape,
+                                                    int rank) {
   check_layout(m, l, shape);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
   std::vector<std::vector<int64_t>> out(shape.size());

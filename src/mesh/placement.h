@@ -1,7 +1,7 @@
-// Placements: where every element of a tensor lives on the mesh (shared/design/FOLDINGS.md).
+// Placements: where every element of a tensor lives on the mesh (docs/design/foldings.md).
 //
-// A tensor's TensorLayout (where its elements live) is a view and one placement per dimension of that view, applied left
-// to right to the rank's local tensor, as in PyTorch's DTensor:
+// A tensor's TensorLayout (where its elements live) is a view and one placement per dimension of that view, applied
+// left to right to the rank's local tensor, as in PyTorch's DTensor:
 //   Replicate            every rank of the mesh dimension holds the whole local tensor
 //   Shard(d)             split tensor dimension d into n pieces (torch.chunk: ceil(len / n)
 //                        per piece, trailing pieces short or empty); rank i keeps piece i

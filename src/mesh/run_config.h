@@ -1,6 +1,6 @@
 // Everything a scenario file fixes: the model, the optimizer, the layout (mesh/layout_config.h)
 // and the run (steps, seeds, a save-and-resume check). In mesh/ because it is the lowest
-// layer that knows a layout; harness/scenario.h reads and writes it.
+// layer that knows a layout; harness/scenario/scenario.h reads and writes it.
 #pragma once
 #include <cstdint>
 #include <optional>

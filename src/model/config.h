@@ -1,6 +1,6 @@
 // The model and optimizer configuration (a scenario's "model" and "optim"; the layout is
 // mesh/layout_config.h, the whole scenario mesh/run_config.h).
-// Field names match shared/design/MODEL.md and the scenario schema (docs/scenario.md).
+// Field names match docs/design/model.md and the scenario schema (docs/scenario.md).
 #pragma once
 #include <cstdint>
 #include <array>

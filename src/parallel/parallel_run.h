@@ -1,5 +1,5 @@
-// One rank's part of a scenario run under its layout (FSDP, HSDP, TP, SP; EP later): the
-// same training as harness/baseline.h, with every tensor held as this rank's shard under
+// One rank's part of a scenario run under its layout (FSDP, HSDP, TP, SP, EP, ETP, CP): the
+// same training as harness/runner/baseline.h, with every tensor held as this rank's shard under
 // mesh::param_layout(). The verdict (harness) compares what this produces, shard by shard,
 // with the baseline.
 #pragma once

@@ -49,7 +49,8 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
   // 8 rows, StridedShard(0, 2) on dp_shard 2 alone: rank 0 holds rows 0-1 and 4-5.
   const mesh::Mesh m = mesh_of(2, 1);
   const mesh::TensorLayout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                             {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2),
+                              mesh::Placement::replicate(), mesh::Placement::replicate()}};
   const auto c0 = shard_chunks(m, l, {8, 3}, 0);
   ASSERT_EQ(c0.size(), 2u);
   EXPECT_EQ(c0[0].rect, (Rect{{{0, 2}, {0, 3}}}));
@@ -58,7 +59,8 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
   // FOLDINGS.md's example: (StridedShard(0, 2), Shard(0)) on (dp_shard 2, tp 2): one range each.
   const mesh::Mesh m4 = mesh_of(2, 2);
   const mesh::TensorLayout l4{mesh::View::dense,
-                        {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::shard(0)}};
+                              {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2),
+                               mesh::Placement::replicate(), mesh::Placement::shard(0)}};
   EXPECT_EQ(shard_chunks(m4, l4, {8}, 1)[0].rect, (Rect{{{4, 6}}}));
   EXPECT_EQ(shard_chunks(m4, l4, {8}, 2)[0].rect, (Rect{{{2, 4}}}));
 }
@@ -66,19 +68,22 @@ TEST(Chunks, StridedShardIsSeveralRectangles) {
 TEST(Chunks, OnlyTheFirstReplicaWritesAndPartialIsRefused) {
   const mesh::Mesh m = mesh_of(2, 2);
   const mesh::TensorLayout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                             {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(),
+                              mesh::Placement::replicate()}};
   EXPECT_TRUE(writes_shard(m, l, "x", 0));
   EXPECT_FALSE(writes_shard(m, l, "x", 1));  // tp coordinate 1: a replica
   EXPECT_TRUE(writes_shard(m, l, "x", 2));
   const mesh::TensorLayout p{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::partial(), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                             {mesh::Placement::replicate(), mesh::Placement::partial(), mesh::Placement::replicate(),
+                              mesh::Placement::replicate()}};
   EXPECT_THROW(writes_shard(m, p, "x", 0), Error);
 }
 
 TEST(Chunks, EmptyShardsWriteNothingAndScalarsAreOneChunk) {
   const mesh::Mesh m = mesh_of(4, 1);
   const mesh::TensorLayout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                             {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(),
+                              mesh::Placement::replicate()}};
   EXPECT_TRUE(shard_chunks(m, l, {2, 5}, 3).empty());  // ceil(2/4) = 1 row each: ranks 2, 3 empty
   EXPECT_EQ(shard_chunks(m, mesh::replicated(mesh::View::dense), {}, 0).size(), 1u);
 }
@@ -88,7 +93,8 @@ TEST(Chunks, ExtractThenScatterIsBitwise) {
   // so rank 1 holds rows 2 and 5 (two uneven rectangles).
   const mesh::Mesh m = mesh_of(2, 1);
   const mesh::TensorLayout l{mesh::View::dense,
-                       {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                             {mesh::Placement::replicate(), mesh::Placement::strided_shard(0, 2),
+                              mesh::Placement::replicate(), mesh::Placement::replicate()}};
   const Shape g{6, 5};
   const auto idx = mesh::global_indices(m, l, g, 1);
   const Shape ls = mesh::local_shape(m, l, g, 1);
@@ -206,7 +212,8 @@ TEST_F(FormatFiles, MetadataProblemsAreIoErrorsNamingWhere) {
             "md: malformed metadata: [json.exception.out_of_range.403] key 'step' not found");
   j = good;
   j["mesh"]["order"] = "torus";
-  EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }), "md: $.mesh.order: expected one of \"megatron\", \"deepspeed\", got string \"torus\"");
+  EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }),
+            "md: $.mesh.order: expected one of \"megatron\", \"deepspeed\", got string \"torus\"");
   j = good;
   j["format"] = "other";
   EXPECT_EQ(io_error([&] { metadata_from_json(j, "md"); }), "md: $.format: is not parity-checkpoint");

@@ -114,7 +114,8 @@ TEST_F(Reshard, ALoadReadsOnlyTheBlocksItNeeds) {
   l4.world = l4.dp_shard = 4;
   const mesh::Mesh m4(l4);
   const mesh::TensorLayout fsdp{mesh::View::dense,
-                          {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(), mesh::Placement::replicate()}};
+                                {mesh::Placement::replicate(), mesh::Placement::shard(0), mesh::Placement::replicate(),
+                                 mesh::Placement::replicate()}};
   Tensor<double> part;
   ShardedState s0;
   s0.add("big", big.shape, fsdp, part);

@@ -57,7 +57,8 @@ int run(int argc, char** argv) {
     return 0;
   }
   const int64_t bad = load_and_count(*world, m, st, argv[2]);
-  if (world->rank() == 0) std::printf("loaded %s under %s: #wrong %lld\n", argv[2], argv[a], static_cast<long long>(bad));
+  if (world->rank() == 0)
+    std::printf("loaded %s under %s: #wrong %lld\n", argv[2], argv[a], static_cast<long long>(bad));
   if (bad != 0) return 1;
   if (resave) ckpt::save(*world, m, st.state(), {10, 640, model_json()}, argv[3]);
   return 0;

@@ -17,8 +17,8 @@
 
 #include "ckpt_helpers.h"
 #include "core/error.h"
-#include "harness/baseline.h"
-#include "harness/scenario.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity {
 namespace {
@@ -62,7 +62,8 @@ template <class T> void expect_round_trip(const Scenario& s, const std::string& 
   for (const auto& [name, bytes] : saved) EXPECT_EQ(loaded.at(name), bytes) << name << " differs after the load";
   for (int64_t t = 3; t < s.steps; ++t) {
     const StepRecord<T> ra = a.step(t), rb = b.step(t);
-    EXPECT_EQ(std::memcmp(&ra.loss, &rb.loss, sizeof(double)), 0) << "step " << t << ": " << ra.loss << " vs " << rb.loss;
+    EXPECT_EQ(std::memcmp(&ra.loss, &rb.loss, sizeof(double)), 0)
+        << "step " << t << ": " << ra.loss << " vs " << rb.loss;
   }
   EXPECT_EQ(snapshot(a.state()), snapshot(b.state())) << "the resumed run drifted from the one that never stopped";
 }
@@ -88,7 +89,8 @@ TEST_F(RunState, StateNamesEveryPiece) {
   const auto specs = param_specs(s.model);
   EXPECT_EQ(names.size(), 3 * specs.size() + 1 + static_cast<size_t>(s.model.moe_layers()));
   auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  for (const auto& p : specs) EXPECT_TRUE(has(p.name) && has("optim.m." + p.name) && has("optim.v." + p.name)) << p.name;
+  for (const auto& p : specs)
+    EXPECT_TRUE(has(p.name) && has("optim.m." + p.name) && has("optim.v." + p.name)) << p.name;
   EXPECT_TRUE(has("optim.step"));
   EXPECT_TRUE(has("expert_bias.layers.1"));
   BaselineRun<double> sgd(moe_scenario(OptimKind::sgd, DType::f64));
@@ -116,7 +118,7 @@ TEST_F(RunState, OtherModelConfigAndMissingMomentsAreRefused) {
   EXPECT_THROW((void)c.load(path("c"), scenario_to_json(adam)["model"]), ConfigError);
 }
 
-// Issue 26: the run's identity (harness/scenario.h checkpoint_run) is recorded and a resume
+// Issue 26: the run's identity (harness/scenario/scenario.h checkpoint_run) is recorded and a resume
 // under another one is refused naming the field; the layout is recorded, not compared; a
 // checkpoint saved without it (before it was recorded) is refused, never loaded unchecked.
 TEST_F(RunState, AnotherRunIdentityIsRefusedNamingTheField) {

@@ -32,7 +32,8 @@ TEST_F(Unsharded, ReadsEveryTensorWholeAndExactFromAnyLayout) {
     ASSERT_EQ(st.tensors.size(), truth.size());
     EXPECT_EQ(st.md.step, 10);
     for (const StateEntry& e : truth.entries()) {
-      const auto it = std::find_if(st.tensors.begin(), st.tensors.end(), [&](const auto& t) { return t.name == e.name; });
+      const auto it =
+          std::find_if(st.tensors.begin(), st.tensors.end(), [&](const auto& t) { return t.name == e.name; });
       ASSERT_NE(it, st.tensors.end()) << e.name;
       ASSERT_EQ(it->shape(), e.shape) << e.name;
       ASSERT_EQ(it->dtype(), e.dtype) << e.name;

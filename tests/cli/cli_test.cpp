@@ -10,8 +10,8 @@
 
 #include "core/device.h"
 #include "core/safetensors.h"
-#include "harness/baseline.h"
-#include "harness/scenario.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity {
 namespace {
@@ -47,7 +47,8 @@ TEST(Cli, RunPrintsEachStepBesideTheEntropyFloor) {
   Result r = parity_cmd("run " + tiny_path() + " --steps 3");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("entropy floor"), std::string::npos) << r.out;
-  for (const char* row : {"\n     0 ", "\n     1 ", "\n     2 "}) EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
+  for (const char* row : {"\n     0 ", "\n     1 ", "\n     2 "})
+    EXPECT_NE(r.out.find(row), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("\n     3 "), std::string::npos) << r.out;
 }
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "cli/xml_check.h"
-#include "harness/golden.h"
+#include "harness/golden/golden.h"
 
 namespace parity {
 namespace {

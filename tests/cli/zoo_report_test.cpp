@@ -17,7 +17,8 @@ using test::occurrences;
 
 TEST(ZooJunit, OneTestcasePerBugAndAFailureExactlyWhenNotCaughtAndNamed) {
   const std::vector<ZooResult> results = {
-      {"router_grad_summed", "tp2.json", "grad router at step 0, factor containing \"2\"", "grad router", "ok", "", 0.5},
+      {"router_grad_summed", "tp2.json", "grad router at step 0, factor containing \"2\"", "grad router", "ok", "",
+       0.5},
       {"sp_layernorm_not_summed", "sp.json", "grad layernorm at step 0", "", "ESCAPED", "/tmp/z/sp.log", 0.7},
       {"micro_loss_scaling", "mb2.json", "loss at step 0", "grad head", "MISNAMED", "", 0.2},
       {"a<b&\"c\"", "x.json", "loss", "", "ERROR (exit 3)", "", 0.1}};

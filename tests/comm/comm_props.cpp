@@ -103,8 +103,10 @@ int64_t check_alltoallv_case(Communicator& w, const std::vector<int64_t>& m) {
   for (int j = 0; j < p; ++j) {
     send[static_cast<size_t>(j)] = m[static_cast<size_t>(me * p + j)];
     recv[static_cast<size_t>(j)] = m[static_cast<size_t>(j * p + me)];
-    for (int64_t i = 0; i < send[static_cast<size_t>(j)]; ++i) in.push_back(me * 1e6 + j * 1e3 + static_cast<double>(i));
-    for (int64_t i = 0; i < recv[static_cast<size_t>(j)]; ++i) want.push_back(j * 1e6 + me * 1e3 + static_cast<double>(i));
+    for (int64_t i = 0; i < send[static_cast<size_t>(j)]; ++i)
+      in.push_back(me * 1e6 + j * 1e3 + static_cast<double>(i));
+    for (int64_t i = 0; i < recv[static_cast<size_t>(j)]; ++i)
+      want.push_back(j * 1e6 + me * 1e3 + static_cast<double>(i));
   }
   std::vector<double> out(want.size());
   w.alltoallv(std::span<const double>(in), std::span<const int64_t>(send), std::span<double>(out),

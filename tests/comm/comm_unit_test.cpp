@@ -119,7 +119,8 @@ TEST(Launcher, RefusesMoreRanksThanThePerHostCap) {
     launch_main(o, {"true"});
     ADD_FAILURE() << "-n " << o.nproc << " was launched";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("--nproc: must be at most 256 (the per-host cap"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--nproc: must be at most 256 (the per-host cap"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(child_pids(), before);
 }
@@ -131,7 +132,12 @@ TEST(Leftovers, OnlyDirectoriesOfLaunchersThatAreGoneAreSwept) {
   const fs::path root = fs::temp_directory_path() / ("parity-leftovers-test-" + std::to_string(getpid()));
   fs::create_directories(root);
   const std::string mine = make_owned_dir(root.string(), "parity-mpi-");
-  EXPECT_EQ(process_id(getpid()), [&] { std::ifstream f(mine + "/launcher"); std::string l; std::getline(f, l); return l; }());
+  EXPECT_EQ(process_id(getpid()), [&] {
+    std::ifstream f(mine + "/launcher");
+    std::string l;
+    std::getline(f, l);
+    return l;
+  }());
   const fs::path gone = root / "parity-mpi-gone", reused = root / "parity-mpi-reused", other = root / "vader_segment.x";
   fs::create_directories(gone);
   fs::create_directories(reused);

@@ -133,7 +133,8 @@ int nccl_check() {
     recv[static_cast<size_t>(j)] = (j + me) % 3;
   }
   w->alltoallv(std::span<const float>(d, static_cast<size_t>(std::accumulate(send.begin(), send.end(), int64_t{0}))),
-               std::span<const int64_t>(send), std::span<float>(d + 500, static_cast<size_t>(std::accumulate(recv.begin(), recv.end(), int64_t{0}))),
+               std::span<const int64_t>(send),
+               std::span<float>(d + 500, static_cast<size_t>(std::accumulate(recv.begin(), recv.end(), int64_t{0}))),
                std::span<const int64_t>(recv));
   cudaFree(d);
   std::printf("rank %d: nccl allreduce #wrong %lld\n", me, static_cast<long long>(wrong));
@@ -163,7 +164,8 @@ int main(int argc, char** argv) {
     if (mode == "kill" || mode == "absent" || mode == "exit" || mode == "stall" || mode == "groupexit")
       return fault(mode, std::stoi(arg));
     if (mode == "sleep") return sleeper();
-    if (mode == "bench") return bench(arg.empty() ? int64_t{1} << 26 : std::stoll(arg), argc > 3 && std::string(argv[3]) == "json");
+    if (mode == "bench")
+      return bench(arg.empty() ? int64_t{1} << 26 : std::stoll(arg), argc > 3 && std::string(argv[3]) == "json");
 #if PARITY_HAVE_CUDA
     if (mode == "nccl") return nccl_check();
 #endif

@@ -31,7 +31,8 @@ class MapBoard : public FailureBoard {
 // Peers on another host (pid checks do not apply), with addresses.
 std::vector<PeerInfo> remote_peers(size_t n) {
   std::vector<PeerInfo> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = {"elsewhere", static_cast<int64_t>(1000 + i), "10.0.0." + std::to_string(i + 1), "", 0};
+  for (size_t i = 0; i < n; ++i)
+    p[i] = {"elsewhere", static_cast<int64_t>(1000 + i), "10.0.0." + std::to_string(i + 1), "", 0};
   return p;
 }
 
@@ -52,7 +53,9 @@ TEST(NameMissing, ASilentMemberIsOneThatNeverArrived) {
 TEST(NameMissing, AMemberStuckInAnotherGroupIsNamedWithWhatItWaitedFor) {
   // Group {0, 1} (world ranks); world rank 1 failed in group{1,3} waiting for rank 3.
   std::map<int, std::string> group, world;
-  world[1] = "group{1,3} allreduce #9: missing rank 3 (group rank 1) (pid 7 on h3 (10.0.0.4) did not report reaching allreduce #9)";
+  world[1] =
+      "group{1,3} allreduce #9: missing rank 3 (group rank 1) (pid 7 on h3 (10.0.0.4) did not report reaching "
+      "allreduce #9)";
   MapBoard board(group, 0), wboard(world, 0);
   const auto t0 = std::chrono::steady_clock::now();
   const std::string out =

@@ -193,5 +193,6 @@ TEST(Hostlist, RefusesMalformedListsNamingTheVariable) {
 TEST(TasksPerNode, ExpandsRepeats) {
   EXPECT_EQ(parse_tasks_per_node("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
   EXPECT_EQ(parse_tasks_per_node("4"), (std::vector<int>{4}));
-  for (const char* bad : {"", "2(x)", "2(3)", "x", "0", "2(x0)"}) EXPECT_THROW(parse_tasks_per_node(bad), ConfigError) << bad;
+  for (const char* bad : {"", "2(x)", "2(3)", "x", "0", "2(x0)"})
+    EXPECT_THROW(parse_tasks_per_node(bad), ConfigError) << bad;
 }

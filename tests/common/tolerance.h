@@ -2,7 +2,7 @@
 // with its derivation; test bodies never write a number of their own.
 #pragma once
 #include "core/tensor.h"
-#include "harness/tolerance.h"
+#include "harness/verdict/tolerance.h"
 
 namespace parity::test {
 
@@ -17,7 +17,7 @@ inline constexpr double kFdStep = 1e-6;
 inline constexpr double kFdRelTol = 1e-7;
 
 // Normwise relative error of a result against an independent formula, keyed by the dtype
-// of the result: the project's one table (harness/tolerance.h, Quantity::op_result, with
+// of the result: the project's one table (harness/verdict/tolerance.h, Quantity::op_result, with
 // its derivation there).
 template <class T> struct Tolerance {
   static inline const double rel = tolerance_for(dtype_of<T>(), Quantity::op_result).norm_rel;

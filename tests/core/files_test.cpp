@@ -54,7 +54,8 @@ TEST_F(Files, ReadsARegularFileWhole) {
 TEST_F(Files, RefusesAFifoWithoutBlocking) {
   ASSERT_EQ(::mkfifo(path("f").c_str(), 0600), 0);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string user = message_of<ConfigError>([&] { read_regular(path("f"), 100, Blame::user_input, "scenario file"); });
+  const std::string user =
+      message_of<ConfigError>([&] { read_regular(path("f"), 100, Blame::user_input, "scenario file"); });
   const std::string damaged =
       message_of<IoError>([&] { open_regular(path("f"), 100, Blame::damaged_data, "checkpoint rank file"); });
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));

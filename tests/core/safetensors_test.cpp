@@ -280,7 +280,8 @@ TEST(Safetensors, CorruptedHeadersAreRefusedNamingFileAndTensor) {
   refused(raw_file(one(R"("shape": [2], "data_offsets": [0, 16])"), d16), "tensor 'w': missing or non-string dtype");
   refused(raw_file(one(R"("dtype": "F64", "shape": [-2], "data_offsets": [0, 16])"), d16),
           "tensor 'w': shape entry -2");
-  refused(raw_file(one(R"("dtype": "F64", "shape": 2, "data_offsets": [0, 16])"), d16), "tensor 'w': missing or non-array shape");
+  refused(raw_file(one(R"("dtype": "F64", "shape": 2, "data_offsets": [0, 16])"), d16),
+          "tensor 'w': missing or non-array shape");
   refused(raw_file(one(R"("dtype": "F64", "shape": [2], "data_offsets": [0])"), d16),
           "tensor 'w': data_offsets must be two");
   refused(raw_file(one(R"("dtype": "F64", "shape": [2], "data_offsets": [16, 0])"), d16),

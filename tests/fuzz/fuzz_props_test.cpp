@@ -69,8 +69,21 @@ const Seeds& seeds(const std::string& target) {
   return s;
 }
 
-enum Kind { flip, set_byte, insert_byte, erase, copy_range, token, nest, long_string, cut, splice, json_leaf, json_leaf2,
-            kKinds };
+enum Kind {
+  flip,
+  set_byte,
+  insert_byte,
+  erase,
+  copy_range,
+  token,
+  nest,
+  long_string,
+  cut,
+  splice,
+  json_leaf,
+  json_leaf2,
+  kKinds
+};
 
 struct Mutation {
   int kind = 0;
@@ -141,9 +154,12 @@ void showValue(const Input& in, std::ostream& os) {
 }
 
 rc::Gen<Mutation> gen_mutation() {
-  return rc::gen::apply([](int kind, uint32_t at, uint32_t len, uint32_t pick) { return Mutation{kind, at, len, pick}; },
-                        rc::gen::inRange(0, static_cast<int>(kKinds)), rc::gen::arbitrary<uint32_t>(),
-                        rc::gen::inRange<uint32_t>(0, 64), rc::gen::arbitrary<uint32_t>());
+  return rc::gen::apply(
+      [](int kind, uint32_t at, uint32_t len, uint32_t pick) {
+        return Mutation{kind, at, len, pick};
+      },
+      rc::gen::inRange(0, static_cast<int>(kKinds)), rc::gen::arbitrary<uint32_t>(), rc::gen::inRange<uint32_t>(0, 64),
+      rc::gen::arbitrary<uint32_t>());
 }
 
 rc::Gen<std::vector<Mutation>> gen_mutations() {

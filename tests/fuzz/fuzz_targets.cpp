@@ -17,8 +17,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/text.h"
-#include "harness/memory.h"
-#include "harness/scenario.h"
+#include "harness/scenario/memory.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::fuzz {
 
@@ -49,7 +49,9 @@ const std::string& scratch_dir() {
   static const std::string dir = [] {
     const char* tmp = std::getenv("TMPDIR");
     std::error_code ec;
-    const std::string base = tmp != nullptr && *tmp != '\0' ? tmp : fs::is_directory("/dev/shm", ec) ? "/dev/shm" : "/tmp";
+    const std::string base = tmp != nullptr && *tmp != '\0'     ? tmp
+                             : fs::is_directory("/dev/shm", ec) ? "/dev/shm"
+                                                                : "/tmp";
     std::string t = base + "/parity-fuzz-XXXXXX";
     if (mkdtemp(t.data()) == nullptr) throw std::runtime_error("fuzz: cannot create a temporary directory");
     static const std::string keep = t;
@@ -70,7 +72,8 @@ bool scenario_reader(const uint8_t* data, size_t size) {
   try {
     s = parse_scenario_text(text, "fuzz");
   } catch (const Error& e) {
-    require(dynamic_cast<const ConfigError*>(&e) != nullptr, std::string("scenario reader: not a ConfigError: ") + e.what());
+    require(dynamic_cast<const ConfigError*>(&e) != nullptr,
+            std::string("scenario reader: not a ConfigError: ") + e.what());
     require_printable(e, "scenario reader");
     return false;
   }
@@ -93,7 +96,8 @@ bool ckpt_metadata_reader(const uint8_t* data, size_t size) {
   }
   try {
     const ckpt::Metadata md = ckpt::read_metadata(dir);
-    for (const auto& t : md.tensors) require(md.find(t.name) != nullptr, "metadata reader: a tensor it lists is not found");
+    for (const auto& t : md.tensors)
+      require(md.find(t.name) != nullptr, "metadata reader: a tensor it lists is not found");
     return true;
   } catch (const Error&) {
     return false;  // refused (its messages quote the file as it is; `parity` escapes them when it prints)
@@ -181,7 +185,9 @@ std::string mutate_json_leaf(const std::string& text, uint64_t random) {
         break;
       }
       [[fallthrough]];
-    default: leaf = leaf.is_string() ? nlohmann::json(leaf.get<std::string>() + leaf.get<std::string>()) : edges[next(edges.size())];
+    default:
+      leaf = leaf.is_string() ? nlohmann::json(leaf.get<std::string>() + leaf.get<std::string>())
+                              : edges[next(edges.size())];
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "harness/golden.h"
+#include "harness/golden/golden.h"
 
 namespace parity {
 namespace {
@@ -34,7 +34,9 @@ Result run(const std::string& args) {
   return r;
 }
 
-std::string scenario(const std::string& name) { return std::string(PARITY_SOURCE_DIR) + "/scenarios/" + name + ".json"; }
+std::string scenario(const std::string& name) {
+  return std::string(PARITY_SOURCE_DIR) + "/scenarios/" + name + ".json";
+}
 std::string golden(const std::string& name) { return std::string(PARITY_SOURCE_DIR) + "/golden/" + name + ".json"; }
 
 class GoldenCli : public ::testing::Test {

@@ -1,5 +1,5 @@
 // Golden files: exact round trip, stable text, the compare's bounds, the scenario hash, and
-// the gnuplot data and script (harness/golden.h, harness/plot.h).
+// the gnuplot data and script (harness/golden/golden.h, harness/golden/plot.h).
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "harness/golden.h"
-#include "harness/plot.h"
-#include "harness/scenario.h"
-#include "harness/tolerance.h"
+#include "harness/golden/golden.h"
+#include "harness/golden/plot.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
 
 namespace parity {
 namespace {

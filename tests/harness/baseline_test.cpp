@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "harness/baseline.h"
-#include "harness/scenario.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity {
 namespace {

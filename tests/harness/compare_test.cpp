@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "harness/compare.h"
+#include "harness/verdict/compare.h"
 
 namespace parity {
 namespace {

@@ -2,7 +2,7 @@
 // checker failing on a set that misses a pair, every layout-dependent pair found in some
 // valid layout, the generator covering every pair, and the shipped matrix
 // covering every pair (the test that fails naming each missing one).
-#include "harness/coverage.h"
+#include "harness/scenario/coverage.h"
 
 #include <algorithm>
 #include <fstream>
@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "harness/cover_gen.h"
-#include "harness/scenario.h"
+#include "harness/scenario/cover_gen.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity::coverage {
 namespace {
@@ -244,8 +244,9 @@ TEST(Coverage, ShippedScenariosCoverEveryPossiblePair) {
                                  << "\n(`parity cover` proposes scenarios for them; docs/coverage.md)";
   std::string omissing;
   for (const OptionPair& q : r.option_missing) omissing += "\n  " + option_pair_name(q);
-  EXPECT_TRUE(r.option_missing.empty()) << r.option_missing.size() << " option x option pairs no shipped scenario covers:"
-                                        << omissing << "\n(`parity cover --write scenarios` closes them)";
+  EXPECT_TRUE(r.option_missing.empty()) << r.option_missing.size()
+                                        << " option x option pairs no shipped scenario covers:" << omissing
+                                        << "\n(`parity cover --write scenarios` closes them)";
 }
 
 // Option x option pairs (issue 25): every two options' values, except what cannot co-occur;

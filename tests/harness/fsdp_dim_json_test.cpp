@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "mesh/fsdp_dim_json.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "model/params.h"
 
 namespace parity {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 namespace parity {
 namespace {
@@ -42,17 +42,27 @@ const std::vector<Case>& cases() {
       {{{"world", 2097152}, {"dp_shard", 2097152}}, "world", "must be <= 1048576, got 2097152"},
       {{{"world", 4}, {"dp_shard", 2}}, "world", "must equal dp_replicate*dp_shard*tp (1*2*1), got 4"},
       {{{"world", 2}, {"cp", 2}, {"tp", 2}}, "world", "must equal dp_replicate*dp_shard*cp*tp (1*1*2*2), got 2"},
-      {{{"world", 2}, {"dp_shard", 2}, {"ep", 4}}, "ep", "dp_replicate*ep*etp (1*4*1) must divide layout.world (2) so that edp_shard is whole"},
-      {{{"world", 6}, {"dp_shard", 6}, {"ep", 3}}, "ep", "must divide model.experts (4) so that each EP rank holds whole experts, got 3"},
+      {{{"world", 2}, {"dp_shard", 2}, {"ep", 4}},
+       "ep",
+       "dp_replicate*ep*etp (1*4*1) must divide layout.world (2) so that edp_shard is whole"},
+      {{{"world", 6}, {"dp_shard", 6}, {"ep", 3}},
+       "ep",
+       "must divide model.experts (4) so that each EP rank holds whole experts, got 3"},
       {{{"world", 4}, {"tp", 4}}, "tp", "must divide model.heads (2) so that each TP rank holds whole heads, got 4"},
       // both broken (heads 2 % tp 4, experts 4 % ep 3): the experts' rule is named first
-      {{{"world", 12}, {"dp_shard", 3}, {"tp", 4}, {"ep", 3}}, "ep", "must divide model.experts (4) so that each EP rank holds whole experts, got 3"},
+      {{{"world", 12}, {"dp_shard", 3}, {"tp", 4}, {"ep", 3}},
+       "ep",
+       "must divide model.experts (4) so that each EP rank holds whole experts, got 3"},
       {{{"sp", true}}, "sp", "sequence parallel requires layout.tp > 1"},
-      {{{"world", 2}, {"tp", 2}, {"sp", true}}, "sp", "sequence parallel requires layout.tp (2) to divide model.seq (7)",
+      {{{"world", 2}, {"tp", 2}, {"sp", true}},
+       "sp",
+       "sequence parallel requires layout.tp (2) to divide model.seq (7)",
        7},
-      {{{"world", 3}, {"cp", 3}}, "cp",
+      {{{"world", 3}, {"cp", 3}},
+       "cp",
        "must divide model.seq (8) so that each CP rank holds an equal chunk of every sequence, got 3"},
-      {{{"world", 16}, {"cp", 8}, {"tp", 2}, {"sp", true}}, "sp",
+      {{{"world", 16}, {"cp", 8}, {"tp", 2}, {"sp", true}},
+       "sp",
        "sequence parallel with context parallel requires layout.cp*layout.tp (8*2) to divide model.seq (8)"},
   };
   return all;

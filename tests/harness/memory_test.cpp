@@ -1,13 +1,13 @@
-// The run's memory floor (harness/memory.h): below what a run was measured to use, near it,
+// The run's memory floor (harness/scenario/memory.h): below what a run was measured to use, near it,
 // and refusals that name what is too large.
-#include "harness/memory.h"
+#include "harness/scenario/memory.h"
 
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "model/params.h"
 
 namespace parity {
@@ -51,7 +51,8 @@ TEST(Memory, TheSharedBaselineIsCountedOnce) {
   const MemoryEstimate hsdp = estimate_memory(s.model, s.optim, s.layout, BaselinePlace::once_per_host);
   EXPECT_DOUBLE_EQ(hsdp.run_bytes - est.run_bytes, est.state_bytes);  // a second replica of the state
   LayoutConfig one;  // world 1: the run is the baseline, nothing shared
-  EXPECT_EQ(estimate_memory(s.model, s.optim, one, BaselinePlace::once_per_host).baseline, BaselinePlace::in_every_rank);
+  EXPECT_EQ(estimate_memory(s.model, s.optim, one, BaselinePlace::once_per_host).baseline,
+            BaselinePlace::in_every_rank);
 }
 
 TEST(Memory, MomentsFollowTheOptimizer) {
@@ -106,7 +107,8 @@ TEST(Memory, WorldAboveThePerHostCapNamesItsJsonPath) {
   } catch (const ConfigError& e) {
     EXPECT_EQ(e.path(), "w.json: $.layout.world");
     EXPECT_NE(e.rule().find("at most 256 ranks on one host"), std::string::npos) << e.what();
-    EXPECT_NE(e.rule().find("got 512; spread it over more hosts with --nnodes (at least 2)"), std::string::npos) << e.what();
+    EXPECT_NE(e.rule().find("got 512; spread it over more hosts with --nnodes (at least 2)"), std::string::npos)
+        << e.what();
   }
   EXPECT_NO_THROW(require_ranks_per_host(s, 2, "w.json"));  // 256 on each of 2 hosts
   EXPECT_THROW(require_ranks_per_host(s, 1, "w.json"), ConfigError);

@@ -1,6 +1,6 @@
 // Scenario files: defaults, round trip, the shipped scenarios, and one message per class of
 // bad input (each names the JSON path and the rule).
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 
 #include <unistd.h>
 
@@ -276,7 +276,8 @@ TEST(Scenario, LayoutRules) {
   refused({{"world", 2}, {"dp_shard", 2}, {"etp", 0}}, "$.layout.etp", "must be >= 1");
   refused({{"world", 4}, {"dp_shard", 2}}, "$.layout.world",
           "must equal dp_replicate*dp_shard*tp (1*2*1), got 4");
-  refused({{"world", 2}, {"tp", 2}, {"etp", 3}}, "$.layout.ep", "dp_replicate*ep*etp (1*1*3) must divide layout.world (2)");
+  refused({{"world", 2}, {"tp", 2}, {"etp", 3}}, "$.layout.ep",
+          "dp_replicate*ep*etp (1*1*3) must divide layout.world (2)");
   refused({{"world", 4}, {"tp", 4}, {"order", "torch"}}, "$.layout.order",
           "expected one of \"megatron\", \"deepspeed\", got string \"torch\"");
   refused({{"world", 4}, {"tp", 4}, {"order", 1}}, "$.layout.order", "expected one of \"megatron\", \"deepspeed\"");
@@ -295,7 +296,8 @@ TEST(Scenario, LayoutRules) {
           "$.layout.world", "must equal dp_replicate*dp_shard*tp (1*4611686018427387904*4), got 4");
   // context parallel (seq 8): world counts cp; cp divides seq, cp*tp under SP; cpu only
   refused({{"world", 2}, {"cp", 0}}, "$.layout.cp", "must be >= 1");
-  refused({{"world", 2}, {"cp", 2}, {"tp", 2}}, "$.layout.world", "must equal dp_replicate*dp_shard*cp*tp (1*1*2*2), got 2");
+  refused({{"world", 2}, {"cp", 2}, {"tp", 2}}, "$.layout.world",
+          "must equal dp_replicate*dp_shard*cp*tp (1*1*2*2), got 2");
   refused({{"world", 3}, {"cp", 3}}, "$.layout.cp", "must divide model.seq (8)");
   refused({{"world", 16}, {"cp", 8}, {"tp", 2}, {"sp", true}}, "$.layout.sp",
           "layout.cp*layout.tp (8*2) to divide model.seq (8)");
@@ -412,10 +414,12 @@ TEST(Scenario, NamesAreShortAndPrintableAndQuotedEscaped) {
 // kScenarioLimits: checked before the parser, named with where it broke.
 TEST(Scenario, FileLimitsAreCheckedBeforeParsing) {
   TempDir dir;
-  std::string msg = config_error([&] { load_scenario(dir.write("deep.json", std::string(100000, '[') + std::string(100000, ']'))); });
+  std::string msg =
+      config_error([&] { load_scenario(dir.write("deep.json", std::string(100000, '[') + std::string(100000, ']'))); });
   EXPECT_NE(msg.find("deep.json: refused before parsing: nesting deeper than 32 levels at line 1, column 33"),
             std::string::npos) << msg;
-  msg = config_error([&] { load_scenario(dir.write("long.json", "{\"name\": \"" + std::string(1000000, 'a') + "\"}")); });
+  msg =
+      config_error([&] { load_scenario(dir.write("long.json", "{\"name\": \"" + std::string(1000000, 'a') + "\"}")); });
   EXPECT_NE(msg.find("long.json: refused before parsing: a string longer than 4096 bytes at line 1, column 10"),
             std::string::npos) << msg;
   msg = config_error([&] { load_scenario(dir.write("big.json", std::string(kScenarioLimits.max_bytes, ' ') + "{}")); });

@@ -1,14 +1,14 @@
-// The rounding twin (harness/twin.h) and the measured bounds (harness/tolerance.h).
+// The rounding twin (harness/verdict/twin.h) and the measured bounds (harness/verdict/tolerance.h).
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "harness/baseline.h"
-#include "harness/scenario.h"
-#include "harness/tolerance.h"
-#include "harness/twin.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
+#include "harness/verdict/twin.h"
 
 namespace parity {
 namespace {
@@ -70,7 +70,8 @@ TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
   EXPECT_DOUBLE_EQ(measured_bound(p, Quantity::gradient, 0, 4).value, 8 * floor);  // few elements: sqrt(256 / 4)
   EXPECT_EQ(measured_bound(p, Quantity::gradient, 0, 256).value, floor);
   // fp64 / fp32: the fixed table is the floor, so a measured bound never tightens it
-  EXPECT_EQ(noise_floor(parse_precision("fp64", ""), Quantity::gradient), tolerance_for(DType::f64, Quantity::gradient).norm_rel);
+  EXPECT_EQ(noise_floor(parse_precision("fp64", ""), Quantity::gradient),
+            tolerance_for(DType::f64, Quantity::gradient).norm_rel);
   EXPECT_EQ(far_bound(0), kFarFloor);
   EXPECT_DOUBLE_EQ(far_bound(0.02), 0.2);
 }

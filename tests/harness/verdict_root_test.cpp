@@ -1,14 +1,14 @@
 // verdict_root.h: the earliest failing step, the first failing quantity in data-flow order
 // at that step, and the clean factor its scale ratio names.
-#include "harness/verdict_root.h"
+#include "harness/verdict/verdict_root.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
-#include "harness/verdict.h"
-#include "harness/verdict_flow.h"
+#include "harness/verdict/verdict.h"
+#include "harness/verdict/verdict_flow.h"
 
 namespace parity {
 namespace {
@@ -96,7 +96,8 @@ TEST(VerdictRoot, GradientRowsAreOrderedByTheirFirstWrongTensor) {
   rep.rows = {ln, attn};
   EXPECT_EQ(rep.rows[find_root(rep).row].subject, "layernorm");  // no tensor known: the family order
   rep.rows[0].flow = verdict_flow::backward_position("layers.1.ln1.weight", 2);
-  rep.rows[1].flow = verdict_flow::backward_position("layers.1.attn.wk", 2), rep.rows[1].flow_tensor = "layers.1.attn.wk";
+  rep.rows[1].flow = verdict_flow::backward_position("layers.1.attn.wk", 2),
+  rep.rows[1].flow_tensor = "layers.1.attn.wk";
   const RootCause root = find_root(rep);
   EXPECT_EQ(rep.rows[root.row].subject, "attention");
   EXPECT_NE(root_line(rep, root).find("(first wrong in the backward pass: layers.1.attn.wk)"), std::string::npos);

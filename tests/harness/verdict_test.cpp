@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "harness/verdict.h"
-#include "harness/verdict_detail.h"
+#include "harness/verdict/verdict.h"
+#include "harness/verdict/verdict_detail.h"
 #include "mesh/param_layout.h"
 
 namespace parity {

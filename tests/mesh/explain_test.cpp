@@ -15,7 +15,8 @@
 namespace parity::mesh {
 namespace {
 
-const char* kRow = "| TP2, EP4, ETP1 | {01}{23}{45}{67} | {0246}{1357} | {0123}{4567} | {04}{15}{26}{37} | singletons |";
+const char* kRow =
+    "| TP2, EP4, ETP1 | {01}{23}{45}{67} | {0246}{1357} | {0123}{4567} | {04}{15}{26}{37} | singletons |";
 
 LayoutConfig tp2_ep4() {
   LayoutConfig l;
@@ -34,7 +35,8 @@ TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
   EXPECT_NE(t.find("world 8, folding cross-lane"), std::string::npos);
   EXPECT_NE(t.find("| ep_etp | expert: ep etp | 4 | {0123}{4567} |"), std::string::npos) << t;
   // embed (64, 16): TP 2 then FSDP 4 of each half -> 8 rows everywhere.
-  EXPECT_NE(t.find("| embed.weight | 64x16 | dense | (Replicate, StridedShard(0, 2), Replicate, Shard(0)) | 8x16 | 8x16 | 8x16 | "
+  EXPECT_NE(t.find("| embed.weight | 64x16 | dense | (Replicate, StridedShard(0, 2), Replicate, Shard(0)) | 8x16 | "
+                   "8x16 | 8x16 | "
                    "8x16 | 8x16 | 8x16 | 8x16 | 8x16 |"),
             std::string::npos)
       << t;
@@ -109,9 +111,10 @@ TEST(Explain, ShowsTheContextParallelGroup) {
   EXPECT_NE(t.find("| dense_dp | dense: dp_replicate dp_shard cp | 2 | {02}{13} |"), std::string::npos) << t;
   EXPECT_NE(t.find("| 2 | (0, 0, 1, 0) | (0, 2, 0, 0) |"), std::string::npos) << t;
   EXPECT_NE(t.find("| CP2, TP2, EP1, ETP1 |"), std::string::npos) << t;
-  EXPECT_NE(t.find("| layers.0.attn.wq | 16x16 | dense | (Replicate, Shard(0), Replicate, Shard(1)) | 16x8 | 16x8 | 16x8 | "
-                   "16x8 |"),
-            std::string::npos)
+  EXPECT_NE(
+      t.find("| layers.0.attn.wq | 16x16 | dense | (Replicate, Shard(0), Replicate, Shard(1)) | 16x8 | 16x8 | 16x8 | "
+             "16x8 |"),
+      std::string::npos)
       << t;
 }
 

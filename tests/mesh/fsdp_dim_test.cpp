@@ -35,7 +35,8 @@ TEST(FsdpDim, DefaultIsDimZero) {
   const Mesh m(lc(8, 4, 2, 2, 2));
   EXPECT_EQ(of(m, "layers.1.moe.experts.w1", {4, 16, 32}, Family::routed_experts),
             "(Replicate, StridedShard(0, 2), Shard(0), Shard(2))");
-  EXPECT_EQ(of(m, "layers.0.attn.wo", {16, 16}, Family::attention), "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
+  EXPECT_EQ(of(m, "layers.0.attn.wo", {16, 16}, Family::attention),
+            "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
 }
 
 // Routed experts on their hidden dimension: w1 (E, D, F) dim 2, w2 (E, F, D) dim 1.
@@ -63,7 +64,8 @@ TEST(FsdpDim, StridedWhenEtpOrTpShardsTheSameDimension) {
             "(Replicate, StridedShard(2, 4), Shard(0), Shard(2))");
   EXPECT_EQ(of(m, "layers.1.moe.experts.w2", {4, 32, 16}, Family::routed_experts),
             "(Replicate, Shard(2), Shard(0), Shard(1))");
-  EXPECT_EQ(of(m, "layers.0.attn.wq", {16, 16}, Family::attention), "(Replicate, StridedShard(1, 4), Replicate, Shard(1))");
+  EXPECT_EQ(of(m, "layers.0.attn.wq", {16, 16}, Family::attention),
+            "(Replicate, StridedShard(1, 4), Replicate, Shard(1))");
   EXPECT_EQ(of(m, "layers.0.attn.wo", {16, 16}, Family::attention), "(Replicate, Shard(1), Replicate, Shard(0))");
   // w1 rank 0: expert rows 0-1 (ep 0), columns: etp 0 holds 0-7, edps 0 keeps 0-3 of them.
   const TensorLayout w1 = param_layout(m, {"w1", {4, 16, 32}, Family::routed_experts, 0.02});

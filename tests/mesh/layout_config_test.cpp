@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "mesh/layout_config.h"
 
 namespace parity {
@@ -54,7 +54,8 @@ TEST(LayoutConfig, ScenarioRecordRoundTrips) {
   l.fsdp_dim[4] = {FsdpDimRule::Kind::largest, 0};
   const nlohmann::json j = layout_json(l, LayoutRecord::scenario);
   const LayoutConfig back = read_layout(j, "$.layout", LayoutRecord::scenario);
-  EXPECT_EQ(layout_json(back, LayoutRecord::scenario).dump(), nlohmann::ordered_json(layout_json(l, LayoutRecord::scenario)).dump());
+  EXPECT_EQ(layout_json(back, LayoutRecord::scenario).dump(),
+            nlohmann::ordered_json(layout_json(l, LayoutRecord::scenario)).dump());
   EXPECT_EQ(back.backend, comm::Backend::mpi);
   EXPECT_EQ(back.device, Device::cuda);
   EXPECT_EQ(back.fsdp_dim, l.fsdp_dim);

@@ -46,7 +46,8 @@ inline LayoutConfig draw_layout_config(int64_t world) {
 
 // Rank 0 to 3; lengths 0 to 9, mostly small so that shards are often uneven or empty.
 inline Shape draw_shape() {
-  const int64_t rank = *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {6, rc::gen::inRange<int64_t>(1, 4)}});
+  const int64_t rank =
+      *rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)}, {6, rc::gen::inRange<int64_t>(1, 4)}});
   Shape s;
   for (int64_t d = 0; d < rank; ++d)
     s.push_back(*rc::gen::weightedOneOf<int64_t>({{1, rc::gen::just<int64_t>(0)},
@@ -84,7 +85,8 @@ inline TensorLayout draw_layout(const Mesh& m, const Shape& shape, View v) {
     if (!p.is_shard() || !*rc::gen::arbitrary<bool>()) continue;
     int64_t sharders = 0;
     for (const Placement& q : l.placements) sharders += q.is_shard() && q.dim == p.dim;
-    const bool any = sharders == 1 || *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {2, rc::gen::just(true)}});
+    const bool any =
+        sharders == 1 || *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {2, rc::gen::just(true)}});
     const int64_t sf = any ? *rc::gen::inRange<int64_t>(1, 5) : right_product(sizes, l.placements, i, p.dim);
     p = Placement::strided_shard(p.dim, sf);
   }

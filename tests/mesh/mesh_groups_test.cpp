@@ -1,4 +1,4 @@
-// The group tables of shared/design/FOLDINGS.md (W = 8) and the same tables worked by hand
+// The group tables of docs/design/foldings.md (W = 8) and the same tables worked by hand
 // for W = 16, rank coordinates in both views, folding names, and refused layouts.
 #include <gtest/gtest.h>
 
@@ -46,8 +46,10 @@ void expect_row(const TableRow& row) {
 
 // FOLDINGS.md, "Group tables that must come out (W = 8, dp_replicate = 1)", verbatim.
 TEST(MeshGroups, FoldingsTableW8) {
-  expect_row({lc(8, 1, 4, 2, 4, 1), "{01}{23}{45}{67}", "{0246}{1357}", "{0123}{4567}", "{04}{15}{26}{37}", "singletons"});
-  expect_row({lc(8, 1, 2, 4, 4, 1), "{0123}{4567}", "{04}{15}{26}{37}", "{0123}{4567}", "{04}{15}{26}{37}", "singletons"});
+  expect_row(
+      {lc(8, 1, 4, 2, 4, 1), "{01}{23}{45}{67}", "{0246}{1357}", "{0123}{4567}", "{04}{15}{26}{37}", "singletons"});
+  expect_row(
+      {lc(8, 1, 2, 4, 4, 1), "{0123}{4567}", "{04}{15}{26}{37}", "{0123}{4567}", "{04}{15}{26}{37}", "singletons"});
   expect_row({lc(8, 1, 4, 2, 2, 2), "{01}{23}{45}{67}", "{0246}{1357}", "{02}{13}{46}{57}", "{04}{15}{26}{37}",
               "{01}{23}{45}{67}"});
 }
@@ -57,8 +59,9 @@ TEST(MeshGroups, FoldingsRowsW8AsPrinted) {
             "| TP2, EP4, ETP1 | {01}{23}{45}{67} | {0246}{1357} | {0123}{4567} | {04}{15}{26}{37} | singletons |");
   EXPECT_EQ(foldings_row(Mesh(lc(8, 1, 2, 4, 4, 1))),
             "| TP4, EP4, ETP1 | {0123}{4567} | {04}{15}{26}{37} | {0123}{4567} | {04}{15}{26}{37} | singletons |");
-  EXPECT_EQ(foldings_row(Mesh(lc(8, 1, 4, 2, 2, 2))),
-            "| TP2, EP2, ETP2 | {01}{23}{45}{67} | {0246}{1357} | {02}{13}{46}{57} | {04}{15}{26}{37} | {01}{23}{45}{67} |");
+  EXPECT_EQ(
+      foldings_row(Mesh(lc(8, 1, 4, 2, 2, 2))),
+      "| TP2, EP2, ETP2 | {01}{23}{45}{67} | {0246}{1357} | {02}{13}{46}{57} | {04}{15}{26}{37} | {01}{23}{45}{67} |");
 }
 
 // The same table for W = 16, worked by hand from the rank formulas of FOLDINGS.md.
@@ -98,7 +101,8 @@ TEST(MeshGroups, SingleDimensionGroupsW16WithReplicas) {
 
 TEST(MeshCoords, RankFormulasOfFoldings) {
   const Mesh m(lc(16, 2, 4, 2, 2, 2));
-  // rank = tp_r + tp·(cp_r + cp·(dps_r + dp_shard·dpr_r)) (cp 1); rank = etp_r + etp·(ep_r + ep·(edps_r + edp_shard·dpr_r)).
+  // rank = tp_r + tp·(cp_r + cp·(dps_r + dp_shard·dpr_r)) (cp 1); rank = etp_r + etp·(ep_r + ep·(edps_r +
+  // edp_shard·dpr_r)).
   EXPECT_EQ(m.coords(View::dense, 13), (std::vector<int64_t>{1, 2, 0, 1}));
   EXPECT_EQ(m.coords(View::expert, 13), (std::vector<int64_t>{1, 1, 0, 1}));
   EXPECT_EQ(m.coords(View::expert, 6), (std::vector<int64_t>{0, 1, 1, 0}));

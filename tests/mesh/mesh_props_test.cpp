@@ -160,7 +160,8 @@ RC_GTEST_PROP(MeshProps, NestedStridedShardWithAnyFactorsFollowsDTensor, ()) {
                                                 : Placement::strided_shard(0, *rc::gen::inRange<int64_t>(1, 6));
   for (size_t k = b + 1; k < sizes.size(); ++k)
     if (*rc::gen::arbitrary<bool>()) l.placements[k] = Placement::shard(0);
-  RC_PRE(testing::uses_flat_rule(m, TensorLayout{v, {l.placements.begin(), l.placements.begin() + static_cast<long>(b) + 1}}));
+  RC_PRE(testing::uses_flat_rule(
+      m, TensorLayout{v, {l.placements.begin(), l.placements.begin() + static_cast<long>(b) + 1}}));
   const int64_t N = *rc::gen::inRange<int64_t>(0, 40);
   RC_CLASSIFY(l.placements[b].kind == PlacementKind::strided_shard, "StridedShard after StridedShard");
   RC_CLASSIFY(has_empty_shards(m, l, {N, 2}), "empty shards");

@@ -57,8 +57,8 @@ template <class T> Tensor<T> addend(const Mesh& m, const TensorLayout& a, const 
 // #wrong elements summed over all ranks (so that every rank reaches the same verdict).
 // The expected result is shard_B of the tensor assemble() makes of every rank's addends in
 // this process, so Partial sums must come out of the collectives in assemble()'s order.
-template <class T>
-int64_t wrong_everywhere(comm::Communicator& w, const Mesh& m, const Shape& shape, const TensorLayout& a, const TensorLayout& b) {
+template <class T> int64_t wrong_everywhere(comm::Communicator& w, const Mesh& m, const Shape& shape,
+                                            const TensorLayout& a, const TensorLayout& b) {
   std::vector<Tensor<T>> locals;
   for (int r = 0; r < m.world(); ++r) locals.push_back(addend<T>(m, a, shape, r));
   const Tensor<T> y = assemble(m, a, shape, locals);
@@ -87,7 +87,8 @@ bool props(comm::Communicator& w, int cases) {
     RC_CLASSIFY(has_uneven_shards(m, a, shape) || has_uneven_shards(m, b, shape), "uneven shards");
     RC_CLASSIFY(has_empty_shards(m, a, shape) || has_empty_shards(m, b, shape), "empty shards");
     RC_CLASSIFY(a != partials_resolved(a), "Partial in A");
-    RC_CLASSIFY(testing::uses_flat_rule(m, a) || testing::uses_flat_rule(m, b), "nested StridedShard, segments do not divide");
+    RC_CLASSIFY(testing::uses_flat_rule(m, a) || testing::uses_flat_rule(m, b),
+                "nested StridedShard, segments do not divide");
     RC_LOG() << testing::describe(cfg, shape, a, b) << "\n";
     const int type = *rc::gen::inRange(0, 3);
     const int64_t bad = type == 0   ? wrong_everywhere<double>(w, m, shape, a, b)

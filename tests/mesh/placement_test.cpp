@@ -122,9 +122,11 @@ TEST(ParamLayout, DenseFamilies) {
   const Mesh m(lc(8, 1, 4, 2, 4, 1));
   auto of = [&](const char* name, Shape s, Family f) { return layout_str(param_layout(m, {name, s, f, 0.02})); };
   EXPECT_EQ(of("layers.0.attn.wq", {16, 16}, Family::attention), "(Replicate, Shard(0), Replicate, Shard(1))");
-  EXPECT_EQ(of("layers.0.attn.wo", {16, 16}, Family::attention), "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
+  EXPECT_EQ(of("layers.0.attn.wo", {16, 16}, Family::attention),
+            "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
   EXPECT_EQ(of("layers.0.mlp.w2", {32, 16}, Family::dense_mlp), "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
-  EXPECT_EQ(of("layers.1.moe.shared.w3", {16, 16}, Family::shared_experts), "(Replicate, Shard(0), Replicate, Shard(1))");
+  EXPECT_EQ(of("layers.1.moe.shared.w3", {16, 16}, Family::shared_experts),
+            "(Replicate, Shard(0), Replicate, Shard(1))");
   EXPECT_EQ(of("embed.weight", {64, 16}, Family::embedding), "(Replicate, StridedShard(0, 2), Replicate, Shard(0))");
   EXPECT_EQ(of("lm_head.weight", {16, 64}, Family::head), "(Replicate, Shard(0), Replicate, Shard(1))");
   EXPECT_EQ(of("final_ln.bias", {16}, Family::layernorm), "(Replicate, Shard(0), Replicate, Replicate)");
@@ -139,9 +141,11 @@ TEST(ParamLayout, DenseFamilies) {
 TEST(Layouts, RefusedWhenTheyCannotApply) {
   const Mesh m(lc(4, 1, 2, 2, 1, 1));
   EXPECT_THROW(check_layout(m, {View::dense, {P::replicate(), P::shard(0)}}, {4}), Error);
-  EXPECT_THROW(check_layout(m, {View::dense, {P::replicate(), P::shard(1), P::replicate(), P::replicate()}}, {4}), Error);
-  EXPECT_THROW(check_layout(m, {View::dense, {P::replicate(), P::strided_shard(0, 0), P::replicate(), P::replicate()}}, {4}),
+  EXPECT_THROW(check_layout(m, {View::dense, {P::replicate(), P::shard(1), P::replicate(), P::replicate()}}, {4}),
                Error);
+  EXPECT_THROW(
+      check_layout(m, {View::dense, {P::replicate(), P::strided_shard(0, 0), P::replicate(), P::replicate()}}, {4}),
+      Error);
   // Three segments over tp 2 do not divide: accepted since issue 17, DTensor's flat rule
   // (dtensor_expect_test.cpp has its values).
   EXPECT_NO_THROW(

@@ -18,7 +18,8 @@ TEST(MarkovData, SequencesArePureFunctionsOfStepAndIndex) {
   EXPECT_TRUE(std::equal(in2.begin(), in2.end(), in.begin() + 18));
   EXPECT_TRUE(std::equal(tg2.begin(), tg2.end(), tg.begin() + 18));
   for (int r = 0; r < 4; ++r)  // targets are the inputs shifted by one
-    for (int i = 0; i + 1 < 9; ++i) EXPECT_EQ(tg[static_cast<size_t>(r * 9 + i)], in[static_cast<size_t>(r * 9 + i + 1)]);
+    for (int i = 0; i + 1 < 9; ++i)
+      EXPECT_EQ(tg[static_cast<size_t>(r * 9 + i)], in[static_cast<size_t>(r * 9 + i + 1)]);
   std::vector<int64_t> other(4 * 9), ot(4 * 9);
   a.batch(4, 0, 4, 9, other.data(), ot.data());
   EXPECT_NE(other, in);

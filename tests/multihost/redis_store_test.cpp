@@ -269,7 +269,8 @@ TEST(RedisStore, NoServerIsACommErrorWithinTheTimeout) {
 
 int main(int argc, char** argv) {
   if (std::system("command -v redis-server >/dev/null 2>&1") != 0) {
-    std::printf("redis_store_test: SKIP: no redis-server in PATH (Debian package redis-server; ci/setup installs it)\n");
+    std::printf(
+        "redis_store_test: SKIP: no redis-server in PATH (Debian package redis-server; ci/setup installs it)\n");
     return 77;
   }
   signal(SIGPIPE, SIG_IGN);

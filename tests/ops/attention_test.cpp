@@ -197,7 +197,8 @@ TEST(Attention, RowBlocksSumToTheFullBackward) {
   std::vector<double> out = zeros<double>(N), probs = zeros<double>(H * S * S);
   attention_forward(q.data(), k.data(), v.data(), S, H, Dh, out.data(), probs.data());
   std::vector<double> dq = zeros<double>(N), dk = zeros<double>(N), dv = zeros<double>(N);
-  attention_backward(q.data(), k.data(), v.data(), probs.data(), dout.data(), S, H, Dh, dq.data(), dk.data(), dv.data());
+  attention_backward(q.data(), k.data(), v.data(), probs.data(), dout.data(), S, H, Dh, dq.data(), dk.data(),
+                     dv.data());
   for (int64_t cp : {2, 4}) {
     const int64_t Sq = S / cp;
     std::vector<double> sk = zeros<double>(N), sv = zeros<double>(N);

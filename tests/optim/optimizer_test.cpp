@@ -82,7 +82,8 @@ TEST(Optimizer, StepBufferOnSlicesEqualsTheFullStep) {
   full.step(w, g);
   sliced.begin_step();
   sliced.step_buffer(w2.tensors[0].ptr(), g.tensors[0].ptr(), m.tensors[0].ptr(), v.tensors[0].ptr(), 2);
-  sliced.step_buffer(w2.tensors[0].ptr() + 2, g.tensors[0].ptr() + 2, m.tensors[0].ptr() + 2, v.tensors[0].ptr() + 2, 3);
+  sliced.step_buffer(w2.tensors[0].ptr() + 2, g.tensors[0].ptr() + 2, m.tensors[0].ptr() + 2, v.tensors[0].ptr() + 2,
+                     3);
   EXPECT_EQ(w.tensors[0].data, w2.tensors[0].data);
 }
 

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "comm/world.h"
-#include "harness/baseline.h"
-#include "harness/scenario.h"
-#include "harness/tolerance.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
 #include "mesh/placement.h"
 #include "parallel/ep_dispatch.h"
 #include "parallel/parallel_run.h"

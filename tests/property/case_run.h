@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "generators.h"
-#include "harness/baseline.h"
-#include "harness/scenario.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
 #include "mesh/run_config.h"
 
 namespace parity {
@@ -239,7 +239,8 @@ inline void classify_case(const Scenario& s) {
   RC_CLASSIFY(s.layout.cp > 1 && s.layout.order == RankOrder::deepspeed, "CP with the deepspeed order");
   ++coverage.cases, ++coverage.folding[static_cast<int>(f)];
   coverage.uneven += sh.uneven, coverage.empty_shard += sh.empty, coverage.empty_expert += empty_expert;
-  coverage.sp += s.layout.sp, coverage.fp32 += s.model.dtype == DType::f32, coverage.mpi += s.layout.backend == comm::Backend::mpi;
+  coverage.sp += s.layout.sp, coverage.fp32 += s.model.dtype == DType::f32,
+      coverage.mpi += s.layout.backend == comm::Backend::mpi;
   coverage.moe += s.model.moe_layers() > 0;
   coverage.deepspeed += s.layout.order == RankOrder::deepspeed, coverage.free_etp += free_etp(s.layout);
 }

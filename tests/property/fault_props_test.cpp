@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "harness/scenario.h"
+#include "harness/scenario/scenario.h"
 #include "mesh/mesh.h"
 #include "properties.h"
 
@@ -75,7 +75,8 @@ std::string failure_with_injection(const char* inject, const char* out_name, int
 // moment saved from the first moment's buffer (the zoo's ckpt_v_from_m_buffer), the round trip
 // alone is bitwise clean; the saved state against the state in memory is not.
 TEST(PropertyFaults, CheckpointSavedFromTheWrongBufferFailsTheRoundTripProperty) {
-  const std::string why = failure_with_injection("ckpt_v_from_m_buffer", "fault-ckpt-out", 12, 3, &prop_ckpt_round_trip);
+  const std::string why =
+      failure_with_injection("ckpt_v_from_m_buffer", "fault-ckpt-out", 12, 3, &prop_ckpt_round_trip);
   ASSERT_FALSE(why.empty()) << "v saved from m's buffer went unnoticed";
   EXPECT_NE(why.find("OFF optim.v "), std::string::npos) << why;
   EXPECT_EQ(why.find("DIFF "), std::string::npos)

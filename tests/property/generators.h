@@ -1,5 +1,5 @@
 // RapidCheck generators for the property-based parity suite (issue 8): a valid layout for
-// W = 2..8 in every folding mode of shared/design/FOLDINGS.md, a model sized to it (sizes
+// W = 2..8 in every folding mode of docs/design/foldings.md, a model sized to it (sizes
 // that do not divide, experts that get no tokens, top_k 1..E, dense and MoE layers, tied
 // head, aux loss / bias update, softmax / sigmoid), the optimizer, dtype, steps and seeds.
 //
@@ -147,12 +147,15 @@ inline LayoutConfig with_cp(LayoutConfig l, int64_t cp_raw) {
 inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false) {
   const int64_t lo = allow_one ? 1 : 2;
   const int64_t w_raw = *rc::gen::inRange<int64_t>(lo, 9), tp_raw = *rc::gen::inRange<int64_t>(0, 4);
-  const bool tp_needed = want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}});
-  const int64_t dpr_raw = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(0, 4)}});
+  const bool tp_needed =
+      want_tp && *rc::gen::weightedOneOf<bool>({{1, rc::gen::just(false)}, {4, rc::gen::just(true)}});
+  const int64_t dpr_raw =
+      *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(0, 4)}});
   const int64_t ep_raw = *rc::gen::inRange<int64_t>(0, 4), etp_raw = pick<int64_t>({0, 1, 2});
   const int64_t order_raw = pick<int64_t>({0, 1});
   const bool sp = draw_bool();
-  const int64_t cp_raw = *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(1, 3)}});
+  const int64_t cp_raw =
+      *rc::gen::weightedOneOf<int64_t>({{3, rc::gen::just<int64_t>(0)}, {1, rc::gen::inRange<int64_t>(1, 3)}});
   std::vector<int64_t> feasible;
   for (int64_t w = lo; w <= 8; ++w)
     if (!layouts_in_mode(w, f).empty()) feasible.push_back(w);
@@ -366,7 +369,8 @@ inline BatchShape batch_shape(const ModelConfig& m, const LayoutConfig& l) {
   BatchShape out;
   out.uneven = m.batch % (m.microbatches * dp) != 0;
   for (int64_t mb = 0; mb < m.microbatches; ++mb)
-    for (int64_t r = 0; r < dp; ++r) out.empty_rank = out.empty_rank || dp_sequences(m.batch, m.microbatches, mb, dp, r).size() == 0;
+    for (int64_t r = 0; r < dp; ++r)
+      out.empty_rank = out.empty_rank || dp_sequences(m.batch, m.microbatches, mb, dp, r).size() == 0;
   return out;
 }
 

@@ -3,7 +3,7 @@
 // programmatically with a broken reduction injected (fault_props_test.cpp).
 // Each draws a case, runs it as real rank processes (`parity run --report`), and judges the
 // report rows the property is about; every row is judged by the verdict's own tolerance
-// table (harness/tolerance.h), never by a bound written here.
+// table (harness/verdict/tolerance.h), never by a bound written here.
 #pragma once
 #include <rapidcheck.h>
 
@@ -16,8 +16,8 @@
 #include "case_run.h"
 #include "ckpt/unsharded.h"
 #include "generators.h"
-#include "harness/baseline.h"
-#include "harness/tolerance.h"
+#include "harness/runner/baseline.h"
+#include "harness/verdict/tolerance.h"
 
 namespace parity::property {
 
@@ -185,7 +185,8 @@ inline void prop_ckpt_round_trip() {
   if (!std::filesystem::exists(a + "/metadata.json"))
     why = "the saving run wrote no checkpoint (exit " + std::to_string(saved.rc) + ")\n" + saved.log.substr(0, 2000);
   else if (!std::filesystem::exists(b + "/metadata.json"))
-    why += "the loading run wrote no checkpoint (exit " + std::to_string(loaded.rc) + ")\n" + loaded.log.substr(0, 2000);
+    why +=
+        "the loading run wrote no checkpoint (exit " + std::to_string(loaded.rc) + ")\n" + loaded.log.substr(0, 2000);
   else
     for (const std::string& d : ckpt::diff_unsharded(ckpt::read_unsharded(a), ckpt::read_unsharded(b)))
       why += "DIFF " + d + "\n";

@@ -71,7 +71,9 @@ class MeshContext : public gloo::Context {
     for (int i = 0; i < size; ++i) {
       const std::string& b = blobs[static_cast<size_t>(i)];
       uint32_t len = 0;
-      if (b.size() < sizeof(len)) throw CommError("rendezvous of " + scope + ": short blob from rank " + std::to_string(members[static_cast<size_t>(i)]));
+      if (b.size() < sizeof(len))
+        throw CommError("rendezvous of " + scope + ": short blob from rank " +
+                        std::to_string(members[static_cast<size_t>(i)]));
       std::memcpy(&len, b.data(), sizeof(len));
       peers[static_cast<size_t>(i)] = decode_peer(b.substr(sizeof(len), len));
       if (i == rank) continue;
@@ -250,7 +252,8 @@ class GlooCommunicator : public Communicator {
   void direct_allgather(const void* in, const std::vector<int64_t>& bytes, void* out) {
     const int me = rank(), n = size();
     std::vector<int64_t> off(static_cast<size_t>(n) + 1, 0);
-    for (int i = 0; i < n; ++i) off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + bytes[static_cast<size_t>(i)];
+    for (int i = 0; i < n; ++i)
+      off[static_cast<size_t>(i) + 1] = off[static_cast<size_t>(i)] + bytes[static_cast<size_t>(i)];
     const auto mine = static_cast<size_t>(bytes[static_cast<size_t>(me)]);
     if (mine > 0) std::memcpy(static_cast<char*>(out) + off[static_cast<size_t>(me)], in, mine);
     if (n == 1) return;

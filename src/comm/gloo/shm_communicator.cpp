@@ -125,7 +125,8 @@ std::string hex(uint64_t v) {
 
 class ShmCommunicator : public Communicator {
  public:
-  ShmCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world, std::shared_ptr<ShmShared> shared)
+  ShmCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world,
+                  std::shared_ptr<ShmShared> shared)
       : Communicator(Backend::gloo, std::move(members), rank, timeout, world), shared_(std::move(shared)) {
     scope_ = scope_key(this->members(), shared_->world_size);
     start();
@@ -212,7 +213,8 @@ class ShmCommunicator : public Communicator {
     sync(s);
   }
   std::unique_ptr<Communicator> do_make_group(const std::vector<int>& world_ranks) override {
-    const int me = static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world_rank()) - world_ranks.begin());
+    const int me =
+        static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world_rank()) - world_ranks.begin());
     return std::make_unique<ShmCommunicator>(world_ranks, me, timeout(), world(), shared_);
   }
   std::string diagnose(const std::string& what) override {
@@ -262,9 +264,11 @@ void ShmCommunicator::join_world() {
   for (size_t i = 0; i < blobs.size(); ++i) {
     const std::string& b = blobs[i];
     uint32_t l = 0;
-    if (b.size() < sizeof(l)) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
+    if (b.size() < sizeof(l))
+      throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
     std::memcpy(&l, b.data(), sizeof(l));
-    if (b.size() < sizeof(l) + l + 16) throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
+    if (b.size() < sizeof(l) + l + 16)
+      throw CommError("rendezvous of " + scope_ + ": short blob from rank " + std::to_string(members()[i]));
     peers_[i] = decode_peer(b.substr(sizeof(l), l));
     if (i == 0 && rank() != 0) {
       nonce = std::strtoull(b.substr(sizeof(l) + l, 16).c_str(), nullptr, 16);
@@ -320,12 +324,14 @@ void ShmCommunicator::gather_bytes(const void* in, const std::vector<int64_t>& b
   const int64_t most = *std::max_element(bytes.begin(), bytes.end());
   for (int64_t lo = 0; lo < most; lo += S) {
     const uint32_t s = ++step_;
-    if (mine > lo) std::memcpy(seg_->slot(me, s), static_cast<const char*>(in) + lo, static_cast<size_t>(std::min(S, mine - lo)));
+    if (mine > lo)
+      std::memcpy(seg_->slot(me, s), static_cast<const char*>(in) + lo, static_cast<size_t>(std::min(S, mine - lo)));
     sync(s);
     for (int r = 0; r < size(); ++r) {
       const int64_t have = bytes[static_cast<size_t>(r)];
       if (r != me && have > lo)
-        std::memcpy(o + off[static_cast<size_t>(r)] + lo, seg_->slot(r, s), static_cast<size_t>(std::min(S, have - lo)));
+        std::memcpy(o + off[static_cast<size_t>(r)] + lo, seg_->slot(r, s),
+                    static_cast<size_t>(std::min(S, have - lo)));
     }
   }
 }
@@ -341,7 +347,8 @@ void ShmCommunicator::exchange_bytes(const char* in, const std::vector<int64_t>&
   const auto so = prefix(send), ro = prefix(recv);
   const auto at = [](int r) { return static_cast<size_t>(r); };
   if (send[at(me)] != recv[at(me)])
-    throw CommError("sends " + std::to_string(send[at(me)]) + " bytes to itself but expects " + std::to_string(recv[at(me)]));
+    throw CommError("sends " + std::to_string(send[at(me)]) + " bytes to itself but expects " +
+                    std::to_string(recv[at(me)]));
   if (send[at(me)] > 0) std::memcpy(out + ro[at(me)], in + so[at(me)], static_cast<size_t>(send[at(me)]));
   int64_t steps = 1;
   for (int64_t k = 0; k < steps; ++k) {
@@ -350,7 +357,8 @@ void ShmCommunicator::exchange_bytes(const char* in, const std::vector<int64_t>&
     std::copy(send.begin(), send.end(), seg_->send_bytes(me, s));
     const int64_t lo = k * C;
     for (int j = 0; j < w; ++j)
-      if (j != me && send[at(j)] > lo) std::memcpy(mine + j * C, in + so[at(j)] + lo, static_cast<size_t>(std::min(C, send[at(j)] - lo)));
+      if (j != me && send[at(j)] > lo)
+        std::memcpy(mine + j * C, in + so[at(j)] + lo, static_cast<size_t>(std::min(C, send[at(j)] - lo)));
     sync(s);
     if (k == 0) {
       int64_t most = 0;
@@ -365,7 +373,8 @@ void ShmCommunicator::exchange_bytes(const char* in, const std::vector<int64_t>&
     }
     for (int i = 0; i < w; ++i)
       if (i != me && recv[at(i)] > lo)
-        std::memcpy(out + ro[at(i)] + lo, seg_->slot(i, s) + me * C, static_cast<size_t>(std::min(C, recv[at(i)] - lo)));
+        std::memcpy(out + ro[at(i)] + lo, seg_->slot(i, s) + me * C,
+                    static_cast<size_t>(std::min(C, recv[at(i)] - lo)));
   }
 }
 

@@ -37,7 +37,8 @@ struct Header {
 size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 size_t ctl_stride(int members) { return 64 + round64(2 * static_cast<size_t>(members) * sizeof(int64_t)); }
 size_t segment_bytes(int members, int64_t slot) {
-  return 64 + ctl_stride(members) * static_cast<size_t>(members) + static_cast<size_t>(slot) * 2 * static_cast<size_t>(members);
+  return 64 + ctl_stride(members) * static_cast<size_t>(members) +
+         static_cast<size_t>(slot) * 2 * static_cast<size_t>(members);
 }
 
 bool reached(uint32_t have, uint32_t want) { return static_cast<int32_t>(have - want) >= 0; }
@@ -80,7 +81,9 @@ int yield_setting() {
 void* map_fd(int fd, size_t bytes, const std::string& name) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (p == MAP_FAILED) throw CommError("shared memory " + name + ": mmap of " + std::to_string(bytes) + " bytes failed: " + std::strerror(errno));
+  if (p == MAP_FAILED)
+    throw CommError("shared memory " + name + ": mmap of " + std::to_string(bytes) +
+                    " bytes failed: " + std::strerror(errno));
   return p;
 }
 
@@ -96,7 +99,8 @@ int64_t slot_bytes_setting() {
 std::unique_ptr<Segment> Segment::create(const std::string& name, int members, int64_t slot, uint64_t nonce,
                                          int host_ranks) {
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw IoError("shared memory /dev/shm" + name + ": shm_open failed: " + describe_errno(errno, "/dev/shm/x"));
+  if (fd < 0)
+    throw IoError("shared memory /dev/shm" + name + ": shm_open failed: " + describe_errno(errno, "/dev/shm/x"));
   const size_t bytes = segment_bytes(members, slot);
   // Reserved up front: a full /dev/shm is this error (exit 3), never a SIGBUS at the first
   // store through the mapping.
@@ -145,7 +149,8 @@ std::unique_ptr<Segment> Segment::open_impl(const std::string& name, int members
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
     close(fd);
     if (early && st.st_size == 0) return nullptr;
-    throw CommError("shared memory " + name + ": size " + std::to_string(st.st_size) + ", expected " + std::to_string(bytes));
+    throw CommError("shared memory " + name + ": size " + std::to_string(st.st_size) + ", expected " +
+                    std::to_string(bytes));
   }
   void* p = map_fd(fd, bytes, name);
   const auto* h = static_cast<const Header*>(p);
@@ -155,7 +160,8 @@ std::unique_ptr<Segment> Segment::open_impl(const std::string& name, int members
   }
   if (h->magic != kMagic || h->nonce != nonce || h->members != members || h->slot_bytes != slot) {
     munmap(p, bytes);
-    throw CommError("shared memory " + name + ": not the segment of this group (another run's, or a different PARITY_SHM_SLOT_BYTES)");
+    throw CommError("shared memory " + name +
+                    ": not the segment of this group (another run's, or a different PARITY_SHM_SLOT_BYTES)");
   }
   return std::unique_ptr<Segment>(new Segment(name, members, slot, p, bytes, false, host_ranks));
 }

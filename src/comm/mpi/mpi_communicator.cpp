@@ -81,7 +81,8 @@ class MpiCommunicator : public Communicator {
   }
   void do_allreduce(void* buf, int64_t n, DType t, ReduceOp op) override {
     MPI_Request req;
-    finish(MPI_Iallreduce(MPI_IN_PLACE, nz(buf), to_int(n), mpi_type(t), mpi_op(op), comm_, &req), req, "MPI_Iallreduce");
+    finish(MPI_Iallreduce(MPI_IN_PLACE, nz(buf), to_int(n), mpi_type(t), mpi_op(op), comm_, &req), req,
+           "MPI_Iallreduce");
   }
   void do_broadcast(void* buf, int64_t n, DType t, int root) override {
     MPI_Request req;

@@ -151,7 +151,8 @@ class NcclCommunicator : public Communicator {
   void do_allreduce(void* host_buf, int64_t n, DType t, ReduceOp op) override {
     Staged st(stream_);
     void* buf = st.out(host_buf, n * dtype_size(t));
-    nccl_check(ncclAllReduce(buf, buf, static_cast<size_t>(n), nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
+    nccl_check(ncclAllReduce(buf, buf, static_cast<size_t>(n), nccl_type(t), nccl_op(op), comm_, stream_),
+               "ncclAllReduce");
     sync();
     st.copy_back();
   }
@@ -229,8 +230,11 @@ class NcclCommunicator : public Communicator {
         if (recv[sj]) cuda_check(cudaMemcpyAsync(at(out, roff, t), src, static_cast<size_t>(recv[sj] * dtype_size(t)),
                                                  cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
       } else {
-        if (send[sj]) nccl_check(ncclSend(src, static_cast<size_t>(send[sj]), nccl_type(t), j, comm_, stream_), "ncclSend");
-        if (recv[sj]) nccl_check(ncclRecv(at(out, roff, t), static_cast<size_t>(recv[sj]), nccl_type(t), j, comm_, stream_), "ncclRecv");
+        if (send[sj])
+          nccl_check(ncclSend(src, static_cast<size_t>(send[sj]), nccl_type(t), j, comm_, stream_), "ncclSend");
+        if (recv[sj])
+          nccl_check(ncclRecv(at(out, roff, t), static_cast<size_t>(recv[sj]), nccl_type(t), j, comm_, stream_),
+                     "ncclRecv");
       }
       soff += send[sj];
       roff += recv[sj];

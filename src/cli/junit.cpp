@@ -1,0 +1,60 @@
+#include "cli/junit.h"
+
+#include <cstdio>
+
+namespace parity::cli {
+
+std::string xml_escape(std::string_view text, bool attribute) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\n': out += attribute ? "&#10;" : "\n"; break;
+      case '\r': out += "&#13;"; break;
+      case '\t': out += attribute ? "&#9;" : "\t"; break;
+      default:
+        // XML 1.0 has no way to write the other C0 controls, not even as references.
+        out += static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+    }
+  }
+  return out;
+}
+
+std::string junit_xml(const std::string& suite, const std::vector<JunitCase>& cases, double wall_seconds) {
+  auto secs = [](double s) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3f", s);
+    return std::string(buf);
+  };
+  int failures = 0, skipped = 0;
+  std::string x;
+  for (const JunitCase& c : cases) {
+    x += "  <testcase classname=\"" + xml_escape(c.classname, true) + "\" name=\"" + xml_escape(c.name, true) +
+         "\" file=\"" + xml_escape(c.file, true) + "\" time=\"" + secs(c.seconds) + "\"";
+    if (!c.failed && c.skipped.empty()) {
+      x += "/>\n";
+      continue;
+    }
+    x += ">\n";
+    if (!c.skipped.empty()) {
+      ++skipped;
+      x += "    <skipped message=\"" + xml_escape(c.skipped, true) + "\"/>\n";
+    } else {
+      ++failures;
+      x += "    <failure message=\"" + xml_escape(c.message, true) + "\" type=\"" + xml_escape(c.classname, true) +
+           "\">" + xml_escape(c.body) + "</failure>\n";
+    }
+    x += "  </testcase>\n";
+  }
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"" + xml_escape(suite, true) +
+         "\" tests=\"" + std::to_string(cases.size()) + "\" failures=\"" + std::to_string(failures) +
+         "\" errors=\"0\" skipped=\"" + std::to_string(skipped) + "\" time=\"" + secs(wall_seconds) + "\">\n" + x +
+         "</testsuite>\n</testsuites>\n";
+}
+
+}  // namespace parity::cli

@@ -1,0 +1,250 @@
+// Golden files: the scenario hash, the stable text format, reading back, the compare.
+#include "harness/golden/golden.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
+
+namespace parity {
+
+namespace {
+
+constexpr const char* kFormat = "parity-golden-1";
+constexpr int64_t kMaxGoldenBytes = int64_t{64} << 20;  // a 50-step golden is about 20 KB
+
+std::string fmt_double(double x) {
+  if (!std::isfinite(x)) throw Error("golden: a non-finite value (" + std::to_string(x) + ") cannot be pinned");
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::string quote(const std::string& s) { return nlohmann::json(s).dump(); }
+
+std::string tpe_name(int64_t layer) { return "tokens_per_expert.layer" + std::to_string(layer); }
+
+// One metric in Megatron's shape; `value(t)` formats step t's value.
+template <class F> std::string metric_text(size_t steps, const std::string& ind, F value) {
+  std::string s = "{\n";
+  s += ind + "  \"end_step\": " + std::to_string(steps == 0 ? -1 : static_cast<int64_t>(steps) - 1) + ",\n";
+  s += ind + "  \"start_step\": 0,\n" + ind + "  \"step_interval\": 1,\n";
+  s += ind + "  \"values\": {";
+  for (size_t t = 0; t < steps; ++t)
+    s += std::string(t ? "," : "") + "\n" + ind + "    \"" + std::to_string(t) + "\": " + value(t);
+  s += steps ? "\n" + ind + "  }\n" : "}\n";
+  return s + ind + "}";
+}
+
+std::string counts_text(const std::vector<int64_t>& c) {
+  std::string s = "[";
+  for (size_t e = 0; e < c.size(); ++e) s += (e ? ", " : "") + std::to_string(c[e]);
+  return s + "]";
+}
+
+std::string curves_text(const Curves& c, const std::string& ind) {
+  std::map<std::string, std::string> m;  // sorted metric names
+  auto scalars = [&](const std::vector<double>& v) {
+    return metric_text(c.steps(), ind + "  ", [&](size_t t) { return fmt_double(v[t]); });
+  };
+  m["loss"] = scalars(c.loss);
+  m["grad_norm"] = scalars(c.grad_norm);
+  m["aux_loss"] = scalars(c.aux_loss);
+  for (size_t l = 0; l < c.moe_layers.size(); ++l)
+    m[tpe_name(c.moe_layers[l])] =
+        metric_text(c.steps(), ind + "  ", [&](size_t t) { return counts_text(c.tokens_per_expert[l][t]); });
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : m)
+    s += std::string(first ? "" : ",") + "\n" + ind + "  " + quote(k) + ": " + v, first = false;
+  return s + "\n" + ind + "}";
+}
+
+// Reads one metric object: start_step 0, step_interval 1, values for every step to end_step.
+template <class T> std::vector<T> read_metric(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object() || !j.contains("values") || !j.contains("start_step") || !j.contains("end_step"))
+    throw ConfigError(where, "expected {start_step, end_step, step_interval, values}");
+  const int64_t start = j.at("start_step").get<int64_t>(), end = j.at("end_step").get<int64_t>();
+  const int64_t interval = j.value("step_interval", int64_t{1});
+  if (start != 0 || interval != 1) throw ConfigError(where, "golden curves start at step 0 with step_interval 1");
+  const nlohmann::json& vals = j.at("values");
+  if (!vals.is_object() || static_cast<int64_t>(vals.size()) != end - start + 1)
+    throw ConfigError(where + ".values", "expected one value per step " + std::to_string(start) + ".." +
+                                             std::to_string(end) + ", got " + std::to_string(vals.size()));
+  std::vector<T> out;
+  for (int64_t t = start; t <= end; ++t) {
+    const std::string k = std::to_string(t);
+    if (!vals.contains(k)) throw ConfigError(where + ".values", "step " + k + " is missing");
+    out.push_back(vals.at(k).get<T>());
+  }
+  return out;
+}
+
+std::string str_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j.at(key).is_string()) throw ConfigError(where + ": $." + key, "expected a string");
+  return j.at(key).get<std::string>();
+}
+
+void compare_scalars(const std::string& run, const std::string& metric, const std::vector<double>& want,
+                     const std::vector<double>& got, double tol, GoldenCheck& out) {
+  for (size_t t = 0; t < want.size() && t < got.size(); ++t) {
+    const double d = std::fabs(got[t] - want[t]);
+    const double rel = want[t] != 0 ? d / std::fabs(want[t]) : (d == 0 ? 0 : INFINITY);
+    out.compared += 1;
+    out.max_rel = std::max(out.max_rel, rel);
+    if (!(d <= tol * std::fabs(want[t])))
+      out.diffs.push_back({run, metric, static_cast<int64_t>(t), fmt_double(got[t]), fmt_double(want[t]), rel, tol});
+  }
+}
+
+void compare_curves(const std::string& run, const Curves& want, const Curves& got, double tol, GoldenCheck& out) {
+  if (want.steps() != got.steps())
+    out.structural.push_back(run + ": golden has " + std::to_string(want.steps()) + " steps, this run " +
+                             std::to_string(got.steps()));
+  compare_scalars(run, "loss", want.loss, got.loss, tol, out);
+  compare_scalars(run, "grad_norm", want.grad_norm, got.grad_norm, tol, out);
+  compare_scalars(run, "aux_loss", want.aux_loss, got.aux_loss, tol, out);
+  if (want.moe_layers != got.moe_layers) {
+    out.structural.push_back(run + ": the MoE layers differ from the golden's");
+    return;
+  }
+  for (size_t l = 0; l < want.moe_layers.size(); ++l)
+    for (size_t t = 0; t < want.steps() && t < got.steps(); ++t, ++out.compared)
+      if (want.tokens_per_expert[l][t] != got.tokens_per_expert[l][t])
+        out.diffs.push_back({run, tpe_name(want.moe_layers[l]), static_cast<int64_t>(t),
+                             counts_text(got.tokens_per_expert[l][t]), counts_text(want.tokens_per_expert[l][t]), 1,
+                             0});
+}
+
+}  // namespace
+
+std::string scenario_hash(const Scenario& s) {
+  Scenario c = s;
+  c.source.clear();
+  const std::string text = scenario_to_json(c).dump();
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bit
+  for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+
+std::string golden_to_text(const Golden& g) {
+  std::map<std::string, std::string> top;  // sorted keys, values already formatted
+  top["backend"] = quote(g.backend);
+  top["baseline"] = curves_text(g.baseline, "  ");
+  top["commit"] = quote(g.commit);
+  top["dtype"] = quote(g.dtype);
+  top["entropy_floor"] = fmt_double(g.entropy_floor);
+  top["format"] = quote(kFormat);
+  top["layout"] = g.layout_curves ? curves_text(*g.layout_curves, "  ") : "null";
+  top["layout_shape"] = quote(g.layout);
+  top["scenario"] = quote(g.scenario);
+  top["scenario_hash"] = quote(g.scenario_hash);
+  top["steps"] = std::to_string(g.baseline.steps());
+  top["world"] = std::to_string(g.world);
+  std::string s = "{";
+  bool first = true;
+  for (const auto& [k, v] : top) s += std::string(first ? "" : ",") + "\n  " + quote(k) + ": " + v, first = false;
+  return s + "\n}\n";
+}
+
+nlohmann::json curves_to_json(const Curves& c) { return nlohmann::json::parse(curves_text(c, "")); }
+
+Curves curves_from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw ConfigError(where, "expected an object of metrics");
+  Curves c;
+  c.loss = read_metric<double>(j.value("loss", nlohmann::json()), where + ".loss");
+  c.grad_norm = read_metric<double>(j.value("grad_norm", nlohmann::json()), where + ".grad_norm");
+  c.aux_loss = read_metric<double>(j.value("aux_loss", nlohmann::json()), where + ".aux_loss");
+  const std::string prefix = "tokens_per_expert.layer";
+  for (const auto& [k, v] : j.items()) {
+    if (k == "loss" || k == "grad_norm" || k == "aux_loss") continue;
+    if (k.rfind(prefix, 0) != 0) throw ConfigError(where + "." + k, "unknown metric");
+    c.moe_layers.push_back(std::stoll(k.substr(prefix.size())));
+  }
+  std::sort(c.moe_layers.begin(), c.moe_layers.end());
+  for (int64_t layer : c.moe_layers)
+    c.tokens_per_expert.push_back(
+        read_metric<std::vector<int64_t>>(j.at(tpe_name(layer)), where + "." + tpe_name(layer)));
+  if (c.grad_norm.size() != c.steps() || c.aux_loss.size() != c.steps())
+    throw ConfigError(where, "every metric must cover the same steps");
+  for (const auto& l : c.tokens_per_expert)
+    if (l.size() != c.steps()) throw ConfigError(where, "every metric must cover the same steps");
+  return c;
+}
+
+Golden golden_from_json(const nlohmann::json& j, const std::string& where) {
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != kFormat)
+      throw ConfigError(where + ": $.format", std::string("expected \"") + kFormat + "\"");
+    Golden g;
+    g.scenario = str_field(j, "scenario", where);
+    g.scenario_hash = str_field(j, "scenario_hash", where);
+    g.dtype = str_field(j, "dtype", where);
+    (void)parse_precision(g.dtype, where + ": $.dtype");  // fp64, fp32, bf16 or bf16-reduce-bf16
+    g.commit = str_field(j, "commit", where);
+    g.backend = str_field(j, "backend", where);
+    g.layout = str_field(j, "layout_shape", where);
+    g.world = j.at("world").get<int64_t>();
+    g.entropy_floor = j.at("entropy_floor").get<double>();
+    g.baseline = curves_from_json(j.at("baseline"), where + ": $.baseline");
+    if (!j.at("layout").is_null()) g.layout_curves = curves_from_json(j.at("layout"), where + ": $.layout");
+    return g;
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(where, std::string("not a golden file: ") + e.what());
+  }
+}
+
+Golden load_golden(const std::string& path) {
+  // A FIFO or a device where the golden should be: refused, never a blocking read.
+  const auto text = read_regular_if_exists(path, kMaxGoldenBytes, Blame::user_input, "golden file");
+  if (!text) throw IoError(path + ": no golden file");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(path, std::string("invalid JSON: ") + e.what());
+  }
+  return golden_from_json(j, path);
+}
+
+void save_golden(const std::string& path, const Golden& g) {
+  const std::string text = golden_to_text(g);
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw IoError("cannot write " + tmp);
+    f << text;
+    if (!f.flush()) throw IoError("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+GoldenCheck compare_golden(const Golden& want, const Golden& got) {
+  GoldenCheck out;
+  if (want.dtype != got.dtype) out.structural.push_back("dtype: golden " + want.dtype + ", this run " + got.dtype);
+  const double tol = tolerance_for(parse_precision(got.dtype, "golden dtype"), Quantity::golden_curve).norm_rel;
+  compare_curves("baseline", want.baseline, got.baseline, tol, out);
+  if (want.layout_curves.has_value() != got.layout_curves.has_value())
+    out.structural.push_back(std::string("layout: ") + (want.layout_curves ? "golden has" : "golden has no") +
+                             " layout curves, this run " + (got.layout_curves ? "has" : "has none"));
+  else if (want.layout_curves)
+    compare_curves("layout", *want.layout_curves, *got.layout_curves, tol, out);
+  return out;
+}
+
+}  // namespace parity

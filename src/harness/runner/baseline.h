@@ -1,0 +1,85 @@
+// The one-device baseline run of a scenario: data -> micro-batches -> gradients ->
+// clipping -> optimizer -> expert-bias update, one step at a time, with everything a
+// report or a dump needs recorded per step.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "mesh/mesh.h"
+#include "mesh/run_config.h"
+#include "model/data.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+#include "ckpt/training_state.h"
+
+namespace parity {
+
+template <class T> struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, ce = 0, aux = 0;
+  std::vector<double> micro_losses;     // (M)
+  double grad_norm = 0, clip_coef = 1;  // before clipping; the factor applied
+  std::vector<int64_t> inputs, targets;  // (B, S)
+  std::optional<ParamSet<T>> grads;      // accumulated, before clipping (when asked for)
+  std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
+  std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
+  std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
+  std::vector<double>
+      noise;  // (kNoiseWidth) the rounding twin's distance (harness/verdict/twin.h), when a source measured it
+};
+
+enum class KeepGrads { no, yes };
+
+// The first quantity of baseline step `r` that is not finite, in data-flow order: the loss,
+// a micro-batch loss, a gradient (when kept), the grad norm, then a parameter after the update
+// (`params`, in `specs` order; may be empty): "loss = nan", "grad layers.0.attn.wq[5] = inf",
+// "param embed.weight[0] = -inf". "" when everything is finite.
+template <class T>
+std::string first_non_finite(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params);
+// Throws DivergedError (exit 4, core/exit_codes.h) naming the step and first_non_finite:
+// "the one-device baseline went non-finite at step 1: loss = nan (...)".
+template <class T>
+void require_finite_baseline(const StepRecord<T>& r, const std::vector<ParamSpec>& specs,
+                             const std::vector<Tensor<T>>& params);
+
+template <class T> class BaselineRun {
+ public:
+  explicit BaselineRun(const Scenario& s);
+  ~BaselineRun();
+  BaselineRun(BaselineRun&&) = delete;  // the training state points into the run
+
+  // Runs step `t` (0-based) and returns its record; parameters are updated in place.
+  StepRecord<T> step(int64_t t, KeepGrads keep = KeepGrads::no);
+
+  const Scenario& scenario() const { return sc_; }
+  const MarkovData& data() const { return data_; }
+  Model<T>& model() { return model_; }
+  const Optimizer<T>& optimizer() const { return opt_; }
+
+  // Checkpoints (ckpt/training_state.h names every piece) under the W = 1 mesh, every
+  // tensor whole: save() writes the seed checkpoint any layout can start from (step
+  // info.step); load() takes one saved under any layout and world size of the same model,
+  // after which the next step() must be step(info.step).
+  ckpt::ShardedState state();
+  void save(const std::string& dir, const ckpt::CheckpointInfo& info);
+  ckpt::CheckpointInfo load(const std::string& dir, const nlohmann::json& model, const nlohmann::json& run = nullptr);
+
+ private:
+  TrainingState<T>& training();
+  Scenario sc_;
+  MarkovData data_;
+  Model<T> model_;
+  Optimizer<T> opt_;
+  mesh::Mesh mesh_;                       // world 1
+  std::vector<mesh::TensorLayout> layouts_;     // per parameter under mesh_
+  std::unique_ptr<TrainingState<T>> training_;  // built on first use
+};
+
+}  // namespace parity

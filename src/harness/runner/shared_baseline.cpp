@@ -1,0 +1,371 @@
+#include "harness/runner/shared_baseline.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+#include <system_error>
+
+#include "comm/launch.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
+#include "core/resources.h"
+#include "harness/golden/golden.h"
+#include "harness/verdict/twin.h"
+#include "model/params.h"
+
+namespace parity {
+
+BaselinePlace baseline_place() {
+  const char* v = std::getenv("PARITY_SHARED_BASELINE");
+  return v != nullptr && std::string(v) == "0" ? BaselinePlace::in_every_rank : BaselinePlace::once_per_host;
+}
+
+namespace {
+
+constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
+constexpr size_t kHeader = 8192, kKeyBytes = 256, kErrorBytes = 2048;
+constexpr int64_t kNotStarted = -2, kFailed = -1;
+constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank
+constexpr int kMaxConsumers = comm::kMaxRanksPerHost;  // ranks on one host that can share a file
+
+struct Header {
+  char magic[8];
+  int64_t elem, init_bytes, block_bytes, steps;
+  alignas(8) int64_t ready;  // steps published (kNotStarted before the first parameters, kFailed on error)
+  int64_t consumers;                 // ranks reading: each says which step it reads next
+  int64_t next[kMaxConsumers];       // per rank: the first step whose block it still needs
+  char key[kKeyBytes];
+  char error[kErrorBytes];
+  int64_t error_code;  // the failure's exit code (core/exit_codes.h): out of memory is 3, not "parity broken"
+};
+static_assert(sizeof(Header) <= kHeader);
+
+size_t pad8(size_t n) { return (n + 7) / 8 * 8; }
+
+// The sizes of one scenario's records (every array padded to 8 bytes).
+struct Geometry {
+  std::vector<ParamSpec> specs;
+  int64_t params = 0, L = 0, E = 0, n = 0, K = 0, M = 0;
+  size_t elem = 0;
+  explicit Geometry(const Scenario& s, size_t elem_bytes) : specs(param_specs(s.model)), elem(elem_bytes) {
+    for (const auto& sp : specs) params += numel(sp.shape);
+    L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
+    M = s.model.microbatches;
+  }
+  size_t tensors() const { return pad8(static_cast<size_t>(params) * elem); }
+  size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
+  size_t init_bytes() const { return tensors() + bias(); }
+  size_t block_bytes() const {
+    return 8 * (5 + static_cast<size_t>(M)) + 2 * tensors() + bias() +
+           8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth;
+  }
+};
+
+std::atomic_ref<int64_t> ready_of(Header* h) { return std::atomic_ref<int64_t>(h->ready); }
+
+template <class T> void put(unsigned char*& at, const T* src, size_t count) {
+  std::memcpy(at, src, count * sizeof(T));
+  at += pad8(count * sizeof(T));
+}
+template <class T> void get(const unsigned char*& at, T* dst, size_t count) {
+  std::memcpy(dst, at, count * sizeof(T));
+  at += pad8(count * sizeof(T));
+}
+
+template <class T> void put_tensors(unsigned char*& at, const std::vector<Tensor<T>>& ts) {
+  unsigned char* p = at;
+  for (const auto& t : ts)
+    std::memcpy(p, t.ptr(), static_cast<size_t>(t.numel()) * sizeof(T)), p += t.numel() * sizeof(T);
+  int64_t total = 0;
+  for (const auto& t : ts) total += t.numel();
+  at += pad8(static_cast<size_t>(total) * sizeof(T));
+}
+template <class T> std::vector<Tensor<T>> get_tensors(const unsigned char*& at, const std::vector<ParamSpec>& specs) {
+  std::vector<Tensor<T>> out;
+  const auto* p = reinterpret_cast<const T*>(at);
+  int64_t total = 0;
+  for (const auto& sp : specs) {
+    const int64_t k = numel(sp.shape);
+    out.emplace_back(sp.shape, Buffer<T>(p, p + k));
+    p += k, total += k;
+  }
+  at += pad8(static_cast<size_t>(total) * sizeof(T));
+  return out;
+}
+
+template <class T> void put_bias(unsigned char*& at, const std::vector<Buffer<T>>& bias, const Geometry& g) {
+  unsigned char* p = at;
+  for (const auto& b : bias) std::memcpy(p, b.data(), b.size() * sizeof(T)), p += b.size() * sizeof(T);
+  at += g.bias();
+}
+template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, const Geometry& g) {
+  std::vector<Buffer<T>> out;
+  const auto* p = reinterpret_cast<const T*>(at);
+  for (int64_t l = 0; l < g.L; ++l) out.emplace_back(p + l * g.E, p + (l + 1) * g.E);
+  at += g.bias();
+  return out;
+}
+
+// ---- a baseline trained in this process ----
+template <class T> class LocalBaseline final : public BaselineSource<T> {
+ public:
+  explicit LocalBaseline(const Scenario& s) : run_(s), twin_(s) {}
+  StepRecord<T> step(int64_t t) override {
+    const std::vector<Tensor<T>> before = run_.model().params.tensors;
+    StepRecord<T> r = run_.step(t, KeepGrads::yes);
+    r.noise = twin_.step(t, r, before, run_.model().params.tensors, run_.model().expert_bias);
+    return r;
+  }
+  const std::vector<Tensor<T>>& params() override { return run_.model().params.tensors; }
+  const std::vector<Buffer<T>>& expert_bias() override { return run_.model().expert_bias; }
+  void skip_to(int64_t t) override {
+    for (int64_t i = 0; i < t; ++i) (void)run_.step(i), twin_.skip(i);  // replayed, not compared
+  }
+  bool shared() const override { return false; }
+
+ private:
+  BaselineRun<T> run_;
+  TwinRun<T> twin_;
+};
+
+// ---- the host's shared file ----
+template <class T> class SharedBaseline final : public BaselineSource<T> {
+ public:
+  SharedBaseline(const Scenario& s, const unsigned char* base, size_t bytes, int slot)
+      : g_(s, sizeof(T)), base_(base), bytes_(bytes), slot_(slot) {
+    wait_for(0);
+    const unsigned char* at = base_ + kHeader;
+    params_ = get_tensors<T>(at, g_.specs);
+    bias_ = get_bias<T>(at, g_);
+  }
+  ~SharedBaseline() override { ::munmap(const_cast<unsigned char*>(base_), bytes_); }
+
+  StepRecord<T> step(int64_t t) override {
+    wait_for(t + 1);
+    const unsigned char* at = block(t);
+    StepRecord<T> r;
+    r.step = t;
+    double sc[5];
+    get(at, sc, 5);
+    r.loss = sc[0], r.ce = sc[1], r.aux = sc[2], r.grad_norm = sc[3], r.clip_coef = sc[4];
+    r.micro_losses.resize(static_cast<size_t>(g_.M));
+    get(at, r.micro_losses.data(), r.micro_losses.size());
+    ParamSet<T> grads;
+    grads.specs = g_.specs;
+    grads.tensors = get_tensors<T>(at, g_.specs);
+    r.grads = std::move(grads);
+    params_ = get_tensors<T>(at, g_.specs);
+    bias_ = get_bias<T>(at, g_);
+    const auto L = static_cast<size_t>(g_.L);
+    r.tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.E)));
+    r.chosen.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.n * g_.K)));
+    r.select_scores.assign(L, std::vector<double>(static_cast<size_t>(g_.n * g_.E)));
+    for (auto& v : r.tokens_per_expert) get(at, v.data(), v.size());
+    for (auto& v : r.chosen) get(at, v.data(), v.size());
+    for (auto& v : r.select_scores) get(at, v.data(), v.size());
+    r.noise.resize(kNoiseWidth);
+    get(at, r.noise.data(), kNoiseWidth);
+    release(t + 1);
+    return r;
+  }
+  const std::vector<Tensor<T>>& params() override { return params_; }
+  const std::vector<Buffer<T>>& expert_bias() override { return bias_; }
+  void skip_to(int64_t t) override {
+    if (t == 0) return;
+    wait_for(t);  // the parameters after step t - 1
+    const unsigned char* at = block(t - 1) + 8 * (5 + static_cast<size_t>(g_.M)) + g_.tensors();
+    params_ = get_tensors<T>(at, g_.specs);
+    bias_ = get_bias<T>(at, g_);
+    release(t);
+  }
+  bool shared() const override { return true; }
+
+ private:
+  // Until `n` steps are published (0: the initial parameters); the producer's error, if any.
+  void wait_for(int64_t n) const {
+    auto* h = reinterpret_cast<Header*>(const_cast<unsigned char*>(base_));
+    for (unsigned spins = 0;; ++spins) {
+      const int64_t r = ready_of(h).load(std::memory_order_acquire);
+      if (r >= n && r != kNotStarted) return;
+      if (r == kFailed) {
+        const std::string what = std::string("the shared baseline failed: ") + h->error;
+        if (h->error_code == exit_code::infrastructure) throw IoError(what);
+        throw Error(what);
+      }
+      if (r >= 0 && r >= h->steps && n > r)
+        throw Error("the shared baseline has " + std::to_string(h->steps) + " steps, step " + std::to_string(n - 1) +
+                    " was asked for");
+      ::usleep(spins < 100 ? 20 : 200);
+    }
+  }
+  const unsigned char* block(int64_t t) const {
+    return base_ + kHeader + g_.init_bytes() + static_cast<size_t>(t % kRing) * g_.block_bytes();
+  }
+  // This rank no longer needs the blocks before step `next`: the producer may reuse them.
+  void release(int64_t next) const {
+    auto* h = reinterpret_cast<Header*>(const_cast<unsigned char*>(base_));
+    std::atomic_ref<int64_t>(h->next[slot_]).store(next, std::memory_order_release);
+  }
+  Geometry g_;
+  const unsigned char* base_;
+  size_t bytes_;
+  int slot_;
+  std::vector<Tensor<T>> params_;
+  std::vector<Buffer<T>> bias_;
+};
+
+template <class T> void produce(const Scenario& s, unsigned char* base, const std::atomic<bool>& stop) {
+  auto* h = reinterpret_cast<Header*>(base);
+  const Geometry g(s, sizeof(T));
+  try {
+    BaselineRun<T> run(s);
+    TwinRun<T> twin(s);  // beside the baseline, once per host
+    unsigned char* at = base + kHeader;
+    put_tensors(at, run.model().params.tensors);
+    put_bias(at, run.model().expert_bias, g);
+    ready_of(h).store(0, std::memory_order_release);
+    for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
+      const std::vector<Tensor<T>> before = run.model().params.tensors;
+      StepRecord<T> r = run.step(t, KeepGrads::yes);
+      r.noise = twin.step(t, r, before, run.model().params.tensors, run.model().expert_bias);
+      // the block of step t - kRing is reused: wait until every rank is past it
+      for (unsigned spins = 0; !stop.load(); ++spins) {
+        int64_t slowest = INT64_MAX;
+        for (int64_t c = 0; c < h->consumers; ++c)
+          slowest = std::min(slowest, std::atomic_ref<int64_t>(h->next[c]).load(std::memory_order_acquire));
+        if (t - slowest < kRing) break;
+        ::usleep(spins < 100 ? 20 : 200);
+      }
+      at = base + kHeader + g.init_bytes() + static_cast<size_t>(t % kRing) * g.block_bytes();
+      const double sc[5] = {r.loss, r.ce, r.aux, r.grad_norm, r.clip_coef};
+      put(at, sc, 5);
+      put(at, r.micro_losses.data(), r.micro_losses.size());
+      put_tensors(at, r.grads->tensors);
+      put_tensors(at, run.model().params.tensors);
+      put_bias(at, run.model().expert_bias, g);
+      for (const auto& v : r.tokens_per_expert) put(at, v.data(), v.size());
+      for (const auto& v : r.chosen) put(at, v.data(), v.size());
+      for (const auto& v : r.select_scores) put(at, v.data(), v.size());
+      put(at, r.noise.data(), kNoiseWidth);
+      ready_of(h).store(t + 1, std::memory_order_release);
+    }
+  } catch (const std::exception& e) {
+    std::strncpy(h->error, e.what(), kErrorBytes - 1);
+    h->error_code = exit_code::of(e);
+    ready_of(h).store(kFailed, std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+std::string baseline_key(const Scenario& s) {
+  Scenario c = s;
+  c.name.clear(), c.source.clear();
+  c.steps = 1;
+  c.resume.reset();
+  const Device device = s.layout.device;
+  c.layout = LayoutConfig{};
+  c.layout.device = device;
+  return scenario_hash(c);
+}
+
+template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot) {
+  const char* path = std::getenv("PARITY_BASELINE_FILE");
+  if (path != nullptr && *path != '\0') {
+    const int fd = ::open(path, O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
+    struct stat st {};
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= kHeader) {
+      void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      ::close(fd);
+      if (m != MAP_FAILED) {
+        const auto* h = static_cast<const Header*>(m);
+        const Geometry g(s, sizeof(T));
+        if (std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 && h->elem == static_cast<int64_t>(sizeof(T)) &&
+            h->key == baseline_key(s) && h->block_bytes == static_cast<int64_t>(g.block_bytes()) && slot >= 0 &&
+            slot < h->consumers)
+          return std::make_unique<SharedBaseline<T>>(s, static_cast<const unsigned char*>(m),
+                                                     static_cast<size_t>(st.st_size), slot);
+        ::munmap(m, static_cast<size_t>(st.st_size));  // another scenario's: train our own
+      }
+    } else if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+  return std::make_unique<LocalBaseline<T>>(s);
+}
+
+BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int consumers, int64_t first)
+    : path_(std::move(path)) {
+  if (consumers < 1 || consumers > kMaxConsumers)
+    throw Error("shared baseline: " + std::to_string(consumers) + " ranks on one host (at most " +
+                std::to_string(kMaxConsumers) + ")");
+  const size_t elem = s.model.dtype == DType::f32 ? sizeof(float) : sizeof(double);
+  const Geometry g(s, elem);
+  const size_t bytes = kHeader + g.init_bytes() +
+                       static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(s.steps, 0), kRing)) * g.block_bytes();
+  const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError("shared baseline: cannot create " + path_ + ": " + describe_errno(errno, path_));
+  // Reserved up front: a full TMPDIR is this error (exit 3), never a SIGBUS through the mapping.
+  if (const int e = reserve_file(fd, static_cast<int64_t>(bytes)); e != 0) {
+    ::close(fd);
+    ::unlink(path_.c_str());
+    throw IoError("shared baseline: cannot reserve " + std::to_string(bytes) + " bytes for " + path_ + ": " +
+                  describe_errno(e, path_));
+  }
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) {
+    const int e = errno;
+    ::unlink(path_.c_str());  // the destructor does not run: nothing left in TMPDIR
+    throw IoError("shared baseline: cannot map " + path_ + ": " + describe_errno(e, path_));
+  }
+  auto* h = static_cast<Header*>(m);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  h->elem = static_cast<int64_t>(elem);
+  h->init_bytes = static_cast<int64_t>(g.init_bytes());
+  h->block_bytes = static_cast<int64_t>(g.block_bytes());
+  h->steps = s.steps;
+  h->consumers = consumers;
+  h->error_code = 0;
+  for (int c = 0; c < consumers; ++c) h->next[c] = std::max<int64_t>(first, 0);
+  const std::string key = baseline_key(s);
+  std::strncpy(h->key, key.c_str(), kKeyBytes - 1);
+  ready_of(h).store(kNotStarted, std::memory_order_release);
+  auto* base = static_cast<unsigned char*>(m);
+  map_ = base, map_bytes_ = bytes;
+  work_ = [this, s, base] {
+    if (s.model.dtype == DType::f32)
+      produce<float>(s, base, stop_);
+    else
+      produce<double>(s, base, stop_);
+  };
+}
+
+void BaselineProducer::start() {
+  if (!work_ || thread_.joinable()) return;
+  try {
+    thread_ = std::thread(std::move(work_));
+  } catch (const std::system_error& e) {  // a thread's stack did not fit (ulimit -v) or the process limit
+    throw IoError("shared baseline: cannot start its thread: " + describe_errno(e.code().value()));
+  }
+}
+
+BaselineProducer::~BaselineProducer() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  ::unlink(path_.c_str());
+}
+
+template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int);
+template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int);
+
+}  // namespace parity

@@ -1,0 +1,125 @@
+#include "harness/verdict/twin.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/precision.h"
+#include "harness/verdict/tolerance.h"
+#include "optim/optimizer.h"
+
+namespace parity {
+
+namespace {
+
+// sqrt(sum (x - r)^2 / sum r^2) over a set of tensors (0 when both are 0).
+// Also the far elements of harness/verdict/tolerance.h, for the rows' second measure.
+// is_far's magnitude floor is the family's rms, as the verdict takes it (verdict.cpp).
+struct Normwise {
+  double diff2 = 0, ref2 = 0, far = 0, n = 0;
+  template <class T> void add(const T* x, const T* r, size_t count, double rms) {
+    for (size_t i = 0; i < count; ++i) {
+      const double d = static_cast<double>(x[i]) - static_cast<double>(r[i]);
+      diff2 += d * d, ref2 += static_cast<double>(r[i]) * static_cast<double>(r[i]);
+      far += is_far(static_cast<double>(x[i]), static_cast<double>(r[i]), rms);
+    }
+    n += static_cast<double>(count);
+  }
+  double far_fraction() const { return n > 0 ? far / n : 0.0; }
+  double rel() const {
+    if (ref2 > 0) return std::sqrt(diff2 / ref2);
+    return diff2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+  }
+};
+
+double rel(double x, double r) { return std::abs(x - r) / (r != 0 ? std::abs(r) : 1.0); }
+
+// One ulp of T up or down, the sign from a counter hash of (tensor, element).
+template <class T> void perturb(std::vector<Tensor<T>>& ts) {
+  uint64_t k = 0x2545f4914f6cdd1dull;
+  for (auto& t : ts)
+    for (T& x : t.data) {
+      k ^= k >> 12, k ^= k << 25, k ^= k >> 27;
+      const bool up = ((k * 0x9e3779b97f4a7c15ull) >> 63) != 0;
+      x = std::nextafter(x, up ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity());
+    }
+}
+
+}  // namespace
+
+Scenario twin_scenario(const Scenario& s) {
+  Scenario t = s;
+  t.model.microbatches = s.model.batch;  // one sequence each: the same loss, summed in another order
+  return t;
+}
+
+template <class T> TwinRun<T>::TwinRun(const Scenario& s) : run_(std::make_unique<BaselineRun<T>>(twin_scenario(s))) {
+  perturb(run_->model().params.tensors);
+}
+template <class T> TwinRun<T>::~TwinRun() = default;
+
+template <class T> void TwinRun<T>::skip(int64_t t) {  // routes freely: nothing to follow here
+  const JitterScope jitter;
+  (void)run_->step(t);
+}
+
+template <class T> std::vector<double> TwinRun<T>::step(int64_t t, const StepRecord<T>& base,
+                                                        const std::vector<Tensor<T>>& base_before,
+                                                        const std::vector<Tensor<T>>& base_params,
+                                                        const std::vector<Buffer<T>>& base_bias) {
+  const std::vector<Tensor<T>> before = run_->model().params.tensors;
+  StepRecord<T> r;
+  {
+    // The twin routes as the baseline did (model/route_oracle.h): a layout follows the
+    // baseline's near-ties, so the noise measured here is rounding with routing held.
+    const RouteOracle follow{&base.chosen, &base.select_scores, 0, 0, true};
+    run_->model().route_oracle = &follow;
+    const JitterScope jitter;
+    r = run_->step(t, KeepGrads::yes);
+    run_->model().route_oracle = nullptr;
+  }
+  std::vector<double> out(kNoiseWidth, 0.0);
+  out[kNoiseLoss] = rel(r.loss, base.loss);
+  out[kNoiseGradNorm] = rel(r.grad_norm, base.grad_norm);
+  const auto& specs = r.grads->specs;
+  std::vector<Normwise> g(kFamilyCount), p(kFamilyCount), u(kFamilyCount);
+  const auto& params = run_->model().params.tensors;
+  std::vector<std::vector<double>> mine(specs.size()), ref(specs.size());  // the updates
+  std::vector<double> gsq(kFamilyCount, 0), psq(kFamilyCount, 0), usq(kFamilyCount, 0), cnt(kFamilyCount, 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto f = static_cast<size_t>(specs[i].family);
+    for (size_t j = 0; j < params[i].data.size(); ++j) {
+      mine[i].push_back(static_cast<double>(params[i].data[j]) - static_cast<double>(before[i].data[j]));
+      ref[i].push_back(static_cast<double>(base_params[i].data[j]) - static_cast<double>(base_before[i].data[j]));
+      const double gr = static_cast<double>(base.grads->tensors[i].data[j]),
+                   pr = static_cast<double>(base_params[i].data[j]);
+      gsq[f] += gr * gr, psq[f] += pr * pr, usq[f] += ref[i][j] * ref[i][j], cnt[f] += 1;
+    }
+  }
+  auto rms = [&](const std::vector<double>& sq, size_t f) { return cnt[f] > 0 ? std::sqrt(sq[f] / cnt[f]) : 0.0; };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto f = static_cast<size_t>(specs[i].family);
+    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(), rms(gsq, f));
+    p[f].add(params[i].ptr(), base_params[i].ptr(), params[i].data.size(), rms(psq, f));
+    u[f].add(mine[i].data(), ref[i].data(), mine[i].size(), rms(usq, f));
+  }
+  for (size_t f = 0; f < kFamilyCount; ++f) {
+    out[kNoiseGrad + f] = g[f].rel(), out[kNoiseParam + f] = p[f].rel();
+    out[kNoiseFarGrad + f] = g[f].far_fraction(), out[kNoiseFarParam + f] = u[f].far_fraction();
+  }
+  Normwise b;
+  const auto& bias = run_->model().expert_bias;
+  for (size_t l = 0; l < bias.size() && l < base_bias.size(); ++l)
+    b.add(bias[l].data(), base_bias[l].data(), bias[l].size(), 0.0);
+  out[kNoiseBias] = b.rel();
+  double route = 0;
+  for (size_t l = 0; l < r.select_scores.size() && l < base.select_scores.size(); ++l)
+    for (size_t i = 0; i < r.select_scores[l].size() && i < base.select_scores[l].size(); ++i)
+      route = std::max(route, std::abs(r.select_scores[l][i] - base.select_scores[l][i]));
+  out[kNoiseRoute] = route;
+  return out;
+}
+
+template class TwinRun<float>;
+template class TwinRun<double>;
+
+}  // namespace parity

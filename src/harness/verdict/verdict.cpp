@@ -1,0 +1,595 @@
+// The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
+// allgather of every group's sums per step, rows folded over the steps.
+#include "harness/verdict/verdict.h"
+
+#include <cstdlib>
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <span>
+
+#include "ckpt/training_state.h"
+#include "comm/rank_env.h"
+#include "optim/optimizer.h"
+#include "core/error.h"
+#include "core/inject.h"
+#include "harness/runner/baseline.h"
+#include "harness/runner/shared_baseline.h"
+#include "harness/verdict/twin.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/verdict_comm.h"
+#include "harness/verdict/verdict_detail.h"
+#include "harness/verdict/verdict_flow.h"
+#include "harness/verdict/verdict_state.h"
+#include "parallel/parallel_run.h"
+
+namespace parity {
+
+namespace vd = verdict_detail;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
+                            Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
+
+Row make_row(std::string quantity, std::string subject, double tol) {
+  Row r;
+  r.quantity = std::move(quantity), r.subject = std::move(subject), r.tol = tol;
+  return r;
+}
+
+// This rank's place among the readers of its host's shared baseline: its local rank.
+int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
+
+template <class T> class Runner {
+ public:
+  Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
+      : sc_(s),
+        world_(world),
+        opt_(o),
+        clock_(std::make_shared<CommClock>()),
+        timed_(timed_communicator(world, clock_)),
+        base_(make_baseline_source<T>(s, local_slot(world.rank()))),
+        par_(s, *timed_),
+        rank_(world.rank()) {
+    build_groups();
+    *clock_ = CommClock{};  // from here on: the steps' communication only
+  }
+
+  void step(int64_t t, VerdictReport& rep);
+  // The layout loads `dir`; the baseline replays the steps before the saved one. Returns it.
+  int64_t resume(const std::string& dir);
+  void save(const std::string& dir, int64_t done);
+  Timings& time() {
+    time_.layout_comm = clock_->seconds, time_.layout_comm_calls = static_cast<double>(clock_->calls);
+    return time_;
+  }
+  std::vector<Row>& rows() { return rows_; }
+
+ private:
+  void build_groups();
+  void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                   const std::vector<Tensor<T>>& ref);
+  std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
+  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
+  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
+  std::string norm_by_family(const StepRecord<T>& b, const double* got) const;
+  bool family_part_off(const StepRecord<T>& b, const double* got) const;
+  std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
+  // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
+  static constexpr size_t kScalars = 3 + kFamilyCount;
+  void apply_fault(RankStepRecord<T>& p) const;
+  void set_bounds(const std::vector<double>& noise);
+
+  const Scenario& sc_;
+  comm::Communicator& world_;
+  VerdictOptions opt_;
+  std::shared_ptr<CommClock> clock_;
+  std::unique_ptr<comm::Communicator> timed_;  // the world the layout runs on, timed
+  std::unique_ptr<BaselineSource<T>> base_;  // trained here, or the host's shared one
+  ParallelRun<T> par_;
+  int rank_;
+  std::vector<vd::GroupSpec> groups_;
+  std::vector<size_t> group_of_param_;      // per parameter: its family's index among the grad groups
+  size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
+  std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
+  std::vector<char> counted_;               // per parameter: counted_copy on this rank
+  std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
+  std::vector<Family> group_family_;        // per grad group (and its param group): the family
+  std::vector<double> group_elements_;      // per grad group: the family's global element count
+  std::vector<double> envelope_;            // per noise index: the twin's largest noise so far (harness/verdict/twin.h)
+  std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
+  double route_tie_ = 0;                    // this step's absolute near-tie gap
+  std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
+  Timings time_;
+  // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
+  // ratio of a param row is taken on the update, after - before, where a 2x gradient under
+  // SGD shows as 2 (on the parameters themselves it is 1.000...).
+  std::vector<Tensor<T>> before_local_, before_base_;
+  verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
+  bool keyed_ = false;
+  void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
+  // per param group: the update's scale ratio, its far elements and its counted elements
+  std::vector<std::array<double, 3>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  static constexpr size_t kUpdateWidth = 5;  // per param group: NormSums, far, counted
+};
+
+template <class T> void Runner<T>::build_groups() {
+  const auto& specs = par_.specs();
+  const auto& mesh = par_.mesh();
+  std::vector<int> fam_group(std::size(kFamilies), -1);
+  group_of_param_.resize(specs.size());
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const auto f = static_cast<size_t>(specs[p].family);
+    if (fam_group[f] < 0)
+      fam_group[f] = static_cast<int>(n_fam_++), group_family_.push_back(specs[p].family), group_elements_.push_back(0);
+    group_elements_[static_cast<size_t>(fam_group[f])] += static_cast<double>(numel(specs[p].shape));
+    group_of_param_[p] = static_cast<size_t>(fam_group[f]);
+    idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
+    counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
+  }
+  const DType dt = sc_.model.dtype;
+  groups_.resize(2 * n_fam_);
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const size_t g = group_of_param_[p];
+    for (size_t k = 0; k < 2; ++k) {
+      auto& G = groups_[g + k * n_fam_];
+      G.quantity = k == 0 ? "grad" : "param";
+      G.subject = std::string(family_name(specs[p].family));
+      G.tol = tolerance_for(dt, k == 0 ? Quantity::gradient : Quantity::parameter);
+      G.names.push_back(specs[p].name);
+      G.shapes.push_back(specs[p].shape);
+    }
+  }
+  const ModelConfig& c = sc_.model;
+  if (c.moe_layers() > 0) {
+    vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
+    vd::GroupSpec bias{"expert_bias", "all MoE layers", tolerance_for(dt, Quantity::parameter), 1.0, {}, {}};
+    for (int64_t l = 0; l < c.moe_layers(); ++l) {
+      const std::string pre = "layers." + std::to_string(c.dense_layers + l);
+      tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c.experts});
+      bias.names.push_back(pre + ".expert_bias"), bias.shapes.push_back({c.experts});
+    }
+    groups_.push_back(tpe), groups_.push_back(bias);
+  }
+  const Tolerance lt = tolerance_for(dt, Quantity::loss), nt = tolerance_for(dt, Quantity::grad_norm);
+  rows_.push_back(make_row("loss", "all micro-batches", lt.norm_rel));
+  rows_.push_back(make_row("grad_norm", "", nt.norm_rel));
+  rows_.push_back(make_row("clip_coef", "", nt.norm_rel));
+  for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject, g.tol.norm_rel));
+  for (int64_t l = 0; l < c.moe_layers(); ++l)
+    rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
+  rows_.push_back(make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
+}
+
+// This step's bound of every row: kTwinFactor x the twin's largest noise up to this step (the
+// noise grows over the steps as the parameters drift apart), never below the floor.
+template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
+  if (envelope_.empty()) envelope_.assign(kNoiseWidth, 0.0);
+  for (size_t i = 0; i < kNoiseWidth; ++i)
+    envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
+  const Precision prec = sc_.model.precision();
+  auto B = [&](Quantity q, size_t i, double n = 0) { return measured_bound(prec, q, envelope_[i], n); };
+  bounds_.assign(rows_.size(), Bound{});
+  far_bounds_.assign(n_fam_, 1.0);
+  bounds_[0] = B(Quantity::loss, kNoiseLoss);
+  bounds_[1] = bounds_[2] = B(Quantity::grad_norm, kNoiseGradNorm);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    bounds_[3 + g] = B(Quantity::gradient, kNoiseGrad + f, group_elements_[g]);
+    bounds_[3 + n_fam_ + g] = B(Quantity::parameter, kNoiseParam + f, group_elements_[g]);
+    // |‖x‖ - ‖r‖| <= ‖x - r‖: the norm moves by at most its largest family's normwise error
+    // (a norm carried by one element inherits that element's error); its parts are checked
+    // family by family (family_part_off), so a wrong count still fails there
+    if (bounds_[3 + g].value > bounds_[1].value) bounds_[1] = bounds_[2] = bounds_[3 + g];
+  }
+  if (groups_.size() > 2 * n_fam_) bounds_[3 + 2 * n_fam_ + 1] = B(Quantity::parameter, kNoiseBias);  // tpe: exact
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].tol.norm_rel = bounds_[3 + g].value;
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    groups_[g].far_bound = far_bound(envelope_[kNoiseFarGrad + f]);
+    far_bounds_[g] = far_bound(envelope_[kNoiseFarParam + f]);  // on the update (fold)
+  }
+  route_tie_ = std::isnan(envelope_[kNoiseRoute]) ? 0.0 : kTwinFactor * envelope_[kNoiseRoute];
+}
+
+template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
+  if (!opt_.fault || (opt_.fault->rank >= 0 && opt_.fault->rank != world_.rank())) return;
+  if (opt_.fault->target == Fault::Target::loss) {
+    p.loss *= opt_.fault->factor;
+    for (double& m : p.micro_losses) m *= opt_.fault->factor;
+    return;
+  }
+  if (opt_.fault->target == Fault::Target::grad_norm) {
+    p.grad_norm *= opt_.fault->factor;
+    return;
+  }
+  const auto& specs = par_.specs();
+  auto& ts = opt_.fault->target == Fault::Target::grad ? p.grads : p.params;
+  for (size_t i = 0; i < specs.size() && i < ts.size(); ++i)
+    if (specs[i].family == opt_.fault->family)
+      for (T& x : ts[i].data) x = static_cast<T>(static_cast<double>(x) * opt_.fault->factor);
+}
+
+// Every local element against the baseline's element of the same global index.
+template <class T>
+void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                            const std::vector<Tensor<T>>& ref) {
+  std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
+  // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
+  // that is all but zero next to its family, a gradient that vanishes, has no far elements)
+  std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
+  for (size_t p = 0; p < ref.size(); ++p)
+    sq[group_of_param_[p]] += sum_of_squares(ref[p].ptr(), ref[p].numel()),
+        cnt[group_of_param_[p]] += static_cast<double>(ref[p].numel());
+  for (size_t p = 0; p < ref.size(); ++p) {
+    const size_t g = group_of_param_[p];
+    const int64_t tensor_id = pos[g]++;
+    vd::LocalSums& s = acc[offset + g];
+    const auto& idx = idx_[p];
+    if (p >= got.size() || got[p].data.size() != idx.size()) {
+      s.shape_bad += 1;
+      continue;
+    }
+    const T* r = ref[p].ptr();
+    const T* x = got[p].ptr();
+    const double rms = cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0;
+    for (size_t i = 0; i < idx.size(); ++i)
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0, rms);
+  }
+}
+
+// Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
+// same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
+template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
+  std::vector<double> ref(kFamilyCount, 0.0);
+  const auto& specs = b.grads->specs;
+  for (size_t p = 0; p < specs.size(); ++p)
+    ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
+  return ref;
+}
+
+// The grad norm's parts per family, each held to its family's gradient bound: a family's
+// norm moves by at most its gradients' normwise error (| ||x|| - ||r|| | <= ||x - r||), so a
+// part off by more is a wrong norm even when the total is within its own bound (a small
+// family dropped from the norm moves the total by less than rounding does under bf16).
+template <class T> bool Runner<T>::family_part_off(const StepRecord<T>& b, const double* got) const {
+  const std::vector<double> ref = family_norm_sq(b);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    if (ref[f] == 0 && got[f] == 0) continue;
+    if (!(std::abs(std::sqrt(got[f]) - std::sqrt(ref[f])) <= bounds_[3 + g].value * std::sqrt(ref[f]))) return true;
+  }
+  return false;
+}
+
+template <class T> std::string Runner<T>::norm_by_family(const StepRecord<T>& b, const double* got) const {
+  const std::vector<double> ref = family_norm_sq(b);
+  std::string off;
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const auto f = static_cast<size_t>(group_family_[g]);
+    const double tol = std::max(bounds_[1].value, bounds_[3 + g].value);
+    if (ref[f] == 0 && got[f] == 0) continue;
+    const double ratio = ref[f] != 0 ? got[f] / ref[f] : std::numeric_limits<double>::infinity();
+    if (std::abs(ratio - 1) <= 2 * tol) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s x%.4g", off.empty() ? "" : ", ",
+                  std::string(family_name(static_cast<Family>(f))).c_str(), ratio);
+    off += buf;
+  }
+  if (off.empty()) return "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
+  return "squared norm by family, layout / baseline: " + off + " (the others match)";
+}
+
+// This rank's part: scalars (loss, grad_norm, clip_coef, norm^2 per family, micro losses), every group's sums,
+// every MoE layer's routing.
+template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
+  std::vector<double> out{p.loss, p.grad_norm, p.clip_coef};
+  for (size_t f = 0; f < kFamilyCount; ++f)
+    out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
+  for (size_t m = 0; m < b.micro_losses.size(); ++m)
+    out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
+  std::vector<vd::LocalSums> acc(groups_.size());
+  add_tensors(acc, 0, p.grads, b.grads->tensors);
+  add_tensors(acc, n_fam_, p.params, base_->params());
+  const ModelConfig& c = sc_.model;
+  const auto L = static_cast<size_t>(c.moe_layers());
+  if (L > 0) {
+    vd::LocalSums& tpe = acc[2 * n_fam_];
+    vd::LocalSums& bias = acc[2 * n_fam_ + 1];
+    for (size_t l = 0; l < L; ++l) {
+      const auto& bt = b.tokens_per_expert[l];
+      const auto& bb = base_->expert_bias()[l];
+      const bool tpe_ok = l < p.tokens_per_expert.size() && p.tokens_per_expert[l].size() == bt.size();
+      const bool bias_ok = l < p.expert_bias.size() && p.expert_bias[l].size() == bb.size();
+      tpe.shape_bad += tpe_ok ? 0 : 1, bias.shape_bad += bias_ok ? 0 : 1;
+      for (size_t e = 0; tpe_ok && e < bt.size(); ++e)
+        tpe.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.tokens_per_expert[l][e]),
+                static_cast<double>(bt[e]), rank_ == 0);
+      for (size_t e = 0; bias_ok && e < bb.size(); ++e)
+        bias.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.expert_bias[l][e]),
+                 static_cast<double>(bb[e]), rank_ == 0);
+    }
+  }
+  for (const auto& s : acc) s.pack(out);
+  const double tie = tolerance_for(c.dtype, Quantity::routing_score).elem_rel;
+  for (size_t l = 0; l < L; ++l) {
+    static const std::vector<int64_t> none;
+    const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
+    const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
+    vd::RouteLocal rl =
+        vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_);
+    rl.followed = l < p.followed.size() ? static_cast<double>(p.followed[l]) : 0.0;
+    rl.pack(out);
+  }
+  return out;
+}
+
+template <class T>
+StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride) {
+  StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
+  vd::Outcome loss, norm, clip;
+  loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
+  auto consider = [](vd::Outcome& o, double got, double ref, int r, const std::string& name, double tol) {
+    const double err = std::abs(got - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+    if (o.norm_rel < 0 || err > o.norm_rel || std::isnan(err)) {
+      o.norm_rel = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+      o.scale_ratio = ref != 0 ? got / ref : std::numeric_limits<double>::quiet_NaN();
+      o.worst = {name, {}, r, got, ref, std::abs(got - ref)};
+      o.verdict = o.norm_rel <= tol ? RowVerdict::ok : RowVerdict::fail;
+    }
+  };
+  const double lt = bounds_[0].value, nt = bounds_[1].value;
+  for (int r = 0; r < world_.size(); ++r) {
+    const double* x = all.data() + static_cast<size_t>(r) * stride;
+    consider(loss, x[0], b.loss, r, "loss", lt);
+    if (r == 0 || std::abs(x[0] - b.loss) > std::abs(line.loss_diff)) line.loss = x[0], line.loss_diff = x[0] - b.loss;
+    for (size_t m = 0; m < b.micro_losses.size(); ++m) {
+      const double ref = b.micro_losses[m], err = std::abs(x[kScalars + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+      line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt);
+    }
+    consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
+    consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
+    if (r == 0) line.clip_coef = x[2];
+  }
+  line.grad_norm_rel = norm.norm_rel;
+  if (norm.verdict == RowVerdict::ok && family_part_off(b, all.data() + 3)) norm.verdict = RowVerdict::fail;
+  loss.bound = bounds_[0], norm.bound = bounds_[1], clip.bound = bounds_[2];
+  vd::update_row(rows_[0], t, loss);
+  vd::update_row(rows_[1], t, norm);
+  if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
+    rows_[1].detail = norm_by_family(b, all.data() + 3);
+  vd::update_row(rows_[2], t, clip);
+  return line;
+}
+
+template <class T>
+void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
+  const size_t stride = all.size() / static_cast<size_t>(world_.size());
+  StepLine line = scalars(t, b, all, stride);
+  const size_t g0 = kScalars + b.micro_losses.size();
+  const auto upd = update_ratios(all, stride, stride - kUpdateWidth * n_fam_);
+  std::vector<std::string> replica_bad;
+  int64_t replica_pairs = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<vd::LocalSums> parts;
+    for (int r = 0; r < world_.size(); ++r)
+      parts.push_back(
+          vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
+    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine(parts));
+    o.bound = bounds_[3 + g];
+    if (g < n_fam_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
+      std::vector<size_t> members;
+      std::vector<std::string> names;
+      for (size_t q = 0; q < group_of_param_.size(); ++q) {
+        names.push_back(par_.specs()[q].name);
+        if (group_of_param_[q] == g) members.push_back(q);
+      }
+      const size_t at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size();
+      const auto fw = verdict_flow::first_wrong(all, stride, at, world_.size(), members, names, sc_.model.layers,
+                                                o.bound.value);
+      o.flow = fw.pos, o.flow_tensor = fw.tensor;
+    }
+    if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
+      if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
+      vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
+    }
+    vd::update_row(rows_[3 + g], t, o);
+    replica_pairs += o.replica_pairs;
+    if (o.replica_a >= 0)
+      replica_bad.push_back(groups_[g].quantity + " " + groups_[g].subject + " on ranks " +
+                            std::to_string(o.replica_a) + " and " + std::to_string(o.replica_b));
+  }
+  const size_t state_at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size() -
+                          verdict_state::kWidth * state_keys_.names.size();
+  for (std::string& d :
+       verdict_state::differing(all, stride, state_at, world_.size(), state_keys_.names, replica_pairs))
+    replica_bad.push_back(std::move(d));
+  vd::update_row(rows_.back(), t, vd::replicas_outcome(replica_bad, replica_pairs));
+  const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
+  const ModelConfig& c = sc_.model;
+  const size_t n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  const size_t c0 = r0 + L * vd::RouteLocal::kWidth;  // then per layer, how often this rank reported each token
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<vd::RouteLocal> parts;
+    std::vector<int64_t> cov(n, 0);
+    for (int r = 0; r < world_.size(); ++r) {
+      const double* x = all.data() + static_cast<size_t>(r) * stride;
+      parts.push_back(vd::RouteLocal::unpack(x + r0 + l * vd::RouteLocal::kWidth));
+      for (size_t i = 0; i < n; ++i) cov[i] += static_cast<int64_t>(x[c0 + l * n + i]);
+    }
+    Row& row = rows_[3 + groups_.size() + l];
+    vd::Outcome o = vd::routing_outcome(parts, cov, row.subject);
+    for (const auto& p : parts)
+      line.route_diff += static_cast<int64_t>(p.mismatch), line.near_ties += static_cast<int64_t>(p.followed);
+    vd::update_row(row, t, o);
+  }
+  rep.step_lines.push_back(line);
+}
+
+// Per param group, over the elements this rank counts: NormSums of (after - before) against
+// the baseline's (after - before), three doubles per group appended to out.
+template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out) {
+  std::vector<NormSums> u(n_fam_);
+  std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
+  const auto& ref_after = base_->params();
+  std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
+  for (size_t q = 0; q < ref_after.size() && q < before_base_.size(); ++q)
+    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
+      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>(before_base_[q].ptr()[j]);
+      usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
+    }
+  for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
+    if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
+      continue;
+    const size_t g = group_of_param_[q];
+    NormSums& s = u[g];
+    const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
+    const T *r1 = ref_after[q].ptr(), *r0 = before_base_[q].ptr();
+    const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
+    for (size_t i = 0; i < idx_[q].size(); ++i) {
+      const auto j = idx_[q][i];
+      const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
+      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
+      s.diff2 += (x - r) * (x - r), s.ref2 += r * r, s.dot += x * r;
+      far[g] += is_far(x, r, rms), count[g] += 1;
+    }
+  }
+  for (size_t g = 0; g < n_fam_; ++g) out.insert(out.end(), {u[g].diff2, u[g].ref2, u[g].dot, far[g], count[g]});
+}
+
+// The world's update ratio per param group (NaN where the baseline did not move).
+template <class T>
+std::vector<std::array<double, 3>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+                                                             size_t at) const {
+  std::vector<std::array<double, 3>> out(n_fam_);
+  for (size_t g = 0; g < n_fam_; ++g) {
+    NormSums s;
+    double far = 0, count = 0;
+    for (int r = 0; r < world_.size(); ++r) {
+      const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
+      s.add(NormSums{x[0], x[1], x[2]});
+      far += x[3], count += x[4];
+    }
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN(), far, count};
+  }
+  return out;
+}
+
+template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
+  before_base_ = base_->params();
+  before_local_.clear();
+  for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
+  auto t0 = Clock::now();
+  StepRecord<T> b = base_->step(t);
+  require_finite_baseline(b, b.grads->specs, base_->params());  // exit 4 on every rank alike
+  time_.baseline += since(t0);
+  set_bounds(b.noise);
+  t0 = Clock::now();
+  // near-ties follow the baseline's choice (model/route_oracle.h), within this step's bound
+  const RouteOracle oracle{&b.chosen, &b.select_scores,
+                           tolerance_for(sc_.model.dtype, Quantity::routing_score).elem_rel, route_tie_, false};
+  RankStepRecord<T> p = par_.step(t, &oracle);
+  time_.parallel += since(t0);
+  t0 = Clock::now();
+  apply_fault(p);
+  std::vector<double> mine = local_part(b, p);
+  const ModelConfig& c = sc_.model;
+  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  const size_t c0 = mine.size();
+  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
+  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
+    for (int64_t id : p.token_ids[l])
+      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  {  // the optimizer state's digests (the replicas row), then each gradient tensor's sums
+    ParallelRunState<T> view(par_, *timed_);
+    const ckpt::ShardedState st = view.state();
+    if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
+    verdict_state::append_digests(st, state_keys_, mine);
+  }
+  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, idx_, counted_, mine);  // the first wrong tensor
+  add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
+  time_.compare += since(t0);
+  t0 = Clock::now();
+  std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
+  world_.allgather(std::span<const double>(mine), std::span<double>(all));  // the step's one reduction
+  time_.compare_comm += since(t0);
+  t0 = Clock::now();
+  fold(t, b, all, rep);
+  time_.compare += since(t0);
+}
+
+template <class T> int64_t Runner<T>::resume(const std::string& dir) {
+  auto t0 = Clock::now();
+  const ckpt::CheckpointInfo info =
+      ParallelRunState<T>(par_, *timed_).load(dir, scenario_to_json(sc_)["model"], checkpoint_run(sc_));
+  time_.parallel += since(t0);
+  if (info.step > sc_.steps)
+    throw ConfigError("--resume", dir + " was saved after step " + std::to_string(info.step) +
+                                      ", beyond the run's last step (steps = " + std::to_string(sc_.steps) + ")");
+  t0 = Clock::now();
+  base_->skip_to(info.step);  // the steps before: replayed (or read), not compared
+  time_.baseline += since(t0);
+  return info.step;
+}
+
+template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
+  const auto t0 = Clock::now();
+  ParallelRunState<T>(par_, *timed_)
+      .save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"], checkpoint_run(sc_)});
+  time_.parallel += since(t0);
+}
+
+}  // namespace
+
+template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
+  VerdictReport rep;
+  rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
+  rep.precision = precision_name(s.model.precision());
+  rep.backend = std::string(comm::backend_name(world.backend()));
+  rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
+                 s.layout.world, s.model.microbatches, s.layout.cp};
+  rep.layout = describe_layout(s.layout, LayoutText::report), rep.world = world.size(), rep.steps = s.steps;
+  rep.fault = vd::fault_desc(o.fault);
+  if (const std::string inj = injected_names(); !inj.empty())
+    rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;
+  rep.optim = vd::optim_desc(s.optim);
+  auto t0 = Clock::now();
+  Runner<T> run(s, world, o);
+  run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);
+  if (!o.resume_dir.empty()) {
+    rep.first_step = run.resume(o.resume_dir);
+    rep.checkpoint = "resumed from " + o.resume_dir + " at step " + std::to_string(rep.first_step) +
+                     " (baseline steps 0.." + std::to_string(rep.first_step - 1) + " replayed, not compared)";
+  }
+  if (o.save_at >= 0 && (o.save_at < rep.first_step || o.save_at > s.steps))
+    throw ConfigError("--save-at", "must be in [" + std::to_string(rep.first_step) + ", steps = " +
+                                       std::to_string(s.steps) + "], got " + std::to_string(o.save_at));
+  for (int64_t t = rep.first_step;; ++t) {
+    if (t == o.save_at) {
+      run.save(o.ckpt_dir, t);
+      rep.checkpoint += std::string(rep.checkpoint.empty() ? "" : "; ") + "saved to " + o.ckpt_dir + " after " +
+                        std::to_string(t) + " steps";
+    }
+    if (t >= s.steps) break;
+    run.step(t, rep);
+  }
+  rep.rows = run.rows();
+  std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
+    return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
+  });
+  vd::gather_timings(world, run.time(), rep);
+  return rep;
+}
+
+template VerdictReport run_verdict<float>(const Scenario&, comm::Communicator&, const VerdictOptions&);
+template VerdictReport run_verdict<double>(const Scenario&, comm::Communicator&, const VerdictOptions&);
+
+}  // namespace parity

@@ -1,0 +1,159 @@
+// The verdict of a parity run (docs/design/foldings.md, "What a parity run compares").
+//
+// Inside every rank: a BaselineRun<T> (each rank its own one-device copy, same seeds and
+// data) and the layout's ParallelRun<T> step side by side. Per step:
+//   - loss, every micro-batch loss, grad_norm, clip_coef (global values, checked on every rank);
+//   - per parameter family, the gradients (reduced, before clipping) and the parameters after
+//     the step: each rank slices the baseline's full tensor with mesh::global_indices() and
+//     sums the normwise error over its local elements; an element is counted once, by the
+//     first replica (counted_copy()), and every copy is checked for the worst element;
+//   - routing: each reported token's chosen experts against the baseline's, every token
+//     reported exactly once; a differing decision carries the baseline's score gap between
+//     the two experts, and a gap inside the rounding bound is named "near-tie";
+//   - tokens_per_expert exactly, expert_bias after its update.
+// The sums are reduced over the world, so every rank holds the same report and the same
+// exit code; rank 0 prints it. Library code: throws typed errors, never exits.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "comm/communicator.h"
+#include "mesh/mesh.h"
+#include "mesh/placement.h"
+#include "mesh/run_config.h"
+#include "model/params.h"
+#include "harness/verdict/verdict_root.h"
+
+namespace parity {
+
+// A deliberate error in what the layout reports, applied by the harness just before the
+// compare, so a test can show that the verdict fails (ARCHITECTURE.md: no check that cannot
+// fire). Spec "scale_grad:FAMILY:FACTOR" or "scale_param:FAMILY:FACTOR", e.g.
+// PARITY_FAULT=scale_grad:router:2 multiplies every local router-gate gradient by 2. A
+// suffix @R applies it on world rank R alone: scale_param:router:1.0000000001@1 moves one
+// replica's bits and nothing else (the replicas row, docs/verdict.md).
+// scale_loss:all:F and scale_grad_norm:all:F scale the reported loss (every micro-batch's too)
+// or the grad norm (tests/verdict/calibration.py plants faults just above and below bounds).
+struct Fault {
+  enum class Target { grad, param, loss, grad_norm };
+  Target target = Target::grad;
+  Family family = Family::router;
+  double factor = 1;
+  int rank = -1;  // -1: every rank
+};
+// Throws ConfigError("PARITY_FAULT", rule) on a malformed spec.
+Fault parse_fault(std::string_view spec);
+// The fault named by the environment variable PARITY_FAULT, if set and non-empty.
+std::optional<Fault> fault_from_env();
+
+// Whether `rank` holds the counted copy of its elements under layout `l`: coordinate 0 on
+// every Replicate dimension of the layout's view (and on every Partial one, where
+// coordinate 0 holds the value itself). Each element of the global tensor has exactly one
+// such holder.
+bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank);
+
+enum class RowVerdict { fail, near_tie, ok };  // the order rows are printed in
+std::string_view row_verdict_name(RowVerdict v);  // "FAIL", "near-tie", "ok"
+
+// The element with the largest |got - ref| of a row, over every rank's copy.
+struct WorstElement {
+  std::string name;  // parameter name, "loss", "micro 1", "layer 1 token 37", ...
+  Shape index;       // global multi-index (empty for scalars)
+  int rank = -1;
+  double got = 0, ref = 0, abs_err = 0;
+};
+
+// One row of the table: a quantity (loss, grad, param, ...) of one subject (a family, an
+// MoE layer) over all steps. The numbers shown are those of the first failing step when the
+// row fails (the cleanest view of a bug: later steps start from diverged parameters), else
+// those of the step with the largest error.
+struct Row {
+  std::string quantity;  // loss, grad_norm, clip_coef, grad, param, routing, tokens_per_expert, expert_bias
+  std::string subject;   // family name, "layer 1", or "" for scalars
+  double norm_rel = 0;   // normwise relative error at `step`
+  double scale_ratio = 1;  // <x, ref> / ||ref||^2 at `step` (NaN when undefined)
+  double tol = 0;        // the bound on norm_rel at `step` (tolerance.h measured_bound)
+  std::string bound_from;  // "twin" (kTwinFactor x the rounding twin's noise) or "floor"
+  double far = 0, far_bound = 0;  // tensor rows: the fraction of far elements at `step`, its bound
+  int64_t step = -1;     // the step shown
+  int64_t bad_steps = 0;  // steps over the bound
+  int64_t compared = -1;  // elements compared at `step` (tokens for routing, copies for replicas); -1: a scalar
+  int64_t flow = -1;        // grad rows failing: the backward position of the first wrong tensor (verdict_flow.h)
+  std::string flow_tensor;  // its name
+  WorstElement worst;
+  std::string detail;    // routing and count rows: what differed
+  RowVerdict verdict = RowVerdict::ok;
+};
+
+// Per step, the scalars of the step table.
+struct StepLine {
+  int64_t step = 0;
+  double loss = 0, loss_ref = 0;
+  double loss_diff = 0;       // loss - loss_ref (worst rank)
+  double micro_rel = 0;       // largest |micro - ref| / |ref| over micro-batches and ranks
+  double grad_norm_rel = 0;   // |grad_norm - ref| / ref
+  double clip_coef = 1, clip_ref = 1;
+  int64_t route_diff = 0;     // tokens whose chosen experts differ (all MoE layers)
+  int64_t near_ties = 0;      // near-ties that followed the baseline's choice (all MoE layers)
+};
+
+// Seconds. start-up: from the launcher's start to the rank's verdict entry (process spawn,
+// exec, argument parsing; 0 when unknown); rendezvous: joining the world; setup: building the
+// baseline and the layout's model; baseline, parallel: their steps; layout_comm: the part of
+// `parallel` spent inside collectives (waiting for the slowest peer included), over
+// layout_comm_calls collectives; compare: slicing and sums; compare_comm: the verdict's own
+// reductions. Per rank; the report keeps rank 0's and, per field, the slowest rank's.
+struct Timings {
+  double startup = 0, rendezvous = 0, setup = 0, baseline = 0, parallel = 0;
+  double layout_comm = 0, layout_comm_calls = 0;
+  double compare = 0, compare_comm = 0;
+};
+
+struct VerdictReport {
+  std::string scenario, dtype, precision, backend, layout;  // layout: "world 8 = dpr 1 x dps 4 x tp 2, sp"
+  std::string optim;  // "adam lr 0.003": the optimizer the ranks really ran (after --optim / --lr)
+  int world = 1;
+  int64_t steps = 0;
+  int64_t first_step = 0;  // the first step compared (> 0 when the layout resumed)
+  std::string fault;  // the injected fault, "" when none
+  std::string checkpoint;  // what the run did with checkpoints ("" when nothing)
+  std::vector<StepLine> step_lines;
+  std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
+  LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)
+  Timings rank0, slowest;
+  bool passed() const;    // no row FAIL (near-ties are shown, not failures)
+  // Whether any step was compared: not when a run resumes at its last step (`--resume DIR
+  // --steps K --save-at K` re-saves a checkpoint under another layout; `parity run` refuses
+  // it without --save-at). Such a verdict reads "nothing compared", never PASS.
+  bool compared() const { return steps > first_step; }
+  int exit_code() const { return passed() ? 0 : 1; }
+};
+
+struct VerdictOptions {
+  std::optional<Fault> fault;
+  double startup_s = 0;     // measured by the caller (launcher start to verdict entry)
+  double rendezvous_s = 0;  // measured by the caller (make_world_communicator)
+  // Checkpoints (docs/ckpt.md, "Training runs"). save_at >= 0: the layout saves its whole
+  // state into ckpt_dir when save_at steps are done, and goes on. resume_dir: the layout
+  // loads its state from there (any saved layout or world) and runs from the saved step K;
+  // the baseline replays steps 0..K-1 without comparing, so steps K.. are compared with the
+  // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
+  int64_t save_at = -1;
+  std::string ckpt_dir, resume_dir;
+};
+
+// Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot
+// run the model, CommError when a rank fails.
+template <class T>
+VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o = {});
+
+// The table rank 0 prints (verdict_report.cpp), and the same as JSON for --report.
+std::string format_verdict(const VerdictReport& r);
+nlohmann::json verdict_json(const VerdictReport& r);
+
+}  // namespace parity

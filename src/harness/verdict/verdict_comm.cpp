@@ -1,0 +1,107 @@
+#include "harness/verdict/verdict_comm.h"
+
+#include <chrono>
+#include <numeric>
+#include <span>
+
+namespace parity {
+
+namespace {
+
+// Calls f with a value of the element type of t.
+template <class F> void typed(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::i64: f(int64_t{}); return;
+  }
+}
+
+int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+class TimedCommunicator final : public comm::Communicator {
+ public:
+  TimedCommunicator(comm::Communicator& inner, std::shared_ptr<CommClock> clock, comm::Communicator* world)
+      : Communicator(inner.backend(), inner.members(), inner.rank(), inner.timeout(), world),
+        inner_(inner),
+        clock_(std::move(clock)) {}
+
+ protected:
+  void do_allreduce(void* buf, int64_t n, DType t, comm::ReduceOp op) override {
+    timed([&] { typed(t, [&](auto z) { inner_.allreduce(span<decltype(z)>(buf, n), op); }); });
+  }
+  void do_broadcast(void* buf, int64_t n, DType t, int root) override {
+    timed([&] { typed(t, [&](auto z) { inner_.broadcast(span<decltype(z)>(buf, n), root); }); });
+  }
+  void do_allgather(const void* in, void* out, int64_t n, DType t) override {
+    timed([&] {
+      typed(t, [&](auto z) { inner_.allgather(cspan<decltype(z)>(in, n), span<decltype(z)>(out, n * size())); });
+    });
+  }
+  void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
+    const int64_t nin = counts[static_cast<size_t>(rank())];
+    timed([&] {
+      typed(t, [&](auto z) {
+        using T = decltype(z);
+        inner_.allgatherv(cspan<T>(in, nin), span<T>(out, sum(counts)), std::span<const int64_t>(counts));
+      });
+    });
+  }
+  void do_reduce_scatterv(const void* in, void* out, const std::vector<int64_t>& counts, DType t,
+                          comm::ReduceOp op) override {
+    const int64_t nout = counts[static_cast<size_t>(rank())];
+    timed([&] {
+      typed(t, [&](auto z) {
+        using T = decltype(z);
+        inner_.reduce_scatterv(cspan<T>(in, sum(counts)), span<T>(out, nout), std::span<const int64_t>(counts), op);
+      });
+    });
+  }
+  void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
+    const int64_t all = n * size();
+    timed(
+        [&] { typed(t, [&](auto z) { inner_.alltoall(cspan<decltype(z)>(in, all), span<decltype(z)>(out, all)); }); });
+  }
+  void do_alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
+                    const std::vector<int64_t>& recv_counts, DType t) override {
+    timed([&] {
+      typed(t, [&](auto z) {
+        using T = decltype(z);
+        inner_.alltoallv(cspan<T>(in, sum(send_counts)), std::span<const int64_t>(send_counts),
+                         span<T>(out, sum(recv_counts)), std::span<const int64_t>(recv_counts));
+      });
+    });
+  }
+  void do_barrier() override {
+    timed([&] { inner_.barrier(); });
+  }
+  std::unique_ptr<Communicator> do_make_group(const std::vector<int>& world_ranks) override {
+    return std::make_unique<TimedCommunicator>(inner_.group(world_ranks), clock_, this);
+  }
+  std::string diagnose(const std::string&) override { return "(the wrapped communicator's error above)"; }
+
+ private:
+  template <class T> static std::span<T> span(void* p, int64_t n) {
+    return {static_cast<T*>(p), static_cast<size_t>(n)};
+  }
+  template <class T> static std::span<const T> cspan(const void* p, int64_t n) {
+    return {static_cast<const T*>(p), static_cast<size_t>(n)};
+  }
+  template <class F> void timed(F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    clock_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    clock_->calls += 1;
+  }
+
+  comm::Communicator& inner_;
+  std::shared_ptr<CommClock> clock_;
+};
+
+}  // namespace
+
+std::unique_ptr<comm::Communicator> timed_communicator(comm::Communicator& inner, std::shared_ptr<CommClock> clock) {
+  return std::make_unique<TimedCommunicator>(inner, std::move(clock), nullptr);
+}
+
+}  // namespace parity

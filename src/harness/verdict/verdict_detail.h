@@ -1,0 +1,133 @@
+// Internals of the verdict (verdict.h): the local sums one rank contributes per compared
+// group, flattened into doubles so one allgather per step carries every group, and the
+// combination of all ranks' parts in rank order (so every rank gets the same bits).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harness/verdict/compare.h"
+#include "harness/verdict/tolerance.h"
+#include "harness/verdict/verdict.h"
+
+namespace parity::verdict_detail {
+
+// Digests (the replicas row): a 64-bit mix (splitmix64's finaliser) chained over values,
+// order-dependent and the same for two ranks that visit the same values in the same order;
+// they travel as doubles, their top 52 bits (exact in a double).
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline double digest_as_double(uint64_t h) { return static_cast<double>(h >> 12); }
+
+// A compared group: one row of the table (a family's gradients, its parameters, the
+// tokens_per_expert counts, the expert biases), made of named tensors.
+struct GroupSpec {
+  std::string quantity, subject;
+  Tolerance tol;
+  double far_bound = 1;  // the fraction of far elements allowed (tolerance.h kFarRel)
+  std::vector<std::string> names;  // per tensor
+  std::vector<Shape> shapes;       // per tensor, global
+};
+
+// One rank's part of one group at one step.
+struct LocalSums {
+  NormSums once;  // elements this rank counts (first replica)
+  NormSums all;   // every element this rank holds (every copy)
+  double max_err = -1;  // largest |got - ref| here (inf for a non-finite got), -1 when none
+  double tensor = -1, flat = -1, got = 0, ref = 0;  // where it is
+  double shape_bad = 0;  // local tensors whose size is not the layout's
+
+  double far = 0, counted_n = 0;  // counted elements that are far (tolerance.h is_far), and all counted
+  // Replicas (docs/verdict.md "Replicas, bit for bit"): a digest of the global indices this
+  // rank holds (its shard's identity) and of the bits of its values, in its local order.
+  // Ranks with the same key hold the same elements and must hold the same bits.
+  uint64_t key = kDigestSeed, bits = kDigestSeed;
+  static constexpr uint64_t kDigestSeed = 0x243f6a8885a308d3ull;
+  static constexpr size_t kWidth = 16;
+  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor)
+  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0);
+  void pack(std::vector<double>& out) const;
+  static LocalSums unpack(const double* in);
+};
+
+// The world's sums of one group at one step.
+struct GroupStep {
+  NormSums once, all;
+  double max_err = -1;
+  int64_t tensor = -1, flat = -1;
+  int rank = -1;
+  double got = 0, ref = 0;
+  int64_t shape_bad = 0;
+  double far = 0, counted_n = 0;
+  int replica_a = -1, replica_b = -1;  // two ranks holding the same elements with different bits
+  int64_t replica_pairs = 0;           // ranks compared bit for bit with another holder of their elements
+};
+// parts: every rank's LocalSums of this group, in rank order.
+GroupStep combine(const std::vector<LocalSums>& parts);
+
+// The step's verdict of a group: normwise error of the counted elements and of every copy
+// against tol.norm_rel, finite values, sizes that match the layout.
+struct Outcome {
+  double norm_rel = 0, scale_ratio = 1;
+  WorstElement worst;
+  std::string detail;
+  RowVerdict verdict = RowVerdict::ok;
+  Bound bound;  // what norm_rel was held to at this step
+  double far = 0, far_bound = 0;  // the fraction of far elements and its bound (tensor rows)
+  int64_t compared = -1;  // elements (tokens for routing) compared; -1 for scalars
+  int replica_a = -1, replica_b = -1;  // group rows: two ranks whose copies differ in bits
+  int64_t replica_pairs = 0;
+  int64_t flow = -1;        // grad rows: the backward position of the first wrong tensor (verdict_flow.h)
+  std::string flow_tensor;  // and its name
+};
+Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
+// The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is
+// over its bound fails, saying so; `of` names what was measured ("of the update").
+void check_far(Outcome& o, double far_count, double count, double bound, const std::string& of);
+
+// The replicas row at one step: `bad` names the groups whose copies differ in bits (with
+// their ranks), `pairs` the copies compared bit for bit over every group.
+Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs);
+
+// Folds one step's outcome into a row: a worse verdict replaces what the row shows; among
+// ok steps the largest error is shown; failing and near-tie rows keep their first step.
+void update_row(Row& row, int64_t step, const Outcome& o);
+
+// One MoE layer's routing at one step, on one rank.
+struct RouteLocal {
+  double mismatch = 0, near_tie = 0;
+  double gap = -1;  // the largest decision gap among this rank's differing tokens
+  double token = -1, slot = -1, base_expert = -1, par_expert = -1;
+  double bad_id = 0;  // reported token ids or experts out of range, or sizes that disagree
+  double followed = 0;  // near-ties this rank's routing resolved as the baseline did (model/route_oracle.h)
+
+  static constexpr size_t kWidth = 10;
+  void pack(std::vector<double>& out) const;
+  static RouteLocal unpack(const double* in);
+};
+
+// Compares one rank's reported tokens with the baseline's choices. base_chosen (n, K),
+// base_scores (n, E): the values top-k ranked. near_tie_rel: a differing decision whose
+// baseline gap is <= near_tie_rel * (|v_base| + |v_par|) is a near-tie (tolerance.h); so is
+// one whose gap is <= near_tie_abs (kTwinFactor x the rounding twin's score noise).
+RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int64_t>& chosen,
+                          const std::vector<int64_t>& base_chosen, const std::vector<double>& base_scores, int64_t K,
+                          int64_t E, double near_tie_rel, double near_tie_abs = 0);
+
+// parts in rank order; coverage: how many ranks reported each token (n).
+Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<int64_t>& coverage,
+                        const std::string& layer);
+
+// What the report says of the run: "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 1,
+// etp 2)", "adam lr 0.003", the injected fault; and every rank's timings gathered (rank 0's
+// and, per field, the slowest rank's). verdict_report.cpp.
+std::string optim_desc(const OptimConfig& o);
+std::string fault_desc(const std::optional<Fault>& f);
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep);
+
+}  // namespace parity::verdict_detail

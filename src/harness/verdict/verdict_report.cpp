@@ -1,0 +1,195 @@
+// The verdict's table (what rank 0 prints) and its JSON (--report FILE): the same rows.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/verdict/compare.h"
+#include "harness/verdict/verdict.h"
+#include "harness/verdict/verdict_detail.h"
+
+#include <algorithm>
+#include <span>
+
+namespace parity {
+
+namespace {
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string scale_str(double s) { return std::isnan(s) ? "-" : fmt("%.6f", s); }
+
+std::string worst_str(const WorstElement& w) {
+  if (w.name.empty()) return "-";
+  std::string s = w.name + (w.index.empty() ? "" : index_str(w.index)) + " rank " + std::to_string(w.rank);
+  return s + " (got " + fmt("%.6g", w.got) + ", ref " + fmt("%.6g", w.ref) + ", |err| " + fmt("%.2e", w.abs_err) +
+         ")";
+}
+
+std::string row_line(const Row& r) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10.3e %8.1e %-5s %9s %4lld %4lld %8s  %s",
+                std::string(row_verdict_name(r.verdict)).c_str(), r.quantity.c_str(),
+                r.subject.empty() ? "-" : r.subject.c_str(), r.norm_rel, r.tol,
+                r.bound_from.empty() ? "-" : r.bound_from.c_str(), scale_str(r.scale_ratio).c_str(),
+                static_cast<long long>(r.step), static_cast<long long>(r.bad_steps),
+                r.compared < 0 ? "-" : std::to_string(r.compared).c_str(), worst_str(r.worst).c_str());
+  std::string s = buf;
+  if (!r.detail.empty()) s += "\n         " + r.detail;
+  return s + "\n";
+}
+
+std::string timings_str(const char* who, const Timings& t) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%-13s start-up %.3f s, rendezvous %.3f s, setup %.3f s, baseline %.3f s, layout %.3f s (compute "
+                "%.3f s + communication %.3f s in %.0f collectives), compare %.3f s (+ %.3f s reductions)\n",
+                who, t.startup, t.rendezvous, t.setup, t.baseline, t.parallel, t.parallel - t.layout_comm,
+                t.layout_comm, t.layout_comm_calls, t.compare, t.compare_comm);
+  return buf;
+}
+
+// Non-finite numbers as strings ("nan", "inf"): JSON has no literal for them.
+nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt("%g", x)); }
+
+nlohmann::json worst_json(const WorstElement& w) {
+  return {{"name", w.name}, {"index", w.index}, {"rank", w.rank}, {"got", num(w.got)}, {"ref", num(w.ref)},
+          {"abs_err", num(w.abs_err)}};
+}
+
+nlohmann::json timings_json(const Timings& t) {
+  return {{"startup_s", t.startup},   {"rendezvous_s", t.rendezvous}, {"setup_s", t.setup},
+          {"baseline_s", t.baseline}, {"parallel_s", t.parallel},     {"parallel_comm_s", t.layout_comm},
+          {"parallel_collectives", t.layout_comm_calls}, {"compare_s", t.compare}, {"compare_comm_s", t.compare_comm}};
+}
+
+}  // namespace
+
+// The run's descriptions and rank 0's / the slowest rank's timings (verdict_detail.h).
+namespace verdict_detail {
+
+
+// Rank 0's timings and, per field, the slowest rank's.
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
+                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
+  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(v), std::span<double>(all));
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
+  rep.rank0 = to(all.data());
+  std::vector<double> mx(v.size(), 0);
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  rep.slowest = to(mx.data());
+}
+
+std::string optim_desc(const OptimConfig& o) {
+  char lr[32];
+  std::snprintf(lr, sizeof lr, "%g", o.lr);
+  return std::string(optim_name(o.kind)) + " lr " + lr;
+}
+
+std::string fault_desc(const std::optional<Fault>& f) {
+  if (!f) return "";
+  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:"};
+  const bool scalar = f->target == Fault::Target::loss || f->target == Fault::Target::grad_norm;
+  return std::string(kWhat[static_cast<int>(f->target)]) + (scalar ? "all" : std::string(family_name(f->family))) +
+         ":" + std::to_string(f->factor) +
+         (f->rank >= 0 ? " on rank " + std::to_string(f->rank) : "");
+}
+
+
+}  // namespace verdict_detail
+
+std::string format_verdict(const VerdictReport& r) {
+  std::string out = "parity run " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout + ", " +
+                    std::to_string(r.steps) + " steps, " + r.optim + "\n";
+  if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
+  if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s %9s\n", "step", "loss", "loss - ref", "micro rel",
+                "grad_norm rel", "clip_coef", "routing", "near-tie");
+  out += buf;
+  for (const StepLine& s : r.step_lines) {
+    std::snprintf(buf, sizeof buf, "%5lld %16.10f %+11.2e %10.2e %13.2e %10.6f %9lld %9lld\n",
+                  static_cast<long long>(s.step), s.loss, s.loss_diff, s.micro_rel, s.grad_norm_rel, s.clip_coef,
+                  static_cast<long long>(s.route_diff), static_cast<long long>(s.near_ties));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%-8s %-17s %-17s %10s %8s %-5s %9s %4s %4s %8s  %s\n", "verdict", "quantity",
+                "subject", "norm_rel", "bound", "from", "scale", "step", "bad", "compared", "worst element");
+  out += buf;
+  int fail = 0, tie = 0;
+  for (const Row& row : r.rows) {
+    out += row_line(row);
+    fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
+  }
+  out += root_line(r, find_root(r));
+  out += timings_str("time rank 0:", r.rank0);
+  out += timings_str("slowest rank:", r.slowest);
+  if (!r.compared())
+    out += "verdict: nothing compared: the run starts at step " + std::to_string(r.first_step) +
+           ", its last (steps = " + std::to_string(r.steps) + "); no row holds a compared value\n";
+  else if (fail > 0)
+    out += "verdict: FAIL: " + std::to_string(fail) + " of " + std::to_string(r.rows.size()) +
+           " rows out of tolerance" + (tie ? ", " + std::to_string(tie) + " near-tie" : std::string()) + "\n";
+  else
+    out += "verdict: PASS: " + std::to_string(r.rows.size()) + " rows within tolerance" +
+           (tie ? " (" + std::to_string(tie) + " near-tie routing decisions, shown above)" : std::string()) + "\n";
+  return out;
+}
+
+nlohmann::json verdict_json(const VerdictReport& r) {
+  nlohmann::json steps = nlohmann::json::array(), rows = nlohmann::json::array();
+  for (const StepLine& s : r.step_lines)
+    steps.push_back({{"step", s.step},
+                     {"loss", num(s.loss)},
+                     {"loss_ref", num(s.loss_ref)},
+                     {"loss_diff", num(s.loss_diff)},
+                     {"micro_rel", num(s.micro_rel)},
+                     {"grad_norm_rel", num(s.grad_norm_rel)},
+                     {"clip_coef", num(s.clip_coef)},
+                     {"clip_ref", num(s.clip_ref)},
+                     {"routing_diff", s.route_diff},
+                     {"near_ties_followed", s.near_ties}});
+  for (const Row& row : r.rows)
+    rows.push_back({{"verdict", row_verdict_name(row.verdict)},
+                    {"quantity", row.quantity},
+                    {"subject", row.subject},
+                    {"norm_rel", num(row.norm_rel)},
+                    {"tol", row.tol},
+                    {"bound_from", row.bound_from},
+                    {"far", row.far},
+                    {"far_bound", row.far_bound},
+                    {"scale_ratio", num(row.scale_ratio)},
+                    {"step", row.step},
+                    {"bad_steps", row.bad_steps},
+                    {"compared", row.compared},
+                    {"worst", worst_json(row.worst)},
+                    {"detail", row.detail}});
+  return {{"scenario", r.scenario},
+          {"dtype", r.dtype},
+          {"precision", r.precision},
+          {"backend", r.backend},
+          {"layout", r.layout},
+          {"world", r.world},
+          {"steps", r.steps},
+          {"first_step", r.first_step},
+          {"compared_steps", r.steps - r.first_step},
+          {"checkpoint", r.checkpoint},
+          {"optim", r.optim},
+          {"fault", r.fault},
+          {"passed", r.passed()},
+          {"root", root_json(r, find_root(r))},
+          {"step_table", steps},
+          {"rows", rows},
+          {"time_rank0", timings_json(r.rank0)},
+          {"time_slowest", timings_json(r.slowest)}};
+}
+
+}  // namespace parity

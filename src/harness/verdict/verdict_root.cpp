@@ -1,0 +1,182 @@
+#include "harness/verdict/verdict_root.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/verdict/verdict.h"
+
+namespace parity {
+
+namespace {
+
+// Families in the order their gradients are produced by the backward pass.
+const std::vector<std::string> kBackwardOrder = {"head",   "layernorm", "shared_experts", "routed_experts",
+                                                 "router", "dense_mlp", "attention",      "embedding"};
+
+int family_rank(const std::string& family) {
+  for (size_t i = 0; i < kBackwardOrder.size(); ++i)
+    if (kBackwardOrder[i] == family) return static_cast<int>(i);
+  return static_cast<int>(kBackwardOrder.size());
+}
+
+bool near(double x, double c) { return std::fabs(x - c) <= 2e-3 * std::fabs(c); }
+
+}  // namespace
+
+int data_flow_rank(const std::string& quantity, const std::string& subject) {
+  if (quantity == "loss") return 0;
+  if (quantity == "grad") return 10 + family_rank(subject);
+  if (quantity == "grad_norm") return 30;
+  if (quantity == "clip_coef") return 31;
+  if (quantity == "routing") return 40;
+  if (quantity == "tokens_per_expert") return 41;
+  if (quantity == "expert_bias") return 42;
+  if (quantity == "param") return 50 + family_rank(subject);
+  if (quantity == "replicas") return 60;
+  return 70;
+}
+
+std::string factor_meaning(double s, const LayoutDegrees& d) {
+  if (std::isnan(s)) return "no scale ratio";
+  if (std::fabs(s) < 1e-3) return "0: missing (a term or a reduction dropped)";
+  if (near(s, 1.0)) return "1: not a scaling (wrong elements, a permutation, or a different computation)";
+  if (near(s, -1.0)) return "-1: sign flipped";
+  // named degrees and their inverses; 2 and 1/2 also when no degree is 2
+  std::vector<std::pair<double, std::string>> cands;
+  auto add = [&](int64_t v, const char* name) {
+    if (v > 1) {
+      cands.push_back({static_cast<double>(v), std::to_string(v) + " (= " + name + ")"});
+      cands.push_back({1.0 / static_cast<double>(v), "1/" + std::to_string(v) + " (= 1/" + name + ")"});
+    }
+  };
+  add(d.tp, "tp");
+  add(d.ep, "ep");
+  add(d.etp, "etp");
+  add(d.dp, "dp");
+  add(d.cp, "cp");
+  add(d.world, "world");
+  add(d.microbatches, "microbatches");
+  std::string named;
+  for (const auto& [v, name] : cands)
+    if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;
+  if (!named.empty())
+    return named + (s > 1 ? ": summed where it should be averaged, or counted that many times"
+                          : ": averaged where it should be summed, or a group missing");
+  if (near(s, 2.0)) return "2: doubled (summed twice, or counted twice)";
+  if (near(s, 0.5)) return "1/2: halved (averaged twice, or half the terms)";
+  return "not a clean factor";
+}
+
+// A tensor row that failed the way a rounding to bf16 fails (docs/verdict.md "The root"):
+// most of its elements far (tolerance.h is_far; a rounding moves about 3/4 of them), the
+// scale within 1% of 1, and for gradients a normwise error at bf16's level, 2^-12 .. 2^-7
+// (one or two roundings: ~1.1e-3 .. 1.6e-3), with no element moved by more than 2^-5 of its
+// value (a rounding moves none by more than 2^-8; a wrong computation moves some a lot).
+// Parameter rows are read on the update, where the far elements were counted.
+static std::string precision_meaning(const Row& row, const std::string& precision) {
+  if (row.quantity != "grad" && row.quantity != "param") return "";
+  if (!(row.far >= 0.5) || std::isnan(row.scale_ratio) || std::fabs(row.scale_ratio - 1) > 1e-2) return "";
+  if (row.quantity == "grad") {
+    if (!(row.norm_rel >= 0x1p-12 && row.norm_rel <= 0x1p-7)) return "";
+    if (!(std::fabs(row.worst.got - row.worst.ref) <= 0x1p-5 * std::fabs(row.worst.ref))) return "";
+  }
+  const std::string keeps = precision == "bf16-reduce-bf16" ? "bf16 reductions but fp32 accumulation and master weights"
+                            : precision == "bf16"           ? "fp32 (reductions, accumulation, master weights)"
+                                                            : precision;
+  char level[128];
+  std::snprintf(level, sizeof level,
+                "rounded to bf16 (%.0f%% of the %selements moved by bf16's rounding, normwise %.2e)", 100 * row.far,
+                row.quantity == "param" ? "update's " : "", row.norm_rel);
+  const std::string what = row.quantity == "param"
+                               ? ": parameters or optimizer state kept in bf16 where the policy keeps "
+                               : ": a reduction, accumulation or softmax in bf16 where the policy keeps ";
+  return std::string(level) + what + keeps;
+}
+
+// Gradient rows that know their first wrong tensor are ordered by its place in the backward
+// pass (verdict_flow.h), before the family order: an attention-backward bug also makes the
+// LayerNorm upstream of it wrong, and the family order alone ranks LayerNorm first.
+std::pair<int, int64_t> flow_key(const Row& row) {
+  const int rank = data_flow_rank(row.quantity, row.subject);
+  if (row.quantity == "grad") return {10, row.flow >= 0 ? row.flow : (int64_t{1} << 40) + rank};
+  return {rank, 0};
+}
+
+RootCause find_root(const VerdictReport& r) {
+  RootCause root;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const Row& row = r.rows[i];
+    if (row.verdict != RowVerdict::fail) continue;
+    if (!root.found || row.step < root.step ||
+        (row.step == root.step && flow_key(row) < flow_key(r.rows[root.row]))) {
+      root.found = true, root.row = i, root.step = row.step;
+    }
+  }
+  if (!root.found) return root;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    if (i == root.row || r.rows[i].verdict != RowVerdict::fail) continue;
+    (r.rows[i].step > root.step ? root.consequences : root.same_step).push_back(i);
+  }
+  const Row& rr = r.rows[root.row];
+  // A wrong grad norm is read by its parts per family (the row's detail), not its total.
+  // So is a replica that drifted apart: no scale, the groups and ranks that differ.
+  const bool by_detail = (rr.quantity == "grad_norm" || rr.quantity == "replicas") && !rr.detail.empty();
+  root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
+  if (rr.quantity != "grad_norm")
+    if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
+  // The layout went non-finite where the baseline did not (a non-finite baseline ends the run
+  // with exit 4 before any compare: harness/runner/baseline.h require_finite_baseline).
+  if (!std::isfinite(rr.worst.got) || rr.detail == "non-finite value") {
+    std::string at = rr.worst.name;
+    for (size_t k = 0; k < rr.worst.index.size(); ++k) at += (k ? ", " : "[") + std::to_string(rr.worst.index[k]);
+    if (!rr.worst.index.empty()) at += "]";
+    char v[96];
+    std::snprintf(v, sizeof v, "%g where the baseline has %g", rr.worst.got, rr.worst.ref);
+    root.factor = "non-finite: the layout's first non-finite quantity" +
+                  (at.empty() ? "" : " (" + at + " = " + v + ")") + "; the baseline is finite";
+  }
+  return root;
+}
+
+std::string root_line(const VerdictReport& r, const RootCause& root) {
+  if (!root.found) return "";
+  const Row& row = r.rows[root.row];
+  char scale[32] = "-";
+  if (!std::isnan(row.scale_ratio)) std::snprintf(scale, sizeof scale, "%.6f", row.scale_ratio);
+  std::string out = "root: " + row.quantity + (row.subject.empty() ? "" : " " + row.subject) + " at step " +
+                    std::to_string(root.step) +
+                    (row.flow_tensor.empty() ? "" : " (first wrong in the backward pass: " + row.flow_tensor + ")") +
+                    ", scale " + scale + " -> " + root.factor;
+  if (!root.same_step.empty()) {
+    out += "; also first failing at step " + std::to_string(root.step) + ":";
+    for (size_t i : root.same_step)
+      out += " " + r.rows[i].quantity + (r.rows[i].subject.empty() ? "" : " " + r.rows[i].subject) + ",";
+    out.pop_back();
+  }
+  if (!root.consequences.empty())
+    out += "; " + std::to_string(root.consequences.size()) + " row" + (root.consequences.size() > 1 ? "s" : "") +
+           " fail only from later steps (consequences)";
+  return out + "\n";
+}
+
+nlohmann::json root_json(const VerdictReport& r, const RootCause& root) {
+  if (!root.found) return nullptr;
+  const Row& row = r.rows[root.row];
+  auto names = [&](const std::vector<size_t>& idx) {
+    nlohmann::json a = nlohmann::json::array();
+    for (size_t i : idx) a.push_back(r.rows[i].quantity + (r.rows[i].subject.empty() ? "" : " " + r.rows[i].subject));
+    return a;
+  };
+  return {{"quantity", row.quantity},
+          {"subject", row.subject},
+          {"step", root.step},
+          {"scale_ratio", std::isnan(row.scale_ratio) ? nlohmann::json(nullptr) : nlohmann::json(row.scale_ratio)},
+          {"factor", root.factor},
+          {"first_wrong_tensor", row.flow_tensor},
+          {"same_step", names(root.same_step)},
+          {"consequences", names(root.consequences)}};
+}
+
+}  // namespace parity
