@@ -1,7 +1,9 @@
 // `parity explain SCENARIO`: prints the scenario's mesh, each rank's coordinates in the
 // dense and expert views, every group, and each parameter's placements and local shapes;
 // `--ranges` adds each rank's global offset and index ranges of each parameter, `--param S`
-// keeps the parameters whose name contains S (both tables).
+// keeps the parameters whose name contains S (both tables). Last, the reduction plan
+// (parallel/reduction_plan.h: each family's TP and DP reduction, dtype, norm count, clip),
+// printed from here since it belongs to the parallel layer, below mesh/explain.
 // A layout that cannot exist is refused with exit code 2 and a message naming the field.
 #include <cstdio>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "cli/commands.h"
 #include "harness/scenario/scenario.h"
 #include "mesh/explain.h"
+#include "parallel/reduction_plan.h"
 
 namespace parity::cli {
 
@@ -27,6 +30,9 @@ Command add_explain_command(CLI::App& app) {
             const Scenario s = load_scenario(*path);
             const std::string text = mesh::explain(s.layout, s.model, "parity explain " + s.name, *opts);
             std::fputs(text.c_str(), stdout);
+            const ReductionPlan plan = reduction_plan(mesh::Mesh(s.layout), s.model, s.model.precision());
+            std::fputs(("\n## Reduction plan (each family's gradient, step by step: parallel/reduction_plan.h)\n" +
+                        plan_table(plan)).c_str(), stdout);
             return 0;
           }};
 }

@@ -9,27 +9,27 @@ namespace parity {
 
 const std::vector<Injection>& injections() {
   static const std::vector<Injection> all = {
-      {"norm_counts_replicas", "parallel/parallel_run.cpp, grad norm",
+      {"norm_counts_replicas", "parallel/reduction_plan.cpp (a plan mutation), grad norm",
        "every replica of a replicated gradient enters the global norm (TP replicas counted tp times: the grad-norm "
        "clipping class that double-counts replicas)",
        "tp2.json", "grad_norm", 0, "layernorm x2, router x2"},
-      {"norm_drops_experts", "parallel/parallel_run.cpp, grad norm",
+      {"norm_drops_experts", "parallel/reduction_plan.cpp (a plan mutation), grad norm",
        "the routed experts' gradients left out of the global norm (expert parameters on a process group of their "
        "own, forgotten by the clip)",
        "fsdp2_tp2_ep2.json", "grad_norm", 0, "routed_experts x0"},
-      {"router_grad_averaged", "parallel/parallel_run.cpp, TP reduction of the router",
+      {"router_grad_averaged", "parallel/reduction_plan.cpp (a plan mutation), TP reduction of the router",
        "the router gate's gradient averaged over the TP lanes where each lane holds a part of the sum (averaged "
        "where it should be summed)",
        "tp2.json", "grad router", 0, "1/2 (= 1/tp)"},
-      {"sp_layernorm_not_summed", "parallel/parallel_run.cpp, TP reduction under SP",
+      {"sp_layernorm_not_summed", "parallel/reduction_plan.cpp (a plan mutation), TP reduction under SP",
        "LayerNorm gradients not summed over the TP group under sequence parallel: each lane keeps its own "
        "sequence chunk's part",
        "tp2_sp.json", "grad layernorm", 0, "not a clean factor"},
-      {"expert_grads_times_tp", "parallel/parallel_run.cpp, expert gradient reduction",
+      {"expert_grads_times_tp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
        "check do not",
        "fsdp2_tp2_sgd.json", "grad routed_experts", 0, "2 (= tp)"},
-      {"dp_averaged_twice", "parallel/parallel_run.cpp, data-parallel reduction",
+      {"dp_averaged_twice", "parallel/reduction_plan.cpp (a plan mutation), data-parallel reduction",
        "the dense gradients divided by the data-parallel size twice (a mean reduce-scatter, then a second division)",
        "fsdp4.json", "grad head", 0, "1/4 (= 1/dp)"},
       {"adam_step_not_restored", "ckpt/training_state.cpp, resume",
@@ -42,7 +42,7 @@ const std::vector<Injection>& injections() {
        "the aux-loss coefficient divided by the micro-batch size instead of the batch size: under gradient "
        "accumulation the balance loss is microbatches times too strong",
        "fsdp2_tp2_mb2_aux.json", "loss all micro-batches", 0, "not a clean factor"},
-      {"norm_not_allreduced", "parallel/parallel_run.cpp, grad norm",
+      {"norm_not_allreduced", "parallel/reduction_plan.cpp (a plan mutation), grad norm",
        "the clipping norm taken from this rank's gradients only, never reduced over the world, so every rank "
        "clips by a different, too small norm",
        "fsdp2_tp2_clip.json", "grad_norm", 0, "every family matches"},
@@ -59,7 +59,7 @@ const std::vector<Injection>& injections() {
        "tokens_per_expert counted per rank and never all-reduced: the load-balancing statistics and the "
        "expert-bias update see one rank's tokens",
        "fsdp4_ep4.json", "tokens_per_expert all MoE layers", 0, ""},
-      {"router_grad_summed_replicas", "parallel/parallel_run.cpp, TP reduction of the router",
+      {"router_grad_summed_replicas", "parallel/reduction_plan.cpp (a plan mutation), TP reduction of the router",
        "the router gate's gradient, already complete on every lane after the TP sum, summed over the TP lanes "
        "once more (a hook for TP-replicated parameters summing where the replicas hold the same value)",
        "tp2.json", "grad router", 0, "2 (= tp)"},
@@ -79,7 +79,7 @@ const std::vector<Injection>& injections() {
        "the alltoallv split between two EP peers off by one: one token's row goes to the next peer's first "
        "expert (sender and receiver agree, so nothing hangs or crashes)",
        "fsdp4_ep2.json", "loss all micro-batches|grad head", 0, "not a scaling"},
-      {"expert_grads_over_dense_dp", "parallel/parallel_run.cpp, expert gradient reduction",
+      {"expert_grads_over_dense_dp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients reduced over the dense data-parallel group instead of the expert "
        "data-parallel group: with EP borrowed from DP the EP peers in it hold other experts, whose gradients "
        "are added in",
@@ -90,7 +90,7 @@ const std::vector<Injection>& injections() {
        "pieces leave gaps the loader refuses: resume_fsdp3_tp2_to_fsdp2_tp2)",
        "resume_fsdp4_tp2_to_hsdp2x2_tp2_ep2_etp2.json", "loss all micro-batches", 3,
        "not a clean factor"},
-      {"clip_skips_experts", "parallel/parallel_run.cpp, gradient clipping",
+      {"clip_skips_experts", "parallel/reduction_plan.cpp (a plan mutation), gradient clipping",
        "the clip coefficient, computed from the right global norm, applied to every gradient but the routed "
        "experts' (expert parameters kept out of the clipping pass): grad_norm and clip_coef match, only the "
        "parameters after a clipped step differ",
@@ -112,11 +112,12 @@ const std::vector<Injection>& injections() {
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",
        "cp2_dense.json", "grad attention", 0, "not a clean factor"},
       // Precision faults (issue 24): each rounds to bf16 where the scenario's policy keeps fp32.
-      {"tp_reduce_in_bf16", "parallel/parallel_run.cpp, TP reduction of TP-replicated parameters",
+      {"tp_reduce_in_bf16",
+       "parallel/reduction_plan.cpp (a plan mutation), TP reduction of TP-replicated parameters",
        "the TP all-reduce of the LayerNorm (under SP) and router gradients run in bf16 where the policy reduces "
        "in fp32 (pytorch#190626: FSDP2's reduce_dtype not applied to the TP Partial -> Replicate reduction)",
        "bf16_tp2_sp.json", "grad layernorm", 0, "rounded to bf16"},
-      {"dp_reduce_in_bf16", "parallel/parallel_run.cpp, data-parallel reduction",
+      {"dp_reduce_in_bf16", "parallel/reduction_plan.cpp (a plan mutation), data-parallel reduction",
        "the data-parallel reduce-scatter of the gradients in bf16 under an fp32 reduce policy",
        "bf16_fsdp4.json", "grad head", 0, "rounded to bf16"},
       {"no_fp32_master", "parallel/parallel_run.cpp, optimizer step",

@@ -17,6 +17,7 @@
 #include "core/precision.h"
 #include "ops/elementwise.h"
 #include "parallel/pmodel.h"
+#include "parallel/reduction_plan.h"
 
 namespace parity {
 
@@ -27,6 +28,7 @@ template <class T> struct ParallelRun<T>::Impl {
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
     const int r = w.rank();
     model = std::make_unique<ParallelModel<T>>(s, mesh, w, layouts);
+    plan = with_injected(reduction_plan(mesh, s.model, s.model.precision()));  // the zoo's bugs read here, once
     tp = model->tp();
     dense_dp = &mesh::comm_group(w, mesh, mesh::GroupKind::dense_dp);
     ep_group = &mesh::comm_group(w, mesh, mesh::GroupKind::ep);
@@ -48,19 +50,18 @@ template <class T> struct ParallelRun<T>::Impl {
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
+  ReductionPlan plan;  // how each family's gradient is reduced, normed and clipped: the step executes it
   int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
 
-  // TP-replicated parameters whose gradient is partitioned over the lanes (FOLDINGS.md):
-  // the router always (each lane routes its own share of the tokens), LayerNorm under SP.
-  bool tp_partitioned(const ParamSpec& sp) const {
-    if (tp.size == 1) return false;
-    static const bool ln_bug = injected("sp_layernorm_not_summed");  // bug zoo (core/inject.h)
-    return sp.family == Family::router || (tp.sp && sp.family == Family::layernorm && !ln_bug);
+  const FamilyReduction& entry(size_t p) const { return plan[specs[p].family]; }
+  // Whether this rank's gradient p enters the grad norm (the plan's count of replicas).
+  bool counts_in_norm(size_t p) const {
+    const NormCount n = entry(p).norm;
+    return n == NormCount::every_replica ||
+           (n == NormCount::first_replica && mesh::first_replica(mesh, layouts[p], world.rank()));
   }
-  // Each element enters the grad norm once: only its first replica counts it.
-  bool counts_in_norm(size_t p) const { return mesh::first_replica(mesh, layouts[p], world.rank()); }
   // The data split: this rank's global sequences of micro-batch mb (model/batch_split.h:
   // micro-batches as torch.tensor_split, then torch.chunk over the dense data-parallel
   // ranks, so a rank may get none). The TP lanes of one data-parallel rank take the same.
@@ -87,61 +88,66 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
   }
 }
 
-// TP sums of the partitioned families (one allreduce), then the data-parallel reduction
-// of the dense and the expert parameters (one flat reduce-scatter + allreduce each).
+// The plan's reductions (parallel/reduction_plan.h): the TP sums of the partitioned families
+// (one allreduce), then the data-parallel reduction of the dense and the expert parameters
+// (one flat reduce-scatter + allreduce each, over their home groups).
 //
-// The policy's reduce dtype (core/precision.h): a bf16 reduction is every input rounded to
-// bf16, an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within
-// its internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
+// A reduction in bf16 (the entry's dtype, core/precision.h) is every input rounded to bf16,
+// an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within its
+// internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
-  const Low reduce = sc.model.reduce;
-  // bug zoo (core/inject.h): the TP all-reduce of TP-replicated parameters' gradients run in
-  // bf16 whatever the policy (pytorch#190626: FSDP2's reduce_dtype not applied to it)
-  static const bool tp_bf16 = injected("tp_reduce_in_bf16");
-  const Low tp_reduce = tp_bf16 ? Low::bf16 : reduce;
+  std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
-    if (tp_partitioned(specs[p])) flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
-  round_to(tp_reduce, flat.data(), static_cast<int64_t>(flat.size()));
-  tp_allreduce(tp, flat);
-  round_to(tp_reduce, flat.data(), static_cast<int64_t>(flat.size()));
-  for (size_t p = 0, at = 0; p < specs.size(); ++p)
-    if (tp_partitioned(specs[p])) {
-      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), model->mp_grads[p].numel(), model->mp_grads[p].data.begin());
-      at += static_cast<size_t>(model->mp_grads[p].numel());
-      if (specs[p].family == Family::router && injected("router_grad_averaged"))  // bug zoo (core/inject.h)
-        scale_values(model->mp_grads[p].ptr(), static_cast<T>(1.0 / static_cast<double>(tp.size)), model->mp_grads[p].numel());
-      // bug zoo (core/inject.h): the complete gate gradient summed over TP once more, as a
-      // hook for TP-replicated parameters would (each lane already holds the whole sum)
-      if (specs[p].family == Family::router && injected("router_grad_summed_replicas"))
-        tp_allreduce(tp, model->mp_grads[p].data);
+    if (entry(p).tp_sum) {
+      tp_sum.push_back(p);
+      flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
     }
+  const auto round_flat = [&] {
+    int64_t at = 0;
+    for (size_t p : tp_sum) {
+      round_to(entry(p).tp_dtype, flat.data() + at, model->mp_grads[p].numel());
+      at += model->mp_grads[p].numel();
+    }
+  };
+  round_flat();
+  tp_allreduce(tp, flat);
+  round_flat();
+  size_t at = 0;
+  for (size_t p : tp_sum) {
+    Tensor<T>& g = model->mp_grads[p];
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), g.numel(), g.data.begin());
+    at += static_cast<size_t>(g.numel());
+    if (entry(p).tp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(entry(p).tp_scale), g.numel());
+    if (entry(p).tp_sum_again) tp_allreduce(tp, g.data);
+  }
   out.assign(specs.size(), {});
-  // bug zoo (core/inject.h): the data-parallel reduce-scatter in bf16 under an fp32 reduce policy
-  static const bool dp_bf16 = injected("dp_reduce_in_bf16");
-  const Low dp_reduce = dp_bf16 ? Low::bf16 : reduce;
-  for (auto& g : model->mp_grads) round_to(dp_reduce, g.ptr(), g.numel());
-  for (bool experts : {false, true}) {
+  for (size_t p = 0; p < specs.size(); ++p)
+    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+  for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
     std::vector<const ShardedParam<T>*> ps;
     std::vector<const Tensor<T>*> gs;
     std::vector<size_t> which;
     for (size_t p = 0; p < specs.size(); ++p)
-      if ((specs[p].family == Family::routed_experts) == experts) {
+      if (home_dp_group(specs[p].family) == unit) {
         ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
-    for (auto& g : red) round_to(dp_reduce, g.ptr(), g.numel());
-    // bug zoo (core/inject.h): expert gradients summed over the dense DP group, not EDP: the
-    // EP peers inside it hold other experts, whose gradients get added in
-    if (experts && ep_group->size() > 1 && injected("expert_grads_over_dense_dp"))
-      for (auto& g : red) ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-    // bug zoo (core/inject.h): expert gradients tp times too large; dense ones averaged twice
-    const double dp = static_cast<double>(dense_dp->size());
-    const double bug = experts ? (injected("expert_grads_times_tp") ? static_cast<double>(tp.size) : 1.0)
-                               : (injected("dp_averaged_twice") ? 1.0 / dp : 1.0);
-    if (bug != 1.0)
-      for (auto& g : red) scale_values(g.ptr(), static_cast<T>(bug), g.numel());
-    for (size_t i = 0; i < which.size(); ++i) out[which[i]] = std::move(red[i]);
+    for (size_t i = 0; i < which.size(); ++i) {
+      const FamilyReduction& e = entry(which[i]);
+      Tensor<T>& g = red[i];
+      round_to(e.dp_dtype, g.ptr(), g.numel());
+      // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
+      // EDP result summed over the EP peers too, whose other experts get added in.
+      if (e.dp_group != unit) {
+        if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
+          throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
+                      std::string(mesh::group_kind_name(e.dp_group)));
+        ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+      }
+      if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
+      out[which[i]] = std::move(g);
+    }
   }
 }
 
@@ -221,14 +227,11 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   // as doubles, exact below 2^53. The parts per family let the verdict say which family a
   // wrong norm comes from.
   std::vector<double> sqv(kFamilyCount, 0.0);
-  static const bool all_replicas = injected("norm_counts_replicas"), no_experts = injected("norm_drops_experts");
-  for (size_t p = 0; p < I.specs.size(); ++p) {
-    if (no_experts && I.specs[p].family == Family::routed_experts) continue;  // bug zoo (core/inject.h)
-    if (I.counts_in_norm(p) || all_replicas)
+  for (size_t p = 0; p < I.specs.size(); ++p)
+    if (I.counts_in_norm(p))
       sqv[static_cast<size_t>(I.specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
-  }
   const std::vector<int64_t> local_counts = counts;
-  double local_sq = 0;  // bug zoo norm_not_allreduced: this rank's part only
+  double local_sq = 0;  // this rank's part (the plan's norm_summed false: a bug)
   for (size_t f = 0; f < kFamilyCount; ++f) local_sq += sqv[f];
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
   I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
@@ -237,14 +240,13 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;
   for (double part : out.norm_sq_by_family) sq += part;
-  out.grad_norm = std::sqrt(injected("norm_not_allreduced") ? local_sq : sq);  // bug zoo (core/inject.h)
+  out.grad_norm = std::sqrt(I.plan.norm_summed ? sq : local_sq);
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);
-  static const bool clip_skips_experts = injected("clip_skips_experts");  // bug zoo (core/inject.h)
   if (out.clip_coef != 1.0)
     for (size_t p = 0; p < step_grads.size(); ++p)
-      if (!clip_skips_experts || I.specs[p].family != Family::routed_experts)
+      if (I.entry(p).clip)
         for (auto& x : step_grads[p].data) x *= coef;
   I.step_optimizer(step_grads);
   for (const auto& p : I.model->params) out.params.push_back(p.local);

@@ -10,6 +10,7 @@
 #include "ops/swiglu.h"
 #include "mesh/param_layout.h"
 #include "parallel/pmoe.h"
+#include "parallel/reduction_plan.h"
 
 namespace parity {
 
@@ -203,13 +204,14 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   const int64_t etp_r = m.coord(MeshDim::etp, r), etp_n = m.size(MeshDim::etp);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};
-  // Dense parameters: FSDP over dp_shard, replicas over dp_replicate x cp (the cp ranks hold
-  // the same parameters and saw different tokens: their gradients are summed). Routed
-  // experts: the expert view has no cp, edp_shard absorbs it.
-  const DataParallelGroups dense{&mesh::comm_group(world, m, GroupKind::dp_shard),
-                                 &mesh::comm_group(world, m, GroupKind::dense_replicate)};
-  const DataParallelGroups expert{&mesh::comm_group(world, m, GroupKind::edp_shard),
-                                  &mesh::comm_group(world, m, GroupKind::dp_replicate)};
+  // Each family's shards live over its home data-parallel group (parallel/reduction_plan.h:
+  // dense_dp for the dense families, edp for the routed experts), FSDP over its first part and
+  // replicas over its second. Both built here, dense first: the order every rank makes them in.
+  const auto groups = [&](GroupKind dp) {
+    const DpParts parts = dp_parts(dp);
+    return DataParallelGroups{&mesh::comm_group(world, m, parts.fsdp), &mesh::comm_group(world, m, parts.replicate)};
+  };
+  const DataParallelGroups dense = groups(GroupKind::dense_dp), expert = groups(GroupKind::edp);
   const auto specs = param_specs(s.model);
   for (size_t p = 0; p < specs.size(); ++p) {
     const int64_t td = mesh::tp_shard_dim(specs[p]);
@@ -217,7 +219,8 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     std::vector<MpChunk> mp;
     if (routed) mp = {{0, ep_n, ep_r}, {td, etp_n, etp_r}};
     else if (td >= 0) mp = {{td, tp_.size, tp_.rank}};
-    params.emplace_back(specs[p], m, layouts[p], r, s.seed, mp, routed ? expert : dense);
+    params.emplace_back(specs[p], m, layouts[p], r, s.seed, mp,
+                        home_dp_group(specs[p].family) == GroupKind::edp ? expert : dense);
     mp_grads.emplace_back(params.back().mp_shape());
     index_[specs[p].name] = p;
   }

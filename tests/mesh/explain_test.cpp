@@ -161,6 +161,10 @@ TEST(ExplainCommand, W8Tp2Ep4MatchesFoldings) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find(kRow), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| 7 | (0, 3, 0, 1) | (0, 1, 3, 0) |"), std::string::npos) << r.out;
+  // the reduction plan, last (printed by the cli from parallel/reduction_plan.h): TP 2 sums the router
+  EXPECT_NE(r.out.find("## Reduction plan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| router | sum over tp | dense_dp | sum |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| routed_experts | - | edp | sum |"), std::string::npos) << r.out;
 }
 
 // Routed experts FSDP-sharded on their last (hidden) dimension: 4 experts over 8 ranks, each
