@@ -92,7 +92,8 @@ void write_expert_owners(std::ostringstream& o, const Mesh& m, const ModelConfig
 // coordinate appears only when cp > 1, so layouts without context parallel print as before.
 std::string rank_formula(const LayoutConfig& l) {
   const bool cp = l.cp > 1;
-  const std::string dense = cp ? "rank = tp_r + tp*(cp_r + cp*(dps_r + dp_shard*dpr_r))" : "rank = tp_r + tp*(dps_r + dp_shard*dpr_r)";
+  const std::string dense =
+      cp ? "rank = tp_r + tp*(cp_r + cp*(dps_r + dp_shard*dpr_r))" : "rank = tp_r + tp*(dps_r + dp_shard*dpr_r)";
   if (l.order == RankOrder::megatron) return dense + " = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
   return dense + "; expert coordinates from the TP-lane-major index\n" +
          (cp ? "tp_r*dp_shard*cp + cp_r + cp*dps_r" : "tp_r*dp_shard + dps_r") +

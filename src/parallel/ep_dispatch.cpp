@@ -25,7 +25,8 @@ int64_t total(const std::vector<int64_t>& v) {
 
 // Rows this flow moves off the rank one way (EP alltoallv to others, ETP allgather from
 // others) and the floor: each token once per other EP rank it must reach.
-template <class T> void count_flow(const EpContext& ep, DispatchCache<T>& k, const int64_t* chosen, int64_t n, int64_t K) {
+template <class T>
+void count_flow(const EpContext& ep, DispatchCache<T>& k, const int64_t* chosen, int64_t n, int64_t K) {
   const int64_t me = ep.ep->rank();
   int64_t moved = 0, floor = 0;
   for (size_t j = 0; j < k.send_rows.size(); ++j)
@@ -108,7 +109,8 @@ template <class T> void plan(const EpContext& ep, DispatchCache<T>& k) {
     ep.ep->alltoall(std::span<const int64_t>(counts), std::span<int64_t>(k.recv_expert_rows));
   k.recv_rows.assign(static_cast<size_t>(P), 0);
   for (int64_t s = 0; s < P; ++s)
-    for (int64_t e = 0; e < El; ++e) k.recv_rows[static_cast<size_t>(s)] += k.recv_expert_rows[static_cast<size_t>(s * El + e)];
+    for (int64_t e = 0; e < El; ++e)
+      k.recv_rows[static_cast<size_t>(s)] += k.recv_expert_rows[static_cast<size_t>(s * El + e)];
   std::vector<int64_t> mine{total(k.recv_rows)};
   k.lane_rows = mine, k.lane_expert_rows = k.recv_expert_rows;
   if (L > 1) {
@@ -119,7 +121,8 @@ template <class T> void plan(const EpContext& ep, DispatchCache<T>& k) {
   }
   // block start of (lane, source, expert) in the gathered buffer
   std::vector<int64_t> start(static_cast<size_t>(L * P * El));
-  for (int64_t i = 0, row = 0; i < L * P * El; ++i) start[static_cast<size_t>(i)] = row, row += k.lane_expert_rows[static_cast<size_t>(i)];
+  for (int64_t i = 0, row = 0; i < L * P * El; ++i)
+    start[static_cast<size_t>(i)] = row, row += k.lane_expert_rows[static_cast<size_t>(i)];
   k.order.clear();
   k.expert_rows.assign(static_cast<size_t>(El), 0);
   for (int64_t e = 0; e < El; ++e)

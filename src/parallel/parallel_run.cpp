@@ -214,7 +214,8 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
     parts.insert(parts.end(), {r.ce, r.aux});
     for (size_t l = 0; l < r.counts.size(); ++l)
-      for (int64_t e = 0; e < c.experts; ++e) counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
+      for (int64_t e = 0; e < c.experts; ++e)
+        counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
     I.report_tokens(out, r, g0);
   }
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);

@@ -142,7 +142,8 @@ template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std:
                     nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data(),
                     RouteFollow{m.route_oracle, l - c.dense_layers, m.route_g0}};
   if (c.shared_experts > 0) {
-    wt.sw1 = w(p + ".moe.shared.w1").ptr(), wt.sw3 = w(p + ".moe.shared.w3").ptr(), wt.sw2 = w(p + ".moe.shared.w2").ptr();
+    wt.sw1 = w(p + ".moe.shared.w1").ptr(), wt.sw3 = w(p + ".moe.shared.w3").ptr(),
+    wt.sw2 = w(p + ".moe.shared.w2").ptr();
     wt.Fsl = local_dim(p + ".moe.shared.w1", 1);
   }
   return wt;
@@ -177,7 +178,8 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
     PMoeWeights<T> wt = moe_weights(p, l);
     PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
                     g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
-    if (c.shared_experts > 0) gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
+    if (c.shared_experts > 0)
+      gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
     pmoe_backward(chunk, m.tp_, m.cp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
   } else {
     Buffer<T> dout = full(dh, D);

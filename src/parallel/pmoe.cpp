@@ -76,8 +76,9 @@ template <class T> double aux_whole_sequences(const ModelConfig& c, const CpCont
   }
   double aux = 0;
   for (int64_t q = 0; q < b; ++q)
-    aux += c.aux_alpha / aux_batch(c) *
-           static_cast<double>(aux_loss_forward(k.s_full.data() + q * L * E, k.chosen_full.data() + q * L * K, L, E, K));
+    aux +=
+        c.aux_alpha / aux_batch(c) *
+        static_cast<double>(aux_loss_forward(k.s_full.data() + q * L * E, k.chosen_full.data() + q * L * K, L, E, K));
   return gather && cp.rank != 0 ? 0.0 : aux;
 }
 
@@ -158,10 +159,9 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
   }
 }
 
-template <class T>
-void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
-                   const PMoeWeights<T>& wt, int64_t b, const PMoeCache<T>& k, const Buffer<T>& dout_res, Buffer<T>& dx_res,
-                   const PMoeGrads<T>& g) {
+template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp,
+                                      const EpContext& ep, const PMoeWeights<T>& wt, int64_t b, const PMoeCache<T>& k,
+                                      const Buffer<T>& dout_res, Buffer<T>& dx_res, const PMoeGrads<T>& g) {
   const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, n = b * S, n_d = k.t1 - k.t0;
   if (c.shared_experts > 0) {
     Buffer<T> dout = tp_to_full(tp, dout_res, b, S, D);

@@ -56,9 +56,9 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
                   const PMoeWeights<T>& wt, const Buffer<T>& x_res, int64_t b, Buffer<T>& out_res,
                   PMoeCache<T>& cache);
 // dx_res (n_res, D) +=; this rank's parameter gradients +=.
-template <class T>
-void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp, const EpContext& ep,
-                   const PMoeWeights<T>& wt, int64_t b, const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
-                   const PMoeGrads<T>& g);
+template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp, const CpContext& cp,
+                                      const EpContext& ep, const PMoeWeights<T>& wt, int64_t b,
+                                      const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
+                                      const PMoeGrads<T>& g);
 
 }  // namespace parity

@@ -27,7 +27,8 @@ std::vector<int64_t> piece_global_indices(const Shape& global, const Shape& mp_s
       rem /= local[k];
     }
     int64_t flat = 0;
-    for (size_t k = 0; k < global.size(); ++k) flat = flat * global[k] + idx[k] + offset[k] + (k == d ? piece.begin : 0);
+    for (size_t k = 0; k < global.size(); ++k)
+      flat = flat * global[k] + idx[k] + offset[k] + (k == d ? piece.begin : 0);
     out.push_back(flat);
   }
   return out;
@@ -194,7 +195,8 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
   if (n == 1)
     mine = blocks;
   else
-    g.reduce_scatterv(std::span<const T>(blocks), std::span<T>(mine), std::span<const int64_t>(counts), comm::ReduceOp::sum);
+    g.reduce_scatterv(std::span<const T>(blocks), std::span<T>(mine), std::span<const int64_t>(counts),
+                      comm::ReduceOp::sum);
   comm::Communicator& rep = *ps.front()->groups().replicate;
   if (rep.size() > 1) rep.allreduce(std::span<T>(mine), comm::ReduceOp::sum);
   int64_t at = 0;

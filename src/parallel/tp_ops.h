@@ -24,7 +24,8 @@ template <class T> void tp_allreduce(const TpContext& c, Buffer<T>& buf);
 // (b, S/tp, W) local -> (b, S, W) full, every lane's chunk in place.
 template <class T> Buffer<T> sp_gather(const TpContext& c, const Buffer<T>& local, int64_t b, int64_t S, int64_t W);
 // (b, S, W) partial on every lane -> (b, S/tp, W): this lane's chunk of the sum over lanes.
-template <class T> Buffer<T> sp_reduce_scatter(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
+template <class T>
+Buffer<T> sp_reduce_scatter(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
 // (b, S, W) -> (b, S/tp, W): this lane's chunk, no communication.
 template <class T> Buffer<T> sp_slice(const TpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
 

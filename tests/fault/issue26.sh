@@ -33,6 +33,20 @@ save_ckpt() {  # a real checkpoint of fsdp2 after 1 step in $work/$1
   "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/$1" >"$work/save.log" 2>&1 ||
     { cat "$work/save.log"; fail "the checkpoint could not be saved"; }
 }
+# SIGSTOP of $victim (rank $vrank) under $launcher: the run must end within 60 s, exit 3, its
+# first launcher line matching $1 and its summary naming the stopped rank; sets rc and ms.
+stop_and_blame() {
+  t0=$(date +%s%N)
+  kill -STOP "$victim"
+  for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+  kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
+  wait $launcher; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  first=$(grep -m1 '^parity launch:' "$work/out.log")
+  echo "$first" | grep -q "$1" || fail "the first line blames another rank: $first"
+  want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
+  [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+}
 wait_ranks() {  # wait_ranks N TRIES: the pids of this test's fork-started ranks, once N run (0.1 s a try)
   local ranks=""
   for _ in $(seq "$2"); do
@@ -306,16 +320,7 @@ case $case in
     sleep 1
     victim=$(echo "$ranks" | sed -n 6p)
     vrank=$(sed 's/^parity-rank//' "/proc/$victim/comm")  # its name (a forked rank's environ is the launcher's)
-    t0=$(date +%s%N)
-    kill -STOP "$victim"
-    for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
-    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
-    wait $launcher; rc=$?
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    first=$(grep -m1 '^parity launch:' "$work/out.log")
-    echo "$first" | grep -q "rank $vrank (pid $victim) is stopped" || fail "the first line blames another rank: $first"
-    want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
-    [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+    stop_and_blame "rank $vrank (pid $victim) is stopped"
     echo "SIGSTOP of rank $vrank: exit $rc after $ms ms: $first" ;;
   # ---- part 3: OpenMPI's leftovers, the per-host cap, memory, blame under mpi ----------------
   stale_mpi)  # once: kill -9 of the launcher under mpi left vader_segment.* in /dev/shm for ever
@@ -430,16 +435,7 @@ case $case in
     victim=$(echo "$ranks" | sed -n 6p)
     vrank=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
     [ -n "$vrank" ] || { kill -9 $launcher; fail "no OMPI_COMM_WORLD_RANK for pid $victim"; }
-    t0=$(date +%s%N)
-    kill -STOP "$victim"
-    for _ in $(seq 600); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
-    kill -0 $launcher 2>/dev/null && { kill -9 $launcher; kill -9 "$victim"; fail "still running 60 s after SIGSTOP"; }
-    wait $launcher; rc=$?
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    first=$(grep -m1 '^parity launch:' "$work/out.log")
-    echo "$first" | grep -q "^parity launch: rank $vrank (pid $victim) was stopped" || fail "the first line blames another rank: $first"
-    want 3 "the rank the others waited on: rank $vrank \(pid $victim\), stopped"
-    [ $ms -lt 30000 ] || fail "took $ms ms with --timeout 3"
+    stop_and_blame "^parity launch: rank $vrank (pid $victim) was stopped"
     sleep 0.5
     # dead: gone, or a zombie that nobody reaps yet (its parent mpirun is gone)
     state=$(cut -d' ' -f3 "/proc/$victim/stat" 2>/dev/null)

@@ -60,8 +60,8 @@ template <class T> int check(const Scenario& s, int64_t steps) {
     const bool same_counts = got.tokens_per_expert == ref.tokens_per_expert;
     ok = ok && dl <= tolerance_for(s.model.dtype, Quantity::loss).norm_rel && same_counts;
     if (world->rank() == 0)
-      std::printf("step %lld loss rel %.3e grad_norm rel %.3e tokens_per_expert %s\n", static_cast<long long>(t), dl, dn,
-                  same_counts ? "equal" : "DIFFER");
+      std::printf("step %lld loss rel %.3e grad_norm rel %.3e tokens_per_expert %s\n", static_cast<long long>(t), dl,
+                  dn, same_counts ? "equal" : "DIFFER");
   }
   // The token flow's cost over the run, summed over ranks (issue 6's benchmark).
   const DispatchStats& st = dispatch_stats();
@@ -70,9 +70,10 @@ template <class T> int check(const Scenario& s, int64_t steps) {
   world->allreduce(std::span<double>(v), comm::ReduceOp::sum);
   const double row_bytes = static_cast<double>(s.model.dim * dtype_size(s.model.dtype));
   if (world->rank() == 0 && v[3] > 0)
-    std::printf("token flow: %.0f KiB moved, floor %.0f KiB (%.2fx), %.3f ms per MoE layer call per rank (fwd+bwd, one micro-batch)\n",
-                v[0] * row_bytes / 1024, v[1] * row_bytes / 1024, v[1] > 0 ? v[0] / v[1] : 0.0,
-                1e3 * v[2] / v[3]);
+    std::printf(
+        "token flow: %.0f KiB moved, floor %.0f KiB (%.2fx), %.3f ms per MoE layer call per rank (fwd+bwd, one "
+        "micro-batch)\n",
+        v[0] * row_bytes / 1024, v[1] * row_bytes / 1024, v[1] > 0 ? v[0] / v[1] : 0.0, 1e3 * v[2] / v[3]);
   return ok ? 0 : 1;
 }
 
