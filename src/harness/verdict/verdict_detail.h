@@ -3,6 +3,7 @@
 // combination of all ranks' parts in rank order (so every rank gets the same bits).
 #pragma once
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,13 @@
 #include "harness/verdict/verdict.h"
 
 namespace parity::verdict_detail {
+
+// One number through a printf format ("%.3g"), for the report's and the rows' text.
+inline std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
 
 // Digests (the replicas row): a 64-bit mix (splitmix64's finaliser) chained over values,
 // order-dependent and the same for two ranks that visit the same values in the same order;

@@ -14,13 +14,9 @@
 
 namespace parity {
 
-namespace {
+using verdict_detail::fmt;
 
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
+namespace {
 
 std::string scale_str(double s) { return std::isnan(s) ? "-" : fmt("%.6f", s); }
 

@@ -11,13 +11,8 @@
 
 namespace parity {
 
-namespace {
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
-  return buf;
-}
-}  // namespace
+using verdict_detail::fmt;
+
 
 Fault parse_fault(std::string_view spec) {
   const std::string rule =
