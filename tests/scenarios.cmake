@@ -128,12 +128,13 @@ add_test(NAME run.lr_override_reaches_ranks_exactly
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp2.json --steps 1 --lr 1.25e-9 2>&1; echo exit=$?")
 set_tests_properties(run.lr_override_reaches_ranks_exactly PROPERTIES PASS_REGULAR_EXPRESSION "1 steps, adam lr 1.25e-09\n.*exit=0\n")
 
-# The launcher -> rank protocol (cli/resolved.h): the ranks run the resolved scenario, a JSON
-# file holding every override (here steps, optimizer, learning rate, precision), kept as
-# LOGDIR/scenario.json with --log-dir and replayable by hand under `parity launch`; the replay
-# prints the same verdict line. Nothing is left in TMPDIR by a run without --log-dir.
+# The one run protocol (harness/runner/run_request.h): the ranks run the request, a JSON file
+# holding the resolved scenario with every override (here steps, optimizer, learning rate,
+# precision), kept as LOGDIR/request.json with --log-dir and replayable by hand as
+# `parity launch -n W -- parity rank FILE`; the replay prints the same verdict line. Nothing is
+# left in TMPDIR by a run without --log-dir.
 add_test(NAME run.resolved_scenario_replays
-         COMMAND sh -c "t=$(mktemp -d) && d=$t/logs && P=$<TARGET_FILE:parity> && TMPDIR=$t $P run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 2 --optim sgd --lr 3e-7 --precision fp32 --log-dir $d | grep '^verdict:' > $t/a && grep -c '\"lr\": 3e-07' $d/scenario.json && grep -c '\"dtype\": \"fp32\"' $d/scenario.json && TMPDIR=$t $P launch -n 2 -- $P run $d/scenario.json --as-rank | sed 's/^.0. //' | grep '^verdict:' > $t/b && cmp $t/a $t/b && cat $t/a && TMPDIR=$t $P run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 1 >/dev/null && ls $t | tr '\\n' ' ' && echo; echo exit=$?; rm -rf $t")
+         COMMAND sh -c "t=$(mktemp -d) && d=$t/logs && P=$<TARGET_FILE:parity> && TMPDIR=$t $P run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 2 --optim sgd --lr 3e-7 --precision fp32 --log-dir $d | grep '^verdict:' > $t/a && grep -c '\"lr\": 3e-07' $d/request.json && grep -c '\"dtype\": \"fp32\"' $d/request.json && TMPDIR=$t $P launch -n 2 -- $P rank $d/request.json | sed 's/^.0. //' | grep '^verdict:' > $t/b && cmp $t/a $t/b && cat $t/a && TMPDIR=$t $P run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 1 >/dev/null && ls $t | tr '\\n' ' ' && echo; echo exit=$?; rm -rf $t")
 set_tests_properties(run.resolved_scenario_replays PROPERTIES
   PASS_REGULAR_EXPRESSION "^1\n1\nverdict: PASS[^\n]*\na b logs \nexit=0\n" LABELS "verdict;multiprocess" TIMEOUT 120)
 

@@ -10,11 +10,11 @@
 #include "cli/numbers.h"
 #include "cli/self.h"
 #include "comm/bench.h"
-#include "comm/world.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "harness/runner/bench.h"
+#include "harness/runner/launch_run.h"
 #include "harness/scenario/scenario.h"
 
 namespace parity::cli {
@@ -29,44 +29,34 @@ struct BenchOptions {
 };
 
 struct CommBenchCli {
-  comm::LaunchOptions launch;
-  std::string backend = "gloo", dtype = "fp32";
+  comm::LaunchOptions launch;  // -n, --log-dir (add_launch_options)
+  RunRequest request;
   double timeout_s = 60;
-  comm::CommBenchOptions bench;
-  bool worker = false;
 };
 
-int comm_bench_worker(CommBenchCli& o) {
-  o.bench.dtype = parse_dtype(o.dtype);
-  auto world = comm::make_world_communicator();
-  int64_t wrong = comm::run_comm_bench(*world, o.bench, std::cout);
-  return wrong == 0 ? 0 : 1;
-}
-
+// The ranks through the one launch (harness/runner/launch_run.h), job comm_bench.
 int comm_bench_launch(CommBenchCli& o) {
-  finish_launch_options(o.launch, o.backend, o.timeout_s);
-  o.launch.prefix_output = false;
-  std::vector<std::string> args{"bench", "comm", "--worker", "-n", std::to_string(o.launch.nproc),
-                                "-b", std::to_string(o.bench.min_bytes), "-e", std::to_string(o.bench.max_bytes),
-                                "-f", std::to_string(o.bench.factor), "--dtype", o.dtype};
-  if (o.bench.json) args.push_back("--json");
-  args.push_back("--ops");
-  args.insert(args.end(), o.bench.ops.begin(), o.bench.ops.end());
-  return comm::launch_main(o.launch, self_command(args));
+  RunRequest r = o.request;
+  r.job = RankJob::comm_bench;
+  r.bench_world = o.launch.nproc, r.timeout_s = o.timeout_s, r.log_dir = o.launch.log_dir;
+  r.bench.dtype = parse_dtype(r.bench_dtype);
+  return launch(r, rank_start());
 }
 
 CLI::App* add_comm_bench(CLI::App& bench, std::shared_ptr<CommBenchCli> o) {
   CLI::App* sub = bench.add_subcommand(
       "comm", "nccl-tests columns (size, count, type, redop, time, algbw, busbw, #wrong) for every collective\n"
               "across N ranks, with a one-process memcpy as the ceiling of loopback transports");
-  add_launch_options(*sub, o->launch, o->backend, o->timeout_s);
-  sub->add_option("-b,--min-bytes", o->bench.min_bytes, "Smallest message")->capture_default_str();
-  sub->add_option("-e,--max-bytes", o->bench.max_bytes, "Largest message")->capture_default_str();
-  sub->add_option("-f,--factor", o->bench.factor, "Size multiplier between rows")->capture_default_str();
-  sub->add_option("--dtype", o->dtype, "fp32, fp64 or int64")->capture_default_str();
-  sub->add_option("--ops", o->bench.ops, "Collectives to time")->expected(1, -1);
-  sub->add_flag("--json", o->bench.json, "One JSON object per row");
-  sub->add_flag("--worker", o->worker, "(internal) run as one rank of a launched world")->group("");
+  RunRequest& r = o->request;
+  add_launch_options(*sub, o->launch, r.bench_backend, o->timeout_s);
+  sub->add_option("-b,--min-bytes", r.bench.min_bytes, "Smallest message")->capture_default_str();
+  sub->add_option("-e,--max-bytes", r.bench.max_bytes, "Largest message")->capture_default_str();
+  sub->add_option("-f,--factor", r.bench.factor, "Size multiplier between rows")->capture_default_str();
+  sub->add_option("--dtype", r.bench_dtype, "fp32, fp64 or int64")
+      ->check(CLI::IsMember({"fp32", "fp64", "int64"}))
+      ->capture_default_str();
+  sub->add_option("--ops", r.bench.ops, "Collectives to time")->expected(1, -1);
+  sub->add_flag("--json", r.bench.json, "One JSON object per row");
   return sub;
 }
 
@@ -119,7 +109,7 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU")
       ->check(device_choice());
   return {bench, [o, c, comm_sub]() {
-            if (comm_sub->parsed()) return c->worker ? comm_bench_worker(*c) : comm_bench_launch(*c);
+            if (comm_sub->parsed()) return comm_bench_launch(*c);
             Scenario s = load_scenario(o->scenario);
             return s.model.dtype == DType::f32 ? model_bench<float>(s, *o) : model_bench<double>(s, *o);
           }};

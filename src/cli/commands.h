@@ -23,6 +23,7 @@ Command add_plot_command(CLI::App& app);
 Command add_matrix_command(CLI::App& app);
 Command add_zoo_command(CLI::App& app);
 Command add_cover_command(CLI::App& app);
+Command add_rank_command(CLI::App& app);
 
 // The whole command line, as `main` runs it (argv[0] the program): the exit code. A rank
 // started by fork alone (comm/launch.h, LaunchOptions::in_process) runs its argv through it.

@@ -29,7 +29,7 @@ int run_cli(int argc, char** argv) {
                                           parity::cli::add_launch_command(app), parity::cli::add_ckpt_command(app),
                                           parity::cli::add_golden_command(app), parity::cli::add_plot_command(app),
                                           parity::cli::add_matrix_command(app), parity::cli::add_zoo_command(app),
-                                          parity::cli::add_cover_command(app)};
+                                          parity::cli::add_cover_command(app), parity::cli::add_rank_command(app)};
   strict_numbers(app);  // every numeric option of every subcommand (cli/numbers.h)
   try {
     app.parse(argc, argv);

@@ -8,11 +8,15 @@
 #include <CLI/CLI.hpp>
 
 #include "comm/launch.h"
+#include "harness/runner/launch_run.h"
 
 namespace parity::cli {
 
 std::string self_exe();  // /proc/self/exe, resolved
 bool is_parity_subcommand(const std::string& name);
+// How a launch (harness/runner/launch_run.h) starts this binary as a rank: by its path, or
+// by fork alone through run_cli (commands.h).
+RankStart rank_start();
 // [self_exe(), args...]
 std::vector<std::string> self_command(const std::vector<std::string>& args);
 // Starts this binary with `args`, stdout and stderr to the file `log`; returns its pid.

@@ -71,7 +71,7 @@ class PrecisionScope {
   Precision saved_;
 };
 
-// The rounding twin (harness/verdict/twin.h) on this thread: every value reaching a storage point is
+// The rounding twin (harness/runner/twin.h) on this thread: every value reaching a storage point is
 // first moved by one unit in the last place of the compute dtype, up or down by a fixed
 // pseudo-random sequence, as a reordered sum upstream would move it, so the twin's 16-bit
 // roundings flip as often as a layout's do.

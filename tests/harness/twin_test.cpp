@@ -1,4 +1,4 @@
-// The rounding twin (harness/verdict/twin.h) and the measured bounds (harness/verdict/tolerance.h).
+// The rounding twin (harness/runner/twin.h) and the measured bounds (harness/verdict/tolerance.h).
 #include <cmath>
 #include <string>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "harness/runner/baseline.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/tolerance.h"
-#include "harness/verdict/twin.h"
+#include "harness/runner/twin.h"
 
 namespace parity {
 namespace {

@@ -31,7 +31,7 @@ template <class T> struct StepRecord {
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
   std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
   std::vector<double>
-      noise;  // (kNoiseWidth) the rounding twin's distance (harness/verdict/twin.h), when a source measured it
+      noise;  // (kNoiseWidth) the rounding twin's distance (harness/runner/twin.h), when a source measured it
 };
 
 enum class KeepGrads { no, yes };

@@ -18,7 +18,7 @@
 #include "core/exit_codes.h"
 #include "core/resources.h"
 #include "harness/golden/golden.h"
-#include "harness/verdict/twin.h"
+#include "harness/runner/twin.h"
 #include "model/params.h"
 
 namespace parity {

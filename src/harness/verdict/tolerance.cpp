@@ -89,7 +89,7 @@ namespace parity {
 // (2.4e-4; the norm inherits the gradients' error, and 7.0e-5 was measured on ten shipped
 // layouts at step 8, against a twin that saw none): a tensor rounded to bf16 is still 4x
 // above it normwise (~1.1e-3), and its far elements (3/4 of them against a 5% floor) are
-// what names it; a family missing from the norm fails the norm's parts (verdict.cpp).
+// what names it; a family missing from the norm fails the norm's parts (harness/runner/verdict_run.cpp).
 double noise_floor(const Precision& p, Quantity q) {
   if (p.store == Low::none) return tolerance_for(p.compute, q).norm_rel;
   const double u = unit_roundoff(p);  // 2^-8, bf16's

@@ -24,7 +24,7 @@ Tolerance tolerance_for(DType dtype, Quantity q);
 Tolerance tolerance_for(const Precision& p, Quantity q);
 
 // Measured bounds (docs/verdict.md "Bounds"): a verdict row's bound at a step is
-// kTwinFactor times the largest rounding noise the twin (harness/verdict/twin.h) showed for that row
+// kTwinFactor times the largest rounding noise the twin (harness/runner/twin.h) showed for that row
 // up to that step, and never below the row's floor for the run's precision policy.
 inline constexpr double kTwinFactor = 10;
 // The second measure of a tensor row (docs/verdict.md "Bounds"): the fraction of its elements

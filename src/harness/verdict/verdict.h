@@ -12,7 +12,10 @@
 //     the two experts, and a gap inside the rounding bound is named "near-tie";
 //   - tokens_per_expert exactly, expert_bias after its update.
 // The sums are reduced over the world, so every rank holds the same report and the same
-// exit code; rank 0 prints it. Library code: throws typed errors, never exits.
+// exit code; rank 0 prints it. This folder is the records and their arithmetic (rows, bounds,
+// roots, the report): no process, communicator or environment variable, so it is tested on
+// hand-made records. The step loop that runs the two models and reduces the sums over the
+// world is harness/runner/verdict_run.h. Library code: throws typed errors, never exits.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -22,7 +25,6 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "comm/communicator.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
 #include "mesh/run_config.h"
@@ -48,8 +50,6 @@ struct Fault {
 };
 // Throws ConfigError("PARITY_FAULT", rule) on a malformed spec.
 Fault parse_fault(std::string_view spec);
-// The fault named by the environment variable PARITY_FAULT, if set and non-empty.
-std::optional<Fault> fault_from_env();
 
 // Whether `rank` holds the counted copy of its elements under layout `l`: coordinate 0 on
 // every Replicate dimension of the layout's view (and on every Partial one, where
@@ -133,24 +133,6 @@ struct VerdictReport {
   bool compared() const { return steps > first_step; }
   int exit_code() const { return passed() ? 0 : 1; }
 };
-
-struct VerdictOptions {
-  std::optional<Fault> fault;
-  double startup_s = 0;     // measured by the caller (launcher start to verdict entry)
-  double rendezvous_s = 0;  // measured by the caller (make_world_communicator)
-  // Checkpoints (docs/ckpt.md, "Training runs"). save_at >= 0: the layout saves its whole
-  // state into ckpt_dir when save_at steps are done, and goes on. resume_dir: the layout
-  // loads its state from there (any saved layout or world) and runs from the saved step K;
-  // the baseline replays steps 0..K-1 without comparing, so steps K.. are compared with the
-  // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
-  int64_t save_at = -1;
-  std::string ckpt_dir, resume_dir;
-};
-
-// Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot
-// run the model, CommError when a rank fails.
-template <class T>
-VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o = {});
 
 // The table rank 0 prints (verdict_report.cpp), and the same as JSON for --report.
 std::string format_verdict(const VerdictReport& r);

@@ -136,6 +136,5 @@ Outcome routing_outcome(const std::vector<RouteLocal>& parts, const std::vector<
 // and, per field, the slowest rank's). verdict_report.cpp.
 std::string optim_desc(const OptimConfig& o);
 std::string fault_desc(const std::optional<Fault>& f);
-void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep);
 
 }  // namespace parity::verdict_detail

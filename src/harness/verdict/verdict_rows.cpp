@@ -55,12 +55,6 @@ Fault parse_fault(std::string_view spec) {
   return f;
 }
 
-std::optional<Fault> fault_from_env() {
-  const char* v = std::getenv("PARITY_FAULT");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return parse_fault(v);
-}
-
 bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank) {
   return mesh::first_replica(m, l, rank) && mesh::partial_root(m, l, rank);
 }

@@ -1,6 +1,6 @@
 // The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
 // allgather of every group's sums per step, rows folded over the steps.
-#include "harness/verdict/verdict.h"
+#include "harness/runner/verdict_run.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -18,9 +18,9 @@
 #include "core/inject.h"
 #include "harness/runner/baseline.h"
 #include "harness/runner/shared_baseline.h"
-#include "harness/verdict/twin.h"
+#include "harness/runner/twin.h"
 #include "harness/scenario/scenario.h"
-#include "harness/verdict/verdict_comm.h"
+#include "harness/runner/comm_clock.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
 #include "harness/verdict/verdict_state.h"
@@ -42,6 +42,20 @@ Row make_row(std::string quantity, std::string subject, double tol) {
   Row r;
   r.quantity = std::move(quantity), r.subject = std::move(subject), r.tol = tol;
   return r;
+}
+
+// Rank 0's timings and, per field, the slowest rank's.
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
+                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
+  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(v), std::span<double>(all));
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
+  rep.rank0 = to(all.data());
+  std::vector<double> mx(v.size(), 0);
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  rep.slowest = to(mx.data());
 }
 
 // This rank's place among the readers of its host's shared baseline: its local rank.
@@ -103,7 +117,7 @@ template <class T> class Runner {
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   std::vector<Family> group_family_;        // per grad group (and its param group): the family
   std::vector<double> group_elements_;      // per grad group: the family's global element count
-  std::vector<double> envelope_;            // per noise index: the twin's largest noise so far (harness/verdict/twin.h)
+  std::vector<double> envelope_;            // per noise index: the twin's largest noise so far (harness/runner/twin.h)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
@@ -549,6 +563,12 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
 
 }  // namespace
 
+std::optional<Fault> fault_from_env() {
+  const char* v = std::getenv("PARITY_FAULT");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return parse_fault(v);
+}
+
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
   VerdictReport rep;
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
@@ -585,7 +605,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
     return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
   });
-  vd::gather_timings(world, run.time(), rep);
+  gather_timings(world, run.time(), rep);
   return rep;
 }
 

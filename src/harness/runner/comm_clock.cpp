@@ -1,4 +1,4 @@
-#include "harness/verdict/verdict_comm.h"
+#include "harness/runner/comm_clock.h"
 
 #include <chrono>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "harness/verdict/twin.h"
+#include "harness/runner/twin.h"
 
 #include <cmath>
 #include <limits>
@@ -13,7 +13,7 @@ namespace {
 
 // sqrt(sum (x - r)^2 / sum r^2) over a set of tensors (0 when both are 0).
 // Also the far elements of harness/verdict/tolerance.h, for the rows' second measure.
-// is_far's magnitude floor is the family's rms, as the verdict takes it (verdict.cpp).
+// is_far's magnitude floor is the family's rms, as the verdict takes it (harness/runner/verdict_run.cpp).
 struct Normwise {
   double diff2 = 0, ref2 = 0, far = 0, n = 0;
   template <class T> void add(const T* x, const T* r, size_t count, double rms) {

@@ -1,0 +1,196 @@
+// `parity golden update|check` (golden.h, docs/golden.md): per scenario, the curves computed
+// (the baseline here, the layout through the one launch) and written, or compared with the
+// pinned file.
+#include "harness/golden/golden_jobs.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/text.h"
+#include "harness/golden/golden.h"
+#include "harness/scenario/memory.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/tolerance.h"
+#include "model/data.h"
+
+namespace parity {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+
+std::string golden_path(const GoldenOptions& o, const std::string& scenario_path, const std::string& name) {
+  if (name.empty()) throw ConfigError("$.name", "must not be empty: it names the golden file (golden/NAME.json)");
+  const fs::path dir = o.dir.empty() ? fs::path(scenario_path).parent_path() / ".." / "golden" : fs::path(o.dir);
+  return (dir.lexically_normal() / (name + ".json")).string();
+}
+
+// The file's scenario (whose hash names the golden) and the one that runs: steps and backend
+// overridden, checked again as a whole.
+std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOptions& o) {
+  Scenario file = load_scenario(path);
+  Scenario run = file;
+  run.steps = o.steps;
+  if (!o.backend.empty()) run.layout.backend = comm::parse_backend(o.backend);
+  try {
+    validate_scenario(run);
+  } catch (const ConfigError& e) {
+    throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
+  }
+  require_ranks_per_host(run, 1, printable(path, 4096));   // exit 2 above the per-host cap
+  require_memory(run, run.layout, printable(path, 4096));  // exit 77 before any rank starts
+  return {file, run};
+}
+
+std::string temp_file(const std::string& name) {
+  sweep_stale_temp("parity-golden-");
+  return (fs::temp_directory_path() / ("parity-golden-" + std::to_string(getpid()) + "-" + name + ".json")).string();
+}
+
+// Starts the layout's ranks (the one launch, job curves); rank 0 writes its curves to a
+// temporary file read back here.
+Curves run_layout(const Scenario& s, const GoldenOptions& o) {
+  RunRequest r;
+  r.job = RankJob::curves;
+  r.scenario = s;  // steps and backend resolved
+  r.scenario->resume.reset();  // the curves are the scenario's own layout's (a request runs one layout)
+  r.out = temp_file(s.name);
+  r.timeout_s = o.timeout_s;
+  const int rc = launch(r, o.start);
+  if (rc != 0) {
+    fs::remove(r.out);
+    throw Error(s.name + ": the layout's ranks failed (exit " + std::to_string(rc) + ")");
+  }
+  std::ifstream f(r.out);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  fs::remove(r.out);
+  return curves_from_json(nlohmann::json::parse(ss.str()), r.out);
+}
+
+Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o) {
+  Golden g;
+  g.scenario = file.name;
+  g.scenario_hash = scenario_hash(file);
+  g.dtype = precision_name(run.model.precision());  // the policy: fp64, fp32, bf16, ...
+  g.world = run.layout.world;
+  g.layout = describe_layout(run.layout, LayoutText::full);
+  g.entropy_floor = MarkovData(run.model.vocab, run.data_seed).entropy_floor();
+  g.baseline = baseline_curves(run);
+  if (run.layout.world > 1) {
+    g.backend = comm::backend_name(run.layout.backend);
+    g.layout_curves = run_layout(run, o);
+  }
+  return g;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int update_one(const std::string& path, const GoldenOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [file, run] = load_pair(path, o);
+  // Before the run: a golden is replaced only by a golden (docs/faults.md "Nothing lost").
+  check_output_file("golden update", golden_path(o, path, file.name), kGoldenSignature);
+  Golden g = compute(file, run, o);
+  g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
+  const std::string out = golden_path(o, path, file.name);
+  save_golden(out, g);
+  std::printf("golden update %s: wrote %s (%lld steps, world %lld%s), %.1f s\n", file.name.c_str(), out.c_str(),
+              static_cast<long long>(run.steps), static_cast<long long>(g.world),
+              g.world > 1 ? (", " + g.backend).c_str() : "", seconds_since(t0));
+  return 0;
+}
+
+void print_diffs(const GoldenCheck& c, int max_lines) {
+  for (const std::string& s : c.structural) std::printf("  differs: %s\n", s.c_str());
+  int shown = 0;
+  for (const CurveDiff& d : c.diffs) {
+    if (shown++ == max_lines) {
+      std::printf("  ... and %zu more\n", c.diffs.size() - static_cast<size_t>(max_lines));
+      break;
+    }
+    if (d.tol == 0)
+      std::printf("  %-8s %-26s step %3lld: got %s, golden %s (exact)\n", d.run.c_str(), d.metric.c_str(),
+                  static_cast<long long>(d.step), d.got.c_str(), d.want.c_str());
+    else
+      std::printf("  %-8s %-26s step %3lld: got %s, golden %s, rel %.2e > tol %.0e\n", d.run.c_str(),
+                  d.metric.c_str(), static_cast<long long>(d.step), d.got.c_str(), d.want.c_str(), d.rel, d.tol);
+  }
+}
+
+int check_one(const std::string& path, const GoldenOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [file, run] = load_pair(path, o);
+  const std::string gpath = golden_path(o, path, file.name);
+  const std::string regen = "regenerate it after an intended change with: parity golden update " + path;
+  if (!fs::exists(gpath)) {
+    std::printf("golden check %s: FAIL: no golden file %s; %s\n", file.name.c_str(), gpath.c_str(), regen.c_str());
+    return 1;
+  }
+  const Golden want = load_golden(gpath);
+  if (want.scenario_hash != scenario_hash(file)) {
+    std::printf("golden check %s: FAIL: %s was made from another version of the scenario (hash %s, the file now "
+                "hashes to %s); %s\n",
+                file.name.c_str(), gpath.c_str(), want.scenario_hash.c_str(), scenario_hash(file).c_str(),
+                regen.c_str());
+    return 1;
+  }
+  if (static_cast<int64_t>(want.baseline.steps()) != run.steps) run.steps = static_cast<int64_t>(want.baseline.steps());
+  const GoldenCheck c = compare_golden(want, compute(file, run, o));
+  std::printf(
+      "golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "
+      "golden from %.12s), %.1f s\n",
+      file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
+      static_cast<long long>(c.compared), c.max_rel,
+      tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
+      static_cast<long long>(run.layout.world),
+      run.layout.world > 1 ? (", " + std::string(comm::backend_name(run.layout.backend))).c_str() : "",
+      want.commit.c_str(), seconds_since(t0));
+  if (!c.passed()) {
+    print_diffs(c, o.max_lines);
+    std::printf("  (%s)\n", regen.c_str());
+  }
+  return c.passed() ? 0 : 1;
+}
+
+// Every scenario in turn; the exit code is the worst (2 bad input > 1 failed > 0).
+int for_each_golden(const GoldenOptions& o, int (*one)(const std::string&, const GoldenOptions&)) {
+  int worst = 0;
+  for (const std::string& p : o.scenarios) {
+    int rc = 0;
+    try {
+      rc = one(p, o);
+    } catch (const ConfigError& e) {
+      std::fprintf(stderr, "parity golden: %s\n", e.what());
+      rc = 2;
+    } catch (const std::exception& e) {
+      std::printf("golden %s: FAIL: %s\n", p.c_str(), e.what());
+      rc = 1;
+    }
+    std::fflush(stdout);
+    worst = std::max(worst, rc);
+  }
+  return worst;
+}
+
+
+}  // namespace
+
+int golden_update(const GoldenOptions& o) { return for_each_golden(o, update_one); }
+int golden_check(const GoldenOptions& o) { return for_each_golden(o, check_one); }
+
+}  // namespace parity

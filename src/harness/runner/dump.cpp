@@ -1,0 +1,130 @@
+// The baseline's full trace (dump.h): safetensors files and manifest.json.
+#include "harness/runner/dump.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "core/safetensors.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+
+namespace parity {
+
+namespace {
+
+using nlohmann::ordered_json;
+
+// Records the tensors written to one file for the manifest.
+class ManifestFile {
+ public:
+  explicit ManifestFile(std::string file) : file_(std::move(file)) {}
+  template <class T> void add(SafetensorsWriter& w, const std::string& name, const Tensor<T>& t) {
+    w.add(name, t);
+    tensors_[name] = {{"dtype", dtype_name(dtype_of<T>())}, {"shape", t.shape}};
+  }
+  template <class V> void add_vector(SafetensorsWriter& w, const std::string& name, const V& v, Shape s) {
+    using T = typename V::value_type;
+    add(w, name, Tensor<T>(std::move(s), v));
+  }
+  ordered_json json(int64_t step) const {
+    ordered_json j{{"file", file_}};
+    j["step"] = step < 0 ? ordered_json(nullptr) : ordered_json(step);
+    j["tensors"] = tensors_;
+    return j;
+  }
+
+ private:
+  std::string file_;
+  ordered_json tensors_ = ordered_json::object();
+};
+
+template <class T>
+void add_params(ManifestFile& mf, SafetensorsWriter& w, const std::string& prefix, const ParamSet<T>& p) {
+  for (size_t i = 0; i < p.size(); ++i) mf.add(w, prefix + p.specs[i].name, p.tensors[i]);
+}
+
+template <class T>
+ordered_json write_step(const std::string& dir, const Scenario& s, BaselineRun<T>& run, const StepRecord<T>& r) {
+  const ModelConfig& c = s.model;
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%06lld.safetensors", static_cast<long long>(r.step));
+  ManifestFile mf(name);
+  SafetensorsWriter w;
+  mf.add_vector(w, "inputs", r.inputs, {c.batch, c.seq});
+  mf.add_vector(w, "targets", r.targets, {c.batch, c.seq});
+  mf.add_vector(w, "loss", std::vector<double>{r.loss}, {});
+  mf.add_vector(w, "micro_losses", r.micro_losses, {c.microbatches});
+  mf.add_vector(w, "grad_norm", std::vector<double>{r.grad_norm}, {});
+  mf.add_vector(w, "clip_coef", std::vector<double>{r.clip_coef}, {});
+  add_params(mf, w, "grads.", *r.grads);
+  add_params(mf, w, "params.", run.model().params);
+  for (int64_t m = 0; m < c.moe_layers(); ++m) {
+    const std::string p = "layers." + std::to_string(m + c.dense_layers) + ".moe.";
+    const auto l = static_cast<size_t>(m);
+    mf.add_vector(w, p + "tokens_per_expert", r.tokens_per_expert[l], {c.experts});
+    mf.add_vector(w, p + "expert_bias", run.model().expert_bias[l], {c.experts});
+    mf.add_vector(w, p + "chosen", r.chosen[l], {c.batch * c.seq, c.top_k});
+  }
+  w.write(dir + "/" + name);
+  return mf.json(r.step);
+}
+
+ordered_json conventions() {
+  return {
+      {"matrices", "stored (in, out): y = x · W"},
+      {"inputs, targets", "(B, S) int64: sequence g of the step is row g"},
+      {"loss", "fp64: mean cross-entropy over the step's B*S tokens plus the aux loss"},
+      {"micro_losses", "each micro-batch's part of loss (they sum to loss)"},
+      {"grads.*", "gradient of loss, accumulated over micro-batches, before clipping"},
+      {"params.*", "parameters after the optimizer step"},
+      {"grad_norm, clip_coef", "global L2 norm before clipping; the factor applied to every gradient"},
+      {"layers.{l}.moe.tokens_per_expert", "(token, slot) assignments per expert over the step"},
+      {"layers.{l}.moe.expert_bias", "after this step's bias update"},
+      {"layers.{l}.moe.chosen", "(B*S, K) chosen experts per token, descending score + bias"},
+  };
+}
+
+template <class T> int dump(const Scenario& s, const std::string& dir) {
+  prepare_output_dir("dir", dir);  // new, empty, or a dump parity wrote (docs/faults.md "Nothing lost")
+  BaselineRun<T> run(s);
+  ordered_json files = ordered_json::array(), steps = ordered_json::array();
+  {
+    ManifestFile mf("init.safetensors");
+    SafetensorsWriter w;
+    add_params(mf, w, "", run.model().params);
+    w.write(dir + "/init.safetensors");
+    files.push_back(mf.json(-1));
+  }
+  for (int64_t t = 0; t < s.steps; ++t) {
+    StepRecord<T> r = run.step(t, KeepGrads::yes);
+    files.push_back(write_step(dir, s, run, r));
+    steps.push_back({{"step", t}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"clip_coef", r.clip_coef}});
+    std::printf("step %lld loss %.8f\n", static_cast<long long>(t), r.loss);
+  }
+  ordered_json params = ordered_json::array();
+  for (const auto& sp : run.model().params.specs)
+    params.push_back({{"name", sp.name}, {"shape", sp.shape}, {"family", family_name(sp.family)}});
+  ordered_json m{{"format", "parity-dump/1"},     {"scenario", scenario_to_json(s)},
+                 {"entropy_floor", run.data().entropy_floor()}, {"conventions", conventions()},
+                 {"parameters", params},          {"files", files},
+                 {"steps", steps}};
+  const std::string path = dir + "/manifest.json";
+  std::ofstream(path + ".tmp") << m.dump(2) << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+  std::printf("wrote %zu files and manifest.json to %s\n", files.size(), dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int write_dump(const Scenario& s, const std::string& dir) {
+  return s.model.dtype == DType::f32 ? dump<float>(s, dir) : dump<double>(s, dir);
+}
+
+}  // namespace parity

@@ -1,0 +1,149 @@
+#include "harness/runner/launch_run.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/launch.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/inject.h"
+#include "core/text.h"
+#include "harness/runner/shared_baseline.h"
+#include "harness/runner/verdict_run.h"
+
+namespace parity {
+
+namespace fs = std::filesystem;
+
+void sweep_stale_temp(const std::string& prefix) {
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path(ec);
+  if (ec) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::atol(name.c_str() + prefix.size());
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
+}
+
+RequestFile::RequestFile(const RunRequest& r, const std::string& keep_dir) : keep_(!keep_dir.empty()) {
+  static int seq = 0;
+  if (keep_) {
+    fs::create_directories(keep_dir);
+    path_ = (fs::path(keep_dir) / "request.json").string();
+  } else {
+    sweep_stale_temp("parity-run-");
+    std::error_code ec;
+    path_ = (fs::temp_directory_path(ec) / ("parity-run-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) +
+                                            ".json"))
+                .string();
+  }
+  std::ofstream f(path_);
+  f << request_json(r).dump(2) << "\n";
+  if (!f.flush()) throw IoError("cannot write the run request " + path_);
+}
+
+RequestFile::~RequestFile() {
+  if (keep_) return;
+  std::error_code ec;
+  fs::remove(path_, ec);
+}
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A fresh path for this launcher's shared baseline; files of launchers that no longer run
+// (killed -9 before they could remove theirs) are removed first.
+std::string shared_baseline_path() {
+  static int seq = 0;
+  std::error_code ec;
+  const fs::path dir = fs::temp_directory_path(ec);
+  sweep_stale_temp("parity-baseline-");
+  return (dir / ("parity-baseline-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) + ".bin")).string();
+}
+
+// Whether the ranks start by fork alone (comm/launch.h, LaunchOptions::in_process): every
+// rank on this host, gloo, the CPU (mpirun starts mpi's ranks; a CUDA context does not
+// survive a fork; across hosts each launcher's store client may hold a thread), and
+// PARITY_RANK_START not "exec" (the old way: fork + exec of `parity rank FILE`).
+bool fork_started(const comm::LaunchOptions& lo, Device device) {
+  const char* v = std::getenv("PARITY_RANK_START");
+  const std::string how = v != nullptr ? v : "";
+  if (!how.empty() && how != "fork" && how != "exec")
+    throw ConfigError("PARITY_RANK_START", "must be fork or exec, got '" + printable(how, 64) + "'");
+  return how != "exec" && lo.nnodes == 1 && lo.backend == comm::Backend::gloo && device == Device::cpu;
+}
+
+}  // namespace
+
+int launch(const RunRequest& r, const RankStart& how, const std::function<void()>& checks) {
+  const bool verdict = r.job == RankJob::verdict;
+  if (verdict) {
+    (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
+    (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
+  }
+  const int64_t world = r.world();
+  comm::LaunchOptions lo;
+  if (world % r.nnodes != 0)
+    throw ConfigError("--nnodes", "the layout's " + std::to_string(world) + " ranks do not split evenly over " +
+                                      std::to_string(r.nnodes) + " hosts");
+  lo.nproc = static_cast<int>(world / r.nnodes);
+  lo.nnodes = r.nnodes, lo.node_rank = r.node_rank, lo.master = r.master;
+  lo.backend = r.backend();
+  lo.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.timeout_s * 1000));
+  lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(r.deadline_s * 1000));
+  lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
+  lo.log_dir = r.log_dir;
+  const int64_t t0 = now_ns();
+  lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
+  const Device device = r.scenario ? r.scenario->layout.device : Device::cpu;
+  if (r.scenario)
+    require_device(device, "layout.device cuda" +
+                               std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
+  if (checks) checks();
+  const RequestFile file(r, r.log_dir);
+  // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
+  // read by every rank from a shared file; none trains its own copy.
+  // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
+  std::optional<BaselineProducer> baseline;
+  if (verdict && baseline_place() == BaselinePlace::once_per_host) {
+    use_device(device);
+    baseline.emplace(*r.scenario, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
+    lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
+  }
+  if (baseline) lo.after_start = [&baseline] { baseline->start(); };
+  const bool by_fork = how.in_process && fork_started(lo, device);
+  if (by_fork) lo.in_process = how.in_process;
+  std::vector<std::string> command = how.self;
+  command.insert(command.end(), {"rank", file.path()});
+  std::fflush(stdout);
+  const int rc = comm::launch_main(lo, command);
+  if (baseline) baseline->stop();
+  if (!verdict) return rc;
+  const std::string ranks = lo.nnodes > 1 ? std::to_string(lo.nproc) + " of " + std::to_string(world) +
+                                                " ranks on this host"
+                                          : std::to_string(lo.nproc) + " ranks";
+  const std::string started = lo.backend == comm::Backend::mpi ? "started by mpirun"
+                              : by_fork                        ? "started by fork"
+                                                               : "started by exec";
+  std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",
+              static_cast<double>(now_ns() - t0) * 1e-9, ranks.c_str(), started.c_str(), rc);
+  return rc;
+}
+
+}  // namespace parity

@@ -1,0 +1,117 @@
+#include "harness/runner/rank_main.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/bench.h"
+#include "comm/rank_env.h"
+#include "comm/world.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
+#include "core/text.h"
+#include "harness/golden/golden.h"
+#include "harness/runner/verdict_run.h"
+
+namespace parity {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void write_json(const std::string& path, const nlohmann::json& j, int indent, const char* what) {
+  std::ofstream f(path);
+  if (!f) throw IoError(std::string("cannot write ") + what + " " + path);
+  f << j.dump(indent) << "\n";
+  if (!f.flush()) throw IoError(std::string("cannot write ") + what + " " + path);
+}
+
+// Who this rank is, with the request's backend. A world of the wrong size is refused before
+// the rendezvous would wait for ranks that never come.
+comm::RankEnv rank_env(const RunRequest& r, const std::string& source) {
+  comm::RankEnv env = comm::read_rank_env(r.backend());
+  if (r.rank_timeout_s > 0) env.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.rank_timeout_s * 1000));
+  if (env.world_size != r.world()) {
+    const std::string var = env.source == "OMPI_COMM_WORLD_RANK" ? "OMPI_COMM_WORLD_SIZE"
+                            : env.source == "SLURM_PROCID"       ? "SLURM_NTASKS"
+                                                                 : "WORLD_SIZE";
+    const std::string is = env.source == "none" ? "not set (a world of one)" : "is " + std::to_string(env.world_size);
+    throw ConfigError(var, is + ", but the layout of " + source + " has " + std::to_string(r.world()) +
+                               " ranks ($.layout.world)");
+  }
+  return env;
+}
+
+int verdict_job(const RunRequest& r, const std::string& source) {
+  const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
+  const double startup = t0 != nullptr ? static_cast<double>(now_ns() - std::atoll(t0)) * 1e-9 : 0.0;
+  const Scenario& s = *r.scenario;
+  const comm::RankEnv env = rank_env(r, source);
+  use_device(s.layout.device, env.local_rank);
+  const auto r0 = std::chrono::steady_clock::now();
+  auto world = comm::make_world_communicator(env);
+  VerdictOptions vo;
+  vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+  vo.startup_s = startup;
+  vo.fault = fault_from_env();
+  vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume;
+  if (world->size() != s.layout.world)
+    throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
+                                            " ranks but this run has " + std::to_string(world->size()));
+  VerdictReport rep =
+      s.model.dtype == DType::f32 ? run_verdict<float>(s, *world, vo) : run_verdict<double>(s, *world, vo);
+  if (world->rank() == 0) {
+    std::fputs(format_verdict(rep).c_str(), stdout);
+    std::fflush(stdout);
+    if (!r.report.empty()) write_json(r.report, verdict_json(rep), 2, "report file");
+  }
+  return rep.exit_code();
+}
+
+int curves_job(const RunRequest& r, const std::string& source) {
+  const Scenario& s = *r.scenario;
+  const comm::RankEnv env = rank_env(r, source);
+  use_device(s.layout.device, env.local_rank);
+  auto world = comm::make_world_communicator(env);
+  const Curves c = layout_curves(s, *world);
+  if (world->rank() == 0) write_json(r.out, curves_to_json(c), -1, "curves");
+  return 0;
+}
+
+int comm_bench_job(const RunRequest& r, const std::string& source) {
+  auto world = comm::make_world_communicator(rank_env(r, source));
+  const int64_t wrong = comm::run_comm_bench(*world, r.bench, std::cout);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int run_rank(const std::function<RunRequest()>& request, const std::string& source) {
+  const std::string rank = comm::rank_label();
+  try {
+    const RunRequest r = request();
+    switch (r.job) {
+      case RankJob::verdict: return verdict_job(r, source);
+      case RankJob::curves: return curves_job(r, source);
+      case RankJob::comm_bench: return comm_bench_job(r, source);
+    }
+    return exit_code::bad_input;
+  } catch (const std::exception& e) {
+    const int code = exit_code::of(e);
+    // every rank runs the same baseline and diverges alike: rank 0 says it once
+    if (code == exit_code::diverged && rank != "?" && rank != "0") return code;
+    std::fprintf(stderr, "parity: rank %s: %s: %s\n", rank.c_str(),
+                 code == exit_code::diverged ? "baseline diverged" : "error", printable_lines(e.what()).c_str());
+    return code;
+  }
+}
+
+}  // namespace parity

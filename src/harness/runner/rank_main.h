@@ -1,0 +1,19 @@
+// The rank side of the one run protocol (run_request.h): join the world that started this
+// process (`parity launch`, mpirun, srun or a torchrun-like launcher: comm/rank_env.h) and
+// do the request's job. A verdict: rank 0 prints the table and writes the report, every rank
+// returns the verdict's exit code. Curves: rank 0 writes the layout's golden curves. A comm
+// bench: rank 0 prints the table. Errors are printed here, prefixed with the rank
+// ("parity: rank R: error: ..."), and mapped to the one exit-code table (core/exit_codes.h).
+#pragma once
+#include <functional>
+#include <string>
+
+#include "harness/runner/run_request.h"
+
+namespace parity {
+
+// `request` reads or builds the request (its errors are the rank's too); `source` names it
+// in messages (the file, or the scenario of `parity run --as-rank`).
+int run_rank(const std::function<RunRequest()>& request, const std::string& source);
+
+}  // namespace parity

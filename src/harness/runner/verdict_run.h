@@ -1,0 +1,39 @@
+// The verdict's step loop (harness/verdict/verdict.h says what is compared): in every rank
+// the one-device baseline (harness/runner/baseline.h, shared per host) and the layout's
+// ParallelRun step side by side, one allgather of every group's sums per step, rows folded
+// over the steps into a VerdictReport. The process side (the environment's PARITY_FAULT,
+// the world communicator, timings across ranks) lives here, not in harness/verdict/.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "harness/verdict/verdict.h"
+#include "mesh/run_config.h"
+
+namespace parity {
+
+// The fault named by the environment variable PARITY_FAULT, if set and non-empty (parse_fault:
+// ConfigError on a malformed spec).
+std::optional<Fault> fault_from_env();
+
+struct VerdictOptions {
+  std::optional<Fault> fault;
+  double startup_s = 0;     // measured by the caller (launcher start to verdict entry)
+  double rendezvous_s = 0;  // measured by the caller (make_world_communicator)
+  // Checkpoints (docs/ckpt.md, "Training runs"). save_at >= 0: the layout saves its whole
+  // state into ckpt_dir when save_at steps are done, and goes on. resume_dir: the layout
+  // loads its state from there (any saved layout or world) and runs from the saved step K;
+  // the baseline replays steps 0..K-1 without comparing, so steps K.. are compared with the
+  // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
+  int64_t save_at = -1;
+  std::string ckpt_dir, resume_dir;
+};
+
+// Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot
+// run the model, CommError when a rank fails.
+template <class T>
+VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o = {});
+
+}  // namespace parity
