@@ -20,7 +20,6 @@ namespace parity {
 
 namespace {
 
-
 // The factor of this rank's summed cross-entropy: 1 / (B·S), the global token count
 // (MODEL.md), whatever share of the batch the rank holds, none included, so that every
 // data-parallel reduction is a plain sum. The bug zoo (core/inject.h) replaces it:
@@ -80,8 +79,6 @@ template <class T> struct ParallelModel<T>::Impl {
   void ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
   void ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
   PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
-  // The backward's recompute of layer l's attention block (FFN block) from its saved input
-  // (parallel/recompute.h); the FFN's checks that an MoE layer routed as in the first forward.
   // The first forward's routing of an MoE layer, into the micro-batch's result.
   void record_routing(PMicroResult& res, const LayerCache<T>& L) const {
     res.aux += L.moe.aux;
@@ -92,6 +89,8 @@ template <class T> struct ParallelModel<T>::Impl {
     for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
     res.counts.push_back(counts);
   }
+  // The backward's recompute of layer l's attention block (FFN block) from its saved input
+  // (parallel/recompute.h); the FFN's checks that an MoE layer routed as in the first forward.
   void recompute_attention(int64_t l, const std::string& p, LayerCache<T>& L) const;
   void recompute_ffn(int64_t l, const std::string& p, LayerCache<T>& L) const;
 };
@@ -227,8 +226,9 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
                      dh.data(), g(p + ".ln2.weight"), g(p + ".ln2.bias"));
 }
 
-template <class T> ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
-                                                   const std::vector<mesh::TensorLayout>& layouts)
+template <class T>
+ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
+                                const std::vector<mesh::TensorLayout>& layouts)
     : cfg_(s.model), recompute_(s.layout.recompute), world_(&world) {
   using mesh::GroupKind;
   using mesh::MeshDim;
