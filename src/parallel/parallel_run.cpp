@@ -209,6 +209,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
     I.model->route_g0 = g0;
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
+    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
     for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());

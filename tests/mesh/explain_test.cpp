@@ -118,6 +118,22 @@ TEST(Explain, ShowsTheContextParallelGroup) {
       << t;
 }
 
+// layout.recompute gets one line, and only when it is on (layouts without it explain as before).
+TEST(Explain, SaysWhatRecomputeKeepsAndReruns) {
+  ModelConfig model;
+  LayoutConfig l = tp2_ep4();
+  EXPECT_EQ(explain(l, model, "t").find("recompute"), std::string::npos);
+  l.recompute = Recompute::mlp;
+  const std::string t = explain(l, model, "t");
+  EXPECT_NE(t.find("activation recompute: mlp (every FFN block (ln2, dense MLP or MoE) keeps only its input and its "
+                   "routing; the backward re-runs that forward, collectives included"),
+            std::string::npos)
+      << t;
+  l.recompute = Recompute::full;
+  EXPECT_NE(explain(l, model, "t").find("activation recompute: full (every layer keeps only its input"),
+            std::string::npos);
+}
+
 TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;
