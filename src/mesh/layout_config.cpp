@@ -15,6 +15,16 @@ using nlohmann::ordered_json;
 
 std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
 
+std::string_view dp_sharding_name(DpSharding s) {
+  switch (s) {
+    case DpSharding::fsdp: return "fsdp";
+    case DpSharding::ddp: return "ddp";
+    case DpSharding::zero1: return "zero1";
+    case DpSharding::zero2: return "zero2";
+  }
+  return "?";
+}
+
 namespace {
 
 // The degrees, in the records' order.
@@ -25,7 +35,8 @@ std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
 }
 
 const std::vector<std::string> kScenarioKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
-                                                "cp",    "sp",           "order",    "backend", "device", "fsdp_dim"};
+                                                "cp",    "sp",           "order",    "backend", "device", "fsdp_dim",
+                                                "dp_sharding", "expert_dp_sharding"};
 const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp",
                                                   "ep",    "etp",          "cp",       "order"};
 
@@ -56,6 +67,11 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
               {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
   r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
+  const std::vector<std::string> modes = {"fsdp", "ddp", "zero1", "zero2"};
+  const std::vector<DpSharding> values = {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2};
+  r.read_enum("dp_sharding", l.dp_sharding, modes, values);
+  l.expert_dp_sharding = l.dp_sharding;  // the experts follow the dense families unless told
+  r.read_enum("expert_dp_sharding", l.expert_dp_sharding, modes, values);
   return l;
 }
 
@@ -70,17 +86,34 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   j["backend"] = std::string(comm::backend_name(l.backend));
   if (l.device != Device::cpu) j["device"] = std::string(device_name(l.device));
   if (auto f = fsdp_dim_json(l.fsdp_dim)) j["fsdp_dim"] = *f;
+  if (l.dp_sharding != DpSharding::fsdp) j["dp_sharding"] = std::string(dp_sharding_name(l.dp_sharding));
+  if (l.expert_dp_sharding != l.dp_sharding)
+    j["expert_dp_sharding"] = std::string(dp_sharding_name(l.expert_dp_sharding));
   return j;
 }
 
+namespace {
+
+// ", zero1" / ", zero1, experts fsdp": the data-parallel sharding where it is not the default
+// (the default adds nothing, so files that record a layout's words keep them).
+std::string sharding_words(const LayoutConfig& l) {
+  if (l.dp_sharding == DpSharding::fsdp && l.expert_dp_sharding == DpSharding::fsdp) return "";
+  std::string out = ", " + std::string(dp_sharding_name(l.dp_sharding));
+  if (l.expert_dp_sharding != l.dp_sharding) out += ", experts " + std::string(dp_sharding_name(l.expert_dp_sharding));
+  return out;
+}
+
+}  // namespace
+
 std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   const std::string order = l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order";
+  const std::string sharding = sharding_words(l);
   if (form == LayoutText::full || form == LayoutText::report) {
     std::string out = "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
                       (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
     out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
                                     : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
-    return out + (l.sp ? ", sp" : "") + order;
+    return out + (l.sp ? ", sp" : "") + order + sharding;
   }
   if (form == LayoutText::brief) {
     std::string out;
@@ -91,19 +124,22 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
     if (l.sp) out += " (sp)";
     if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
     if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
+    if (!sharding.empty()) out += out.empty() ? sharding.substr(2) : sharding;
     return out.empty() ? "one device" : out;
   }
   std::vector<std::string> parts;  // stem
+  const std::string mode(dp_sharding_name(l.dp_sharding));  // fsdp4, ddp4, zero1_dp4; hsdp2x2_zero1
   if (l.dp_replicate > 1)
-    parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard));
+    parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard) + (mode == "fsdp" ? "" : "_" + mode));
   else if (l.dp_shard > 1)
-    parts.push_back("fsdp" + s(l.dp_shard));
+    parts.push_back(mode == "fsdp" || mode == "ddp" ? mode + s(l.dp_shard) : mode + "_dp" + s(l.dp_shard));
   if (l.cp > 1) parts.push_back("cp" + s(l.cp));
   if (l.tp > 1) parts.push_back("tp" + s(l.tp));
   if (l.sp) parts.push_back("sp");
   if (l.ep > 1) parts.push_back("ep" + s(l.ep));
   // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
   if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + s(l.etp));
+  if (l.expert_dp_sharding != l.dp_sharding) parts.push_back("e" + std::string(dp_sharding_name(l.expert_dp_sharding)));
   std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
   for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
   return out;

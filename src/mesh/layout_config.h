@@ -41,6 +41,17 @@ struct FsdpDimRule {
 using FsdpDimConfig = std::array<FsdpDimRule, 8>;
 static_assert(std::tuple_size_v<FsdpDimConfig> == kFamilyCount, "layout.fsdp_dim holds one rule per family");
 
+// How the data-parallel shard group (dp_shard; edp_shard for routed experts) holds a family
+// (layout.dp_sharding, layout.expert_dp_sharding; docs/parallel.md "Data-parallel sharding"):
+//   fsdp   parameters, gradients and optimizer state sharded (ZeRO-3-like, the default)
+//   ddp    everything replicated, gradients all-reduced
+//   zero1  parameters and gradients replicated (all-reduced), optimizer state sharded, the
+//          updated parameter shards all-gathered
+//   zero2  as zero1 but gradients reduce-scattered (each rank keeps its shard's gradient)
+// dp_replicate (and cp) stay replicas under every mode, as in HSDP.
+enum class DpSharding { fsdp, ddp, zero1, zero2 };
+std::string_view dp_sharding_name(DpSharding s);  // "fsdp", "ddp", "zero1", "zero2"
+
 // World size and parallel degrees; the one-device baseline is world 1 with every degree 1.
 struct LayoutConfig {
   int64_t world = 1;
@@ -50,6 +61,8 @@ struct LayoutConfig {
   bool sp = false;
   RankOrder order = RankOrder::megatron;
   FsdpDimConfig fsdp_dim{};
+  DpSharding dp_sharding = DpSharding::fsdp;         // the dense families
+  DpSharding expert_dp_sharding = DpSharding::fsdp;  // routed experts (defaults to dp_sharding in files)
   comm::Backend backend = comm::Backend::gloo;
   Device device = Device::cpu;  // where the baseline and every rank compute
 };

@@ -93,7 +93,11 @@ void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const 
   }
 }
 
-TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
+DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec) {
+  return spec.family == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
+}
+
+TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec) {
   const int64_t td = tp_shard_dim(spec);
   const int64_t fd = fsdp_shard_dim(m, spec);
   const Placement t = td < 0 ? Placement::replicate() : Placement::shard(td);
@@ -105,6 +109,22 @@ TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
   // cp: replicated (context-parallel ranks hold the same parameters; FSDP shards over
   // dp_shard only, docs/parallel.md)
   return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), Placement::replicate(), t}};
+}
+
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
+  TensorLayout l = fsdp_layout(m, spec);
+  if (dp_sharding_of(m, spec) != DpSharding::fsdp) l.placements[1] = Placement::replicate();  // dp_shard / edp_shard
+  return l;
+}
+
+TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec) {
+  const DpSharding s = dp_sharding_of(m, spec);
+  return s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
+}
+
+TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec) {
+  const DpSharding s = dp_sharding_of(m, spec);
+  return s == DpSharding::zero1 || s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
 }
 
 }  // namespace parity::mesh

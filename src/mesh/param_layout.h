@@ -39,6 +39,19 @@ int64_t fsdp_shard_dim(const Mesh& m, const ParamSpec& spec);
 // a dimension of each of its tensors. Throws ConfigError("<prefix>fsdp_dim.<family>", rule).
 void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
+// The parameter's data-parallel sharding (layout.dp_sharding, or expert_dp_sharding for
+// routed experts).
+DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec);
+
+// Where the parameter lives: FSDP's placement on dp_shard (edp_shard) under fsdp, Replicate
+// under ddp, zero1 and zero2.
 TensorLayout param_layout(const Mesh& m, const ParamSpec& spec);
+// The layout FSDP would give it whatever the mode: the optimizer state's under zero1 and zero2
+// and the reduced gradient's under zero2.
+TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec);
+// The reduced gradient's layout: fsdp_layout under fsdp and zero2, param_layout otherwise.
+TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec);
+// The optimizer state's layout: param_layout under fsdp and ddp, fsdp_layout under zero1, zero2.
+TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec);
 
 }  // namespace parity::mesh

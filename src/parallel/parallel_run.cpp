@@ -3,6 +3,7 @@
 // shards, the expert-bias update from global counts.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "core/error.h"
@@ -35,8 +36,10 @@ template <class T> struct ParallelRun<T>::Impl {
     dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
                mesh.coord(mesh::MeshDim::dp_shard, r);
     dp_size = mesh.size(mesh::MeshDim::dp_replicate) * mesh.size(mesh::MeshDim::dp_shard);
+    build_zero(s.seed);
     std::vector<ParamSpec> local_specs = specs;
-    for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
+    for (size_t p = 0; p < specs.size(); ++p)
+      local_specs[p].shape = zero[p] ? zero[p]->local.shape : model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
     local_specs_ = local_specs;
   }
@@ -47,6 +50,11 @@ template <class T> struct ParallelRun<T>::Impl {
   MarkovData data;
   std::vector<ParamSpec> specs, local_specs_;
   std::vector<mesh::TensorLayout> layouts;
+  // layout.dp_sharding (docs/parallel.md): the reduced gradient's and the optimizer state's
+  // layouts (the parameter's under fsdp), and under zero1 / zero2 each parameter's optimizer
+  // shard: its FSDP piece over the shard group, which the optimizer steps and all-gathers
+  std::vector<mesh::TensorLayout> grad_layouts, opt_layouts;
+  std::vector<std::optional<ShardedParam<T>>> zero;
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
@@ -56,11 +64,13 @@ template <class T> struct ParallelRun<T>::Impl {
   std::unique_ptr<Optimizer<T>> opt;
 
   const FamilyReduction& entry(size_t p) const { return plan[specs[p].family]; }
+  bool zero2(size_t p) const { return zero[p] && mesh::dp_sharding_of(mesh, specs[p]) == DpSharding::zero2; }
+  void build_zero(uint64_t seed);
   // Whether this rank's gradient p enters the grad norm (the plan's count of replicas).
   bool counts_in_norm(size_t p) const {
     const NormCount n = entry(p).norm;
     return n == NormCount::every_replica ||
-           (n == NormCount::first_replica && mesh::first_replica(mesh, layouts[p], world.rank()));
+           (n == NormCount::first_replica && mesh::first_replica(mesh, grad_layouts[p], world.rank()));
   }
   // The data split: this rank's global sequences of micro-batch mb (model/batch_split.h:
   // micro-batches as torch.tensor_split, then torch.chunk over the dense data-parallel
@@ -72,6 +82,24 @@ template <class T> struct ParallelRun<T>::Impl {
   void reduce_grads(std::vector<Tensor<T>>& out);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
+
+// zero1 / zero2: each parameter's optimizer shard, its FSDP piece (mesh::fsdp_layout) over the
+// family's shard and replicate groups (dp_parts), drawn from Philox like the replicated copy.
+template <class T> void ParallelRun<T>::Impl::build_zero(uint64_t seed) {
+  for (const ParamSpec& sp : specs) {
+    grad_layouts.push_back(mesh::grad_layout(mesh, sp));
+    opt_layouts.push_back(mesh::optimizer_layout(mesh, sp));
+  }
+  zero.resize(specs.size());
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const DpSharding m = mesh::dp_sharding_of(mesh, specs[p]);
+    if (m != DpSharding::zero1 && m != DpSharding::zero2) continue;
+    const DpParts parts = dp_parts(home_dp_group(specs[p].family));
+    const DataParallelGroups g{&mesh::comm_group(world, mesh, parts.fsdp),
+                               &mesh::comm_group(world, mesh, parts.replicate)};
+    zero[p].emplace(specs[p], mesh, opt_layouts[p], world.rank(), seed, model->params[p].mp(), g);
+  }
+}
 
 template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
   const int64_t S = sc.model.seq, K = sc.model.top_k;
@@ -129,8 +157,8 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     std::vector<const Tensor<T>*> gs;
     std::vector<size_t> which;
     for (size_t p = 0; p < specs.size(); ++p)
-      if (home_dp_group(specs[p].family) == unit) {
-        ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+      if (home_dp_group(specs[p].family) == unit) {  // zero2: reduce-scattered onto the optimizer shard
+        ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
     for (size_t i = 0; i < which.size(); ++i) {
@@ -154,9 +182,10 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
 template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<T>>& grads) {
   ParamSet<T> w, g;
   w.specs = g.specs = local_specs_;
-  for (size_t p = 0; p < specs.size(); ++p) {
-    w.tensors.push_back(std::move(model->params[p].local));
-    g.tensors.push_back(std::move(grads[p]));
+  for (size_t p = 0; p < specs.size(); ++p) {  // zero1 / zero2: the optimizer shard, its gradient piece
+    // (the shard is cut from the replicated parameter each step, so a loaded checkpoint needs nothing more)
+    w.tensors.push_back(zero[p] ? zero[p]->piece(model->params[p].local) : std::move(model->params[p].local));
+    g.tensors.push_back(zero[p] && !zero2(p) ? zero[p]->piece(grads[p]) : std::move(grads[p]));
   }
   opt->step(w, g);
   // bug zoo (core/inject.h): the update applied to bf16 parameters with no fp32 master
@@ -175,8 +204,11 @@ template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<
         break;
       }
   for (size_t p = 0; p < specs.size(); ++p) {
-    model->params[p].local = std::move(w.tensors[p]);
-    grads[p] = std::move(g.tensors[p]);
+    if (!zero[p]) model->params[p].local = std::move(w.tensors[p]);
+    if (!zero[p] || zero2(p)) grads[p] = std::move(g.tensors[p]);
+    if (!zero[p]) continue;
+    zero[p]->local = std::move(w.tensors[p]);
+    model->params[p].local = zero[p]->gather();  // the updated shards all-gathered over the shard group
   }
 }
 
@@ -265,10 +297,13 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
 template <class T> const mesh::Mesh& ParallelRun<T>::mesh() const { return impl_->mesh; }
 template <class T> const std::vector<ParamSpec>& ParallelRun<T>::specs() const { return impl_->specs; }
 template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::layouts() const { return impl_->layouts; }
+template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::grad_layouts() const {
+  return impl_->grad_layouts;
+}
 
 template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;
-  TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias};
+  TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias, &I.opt_layouts};
   for (auto& p : I.model->params) refs.params.push_back(&p.local);
   return refs;
 }

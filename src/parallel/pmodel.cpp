@@ -210,8 +210,9 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   // dense_dp for the dense families, edp for the routed experts), FSDP over its first part and
   // replicas over its second. Both built here, dense first: the order every rank makes them in.
   const auto groups = [&](GroupKind dp) {
-    const DpParts parts = dp_parts(dp);
-    return DataParallelGroups{&mesh::comm_group(world, m, parts.fsdp), &mesh::comm_group(world, m, parts.replicate)};
+    const StorageParts parts = storage_parts(m, dp);  // layout.dp_sharding: no fsdp part unless fsdp
+    return DataParallelGroups{parts.sharded ? &mesh::comm_group(world, m, parts.fsdp) : nullptr,
+                              &mesh::comm_group(world, m, parts.replicate)};
   };
   const DataParallelGroups dense = groups(GroupKind::dense_dp), expert = groups(GroupKind::edp);
   const auto specs = param_specs(s.model);
