@@ -99,6 +99,11 @@ const std::vector<Injection>& injections() {
        "one data-parallel replica's Adam second moment one ulp apart from the others' (a replica updated apart, "
        "as from a reduction whose bits differ from rank to rank): its parameters are still equal after the step",
        "hsdp2x2.json", "replicas every tensor", 0, ""},
+      {"zero2_reduce_incomplete", "parallel/parallel_run.cpp, micro-batch accumulation under zero2",
+       "under layout.dp_sharding zero2 the gradient reduce-scatter taken before the last micro-batch's gradient "
+       "is accumulated (DeepSpeed's ZeRO-2 reduction of a gradient not yet complete, ds_grad_is_ready): the "
+       "reduced shards miss that micro-batch, the loss is right",
+       "zero2_dp4_tp2_ep2.json", "grad head", 0, "not a clean factor"},
       {"ckpt_v_from_m_buffer", "ckpt/training_state.cpp, the optimizer state's checkpoint entries",
        "Adam's second-moment entries point at the first moment's tensors: a save writes m where v belongs and a "
        "load reads it back into m, so save(load(A)) is bitwise A while the resumed optimizer never gets its v",

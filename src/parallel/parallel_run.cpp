@@ -231,6 +231,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   I.model->zero_grads();
   std::vector<int64_t> in, tg;
   std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
+  std::vector<std::pair<size_t, Tensor<T>>> early;  // bug zoo: zero2_reduce_incomplete
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
     const SeqRange seqs = I.rank_sequences(mb);  // may be empty: the rank still joins every collective
     const int64_t g0 = seqs.begin, b = seqs.size();
@@ -240,6 +241,11 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
     const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
     I.model->route_g0 = g0;
+    // bug zoo (core/inject.h): zero2's reduce-scatter taken before the last micro-batch's
+    // gradient is accumulated (DeepSpeed's ds_grad_is_ready class): the reduced gradient misses it
+    if (mb + 1 == c.microbatches && injected("zero2_reduce_incomplete"))
+      for (size_t p = 0; p < I.specs.size(); ++p)
+        if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
     for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
@@ -255,6 +261,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     out.micro_losses.push_back(parts[mb] + parts[mb + 1]);
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
+  for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
   I.reduce_grads(out.grads);
   // [squared norm per family | tokens per expert] in one world allreduce: the counts travel
   // as doubles, exact below 2^53. The parts per family let the verdict say which family a
