@@ -164,3 +164,10 @@ set_tests_properties(coverage.shipped PROPERTIES LABELS coverage PASS_REGULAR_EX
 add_test(NAME coverage.missing_pair_fails COMMAND sh -c "$<TARGET_FILE:parity> cover ${PARITY_MX}/tp2.json; echo exit=$?")
 set_tests_properties(coverage.missing_pair_fails PROPERTIES LABELS coverage PASS_REGULAR_EXPRESSION
   "missing: shared=off x tp\n.*proposal: [0-9]+ scenarios cover the [0-9]+ missing pairs.*cover verdict: FAIL[^\n]*\nexit=1\n")
+
+# A run request (harness/runner/run_request.h) is read strictly: a bad scenario value or an
+# unknown job is exit 2, the message naming the file and the JSON path inside the request.
+add_test(NAME rank.bad_request_named
+         COMMAND sh -c "t=$(mktemp -d) && echo '{\"job\": \"verdict\", \"scenario\": {\"model\": {\"heads\": 3}}}' > $t/r.json && echo '{\"job\": \"verdikt\"}' > $t/j.json; $<TARGET_FILE:parity> rank $t/r.json 2>&1; echo exit=$?; $<TARGET_FILE:parity> rank $t/j.json 2>&1; echo exit=$?; rm -rf $t")
+set_tests_properties(rank.bad_request_named PROPERTIES
+  PASS_REGULAR_EXPRESSION "r\\.json: \\$\\.scenario\\.model\\.heads: must divide[^\n]*\nexit=2\n[^\n]*j\\.json: \\$\\.job: expected one of[^\n]*\nexit=2\n")

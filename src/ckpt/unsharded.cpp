@@ -46,12 +46,7 @@ template <class T> std::string value_str(const void* base, int64_t i) {
 }
 
 std::string value_at(DType d, const void* base, int64_t i) {
-  switch (d) {
-    case DType::f32: return value_str<float>(base, i);
-    case DType::f64: return value_str<double>(base, i);
-    case DType::i64: return value_str<int64_t>(base, i);
-  }
-  return "?";
+  return with_dtype(d, [&](auto x) { return value_str<decltype(x)>(base, i); });
 }
 
 // "" when the bits agree; else how many elements differ and the first one.

@@ -111,7 +111,7 @@ Command add_bench_command(CLI::App& app) {
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return comm_bench_launch(*c);
             Scenario s = load_scenario(o->scenario);
-            return s.model.dtype == DType::f32 ? model_bench<float>(s, *o) : model_bench<double>(s, *o);
+            return with_real(s.model.dtype, [&](auto x) { return model_bench<decltype(x)>(s, *o); });
           }};
 }
 

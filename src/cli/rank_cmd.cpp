@@ -5,10 +5,25 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/self.h"
 #include "harness/runner/rank_main.h"
 #include "harness/runner/run_request.h"
 
 namespace parity::cli {
+
+RankStart rank_start() {
+  RankStart how;
+  how.self = {self_exe()};
+  // A fork-started rank: its argv through the whole command line, as an exec'd one would run.
+  how.in_process = [](const std::vector<std::string>& argv) {
+    std::vector<std::string> copy(argv);
+    std::vector<char*> ptrs;
+    for (std::string& a : copy) ptrs.push_back(a.data());
+    ptrs.push_back(nullptr);
+    return run_cli(static_cast<int>(copy.size()), ptrs.data());
+  };
+  return how;
+}
 
 Command add_rank_command(CLI::App& app) {
   auto file = std::make_shared<std::string>();

@@ -1,6 +1,5 @@
 #include "cli/self.h"
 
-#include "cli/commands.h"
 #include "cli/numbers.h"
 
 #include <fcntl.h>
@@ -54,20 +53,6 @@ void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& m
       ->check(non_negative_integer());
   sub.add_option("--master", master,
                  "ADDR:PORT of rank 0's TCP store (node 0's address, the same on every host; --nnodes > 1)");
-}
-
-RankStart rank_start() {
-  RankStart how;
-  how.self = {self_exe()};
-  // A fork-started rank: its argv through the whole command line, as an exec'd one would run.
-  how.in_process = [](const std::vector<std::string>& argv) {
-    std::vector<std::string> copy(argv);
-    std::vector<char*> ptrs;
-    for (std::string& a : copy) ptrs.push_back(a.data());
-    ptrs.push_back(nullptr);
-    return run_cli(static_cast<int>(copy.size()), ptrs.data());
-  };
-  return how;
 }
 
 std::vector<std::string> self_command(const std::vector<std::string>& args) {

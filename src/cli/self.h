@@ -15,7 +15,7 @@ namespace parity::cli {
 std::string self_exe();  // /proc/self/exe, resolved
 bool is_parity_subcommand(const std::string& name);
 // How a launch (harness/runner/launch_run.h) starts this binary as a rank: by its path, or
-// by fork alone through run_cli (commands.h).
+// by fork alone through run_cli (commands.h). Defined in rank_cmd.cpp, beside `parity rank`.
 RankStart rank_start();
 // [self_exe(), args...]
 std::vector<std::string> self_command(const std::vector<std::string>& args);

@@ -182,12 +182,7 @@ int64_t run_comm_bench(Communicator& c, const CommBenchOptions& o, std::ostream&
       out << "#                     (B)      (elems)                              (GB/s)   (GB/s)\n";
     }
   }
-  switch (o.dtype) {
-    case DType::f32: return bench_all<float>(c, o, out);
-    case DType::f64: return bench_all<double>(c, o, out);
-    case DType::i64: return bench_all<int64_t>(c, o, out);
-  }
-  return 0;
+  return with_dtype(o.dtype, [&](auto x) { return bench_all<decltype(x)>(c, o, out); });
 }
 
 }  // namespace parity::comm

@@ -228,17 +228,10 @@ template <class T> void reduce_typed(const T* blocks, T* out, int64_t n, int nbl
 }  // namespace
 
 void Communicator::reduce_blocks(const void* blocks, void* out, int64_t n, int nblocks, DType t, ReduceOp op) {
-  switch (t) {
-    case DType::f32:
-      reduce_typed(static_cast<const float*>(blocks), static_cast<float*>(out), n, nblocks, op);
-      break;
-    case DType::f64:
-      reduce_typed(static_cast<const double*>(blocks), static_cast<double*>(out), n, nblocks, op);
-      break;
-    case DType::i64:
-      reduce_typed(static_cast<const int64_t*>(blocks), static_cast<int64_t*>(out), n, nblocks, op);
-      break;
-  }
+  with_dtype(t, [&](auto x) {
+    using T = decltype(x);
+    reduce_typed(static_cast<const T*>(blocks), static_cast<T*>(out), n, nblocks, op);
+  });
 }
 
 void Communicator::do_reduce_scatterv(const void* in, void* out,

@@ -22,6 +22,20 @@ template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 
+// The one dtype dispatch of a run: calls f(float{}) for f32 and f(double{}) for f64 (the
+// compute types a model runs in), so a templated job is written `with_real(d, [&](auto x) {
+// return job<decltype(x)>(...); })`.
+template <class F> decltype(auto) with_real(DType d, F&& f) {
+  return d == DType::f32 ? f(float{}) : f(double{});
+}
+// The same over every element type a buffer may hold (collectives, checkpoints): f(float{}),
+// f(double{}) or f(int64_t{}).
+template <class F> decltype(auto) with_dtype(DType d, F&& f) {
+  if (d == DType::f32) return f(float{});
+  if (d == DType::f64) return f(double{});
+  return f(int64_t{});
+}
+
 using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s); // "(2, 3)"

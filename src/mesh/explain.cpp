@@ -100,6 +100,19 @@ std::string rank_formula(const LayoutConfig& l) {
          " + (W/dp_replicate)*dpr_r = etp_r + etp*(ep_r + ep*(edps_r + edp_shard*dpr_r))";
 }
 
+// What layout.recompute keeps and re-runs (docs/parallel.md, "Activation recompute"); printed
+// only when it is not none, so layouts without it explain as before.
+std::string recompute_line(Recompute r) {
+  const std::string what = r == Recompute::full ? "every layer keeps only its input"
+                           : r == Recompute::attention
+                               ? "every attention block (ln1, q/k/v, attention, wo) keeps only its input"
+                               : "every FFN block (ln2, dense MLP or MoE) keeps only its input "
+                                 "and its routing";
+  return "activation recompute: " + std::string(recompute_name(r)) + " (" + what +
+         "; the backward re-runs that forward, collectives included, before its backward; an MoE layer's recomputed "
+         "routing is checked against the first forward's; the one-device baseline never recomputes)";
+}
+
 }  // namespace
 
 std::string config_label(const Mesh& m) {
@@ -165,6 +178,7 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   if (m.size(MeshDim::cp) > 1)
     o << "context parallel: cp " << m.size(MeshDim::cp) << ", groups " << groups_str(m.groups(GroupKind::cp))
       << " (each holds one contiguous chunk of every sequence; the expert view has no cp: edp absorbs it)\n";
+  if (layout.recompute != Recompute::none) o << recompute_line(layout.recompute) << "\n";
   o << "\n";
   write_ranks(o, m);
   o << "\n";

@@ -25,6 +25,11 @@ std::string_view dp_sharding_name(DpSharding s) {
   return "?";
 }
 
+std::string_view recompute_name(Recompute r) {
+  static constexpr std::string_view names[] = {"none", "full", "attention", "mlp"};  // the enum's order
+  return names[static_cast<size_t>(r)];
+}
+
 namespace {
 
 // The degrees, in the records' order.
@@ -34,9 +39,9 @@ std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
           {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp}};
 }
 
-const std::vector<std::string> kScenarioKeys = {"world", "dp_replicate", "dp_shard", "tp",      "ep",     "etp",
-                                                "cp",    "sp",           "order",    "backend", "device", "fsdp_dim",
-                                                "dp_sharding", "expert_dp_sharding"};
+const std::vector<std::string> kScenarioKeys = {
+    "world",   "dp_replicate", "dp_shard", "tp",          "ep",         "etp", "cp", "sp", "order", "recompute",
+    "backend", "device",       "fsdp_dim", "dp_sharding", "expert_dp_sharding"};
 const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp",
                                                   "ep",    "etp",          "cp",       "order"};
 
@@ -63,6 +68,8 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
   if (!scenario) return l;
   r.read("sp", l.sp);
+  r.read_enum("recompute", l.recompute, {"none", "full", "attention", "mlp"},
+              {Recompute::none, Recompute::full, Recompute::attention, Recompute::mlp});
   if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
               {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
@@ -83,6 +90,7 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
   if (record == LayoutRecord::checkpoint) return j;
   j["sp"] = l.sp;
+  if (l.recompute != Recompute::none) j["recompute"] = std::string(recompute_name(l.recompute));
   j["backend"] = std::string(comm::backend_name(l.backend));
   if (l.device != Device::cpu) j["device"] = std::string(device_name(l.device));
   if (auto f = fsdp_dim_json(l.fsdp_dim)) j["fsdp_dim"] = *f;
@@ -108,12 +116,14 @@ std::string sharding_words(const LayoutConfig& l) {
 std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   const std::string order = l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order";
   const std::string sharding = sharding_words(l);
+  const std::string recompute =
+      l.recompute == Recompute::none ? "" : ", recompute " + std::string(recompute_name(l.recompute));
   if (form == LayoutText::full || form == LayoutText::report) {
     std::string out = "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
                       (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
     out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
                                     : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
-    return out + (l.sp ? ", sp" : "") + order + sharding;
+    return out + (l.sp ? ", sp" : "") + order + sharding + recompute;
   }
   if (form == LayoutText::brief) {
     std::string out;
@@ -125,7 +135,7 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
     if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
     if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
     if (!sharding.empty()) out += out.empty() ? sharding.substr(2) : sharding;
-    return out.empty() ? "one device" : out;
+    return out.empty() ? "one device" : out + recompute;
   }
   std::vector<std::string> parts;  // stem
   const std::string mode(dp_sharding_name(l.dp_sharding));  // fsdp4, ddp4, zero1_dp4; hsdp2x2_zero1
@@ -140,6 +150,7 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
   if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + s(l.etp));
   if (l.expert_dp_sharding != l.dp_sharding) parts.push_back("e" + std::string(dp_sharding_name(l.expert_dp_sharding)));
+  if (l.recompute != Recompute::none) parts.push_back("recompute_" + std::string(recompute_name(l.recompute)));
   std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
   for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
   return out;
@@ -172,6 +183,11 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
   }
   validate_cp(l, m, p);
   mesh::check_fsdp_dim(l, m, p);
+  // the one-device baseline never recomputes: on world 1 the option would check nothing
+  require(l.recompute == Recompute::none || l.world > 1, p + "recompute",
+          "activation recompute is a layout option and needs layout.world > 1 (the one-device baseline never "
+          "recomputes), got world 1 with recompute " +
+              std::string(recompute_name(l.recompute)));
 }
 
 // Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and

@@ -27,6 +27,17 @@ namespace parity {
 enum class RankOrder { megatron, deepspeed };
 std::string_view order_name(RankOrder o);  // "megatron", "deepspeed"
 
+// Activation recompute (layout.recompute, docs/parallel.md "Activation recompute"): which part
+// of every transformer layer keeps only its input in the forward and re-runs its forward,
+// collectives included, right before its backward. The one-device baseline never recomputes.
+//   none       every activation the backward needs is kept (the default)
+//   full       the whole layer: only the layer's input is kept (Megatron's full, uniform, 1 layer)
+//   attention  the attention block (ln1, q/k/v, attention, wo): its input is kept
+//   mlp        the FFN block (ln2 and the dense MLP or the MoE: router, dispatch, experts,
+//              shared expert): its input is kept, and the routing for the recompute's check
+enum class Recompute { none, full, attention, mlp };
+std::string_view recompute_name(Recompute r);  // "none", "full", "attention", "mlp"
+
 // FSDP's shard dimension for one parameter family (layout.fsdp_dim, docs/scenario.md): a
 // tensor dimension (negative counts from the last, as in PyTorch), or `largest`: the
 // dimension with the most indices in the model-parallel-local tensor (the first on a tie).
@@ -59,6 +70,7 @@ struct LayoutConfig {
   int64_t ep = 1, etp = 1;
   int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
   bool sp = false;
+  Recompute recompute = Recompute::none;  // a training option of the layout: it moves no element
   RankOrder order = RankOrder::megatron;
   FsdpDimConfig fsdp_dim{};
   DpSharding dp_sharding = DpSharding::fsdp;         // the dense families
@@ -79,17 +91,21 @@ enum class LayoutRecord { scenario, checkpoint };
 // or an unknown name. Values are not checked here: validate_layout does that.
 LayoutConfig read_layout(const nlohmann::json& j, const std::string& path, LayoutRecord record);
 // The record's keys in a fixed order: world, dp_replicate, dp_shard, tp, ep, etp, [cp],
-// [order], then for a scenario sp, backend, [device], [fsdp_dim].
+// [order], then for a scenario sp, [recompute], backend, [device], [fsdp_dim]. recompute is a
+// scenario key only (it decides no element's place, so a checkpoint's mesh has none).
 nlohmann::ordered_json layout_json(const LayoutConfig& l, LayoutRecord record);
 
 // ---- words --------------------------------------------------------------------------------
 enum class LayoutText {
   full,    // "world 8 = dp_replicate 1 x dp_shard 4 x tp 2, ep 4, etp 1" (+ ", sp", ", deepspeed
-           //  order"): golden files' layout_shape, run's phase lines
-  report,  // "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 4, etp 1)": --report's "layout"
-  brief,   // "dps 4 x tp 2, ep 4": the matrix table, summary.md ("one device" for world 1)
-  stem,    // "fsdp4_tp2_ep4": the file names `parity cover` writes, as the shipped ones
+           //  order", ", recompute full"): golden files' layout_shape, run's phase lines
+  report,  // "world 8 = dp_replicate 1 x dp_shard 4 x tp 2 (ep 4, etp 1)" (+ ", recompute full"):
+           //  --report's "layout"
+  brief,   // "dps 4 x tp 2, ep 4" (+ ", recompute full"): the matrix table, summary.md ("one
+           //  device" for world 1)
+  stem,    // "fsdp4_tp2_ep4" (+ "_recompute_full"): the file names `parity cover` writes
 };
+// Recompute's words appear only when it is not none, so every existing text stays as it was.
 std::string describe_layout(const LayoutConfig& l, LayoutText form);
 
 // ---- rules --------------------------------------------------------------------------------
@@ -104,7 +120,8 @@ void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.
 // scenario's layouts, the runner's check_supported, `parity explain`, the ckpt commands all
 // call it), in this order (docs/scenario.md): check_structure's, experts % ep, heads % tp,
 // sequence parallel needs tp > 1 and seq % tp, validate_cp's, fsdp_dim names a dimension of
-// every tensor of its family (check_fsdp_dim in mesh/param_layout.h).
+// every tensor of its family (check_fsdp_dim in mesh/param_layout.h), recompute needs a layout
+// (world > 1: the baseline alone never recomputes, so the option would check nothing).
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 // validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does.
 void validate_cp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");

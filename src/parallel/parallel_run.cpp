@@ -247,6 +247,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
       for (size_t p = 0; p < I.specs.size(); ++p)
         if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
+    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
     for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());

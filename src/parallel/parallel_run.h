@@ -38,6 +38,9 @@ template <class T> struct RankStepRecord {
   std::vector<std::vector<int64_t>> token_ids;  // (n_reported)
   std::vector<std::vector<int64_t>> chosen;     // (n_reported, K)
   std::vector<int64_t> followed;  // per MoE layer: this rank's near-ties that followed the baseline
+  // This rank: the most bytes its layers held for the backward at the end of a micro-batch's
+  // forward (what activation recompute drops, parallel/recompute.h).
+  int64_t activation_bytes = 0;
 };
 
 template <class T> class ParallelRun {

@@ -1,5 +1,8 @@
 #include "parallel/pmodel.h"
 
+#include <span>
+#include <type_traits>
+
 #include "core/inject.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
@@ -10,19 +13,12 @@
 #include "ops/swiglu.h"
 #include "mesh/param_layout.h"
 #include "parallel/pmoe.h"
+#include "parallel/recompute.h"
 #include "parallel/reduction_plan.h"
 
 namespace parity {
 
 namespace {
-
-template <class T> struct LayerCache {
-  Buffer<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid, bn_res, m2, r2, bn_full;
-  FfnCache<T> mlp;
-  PMoeCache<T> moe;
-  CpAttentionCache<T> cp_attn;  // context parallel only
-};
-
 
 // The factor of this rank's summed cross-entropy: 1 / (B·S), the global token count
 // (MODEL.md), whatever share of the batch the rank holds, none included, so that every
@@ -83,7 +79,44 @@ template <class T> struct ParallelModel<T>::Impl {
   void ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
   void ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
   PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
+  // The first forward's routing of an MoE layer, into the micro-batch's result.
+  void record_routing(PMicroResult& res, const LayerCache<T>& L) const {
+    res.aux += L.moe.aux;
+    res.chosen.push_back(to_vector(L.moe.chosen));
+    res.first_row.push_back(L.moe.t0);
+    res.followed.push_back(L.moe.followed);
+    std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
+    for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
+    res.counts.push_back(counts);
+  }
+  // The backward's recompute of layer l's attention block (FFN block) from its saved input
+  // (parallel/recompute.h); the FFN's checks that an MoE layer routed as in the first forward.
+  void recompute_attention(int64_t l, const std::string& p, LayerCache<T>& L) const;
+  void recompute_ffn(int64_t l, const std::string& p, LayerCache<T>& L) const;
 };
+
+namespace {
+template <class T> void test_hook(int64_t l, Buffer<T>& saved) {
+  if constexpr (std::is_same_v<T, double>)
+    if (const auto& hook = recompute_test_hook()) hook(l, std::span<double>(saved.data(), saved.size()));
+}
+}  // namespace
+
+template <class T>
+void ParallelModel<T>::Impl::recompute_attention(int64_t l, const std::string& p, LayerCache<T>& L) const {
+  Buffer<T> h = L.h_in;
+  test_hook(l, h);
+  attention_forward_block(p, h, L);  // L.h_in, L.h_mid: the values they held
+}
+
+template <class T> void ParallelModel<T>::Impl::recompute_ffn(int64_t l, const std::string& p, LayerCache<T>& L) const {
+  Buffer<T> h = L.h_mid;
+  if (m.recompute_ != Recompute::full) test_hook(l, h);  // full: the hook changed the layer's input
+  ffn_forward_block(l, p, h, L);
+  if (!c.is_moe(l)) return;
+  check_recomputed_routing(*m.world_, l, c.seq, L.routed, L.moe.chosen,
+                           pmoe_token_ids(chunk, m.tp_, m.cp_, L.moe, m.route_g0), c.top_k);
+}
 
 template <class T>
 void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const {
@@ -196,7 +229,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p,
 template <class T>
 ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
                                 const std::vector<mesh::TensorLayout>& layouts)
-    : cfg_(s.model) {
+    : cfg_(s.model), recompute_(s.layout.recompute), world_(&world) {
   using mesh::GroupKind;
   using mesh::MeshDim;
   const int r = world.rank();
@@ -261,15 +294,10 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     I.gather_layer(l);  // at the first micro-batch of the step; held after
     I.attention_forward_block(p, h, L);
     I.ffn_forward_block(l, p, h, L);
-    if (!c.is_moe(l)) continue;
-    res.aux += L.moe.aux;
-    res.chosen.push_back(to_vector(L.moe.chosen));
-    res.first_row.push_back(L.moe.t0);
-    res.followed.push_back(L.moe.followed);
-    std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
-    for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
-    res.counts.push_back(counts);
+    if (c.is_moe(l)) I.record_routing(res, L);
+    drop_for_recompute(L, recompute_);  // what the backward recomputes (recompute none: keeps everything)
   }
+  for (const auto& L : caches) res.saved_bytes += held_bytes(L);
   // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
   layernorm_forward(h.data(), I.w("final_ln.weight").ptr(), I.w("final_ln.bias").ptr(), n_res, D, hf.data(), mf.data(),
@@ -301,8 +329,13 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
                      dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const std::string p = "layers." + std::to_string(l);
-    I.ffn_backward_block(l, p, dh, caches[static_cast<size_t>(l)]);
-    I.attention_backward_block(p, dh, caches[static_cast<size_t>(l)]);
+    LayerCache<T>& L = caches[static_cast<size_t>(l)];
+    if (recompute_ == Recompute::full) I.recompute_attention(l, p, L);  // the layer's forward again
+    if (recomputes_ffn(recompute_)) I.recompute_ffn(l, p, L);
+    I.ffn_backward_block(l, p, dh, L);
+    if (recompute_ == Recompute::attention) I.recompute_attention(l, p, L);
+    I.attention_backward_block(p, dh, L);
+    L = LayerCache<T>{};  // this layer's activations are no longer needed
   }
   Buffer<T> dh_full = I.full(dh, D);
   vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));

@@ -7,6 +7,8 @@
 // step: FSDP2 with reshard_after_forward=False under gradient accumulation, one gather per
 // unit per step whatever the micro-batch count. A gather is an exact copy, so when it
 // happens changes no value; it cut the collectives of a step by a third (docs/parallel.md).
+// Activation recompute (layout.recompute, parallel/recompute.h): a recomputed part keeps only
+// its input in the forward and re-runs its forward, collectives included, before its backward.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -29,6 +31,7 @@ struct PMicroResult {
   std::vector<int64_t> first_row;                       // per MoE layer: their first row in the residual view
   std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): assignments this rank routed
   std::vector<int64_t> followed;                        // per MoE layer: near-ties that followed the baseline
+  int64_t saved_bytes = 0;  // what the layers held for the backward when the forward ended (parallel/recompute.h)
 };
 
 // Where this rank's sequences sit in the step (model/batch_split.h); only the bug zoo's loss
@@ -69,6 +72,8 @@ template <class T> class ParallelModel {
  private:
   struct Impl;
   ModelConfig cfg_;
+  Recompute recompute_ = Recompute::none;
+  comm::Communicator* world_ = nullptr;  // the recomputed routing's check (recompute.h)
   TpContext tp_;
   CpContext cp_;
   EpContext ep_;

@@ -197,10 +197,17 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
     add_into(dx_res, dx_d);
 }
 
-#define PARITY_INSTANTIATE(T)                                                                                        \
-  template void pmoe_forward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,          \
+template <class T> std::vector<int64_t> pmoe_token_ids(const ModelConfig& c, const TpContext& tp, const CpContext& cp,
+                                                       const PMoeCache<T>& k, int64_t g0) {
+  return routed_token_ids(c, tp, cp, k, g0);
+}
+
+#define PARITY_INSTANTIATE(T)                                                                                       \
+  template std::vector<int64_t> pmoe_token_ids<T>(const ModelConfig&, const TpContext&, const CpContext&,           \
+                                                  const PMoeCache<T>&, int64_t);                                    \
+  template void pmoe_forward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,           \
                                 const PMoeWeights<T>&, const Buffer<T>&, int64_t, Buffer<T>&, PMoeCache<T>&);       \
-  template void pmoe_backward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,         \
+  template void pmoe_backward<T>(const ModelConfig&, const TpContext&, const CpContext&, const EpContext&,          \
                                  const PMoeWeights<T>&, int64_t, const PMoeCache<T>&, const Buffer<T>&, Buffer<T>&, \
                                  const PMoeGrads<T>&);
 PARITY_INSTANTIATE(float)

@@ -61,4 +61,10 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
                                       const PMoeCache<T>& cache, const Buffer<T>& dout_res, Buffer<T>& dx_res,
                                       const PMoeGrads<T>& g);
 
+// The global token id (sequence * S + position, S the whole sequence) of each row this rank
+// routed in `cache` (rows t0..t1 of its residual view; c.seq is its context-parallel chunk);
+// g0: the micro-batch's first global sequence of this rank.
+template <class T> std::vector<int64_t> pmoe_token_ids(const ModelConfig& c, const TpContext& tp, const CpContext& cp,
+                                                       const PMoeCache<T>& cache, int64_t g0);
+
 }  // namespace parity

@@ -12,27 +12,15 @@
 #include "core/safetensors.h"
 #include "harness/runner/baseline.h"
 #include "harness/scenario/scenario.h"
+#include "common/parity_cmd.h"
 
 namespace parity {
 namespace {
 
+using test::parity_cmd;
+using test::Result;
+
 namespace fs = std::filesystem;
-
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
-
-Result parity_cmd(const std::string& args) {
-  std::string cmd = std::string(PARITY_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
 
 std::string tiny_path() { return std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json"; }
 

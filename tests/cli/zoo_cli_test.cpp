@@ -12,34 +12,16 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include "common/parity_cmd.h"
 
 namespace parity {
 namespace {
 
+using test::parity_cmd;
+using test::Result;
+using test::slurp;
+
 namespace fs = std::filesystem;
-
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result parity_cmd(const std::string& args) {
-  const std::string cmd = std::string(PARITY_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Times out: a row's "0.57s", the JUnit's time="0.571".
 std::string untimed(const std::string& s) {

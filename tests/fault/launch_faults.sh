@@ -14,11 +14,11 @@ trap 'pkill -9 -f -- "$work" 2>/dev/null; rm -rf "$work"' EXIT
 now() { date +%s.%N; }
 fail() { echo "fault $case: FAIL: $*"; echo "---- output"; tail -30 "$work/out.log"; exit 1; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-# the pids of the rank processes of the run whose resolved scenario lives in $work: exec'd ones
+# the pids of the rank processes of the run whose request file lives in $work: exec'd ones
 # (mpirun's, PARITY_RANK_START=exec) by their command line, fork-started ones (gloo's, by
 # default) by their name parity-rank<R> and the TMPDIR they inherited from the launcher
 ranks() {
-  { pgrep -f -- "$work/parity-run-[0-9-]+\.json --as-rank"
+  { pgrep -f -- " rank $work/parity-run-[0-9-]+\.json$"
     for p in $(pgrep -- '^parity-rank[0-9]+$'); do
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "TMPDIR=$work" && echo "$p"
     done; } | sort -n

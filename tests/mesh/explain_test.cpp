@@ -11,9 +11,13 @@
 
 #include "core/error.h"
 #include "mesh/explain.h"
+#include "common/parity_cmd.h"
 
 namespace parity::mesh {
 namespace {
+
+using test::parity_cmd;
+using test::Result;
 
 const char* kRow =
     "| TP2, EP4, ETP1 | {01}{23}{45}{67} | {0246}{1357} | {0123}{4567} | {04}{15}{26}{37} | singletons |";
@@ -118,26 +122,27 @@ TEST(Explain, ShowsTheContextParallelGroup) {
       << t;
 }
 
+// layout.recompute gets one line, and only when it is on (layouts without it explain as before).
+TEST(Explain, SaysWhatRecomputeKeepsAndReruns) {
+  ModelConfig model;
+  LayoutConfig l = tp2_ep4();
+  EXPECT_EQ(explain(l, model, "t").find("recompute"), std::string::npos);
+  l.recompute = Recompute::mlp;
+  const std::string t = explain(l, model, "t");
+  EXPECT_NE(t.find("activation recompute: mlp (every FFN block (ln2, dense MLP or MoE) keeps only its input and its "
+                   "routing; the backward re-runs that forward, collectives included"),
+            std::string::npos)
+      << t;
+  l.recompute = Recompute::full;
+  EXPECT_NE(explain(l, model, "t").find("activation recompute: full (every layer keeps only its input"),
+            std::string::npos);
+}
+
 TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;
   l.dp_shard = 4;
   EXPECT_THROW(explain(l, ModelConfig{}, "t"), ConfigError);
-}
-
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result parity_cmd(const std::string& args) {
-  FILE* p = popen((std::string(PARITY_BINARY) + " " + args + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 std::string write_scenario(const std::string& stem, int64_t dp_shard, int64_t tp, int64_t ep) {

@@ -163,6 +163,49 @@ TEST(LayoutConfig, DpShardingPlacesParamGradAndOptimizerState) {
   }
 }
 
+// layout.recompute (docs/parallel.md, "Activation recompute"): a scenario key only, written and
+// described only when it is not none (so every existing record and text stays as it was),
+// refused with its path when unknown, and refused on world 1 (the baseline never recomputes).
+TEST(LayoutConfig, RecomputeIsAScenarioKeyWordedOnlyWhenOn) {
+  LayoutConfig l = make(1, 2, 1, 2, 4, 1);
+  l.sp = true;
+  const std::string full = describe_layout(l, LayoutText::full), report = describe_layout(l, LayoutText::report);
+  const std::string brief = describe_layout(l, LayoutText::brief), stem = describe_layout(l, LayoutText::stem);
+  const std::string off = layout_json(l, LayoutRecord::scenario).dump();
+  EXPECT_EQ(off.find("recompute"), std::string::npos) << off;
+  for (Recompute r : {Recompute::full, Recompute::attention, Recompute::mlp}) {
+    l.recompute = r;
+    const std::string name(recompute_name(r));
+    EXPECT_EQ(describe_layout(l, LayoutText::full), full + ", recompute " + name);
+    EXPECT_EQ(describe_layout(l, LayoutText::report), report + ", recompute " + name);
+    EXPECT_EQ(describe_layout(l, LayoutText::brief), brief + ", recompute " + name);
+    EXPECT_EQ(describe_layout(l, LayoutText::stem), stem + "_recompute_" + name);
+    const nlohmann::ordered_json j = layout_json(l, LayoutRecord::scenario);
+    EXPECT_EQ(j.at("recompute"), name);
+    EXPECT_EQ(read_layout(nlohmann::json(j), "$.layout", LayoutRecord::scenario).recompute, r);
+    EXPECT_EQ(layout_json(l, LayoutRecord::checkpoint).dump().find("recompute"), std::string::npos);
+  }
+  EXPECT_EQ(full, "world 4 = dp_replicate 1 x dp_shard 2 x tp 2, ep 4, etp 1, sp");
+  auto [path, rule] = refusal({{"recompute", "selective"}}, LayoutRecord::scenario, "$.resume.layout");
+  EXPECT_EQ(path, "$.resume.layout.recompute");
+  EXPECT_EQ(rule, "expected one of \"none\", \"full\", \"attention\", \"mlp\", got string \"selective\"");
+  std::tie(path, rule) = refusal(
+      {{"world", 2}, {"dp_replicate", 1}, {"dp_shard", 2}, {"tp", 1}, {"ep", 1}, {"etp", 1}, {"recompute", "full"}},
+      LayoutRecord::checkpoint, "$.mesh");
+  EXPECT_EQ(path, "$.mesh.recompute");
+  LayoutConfig one;
+  one.recompute = Recompute::mlp;
+  try {
+    validate_layout(one, ModelConfig{});
+    ADD_FAILURE() << "recompute on world 1 was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.path(), "$.layout.recompute");
+    EXPECT_NE(e.rule().find("needs layout.world > 1"), std::string::npos) << e.rule();
+  }
+  one.recompute = Recompute::none;
+  EXPECT_NO_THROW(validate_layout(one, ModelConfig{}));
+}
+
 // Every degree above 1 of every shipped layout is in its short form.
 TEST(LayoutConfig, ShortFormOfEveryShippedScenarioNamesEveryDegree) {
   const std::string dir = std::string(PARITY_SOURCE_DIR) + "/scenarios";

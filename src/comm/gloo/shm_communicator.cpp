@@ -110,11 +110,7 @@ template <class T> void reduce_typed(const std::vector<const char*>& src, int64_
 }
 
 void reduce_sources(const std::vector<const char*>& src, int64_t at, void* out, int64_t n, DType t, ReduceOp op) {
-  switch (t) {
-    case DType::f32: reduce_typed(src, at, static_cast<float*>(out), n, op); break;
-    case DType::f64: reduce_typed(src, at, static_cast<double*>(out), n, op); break;
-    case DType::i64: reduce_typed(src, at, static_cast<int64_t*>(out), n, op); break;
-  }
+  with_dtype(t, [&](auto x) { reduce_typed(src, at, static_cast<decltype(x)*>(out), n, op); });
 }
 
 std::string hex(uint64_t v) {

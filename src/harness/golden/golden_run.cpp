@@ -47,11 +47,11 @@ template <class T> Curves layout_curves_t(const Scenario& s, comm::Communicator&
 }  // namespace
 
 Curves baseline_curves(const Scenario& s) {
-  return s.model.dtype == DType::f32 ? baseline_curves_t<float>(s) : baseline_curves_t<double>(s);
+  return with_real(s.model.dtype, [&](auto x) { return baseline_curves_t<decltype(x)>(s); });
 }
 
 Curves layout_curves(const Scenario& s, comm::Communicator& world) {
-  return s.model.dtype == DType::f32 ? layout_curves_t<float>(s, world) : layout_curves_t<double>(s, world);
+  return with_real(s.model.dtype, [&](auto x) { return layout_curves_t<decltype(x)>(s, world); });
 }
 
 std::string current_commit(const std::string& dir) {

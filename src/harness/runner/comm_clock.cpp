@@ -1,21 +1,14 @@
 #include "harness/runner/comm_clock.h"
 
+#include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <span>
+#include <vector>
 
 namespace parity {
 
 namespace {
-
-// Calls f with a value of the element type of t.
-template <class F> void typed(DType t, F&& f) {
-  switch (t) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::i64: f(int64_t{}); return;
-  }
-}
 
 int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
 
@@ -28,20 +21,20 @@ class TimedCommunicator final : public comm::Communicator {
 
  protected:
   void do_allreduce(void* buf, int64_t n, DType t, comm::ReduceOp op) override {
-    timed([&] { typed(t, [&](auto z) { inner_.allreduce(span<decltype(z)>(buf, n), op); }); });
+    timed([&] { with_dtype(t, [&](auto z) { inner_.allreduce(span<decltype(z)>(buf, n), op); }); });
   }
   void do_broadcast(void* buf, int64_t n, DType t, int root) override {
-    timed([&] { typed(t, [&](auto z) { inner_.broadcast(span<decltype(z)>(buf, n), root); }); });
+    timed([&] { with_dtype(t, [&](auto z) { inner_.broadcast(span<decltype(z)>(buf, n), root); }); });
   }
   void do_allgather(const void* in, void* out, int64_t n, DType t) override {
     timed([&] {
-      typed(t, [&](auto z) { inner_.allgather(cspan<decltype(z)>(in, n), span<decltype(z)>(out, n * size())); });
+      with_dtype(t, [&](auto z) { inner_.allgather(cspan<decltype(z)>(in, n), span<decltype(z)>(out, n * size())); });
     });
   }
   void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& counts, DType t) override {
     const int64_t nin = counts[static_cast<size_t>(rank())];
     timed([&] {
-      typed(t, [&](auto z) {
+      with_dtype(t, [&](auto z) {
         using T = decltype(z);
         inner_.allgatherv(cspan<T>(in, nin), span<T>(out, sum(counts)), std::span<const int64_t>(counts));
       });
@@ -51,7 +44,7 @@ class TimedCommunicator final : public comm::Communicator {
                           comm::ReduceOp op) override {
     const int64_t nout = counts[static_cast<size_t>(rank())];
     timed([&] {
-      typed(t, [&](auto z) {
+      with_dtype(t, [&](auto z) {
         using T = decltype(z);
         inner_.reduce_scatterv(cspan<T>(in, sum(counts)), span<T>(out, nout), std::span<const int64_t>(counts), op);
       });
@@ -59,13 +52,14 @@ class TimedCommunicator final : public comm::Communicator {
   }
   void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
     const int64_t all = n * size();
-    timed(
-        [&] { typed(t, [&](auto z) { inner_.alltoall(cspan<decltype(z)>(in, all), span<decltype(z)>(out, all)); }); });
+    timed([&] {
+      with_dtype(t, [&](auto z) { inner_.alltoall(cspan<decltype(z)>(in, all), span<decltype(z)>(out, all)); });
+    });
   }
   void do_alltoallv(const void* in, const std::vector<int64_t>& send_counts, void* out,
                     const std::vector<int64_t>& recv_counts, DType t) override {
     timed([&] {
-      typed(t, [&](auto z) {
+      with_dtype(t, [&](auto z) {
         using T = decltype(z);
         inner_.alltoallv(cspan<T>(in, sum(send_counts)), std::span<const int64_t>(send_counts),
                          span<T>(out, sum(recv_counts)), std::span<const int64_t>(recv_counts));
@@ -102,6 +96,20 @@ class TimedCommunicator final : public comm::Communicator {
 
 std::unique_ptr<comm::Communicator> timed_communicator(comm::Communicator& inner, std::shared_ptr<CommClock> clock) {
   return std::make_unique<TimedCommunicator>(inner, std::move(clock), nullptr);
+}
+
+// Rank 0's timings and, per field, the slowest rank's (comm_clock.h).
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
+                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
+  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(v), std::span<double>(all));
+  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
+  rep.rank0 = to(all.data());
+  std::vector<double> mx(v.size(), 0);
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
+    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  rep.slowest = to(mx.data());
 }
 
 }  // namespace parity

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "harness/verdict/verdict.h"
 
 namespace parity {
 
@@ -18,5 +19,8 @@ struct CommClock {
 // `inner` must outlive the result; groups made from the result are timed too and forward
 // to inner.group(...) of the same ranks.
 std::unique_ptr<comm::Communicator> timed_communicator(comm::Communicator& inner, std::shared_ptr<CommClock> clock);
+
+// Collective: every rank's timings gathered into rep (rank 0's and, per field, the slowest).
+void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep);
 
 }  // namespace parity

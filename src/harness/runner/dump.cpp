@@ -124,7 +124,7 @@ template <class T> int dump(const Scenario& s, const std::string& dir) {
 }  // namespace
 
 int write_dump(const Scenario& s, const std::string& dir) {
-  return s.model.dtype == DType::f32 ? dump<float>(s, dir) : dump<double>(s, dir);
+  return with_real(s.model.dtype, [&](auto x) { return dump<decltype(x)>(s, dir); });
 }
 
 }  // namespace parity

@@ -66,8 +66,7 @@ int verdict_job(const RunRequest& r, const std::string& source) {
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
                                             " ranks but this run has " + std::to_string(world->size()));
-  VerdictReport rep =
-      s.model.dtype == DType::f32 ? run_verdict<float>(s, *world, vo) : run_verdict<double>(s, *world, vo);
+  VerdictReport rep = with_real(s.model.dtype, [&](auto x) { return run_verdict<decltype(x)>(s, *world, vo); });
   if (world->rank() == 0) {
     std::fputs(format_verdict(rep).c_str(), stdout);
     std::fflush(stdout);

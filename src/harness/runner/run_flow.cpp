@@ -82,8 +82,8 @@ template <class T> int run_baseline(const Scenario& s, const RunRequest& r, cons
 }
 
 int baseline_alone(const RunRequest& r, const std::string& source, int64_t every) {
-  return r.scenario->model.dtype == DType::f32 ? run_baseline<float>(*r.scenario, r, source, every)
-                                               : run_baseline<double>(*r.scenario, r, source, every);
+  return with_real(r.scenario->model.dtype,
+                   [&](auto x) { return run_baseline<decltype(x)>(*r.scenario, r, source, every); });
 }
 
 // The launcher side, before any process starts: every check whose failure a rank would

@@ -101,7 +101,8 @@ void read_bench(const nlohmann::json& b, const std::string& path, RunRequest& r)
 
 RunRequest parse_request(const nlohmann::json& j) {
   RunRequest r;
-  const ObjectReader rd(j, "$", {"job", "scenario", "report", "save_at", "ckpt", "resume", "out", "timeout_s", "bench"});
+  const ObjectReader rd(j, "$",
+                        {"job", "scenario", "report", "save_at", "ckpt", "resume", "out", "timeout_s", "bench"});
   rd.require_keys({"job"});
   rd.read_enum("job", r.job, {"verdict", "curves", "comm_bench"},
                {RankJob::verdict, RankJob::curves, RankJob::comm_bench});

@@ -307,7 +307,7 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   if (consumers < 1 || consumers > kMaxConsumers)
     throw Error("shared baseline: " + std::to_string(consumers) + " ranks on one host (at most " +
                 std::to_string(kMaxConsumers) + ")");
-  const size_t elem = s.model.dtype == DType::f32 ? sizeof(float) : sizeof(double);
+  const size_t elem = static_cast<size_t>(dtype_size(s.model.dtype));
   const Geometry g(s, elem);
   const size_t bytes = kHeader + g.init_bytes() +
                        static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(s.steps, 0), kRing)) * g.block_bytes();
@@ -342,10 +342,7 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   auto* base = static_cast<unsigned char*>(m);
   map_ = base, map_bytes_ = bytes;
   work_ = [this, s, base] {
-    if (s.model.dtype == DType::f32)
-      produce<float>(s, base, stop_);
-    else
-      produce<double>(s, base, stop_);
+    with_real(s.model.dtype, [&](auto x) { produce<decltype(x)>(s, base, stop_); });
   };
 }
 

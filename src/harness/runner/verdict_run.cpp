@@ -44,20 +44,6 @@ Row make_row(std::string quantity, std::string subject, double tol) {
   return r;
 }
 
-// Rank 0's timings and, per field, the slowest rank's.
-void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
-  std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
-                        mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
-  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
-  world.allgather(std::span<const double>(v), std::span<double>(all));
-  auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
-  rep.rank0 = to(all.data());
-  std::vector<double> mx(v.size(), 0);
-  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
-    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
-  rep.slowest = to(mx.data());
-}
-
 // This rank's place among the readers of its host's shared baseline: its local rank.
 int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
 

@@ -56,7 +56,7 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const
   // the routed copies of each token, and the logits with their gradient.
   const double activations = L * (9 * n * D + nseq * H * S * S) + dense * 3 * n * F +
                              moe * (2 * n * E + 3 * n * K * D + 3 * n * K * Fe + shared * 3 * n * Fs) + 2 * n * V;
-  const double element = m.dtype == DType::f32 ? 4 : 8;
+  const double element = static_cast<double>(dtype_size(m.dtype));
   const double chain = 4 * 8 * V;  // the Markov chain's successor table (model/data.cpp)
   est.state_bytes = element * est.parameters * (2 + moments(o));
   est.process_bytes = est.state_bytes + element * activations + chain;
