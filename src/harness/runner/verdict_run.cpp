@@ -2,7 +2,6 @@
 // allgather of every group's sums per step, rows folded over the steps.
 #include "harness/runner/verdict_run.h"
 
-#include <cstdlib>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -553,12 +552,6 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
 }
 
 }  // namespace
-
-std::optional<Fault> fault_from_env() {
-  const char* v = std::getenv("PARITY_FAULT");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return parse_fault(v);
-}
 
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
   VerdictReport rep;
