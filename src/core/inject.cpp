@@ -104,6 +104,20 @@ const std::vector<Injection>& injections() {
        "is accumulated (DeepSpeed's ZeRO-2 reduction of a gradient not yet complete, ds_grad_is_ready): the "
        "reduced shards miss that micro-batch, the loss is right",
        "zero2_dp4_tp2_ep2.json", "grad head", 0, "not a clean factor"},
+      {"pp_tied_embedding_not_synced", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "with tie_embeddings across pipeline stages the embedding group's all-reduce left out: the first stage "
+       "keeps only the embedding's gradient, the last only the head's (uw-syfi/piper#13's class), and the two "
+       "replicas drift apart",
+       "pp2_1f1b_tp2_ep2_tied.json", "grad embedding", 0, ""},
+      {"pp_embedding_synced_twice", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "the embedding group's all-reduce of the tied embedding's gradient run twice (a pipeline gradient reduced "
+       "twice, as PaddlePaddle#30437's repeated all-reduce): every copy holds twice the sum",
+       "pp2_1f1b_tp2_ep2_tied.json", "grad embedding", 0, "2"},
+      {"pp_grads_wiped_per_microbatch", "parallel/parallel_run.cpp, the pipeline schedule",
+       "the last pipeline stage's gradient accumulators reset at every micro-batch's forward (a stage "
+       "re-initialised between micro-batches, NeMo Automodel#3530): only the last micro-batch trains it, the "
+       "loss is right",
+       "pp2_1f1b.json", "grad head", 0, ""},
       {"ckpt_v_from_m_buffer", "ckpt/training_state.cpp, the optimizer state's checkpoint entries",
        "Adam's second-moment entries point at the first moment's tensors: a save writes m where v belongs and a "
        "load reads it back into m, so save(load(A)) is bitwise A while the resumed optimizer never gets its v",

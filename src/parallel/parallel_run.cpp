@@ -17,13 +17,15 @@
 #include "core/inject.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
+#include "parallel/pipeline.h"
 #include "parallel/pmodel.h"
 #include "parallel/reduction_plan.h"
 
 namespace parity {
 
 template <class T> struct ParallelRun<T>::Impl {
-  Impl(const Scenario& s, comm::Communicator& w) : sc(s), world(w), mesh(s.layout), data(s.model.vocab, s.data_seed) {
+  Impl(const Scenario& s, comm::Communicator& w)
+      : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
     check_supported(s.model, s.layout);  // validate_scenario ran it too: a scenario built in code
     specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
@@ -37,6 +39,10 @@ template <class T> struct ParallelRun<T>::Impl {
                mesh.coord(mesh::MeshDim::dp_shard, r);
     dp_size = mesh.size(mesh::MeshDim::dp_replicate) * mesh.size(mesh::MeshDim::dp_shard);
     build_zero(s.seed);
+    if (mesh.stages() > 1) {
+      order = pipeline_order(s.layout.pp_schedule, s.layout.pp, s.layout.pp_virtual, s.model.microbatches);
+      pp_group = &mesh::comm_group(w, mesh, mesh::GroupKind::pp);
+    }
     std::vector<ParamSpec> local_specs = specs;
     for (size_t p = 0; p < specs.size(); ++p)
       local_specs[p].shape = zero[p] ? zero[p]->local.shape : model->params[p].local.shape;
@@ -62,6 +68,18 @@ template <class T> struct ParallelRun<T>::Impl {
   int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
+  // Pipeline parallel (parallel/pipeline.h): the global order of every stage's ops and
+  // transfers, the stages of this rank's coordinates, and the pairs transfers go over.
+  std::vector<PipeOp> order;
+  comm::Communicator* pp_group = nullptr;
+  comm::Communicator& pair(int64_t a, int64_t b) {  // this rank's coordinates on stages a and b
+    const mesh::Group& g = pp_group_members();
+    std::vector<int> two{g[static_cast<size_t>(a)], g[static_cast<size_t>(b)]};
+    std::sort(two.begin(), two.end());
+    return world.group(two);
+  }
+  const mesh::Group& pp_group_members() const { return pp_group->members(); }
+  void run_pipeline(std::vector<PMicro<T>>& us);
 
   const FamilyReduction& entry(size_t p) const { return plan[specs[p].family]; }
   bool zero2(size_t p) const { return zero[p] && mesh::dp_sharding_of(mesh, specs[p]) == DpSharding::zero2; }
@@ -94,6 +112,7 @@ template <class T> void ParallelRun<T>::Impl::build_zero(uint64_t seed) {
   for (size_t p = 0; p < specs.size(); ++p) {
     const DpSharding m = mesh::dp_sharding_of(mesh, specs[p]);
     if (m != DpSharding::zero1 && m != DpSharding::zero2) continue;
+    if (!model->held(p)) continue;  // another pipeline stage's parameter
     const DpParts parts = dp_parts(home_dp_group(specs[p].family));
     const DataParallelGroups g{&mesh::comm_group(world, mesh, parts.fsdp),
                                &mesh::comm_group(world, mesh, parts.replicate)};
@@ -127,7 +146,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
-    if (entry(p).tp_sum) {
+    if (entry(p).tp_sum && model->held(p)) {
       tp_sum.push_back(p);
       flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
     }
@@ -150,14 +169,28 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (entry(p).tp_sum_again) tp_allreduce(tp, g.data);
   }
   out.assign(specs.size(), {});
-  for (size_t p = 0; p < specs.size(); ++p)
+  for (size_t p = 0; p < specs.size(); ++p) {
     round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
+  }
+  // Tied embeddings under pipeline parallel: the first stage's embedding gradient and the last
+  // stage's head gradient summed over the embedding group (the pair of stages), before the
+  // data-parallel reduction (Megatron's order; Megatron-LM#844 reduced first)
+  const size_t emb = 0;  // embed.weight, the registry's first
+  // bug zoo (core/inject.h): the all-reduce left out, or run twice
+  static const bool unsynced = injected("pp_tied_embedding_not_synced"), twice = injected("pp_embedding_synced_twice");
+  if (mesh.stages() > 1 && specs[emb].also_head && model->held(emb) && !unsynced) {
+    Tensor<T>& g = model->mp_grads[emb];
+    for (int k = 0; k < (twice ? 2 : 1); ++k)
+      pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+  }
   for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
     std::vector<const ShardedParam<T>*> ps;
     std::vector<const Tensor<T>*> gs;
     std::vector<size_t> which;
     for (size_t p = 0; p < specs.size(); ++p)
-      if (home_dp_group(specs[p].family) == unit) {  // zero2: reduce-scattered onto the optimizer shard
+      if (home_dp_group(specs[p].family) == unit &&
+          model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
         ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
@@ -212,6 +245,33 @@ template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<
   }
 }
 
+// Every entry of the global order this rank's stage takes part in (parallel/pipeline.h): its
+// forwards and backwards, and the transfers it sends or receives (a broadcast from the sender
+// over the pair). A received stream is the sender's size: both ranks hold the same sequences.
+template <class T> void ParallelRun<T>::Impl::run_pipeline(std::vector<PMicro<T>>& us) {
+  const int64_t pp = mesh.stages(), me = mesh.stage(world.rank());
+  const int64_t n_res = model->stream_rows(), D = sc.model.dim;
+  for (const PipeOp& op : order) {
+    PMicro<T>& u = us[static_cast<size_t>(op.mb)];
+    if (op.kind == PipeOp::Kind::forward || op.kind == PipeOp::Kind::backward) {
+      if (op_stage(op, pp) != me) continue;
+      // bug zoo (core/inject.h): the last stage's accumulators reset at each micro-batch's forward
+      static const bool wipe = injected("pp_grads_wiped_per_microbatch");
+      if (wipe && me == pp - 1 && op.kind == PipeOp::Kind::forward && op.mb > 0 && op.v + 1 == model->virtual_stages())
+        for (auto& g : model->mp_grads) zero_values(g.ptr(), g.numel());
+      if (op.kind == PipeOp::Kind::forward) model->forward_chunk(u, op.v);
+      else model->backward_chunk(u, op.v);
+      continue;
+    }
+    const int64_t from = op_stage(op, pp), to = transfer_peer(op, pp);
+    if (me != from && me != to) continue;
+    comm::Communicator& two = pair(from, to);
+    if (me == to) u.h.assign(static_cast<size_t>(u.b * n_res * D), T(0));
+    const int root = two.members()[0] == pp_group_members()[static_cast<size_t>(from)] ? 0 : 1;
+    two.broadcast(std::span<T>(u.h.data(), u.h.size()), root);
+  }
+}
+
 template <class T> ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world)
     : impl_(std::make_unique<Impl>(s, world)) {}
 template <class T> ParallelRun<T>::~ParallelRun() = default;
@@ -232,7 +292,30 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   std::vector<int64_t> in, tg;
   std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
   std::vector<std::pair<size_t, Tensor<T>>> early;  // bug zoo: zero2_reduce_incomplete
-  for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+  // What a micro-batch's forwards recorded: the loss parts, the counts, the tokens routed
+  const auto record = [&](const PMicroResult& r, int64_t g0) {
+    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
+    for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
+    parts.insert(parts.end(), {r.ce, r.aux});
+    for (size_t l = 0; l < r.counts.size(); ++l)
+      for (size_t e = 0; e < r.counts[l].size(); ++e) counts[l * static_cast<size_t>(c.experts) + e] += r.counts[l][e];
+    I.report_tokens(out, r, g0);
+  };
+  if (I.mesh.stages() > 1) {
+    std::vector<PMicro<T>> us(static_cast<size_t>(c.microbatches));
+    for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+      PMicro<T>& u = us[static_cast<size_t>(mb)];
+      const SeqRange seqs = I.rank_sequences(mb);
+      u.g0 = seqs.begin, u.b = seqs.size();
+      in.assign(static_cast<size_t>(u.b * S), 0), tg.assign(in.size(), 0);
+      I.data.batch(t, u.g0, u.b, S, in.data(), tg.data());
+      u.share = MicroShare{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
+      u.inputs = cp_slice_tokens(I.model->cp(), in, u.b, S), u.targets = cp_slice_tokens(I.model->cp(), tg, u.b, S);
+    }
+    I.run_pipeline(us);
+    for (const PMicro<T>& u : us) record(u.res, u.g0);
+  }
+  for (int64_t mb = 0; mb < c.microbatches && I.mesh.stages() == 1; ++mb) {
     const SeqRange seqs = I.rank_sequences(mb);  // may be empty: the rank still joins every collective
     const int64_t g0 = seqs.begin, b = seqs.size();
     in.assign(static_cast<size_t>(b * S), 0), tg.assign(in.size(), 0);
@@ -247,17 +330,12 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
       for (size_t p = 0; p < I.specs.size(); ++p)
         if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
-    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
-    for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
-    parts.insert(parts.end(), {r.ce, r.aux});
-    for (size_t l = 0; l < r.counts.size(); ++l)
-      for (int64_t e = 0; e < c.experts; ++e)
-        counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
-    I.report_tokens(out, r, g0);
+    record(r, g0);
   }
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
+  if (I.pp_group) I.pp_group->allreduce(std::span<double>(parts), comm::ReduceOp::sum);  // ce: last stage; aux: each
   for (size_t mb = 0; mb < parts.size(); mb += 2) {
     out.micro_losses.push_back(parts[mb] + parts[mb + 1]);
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];

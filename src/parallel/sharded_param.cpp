@@ -57,6 +57,10 @@ ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const 
     pieces_.push_back(mesh::chunk(mp_shape_[d], fsdp_n, i));
     piece_counts_.push_back(outer_ * pieces_.back().size() * inner_);
   }
+  if (!mesh::holds(m, layout, rank)) {  // another pipeline stage's parameter: nothing here
+    local = Tensor<T>(Shape(std::max<size_t>(spec.shape.size(), 1), 0));
+    return;
+  }
   const mesh::Range mine = pieces_[static_cast<size_t>(fsdp_i)];
   const Shape global = spec.shape.empty() ? Shape{1} : spec.shape;
   std::vector<int64_t> idx = piece_global_indices(global, mp_shape_, mp_offset_, d, mine);
