@@ -121,14 +121,16 @@ TEST(PipelineLayout, ParametersLiveOnTheirStage) {
     for (int r = 0; r < 8; ++r) {
       const bool on = std::find(want.begin(), want.end(), m.stage(r)) != want.end();
       EXPECT_EQ(mesh::holds(m, t, r), on) << sp.name << " rank " << r;
-      if (!on) EXPECT_EQ(numel(mesh::local_shape(m, t, sp.shape, r)), 0) << sp.name << " rank " << r;
+      if (!on) {
+        EXPECT_EQ(numel(mesh::local_shape(m, t, sp.shape, r)), 0) << sp.name << " rank " << r;
+      }
     }
     // rank 0 and rank 4 are coordinate 0 everywhere inside stages 0 and 1: the first stage listed counts
     EXPECT_EQ(mesh::first_replica(m, t, 0), want.front() == 0) << sp.name;
     EXPECT_EQ(mesh::first_replica(m, t, 4), want.front() == 1) << sp.name;
   }
   EXPECT_EQ(mesh::layout_str(mesh::param_layout(m, param_specs(c)[0])),
-            "(Replicate, Shard(0), Replicate, Shard(0)) on stages {0, 1}");
+            "(Replicate, StridedShard(0, 2), Replicate, Shard(0)) on stages {0, 1}");
   // the default split needs the model's layer count
   LayoutConfig even = pp2_dps2_tp2();
   EXPECT_THROW((void)mesh::Mesh(even).stage_of_layer(0), Error);
