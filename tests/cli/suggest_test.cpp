@@ -39,6 +39,7 @@ TEST(Suggest, OnlyCloseNamesAreSuggested) {
 class Misspellings : public ::testing::Test {
  protected:
   void SetUp() override {
+    app_.add_option("--config", config_);
     CLI::App* run = app_.add_subcommand("run");
     run->add_option("scenario", scenario_);
     run->add_option("--steps", steps_);
@@ -47,7 +48,7 @@ class Misspellings : public ::testing::Test {
     ckpt->add_subcommand("inspect")->add_option("dir", scenario_);
   }
   CLI::App app_;
-  std::string scenario_;
+  std::string scenario_, config_;
   int steps_ = 0;
   bool golden_ = false;
 };
@@ -73,7 +74,10 @@ TEST_F(Misspellings, AnUnknownCommandOrOptionIsNamedWithItsCommand) {
 }
 
 TEST_F(Misspellings, ValuesPositionalsAndWhatFollowsDashDashAreNotWords) {
-  // --steps takes the next word, whatever it is; a word where run takes a positional is one.
+  // An option's value is the next word, whatever it is: here no subcommand.
+  EXPECT_FALSE(find_misspelling(app_, {"--config", "matirx", "run", "S"}).has_value());
+  EXPECT_TRUE(find_misspelling(app_, {"--config=c", "matirx", "run", "S"}).has_value());  // the value attached
+  // A word where run takes a positional is one.
   EXPECT_FALSE(find_misspelling(app_, {"run", "--steps", "matirx", "S"}).has_value());
   EXPECT_FALSE(find_misspelling(app_, {"run", "--steps", "-3", "S"}).has_value());
   EXPECT_FALSE(find_misspelling(app_, {"run", "matirx"}).has_value());
