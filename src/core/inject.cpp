@@ -113,6 +113,16 @@ const std::vector<Injection>& injections() {
        "the embedding group's all-reduce of the tied embedding's gradient run twice (a pipeline gradient reduced "
        "twice, as PaddlePaddle#30437's repeated all-reduce): every copy holds twice the sum",
        "pp2_1f1b_tp2_ep2_tied.json", "grad embedding", 0, "2"},
+      {"pp_embedding_synced_after_dp", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "the tied embedding's gradient reduced over data parallel before the embedding group's all-reduce, which "
+       "then adds the partner stage's partial, not yet reduced, values (Megatron-LM#844, distributed optimizer "
+       "with shared embeddings)",
+       "pp2_1f1b_fsdp2_tied_aux.json", "grad embedding", 0, ""},
+      {"pp_loss_per_microbatch_last_stage", "parallel/pmodel.cpp, the loss under pipeline parallel",
+       "the last pipeline stage normalises its cross-entropy by each micro-batch's own token count while the "
+       "other stages' load-balancing terms keep the global count (a loss normalised per micro-batch on only "
+       "some stages)",
+       "pp2_1f1b_fsdp2_tied_aux.json", "loss all micro-batches", 0, ""},
       {"pp_grads_wiped_per_microbatch", "parallel/parallel_run.cpp, the pipeline schedule",
        "the last pipeline stage's gradient accumulators reset at every micro-batch's forward (a stage "
        "re-initialised between micro-batches, NeMo Automodel#3530): only the last micro-batch trains it, the "

@@ -175,11 +175,21 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   }
   // Tied embeddings under pipeline parallel: the first stage's embedding gradient and the last
   // stage's head gradient summed over the embedding group (the pair of stages), before the
-  // data-parallel reduction (Megatron's order; Megatron-LM#844 reduced first)
-  const size_t emb = 0;  // embed.weight, the registry's first
-  // bug zoo (core/inject.h): the all-reduce left out, or run twice
+  // data-parallel reduction (Megatron's order). Bug zoo (core/inject.h): the all-reduce left out,
+  // run twice, or run after the data-parallel reduction on what the partner still holds unreduced
+  // (Megatron-LM#844: partial results added).
   static const bool unsynced = injected("pp_tied_embedding_not_synced"), twice = injected("pp_embedding_synced_twice");
-  if (mesh.stages() > 1 && specs[emb].also_head && model->held(emb) && !unsynced) {
+  static const bool late = injected("pp_embedding_synced_after_dp");
+  const size_t emb = 0;  // embed.weight, the registry's first
+  const bool tied = mesh.stages() > 1 && specs[emb].also_head && model->held(emb);
+  Tensor<T> partner;  // late: the partner stage's gradient as it stood before the data-parallel reduction
+  if (tied && late) {
+    partner = model->mp_grads[emb];
+    pair(0, mesh.stages() - 1).allreduce(std::span<T>(partner.data), comm::ReduceOp::sum);
+    const Tensor<T>& mine = model->mp_grads[emb];
+    for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
+  }
+  if (tied && !unsynced && !late) {
     Tensor<T>& g = model->mp_grads[emb];
     for (int k = 0; k < (twice ? 2 : 1); ++k)
       pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
@@ -209,6 +219,13 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
       if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
       out[which[i]] = std::move(g);
     }
+  }
+  if (tied && late) {  // this rank's reduced piece plus the partner's unreduced values there
+    const DpSharding mode = mesh::dp_sharding_of(mesh, specs[emb]);
+    const Tensor<T> add = zero2(emb)                  ? zero[emb]->piece(partner)  // the gradient is a shard
+                          : mode == DpSharding::fsdp ? model->params[emb].piece(partner)
+                                                     : partner;  // ddp, zero1: whole
+    for (size_t i = 0; i < add.data.size() && i < out[emb].data.size(); ++i) out[emb].data[i] += add.data[i];
   }
 }
 

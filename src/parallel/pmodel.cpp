@@ -343,7 +343,11 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
   VpCeCache<T> ce;
-  const double inv_tokens = loss_scale(c, u.b, u.share);
+  // bug zoo (core/inject.h): under pipeline parallel the last stage normalises its loss per
+  // micro-batch while the other stages' load-balancing terms keep the global count
+  static const bool per_micro = injected("pp_loss_per_microbatch_last_stage");
+  const double inv_tokens = per_micro && virtual_stages() > 1 ? 1.0 / static_cast<double>(u.share.micro_seqs * c.seq)
+                                                             : loss_scale(c, u.b, u.share);
   res.ce = vp_cross_entropy_forward(tp_, logits.data(), u.targets.data(), n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);
