@@ -84,7 +84,7 @@ bool writes_shard(const mesh::Mesh& m, const mesh::TensorLayout& l, const std::s
                   "; reduce it before saving (a checkpoint holds values, not addends)");
     if (l.placements[i].kind == mesh::PlacementKind::replicate && c[i] != 0) first = false;
   }
-  return first;
+  return first && mesh::first_replica(m, l, rank);  // and on the first stage holding it (pipeline parallel)
 }
 
 std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::TensorLayout& l, const Shape& shape, int rank) {

@@ -53,8 +53,10 @@ ordered_json layout_json(const mesh::TensorLayout& l, const LayoutConfig& cfg) {
   ordered_json p = ordered_json::array(), dims = ordered_json::array();
   for (const auto& x : l.placements) p.push_back(mesh::placement_str(x));
   for (auto d : mesh::view_dims(l.view)) dims.push_back(std::string(mesh::dim_name(d)));
-  return {{"view", std::string(mesh::view_name(l.view))}, {"placements", p}, {"mesh_dims", dims},
-          {"mesh", m.sizes(l.view)}};
+  ordered_json out = {{"view", std::string(mesh::view_name(l.view))}, {"placements", p}, {"mesh_dims", dims},
+                      {"mesh", m.sizes(l.view)}};
+  if (!l.stages.empty()) out["stages"] = l.stages;  // pipeline parallel: the stages holding it
+  return out;
 }
 
 // The checkpoint's layout record is mesh/layout_config.h's codec: "cp" and "order" only where
@@ -70,6 +72,7 @@ mesh::TensorLayout layout_from(const json& l, const std::string& where, const st
   if (view != "dense" && view != "expert") bad(where, path + ".layout.view", "must be dense or expert");
   out.view = view == "dense" ? mesh::View::dense : mesh::View::expert;
   for (const auto& p : l.at("placements")) out.placements.push_back(parse_placement(p.get<std::string>()));
+  if (l.contains("stages")) out.stages = l.at("stages").get<std::vector<int64_t>>();
   // A dense layout saved before the cp dimension existed has (dp_replicate, dp_shard, tp):
   // the same layout with cp (size 1) replicated.
   if (out.view == mesh::View::dense && out.placements.size() == 3 && l.contains("mesh_dims") &&

@@ -19,16 +19,17 @@ template <class T> ckpt::ShardedState TrainingState<T>::state() {
                 std::to_string(r_.params.size()) + " tensors, " + std::to_string(layouts.size()) + " layouts");
   ckpt::ShardedState st;
   for (size_t p = 0; p < specs.size(); ++p) st.add(specs[p].name, specs[p].shape, layouts[p], *r_.params[p]);
+  const auto& opt_layouts = r_.opt_layouts ? *r_.opt_layouts : layouts;  // ZeRO-1/2: sharded
   ParamSet<T>& m = r_.opt->first_moment();
   for (size_t p = 0; p < specs.size(); ++p)
-    st.add("optim.m." + specs[p].name, specs[p].shape, layouts[p], m.tensors.at(p));
+    st.add("optim.m." + specs[p].name, specs[p].shape, opt_layouts.at(p), m.tensors.at(p));
   if (r_.opt->has_second_moment()) {
     // bug zoo (core/inject.h) ckpt_v_from_m_buffer: the second moment's entries point at the
     // first moment's tensors, on save and on load alike
     static const bool one_buffer = injected("ckpt_v_from_m_buffer");
     ParamSet<T>& v = one_buffer ? m : r_.opt->second_moment();
     for (size_t p = 0; p < specs.size(); ++p)
-      st.add("optim.v." + specs[p].name, specs[p].shape, layouts[p], v.tensors.at(p));
+      st.add("optim.v." + specs[p].name, specs[p].shape, opt_layouts.at(p), v.tensors.at(p));
   }
   step_ = Tensor<int64_t>(Shape{}, std::vector<int64_t>{r_.opt->steps_taken()});
   st.add("optim.step", {}, mesh::replicated(mesh::View::dense), step_);

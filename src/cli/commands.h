@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace parity::cli {
 
@@ -24,6 +25,13 @@ Command add_matrix_command(CLI::App& app);
 Command add_zoo_command(CLI::App& app);
 Command add_cover_command(CLI::App& app);
 Command add_rank_command(CLI::App& app);
+// `parity help [COMMAND...]` (help_cmd.cpp); `parity version` and the --version flag (version_cmd.cpp).
+Command add_help_command(CLI::App& app);
+Command add_version_command(CLI::App& app);
+
+// What `parity --version` prints, and the commit the binary was built from ("unknown" outside git).
+std::string version_text();
+std::string build_commit();
 
 // The whole command line, as `main` runs it (argv[0] the program): the exit code. A rank
 // started by fork alone (comm/launch.h, LaunchOptions::in_process) runs its argv through it.

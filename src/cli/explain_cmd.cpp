@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "harness/scenario/scenario.h"
 #include "mesh/explain.h"
+#include "parallel/pipeline.h"
 #include "parallel/reduction_plan.h"
 
 namespace parity::cli {
@@ -30,9 +31,11 @@ Command add_explain_command(CLI::App& app) {
             const Scenario s = load_scenario(*path);
             const std::string text = mesh::explain(s.layout, s.model, "parity explain " + s.name, *opts);
             std::fputs(text.c_str(), stdout);
-            const ReductionPlan plan = reduction_plan(mesh::Mesh(s.layout), s.model, s.model.precision());
+            const ReductionPlan plan =
+                reduction_plan(mesh::Mesh(s.layout, s.model.layers), s.model, s.model.precision());
             std::fputs(("\n## Reduction plan (each family's gradient, step by step: parallel/reduction_plan.h)\n" +
                         plan_table(plan)).c_str(), stdout);
+            if (s.layout.pp > 1) std::fputs(("\n" + schedule_table(s.layout, s.model.microbatches)).c_str(), stdout);
             return 0;
           }};
 }

@@ -1,5 +1,6 @@
 // The one JUnit XML writer (`parity matrix --junit`, `parity zoo --junit`): a <testsuites>
-// holding one <testsuite> whose counts are read from its cases. Pure: text in, text out.
+// holding one <testsuite> whose counts are read from its cases, valid against the common JUnit
+// schema (Jenkins xunit's; tests/ci/junit.xsd, checked by xmllint in ctest). Pure: text in, text out.
 #pragma once
 #include <string>
 #include <string_view>
@@ -8,7 +9,8 @@
 namespace parity::cli {
 
 struct JunitCase {
-  std::string classname, name, file;
+  std::string classname, name;
+  std::string file;  // the scenario file: a failure's first line ("scenario: FILE"), no attribute
   double seconds = 0;
   std::string skipped;  // non-empty: the case is skipped, with this message
   bool failed = false;  // a <failure> of type classname with message and body

@@ -5,10 +5,12 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/numbers.h"
+#include "cli/suggest.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/resources.h"
@@ -24,18 +26,28 @@ int run_cli(int argc, char** argv) {
       "rank died or\nhung, a timeout, I/O, an exhausted resource), 4 the one-device baseline diverged (inf/NaN), 77 "
       "not run\nhere (no GPU, not enough memory)."};
   app.require_subcommand(1);
-  std::vector<parity::cli::Command> cmds{parity::cli::add_run_command(app), parity::cli::add_dump_command(app),
-                                          parity::cli::add_bench_command(app), parity::cli::add_explain_command(app),
-                                          parity::cli::add_launch_command(app), parity::cli::add_ckpt_command(app),
-                                          parity::cli::add_golden_command(app), parity::cli::add_plot_command(app),
-                                          parity::cli::add_matrix_command(app), parity::cli::add_zoo_command(app),
-                                          parity::cli::add_cover_command(app), parity::cli::add_rank_command(app)};
+  app.footer(
+      "`parity help COMMAND` (or `parity COMMAND --help`): a command's options. `parity --version`: the version, "
+      "commit,\nbackends and CUDA built in.");
+  std::vector<parity::cli::Command> cmds{
+      parity::cli::add_run_command(app),     parity::cli::add_dump_command(app),   parity::cli::add_bench_command(app),
+      parity::cli::add_explain_command(app), parity::cli::add_launch_command(app), parity::cli::add_ckpt_command(app),
+      parity::cli::add_golden_command(app),  parity::cli::add_plot_command(app),   parity::cli::add_matrix_command(app),
+      parity::cli::add_zoo_command(app),     parity::cli::add_cover_command(app),  parity::cli::add_rank_command(app),
+      parity::cli::add_help_command(app),    parity::cli::add_version_command(app)};
   strict_numbers(app);  // every numeric option of every subcommand (cli/numbers.h)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // An unknown subcommand or option is named, with the close names ("did you mean"),
+    // rather than CLI11's "A subcommand is required" or "arguments were not expected".
+    if (const auto m = find_misspelling(app, std::vector<std::string>(argv + 1, argv + argc))) {
+      std::fprintf(stderr, "%s\n", misspelling_message(*m).c_str());
+      return parity::exit_code::bad_input;
+    }
+    app.exit(e);
+    return parity::exit_code::bad_input;
   }
   try {
     for (auto& c : cmds)

@@ -52,10 +52,17 @@ Command add_matrix_command(CLI::App& app) {
   sub->add_option("--junit", o->junit,
                   "Write JUnit XML to FILE: a testcase per run (classname verdict) and per golden check (classname "
                   "golden), a failure with the root line or the golden's differing values");
-  sub->add_option("--summary", o->summary,
-                  "Write the markdown summary to FILE: the verdict, commit (env PARITY_COMMIT or GITHUB_SHA), a row "
-                  "per scenario (verdict, root of a failure, worst/tol, golden, time) linking its logs, the plots");
+  sub->add_option(
+      "--summary", o->summary,
+      "Write the markdown summary to FILE: the verdict first, commit (env PARITY_COMMIT or GITHUB_SHA, else "
+      "the build's), a row "
+      "per scenario (verdict, root of a failure, worst/tol, golden, time) linking its logs, the plots");
   sub->add_option("--summary-title", o->summary_title, "A line under the summary's heading");
+  sub->add_option("--summary-links", o->summary_links,
+                  "relative: the summary links its logs and shows its plots, relative to the summary file (read "
+                  "beside them); none: the same paths as text, no links or images (for $GITHUB_STEP_SUMMARY)")
+      ->check(CLI::IsMember({"relative", "none"}))
+      ->capture_default_str();
   sub->add_option("--plots", o->plots,
                   "Draw one figure per scenario group (fsdp, tp, ep, ...) from the goldens into DIR "
                   "(DIR/GROUP.png, .svg; gnuplot, as `parity plot`)");

@@ -153,7 +153,11 @@ std::string summary_markdown(const std::vector<MatrixEntry>& entries, const Summ
   const MatrixCounts c = count(entries);
   std::string md = "# parity matrix: " + std::string(c.pass() ? "PASS" : "FAIL") + "\n\n";
   if (!info.title.empty()) md += info.title + "\n\n";
-  if (!info.commit.empty()) md += "commit `" + info.commit.substr(0, 12) + "`, ";
+  if (!info.commit.empty()) {  // 12 hex digits, and a "-dirty" mark (`parity --version`) kept
+    const size_t dash = info.commit.find('-');
+    md += "commit `" + info.commit.substr(0, std::min<size_t>(dash, 12)) +
+          (dash == std::string::npos ? "" : info.commit.substr(dash)) + "`, ";
+  }
   md += info.date + (info.date.empty() ? "" : ", ") + std::to_string(entries.size()) + " scenarios: " +
         std::to_string(c.passed) + " layouts passed, " + std::to_string(c.failed) + " failed, " +
         std::to_string(c.skipped) + " skipped (world 1: no layout to compare)";
@@ -168,13 +172,15 @@ std::string summary_markdown(const std::vector<MatrixEntry>& entries, const Summ
   }
   if (!failed_runs.empty()) md += "\n**Failed layouts:** " + failed_runs + "\n";
   if (!failed_goldens.empty()) md += "\n**Failed golden checks:** " + failed_goldens + "\n";
-  if (!info.logs_link.empty())
-    md += "\nLogs: [`" + info.logs_link + "/`](" + info.logs_link + "/) (NAME.log: `parity run`, NAME.report.json: " +
-          "its verdict as JSON, NAME.golden.log: `parity golden check`).\n";
+  if (!info.logs_link.empty()) {
+    const std::string dir = info.logs_link + "/";
+    md += "\nLogs: " + (info.links ? "[`" + dir + "`](" + dir + ")" : "`" + dir + "` beside the summary file") +
+          " (NAME.log: `parity run`, NAME.report.json: its verdict as JSON, NAME.golden.log: `parity golden check`).\n";
+  }
   md += "\n| scenario | world | layout | verdict | root of a failure | worst/tol | golden | time (s) |\n"
         "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n";
   auto link = [&](const std::string& text, const std::string& log) {
-    if (info.logs_link.empty() || log.empty()) return text;
+    if (!info.links || info.logs_link.empty() || log.empty()) return text;
     const size_t slash = log.find_last_of('/');
     return "[" + text + "](" + info.logs_link + "/" + log.substr(slash == std::string::npos ? 0 : slash + 1) + ")";
   };
@@ -191,9 +197,11 @@ std::string summary_markdown(const std::vector<MatrixEntry>& entries, const Summ
   }
   if (!info.plots.empty()) {
     md += "\n## Plots (golden curves: loss over the baseline and the entropy floor; |layout - baseline| below)\n";
+    if (!info.links) md += "\n";
     for (const auto& [group, stem] : info.plots)
-      md += "\n- **" + group + "**: [PNG](" + stem + ".png), [SVG](" + stem + ".svg)\n\n  ![" + group + "](" + stem +
-            ".png)\n";
+      md += info.links ? "\n- **" + group + "**: [PNG](" + stem + ".png), [SVG](" + stem + ".svg)\n\n  ![" + group +
+                             "](" + stem + ".png)\n"
+                       : "- **" + group + "**: `" + stem + ".png`, `" + stem + ".svg`\n";
   }
   return md;
 }

@@ -66,12 +66,16 @@ struct SummaryInfo {
   std::string date;       // "2025-01-31 12:00 UTC"
   std::string logs_link;  // the logs' directory relative to the summary file
   std::vector<std::pair<std::string, std::string>> plots;  // group, figure stem relative to the summary
+  // Links to the logs and plots, relative to the summary (`--summary-links relative`, for the
+  // summary read beside them); false (`none`): the same paths as text and no images, for a
+  // place the files are not, a CI step summary ($GITHUB_STEP_SUMMARY).
+  bool links = true;
   bool golden = false;    // whether golden checks ran (the column is shown either way)
   double wall_seconds = 0;
 };
-// Markdown: the verdict as a heading, commit and counts, failures named, then one row per
-// scenario (scenario, world, layout, verdict, root of a failure, worst/tol, golden, time)
-// with links to the logs, then the plots.
+// Markdown: the verdict as its first line (a heading), commit and counts, failures named, then
+// one row per scenario (scenario, world, layout, verdict, root of a failure, worst/tol,
+// golden, time) with links to the logs (info.links), then the plots.
 std::string summary_markdown(const std::vector<MatrixEntry>& entries, const SummaryInfo& info);
 
 // The counts and verdict both the table and the reports state.

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/commands.h"
 #include "cli/jobs.h"
 #include "cli/matrix_report.h"
 #include "cli/self.h"
@@ -166,13 +167,15 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const std::vector<Ma
   return out;
 }
 
-// PARITY_COMMIT, else GITHUB_SHA, else "".
+// PARITY_COMMIT, else GITHUB_SHA, else the commit the binary was built from (`parity
+// --version`), else "".
 std::string commit_from_env() {
   for (const char* var : {"PARITY_COMMIT", "GITHUB_SHA"}) {
     const char* v = std::getenv(var);
     if (v != nullptr && *v != '\0') return v;
   }
-  return "";
+  const std::string built = build_commit();
+  return built == "unknown" ? "" : built;
 }
 
 std::string utc_now() {
@@ -240,6 +243,7 @@ int run_matrix(MatrixOptions o) {
   if (!o.summary.empty()) {
     info.title = o.summary_title, info.commit = commit_from_env(), info.date = utc_now();
     info.logs_link = relative_to(dir, o.summary), info.golden = o.golden, info.wall_seconds = wall;
+    info.links = o.summary_links != "none";
     for (auto& [group, stem] : info.plots) stem = relative_to(stem, o.summary);
     write_file(o.summary, summary_markdown(entries, info));
     std::printf("summary: %s\n", o.summary.c_str());

@@ -18,6 +18,7 @@ struct MatrixOptions {
   bool golden = false;
   std::string golden_backend = "mpi";
   std::string junit, summary, summary_title, plots, inject;
+  std::string summary_links = "relative";  // or "none": no links or images (a CI step summary)
 };
 
 // The exit code: 0 every layout (and golden check) passed, 1 one failed; bad input throws.

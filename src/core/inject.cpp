@@ -99,6 +99,35 @@ const std::vector<Injection>& injections() {
        "one data-parallel replica's Adam second moment one ulp apart from the others' (a replica updated apart, "
        "as from a reduction whose bits differ from rank to rank): its parameters are still equal after the step",
        "hsdp2x2.json", "replicas every tensor", 0, ""},
+      {"zero2_reduce_incomplete", "parallel/parallel_run.cpp, micro-batch accumulation under zero2",
+       "under layout.dp_sharding zero2 the gradient reduce-scatter taken before the last micro-batch's gradient "
+       "is accumulated (DeepSpeed's ZeRO-2 reduction of a gradient not yet complete, ds_grad_is_ready): the "
+       "reduced shards miss that micro-batch, the loss is right",
+       "zero2_dp4_tp2_ep2.json", "grad head", 0, "not a clean factor"},
+      {"pp_tied_embedding_not_synced", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "with tie_embeddings across pipeline stages the embedding group's all-reduce left out: the first stage "
+       "keeps only the embedding's gradient, the last only the head's (uw-syfi/piper#13's class), and the two "
+       "replicas drift apart",
+       "pp2_1f1b_tp2_ep2_tied.json", "grad embedding", 0, ""},
+      {"pp_embedding_synced_twice", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "the embedding group's all-reduce of the tied embedding's gradient run twice (a pipeline gradient reduced "
+       "twice, as PaddlePaddle#30437's repeated all-reduce): every copy holds twice the sum",
+       "pp2_1f1b_tp2_ep2_tied.json", "grad embedding", 0, "2"},
+      {"pp_embedding_synced_after_dp", "parallel/parallel_run.cpp, tied embeddings under pipeline parallel",
+       "the tied embedding's gradient reduced over data parallel before the embedding group's all-reduce, which "
+       "then adds the partner stage's partial, not yet reduced, values (Megatron-LM#844, distributed optimizer "
+       "with shared embeddings)",
+       "pp2_1f1b_fsdp2_tied_aux.json", "grad embedding", 0, ""},
+      {"pp_loss_per_microbatch_last_stage", "parallel/pmodel.cpp, the loss under pipeline parallel",
+       "the last pipeline stage normalises its cross-entropy by each micro-batch's own token count while the "
+       "other stages' load-balancing terms keep the global count (a loss normalised per micro-batch on only "
+       "some stages)",
+       "pp2_1f1b_fsdp2_tied_aux.json", "loss all micro-batches", 0, ""},
+      {"pp_grads_wiped_per_microbatch", "parallel/parallel_run.cpp, the pipeline schedule",
+       "the last pipeline stage's gradient accumulators reset at every micro-batch's forward (a stage "
+       "re-initialised between micro-batches, NeMo Automodel#3530): only the last micro-batch trains it, the "
+       "loss is right",
+       "pp2_1f1b.json", "grad head", 0, ""},
       {"ckpt_v_from_m_buffer", "ckpt/training_state.cpp, the optimizer state's checkpoint entries",
        "Adam's second-moment entries point at the first moment's tensors: a save writes m where v belongs and a "
        "load reads it back into m, so save(load(A)) is bitwise A while the resumed optimizer never gets its v",

@@ -57,6 +57,22 @@ void ObjectReader::read(const std::string& key, int64_t& out) const {
   out = v->get<int64_t>();
 }
 
+void ObjectReader::read(const std::string& key, std::vector<int64_t>& out) const {
+  const json* v = find(key);
+  if (!v) return;
+  if (!v->is_array()) throw ConfigError(at(key), "expected an array of integers, got " + json_shown(*v));
+  std::vector<int64_t> got;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& e = (*v)[i];
+    const std::string here = at(key) + "[" + std::to_string(i) + "]";
+    if (!e.is_number_integer()) throw ConfigError(here, "expected an integer, got " + json_shown(e));
+    if (e.is_number_unsigned() && e.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw ConfigError(here, "integer too large, got " + e.dump());
+    got.push_back(e.get<int64_t>());
+  }
+  out = std::move(got);
+}
+
 void ObjectReader::read(const std::string& key, uint64_t& out) const {
   const json* v = find(key);
   if (!v) return;

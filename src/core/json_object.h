@@ -39,6 +39,8 @@ class ObjectReader {
   void read(const std::string& key, double& out) const;
   void read(const std::string& key, bool& out) const;
   void read(const std::string& key, std::string& out) const;
+  // An array of integers ("<path>.<key>[i]" names a bad element).
+  void read(const std::string& key, std::vector<int64_t>& out) const;
 
   // A string that must be one of `names`; `values[i]` is what names[i] means.
   template <class E>

@@ -31,18 +31,20 @@ std::string view_sizes(const Mesh& m, View v) {
   return out + ")";
 }
 
-std::string dims_str(GroupKind k) {
+std::string dims_str(GroupKind k, const Mesh& m) {
   std::string out = std::string(view_name(group_view(k))) + ":";
-  for (MeshDim d : group_dims(k)) out += " " + std::string(dim_name(d));
+  for (MeshDim d : group_dims(k))
+    if (d != MeshDim::pp || m.stages() > 1) out += " " + std::string(dim_name(d));
   return out;
 }
 
 void write_ranks(std::ostringstream& o, const Mesh& m) {
-  o << "## Ranks\n| rank | dense " << view_header(View::dense) << " | expert " << view_header(View::expert)
-    << " |\n| --- | --- | --- |\n";
+  const bool pp = m.stages() > 1;  // a stage column only with pipeline parallel
+  o << "## Ranks\n| rank | " << (pp ? "stage | " : "") << "dense " << view_header(View::dense) << " | expert "
+    << view_header(View::expert) << " |\n| --- | " << (pp ? "--- | " : "") << "--- | --- |\n";
   for (int r = 0; r < m.world(); ++r)
-    o << "| " << r << " | " << tuple_str(m.coords(View::dense, r)) << " | " << tuple_str(m.coords(View::expert, r))
-      << " |\n";
+    o << "| " << r << " | " << (pp ? std::to_string(m.stage(r)) + " | " : "") << tuple_str(m.coords(View::dense, r))
+      << " | " << tuple_str(m.coords(View::expert, r)) << " |\n";
 }
 
 void write_groups(std::ostringstream& o, const Mesh& m) {
@@ -51,8 +53,9 @@ void write_groups(std::ostringstream& o, const Mesh& m) {
     << foldings_row(m) << "\n\n";
   o << "## Every group\n| group | dimensions | size | members |\n| --- | --- | --- | --- |\n";
   for (GroupKind k : all_group_kinds()) {
+    if (k == GroupKind::pp && m.stages() == 1) continue;  // no pipeline: the table as it was
     const std::vector<Group> gs = m.groups(k);
-    o << "| " << group_kind_name(k) << " | " << dims_str(k) << " | " << gs[0].size() << " | " << groups_str(gs)
+    o << "| " << group_kind_name(k) << " | " << dims_str(k, m) << " | " << gs[0].size() << " | " << groups_str(gs)
       << " |\n";
   }
 }
@@ -168,7 +171,7 @@ std::string ranges_table(const Mesh& m, const ModelConfig& model, const std::str
 std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title,
                     const ExplainOptions& options) {
   validate_layout(layout, model);
-  const Mesh m(layout);
+  const Mesh m(layout, model.layers);
   std::ostringstream o;
   o << "# " << title << "\n\n";
   o << "world " << m.world() << ", folding " << folding_name(folding(m)) << "\n";
@@ -179,6 +182,15 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
     o << "context parallel: cp " << m.size(MeshDim::cp) << ", groups " << groups_str(m.groups(GroupKind::cp))
       << " (each holds one contiguous chunk of every sequence; the expert view has no cp: edp absorbs it)\n";
   if (layout.recompute != Recompute::none) o << recompute_line(layout.recompute) << "\n";
+  if (m.stages() > 1) {
+    o << "pipeline parallel: pp " << m.stages() << " (outermost: rank = stage * " << m.world() / m.stages()
+      << " + the rank inside its stage), schedule " << pp_schedule_name(layout.pp_schedule) << "; layers per stage:";
+    const auto split = pp_stage_layers(layout, model.layers);
+    for (size_t v = 0; v < split.size(); ++v)
+      o << " " << (v == 0 ? "" : "| ") << "v" << v << "@stage " << static_cast<int64_t>(v) % m.stages() << " ["
+        << split[v].first << ", " << split[v].second << ")";
+    o << "\n";
+  }
   o << "\n";
   write_ranks(o, m);
   o << "\n";

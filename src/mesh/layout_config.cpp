@@ -15,9 +15,24 @@ using nlohmann::ordered_json;
 
 std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
 
+std::string_view dp_sharding_name(DpSharding s) {
+  switch (s) {
+    case DpSharding::fsdp: return "fsdp";
+    case DpSharding::ddp: return "ddp";
+    case DpSharding::zero1: return "zero1";
+    case DpSharding::zero2: return "zero2";
+  }
+  return "?";
+}
+
 std::string_view recompute_name(Recompute r) {
   static constexpr std::string_view names[] = {"none", "full", "attention", "mlp"};  // the enum's order
   return names[static_cast<size_t>(r)];
+}
+
+std::string_view pp_schedule_name(PpSchedule s) {
+  static constexpr std::string_view names[] = {"gpipe", "1f1b", "interleaved"};  // the enum's order
+  return names[static_cast<size_t>(s)];
 }
 
 namespace {
@@ -26,14 +41,19 @@ namespace {
 std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
   return {{"world", &LayoutConfig::world}, {"dp_replicate", &LayoutConfig::dp_replicate},
           {"dp_shard", &LayoutConfig::dp_shard}, {"tp", &LayoutConfig::tp},
-          {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp}};
+          {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp},
+          {"pp", &LayoutConfig::pp},           {"pp_virtual", &LayoutConfig::pp_virtual}};
 }
 
-const std::vector<std::string> kScenarioKeys = {"world",   "dp_replicate", "dp_shard", "tp",    "ep",
-                                                "etp",     "cp",           "sp",       "order", "recompute",
-                                                "backend", "device",       "fsdp_dim"};
-const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard", "tp",
-                                                  "ep",    "etp",          "cp",       "order"};
+const std::vector<std::string> kScenarioKeys = {
+    "world",    "dp_replicate", "dp_shard",    "tp",        "ep",          "etp",
+    "cp",       "pp",           "pp_virtual",  "pp_layers", "pp_schedule", "sp",
+    "order",    "recompute",    "backend",     "device",    "fsdp_dim",    "dp_sharding",
+    "expert_dp_sharding"};
+// pp's split decides where every layer's elements live; its schedule does not
+const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard",   "tp",        "ep",
+                                                  "etp",   "cp",           "pp",         "pp_virtual", "pp_layers",
+                                                  "order"};
 
 void require(bool ok, const std::string& path, const std::string& rule) {
   if (!ok) throw ConfigError(path, rule);
@@ -55,8 +75,11 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   if (!scenario) r.require_keys({"world", "dp_replicate", "dp_shard", "tp", "ep", "etp"});
   LayoutConfig l;
   for (auto [key, field] : degrees()) r.read(key, l.*field);
+  r.read("pp_layers", l.pp_layers);
   r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
   if (!scenario) return l;
+  r.read_enum("pp_schedule", l.pp_schedule, {"gpipe", "1f1b", "interleaved"},
+              {PpSchedule::gpipe, PpSchedule::one_f_one_b, PpSchedule::interleaved});
   r.read("sp", l.sp);
   r.read_enum("recompute", l.recompute, {"none", "full", "attention", "mlp"},
               {Recompute::none, Recompute::full, Recompute::attention, Recompute::mlp});
@@ -64,14 +87,23 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
               {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
   r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
+  const std::vector<std::string> modes = {"fsdp", "ddp", "zero1", "zero2"};
+  const std::vector<DpSharding> values = {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2};
+  r.read_enum("dp_sharding", l.dp_sharding, modes, values);
+  l.expert_dp_sharding = l.dp_sharding;  // the experts follow the dense families unless told
+  r.read_enum("expert_dp_sharding", l.expert_dp_sharding, modes, values);
   return l;
 }
 
 ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   ordered_json j = ordered_json::object();
-  for (auto [key, field] : degrees())
-    if (std::string_view(key) != "cp") j[key] = l.*field;
+  for (auto [key, field] : degrees())  // cp and pipeline keys only where they are not 1 (older files)
+    if (std::string_view(key).substr(0, 2) != "cp" && std::string_view(key).substr(0, 2) != "pp") j[key] = l.*field;
   if (l.cp != 1) j["cp"] = l.cp;
+  if (l.pp != 1) j["pp"] = l.pp;
+  if (l.pp_virtual != 1) j["pp_virtual"] = l.pp_virtual;
+  if (!l.pp_layers.empty()) j["pp_layers"] = l.pp_layers;
+  if (l.pp != 1 && record == LayoutRecord::scenario) j["pp_schedule"] = std::string(pp_schedule_name(l.pp_schedule));
   if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
   if (record == LayoutRecord::checkpoint) return j;
   j["sp"] = l.sp;
@@ -79,42 +111,79 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   j["backend"] = std::string(comm::backend_name(l.backend));
   if (l.device != Device::cpu) j["device"] = std::string(device_name(l.device));
   if (auto f = fsdp_dim_json(l.fsdp_dim)) j["fsdp_dim"] = *f;
+  if (l.dp_sharding != DpSharding::fsdp) j["dp_sharding"] = std::string(dp_sharding_name(l.dp_sharding));
+  if (l.expert_dp_sharding != l.dp_sharding)
+    j["expert_dp_sharding"] = std::string(dp_sharding_name(l.expert_dp_sharding));
   return j;
 }
 
+namespace {
+
+// ", zero1" / ", zero1, experts fsdp": the data-parallel sharding where it is not the default
+// (the default adds nothing, so files that record a layout's words keep them).
+std::string sharding_words(const LayoutConfig& l) {
+  if (l.dp_sharding == DpSharding::fsdp && l.expert_dp_sharding == DpSharding::fsdp) return "";
+  std::string out = ", " + std::string(dp_sharding_name(l.dp_sharding));
+  if (l.expert_dp_sharding != l.dp_sharding) out += ", experts " + std::string(dp_sharding_name(l.expert_dp_sharding));
+  return out;
+}
+
+// ", pp schedule 1f1b" (+ " x 2 virtual", ", layers 3/1"): the pipeline beyond its degree, or
+// nothing when pp is 1.
+std::string pipeline_words(const LayoutConfig& l) {
+  if (l.pp == 1) return "";
+  std::string out = ", " + std::string(pp_schedule_name(l.pp_schedule));
+  if (l.pp_virtual > 1) out += " x " + s(l.pp_virtual) + " virtual";
+  for (size_t i = 0; i < l.pp_layers.size(); ++i) out += (i == 0 ? ", layers " : "/") + s(l.pp_layers[i]);
+  return out;
+}
+
+}  // namespace
+
 std::string describe_layout(const LayoutConfig& l, LayoutText form) {
+  const std::string pipeline = pipeline_words(l);
   const std::string order = l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order";
+  const std::string sharding = sharding_words(l);
   const std::string recompute =
       l.recompute == Recompute::none ? "" : ", recompute " + std::string(recompute_name(l.recompute));
   if (form == LayoutText::full || form == LayoutText::report) {
-    std::string out = "world " + s(l.world) + " = dp_replicate " + s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
+    std::string out = "world " + s(l.world) + " = " + (l.pp > 1 ? "pp " + s(l.pp) + " x " : "") + "dp_replicate " +
+                      s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
                       (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
     out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
                                     : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
-    return out + (l.sp ? ", sp" : "") + order + recompute;
+    return out + (l.sp ? ", sp" : "") + order + sharding + recompute + pipeline;
   }
   if (form == LayoutText::brief) {
     std::string out;
     auto add = [&](const char* k, int64_t v) {
       if (v > 1) out += std::string(out.empty() ? "" : " x ") + k + " " + s(v);
     };
+    add("pp", l.pp);
+    if (l.pp > 1) out += " (" + pipeline.substr(2) + ")";
     add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("cp", l.cp), add("tp", l.tp);
     if (l.sp) out += " (sp)";
     if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
     if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
+    if (!sharding.empty()) out += out.empty() ? sharding.substr(2) : sharding;
     return out.empty() ? "one device" : out + recompute;
   }
   std::vector<std::string> parts;  // stem
+  if (l.pp > 1)
+    parts.push_back("pp" + s(l.pp) + "_" + std::string(pp_schedule_name(l.pp_schedule)) +
+                    (l.pp_virtual > 1 ? s(l.pp_virtual) : "") + (l.pp_layers.empty() ? "" : "_uneven"));
+  const std::string mode(dp_sharding_name(l.dp_sharding));  // fsdp4, ddp4, zero1_dp4; hsdp2x2_zero1
   if (l.dp_replicate > 1)
-    parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard));
+    parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard) + (mode == "fsdp" ? "" : "_" + mode));
   else if (l.dp_shard > 1)
-    parts.push_back("fsdp" + s(l.dp_shard));
+    parts.push_back(mode == "fsdp" || mode == "ddp" ? mode + s(l.dp_shard) : mode + "_dp" + s(l.dp_shard));
   if (l.cp > 1) parts.push_back("cp" + s(l.cp));
   if (l.tp > 1) parts.push_back("tp" + s(l.tp));
   if (l.sp) parts.push_back("sp");
   if (l.ep > 1) parts.push_back("ep" + s(l.ep));
   // shipped names leave out etp where it is the usual one: tp without EP, 1 with EP
   if (l.etp != (l.ep > 1 ? 1 : l.tp)) parts.push_back("etp" + s(l.etp));
+  if (l.expert_dp_sharding != l.dp_sharding) parts.push_back("e" + std::string(dp_sharding_name(l.expert_dp_sharding)));
   if (l.recompute != Recompute::none) parts.push_back("recompute_" + std::string(recompute_name(l.recompute)));
   std::string out = l.order == RankOrder::deepspeed ? "ds" : "";  // as the shipped ds_* files
   for (const std::string& p : parts) out += (out.empty() ? "" : "_") + p;
@@ -124,15 +193,17 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
 void check_structure(const LayoutConfig& l, const std::string& p) {
   for (auto [key, field] : degrees()) require(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
   require(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
-  const int64_t dense = mul(mul(mul(l.dp_replicate, l.dp_shard), l.cp), l.tp);
-  const bool cp = l.cp != 1;  // the rule names cp only where it is used: messages without it stay as they were
+  const int64_t dense = mul(mul(mul(mul(l.pp, l.dp_replicate), l.dp_shard), l.cp), l.tp);
+  // the rule names cp and pp only where they are used: messages without them stay as they were
+  const bool cp = l.cp != 1, pp = l.pp != 1;
   require(dense == l.world, p + "world",
-          std::string("must equal dp_replicate*dp_shard*") + (cp ? "cp*" : "") + "tp (" + s(l.dp_replicate) + "*" +
-              s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") + s(l.tp) + "), got " + s(l.world));
-  const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp);
-  require(expert > 0 && l.world % expert == 0, p + "ep",
-          "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) +
-              ") must divide layout.world (" + s(l.world) + ") so that edp_shard is whole");
+          std::string("must equal ") + (pp ? "pp*" : "") + "dp_replicate*dp_shard*" + (cp ? "cp*" : "") + "tp (" +
+              (pp ? s(l.pp) + "*" : "") + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") +
+              s(l.tp) + "), got " + s(l.world));
+  const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp), stage = l.world / l.pp;
+  require(expert > 0 && stage % expert == 0, p + "ep",
+          "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) + ") must divide layout.world" +
+              (pp ? "/pp (" + s(stage) + ")" : " (" + s(l.world) + ")") + " so that edp_shard is whole");
 }
 
 void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
@@ -147,12 +218,50 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
             "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
   }
   validate_cp(l, m, p);
+  validate_pp(l, m, p);
   mesh::check_fsdp_dim(l, m, p);
   // the one-device baseline never recomputes: on world 1 the option would check nothing
   require(l.recompute == Recompute::none || l.world > 1, p + "recompute",
           "activation recompute is a layout option and needs layout.world > 1 (the one-device baseline never "
           "recomputes), got world 1 with recompute " +
               std::string(recompute_name(l.recompute)));
+}
+
+void validate_pp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  const bool inter = l.pp_schedule == PpSchedule::interleaved;
+  require(l.pp_virtual == 1 || inter, p + "pp_virtual",
+          "virtual stages need layout.pp_schedule \"interleaved\", got pp_virtual " + s(l.pp_virtual));
+  if (inter && l.pp > 1) {
+    require(l.pp_virtual > 1, p + "pp_virtual", "the interleaved schedule needs pp_virtual > 1, got 1");
+    require(m.microbatches % l.pp == 0, p + "pp_schedule",
+            "the interleaved schedule needs layout.pp (" + s(l.pp) + ") to divide model.microbatches (" +
+                s(m.microbatches) + ")");
+  }
+  const int64_t v = l.pp * l.pp_virtual;
+  if (l.pp_layers.empty()) return;
+  require(l.pp > 1, p + "pp_layers", "a stage split needs layout.pp > 1");
+  require(static_cast<int64_t>(l.pp_layers.size()) == v, p + "pp_layers",
+          "must hold one layer count per virtual stage (pp*pp_virtual = " + s(v) + "), got " +
+              s(static_cast<int64_t>(l.pp_layers.size())));
+  int64_t sum = 0;
+  for (size_t i = 0; i < l.pp_layers.size(); ++i) {
+    require(l.pp_layers[i] >= 0, p + "pp_layers[" + s(static_cast<int64_t>(i)) + "]",
+            "must be >= 0, got " + s(l.pp_layers[i]));
+    sum += l.pp_layers[i];
+  }
+  require(sum == m.layers, p + "pp_layers", "must sum to model.layers (" + s(m.layers) + "), got " + s(sum));
+}
+
+std::vector<std::pair<int64_t, int64_t>> pp_stage_layers(const LayoutConfig& l, int64_t layers) {
+  const int64_t v = l.pp * l.pp_virtual;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t at = 0;
+  for (int64_t i = 0; i < v; ++i) {
+    const int64_t n = l.pp_layers.empty() ? layers / v + (i < layers % v ? 1 : 0) : l.pp_layers[static_cast<size_t>(i)];
+    out.emplace_back(at, at + n);
+    at += n;
+  }
+  return out;
 }
 
 // Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,9 +54,38 @@ struct FsdpDimRule {
 using FsdpDimConfig = std::array<FsdpDimRule, 8>;
 static_assert(std::tuple_size_v<FsdpDimConfig> == kFamilyCount, "layout.fsdp_dim holds one rule per family");
 
+// How the data-parallel shard group (dp_shard; edp_shard for routed experts) holds a family
+// (layout.dp_sharding, layout.expert_dp_sharding; docs/parallel.md "Data-parallel sharding"):
+//   fsdp   parameters, gradients and optimizer state sharded (ZeRO-3-like, the default)
+//   ddp    everything replicated, gradients all-reduced
+//   zero1  parameters and gradients replicated (all-reduced), optimizer state sharded, the
+//          updated parameter shards all-gathered
+//   zero2  as zero1 but gradients reduce-scattered (each rank keeps its shard's gradient)
+// dp_replicate (and cp) stay replicas under every mode, as in HSDP.
+enum class DpSharding { fsdp, ddp, zero1, zero2 };
+std::string_view dp_sharding_name(DpSharding s);  // "fsdp", "ddp", "zero1", "zero2"
+
+// Pipeline parallel's schedule (layout.pp_schedule, docs/parallel.md "Pipeline parallel"): the
+// order in which each stage runs the forward (F) and backward (B) of every micro-batch.
+//   gpipe        every F, then every B (GPipe; torch.distributed.pipelining's ScheduleGPipe)
+//   1f1b         pp - stage - 1 warm-up Fs, then one F and one B in turn, then the last Bs
+//                (PipeDream-flush, Megatron's non-interleaved schedule)
+//   interleaved  1F1B over pp_virtual model chunks per stage (Megatron's interleaved schedule;
+//                micro-batches a multiple of pp)
+enum class PpSchedule { gpipe, one_f_one_b, interleaved };
+std::string_view pp_schedule_name(PpSchedule s);  // "gpipe", "1f1b", "interleaved"
+
 // World size and parallel degrees; the one-device baseline is world 1 with every degree 1.
 struct LayoutConfig {
   int64_t world = 1;
+  // Pipeline parallel: the layers split into pp stages (pp_virtual model chunks each under the
+  // interleaved schedule), pp the outermost coordinate of the world rank in both rank orders
+  // (Megatron's tp-cp-dp-pp; DeepSpeed's pipe-data-model topology also puts pipe outermost).
+  // pp_layers: the layers of each virtual stage in order (stage v % pp holds virtual stage v);
+  // empty: as even as possible, the earlier virtual stages taking the extra layers.
+  int64_t pp = 1, pp_virtual = 1;
+  PpSchedule pp_schedule = PpSchedule::one_f_one_b;
+  std::vector<int64_t> pp_layers = {};
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
   int64_t ep = 1, etp = 1;
   int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
@@ -62,6 +93,8 @@ struct LayoutConfig {
   Recompute recompute = Recompute::none;  // a training option of the layout: it moves no element
   RankOrder order = RankOrder::megatron;
   FsdpDimConfig fsdp_dim{};
+  DpSharding dp_sharding = DpSharding::fsdp;         // the dense families
+  DpSharding expert_dp_sharding = DpSharding::fsdp;  // routed experts (defaults to dp_sharding in files)
   comm::Backend backend = comm::Backend::gloo;
   Device device = Device::cpu;  // where the baseline and every rank compute
 };
@@ -97,9 +130,9 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form);
 
 // ---- rules --------------------------------------------------------------------------------
 // The structural rules, in this order: every degree >= 1 (world, dp_replicate, dp_shard, tp,
-// ep, etp, cp), world <= kMaxWorld, world = dp_replicate·dp_shard·cp·tp, dp_replicate·ep·etp
-// divides world. Throws ConfigError("<prefix><field>", rule): a scenario reports its main
-// layout under "$.layout." and its resume layout under "$.resume.layout.".
+// ep, etp, cp, pp, pp_virtual), world <= kMaxWorld, world = pp·dp_replicate·dp_shard·cp·tp,
+// dp_replicate·ep·etp divides world / pp. Throws ConfigError("<prefix><field>", rule): a
+// scenario reports its main layout under "$.layout." and its resume layout under "$.resume.layout.".
 inline constexpr int64_t kMaxWorld = int64_t{1} << 20;
 void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.layout.");
 
@@ -110,6 +143,12 @@ void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.
 // every tensor of its family (check_fsdp_dim in mesh/param_layout.h), recompute needs a layout
 // (world > 1: the baseline alone never recomputes, so the option would check nothing).
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+// validate_layout's pipeline rules: pp_virtual > 1 only (and always) under interleaved, whose
+// micro-batches pp divides; pp_layers, when given, one count >= 0 per virtual stage summing to
+// model.layers.
+void validate_pp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+// The layers [begin, end) of each virtual stage v (v in [0, pp * pp_virtual)), on stage v % pp.
+std::vector<std::pair<int64_t, int64_t>> pp_stage_layers(const LayoutConfig& layout, int64_t layers);
 // validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does.
 void validate_cp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 

@@ -19,6 +19,7 @@ std::string_view dim_name(MeshDim d) {
     case MeshDim::edp_shard: return "edp_shard";
     case MeshDim::ep: return "ep";
     case MeshDim::etp: return "etp";
+    case MeshDim::pp: return "pp";
   }
   return "?";
 }
@@ -32,6 +33,7 @@ std::string_view dim_short(MeshDim d) {
     case MeshDim::edp_shard: return "edps";
     case MeshDim::ep: return "ep";
     case MeshDim::etp: return "etp";
+    case MeshDim::pp: return "pp";
   }
   return "?";
 }
@@ -57,6 +59,7 @@ std::string_view group_kind_name(GroupKind k) {
     case GroupKind::edp_shard: return "edp_shard";
     case GroupKind::edp: return "edp";
     case GroupKind::ep_etp: return "ep_etp";
+    case GroupKind::pp: return "pp";
   }
   return "?";
 }
@@ -65,7 +68,8 @@ const std::vector<GroupKind>& all_group_kinds() {
   static const std::vector<GroupKind> all = {
       GroupKind::world, GroupKind::tp,  GroupKind::dp_replicate, GroupKind::dp_shard,
       GroupKind::dense_dp, GroupKind::dense_shard, GroupKind::ep, GroupKind::etp,
-      GroupKind::edp_shard, GroupKind::edp, GroupKind::ep_etp, GroupKind::cp, GroupKind::dense_replicate};
+      GroupKind::edp_shard, GroupKind::edp, GroupKind::ep_etp, GroupKind::cp, GroupKind::dense_replicate,
+      GroupKind::pp};
   return all;
 }
 
@@ -82,7 +86,12 @@ View group_view(GroupKind k) {
 
 std::vector<MeshDim> group_dims(GroupKind k) {
   switch (k) {
-    case GroupKind::world: return view_dims(View::dense);
+    case GroupKind::world: {
+      std::vector<MeshDim> all = view_dims(View::dense);
+      all.push_back(MeshDim::pp);
+      return all;
+    }
+    case GroupKind::pp: return {MeshDim::pp};
     case GroupKind::tp: return {MeshDim::tp};
     case GroupKind::dp_replicate: return {MeshDim::dp_replicate};
     case GroupKind::dp_shard: return {MeshDim::dp_shard};
@@ -114,9 +123,32 @@ size_t index_in_view(View v, MeshDim d) {
 
 }  // namespace
 
-Mesh::Mesh(const LayoutConfig& l) : layout_(l) {
+Mesh::Mesh(const LayoutConfig& l, int64_t model_layers) : layout_(l) {
   check_structure(l);
   world_ = static_cast<int>(l.world);
+  stage_world_ = static_cast<int>(l.world / l.pp);
+  if (l.pp == 1) return;
+  int64_t layers = model_layers;
+  if (!l.pp_layers.empty()) {
+    layers = 0;
+    for (int64_t n : l.pp_layers) layers += n;
+  }
+  if (layers <= 0) return;
+  const auto split = pp_stage_layers(l, layers);
+  layer_stage_.assign(static_cast<size_t>(layers), 0);
+  for (size_t v = 0; v < split.size(); ++v)
+    for (int64_t x = split[v].first; x < split[v].second && x < layers; ++x)
+      layer_stage_[static_cast<size_t>(x)] = static_cast<int>(static_cast<int64_t>(v) % l.pp);
+}
+
+int Mesh::stage_of_layer(int64_t l) const {
+  if (layout_.pp == 1) return 0;
+  if (l < 0 || l >= static_cast<int64_t>(layer_stage_.size()))
+    throw Error("mesh: the pipeline stage of layer " + s(l) + " is unknown (" +
+                (layer_stage_.empty() ? std::string("the mesh was built without the model's layer count")
+                                      : "the split holds " + s(static_cast<int64_t>(layer_stage_.size())) + " layers") +
+                ")");
+  return layer_stage_[static_cast<size_t>(l)];
 }
 
 int64_t Mesh::size(MeshDim d) const {
@@ -125,7 +157,8 @@ int64_t Mesh::size(MeshDim d) const {
     case MeshDim::dp_shard: return layout_.dp_shard;
     case MeshDim::cp: return layout_.cp;
     case MeshDim::tp: return layout_.tp;
-    case MeshDim::edp_shard: return layout_.world / (layout_.dp_replicate * layout_.ep * layout_.etp);
+    case MeshDim::edp_shard: return layout_.world / (layout_.pp * layout_.dp_replicate * layout_.ep * layout_.etp);
+    case MeshDim::pp: return layout_.pp;
     case MeshDim::ep: return layout_.ep;
     case MeshDim::etp: return layout_.etp;
   }
@@ -143,7 +176,7 @@ std::vector<int64_t> Mesh::coords(View v, int rank) const {
     throw Error("mesh: rank " + s(rank) + " is outside the world of " + s(world_));
   const auto& dims = view_dims(v);
   std::vector<int64_t> c(dims.size());
-  int64_t rest = linear(v, rank);
+  int64_t rest = linear(v, rank) % stage_world_;
   for (size_t i = dims.size(); i-- > 0;) {
     c[i] = rest % size(dims[i]);
     rest /= size(dims[i]);
@@ -152,11 +185,15 @@ std::vector<int64_t> Mesh::coords(View v, int rank) const {
 }
 
 int64_t Mesh::coord(MeshDim d, int rank) const {
+  if (d == MeshDim::pp) {
+    (void)coords(View::dense, rank);  // the range check
+    return stage(rank);
+  }
   View v = (d == MeshDim::dp_shard || d == MeshDim::cp || d == MeshDim::tp) ? View::dense : View::expert;
   return coords(v, rank)[index_in_view(v, d)];
 }
 
-int Mesh::rank_of(View v, const std::vector<int64_t>& c) const {
+int Mesh::rank_of(View v, const std::vector<int64_t>& c, int stage) const {
   const auto& dims = view_dims(v);
   if (c.size() != dims.size())
     throw Error("mesh: " + s(static_cast<int64_t>(c.size())) + " coordinates for the " + std::string(view_name(v)) +
@@ -168,7 +205,9 @@ int Mesh::rank_of(View v, const std::vector<int64_t>& c) const {
                   s(size(dims[i])) + ")");
     r = r * size(dims[i]) + c[i];
   }
-  return rank_at(v, r);
+  if (stage < 0 || stage >= stages())
+    throw Error("mesh: stage " + s(stage) + " is outside [0, " + s(stages()) + ")");
+  return rank_at(v, stage * int64_t{stage_world_} + r);
 }
 
 int64_t Mesh::linear(View v, int rank) const { return order_linear(layout_, v, rank); }
@@ -182,10 +221,14 @@ int Mesh::rank_at(View v, int64_t lin) const {
 Group Mesh::group_over(View v, const std::vector<MeshDim>& dims, int rank) const {
   const std::vector<int64_t> mine = coords(v, rank);
   std::vector<size_t> free;
-  for (MeshDim d : dims) free.push_back(index_in_view(v, d));
-  Group g;  // walking the linear index gives the members in coordinate order
+  bool over_stages = false;  // pp: the group spans the stages
+  for (MeshDim d : dims)
+    if (d == MeshDim::pp) over_stages = true;
+    else free.push_back(index_in_view(v, d));
+  Group g;  // walking the linear index gives the members in coordinate order, the stage outermost
   for (int64_t lin = 0; lin < world_; ++lin) {
     const int r = rank_at(v, lin);
+    if (!over_stages && stage(r) != stage(rank)) continue;
     const std::vector<int64_t> c = coords(v, r);
     bool same = true;
     for (size_t i = 0; i < c.size(); ++i)

@@ -46,7 +46,11 @@ class Communicator;
 namespace parity::mesh {
 
 enum class View { dense, expert };
-enum class MeshDim { dp_replicate, dp_shard, tp, edp_shard, ep, etp, cp };
+// pp (pipeline stages) is in neither view: it is the outermost coordinate of the world rank
+// under both orders (rank = stage * W/pp + the rank inside its stage), and a view's
+// coordinates are those of the rank inside its stage. Every group but world and pp lies
+// inside one stage.
+enum class MeshDim { dp_replicate, dp_shard, tp, edp_shard, ep, etp, cp, pp };
 
 std::string_view view_name(View v);     // "dense", "expert"
 std::string_view dim_name(MeshDim d);   // "dp_replicate", "dp_shard", "tp", "edp_shard", ...
@@ -68,8 +72,9 @@ const std::vector<MeshDim>& view_dims(View v);
 //   cp                                  context parallel: the ranks one sequence is split over
 //   dense_replicate = dp_replicate x cp the ranks holding the same dense shard (FSDP shards over
 //                                       dp_shard only): the all-reduce after the reduce-scatter
+//   pp                                  the pipeline stages of one rank's coordinates
 enum class GroupKind { world, tp, dp_replicate, dp_shard, dense_dp, dense_shard, ep, etp, edp_shard, edp, ep_etp,
-                       cp, dense_replicate };
+                       cp, dense_replicate, pp };
 std::string_view group_kind_name(GroupKind k);  // "tp", "dense_dp", ...
 const std::vector<GroupKind>& all_group_kinds();
 View group_view(GroupKind k);
@@ -81,17 +86,26 @@ class Mesh {
  public:
   // Checks the structural rules (check_structure) and throws ConfigError naming
   // "$.layout.<field>" and the rule. Model-dependent rules are in validate_layout().
-  explicit Mesh(const LayoutConfig& layout);
+  // model_layers: the model's layer count, which pipeline parallel's default split needs
+  // (stage_of_layer); not needed with pp 1 or an explicit layout.pp_layers.
+  explicit Mesh(const LayoutConfig& layout, int64_t model_layers = 0);
 
   int world() const { return world_; }
   const LayoutConfig& layout() const { return layout_; }
   int64_t size(MeshDim d) const;
   std::vector<int64_t> sizes(View v) const;  // in view_dims(v) order
 
-  std::vector<int64_t> coords(View v, int rank) const;  // in view_dims(v) order
+  std::vector<int64_t> coords(View v, int rank) const;  // in view_dims(v) order, inside the rank's stage
   int64_t coord(MeshDim d, int rank) const;
-  int rank_of(View v, const std::vector<int64_t>& coords) const;
-  // The row-major index of a rank's coordinates in view v, and back (the rank order).
+  int stages() const { return static_cast<int>(layout_.pp); }
+  int stage(int rank) const { return rank / stage_world_; }  // coord(MeshDim::pp, rank)
+  // The pipeline stage holding transformer layer l (pp_stage_layers); throws Error when the
+  // split is unknown (pp > 1, no pp_layers, the mesh built without the model's layer count).
+  int stage_of_layer(int64_t l) const;
+  // The rank at these coordinates of view v on pipeline stage `stage`.
+  int rank_of(View v, const std::vector<int64_t>& coords, int stage = 0) const;
+  // The row-major index of a rank's coordinates in view v, and back (the rank order), the
+  // stage outermost: stage * W/pp + the index inside the stage.
   int64_t linear(View v, int rank) const;
   int rank_at(View v, int64_t linear) const;
 
@@ -105,6 +119,8 @@ class Mesh {
  private:
   LayoutConfig layout_;
   int world_ = 1;
+  int stage_world_ = 1;  // world / pp
+  std::vector<int> layer_stage_;  // per layer, when the split is known
 };
 
 // How the expert view folds onto the dense view, read from the groups themselves:

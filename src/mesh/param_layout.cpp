@@ -93,18 +93,53 @@ void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const 
   }
 }
 
-TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
+DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec) {
+  return spec.family == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
+}
+
+int64_t param_layer(const ParamSpec& spec) {
+  if (spec.name.rfind("layers.", 0) != 0) return -1;
+  return std::stoll(spec.name.substr(7, spec.name.find('.', 7) - 7));
+}
+
+std::vector<int64_t> param_stages(const Mesh& m, const ParamSpec& spec) {
+  const int64_t last = m.stages() - 1;
+  if (last == 0) return {};
+  if (const int64_t l = param_layer(spec); l >= 0) return {m.stage_of_layer(l)};
+  if (spec.name == "embed.weight") return spec.also_head ? std::vector<int64_t>{0, last} : std::vector<int64_t>{0};
+  return {last};  // final_ln, lm_head
+}
+
+TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec) {
   const int64_t td = tp_shard_dim(spec);
   const int64_t fd = fsdp_shard_dim(m, spec);
   const Placement t = td < 0 ? Placement::replicate() : Placement::shard(td);
   if (spec.family == Family::routed_experts) {
     const int64_t right = (fd == 0 ? m.size(MeshDim::ep) : 1) * (fd == td ? m.size(MeshDim::etp) : 1);
-    return {View::expert, {Placement::replicate(), fsdp_placement(fd, right), Placement::shard(0), t}};
+    return {View::expert, {Placement::replicate(), fsdp_placement(fd, right), Placement::shard(0), t},
+            param_stages(m, spec)};
   }
   const int64_t right = td == fd ? m.size(MeshDim::tp) : 1;
   // cp: replicated (context-parallel ranks hold the same parameters; FSDP shards over
   // dp_shard only, docs/parallel.md)
-  return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), Placement::replicate(), t}};
+  return {View::dense, {Placement::replicate(), fsdp_placement(fd, right), Placement::replicate(), t},
+          param_stages(m, spec)};
+}
+
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
+  TensorLayout l = fsdp_layout(m, spec);
+  if (dp_sharding_of(m, spec) != DpSharding::fsdp) l.placements[1] = Placement::replicate();  // dp_shard / edp_shard
+  return l;
+}
+
+TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec) {
+  const DpSharding s = dp_sharding_of(m, spec);
+  return s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
+}
+
+TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec) {
+  const DpSharding s = dp_sharding_of(m, spec);
+  return s == DpSharding::zero1 || s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
 }
 
 }  // namespace parity::mesh

@@ -20,7 +20,18 @@ std::string placement_str(const Placement& p) {
 std::string layout_str(const TensorLayout& l) {
   std::string out = "(";
   for (size_t i = 0; i < l.placements.size(); ++i) out += (i ? ", " : "") + placement_str(l.placements[i]);
-  return out + ")";
+  out += ")";
+  if (l.stages.size() == 1) out += " on stage " + std::to_string(l.stages[0]);
+  if (l.stages.size() > 1) {
+    out += " on stages {";
+    for (size_t i = 0; i < l.stages.size(); ++i) out += (i ? ", " : "") + std::to_string(l.stages[i]);
+    out += "}";
+  }
+  return out;
+}
+
+bool holds(const Mesh& m, const TensorLayout& l, int rank) {
+  return l.stages.empty() || std::find(l.stages.begin(), l.stages.end(), m.stage(rank)) != l.stages.end();
 }
 
 TensorLayout replicated(View v) { return {v, std::vector<Placement>(view_dims(v).size(), Placement::replicate())}; }
@@ -135,6 +146,7 @@ std::vector<std::vector<int64_t>> local_dim_indices(const Mesh& m, const TensorL
   check_layout(m, l, shape);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
   std::vector<std::vector<int64_t>> out(shape.size());
+  if (!holds(m, l, rank)) return out;  // another stage's tensor: nothing
   for (size_t d = 0; d < shape.size(); ++d)
     for (const Range& r : dim_segments(sizes, coords, l, static_cast<int64_t>(d), shape[d]))
       for (int64_t g = r.begin; g < r.end; ++g) out[d].push_back(g);
@@ -145,6 +157,7 @@ std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const TensorLayo
   check_layout(m, l, shape);
   const std::vector<int64_t> sizes = m.sizes(l.view), coords = m.coords(l.view, rank);
   std::vector<std::vector<Range>> out(shape.size());
+  if (!holds(m, l, rank)) return out;
   for (size_t d = 0; d < shape.size(); ++d)
     for (const Range& r : dim_segments(sizes, coords, l, static_cast<int64_t>(d), shape[d])) {
       if (r.size() == 0) continue;
@@ -156,6 +169,7 @@ std::vector<std::vector<Range>> local_dim_ranges(const Mesh& m, const TensorLayo
 
 Shape global_offset(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank) {
   const auto ranges = local_dim_ranges(m, l, shape, rank);
+  if (!holds(m, l, rank)) return shape;  // holds nothing: past the end everywhere
   Shape out(shape.size(), 0);
   for (const Placement& p : l.placements) {
     if (!p.is_shard()) continue;
@@ -189,7 +203,7 @@ int64_t replication(const Mesh& m, const TensorLayout& l) {
   int64_t r = 1;
   for (size_t i = 0; i < l.placements.size() && i < sizes.size(); ++i)
     if (!l.placements[i].is_shard()) r *= sizes[i];
-  return r;
+  return r * (l.stages.empty() ? m.stages() : static_cast<int64_t>(l.stages.size()));
 }
 
 bool partial_root(const Mesh& m, const TensorLayout& l, int rank) {
@@ -201,22 +215,25 @@ bool partial_root(const Mesh& m, const TensorLayout& l, int rank) {
 
 bool first_replica(const Mesh& m, const TensorLayout& l, int rank) {
   const std::vector<int64_t> c = m.coords(l.view, rank);
+  if (m.stage(rank) != (l.stages.empty() ? 0 : l.stages.front())) return false;
   for (size_t i = 0; i < l.placements.size() && i < c.size(); ++i)
     if (l.placements[i].kind == PlacementKind::replicate && c[i] != 0) return false;
   return true;
 }
 
 bool has_uneven_shards(const Mesh& m, const TensorLayout& l, const Shape& shape) {
-  const Shape first = local_shape(m, l, shape, 0);
-  for (int r = 1; r < m.world(); ++r)
-    if (local_shape(m, l, shape, r) != first) return true;
+  const int first_holder = m.rank_of(l.view, std::vector<int64_t>(m.sizes(l.view).size(), 0),
+                                     l.stages.empty() ? 0 : static_cast<int>(l.stages.front()));
+  const Shape first = local_shape(m, l, shape, first_holder);
+  for (int r = 0; r < m.world(); ++r)
+    if (holds(m, l, r) && local_shape(m, l, shape, r) != first) return true;
   return false;
 }
 
 bool has_empty_shards(const Mesh& m, const TensorLayout& l, const Shape& shape) {
   if (numel(shape) == 0) return false;
   for (int r = 0; r < m.world(); ++r)
-    if (numel(local_shape(m, l, shape, r)) == 0) return true;
+    if (holds(m, l, r) && numel(local_shape(m, l, shape, r)) == 0) return true;
   return false;
 }
 

@@ -53,10 +53,16 @@ std::string placement_str(const Placement& p);  // "Replicate", "Shard(0)", "Str
 struct TensorLayout {
   View view = View::dense;
   std::vector<Placement> placements;  // one per dimension of view_dims(view)
+  // The pipeline stages holding the tensor, ascending (empty: every stage). A rank of another
+  // stage holds none of it; the stages listed hold replicas of each other, the first counted.
+  std::vector<int64_t> stages = {};
   bool operator==(const TensorLayout&) const = default;
 };
 
-std::string layout_str(const TensorLayout& l);  // "(Replicate, StridedShard(0, 2), Shard(0))"
+// "(Replicate, StridedShard(0, 2), Shard(0))", + " on stage 1" / " on stages {0, 3}"
+std::string layout_str(const TensorLayout& l);
+// Whether `rank`'s pipeline stage holds the tensor.
+bool holds(const Mesh& m, const TensorLayout& l, int rank);
 
 // All Replicate in a view.
 TensorLayout replicated(View v);
@@ -87,7 +93,7 @@ Shape local_shape(const Mesh& m, const TensorLayout& l, const Shape& shape, int 
 std::vector<int64_t> global_indices(const Mesh& m, const TensorLayout& l, const Shape& shape, int rank);
 
 // How many ranks hold each element: the product of the sizes of the Replicate and Partial
-// dimensions (a Partial rank holds an addend of every element).
+// dimensions (a Partial rank holds an addend of every element), times the stages holding it.
 int64_t replication(const Mesh& m, const TensorLayout& l);
 
 // True when `rank` holds the value itself under Partial: its coordinate is 0 on every
@@ -95,7 +101,7 @@ int64_t replication(const Mesh& m, const TensorLayout& l);
 bool partial_root(const Mesh& m, const TensorLayout& l, int rank);
 
 // True when `rank` is the first of the ranks holding the same elements: coordinate 0 on
-// every Replicate dimension. Counting only first replicas counts each element once
+// every Replicate dimension, on the first stage holding it. Counting only first replicas counts each element once
 // (grad norms, checkpoints, comparisons).
 bool first_replica(const Mesh& m, const TensorLayout& l, int rank);
 

@@ -25,14 +25,14 @@ bool transposed(const LayoutConfig& l, View v) { return l.order == RankOrder::de
 
 int64_t order_linear(const LayoutConfig& l, View v, int64_t rank) {
   if (!transposed(l, v)) return rank;
-  const int64_t block = l.world / l.dp_replicate, in = rank % block;
+  const int64_t block = l.world / l.pp / l.dp_replicate, in = rank % block;  // pp: outermost
   const int64_t tp_r = in % l.tp, dc_r = in / l.tp;  // dc_r = cp_r + cp*dps_r
   return rank - in + tp_r * (l.dp_shard * l.cp) + dc_r;
 }
 
 int64_t order_rank(const LayoutConfig& l, View v, int64_t linear) {
   if (!transposed(l, v)) return linear;
-  const int64_t block = l.world / l.dp_replicate, x = linear % block;
+  const int64_t block = l.world / l.pp / l.dp_replicate, x = linear % block;
   const int64_t lane = l.dp_shard * l.cp;  // ranks down one TP lane of the block
   const int64_t tp_r = x / lane, dc_r = x % lane;
   return linear - x + dc_r * l.tp + tp_r;

@@ -51,6 +51,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
   const double out_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
   std::vector<ParamSpec> out;
   out.push_back({"embed.weight", {c.vocab, D}, Family::embedding, 0.02});
+  out.back().also_head = c.tie_embeddings;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     add_layernorm(out, p + ".ln1", D);

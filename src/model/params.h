@@ -22,6 +22,7 @@ struct ParamSpec {
   Family family;
   double init_std = 0.0;    // > 0: N(0, init_std) from Philox
   double init_value = 0.0;  // used when init_std == 0 (LayerNorm weight 1, biases 0)
+  bool also_head = false;   // embed.weight under tie_embeddings: the LM head's weight too
 };
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c);

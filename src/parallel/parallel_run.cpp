@@ -3,6 +3,7 @@
 // shards, the expert-bias update from global counts.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <span>
 
 #include "core/error.h"
@@ -16,13 +17,15 @@
 #include "core/inject.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
+#include "parallel/pipeline.h"
 #include "parallel/pmodel.h"
 #include "parallel/reduction_plan.h"
 
 namespace parity {
 
 template <class T> struct ParallelRun<T>::Impl {
-  Impl(const Scenario& s, comm::Communicator& w) : sc(s), world(w), mesh(s.layout), data(s.model.vocab, s.data_seed) {
+  Impl(const Scenario& s, comm::Communicator& w)
+      : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
     check_supported(s.model, s.layout);  // validate_scenario ran it too: a scenario built in code
     specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
@@ -35,8 +38,14 @@ template <class T> struct ParallelRun<T>::Impl {
     dp_index = mesh.coord(mesh::MeshDim::dp_replicate, r) * mesh.size(mesh::MeshDim::dp_shard) +
                mesh.coord(mesh::MeshDim::dp_shard, r);
     dp_size = mesh.size(mesh::MeshDim::dp_replicate) * mesh.size(mesh::MeshDim::dp_shard);
+    build_zero(s.seed);
+    if (mesh.stages() > 1) {
+      order = pipeline_order(s.layout.pp_schedule, s.layout.pp, s.layout.pp_virtual, s.model.microbatches);
+      pp_group = &mesh::comm_group(w, mesh, mesh::GroupKind::pp);
+    }
     std::vector<ParamSpec> local_specs = specs;
-    for (size_t p = 0; p < specs.size(); ++p) local_specs[p].shape = model->params[p].local.shape;
+    for (size_t p = 0; p < specs.size(); ++p)
+      local_specs[p].shape = zero[p] ? zero[p]->local.shape : model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
     local_specs_ = local_specs;
   }
@@ -47,6 +56,11 @@ template <class T> struct ParallelRun<T>::Impl {
   MarkovData data;
   std::vector<ParamSpec> specs, local_specs_;
   std::vector<mesh::TensorLayout> layouts;
+  // layout.dp_sharding (docs/parallel.md): the reduced gradient's and the optimizer state's
+  // layouts (the parameter's under fsdp), and under zero1 / zero2 each parameter's optimizer
+  // shard: its FSDP piece over the shard group, which the optimizer steps and all-gathers
+  std::vector<mesh::TensorLayout> grad_layouts, opt_layouts;
+  std::vector<std::optional<ShardedParam<T>>> zero;
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
@@ -54,13 +68,27 @@ template <class T> struct ParallelRun<T>::Impl {
   int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
+  // Pipeline parallel (parallel/pipeline.h): the global order of every stage's ops and
+  // transfers, the stages of this rank's coordinates, and the pairs transfers go over.
+  std::vector<PipeOp> order;
+  comm::Communicator* pp_group = nullptr;
+  comm::Communicator& pair(int64_t a, int64_t b) {  // this rank's coordinates on stages a and b
+    const mesh::Group& g = pp_group_members();
+    std::vector<int> two{g[static_cast<size_t>(a)], g[static_cast<size_t>(b)]};
+    std::sort(two.begin(), two.end());
+    return world.group(two);
+  }
+  const mesh::Group& pp_group_members() const { return pp_group->members(); }
+  void run_pipeline(std::vector<PMicro<T>>& us);
 
   const FamilyReduction& entry(size_t p) const { return plan[specs[p].family]; }
+  bool zero2(size_t p) const { return zero[p] && mesh::dp_sharding_of(mesh, specs[p]) == DpSharding::zero2; }
+  void build_zero(uint64_t seed);
   // Whether this rank's gradient p enters the grad norm (the plan's count of replicas).
   bool counts_in_norm(size_t p) const {
     const NormCount n = entry(p).norm;
     return n == NormCount::every_replica ||
-           (n == NormCount::first_replica && mesh::first_replica(mesh, layouts[p], world.rank()));
+           (n == NormCount::first_replica && mesh::first_replica(mesh, grad_layouts[p], world.rank()));
   }
   // The data split: this rank's global sequences of micro-batch mb (model/batch_split.h:
   // micro-batches as torch.tensor_split, then torch.chunk over the dense data-parallel
@@ -72,6 +100,25 @@ template <class T> struct ParallelRun<T>::Impl {
   void reduce_grads(std::vector<Tensor<T>>& out);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
+
+// zero1 / zero2: each parameter's optimizer shard, its FSDP piece (mesh::fsdp_layout) over the
+// family's shard and replicate groups (dp_parts), drawn from Philox like the replicated copy.
+template <class T> void ParallelRun<T>::Impl::build_zero(uint64_t seed) {
+  for (const ParamSpec& sp : specs) {
+    grad_layouts.push_back(mesh::grad_layout(mesh, sp));
+    opt_layouts.push_back(mesh::optimizer_layout(mesh, sp));
+  }
+  zero.resize(specs.size());
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const DpSharding m = mesh::dp_sharding_of(mesh, specs[p]);
+    if (m != DpSharding::zero1 && m != DpSharding::zero2) continue;
+    if (!model->held(p)) continue;  // another pipeline stage's parameter
+    const DpParts parts = dp_parts(home_dp_group(specs[p].family));
+    const DataParallelGroups g{&mesh::comm_group(world, mesh, parts.fsdp),
+                               &mesh::comm_group(world, mesh, parts.replicate)};
+    zero[p].emplace(specs[p], mesh, opt_layouts[p], world.rank(), seed, model->params[p].mp(), g);
+  }
+}
 
 template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
   const int64_t S = sc.model.seq, K = sc.model.top_k;
@@ -99,7 +146,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
-    if (entry(p).tp_sum) {
+    if (entry(p).tp_sum && model->held(p)) {
       tp_sum.push_back(p);
       flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
     }
@@ -122,15 +169,39 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (entry(p).tp_sum_again) tp_allreduce(tp, g.data);
   }
   out.assign(specs.size(), {});
-  for (size_t p = 0; p < specs.size(); ++p)
+  for (size_t p = 0; p < specs.size(); ++p) {
     round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
+  }
+  // Tied embeddings under pipeline parallel: the first stage's embedding gradient and the last
+  // stage's head gradient summed over the embedding group (the pair of stages), before the
+  // data-parallel reduction (Megatron's order). Bug zoo (core/inject.h): the all-reduce left out,
+  // run twice, or run after the data-parallel reduction on what the partner still holds unreduced
+  // (Megatron-LM#844: partial results added).
+  static const bool unsynced = injected("pp_tied_embedding_not_synced"), twice = injected("pp_embedding_synced_twice");
+  static const bool late = injected("pp_embedding_synced_after_dp");
+  const size_t emb = 0;  // embed.weight, the registry's first
+  const bool tied = mesh.stages() > 1 && specs[emb].also_head && model->held(emb);
+  Tensor<T> partner;  // late: the partner stage's gradient as it stood before the data-parallel reduction
+  if (tied && late) {
+    partner = model->mp_grads[emb];
+    pair(0, mesh.stages() - 1).allreduce(std::span<T>(partner.data), comm::ReduceOp::sum);
+    const Tensor<T>& mine = model->mp_grads[emb];
+    for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
+  }
+  if (tied && !unsynced && !late) {
+    Tensor<T>& g = model->mp_grads[emb];
+    for (int k = 0; k < (twice ? 2 : 1); ++k)
+      pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+  }
   for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
     std::vector<const ShardedParam<T>*> ps;
     std::vector<const Tensor<T>*> gs;
     std::vector<size_t> which;
     for (size_t p = 0; p < specs.size(); ++p)
-      if (home_dp_group(specs[p].family) == unit) {
-        ps.push_back(&model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+      if (home_dp_group(specs[p].family) == unit &&
+          model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
+        ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
       }
     std::vector<Tensor<T>> red = reduce_all(ps, gs);
     for (size_t i = 0; i < which.size(); ++i) {
@@ -149,14 +220,22 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
       out[which[i]] = std::move(g);
     }
   }
+  if (tied && late) {  // this rank's reduced piece plus the partner's unreduced values there
+    const DpSharding mode = mesh::dp_sharding_of(mesh, specs[emb]);
+    const Tensor<T> add = zero2(emb)                  ? zero[emb]->piece(partner)  // the gradient is a shard
+                          : mode == DpSharding::fsdp ? model->params[emb].piece(partner)
+                                                     : partner;  // ddp, zero1: whole
+    for (size_t i = 0; i < add.data.size() && i < out[emb].data.size(); ++i) out[emb].data[i] += add.data[i];
+  }
 }
 
 template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<T>>& grads) {
   ParamSet<T> w, g;
   w.specs = g.specs = local_specs_;
-  for (size_t p = 0; p < specs.size(); ++p) {
-    w.tensors.push_back(std::move(model->params[p].local));
-    g.tensors.push_back(std::move(grads[p]));
+  for (size_t p = 0; p < specs.size(); ++p) {  // zero1 / zero2: the optimizer shard, its gradient piece
+    // (the shard is cut from the replicated parameter each step, so a loaded checkpoint needs nothing more)
+    w.tensors.push_back(zero[p] ? zero[p]->piece(model->params[p].local) : std::move(model->params[p].local));
+    g.tensors.push_back(zero[p] && !zero2(p) ? zero[p]->piece(grads[p]) : std::move(grads[p]));
   }
   opt->step(w, g);
   // bug zoo (core/inject.h): the update applied to bf16 parameters with no fp32 master
@@ -175,8 +254,38 @@ template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<
         break;
       }
   for (size_t p = 0; p < specs.size(); ++p) {
-    model->params[p].local = std::move(w.tensors[p]);
-    grads[p] = std::move(g.tensors[p]);
+    if (!zero[p]) model->params[p].local = std::move(w.tensors[p]);
+    if (!zero[p] || zero2(p)) grads[p] = std::move(g.tensors[p]);
+    if (!zero[p]) continue;
+    zero[p]->local = std::move(w.tensors[p]);
+    model->params[p].local = zero[p]->gather();  // the updated shards all-gathered over the shard group
+  }
+}
+
+// Every entry of the global order this rank's stage takes part in (parallel/pipeline.h): its
+// forwards and backwards, and the transfers it sends or receives (a broadcast from the sender
+// over the pair). A received stream is the sender's size: both ranks hold the same sequences.
+template <class T> void ParallelRun<T>::Impl::run_pipeline(std::vector<PMicro<T>>& us) {
+  const int64_t pp = mesh.stages(), me = mesh.stage(world.rank());
+  const int64_t n_res = model->stream_rows(), D = sc.model.dim;
+  for (const PipeOp& op : order) {
+    PMicro<T>& u = us[static_cast<size_t>(op.mb)];
+    if (op.kind == PipeOp::Kind::forward || op.kind == PipeOp::Kind::backward) {
+      if (op_stage(op, pp) != me) continue;
+      // bug zoo (core/inject.h): the last stage's accumulators reset at each micro-batch's forward
+      static const bool wipe = injected("pp_grads_wiped_per_microbatch");
+      if (wipe && me == pp - 1 && op.kind == PipeOp::Kind::forward && op.mb > 0 && op.v + 1 == model->virtual_stages())
+        for (auto& g : model->mp_grads) zero_values(g.ptr(), g.numel());
+      if (op.kind == PipeOp::Kind::forward) model->forward_chunk(u, op.v);
+      else model->backward_chunk(u, op.v);
+      continue;
+    }
+    const int64_t from = op_stage(op, pp), to = transfer_peer(op, pp);
+    if (me != from && me != to) continue;
+    comm::Communicator& two = pair(from, to);
+    if (me == to) u.h.assign(static_cast<size_t>(u.b * n_res * D), T(0));
+    const int root = two.members()[0] == pp_group_members()[static_cast<size_t>(from)] ? 0 : 1;
+    two.broadcast(std::span<T>(u.h.data(), u.h.size()), root);
   }
 }
 
@@ -199,7 +308,31 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   I.model->zero_grads();
   std::vector<int64_t> in, tg;
   std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
-  for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+  std::vector<std::pair<size_t, Tensor<T>>> early;  // bug zoo: zero2_reduce_incomplete
+  // What a micro-batch's forwards recorded: the loss parts, the counts, the tokens routed
+  const auto record = [&](const PMicroResult& r, int64_t g0) {
+    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
+    for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
+    parts.insert(parts.end(), {r.ce, r.aux});
+    for (size_t l = 0; l < r.counts.size(); ++l)
+      for (size_t e = 0; e < r.counts[l].size(); ++e) counts[l * static_cast<size_t>(c.experts) + e] += r.counts[l][e];
+    I.report_tokens(out, r, g0);
+  };
+  if (I.mesh.stages() > 1) {
+    std::vector<PMicro<T>> us(static_cast<size_t>(c.microbatches));
+    for (int64_t mb = 0; mb < c.microbatches; ++mb) {
+      PMicro<T>& u = us[static_cast<size_t>(mb)];
+      const SeqRange seqs = I.rank_sequences(mb);
+      u.g0 = seqs.begin, u.b = seqs.size();
+      in.assign(static_cast<size_t>(u.b * S), 0), tg.assign(in.size(), 0);
+      I.data.batch(t, u.g0, u.b, S, in.data(), tg.data());
+      u.share = MicroShare{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
+      u.inputs = cp_slice_tokens(I.model->cp(), in, u.b, S), u.targets = cp_slice_tokens(I.model->cp(), tg, u.b, S);
+    }
+    I.run_pipeline(us);
+    for (const PMicro<T>& u : us) record(u.res, u.g0);
+  }
+  for (int64_t mb = 0; mb < c.microbatches && I.mesh.stages() == 1; ++mb) {
     const SeqRange seqs = I.rank_sequences(mb);  // may be empty: the rank still joins every collective
     const int64_t g0 = seqs.begin, b = seqs.size();
     in.assign(static_cast<size_t>(b * S), 0), tg.assign(in.size(), 0);
@@ -208,22 +341,23 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
     const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
     I.model->route_g0 = g0;
+    // bug zoo (core/inject.h): zero2's reduce-scatter taken before the last micro-batch's
+    // gradient is accumulated (DeepSpeed's ds_grad_is_ready class): the reduced gradient misses it
+    if (mb + 1 == c.microbatches && injected("zero2_reduce_incomplete"))
+      for (size_t p = 0; p < I.specs.size(); ++p)
+        if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
     PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
-    out.activation_bytes = std::max(out.activation_bytes, r.saved_bytes);
-    for (size_t l = 0; l < r.followed.size() && l < out.followed.size(); ++l) out.followed[l] += r.followed[l];
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
-    parts.insert(parts.end(), {r.ce, r.aux});
-    for (size_t l = 0; l < r.counts.size(); ++l)
-      for (int64_t e = 0; e < c.experts; ++e)
-        counts[l * static_cast<size_t>(c.experts) + static_cast<size_t>(e)] += r.counts[l][static_cast<size_t>(e)];
-    I.report_tokens(out, r, g0);
+    record(r, g0);
   }
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
+  if (I.pp_group) I.pp_group->allreduce(std::span<double>(parts), comm::ReduceOp::sum);  // ce: last stage; aux: each
   for (size_t mb = 0; mb < parts.size(); mb += 2) {
     out.micro_losses.push_back(parts[mb] + parts[mb + 1]);
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
+  for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
   I.reduce_grads(out.grads);
   // [squared norm per family | tokens per expert] in one world allreduce: the counts travel
   // as doubles, exact below 2^53. The parts per family let the verdict say which family a
@@ -266,10 +400,13 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
 template <class T> const mesh::Mesh& ParallelRun<T>::mesh() const { return impl_->mesh; }
 template <class T> const std::vector<ParamSpec>& ParallelRun<T>::specs() const { return impl_->specs; }
 template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::layouts() const { return impl_->layouts; }
+template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::grad_layouts() const {
+  return impl_->grad_layouts;
+}
 
 template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;
-  TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias};
+  TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias, &I.opt_layouts};
   for (auto& p : I.model->params) refs.params.push_back(&p.local);
   return refs;
 }

@@ -26,8 +26,9 @@ template <class T> struct RankStepRecord {
   std::vector<double> micro_losses;     // (M), global
   double grad_norm = 0, clip_coef = 1;  // global
   std::vector<double> norm_sq_by_family;  // (kFamilyCount, Family order): grad_norm^2's parts, global
-  // Per parameter, registry order: this rank's local tensor under layouts()[p], i.e. the
-  // elements mesh::global_indices() names. grads: reduced, accumulated, before clipping.
+  // Per parameter, registry order: this rank's local tensor under layouts()[p] (grads: under
+  // grad_layouts()[p], a shard under zero2), i.e. the elements mesh::global_indices() names.
+  // grads: reduced, accumulated, before clipping.
   std::vector<Tensor<T>> grads, params;  // params: after the optimizer step
   // Per MoE layer: global counts (identical on every rank) and the bias after its update.
   std::vector<std::vector<int64_t>> tokens_per_expert;
@@ -55,6 +56,8 @@ template <class T> class ParallelRun {
   const mesh::Mesh& mesh() const;
   const std::vector<ParamSpec>& specs() const;
   const std::vector<mesh::TensorLayout>& layouts() const;  // per parameter, registry order
+  // The reduced gradients' layouts: layouts() but under layout.dp_sharding zero2 (a shard).
+  const std::vector<mesh::TensorLayout>& grad_layouts() const;
 
   // This rank's whole training state (parameter shards under layouts(), the optimizer, the
   // expert bias) as pointers into the run, for checkpoints (ckpt/training_state.h:

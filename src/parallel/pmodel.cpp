@@ -80,14 +80,15 @@ template <class T> struct ParallelModel<T>::Impl {
   void ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
   PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
   // The first forward's routing of an MoE layer, into the micro-batch's result.
-  void record_routing(PMicroResult& res, const LayerCache<T>& L) const {
+  void record_routing(PMicroResult& res, int64_t l, const LayerCache<T>& L) const {
+    const auto i = static_cast<size_t>(l - c.dense_layers);  // the MoE layer
     res.aux += L.moe.aux;
-    res.chosen.push_back(to_vector(L.moe.chosen));
-    res.first_row.push_back(L.moe.t0);
-    res.followed.push_back(L.moe.followed);
+    res.chosen[i] = to_vector(L.moe.chosen);
+    res.first_row[i] = L.moe.t0;
+    res.followed[i] = L.moe.followed;
     std::vector<int64_t> counts(static_cast<size_t>(c.experts), 0);
     for (int64_t e : L.moe.chosen) ++counts[static_cast<size_t>(e)];  // every token is routed by one rank
-    res.counts.push_back(counts);
+    res.counts[i] = counts;
   }
   // The backward's recompute of layer l's attention block (FFN block) from its saved input
   // (parallel/recompute.h); the FFN's checks that an MoE layer routed as in the first forward.
@@ -233,6 +234,12 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   using mesh::GroupKind;
   using mesh::MeshDim;
   const int r = world.rank();
+  if (m.stages() > 1) {  // the recomputed routing's check runs inside a stage: its ranks
+    std::vector<int> stage;
+    for (int q = 0; q < m.world(); ++q)
+      if (m.stage(q) == m.stage(r)) stage.push_back(q);
+    world_ = &world.group(stage);
+  }
   tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
   cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp)};
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
@@ -243,11 +250,17 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   // dense_dp for the dense families, edp for the routed experts), FSDP over its first part and
   // replicas over its second. Both built here, dense first: the order every rank makes them in.
   const auto groups = [&](GroupKind dp) {
-    const DpParts parts = dp_parts(dp);
-    return DataParallelGroups{&mesh::comm_group(world, m, parts.fsdp), &mesh::comm_group(world, m, parts.replicate)};
+    const StorageParts parts = storage_parts(m, dp);  // layout.dp_sharding: no fsdp part unless fsdp
+    return DataParallelGroups{parts.sharded ? &mesh::comm_group(world, m, parts.fsdp) : nullptr,
+                              &mesh::comm_group(world, m, parts.replicate)};
   };
   const DataParallelGroups dense = groups(GroupKind::dense_dp), expert = groups(GroupKind::edp);
   const auto specs = param_specs(s.model);
+  split_ = pp_stage_layers(s.layout, s.model.layers);
+  if (s.layout.pp == 1) split_ = {{0, s.model.layers}};
+  else  // this rank's stage runs virtual stages stage, stage + pp, ...; the others stay empty
+    for (size_t v = 0; v < split_.size(); ++v)
+      if (static_cast<int64_t>(v) % s.layout.pp != m.stage(r)) split_[v] = {0, 0};
   for (size_t p = 0; p < specs.size(); ++p) {
     const int64_t td = mesh::tp_shard_dim(specs[p]);
     const bool routed = specs[p].family == Family::routed_experts;
@@ -256,7 +269,9 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     else if (td >= 0) mp = {{td, tp_.size, tp_.rank}};
     params.emplace_back(specs[p], m, layouts[p], r, s.seed, mp,
                         home_dp_group(specs[p].family) == GroupKind::edp ? expert : dense);
-    mp_grads.emplace_back(params.back().mp_shape());
+    held_.push_back(mesh::holds(m, layouts[p], r) ? 1 : 0);
+    // another stage's parameter: no gradient here (an empty accumulator)
+    mp_grads.emplace_back(held_.back() ? params.back().mp_shape() : Shape(specs[p].shape.size(), 0));
     index_[specs[p].name] = p;
   }
   expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), Buffer<T>(static_cast<size_t>(s.model.experts), T(0)));
@@ -270,48 +285,74 @@ template <class T> void ParallelModel<T>::zero_grads() {
 template <class T>
 PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b,
                                                 const MicroShare& share) {
+  PMicro<T> u;
+  const int64_t n = b * cp_.chunk(cfg_.seq);
+  u.inputs.assign(inputs, inputs + n), u.targets.assign(targets, targets + n);
+  u.b = b, u.g0 = route_g0, u.share = share;
+  forward_chunk(u, 0);
+  backward_chunk(u, 0);
+  return std::move(u.res);
+}
+
+template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v) {
   const ModelConfig& c = cfg_;
   ModelConfig chunk = c;
   chunk.seq = cp_.chunk(c.seq);  // this rank's positions of every sequence
-  const int64_t D = c.dim, n = b * chunk.seq;
+  const int64_t D = c.dim, n = u.b * chunk.seq;
   const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  Impl I{*this, c, b, n, n_res, chunk};
-  PMicroResult res;
+  Impl I{*this, c, u.b, n, n_res, chunk};
+  route_g0 = u.g0;
+  PMicroResult& res = u.res;
+  const auto moe = static_cast<size_t>(c.moe_layers());
+  if (res.chosen.size() != moe)
+    res.chosen.resize(moe), res.first_row.resize(moe), res.counts.resize(moe), res.followed.resize(moe);
+  if (u.caches.empty()) u.caches.resize(static_cast<size_t>(c.layers));
+  std::vector<std::string> outer_names;  // the embedding, final LayerNorm and head this stage holds
+  for (const char* nm : {"embed.weight", "final_ln.weight", "final_ln.bias", "lm_head.weight"})
+    if (index_.count(nm) != 0 && held(index(nm))) outer_names.push_back(nm);
+  I.gather(outer_names);
+  const bool first = v == 0, last = v + 1 == virtual_stages();
   const ShardedParam<T>& ep = params[index("embed.weight")];
   const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];
-  std::vector<std::string> outer_names{"embed.weight", "final_ln.weight", "final_ln.bias"};
-  if (!c.tie_embeddings) outer_names.push_back("lm_head.weight");
-  I.gather(outer_names);
-  const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
-  auto e_part = zeros<T>(n * D);
-  vp_embedding_forward(inputs, n, emb.ptr(), v0, Vl, D, e_part.data());
-  Buffer<T> h = I.to_res(std::move(e_part), D);  // (n_res, D) residual stream
-  std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
-  for (int64_t l = 0; l < c.layers; ++l) {
+  Buffer<T>& h = u.h;  // (n_res, D) residual stream
+  if (first) {
+    const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
+    auto e_part = zeros<T>(n * D);
+    vp_embedding_forward(u.inputs.data(), n, emb.ptr(), v0, Vl, D, e_part.data());
+    h = I.to_res(std::move(e_part), D);
+  }
+  for (int64_t l = split_[static_cast<size_t>(v)].first; l < split_[static_cast<size_t>(v)].second; ++l) {
     const std::string p = "layers." + std::to_string(l);
-    auto& L = caches[static_cast<size_t>(l)];
+    auto& L = u.caches[static_cast<size_t>(l)];
     I.gather_layer(l);  // at the first micro-batch of the step; held after
     I.attention_forward_block(p, h, L);
     I.ffn_forward_block(l, p, h, L);
-    if (c.is_moe(l)) I.record_routing(res, L);
+    if (c.is_moe(l)) I.record_routing(res, l, L);
     drop_for_recompute(L, recompute_);  // what the backward recomputes (recompute none: keeps everything)
   }
-  for (const auto& L : caches) res.saved_bytes += held_bytes(L);
+  res.saved_bytes = 0;
+  for (const auto& L : u.caches) res.saved_bytes += held_bytes(L);
+  if (!last) return;
   // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
   layernorm_forward(h.data(), I.w("final_ln.weight").ptr(), I.w("final_ln.bias").ptr(), n_res, D, hf.data(), mf.data(),
                     rf.data());
   Buffer<T> hf_full = I.full(hf, D);
-  Buffer<T> head = c.tie_embeddings ? transpose(emb.ptr(), Vl, D) : I.w("lm_head.weight").data;
+  Buffer<T> head = c.tie_embeddings ? transpose(I.w("embed.weight").ptr(), Vl, D) : I.w("lm_head.weight").data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
   VpCeCache<T> ce;
-  const double inv_tokens = loss_scale(c, b, share);
-  res.ce = vp_cross_entropy_forward(tp_, logits.data(), targets, n, v0, Vl, ce) * inv_tokens;
+  // bug zoo (core/inject.h): under pipeline parallel the last stage normalises its loss per
+  // micro-batch while the other stages' load-balancing terms keep the global count
+  static const bool per_micro = injected("pp_loss_per_microbatch_last_stage");
+  const double inv_tokens = per_micro && virtual_stages() > 1 ? 1.0 / static_cast<double>(u.share.micro_seqs * c.seq)
+                                                             : loss_scale(c, u.b, u.share);
+  res.ce = vp_cross_entropy_forward(tp_, logits.data(), u.targets.data(), n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);
-  vp_cross_entropy_backward(logits.data(), targets, n, v0, Vl, static_cast<T>(inv_tokens), ce, dlogits.data());
+  vp_cross_entropy_backward(logits.data(), u.targets.data(), n, v0, Vl, static_cast<T>(inv_tokens), ce,
+                            dlogits.data());
   if (injected("cross_entropy_in_bf16"))  // bug zoo (core/inject.h): softmax and its gradient in bf16
     round_to(Low::bf16, dlogits.data(), n * Vl);
   auto dhf = zeros<T>(n * D);
@@ -326,9 +367,21 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
   auto dh = zeros<T>(n_res * D);
   layernorm_backward(h.data(), I.w("final_ln.weight").ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
                      dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
-  for (int64_t l = c.layers - 1; l >= 0; --l) {
+  h = std::move(dh);  // the backward starts from here
+}
+
+template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v) {
+  const ModelConfig& c = cfg_;
+  ModelConfig chunk = c;
+  chunk.seq = cp_.chunk(c.seq);
+  const int64_t D = c.dim, n = u.b * chunk.seq;
+  const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
+  Impl I{*this, c, u.b, n, n_res, chunk};
+  route_g0 = u.g0;
+  Buffer<T>& dh = u.h;
+  for (int64_t l = split_[static_cast<size_t>(v)].second - 1; l >= split_[static_cast<size_t>(v)].first; --l) {
     const std::string p = "layers." + std::to_string(l);
-    LayerCache<T>& L = caches[static_cast<size_t>(l)];
+    LayerCache<T>& L = u.caches[static_cast<size_t>(l)];
     if (recompute_ == Recompute::full) I.recompute_attention(l, p, L);  // the layer's forward again
     if (recomputes_ffn(recompute_)) I.recompute_ffn(l, p, L);
     I.ffn_backward_block(l, p, dh, L);
@@ -336,9 +389,10 @@ PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int
     I.attention_backward_block(p, dh, L);
     L = LayerCache<T>{};  // this layer's activations are no longer needed
   }
+  if (v != 0) return;
+  const ShardedParam<T>& ep = params[index("embed.weight")];
   Buffer<T> dh_full = I.full(dh, D);
-  vp_embedding_backward(inputs, n, dh_full.data(), v0, Vl, D, I.g("embed.weight"));
-  return res;
+  vp_embedding_backward(u.inputs.data(), n, dh_full.data(), ep.mp_offset(0), ep.mp_shape()[0], D, I.g("embed.weight"));
 }
 
 template class ParallelModel<float>;

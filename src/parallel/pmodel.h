@@ -19,6 +19,7 @@
 #include "mesh/run_config.h"
 #include "model/route_oracle.h"
 #include "parallel/cp_ops.h"
+#include "parallel/recompute.h"
 #include "parallel/ep_dispatch.h"
 #include "parallel/sharded_param.h"
 #include "parallel/tp_ops.h"
@@ -27,10 +28,11 @@ namespace parity {
 
 struct PMicroResult {
   double ce = 0, aux = 0;                               // this rank's part (identical on TP lanes)
-  std::vector<std::vector<int64_t>> chosen;             // per MoE layer (n_d, K): tokens this rank routed
-  std::vector<int64_t> first_row;                       // per MoE layer: their first row in the residual view
-  std::vector<std::vector<int64_t>> counts;             // per MoE layer (E): assignments this rank routed
-  std::vector<int64_t> followed;                        // per MoE layer: near-ties that followed the baseline
+  // Per MoE layer of the model (empty for a layer of another pipeline stage):
+  std::vector<std::vector<int64_t>> chosen;             // (n_d, K): tokens this rank routed
+  std::vector<int64_t> first_row;                       // their first row in the residual view
+  std::vector<std::vector<int64_t>> counts;             // (E): assignments this rank routed
+  std::vector<int64_t> followed;                        // near-ties that followed the baseline
   int64_t saved_bytes = 0;  // what the layers held for the backward when the forward ended (parallel/recompute.h)
 };
 
@@ -39,6 +41,21 @@ struct PMicroResult {
 struct MicroShare {
   int64_t micro_seqs = 0;  // the micro-batch's sequences over all data-parallel ranks
   int64_t dp = 1;          // dense data-parallel ranks (dp_replicate x dp_shard)
+};
+
+// One micro-batch on this rank, carried between its virtual stages under pipeline parallel
+// (parallel/pipeline.h): its tokens (this rank's context-parallel chunk of each sequence), the
+// stream between stages, the layers' caches and what the forwards recorded.
+template <class T> struct PMicro {
+  std::vector<int64_t> inputs, targets;
+  int64_t b = 0, g0 = 0;  // sequences, and the first one's global index (the routing oracle's)
+  MicroShare share;
+  // The forward's output of the last virtual stage run (the next one's input), then, after the
+  // last virtual stage's forward (which runs the head's backward too) and every backward, the
+  // gradient flowing back.
+  Buffer<T> h;
+  std::vector<LayerCache<T>> caches;  // per model layer
+  PMicroResult res;
 };
 
 template <class T> class ParallelModel {
@@ -63,6 +80,16 @@ template <class T> class ParallelModel {
   // batch): the rank still joins every collective of the micro-batch (the cp ranks of one
   // data-parallel coordinate hold the same sequences, so a cp group is empty together).
   PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b, const MicroShare& share);
+  // Pipeline parallel: virtual stage v's forward and backward of one micro-batch (its layers
+  // pp_stage_layers()[v]; the embedding in v = 0; the head, the loss and the head's backward at
+  // the end of the last v's forward). forward_backward is both for the one virtual stage.
+  void forward_chunk(PMicro<T>& u, int64_t v);
+  void backward_chunk(PMicro<T>& u, int64_t v);
+  int64_t virtual_stages() const { return static_cast<int64_t>(split_.size()); }
+  // Rows of the residual stream per sequence on this rank (its context-parallel chunk, split
+  // again over tp under sequence parallel): what a pipeline transfer moves, times dim.
+  int64_t stream_rows() const { return tp_.sp && tp_.size > 1 ? cp_.chunk(cfg_.seq) / tp_.size : cp_.chunk(cfg_.seq); }
+  bool held(size_t p) const { return held_[p] != 0; }  // this rank's stage holds parameter p
 
   const TpContext& tp() const { return tp_; }
   const EpContext& ep() const { return ep_; }
@@ -79,6 +106,8 @@ template <class T> class ParallelModel {
   EpContext ep_;
   std::map<std::string, size_t> index_;
   std::map<std::string, Tensor<T>> gathered_;  // the units gathered in this step, by parameter name
+  std::vector<std::pair<int64_t, int64_t>> split_;  // per virtual stage: its layers
+  std::vector<char> held_;                           // per parameter
 };
 
 }  // namespace parity

@@ -28,6 +28,13 @@ DpParts dp_parts(mesh::GroupKind dp_group) {
   throw Error("reduction plan: no data-parallel reduction over " + std::string(mesh::group_kind_name(dp_group)));
 }
 
+StorageParts storage_parts(const mesh::Mesh& m, mesh::GroupKind dp_group) {
+  const DpParts parts = dp_parts(dp_group);
+  const DpSharding s = dp_group == mesh::GroupKind::edp ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
+  if (s == DpSharding::fsdp) return {true, parts.fsdp, parts.replicate};
+  return {false, parts.fsdp, dp_group};  // replicated over the whole group: no fsdp part
+}
+
 ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, const Precision& precision) {
   ReductionPlan plan;
   plan.tp = m.size(mesh::MeshDim::tp);
@@ -44,6 +51,7 @@ ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, cons
     e.tp_dtype = precision.reduce;
     e.dp_group = home_dp_group(f);
     e.dp_dtype = precision.reduce;
+    e.sharding = f == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
   }
   std::array<bool, kFamilyCount> has{};
   for (const ParamSpec& sp_ : param_specs(model)) has[static_cast<size_t>(sp_.family)] = true;
@@ -154,6 +162,9 @@ std::string plan_table(const ReductionPlan& plan) {
     }
     std::string op = e.dp_op == DpOp::sum ? "sum" : "average";
     if (e.dp_scale != 1.0) op += " x" + factor(e.dp_scale);
+    if (e.sharding == DpSharding::ddp) op += " (ddp: all-reduce)";
+    if (e.sharding == DpSharding::zero1) op += " (zero1: all-reduce; optimizer on the shard, all-gather)";
+    if (e.sharding == DpSharding::zero2) op += " (zero2: reduce-scatter; optimizer on the shard, all-gather)";
     dtype = (e.tp_sum ? low_name(e.tp_dtype, plan.compute) : "-") + ", " + low_name(e.dp_dtype, plan.compute);
     out += "| " + std::string(family_name(f)) + " | " + tp + " | " + std::string(mesh::group_kind_name(e.dp_group)) +
            " | " + op + " | " + dtype + " | " + std::string(norm_name(e.norm)) + " | " + (e.clip ? "yes" : "no") +

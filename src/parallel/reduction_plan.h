@@ -49,6 +49,10 @@ struct FamilyReduction {
   DpOp dp_op = DpOp::sum;
   double dp_scale = 1.0;      // applied after the reduction (1/|group| for an average)
   Low dp_dtype = Low::none;
+  // layout.dp_sharding (mesh/layout_config.h): fsdp reduce-scatters over the shard part;
+  // ddp and zero1 all-reduce over the whole group; zero2 reduce-scatters; zero1 and zero2
+  // step the optimizer on this rank's shard and all-gather the updated parameter
+  DpSharding sharding = DpSharding::fsdp;
   // 3, 4
   NormCount norm = NormCount::first_replica;
   bool clip = true;
@@ -76,6 +80,14 @@ struct DpParts {
 // parameters and saw other tokens); edp: edp_shard, then dp_replicate (the expert view has
 // no cp, edp_shard absorbs it). Throws Error for any other group.
 DpParts dp_parts(mesh::GroupKind dp_group);
+// Where a family's parameter is stored: under fsdp its shard part (dp_parts) and the
+// replicate part; under ddp, zero1 and zero2 unsharded (no fsdp group) and replicated over
+// the whole group (dense_dp or edp).
+struct StorageParts {
+  bool sharded = true;
+  mesh::GroupKind fsdp, replicate;
+};
+StorageParts storage_parts(const mesh::Mesh& m, mesh::GroupKind dp_group);
 
 // The correct plan for this layout, model and precision policy (its reduce dtype).
 ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, const Precision& precision);

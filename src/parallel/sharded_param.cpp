@@ -39,7 +39,7 @@ std::vector<int64_t> piece_global_indices(const Shape& global, const Shape& mp_s
 template <class T>
 ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const mesh::TensorLayout& layout, int rank,
                               uint64_t seed, const std::vector<MpChunk>& mp, DataParallelGroups groups)
-    : spec_(spec), mp_shape_(spec.shape), mp_offset_(spec.shape.size(), 0), groups_(groups) {
+    : spec_(spec), mp_(mp), mp_shape_(spec.shape), mp_offset_(spec.shape.size(), 0), groups_(groups) {
   for (const MpChunk& c : mp) {
     if (c.n == 1) continue;
     mesh::Range r = mesh::chunk(spec.shape[static_cast<size_t>(c.dim)], c.n, c.i);
@@ -52,10 +52,14 @@ ShardedParam<T>::ShardedParam(const ParamSpec& spec, const mesh::Mesh& m, const 
   const auto d = static_cast<size_t>(fsdp_dim_);
   for (size_t k = 0; k < d; ++k) outer_ *= mp_shape_[k];
   for (size_t k = d + 1; k < mp_shape_.size(); ++k) inner_ *= mp_shape_[k];
-  const int fsdp_n = groups.fsdp->size(), fsdp_i = groups.fsdp->rank();
+  const int fsdp_n = groups.fsdp ? groups.fsdp->size() : 1, fsdp_i = groups.fsdp ? groups.fsdp->rank() : 0;
   for (int i = 0; i < fsdp_n; ++i) {
     pieces_.push_back(mesh::chunk(mp_shape_[d], fsdp_n, i));
     piece_counts_.push_back(outer_ * pieces_.back().size() * inner_);
+  }
+  if (!mesh::holds(m, layout, rank)) {  // another pipeline stage's parameter: nothing here
+    local = Tensor<T>(Shape(std::max<size_t>(spec.shape.size(), 1), 0));
+    return;
   }
   const mesh::Range mine = pieces_[static_cast<size_t>(fsdp_i)];
   const Shape global = spec.shape.empty() ? Shape{1} : spec.shape;
@@ -99,8 +103,19 @@ template <class T> Tensor<T> ShardedParam<T>::unpack(Buffer<T> packed) const {
   return out;
 }
 
+template <class T> Tensor<T> ShardedParam<T>::piece(const Tensor<T>& mp_local) const {
+  Tensor<T> out(local.shape);
+  const int i = groups_.fsdp ? groups_.fsdp->rank() : 0;
+  int64_t at = 0;
+  for (int k = 0; k < i; ++k) at += piece_counts_[static_cast<size_t>(k)];
+  const Buffer<T> packed = pieces_consecutive() ? Buffer<T>() : pack(mp_local);
+  const Buffer<T>& from = pieces_consecutive() ? mp_local.data : packed;
+  std::copy_n(from.begin() + at, out.numel(), out.data.begin());
+  return out;
+}
+
 template <class T> Tensor<T> ShardedParam<T>::gather() const {
-  if (groups_.fsdp->size() == 1) return local;
+  if (!groups_.fsdp || groups_.fsdp->size() == 1) return local;
   Buffer<T> all(static_cast<size_t>(numel(mp_shape_)));
   groups_.fsdp->allgatherv(std::span<const T>(local.data), std::span<T>(all), std::span<const int64_t>(piece_counts_));
   return unpack(std::move(all));
@@ -108,7 +123,7 @@ template <class T> Tensor<T> ShardedParam<T>::gather() const {
 
 template <class T> Tensor<T> ShardedParam<T>::reduce(const Tensor<T>& mp_local_grad) const {
   Tensor<T> out(local.shape);
-  if (groups_.fsdp->size() == 1) {
+  if (!groups_.fsdp || groups_.fsdp->size() == 1) {
     out.data = mp_local_grad.data;
   } else {
     const Buffer<T> packed = pieces_consecutive() ? Buffer<T>() : pack(mp_local_grad);
@@ -142,11 +157,11 @@ template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const Sha
   std::vector<Tensor<T>> out;
   if (ps.empty()) return out;
   check_same_groups(ps);
-  comm::Communicator& g = *ps.front()->groups().fsdp;
-  if (g.size() == 1) {
+  if (!ps.front()->groups().fsdp || ps.front()->groups().fsdp->size() == 1) {
     for (const auto* p : ps) out.push_back(p->local);
     return out;
   }
+  comm::Communicator& g = *ps.front()->groups().fsdp;
   const auto n = static_cast<size_t>(g.size());
   std::vector<int64_t> counts(n, 0);
   Buffer<T> mine;
@@ -177,8 +192,8 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
   std::vector<Tensor<T>> out;
   if (ps.empty()) return out;
   check_same_groups(ps);
-  comm::Communicator& g = *ps.front()->groups().fsdp;
-  const auto n = static_cast<size_t>(g.size());
+  comm::Communicator* g = ps.front()->groups().fsdp;  // nullptr: unsharded, one piece
+  const auto n = static_cast<size_t>(g ? g->size() : 1);
   std::vector<int64_t> counts(n, 0);
   std::vector<Buffer<T>> packed;  // each gradient's pieces, piece after piece
   for (size_t q = 0; q < ps.size(); ++q)
@@ -191,11 +206,11 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
       blocks.insert(blocks.end(), gq.begin() + off[i], gq.begin() + off[i + 1]);
       counts[i] += off[i + 1] - off[i];
     }
-  Buffer<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g.rank())]));
+  Buffer<T> mine(static_cast<size_t>(counts[static_cast<size_t>(g ? g->rank() : 0)]));
   if (n == 1)
     mine = blocks;
   else
-    g.reduce_scatterv(std::span<const T>(blocks), std::span<T>(mine), std::span<const int64_t>(counts),
+    g->reduce_scatterv(std::span<const T>(blocks), std::span<T>(mine), std::span<const int64_t>(counts),
                       comm::ReduceOp::sum);
   comm::Communicator& rep = *ps.front()->groups().replicate;
   if (rep.size() > 1) rep.allreduce(std::span<T>(mine), comm::ReduceOp::sum);

@@ -29,7 +29,7 @@
 namespace parity {
 
 struct DataParallelGroups {
-  comm::Communicator* fsdp;       // dp_shard (dense) or edp_shard (routed experts)
+  comm::Communicator* fsdp;       // dp_shard (dense) or edp_shard (routed experts); nullptr: not sharded
   comm::Communicator* replicate;  // dp_replicate (dense: dp_replicate x cp; routed experts: dp_replicate)
 };
 
@@ -54,6 +54,9 @@ template <class T> class ShardedParam {
   Tensor<T> reduce(const Tensor<T>& mp_local_grad) const;
 
   const DataParallelGroups& groups() const { return groups_; }
+  const std::vector<MpChunk>& mp() const { return mp_; }  // as constructed
+  // This rank's piece of an mp-local tensor (its FSDP piece: a copy of the elements `local` holds).
+  Tensor<T> piece(const Tensor<T>& mp_local) const;
   const std::vector<int64_t>& piece_counts() const { return piece_counts_; }
   int64_t fsdp_dim() const { return fsdp_dim_; }
 
@@ -65,6 +68,7 @@ template <class T> class ShardedParam {
 
  private:
   ParamSpec spec_;
+  std::vector<MpChunk> mp_;
   Shape mp_shape_;
   std::vector<int64_t> mp_offset_;
   bool mp_sharded_ = false;

@@ -21,6 +21,9 @@ template <class T> struct TrainingRefs {
   std::vector<Tensor<T>*> params;                      // this rank's shards under layouts
   Optimizer<T>* opt = nullptr;                         // over the local shapes
   std::vector<Buffer<T>>* expert_bias = nullptr;  // per MoE layer (E)
+  // the optimizer state's layouts where they are not `layouts` (ZeRO-1/2: sharded while the
+  // parameters are replicated); nullptr: `layouts`
+  const std::vector<mesh::TensorLayout>* opt_layouts = nullptr;
 };
 
 }  // namespace parity

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "core/device.h"
@@ -46,6 +47,72 @@ TEST(Cli, EverySubcommandAnswersHelp) {
     EXPECT_EQ(r.code, 0) << sub << r.out;
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub << r.out;
   }
+}
+
+// `parity --version` and `parity version` (issue 30): the version, the commit built, the
+// backends and whether the CUDA kernels are built, as this test binary was configured.
+TEST(Cli, VersionNamesVersionCommitBackendsAndCuda) {
+  const Result r = parity_cmd("--version");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("^parity [0-9]+\\.[0-9]+\\.[0-9]+\ncommit: ([0-9a-f]{7,40}(-dirty)?"
+                                                  "|unknown)\nbackends: gloo, mpi")))
+      << r.out;
+#ifdef PARITY_HAVE_CUDA
+  EXPECT_NE(r.out.find("backends: gloo, mpi, nccl "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncuda: kernels built (CUDA "), std::string::npos) << r.out;
+#else
+  EXPECT_NE(r.out.find("backends: gloo, mpi (nccl not built)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ncuda: not built"), std::string::npos) << r.out;
+#endif
+  const Result sub = parity_cmd("version");
+  EXPECT_EQ(sub.code, 0) << sub.out;
+  EXPECT_EQ(sub.out, r.out);
+}
+
+// A mistyped subcommand or option is bad input (exit 2) named with the close names, not
+// CLI11's "A subcommand is required"; nothing runs. A word close to nothing gets no guess.
+TEST(Cli, MistypedCommandOrOptionIsExitTwoWithDidYouMean) {
+  Result r = parity_cmd("matirx");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("parity: unknown command 'matirx'; did you mean 'matrix'?"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("A subcommand is required"), std::string::npos) << r.out;
+  r = parity_cmd("run --stpes 3 " + tiny_path());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("parity run: unknown option '--stpes'; did you mean '--steps'?"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("entropy floor"), std::string::npos) << "it ran: " << r.out;
+  r = parity_cmd("run " + tiny_path() + " --steps=3 --precison=fp32");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--precison'; did you mean '--precision'?"), std::string::npos) << r.out;
+  r = parity_cmd("ckpt inspetc x");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("parity ckpt: unknown command 'inspetc'; did you mean 'inspect'?"), std::string::npos) << r.out;
+  r = parity_cmd("frobnicate");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("parity: unknown command 'frobnicate' (`parity help` lists the commands)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("did you mean"), std::string::npos) << r.out;
+}
+
+// `parity help COMMAND` prints what `parity COMMAND --help` prints; `parity help` the top level.
+TEST(Cli, HelpCommandPrintsWhatDashDashHelpPrints) {
+  for (const std::string cmd : {"run", "matrix", "zoo", "ckpt inspect", "help"}) {
+    const Result a = parity_cmd("help " + cmd), b = parity_cmd(cmd + " --help");
+    EXPECT_EQ(a.code, 0) << cmd << a.out;
+    EXPECT_EQ(b.code, 0) << cmd << b.out;
+    EXPECT_NE(a.out.find("Usage"), std::string::npos) << cmd << a.out;
+    EXPECT_EQ(a.out, b.out) << cmd;
+  }
+  const Result top = parity_cmd("help"), dash = parity_cmd("--help");
+  EXPECT_EQ(top.code, 0) << top.out;
+  EXPECT_EQ(top.out, dash.out);
+  EXPECT_NE(top.out.find("matrix"), std::string::npos) << top.out;
+  Result bad = parity_cmd("help matirx");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("parity: unknown command 'matirx'; did you mean 'matrix'?"), std::string::npos) << bad.out;
+  bad = parity_cmd("help ckpt inspetc");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("parity ckpt: unknown command 'inspetc'; did you mean 'inspect'?"), std::string::npos)
+      << bad.out;
 }
 
 TEST(Cli, BadInputExitsTwoNamingPathAndRule) {

@@ -64,9 +64,11 @@ TEST(MatrixReport, JunitIsWellFormedWithAFailureExactlyWhereOneFailed) {
       << x;
   EXPECT_NE(x.find("baseline loss step 3"), std::string::npos) << x;
   // Passing ones carry no failure, the world-1 run is skipped.
-  EXPECT_NE(x.find("classname=\"verdict\" name=\"tp2\" file=\"scenarios/tp2.json\" time=\"1.250\"/>"),
-            std::string::npos)
-      << x;
+  EXPECT_NE(x.find("classname=\"verdict\" name=\"tp2\" time=\"1.250\"/>"), std::string::npos) << x;
+  // The common JUnit schema has no file= on a testcase (tests/ci/junit.xsd): the scenario is
+  // the failure text's first line.
+  EXPECT_EQ(x.find(" file="), std::string::npos) << x;
+  EXPECT_NE(x.find("type=\"verdict\">scenario: scenarios/fsdp4.json\n"), std::string::npos) << x;
   EXPECT_NE(x.find("<skipped message=\"world 1: no layout to compare\"/>"), std::string::npos) << x;
 }
 
@@ -103,6 +105,26 @@ TEST(MatrixReport, SummaryNamesTheRootNotTheRows) {
   EXPECT_NE(md.find("| tiny | 1 | dps 4 | skipped |  | - | [PASS](logs/tiny.golden.log) | 2.5 |"), std::string::npos)
       << md;
   EXPECT_NE(md.find("![fsdp](plots/fsdp.png)"), std::string::npos) << md;
+}
+
+// --summary-links none, for a CI step summary ($GITHUB_STEP_SUMMARY), where neither the logs
+// nor the plots are: the verdict first, the same rows and paths, no link and no image.
+TEST(MatrixReport, StepSummaryOpensWithTheVerdictAndHasNoLinks) {
+  std::vector<MatrixEntry> es{entry("tp2", 2, 0, 0), failed_fsdp4(), entry("tiny", 1, -1, 0)};
+  SummaryInfo info;
+  info.commit = "0123456789abcdef0123-dirty", info.logs_link = "logs/matrix", info.golden = true;
+  info.plots = {{"fsdp", "plots/fsdp"}};
+  info.links = false;
+  const std::string md = summary_markdown(es, info);
+  EXPECT_EQ(md.rfind("# parity matrix: FAIL\n\ncommit `0123456789ab-dirty`, ", 0), 0u) << md;
+  EXPECT_EQ(md.find("]("), std::string::npos) << md;  // no link, no image
+  EXPECT_EQ(md.find("!["), std::string::npos) << md;
+  EXPECT_NE(md.find("Logs: `logs/matrix/` beside the summary file (NAME.log"), std::string::npos) << md;
+  EXPECT_NE(md.find("| fsdp4 | 4 | dps 4 | **FAIL** | root grad head x0.25 at step 0"), std::string::npos) << md;
+  EXPECT_NE(md.find("| tiny | 1 | dps 4 | skipped |  | - | PASS | 2.5 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("- **fsdp**: `plots/fsdp.png`, `plots/fsdp.svg`"), std::string::npos) << md;
+  info.links = true;  // the control: the same summary read beside its files links them
+  EXPECT_NE(summary_markdown(es, info).find("]("), std::string::npos);
 }
 
 TEST(MatrixReport, SummaryCellsCannotBreakTheTable) {

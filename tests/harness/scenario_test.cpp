@@ -183,7 +183,7 @@ TEST(Scenario, UnknownKeysAreRefusedWithTheAllowedOnes) {
   EXPECT_NE(msg.find("steps"), std::string::npos) << msg;
   expect_refused("/model/head", 2, "$.model.head", "allowed keys are: vocab, dim");
   expect_refused("/optim/beta", 0.9, "$.optim.beta", "allowed keys are: kind, lr");
-  expect_refused("/layout/pp", 2, "$.layout.pp", "unknown key");
+  expect_refused("/layout/vpp", 2, "$.layout.vpp", "unknown key");  // pp_virtual is the key
 }
 
 TEST(Scenario, WrongTypesNameTheExpectedType) {

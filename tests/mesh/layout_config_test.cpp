@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "harness/scenario/scenario.h"
 #include "mesh/layout_config.h"
+#include "mesh/param_layout.h"
 
 namespace parity {
 namespace {
@@ -104,6 +105,62 @@ TEST(LayoutConfig, RefusalsNameTheJsonPath) {
   EXPECT_EQ(rule, "required key is missing");
   std::tie(path, rule) = refusal({{"world", 2.5}}, LayoutRecord::scenario, "$.layout");
   EXPECT_EQ(path, "$.layout.world");
+}
+
+// layout.dp_sharding: the default adds no word (recorded wording stays), the others are named,
+// read back, and a bad value is refused at its JSON path.
+TEST(LayoutConfig, DpShardingWordsCodecAndRefusal) {
+  LayoutConfig l = make(1, 4, 1, 2, 2, 1);
+  const std::string full = describe_layout(l, LayoutText::full), report = describe_layout(l, LayoutText::report);
+  EXPECT_EQ(full, "world 8 = dp_replicate 1 x dp_shard 4 x tp 2, ep 2, etp 1");
+  EXPECT_EQ(layout_json(l, LayoutRecord::scenario).dump().find("dp_sharding"), std::string::npos);
+  l.dp_sharding = DpSharding::zero2, l.expert_dp_sharding = DpSharding::fsdp;
+  EXPECT_EQ(describe_layout(l, LayoutText::full), full + ", zero2, experts fsdp");
+  EXPECT_EQ(describe_layout(l, LayoutText::report), report + ", zero2, experts fsdp");
+  EXPECT_EQ(describe_layout(l, LayoutText::brief), "dps 4 x tp 2, ep 2, zero2, experts fsdp");
+  EXPECT_EQ(describe_layout(l, LayoutText::stem), "zero2_dp4_tp2_ep2_efsdp");
+  const LayoutConfig back = read_layout(layout_json(l, LayoutRecord::scenario), "$.layout", LayoutRecord::scenario);
+  EXPECT_EQ(back.dp_sharding, DpSharding::zero2);
+  EXPECT_EQ(back.expert_dp_sharding, DpSharding::fsdp);
+  // the experts follow dp_sharding unless told
+  const LayoutConfig ddp = read_layout({{"world", 2}, {"dp_shard", 2}, {"dp_sharding", "ddp"}}, "$.layout",
+                                       LayoutRecord::scenario);
+  EXPECT_EQ(ddp.expert_dp_sharding, DpSharding::ddp);
+  EXPECT_EQ(describe_layout(ddp, LayoutText::stem), "ddp2");
+  auto [path, rule] = refusal({{"dp_sharding", "zero3"}}, LayoutRecord::scenario, "$.resume.layout");
+  EXPECT_EQ(path, "$.resume.layout.dp_sharding");
+  EXPECT_EQ(rule, "expected one of \"fsdp\", \"ddp\", \"zero1\", \"zero2\", got string \"zero3\"");
+  std::tie(path, rule) = refusal({{"expert_dp_sharding", 1}}, LayoutRecord::scenario, "$.layout");
+  EXPECT_EQ(path, "$.layout.expert_dp_sharding");
+}
+
+// Where a parameter, its reduced gradient and its optimizer state live under each mode:
+// dp_shard 4 x tp 2, a row-wise weight (8 rows): zero2's gradient is a shard of 2 rows on
+// every rank, the parameter whole (8 rows), the optimizer state a shard.
+TEST(LayoutConfig, DpShardingPlacesParamGradAndOptimizerState) {
+  ModelConfig model;
+  model.mlp_hidden = 32;
+  ParamSpec w2;
+  for (const ParamSpec& sp : param_specs(model))
+    if (sp.family == Family::dense_mlp && sp.name.size() > 3 && sp.name.substr(sp.name.size() - 3) == ".w2") w2 = sp;
+  ASSERT_FALSE(w2.name.empty());
+  const int64_t rows = w2.shape[0] / 2;  // its TP chunk (row-wise)
+  for (DpSharding mode : {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2}) {
+    LayoutConfig l = make(1, 4, 1, 2, 1, 2);
+    l.dp_sharding = l.expert_dp_sharding = mode;
+    const mesh::Mesh m(l);
+    const bool param_sharded = mode == DpSharding::fsdp;
+    const bool grad_sharded = mode == DpSharding::fsdp || mode == DpSharding::zero2;
+    const bool state_sharded = mode != DpSharding::ddp;
+    for (int r = 0; r < m.world(); ++r) {
+      const std::string at = std::string(dp_sharding_name(mode)) + " rank " + std::to_string(r);
+      EXPECT_EQ(mesh::local_shape(m, mesh::param_layout(m, w2), w2.shape, r)[0], param_sharded ? rows / 4 : rows) << at;
+      EXPECT_EQ(mesh::local_shape(m, mesh::grad_layout(m, w2), w2.shape, r)[0], grad_sharded ? rows / 4 : rows) << at;
+      EXPECT_EQ(mesh::local_shape(m, mesh::optimizer_layout(m, w2), w2.shape, r)[0], state_sharded ? rows / 4 : rows)
+          << at;
+    }
+    EXPECT_EQ(mesh::first_replica(m, mesh::grad_layout(m, w2), 2), grad_sharded) << dp_sharding_name(mode);
+  }
 }
 
 // layout.recompute (docs/parallel.md, "Activation recompute"): a scenario key only, written and

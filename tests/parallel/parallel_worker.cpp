@@ -34,14 +34,23 @@ template <class T> int check(const Scenario& s, int64_t steps) {
     for (size_t p = 0; p < run.specs().size(); ++p) {
       const ParamSpec& sp = run.specs()[p];
       auto idx = mesh::global_indices(run.mesh(), run.layouts()[p], sp.shape, world->rank());
+      auto gidx = mesh::global_indices(run.mesh(), run.grad_layouts()[p], sp.shape, world->rank());  // zero2: a shard
       auto& v = fam[std::string(family_name(sp.family))];
       v.resize(4, 0.0);
-      for (size_t i = 0; i < idx.size(); ++i) {
-        const double rg = static_cast<double>(ref.grads->tensors[p].data[static_cast<size_t>(idx[i])]);
-        const double rp = static_cast<double>(base.model().params.tensors[p].data[static_cast<size_t>(idx[i])]);
+      if (got.grads[p].data.size() != gidx.size() || got.params[p].data.size() != idx.size()) {
+        std::printf("rank %d: %s holds %zu grad / %zu param elements, its layouts %zu / %zu\n", world->rank(),
+                    sp.name.c_str(), got.grads[p].data.size(), got.params[p].data.size(), gidx.size(), idx.size());
+        return 1;
+      }
+      for (size_t i = 0; i < gidx.size(); ++i) {
+        const double rg = static_cast<double>(ref.grads->tensors[p].data[static_cast<size_t>(gidx[i])]);
         const double dg = static_cast<double>(got.grads[p].data[i]) - rg;
+        v[0] += dg * dg, v[1] += rg * rg;
+      }
+      for (size_t i = 0; i < idx.size(); ++i) {
+        const double rp = static_cast<double>(base.model().params.tensors[p].data[static_cast<size_t>(idx[i])]);
         const double dp = static_cast<double>(got.params[p].data[i]) - rp;
-        v[0] += dg * dg, v[1] += rg * rg, v[2] += dp * dp, v[3] += rp * rp;
+        v[2] += dp * dp, v[3] += rp * rp;
       }
     }
     const Tolerance tg = tolerance_for(s.model.dtype, Quantity::gradient);

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/inject.h"
 #include "core/text.h"
+#include "harness/runner/rank_main.h"
 #include "harness/runner/shared_baseline.h"
 #include "harness/runner/verdict_run.h"
 

@@ -20,6 +20,12 @@
 
 namespace parity {
 
+std::optional<Fault> fault_from_env() {
+  const char* v = std::getenv("PARITY_FAULT");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return parse_fault(v);
+}
+
 namespace {
 
 int64_t now_ns() {

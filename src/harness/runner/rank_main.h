@@ -6,14 +6,20 @@
 // ("parity: rank R: error: ..."), and mapped to the one exit-code table (core/exit_codes.h).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "harness/runner/run_request.h"
+#include "harness/verdict/verdict.h"
 
 namespace parity {
 
 // `request` reads or builds the request (its errors are the rank's too); `source` names it
 // in messages (the file, or the scenario of `parity run --as-rank`).
 int run_rank(const std::function<RunRequest()>& request, const std::string& source);
+
+// The fault named by the environment variable PARITY_FAULT, if set and non-empty (parse_fault:
+// ConfigError on a malformed spec).
+std::optional<Fault> fault_from_env();
 
 }  // namespace parity

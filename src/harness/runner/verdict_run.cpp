@@ -2,7 +2,6 @@
 // allgather of every group's sums per step, rows folded over the steps.
 #include "harness/runner/verdict_run.h"
 
-#include <cstdlib>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -100,6 +99,8 @@ template <class T> class Runner {
   size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
   std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
   std::vector<char> counted_;               // per parameter: counted_copy on this rank
+  std::vector<std::vector<int64_t>> gidx_;  // the same for the reduced gradients (grad_layouts: zero2 shards them)
+  std::vector<char> gcounted_;
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   std::vector<Family> group_family_;        // per grad group (and its param group): the family
   std::vector<double> group_elements_;      // per grad group: the family's global element count
@@ -133,6 +134,8 @@ template <class T> void Runner<T>::build_groups() {
     group_of_param_[p] = static_cast<size_t>(fam_group[f]);
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
     counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
+    gidx_.push_back(mesh::global_indices(mesh, par_.grad_layouts()[p], specs[p].shape, world_.world_rank()));
+    gcounted_.push_back(parity::counted_copy(mesh, par_.grad_layouts()[p], world_.world_rank()) ? 1 : 0);
   }
   const DType dt = sc_.model.dtype;
   groups_.resize(2 * n_fam_);
@@ -232,7 +235,8 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     const size_t g = group_of_param_[p];
     const int64_t tensor_id = pos[g]++;
     vd::LocalSums& s = acc[offset + g];
-    const auto& idx = idx_[p];
+    const auto& idx = offset == 0 ? gidx_[p] : idx_[p];  // offset 0: the gradients
+    const char counted = offset == 0 ? gcounted_[p] : counted_[p];
     if (p >= got.size() || got[p].data.size() != idx.size()) {
       s.shape_bad += 1;
       continue;
@@ -241,7 +245,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     const T* x = got[p].ptr();
     const double rms = cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0;
     for (size_t i = 0; i < idx.size(); ++i)
-      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted_[p] != 0, rms);
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
   }
 }
 
@@ -514,7 +518,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
     if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
     verdict_state::append_digests(st, state_keys_, mine);
   }
-  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, idx_, counted_, mine);  // the first wrong tensor
+  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += since(t0);
   t0 = Clock::now();
@@ -549,19 +553,13 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
 
 }  // namespace
 
-std::optional<Fault> fault_from_env() {
-  const char* v = std::getenv("PARITY_FAULT");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return parse_fault(v);
-}
-
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
   VerdictReport rep;
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.precision = precision_name(s.model.precision());
   rep.backend = std::string(comm::backend_name(world.backend()));
   rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
-                 s.layout.world, s.model.microbatches, s.layout.cp};
+                 s.layout.world, s.model.microbatches, s.layout.cp, s.layout.pp};
   rep.layout = describe_layout(s.layout, LayoutText::report), rep.world = world.size(), rep.steps = s.steps;
   rep.fault = vd::fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())

@@ -14,10 +14,6 @@
 
 namespace parity {
 
-// The fault named by the environment variable PARITY_FAULT, if set and non-empty (parse_fault:
-// ConfigError on a malformed spec).
-std::optional<Fault> fault_from_env();
-
 struct VerdictOptions {
   std::optional<Fault> fault;
   double startup_s = 0;     // measured by the caller (launcher start to verdict entry)

@@ -58,6 +58,7 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   add(d.cp, "cp");
   add(d.world, "world");
   add(d.microbatches, "microbatches");
+  add(d.pp, "pp");
   std::string named;
   for (const auto& [v, name] : cands)
     if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;

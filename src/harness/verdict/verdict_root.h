@@ -20,6 +20,7 @@ struct LayoutDegrees {
   int64_t tp = 1, ep = 1, etp = 1, dp = 1, world = 1;  // dp = dp_replicate * dp_shard
   int64_t microbatches = 1;                             // a loss scaled per micro-batch
   int64_t cp = 1;                                       // context parallel (a sum over cp dropped)
+  int64_t pp = 1;                                       // pipeline stages (a sum over the stages repeated)
 };
 
 struct RootCause {

@@ -1,0 +1,29 @@
+# The CI integration (issue 30, label ci): the workflow file teams copy and the JUnit files CI
+# systems read. Each skips visibly (77) without its tool, never passes.
+# ci.workflow: .github/workflows/parity.yml parses and names only files, parity commands and
+# options, gate variables and artifact paths that exist (tests/ci/workflow_check.py).
+set(PARITY_WORKFLOW_CHECK ${CMAKE_CURRENT_LIST_DIR}/with_yaml.sh ${CMAKE_CURRENT_LIST_DIR}/workflow_check.py
+    --repo ${PROJECT_SOURCE_DIR} --parity $<TARGET_FILE:parity>)
+add_test(NAME ci.workflow COMMAND ${PARITY_WORKFLOW_CHECK})
+set_tests_properties(ci.workflow PROPERTIES LABELS "ci;unit" SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "workflow: ok \\([1-9][0-9]* jobs, [1-9][0-9]* steps, [1-9][0-9]* parity")
+# The check can fail: the same workflow with a script, a subcommand, an option and an artifact
+# path misspelt and the summary's links left on (tests/ci/workflow_mutant.sed) is refused,
+# naming each; skipped (77) as ci.workflow is, without PyYAML.
+add_test(NAME ci.workflow_check_catches_wrong_names
+         COMMAND sh -c "sed -f \"$1\" \"$2\" >\"$3\" && shift 3 && \"$@\"; rc=$?; echo exit=$rc; [ $rc -ne 77 ] || exit 77"
+                 workflow_mutant
+                 ${CMAKE_CURRENT_LIST_DIR}/workflow_mutant.sed ${PROJECT_SOURCE_DIR}/.github/workflows/parity.yml
+                 ${CMAKE_CURRENT_BINARY_DIR}/parity_mutant.yml
+                 ${PARITY_WORKFLOW_CHECK} --workflow ${CMAKE_CURRENT_BINARY_DIR}/parity_mutant.yml)
+set_tests_properties(ci.workflow_check_catches_wrong_names PROPERTIES LABELS "ci;unit" SKIP_RETURN_CODE 77
+  PASS_REGULAR_EXPRESSION
+  "ci/set_up: no such file.*`parity matirx`: no such command.*`parity matrix` has no option --summry.*set GATE_SUMMARY_LINKS: none.*ci/gate writes no log in build/gate.*workflow: FAIL \\(5 problems\\)\nexit=1\n")
+# ci.junit_schema: `parity matrix --junit` and `parity zoo --junit` against the common JUnit
+# schema, written for parity (tests/ci/junit.xsd); the schema must refuse a file= attribute.
+add_test(NAME ci.junit_schema
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/junit_schema.sh $<TARGET_FILE:parity> ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_LIST_DIR}/junit.xsd)
+set_tests_properties(ci.junit_schema PROPERTIES LABELS "ci;multiprocess" TIMEOUT 300 SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "junit schema: ok" FAIL_REGULAR_EXPRESSION "junit schema: FAIL"
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
