@@ -108,7 +108,10 @@ void prop_drawn_cases_are_valid() {
   const BatchShape bs = batch_shape(s.model, l);
   RC_CLASSIFY(bs.uneven, "uneven batch");
   RC_CLASSIFY(bs.empty_rank, "rank with no sequence");
-  RC_ASSERT(l.world >= 2 && l.world <= 8);
+  RC_ASSERT(l.world >= 2 && l.world <= 8);  // two pipeline stages only of a stage layout of 4 ranks at most
+  RC_ASSERT(l.pp == 1 || (l.pp == 2 && l.world <= 8 && (l.pp_virtual == 1 || s.model.microbatches % 2 == 0)));
+  RC_CLASSIFY(l.pp > 1, "pipeline parallel");
+  RC_CLASSIFY(l.dp_sharding != DpSharding::fsdp, "ddp or ZeRO");
   RC_ASSERT(!spec.need_moe || s.model.moe_layers() > 0);
   const Scenario back = parse_scenario(scenario_to_json(s), "");
   RC_ASSERT(scenario_to_json(back) == scenario_to_json(s));
@@ -155,19 +158,23 @@ TEST(PropertyGenerators, CiSeedReachesEveryFoldingModeInEveryProperty) {
   CaseSpec no_mpi;
   no_mpi.allow_mpi = false;
   for (const CaseSpec& spec : {CaseSpec{}, moe, tp, sgd, adam, clip, no_mpi}) {
-    int folding[4] = {0, 0, 0, 0}, fsdp = 0;
+    int folding[4] = {0, 0, 0, 0}, fsdp = 0, pp = 0, zero = 0;
     const auto draw = [&] {
       const Scenario s = *gen_case(spec);
       ++folding[static_cast<int>(folding_of(s.layout))];
       fsdp += fsdp_off_dim0(s.layout, s.model);
+      pp += s.layout.pp > 1, zero += s.layout.dp_sharding != DpSharding::fsdp;
     };
     rc::detail::TestParams params;
     params.seed = 20261122, params.maxSuccess = 15;
     ASSERT_TRUE(rc::detail::checkTestable(draw, rc::detail::TestMetadata{}, params).is<rc::detail::SuccessResult>());
     std::cout << "15 draws: dense only " << folding[0] << ", dp2ep " << folding[1] << ", tp2ep " << folding[2]
-              << ", cross-lane " << folding[3] << "; FSDP off dim 0 " << fsdp << "\n";
+              << ", cross-lane " << folding[3] << "; FSDP off dim 0 " << fsdp << "; pipeline " << pp
+              << ", ddp or ZeRO " << zero << "\n";
     for (int f : folding) EXPECT_GE(f, 1);
     EXPECT_GE(fsdp, 1);
+    EXPECT_GE(pp, 1);
+    EXPECT_GE(zero, 1);
   }
 }
 

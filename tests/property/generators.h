@@ -1,5 +1,6 @@
 // RapidCheck generators for the property-based parity suite (issue 8): a valid layout for
-// W = 2..8 in every folding mode of docs/design/foldings.md, a model sized to it (sizes
+// W = 2..8 in every folding mode of docs/design/foldings.md (doubled by two pipeline stages in
+// some cases, under every data-parallel sharding), a model sized to it (sizes
 // that do not divide, experts that get no tokens, top_k 1..E, dense and MoE layers, tied
 // head, aux loss / bias update, softmax / sigmoid), the optimizer, dtype, steps and seeds.
 //
@@ -295,7 +296,7 @@ inline FsdpDimConfig draw_fsdp_dim() {
 
 // Whether some parameter's FSDP dimension is not 0 under the layout.
 inline bool fsdp_off_dim0(const LayoutConfig& l, const ModelConfig& model) {
-  const mesh::Mesh m(l);
+  const mesh::Mesh m(l, model.layers);
   for (const ParamSpec& p : param_specs(model))
     if (!p.shape.empty() && mesh::fsdp_shard_dim(m, p) != 0) return true;
   return false;
@@ -307,6 +308,25 @@ inline comm::Backend draw_backend(bool allow_mpi) {
   std::vector<comm::Backend> b(9, comm::Backend::gloo);
   b.push_back(comm::Backend::mpi);
   return pick(b);
+}
+
+// The data-parallel sharding (layout.dp_sharding, docs/parallel.md) and pipeline parallel
+// (layout.pp), drawn last so that a seed's other draws stay: fsdp in two cases of five, else
+// ddp, zero1 or zero2, the routed experts following the dense families in three cases of
+// four; in one case of four on a world up to 4, two pipeline stages of that layout (the world
+// doubled) under any of the three schedules (interleaved, two chunks per stage, needs an even
+// micro-batch count: 1f1b otherwise). Each shrinks towards fsdp and no pipeline.
+inline void draw_sharding_and_pipeline(Scenario& s) {
+  const std::vector<DpSharding> modes = {DpSharding::fsdp, DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1,
+                                         DpSharding::zero2};
+  s.layout.dp_sharding = s.layout.expert_dp_sharding = pick(modes);
+  if (pick<int>({0, 0, 0, 1}) == 1) s.layout.expert_dp_sharding = pick(modes);
+  const bool pp = pick<int>({0, 0, 0, 1}) == 1;
+  const PpSchedule schedule = pick<PpSchedule>({PpSchedule::one_f_one_b, PpSchedule::gpipe, PpSchedule::interleaved});
+  if (!pp || s.layout.world > 4) return;
+  s.layout.pp = 2, s.layout.world *= 2, s.layout.pp_schedule = schedule;
+  if (schedule == PpSchedule::interleaved && s.model.microbatches % 2 == 0) s.layout.pp_virtual = 2;
+  else if (schedule == PpSchedule::interleaved) s.layout.pp_schedule = PpSchedule::one_f_one_b;
 }
 
 // One whole case: folding mode and layout first (so that shrinking keeps the layout that
@@ -324,6 +344,7 @@ inline Scenario draw_case(const CaseSpec& spec) {
   s.seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
   s.data_seed = *rc::gen::inRange<uint64_t>(0, 1u << 20);
   s.layout.fsdp_dim = draw_fsdp_dim();
+  draw_sharding_and_pipeline(s);
   return s;
 }
 
@@ -380,7 +401,7 @@ struct ShardShape {
 };
 
 inline ShardShape shard_shape(const Scenario& s) {
-  const mesh::Mesh m(s.layout);
+  const mesh::Mesh m(s.layout, s.model.layers);
   ShardShape out;
   for (const ParamSpec& p : param_specs(s.model)) {
     const mesh::TensorLayout l = mesh::param_layout(m, p);
