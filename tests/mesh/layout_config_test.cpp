@@ -206,7 +206,8 @@ TEST(LayoutConfig, RecomputeIsAScenarioKeyWordedOnlyWhenOn) {
   EXPECT_NO_THROW(validate_layout(one, ModelConfig{}));
 }
 
-// Every degree above 1 of every shipped layout is in its short form.
+// Every degree above 1 of every shipped layout is in its short form (the matrix table and
+// summary.md), and so are its pipeline schedule, data-parallel sharding and recompute.
 TEST(LayoutConfig, ShortFormOfEveryShippedScenarioNamesEveryDegree) {
   const std::string dir = std::string(PARITY_SOURCE_DIR) + "/scenarios";
   int checked = 0;
@@ -217,10 +218,18 @@ TEST(LayoutConfig, ShortFormOfEveryShippedScenarioNamesEveryDegree) {
       if (l == nullptr) continue;
       const std::string b = describe_layout(*l, LayoutText::brief);
       for (auto [word, v] : std::vector<std::pair<std::string, int64_t>>{
-               {"dpr ", l->dp_replicate}, {"dps ", l->dp_shard}, {"cp ", l->cp}, {"tp ", l->tp}, {"ep ", l->ep}})
+               {"dpr ", l->dp_replicate}, {"dps ", l->dp_shard}, {"cp ", l->cp}, {"tp ", l->tp}, {"ep ", l->ep},
+               {"pp ", l->pp}})
         if (v > 1) {
           EXPECT_NE(b.find(word + std::to_string(v)), std::string::npos) << e.path() << ": " << b;
         }
+      // the options a layout folds with: the pipeline schedule, the data-parallel sharding, recompute
+      std::vector<std::string> named;
+      if (l->pp > 1) named.emplace_back(pp_schedule_name(l->pp_schedule));
+      if (l->dp_sharding != DpSharding::fsdp) named.emplace_back(dp_sharding_name(l->dp_sharding));
+      if (l->expert_dp_sharding != l->dp_sharding) named.emplace_back(dp_sharding_name(l->expert_dp_sharding));
+      if (l->recompute != Recompute::none) named.emplace_back(recompute_name(l->recompute));
+      for (const std::string& w : named) EXPECT_NE(b.find(w), std::string::npos) << e.path() << ": " << b;
       EXPECT_NE(b.rfind(",", 0), 0u) << e.path() << ": " << b;
       ++checked;
     }
