@@ -76,15 +76,11 @@ std::string rect_str(const Rect& r) {
 }
 
 bool writes_shard(const mesh::Mesh& m, const mesh::TensorLayout& l, const std::string& tensor, int rank) {
-  const std::vector<int64_t> c = m.coords(l.view, rank);
-  bool first = true;
-  for (size_t i = 0; i < l.placements.size(); ++i) {
-    if (l.placements[i].kind == mesh::PlacementKind::partial)
+  for (const mesh::Placement& p : l.placements)
+    if (p.kind == mesh::PlacementKind::partial)
       throw Error("checkpoint: tensor '" + tensor + "' has a Partial placement " + mesh::layout_str(l) +
                   "; reduce it before saving (a checkpoint holds values, not addends)");
-    if (l.placements[i].kind == mesh::PlacementKind::replicate && c[i] != 0) first = false;
-  }
-  return first && mesh::first_replica(m, l, rank);  // and on the first stage holding it (pipeline parallel)
+  return mesh::first_replica(m, l, rank);  // coordinate 0 on every Replicate dimension, on the first stage holding it
 }
 
 std::vector<LocalChunk> shard_chunks(const mesh::Mesh& m, const mesh::TensorLayout& l, const Shape& shape, int rank) {
