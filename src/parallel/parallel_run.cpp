@@ -96,6 +96,19 @@ template <class T> struct ParallelRun<T>::Impl {
   SeqRange rank_sequences(int64_t mb) const {
     return dp_sequences(sc.model.batch, sc.model.microbatches, mb, dp_size, dp_index);
   }
+  // Micro-batch mb of step t on this rank: its sequences (may be none: the rank still joins
+  // every collective) and their tokens, cut to its context-parallel chunk of each.
+  PMicro<T> micro(int64_t t, int64_t mb) {
+    const int64_t S = sc.model.seq;
+    const SeqRange seqs = rank_sequences(mb);
+    PMicro<T> u;
+    u.g0 = seqs.begin, u.b = seqs.size();
+    std::vector<int64_t> in(static_cast<size_t>(u.b * S), 0), tg(in.size(), 0);
+    data.batch(t, u.g0, u.b, S, in.data(), tg.data());
+    u.share = MicroShare{micro_batch_sequences(sc.model.batch, sc.model.microbatches, mb).size(), dp_size};
+    u.inputs = cp_slice_tokens(model->cp(), in, u.b, S), u.targets = cp_slice_tokens(model->cp(), tg, u.b, S);
+    return u;
+  }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
   void step_optimizer(std::vector<Tensor<T>>& grads);
@@ -297,7 +310,6 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   Impl& I = *impl_;
   const ModelConfig& c = I.sc.model;
   const PrecisionScope policy(c.precision());  // the storage points of the model read it
-  const int64_t S = c.seq;
   RankStepRecord<T> out;
   out.step = t;
   out.token_ids.resize(static_cast<size_t>(c.moe_layers()));
@@ -306,7 +318,6 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   I.model->route_oracle = oracle;
   std::vector<int64_t> counts(static_cast<size_t>(c.moe_layers() * c.experts), 0);
   I.model->zero_grads();
-  std::vector<int64_t> in, tg;
   std::vector<double> parts;  // (ce, aux) per micro-batch, summed over DP in one allreduce after the last
   std::vector<std::pair<size_t, Tensor<T>>> early;  // bug zoo: zero2_reduce_incomplete
   // What a micro-batch's forwards recorded: the loss parts, the counts, the tokens routed
@@ -319,37 +330,22 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     I.report_tokens(out, r, g0);
   };
   if (I.mesh.stages() > 1) {
-    std::vector<PMicro<T>> us(static_cast<size_t>(c.microbatches));
-    for (int64_t mb = 0; mb < c.microbatches; ++mb) {
-      PMicro<T>& u = us[static_cast<size_t>(mb)];
-      const SeqRange seqs = I.rank_sequences(mb);
-      u.g0 = seqs.begin, u.b = seqs.size();
-      in.assign(static_cast<size_t>(u.b * S), 0), tg.assign(in.size(), 0);
-      I.data.batch(t, u.g0, u.b, S, in.data(), tg.data());
-      u.share = MicroShare{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
-      u.inputs = cp_slice_tokens(I.model->cp(), in, u.b, S), u.targets = cp_slice_tokens(I.model->cp(), tg, u.b, S);
-    }
+    std::vector<PMicro<T>> us;
+    for (int64_t mb = 0; mb < c.microbatches; ++mb) us.push_back(I.micro(t, mb));
     I.run_pipeline(us);
     for (const PMicro<T>& u : us) record(u.res, u.g0);
   }
   for (int64_t mb = 0; mb < c.microbatches && I.mesh.stages() == 1; ++mb) {
-    const SeqRange seqs = I.rank_sequences(mb);  // may be empty: the rank still joins every collective
-    const int64_t g0 = seqs.begin, b = seqs.size();
-    in.assign(static_cast<size_t>(b * S), 0), tg.assign(in.size(), 0);
-    I.data.batch(t, g0, b, S, in.data(), tg.data());
-    const MicroShare share{micro_batch_sequences(c.batch, c.microbatches, mb).size(), I.dp_size};
-    const std::vector<int64_t> in_c = cp_slice_tokens(I.model->cp(), in, b, S);  // context parallel: this
-    const std::vector<int64_t> tg_c = cp_slice_tokens(I.model->cp(), tg, b, S);  // rank's chunk of each
-    I.model->route_g0 = g0;
+    PMicro<T> u = I.micro(t, mb);
     // bug zoo (core/inject.h): zero2's reduce-scatter taken before the last micro-batch's
     // gradient is accumulated (DeepSpeed's ds_grad_is_ready class): the reduced gradient misses it
     if (mb + 1 == c.microbatches && injected("zero2_reduce_incomplete"))
       for (size_t p = 0; p < I.specs.size(); ++p)
         if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
-    PMicroResult r = I.model->forward_backward(in_c.data(), tg_c.data(), b, share);
+    PMicroResult r = I.model->forward_backward(u);
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
-    record(r, g0);
+    record(r, u.g0);
   }
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
   if (I.pp_group) I.pp_group->allreduce(std::span<double>(parts), comm::ReduceOp::sum);  // ce: last stage; aux: each

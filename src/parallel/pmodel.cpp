@@ -282,26 +282,25 @@ template <class T> void ParallelModel<T>::zero_grads() {
   gathered_.clear();
 }
 
-template <class T>
-PMicroResult ParallelModel<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b,
-                                                const MicroShare& share) {
-  PMicro<T> u;
-  const int64_t n = b * cp_.chunk(cfg_.seq);
-  u.inputs.assign(inputs, inputs + n), u.targets.assign(targets, targets + n);
-  u.b = b, u.g0 = route_g0, u.share = share;
+template <class T> PMicroResult ParallelModel<T>::forward_backward(PMicro<T>& u) {
   forward_chunk(u, 0);
   backward_chunk(u, 0);
   return std::move(u.res);
 }
 
+// A micro-batch's sizes on this rank (its context-parallel chunk of every sequence, the
+// residual rows under sequence parallel), with the routing oracle pointed at its sequences.
+template <class T> typename ParallelModel<T>::Impl ParallelModel<T>::impl_for(const PMicro<T>& u) {
+  ModelConfig chunk = cfg_;
+  chunk.seq = cp_.chunk(cfg_.seq);
+  route_g0 = u.g0;
+  return Impl{*this, cfg_, u.b, u.b * chunk.seq, u.b * stream_rows(), chunk};
+}
+
 template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v) {
   const ModelConfig& c = cfg_;
-  ModelConfig chunk = c;
-  chunk.seq = cp_.chunk(c.seq);  // this rank's positions of every sequence
-  const int64_t D = c.dim, n = u.b * chunk.seq;
-  const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  Impl I{*this, c, u.b, n, n_res, chunk};
-  route_g0 = u.g0;
+  Impl I = impl_for(u);
+  const int64_t D = c.dim, n = I.n, n_res = I.n_res;
   PMicroResult& res = u.res;
   const auto moe = static_cast<size_t>(c.moe_layers());
   if (res.chosen.size() != moe)
@@ -372,12 +371,8 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
 
 template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v) {
   const ModelConfig& c = cfg_;
-  ModelConfig chunk = c;
-  chunk.seq = cp_.chunk(c.seq);
-  const int64_t D = c.dim, n = u.b * chunk.seq;
-  const int64_t n_res = tp_.sp && tp_.size > 1 ? n / tp_.size : n;
-  Impl I{*this, c, u.b, n, n_res, chunk};
-  route_g0 = u.g0;
+  Impl I = impl_for(u);
+  const int64_t D = c.dim, n = I.n;
   Buffer<T>& dh = u.h;
   for (int64_t l = split_[static_cast<size_t>(v)].second - 1; l >= split_[static_cast<size_t>(v)].first; --l) {
     const std::string p = "layers." + std::to_string(l);

@@ -67,19 +67,18 @@ template <class T> class ParallelModel {
   std::vector<ShardedParam<T>> params;  // registry order
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
   std::vector<Buffer<T>> expert_bias;
-  // Near-tie arbitration (model/route_oracle.h): the baseline's routing of this step, and the
-  // next micro-batch's first global sequence on this rank. No oracle: route freely.
+  // Near-tie arbitration (model/route_oracle.h): the baseline's routing of this step. No
+  // oracle: route freely.
   const RouteOracle* route_oracle = nullptr;
-  int64_t route_g0 = 0;
 
   // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
   // optimizer may have changed the shards since they were gathered).
   void zero_grads();
-  // b sequences of this rank (inputs, targets (b, S/cp): this rank's context-parallel chunk
-  // of each, docs/parallel.md); adds their gradient into mp_grads. b may be 0 (an uneven
+  // A micro-batch's u.b sequences of this rank (u.inputs, u.targets (b, S/cp): this rank's
+  // context-parallel chunk of each, docs/parallel.md); adds their gradient into mp_grads. b may be 0 (an uneven
   // batch): the rank still joins every collective of the micro-batch (the cp ranks of one
   // data-parallel coordinate hold the same sequences, so a cp group is empty together).
-  PMicroResult forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b, const MicroShare& share);
+  PMicroResult forward_backward(PMicro<T>& u);
   // Pipeline parallel: virtual stage v's forward and backward of one micro-batch (its layers
   // pp_stage_layers()[v]; the embedding in v = 0; the head, the loss and the head's backward at
   // the end of the last v's forward). forward_backward is both for the one virtual stage.
@@ -98,6 +97,8 @@ template <class T> class ParallelModel {
 
  private:
   struct Impl;
+  Impl impl_for(const PMicro<T>& u);  // pmodel.cpp
+  int64_t route_g0 = 0;  // the running micro-batch's first global sequence on this rank (the oracle's)
   ModelConfig cfg_;
   Recompute recompute_ = Recompute::none;
   comm::Communicator* world_ = nullptr;  // the recomputed routing's check (recompute.h)
