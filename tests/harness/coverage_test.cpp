@@ -53,6 +53,27 @@ TEST(Coverage, ModesAreReadFromTheDegrees) {
   EXPECT_EQ(modes_of(layout(1, 4, 1, 2, 1)), (V{Mode::fsdp, Mode::dp2ep}));      // fsdp4_ep2
   EXPECT_EQ(modes_of(layout(1, 4, 2, 4, 1)), (V{Mode::fsdp, Mode::tp, Mode::cross_lane}));  // w8_tp2_ep4
   EXPECT_EQ(modes_of(layout(2, 2, 2, 2, 2)), (V{Mode::fsdp, Mode::hsdp, Mode::tp, Mode::dp2ep, Mode::etp}));
+  LayoutConfig pp2 = layout(1, 2, 1, 1, 1);
+  pp2.pp = 2, pp2.world = 4;
+  EXPECT_EQ(modes_of(pp2), (V{Mode::fsdp, Mode::pp}));
+}
+
+// The pipeline schedule takes a value only where pp > 1, the data-parallel sharding only where
+// dp_shard > 1 and it is not fsdp (the default, which every fsdp layout covers).
+TEST(Coverage, ScheduleAndShardingAreReadWhereTheyAct) {
+  Scenario s = with_layout(layout(1, 2, 1, 1, 1));
+  EXPECT_EQ(option_value(Option::schedule, s, s.layout), -1);
+  EXPECT_EQ(option_value(Option::dp_sharding, s, s.layout), -1);
+  s.layout.pp = 2, s.layout.world = 4, s.layout.dp_sharding = DpSharding::zero2;
+  EXPECT_EQ(option_value(Option::schedule, s, s.layout), 1);  // 1f1b, the default
+  EXPECT_EQ(option_value(Option::dp_sharding, s, s.layout), 2);
+  s.layout.pp_schedule = PpSchedule::gpipe, s.layout.dp_sharding = DpSharding::ddp;
+  EXPECT_EQ(option_value(Option::schedule, s, s.layout), 0);
+  EXPECT_EQ(option_value(Option::dp_sharding, s, s.layout), 0);
+  s.layout.dp_shard = 1, s.layout.dp_replicate = 2;  // no shard group: nothing to shard
+  EXPECT_EQ(option_value(Option::dp_sharding, s, s.layout), -1);
+  EXPECT_FALSE(possible({Option::microbatches, 0, Option::schedule, 2}));  // interleaved needs mb % pp == 0
+  EXPECT_TRUE(possible({Option::microbatches, 1, Option::schedule, 2}));
 }
 
 TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
@@ -125,44 +146,66 @@ TEST(Coverage, OrderCountsOnlyWhereTheExpertGroupsDiffer) {
   EXPECT_EQ(option_value(Option::order, s, layout(1, 4, 2, 4, 1, false, ds)), -1);
 }
 
-// Every pair whose value depends on the layout (the four uneven flags and the order) occurs
-// in some valid layout up to world 16, over every etp that tiles and both rank orders, with a
-// model whose sizes are uneven under any degree > 1. So no pair is impossible (the other
-// options take their value from the model alone; the generator test below finds a witness
-// for every pair). Restricted to the layouts main allowed before issue 17 (etp 1 or tp,
-// megatron order), expert_hidden%etp=uneven x tp2ep and x cross-lane do not occur: that was
-// the old "impossible pair" rule.
+// Every pair whose value depends on the layout (the four uneven flags, the order, the pipeline
+// schedule and the data-parallel sharding) occurs in some valid layout up to world 16 (pp 1 or 2), over every etp that
+// tiles and both rank orders, with a model whose sizes are uneven under any degree > 1. So no pair is impossible (the
+// other options take their value from the model alone; the generator test below finds a witness for every pair).
+// Restricted to the layouts main allowed before issue 17 (etp 1 or tp, megatron order), expert_hidden%etp=uneven x
+// tp2ep and x cross-lane do not occur: that was the old "impossible pair" rule.
 TEST(Coverage, EveryLayoutDependentPairOccursInAValidLayout) {
   Scenario s = cover_template();
   s.model.heads = 8, s.model.experts = 8, s.model.vocab = 61;
   s.model.mlp_hidden = 31, s.model.expert_hidden = 17, s.model.shared_hidden = 17;
   std::set<Pair> seen, seen_old;
   int layouts = 0;
-  for (int64_t dpr = 1; dpr <= 16; ++dpr)
-    for (int64_t dps = 1; dpr * dps <= 16; ++dps)
-      for (int64_t tp : {1, 2, 4, 8})
-        for (int64_t ep : {1, 2, 4, 8})
-          for (int64_t etp : {1, 2, 4, 8, 16})
-            for (bool sp : {false, true})
-              for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
-                s.layout = layout(dpr, dps, tp, ep, etp, sp, order);
-                if (s.layout.world > 16) continue;
-                try {
-                  validate_scenario(s);
-                } catch (const ConfigError&) {
-                  continue;
+  // s, and s with each other schedule and data-parallel sharding where they act; false if invalid
+  auto record = [&](const Scenario& x, bool old) {
+    try {
+      validate_scenario(x);
+    } catch (const ConfigError&) {
+      return false;
+    }
+    for (const Pair& p : covered_pairs(x)) {
+      seen.insert(p);
+      if (old) seen_old.insert(p);
+    }
+    return true;
+  };
+  for (int64_t pp : {1, 2})
+    for (int64_t dpr = 1; pp * dpr <= 16; ++dpr)
+      for (int64_t dps = 1; pp * dpr * dps <= 16; ++dps)
+        for (int64_t tp : {1, 2, 4, 8})
+          for (int64_t ep : {1, 2, 4, 8})
+            for (int64_t etp : {1, 2, 4, 8, 16})
+              for (bool sp : {false, true})
+                for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+                  s.layout = layout(dpr, dps, tp, ep, etp, sp, order);
+                  s.layout.pp = pp, s.layout.world *= pp;
+                  if (s.layout.world > 16) continue;
+                  const bool old = (etp == 1 || etp == tp) && order == RankOrder::megatron && pp == 1;
+                  if (!record(s, old)) continue;
+                  ++layouts;
+                  for (PpSchedule k : {PpSchedule::gpipe, PpSchedule::interleaved}) {
+                    if (pp == 1) break;
+                    Scenario t = s;
+                    t.layout.pp_schedule = k, t.layout.pp_virtual = k == PpSchedule::interleaved ? 2 : 1;
+                    t.model.layers = 4, t.model.microbatches = 2, t.model.batch = 8 * dpr * dps;
+                    EXPECT_TRUE(record(t, false)) << pp_schedule_name(k);
+                  }
+                  for (DpSharding d : {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2}) {
+                    if (dps == 1) break;
+                    Scenario t = s;
+                    t.layout.dp_sharding = t.layout.expert_dp_sharding = d;
+                    EXPECT_TRUE(record(t, false)) << dp_sharding_name(d);
+                  }
                 }
-                ++layouts;
-                const bool old = (etp == 1 || etp == tp) && order == RankOrder::megatron;
-                for (const Pair& p : covered_pairs(s)) {
-                  seen.insert(p);
-                  if (old) seen_old.insert(p);
-                }
-              }
-  EXPECT_GT(layouts, 300);
+  EXPECT_GT(layouts, 600);
   for (Option o : {Option::vocab_uneven, Option::mlp_uneven, Option::expert_uneven, Option::shared_uneven,
                    Option::order})
     for (Mode m : all_modes()) EXPECT_TRUE(seen.count({o, 0, m})) << pair_name({o, 0, m}) << " occurs in no layout";
+  for (Option o : {Option::schedule, Option::dp_sharding})
+    for (int v = 0; v < 3; ++v)
+      for (Mode m : all_modes()) EXPECT_TRUE(seen.count({o, v, m})) << pair_name({o, v, m}) << " occurs in no layout";
   for (Mode m : {Mode::tp2ep, Mode::cross_lane}) {
     EXPECT_FALSE(seen_old.count({Option::expert_uneven, 0, m})) << pair_name({Option::expert_uneven, 0, m});
   }

@@ -17,6 +17,32 @@ namespace parity::coverage {
 
 namespace {
 
+// Every layout a scenario compares (its own and a resume check's), to set a layout option.
+std::vector<LayoutConfig*> layouts_of(Scenario& s) {
+  std::vector<LayoutConfig*> out{&s.layout};
+  if (s.resume) out.push_back(&s.resume->layout);
+  return out;
+}
+
+// The schedule of every pipelined layout; interleaved runs 2 model chunks per stage over 4
+// layers (one per chunk under pp 2) and needs micro-batches a multiple of pp (2 in every
+// candidate).
+void set_schedule(Scenario& s, PpSchedule k) {
+  bool pipelined = false;
+  for (LayoutConfig* l : layouts_of(s)) {
+    if (l->pp <= 1) continue;
+    pipelined = true;
+    l->pp_schedule = k;
+    l->pp_virtual = k == PpSchedule::interleaved ? 2 : 1;
+  }
+  s.model.layers = pipelined && k == PpSchedule::interleaved ? 4 : cover_template().model.layers;
+  if (pipelined && k == PpSchedule::interleaved && s.model.microbatches % 2 != 0) s.model.microbatches = 2;
+}
+
+void set_sharding(Scenario& s, DpSharding d) {
+  for (LayoutConfig* l : layouts_of(s)) l->dp_sharding = l->expert_dp_sharding = d;
+}
+
 // The settings the generator may give an option; choice 0 is the template's. A choice is
 // a model/optimizer setting, not a value: which value it gives (coverage::option_value)
 // can depend on the layout (vocab 61 is uneven only where tp > 1).
@@ -85,6 +111,15 @@ const std::vector<Choice>& choices(Option o) {
       {Option::route_scale,
        {{"", [](Scenario& s) { s.model.route_scale = 1.0; }},
         {"rscale", [](Scenario& s) { s.model.route_scale = 2.5; }}}},
+      {Option::schedule,
+       {{"", [](Scenario& s) { set_schedule(s, PpSchedule::one_f_one_b); }},
+        {"gpipe", [](Scenario& s) { set_schedule(s, PpSchedule::gpipe); }},
+        {"interleaved", [](Scenario& s) { set_schedule(s, PpSchedule::interleaved); }}}},
+      {Option::dp_sharding,
+       {{"", [](Scenario& s) { set_sharding(s, DpSharding::fsdp); }},
+        {"ddp", [](Scenario& s) { set_sharding(s, DpSharding::ddp); }},
+        {"zero1", [](Scenario& s) { set_sharding(s, DpSharding::zero1); }},
+        {"zero2", [](Scenario& s) { set_sharding(s, DpSharding::zero2); }}}},
   };
   return table.at(o);
 }
@@ -154,20 +189,23 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
         for (size_t later = oi + 1; pass == 1 && later < all_options().size(); ++later)  // keep the others' choices
           choices(all_options()[later].option)[static_cast<size_t>(c.chosen[later])].apply(t);
         if (k > 0 && inert(t)) continue;
+        // the layouts as the choices left them (schedule and sharding are layout options)
+        const std::vector<LayoutConfig*> tl = layouts_of(t);
         if (target != nullptr && (info.option == target->a || info.option == target->b) &&
-            option_value(info.option, t, layouts[0]->config) != (info.option == target->a ? target->va : target->vb))
+            option_value(info.option, t, *tl[0]) != (info.option == target->a ? target->va : target->vb))
           continue;
         std::set<Pair> got;
         std::set<OptionPair> ogot;
-        for (const TensorLayout* l : layouts) {
-          const int v = option_value(info.option, t, l->config);
+        for (size_t li = 0; li < layouts.size(); ++li) {
+          const LayoutConfig& lc = *tl[li];
+          const int v = option_value(info.option, t, lc);
           if (v < 0) continue;
-          for (Mode m : l->modes)
+          for (Mode m : layouts[li]->modes)
             if (missing.count({info.option, v, m})) got.insert({info.option, v, m});
           for (size_t other = 0; other < all_options().size(); ++other) {
             if (other == oi || (pass == 0 && other > oi)) continue;
             const Option o2 = all_options()[other].option;
-            const int w = option_value(o2, t, l->config);
+            const int w = option_value(o2, t, lc);
             if (w < 0) continue;
             const OptionPair q = other < oi ? OptionPair{o2, w, info.option, v} : OptionPair{info.option, v, o2, w};
             if (omissing.count(q)) ogot.insert(q);
@@ -221,8 +259,11 @@ std::string proposal_name(const Candidate& c) {
             describe_layout(s.resume->layout, LayoutText::stem);
   else name += describe_layout(s.layout, LayoutText::stem);
   std::string options;
-  for (size_t o = 0; o < c.chosen.size(); ++o)
-    if (c.chosen[o] != 0) options += std::string("_") + choices(all_options()[o].option)[c.chosen[o]].suffix;
+  for (size_t o = 0; o < c.chosen.size(); ++o) {
+    const Option opt = all_options()[o].option;
+    if (opt == Option::schedule || opt == Option::dp_sharding) continue;  // the layout's stem says them
+    if (c.chosen[o] != 0) options += std::string("_") + choices(opt)[c.chosen[o]].suffix;
+  }
   // long lists of options make unreadable file names: past 64 bytes the file says what differs
   return name + (name.size() + options.size() > 64 ? "_mixed" : options);
 }
@@ -292,27 +333,28 @@ Scenario cover_template() {
 std::vector<LayoutConfig> candidate_layouts() {
   const Scenario base = cover_template();
   std::vector<LayoutConfig> out;
-  for (int64_t dpr : {1, 2, 4, 8})
-    for (int64_t dps : {1, 2, 4, 8})
-      for (int64_t tp : {1, 2, 4})
-        for (int64_t ep : {1, 2, 4})
-          for (int64_t etp : {1, 2, 4, 8})
-            for (bool sp : {false, true})
-              for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
-                Scenario s = base;
-                s.layout = LayoutConfig{.world = dpr * dps * tp, .dp_replicate = dpr, .dp_shard = dps, .tp = tp,
-                                        .ep = ep, .etp = etp, .sp = sp, .order = order};
-                if (s.layout.world < 2 || s.layout.world > 8) continue;
-                try {
-                  validate_scenario(s);  // etp must tile the world
-                } catch (const ConfigError&) {
-                  continue;
+  for (int64_t pp : {1, 2})
+    for (int64_t dpr : {1, 2, 4, 8})
+      for (int64_t dps : {1, 2, 4, 8})
+        for (int64_t tp : {1, 2, 4})
+          for (int64_t ep : {1, 2, 4})
+            for (int64_t etp : {1, 2, 4, 8})
+              for (bool sp : {false, true})
+                for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+                  Scenario s = base;
+                  s.layout = LayoutConfig{.world = pp * dpr * dps * tp, .pp = pp, .dp_replicate = dpr,
+                                          .dp_shard = dps, .tp = tp, .ep = ep, .etp = etp, .sp = sp, .order = order};
+                  if (s.layout.world < 2 || s.layout.world > 8) continue;
+                  try {
+                    validate_scenario(s);  // etp must tile the world
+                  } catch (const ConfigError&) {
+                    continue;
+                  }
+                  // deepspeed only where its expert groups differ from megatron's: elsewhere
+                  // it is the same layout
+                  if (order == RankOrder::deepspeed && option_value(Option::order, s, s.layout) < 0) continue;
+                  out.push_back(s.layout);
                 }
-                // deepspeed only where its expert groups differ from megatron's: elsewhere
-                // it is the same layout
-                if (order == RankOrder::deepspeed && option_value(Option::order, s, s.layout) < 0) continue;
-                out.push_back(s.layout);
-              }
   return out;
 }
 
@@ -390,8 +432,9 @@ std::string scenario_file_text(const Scenario& s) {
     return o;
   };
   auto layout = [&](const nlohmann::json& l) {
-    return in_order(l, {"world", "dp_replicate", "dp_shard", "tp", "ep", "etp", "sp", "order", "fsdp_dim", "backend",
-                        "device"});
+    return in_order(l, {"world", "pp", "pp_schedule", "pp_virtual", "pp_layers", "dp_replicate", "dp_shard", "tp",
+                        "ep", "etp", "cp", "sp", "order", "recompute", "fsdp_dim", "dp_sharding",
+                        "expert_dp_sharding", "backend", "device"});
   };
   ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype", "precision"});
   out["model"] = in_order(j["model"], {"vocab", "dim", "layers", "dense_layers", "heads", "seq", "batch",

@@ -21,13 +21,14 @@ std::string_view mode_name(Mode m) {
     case Mode::tp2ep: return "tp2ep";
     case Mode::cross_lane: return "cross-lane";
     case Mode::etp: return "etp";
+    case Mode::pp: return "pp";
   }
   return "?";
 }
 
 const std::vector<Mode>& all_modes() {
-  static const std::vector<Mode> modes{Mode::fsdp, Mode::hsdp, Mode::tp,         Mode::sp,
-                                       Mode::dp2ep, Mode::tp2ep, Mode::cross_lane, Mode::etp};
+  static const std::vector<Mode> modes{Mode::fsdp,  Mode::hsdp,       Mode::tp,  Mode::sp, Mode::dp2ep,
+                                       Mode::tp2ep, Mode::cross_lane, Mode::etp, Mode::pp};
   return modes;
 }
 
@@ -44,6 +45,7 @@ std::vector<Mode> modes_of(const LayoutConfig& l) {
     case mesh::Folding::cross_lane: out.push_back(Mode::cross_lane); break;
   }
   if (l.etp > 1) out.push_back(Mode::etp);
+  if (l.pp > 1) out.push_back(Mode::pp);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -69,6 +71,8 @@ const std::vector<OptionInfo>& all_options() {
       {Option::weight_decay, "weight_decay", {"off", "on"}, false},
       {Option::route_norm, "route_norm", {"off", "on"}, true},
       {Option::route_scale, "route_scale", {"1", "other"}, true},
+      {Option::schedule, "schedule", {"gpipe", "1f1b", "interleaved"}, false},
+      {Option::dp_sharding, "dp_sharding", {"ddp", "zero1", "zero2"}, false},
   };
   return options;
 }
@@ -124,6 +128,12 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
     case Option::weight_decay: return s.optim.weight_decay > 0 ? 1 : 0;
     case Option::route_norm: return m.route_norm ? 1 : 0;
     case Option::route_scale: return m.route_scale == 1.0 ? 0 : 1;
+    case Option::schedule:
+      if (l.pp <= 1) return -1;
+      return l.pp_schedule == PpSchedule::gpipe ? 0 : l.pp_schedule == PpSchedule::one_f_one_b ? 1 : 2;
+    case Option::dp_sharding:
+      if (l.dp_shard <= 1 || l.dp_sharding == DpSharding::fsdp) return -1;
+      return l.dp_sharding == DpSharding::ddp ? 0 : l.dp_sharding == DpSharding::zero1 ? 1 : 2;
   }
   return -1;
 }
@@ -177,6 +187,8 @@ bool possible(const OptionPair& p) {
   // and the bias update is 0: bias=on means top_k < experts, and aux=on there cannot act
   if ((p.a == Option::bias || p.a == Option::aux) && p.va == 1 && p.b == Option::top_k && p.vb == 1) return false;
   if (p.a == Option::shared && p.va == 0 && p.b == Option::shared_uneven) return false;  // needs a shared expert
+  // interleaved needs micro-batches a multiple of pp (> 1)
+  if (p.a == Option::microbatches && p.va == 0 && p.b == Option::schedule && p.vb == 2) return false;
   return true;
 }
 

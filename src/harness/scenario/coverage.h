@@ -18,9 +18,10 @@ namespace parity::coverage {
 
 // Folding modes (docs/design/foldings.md), each read from a layout's degrees:
 //   fsdp dp_shard > 1, hsdp dp_replicate > 1, tp tp > 1 without sp, sp,
-//   dp2ep / tp2ep / cross-lane: the EP folding when ep > 1 (mesh::folding), etp etp > 1.
-enum class Mode { fsdp, hsdp, tp, sp, dp2ep, tp2ep, cross_lane, etp };
-inline constexpr int kModeCount = 8;
+//   dp2ep / tp2ep / cross-lane: the EP folding when ep > 1 (mesh::folding), etp etp > 1,
+//   pp pp > 1 (pipeline stages).
+enum class Mode { fsdp, hsdp, tp, sp, dp2ep, tp2ep, cross_lane, etp, pp };
+inline constexpr int kModeCount = 9;
 std::string_view mode_name(Mode m);  // "fsdp", ..., "cross-lane", "etp"
 const std::vector<Mode>& all_modes();
 // The modes a layout exercises, in Mode order; none for world 1.
@@ -49,8 +50,10 @@ enum class Option {
   weight_decay,   // off: 0; on: > 0
   route_norm,     // off; on: the top-k weights renormalised
   route_scale,    // 1; other
+  schedule,       // gpipe; 1f1b; interleaved: layout.pp_schedule where pp > 1
+  dp_sharding,    // ddp; zero1; zero2: layout.dp_sharding where dp_shard > 1 and it is not fsdp
 };
-inline constexpr int kOptionCount = 19;
+inline constexpr int kOptionCount = 21;
 
 struct OptionInfo {
   Option option;
