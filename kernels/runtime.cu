@@ -1,6 +1,7 @@
 // Stage, error checks and counters (kernels/runtime.cuh).
 #include "kernels/runtime.cuh"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/scalar_math.h"
@@ -26,7 +28,8 @@ int64_t now_ns() {
 struct Profile {
   bool on = std::getenv("PARITY_CUDA_PROFILE") != nullptr;
   std::mutex mu;
-  std::map<std::string, std::pair<int64_t, int64_t>> ops;  // op -> (calls, ns)
+  std::map<std::string, std::pair<int64_t, int64_t>> ops;    // op -> (calls, ns)
+  std::map<std::string, std::pair<int64_t, int64_t>> gaps;   // "previous op -> op" -> (calls, host ns between)
   ~Profile() {
     if (!on || ops.empty()) return;
     int64_t total = 0;
@@ -35,6 +38,16 @@ struct Profile {
     for (const auto& [k, v] : ops)
       std::fprintf(stderr, "  %-28s %8lld calls %10.3f ms %5.1f%%\n", k.c_str(), static_cast<long long>(v.first),
                    v.second * 1e-6, 100.0 * static_cast<double>(v.second) / static_cast<double>(total));
+    // Where the host time goes: the 15 largest gaps by the pair of ops around them.
+    std::vector<std::pair<int64_t, std::string>> by;
+    for (const auto& [k, v] : gaps) by.emplace_back(v.second, k);
+    std::sort(by.rbegin(), by.rend());
+    std::fprintf(stderr, "host time between ops, largest 15 (previous op -> next op):\n");
+    for (size_t i = 0; i < by.size() && i < 15; ++i) {
+      const auto& v = gaps[by[i].second];
+      std::fprintf(stderr, "  %-52s %8lld times %10.3f ms %9.1f us each\n", by[i].second.c_str(),
+                   static_cast<long long>(v.first), v.second * 1e-6, v.second * 1e-3 / static_cast<double>(v.first));
+    }
   }
 };
 Profile& profile() {
@@ -65,6 +78,7 @@ void keep_pool_memory() {
 }  // namespace
 
 std::atomic<int64_t> g_last_finish_ns{0};
+const char* g_last_op = nullptr;  // the op that ended last (written under the profile's lock)
 
 Stage::Stage() : t0_ns_(profile().on ? now_ns() : 0) {
   keep_pool_memory();
@@ -131,7 +145,11 @@ void Stage::finish() {
     auto& h = p.ops[std::string("(host, before) ") + op_];  // host code since the previous op ended
     h.first += 1;
     h.second += gap_ns_;
+    auto& pair = p.gaps[std::string(g_last_op ? g_last_op : "(start)") + " -> " + op_];
+    pair.first += 1;
+    pair.second += gap_ns_;
     g_last_finish_ns = t1;
+    g_last_op = op_;
   }
 }
 
