@@ -187,10 +187,13 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
   }
   // Tied embeddings under pipeline parallel: the first stage's embedding gradient and the last
-  // stage's head gradient summed over the embedding group (the pair of stages), before the
-  // data-parallel reduction (Megatron's order). Bug zoo (core/inject.h): the all-reduce left out,
-  // run twice, or run after the data-parallel reduction on what the partner still holds unreduced
-  // (Megatron-LM#844: partial results added).
+  // stage's head gradient, each reduced over its stage's data parallel first, then summed over
+  // the embedding group (the pair of stages), as Megatron's finalize_model_grads does. A sum of
+  // two is the same bits on both stages, so the two replicas stay identical whatever order each
+  // stage's DP reduction took (NCCL's differ between communicators; summing before the DP
+  // reduction left the replicas 1 ulp apart on nccl). Bug zoo (core/inject.h): the all-reduce
+  // left out, run twice, or adding what the partner still holds unreduced (Megatron-LM#844:
+  // partial results added).
   static const bool unsynced = injected("pp_tied_embedding_not_synced"), twice = injected("pp_embedding_synced_twice");
   static const bool late = injected("pp_embedding_synced_after_dp");
   const size_t emb = 0;  // embed.weight, the registry's first
@@ -201,11 +204,6 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     pair(0, mesh.stages() - 1).allreduce(std::span<T>(partner.data), comm::ReduceOp::sum);
     const Tensor<T>& mine = model->mp_grads[emb];
     for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
-  }
-  if (tied && !unsynced && !late) {
-    Tensor<T>& g = model->mp_grads[emb];
-    for (int k = 0; k < (twice ? 2 : 1); ++k)
-      pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
   }
   for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
     std::vector<const ShardedParam<T>*> ps;
@@ -232,6 +230,12 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
       if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
       out[which[i]] = std::move(g);
     }
+  }
+  if (tied && !unsynced && !late) {  // the reduced gradient, or this rank's shard of it: the same piece on both
+    Tensor<T>& g = out[emb];
+    for (int k = 0; k < (twice ? 2 : 1); ++k)
+      pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+    round_to(entry(emb).dp_dtype, g.ptr(), g.numel());
   }
   if (tied && late) {  // this rank's reduced piece plus the partner's unreduced values there
     const DpSharding mode = mesh::dp_sharding_of(mesh, specs[emb]);
