@@ -19,11 +19,6 @@ namespace parity {
 
 namespace buffer_detail {
 
-ZeroFill& zero_fill() {
-  thread_local ZeroFill z;
-  return z;
-}
-
 #if PARITY_HAVE_CUDA
 namespace {
 
