@@ -1,6 +1,6 @@
 # issue 16: the side-by-side benchmark (ci/bench/side_by_side, docs/bench.md) in its tiny
 # mode: the table is printed and the peer row is a time or says it was skipped. Needs
-# python3 (the script's interpreter); the PyTorch peer is optional (ci/setup --with-peer).
+# python3 (the script's interpreter); the PyTorch peer comes with ci/setup (--no-torch leaves it out).
 find_program(PARITY_PYTHON3 python3)
 if(PARITY_PYTHON3)
   add_test(NAME bench.side_by_side

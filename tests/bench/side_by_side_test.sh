@@ -17,7 +17,7 @@ peer=$(printf '%s\n' "$row" | awk -F' [|] ' '{print $7}')
 parity=$(printf '%s\n' "$row" | awk -F' [|] ' '{print $5}')
 [[ "$parity" =~ ^[0-9]+\.[0-9]+\ /\ [0-9]+\.[0-9]+$ ]] || fail "parity cell '$parity' is not 'min / median'"
 if [ "$peer" = skipped ]; then
-  printf '%s\n' "$out" | grep -q '^peer: skipped (python3-torch not installed: ci/setup --with-peer)' ||
+  printf '%s\n' "$out" | grep -q '^peer: skipped (python3-torch not installed: ci/setup)' ||
     fail "peer skipped without saying why"
   echo "bench side_by_side: PASS (peer skipped: no python3-torch)"
 else
