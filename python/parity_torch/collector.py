@@ -1,0 +1,219 @@
+"""Records a torch training run in parity's dump format (dump.py), a few lines in the loop:
+
+    col = Collector("out", scenario, model)    # after loading the initial parameters: writes init
+    for step in range(steps):
+        for x, y in micro_batches:              # this rank's sequences of each micro-batch
+            part = model(x, y)                  # its part of the global loss (sum CE / (B*S) + aux)
+            col.micro(part, x, y)
+            part.backward()
+        col.grads()                             # after the gradient reduction, before clipping
+        clip; optimizer.step(); expert-bias update
+        col.step()                              # parameters after the step, routing, expert bias
+    col.close()                                 # manifest.json
+
+What it records and from where:
+- names: `name_map` lists (parity name, torch name, transpose, family) in parity's registry
+  order (model.name_map for parity_torch's ReferenceModel; pass your own for your model) and
+  `buffer_map` (parity name, torch buffer name) for the expert biases. A torch tensor stored
+  (out, in) (nn.Linear) is written transposed, as parity stores (in, out).
+- routing: every module with an integer `parity_moe_layer` attribute is an MoE layer whose
+  forward leaves `module.chosen` (tokens, K); a forward hook takes it. tokens_per_expert is
+  counted from the gathered choices of the whole step.
+- placement of a rank's rows: micro-batch mb of a step is the mb-th micro() call; its rows are
+  the sequences parity's split gives this data-parallel rank (data.dp_sequences: tensor_split
+  into micro-batches, torch.chunk over the ranks), or `sequences=(begin, end)` given to micro().
+- data parallel (torch.distributed initialised): micro-batch losses are summed over the ranks,
+  inputs, targets and routing gathered (all_gather_object); gradients and parameters are taken
+  as full tensors: under DDP every rank holds them, and rank 0 writes. A sharded parameter that
+  is a DTensor (FSDP2, tensor parallel; torch >= 2.1) is gathered with full_tensor(), a
+  collective, so every rank must call grads() and step() (untested here: torch 1.13 has no
+  DTensor). Per-rank shards with their placements are NOT written (parity's dump format holds
+  full tensors), and FSDP1's flat parameters are not supported.
+- clip_coef: measured, <g after, g before> / |g before|^2 from the gradients still present at
+  step() (so a wrong clip shows: call step() before zero_grad); when every gradient was cleared
+  first, parity's rule min(1, clip / (norm + 1e-6)) from the scenario.
+- the hooks take every forward of an MoE module: run evaluation forwards outside a step;
+  activation recompute (a second forward inside backward) is not supported: the hook would
+  record those tokens twice.
+"""
+import json
+import math
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import safetensors
+from .data import dp_sequences
+from .dump import CONVENTIONS, FORMAT, step_file
+from .model import buffer_map, name_map as reference_name_map
+from .optim import clip_coefficient
+from .scenario import scenario_json
+
+
+def _full(t):
+    if hasattr(t, "full_tensor"):  # DTensor (FSDP2, TP): gather the global tensor
+        t = t.full_tensor()
+    return t.detach()
+
+
+def _dist():
+    return dist.is_available() and dist.is_initialized()
+
+
+class Collector:
+    def __init__(self, out_dir, scenario, model, name_map=None, buffers=None, group=None, dp=None):
+        """scenario: a parity_torch Scenario (its raw JSON is written to the manifest); model: the
+        module or its DistributedDataParallel wrapper; dp: (rank, size) in the data-parallel group
+        (default: the group's rank and size, or (0, 1) without torch.distributed)."""
+        self.out, self.scn, self.cfg = out_dir, scenario, scenario.model
+        ddp = torch.nn.parallel.DistributedDataParallel
+        self.model = model.module if isinstance(model, ddp) else model
+        self.map = name_map if name_map is not None else reference_name_map(self.cfg)
+        self.buffers = buffers if buffers is not None else buffer_map(self.cfg)
+        self.group = group
+        self.rank = dist.get_rank(group) if _dist() else 0
+        self.dp = dp if dp is not None else ((self.rank, dist.get_world_size(group)) if _dist() else (0, 1))
+        self.writer = self.rank == 0
+        self.files, self.steps, self.t = [], [], 0
+        self.moe = {m.parity_moe_layer: m for m in self.model.modules() if hasattr(m, "parity_moe_layer")}
+        for layer, m in self.moe.items():
+            m.register_forward_hook(lambda mod, inp, out, layer=layer: self._pending[layer].append(mod.chosen))
+        self._reset()
+        if self.writer:
+            os.makedirs(out_dir, exist_ok=True)
+        tensors = self._params()
+        if self.writer:
+            init = {n: tensors[n] for n, _, _, _ in self.map}
+            self._write("init.safetensors", init, None)
+
+    def _reset(self):
+        self._pending = {l: [] for l in self.moe}
+        self._micro, self._rows, self._chosen, self._grads = [], [], {l: [] for l in self.moe}, None
+
+    def _named(self):
+        return dict(self.model.named_parameters()), dict(self.model.named_buffers())
+
+    def _params(self):
+        params, bufs = self._named()
+        out = {}
+        for pname, tname, tr, _ in self.map:
+            t = _full(params[tname])
+            out[pname] = (t.t() if tr else t).contiguous().clone()
+        for pname, tname in self.buffers:
+            out[pname] = _full(bufs[tname]).contiguous().clone()
+        return out
+
+    def micro(self, loss_part, inputs, targets, sequences=None):
+        """Call once per micro-batch after its forward: this rank's part of the global loss, and the
+        inputs and targets (b, S) it computed; sequences=(begin, end) if your split is not parity's."""
+        mb = len(self._micro)
+        if sequences is None:
+            sequences = dp_sequences(self.cfg.batch, self.cfg.microbatches, mb, self.dp[1], self.dp[0])
+        if sequences[1] - sequences[0] != inputs.shape[0]:
+            raise ValueError(f"micro-batch {mb}: {inputs.shape[0]} sequences, but parity's split gives this rank "
+                             f"{sequences}: pass sequences=(begin, end)")
+        self._micro.append(float(loss_part.detach()))
+        self._rows.append((sequences[0], inputs.detach().cpu().clone(), targets.detach().cpu().clone()))
+        for l, pend in self._pending.items():
+            chosen = torch.cat([c.detach().cpu() for c in pend]) if pend else torch.zeros(0, self.cfg.top_k)
+            self._chosen[l].append((sequences[0], chosen.to(torch.int64)))
+            pend.clear()
+
+    def grads(self):
+        """Call after backward and the gradient reduction, before clipping."""
+        params, _ = self._named()
+        self._grads = {}
+        for pname, tname, tr, _ in self.map:
+            p = params[tname]
+            g = _full(p.grad) if p.grad is not None else torch.zeros(p.shape, dtype=p.dtype)
+            self._grads[pname] = (g.t() if tr else g).contiguous().clone()
+
+    def _gather(self, obj):
+        if not _dist() or self.dp[1] == 1:
+            return [obj]
+        out = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def step(self):
+        """Call after the optimizer step and the expert-bias update."""
+        if self._grads is None:
+            raise RuntimeError("Collector.step() before Collector.grads()")
+        cfg, S, B = self.cfg, self.cfg.seq, self.cfg.batch
+        micro = torch.tensor(self._micro, dtype=torch.float64)
+        if _dist() and self.dp[1] > 1:
+            dist.all_reduce(micro, group=self.group)
+        norm_sq = sum(float((g.to(torch.float64) ** 2).sum()) for g in self._grads.values())
+        norm = math.sqrt(norm_sq)
+        clip_coef = self._measured_clip(norm_sq)
+        params = self._params()
+        rows = self._gather(self._rows)
+        chosen = {l: self._gather(c) for l, c in self._chosen.items()}
+        if self.writer:
+            inputs = torch.full((B, S), -1, dtype=torch.int64)
+            targets = torch.full((B, S), -1, dtype=torch.int64)
+            for part in rows:
+                for g0, x, y in part:
+                    inputs[g0:g0 + x.shape[0]], targets[g0:g0 + y.shape[0]] = x, y
+            t = {"inputs": inputs, "targets": targets,
+                 "loss": micro.sum().reshape(()), "micro_losses": micro,
+                 "grad_norm": torch.tensor(norm, dtype=torch.float64),
+                 "clip_coef": torch.tensor(clip_coef, dtype=torch.float64)}
+            t.update({"grads." + n: g for n, g in self._grads.items()})
+            t.update({"params." + n: params[n] for n, _, _, _ in self.map})
+            for l in sorted(self.moe):
+                full = torch.full((B * S, cfg.top_k), -1, dtype=torch.int64)
+                for part in chosen[l]:
+                    for g0, c in part:
+                        full[g0 * S:g0 * S + c.shape[0]] = c
+                valid = full[full >= 0]
+                t[f"layers.{l}.moe.tokens_per_expert"] = torch.bincount(valid, minlength=cfg.experts)
+                t[f"layers.{l}.moe.expert_bias"] = params[f"layers.{l}.moe.expert_bias"]
+                t[f"layers.{l}.moe.chosen"] = full
+            self._write(step_file(self.t), t, self.t)
+            self.steps.append({"step": self.t, "loss": float(micro.sum()), "grad_norm": norm,
+                               "clip_coef": clip_coef})
+        self.t += 1
+        self._reset()
+
+    def _measured_clip(self, norm_sq):
+        params, _ = self._named()
+        dot, seen = 0.0, False
+        for pname, tname, tr, _ in self.map:
+            p = params[tname]
+            if p.grad is None:
+                continue
+            g = _full(p.grad)
+            seen = True
+            dot += float(((g.t() if tr else g).to(torch.float64) * self._grads[pname].to(torch.float64)).sum())
+        if not seen or norm_sq == 0 or dot == 0:  # cleared (None or zeroed) before step(): parity's rule
+            return clip_coefficient(math.sqrt(norm_sq), self.scn.optim.clip)
+        return dot / norm_sq
+
+    def _write(self, name, tensors, step):
+        safetensors.write(os.path.join(self.out, name), tensors)
+        types = {torch.float64: "fp64", torch.float32: "fp32", torch.int64: "int64"}
+        desc = {n: {"dtype": types[v.dtype], "shape": list(v.shape)} for n, v in tensors.items()}
+        self.files.append({"file": name, "step": step, "tensors": desc})
+
+    def close(self):
+        """Writes manifest.json (rank 0). The run's "producer" names this collector and the world."""
+        if not self.writer:
+            return
+        shapes = {}
+        params, _ = self._named()
+        for pname, tname, tr, _ in self.map:
+            s = list(params[tname].shape)
+            shapes[pname] = s[::-1] if tr else s
+        world = dist.get_world_size(self.group) if _dist() else 1
+        m = {"format": FORMAT, "scenario": scenario_json(self.scn), "producer": {"name": "parity_torch.Collector",
+                                                                     "world": world, "dp": self.dp[1]},
+             "conventions": CONVENTIONS,
+             "parameters": [{"name": p, "shape": shapes[p], "family": f} for p, _, _, f in self.map],
+             "files": self.files, "steps": self.steps}
+        path = os.path.join(self.out, "manifest.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(m, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(path + ".tmp", path)

@@ -1,0 +1,278 @@
+"""parity's reference model (docs/design/model.md, docs/model.md) as a torch.nn.Module.
+
+Modules follow torch's conventions, so the model reads like any PyTorch transformer:
+attention projections, dense MLPs, shared experts, the router gate and the LM head are
+nn.Linear (weight stored (out, in), y = x @ W.T); embeddings and LayerNorms are
+nn.Embedding and nn.LayerNorm. parity stores every matrix (in, out), y = x @ W. The routed
+experts are one grouped tensor per projection, kept in parity's layout (E, D, F) / (E, F, D)
+as grouped-GEMM MoE code keeps them. `name_map(cfg)` lists, in parity's registry order,
+
+    parity name                    torch name                         transpose
+    embed.weight                   embed.weight                       no   (V, D) both
+    layers.{l}.ln1.weight / .bias  layers.{l}.ln1.weight / .bias      no   (also ln2, final_ln)
+    layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D)
+    layers.{l}.mlp.w1|w3|w2        layers.{l}.mlp.w1|w3|w2.weight     yes  (D, F) <-> (F, D)
+    layers.{l}.moe.router.gate     layers.{l}.moe.router.gate.weight  yes  (D, E) <-> (E, D)
+    layers.{l}.moe.experts.w1|w3|w2 layers.{l}.moe.experts.w1|w3|w2   no   (E, D, F), (E, F, D)
+    layers.{l}.moe.shared.w1|w3|w2 layers.{l}.moe.shared.w1|w3|w2.weight yes
+    lm_head.weight (untied only)   lm_head.weight                     yes  (D, V) <-> (V, D)
+    buffer layers.{l}.moe.expert_bias  the same buffer                no   (E)
+
+With tie_embeddings the head is embed.weight itself (logits = h @ embed.weight.T, parity's
+"transposed embedding"), so there is no lm_head entry. tests/python/units_test.py checks the
+map and the transposes against a dump's init.safetensors.
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def name_map(cfg):
+    """[(parity name, torch name, transpose, family)] in parity's registry order (model/params.cpp)."""
+    out = [("embed.weight", "embed.weight", False, "embedding")]
+
+    def ffn(prefix, fam, grouped):
+        for w in ("w1", "w3", "w2"):
+            out.append((f"{prefix}.{w}", f"{prefix}.{w}" if grouped else f"{prefix}.{w}.weight", not grouped, fam))
+
+    for l in range(cfg.layers):
+        p = f"layers.{l}"
+        out += [(f"{p}.ln1.{x}", f"{p}.ln1.{x}", False, "layernorm") for x in ("weight", "bias")]
+        out += [(f"{p}.attn.{w}", f"{p}.attn.{w}.weight", True, "attention") for w in ("wq", "wk", "wv", "wo")]
+        out += [(f"{p}.ln2.{x}", f"{p}.ln2.{x}", False, "layernorm") for x in ("weight", "bias")]
+        if not cfg.is_moe(l):
+            ffn(f"{p}.mlp", "dense_mlp", False)
+            continue
+        out.append((f"{p}.moe.router.gate", f"{p}.moe.router.gate.weight", True, "router"))
+        ffn(f"{p}.moe.experts", "routed_experts", True)
+        if cfg.shared_experts > 0:
+            ffn(f"{p}.moe.shared", "shared_experts", False)
+    out += [(f"final_ln.{x}", f"final_ln.{x}", False, "layernorm") for x in ("weight", "bias")]
+    if not cfg.tie_embeddings:
+        out.append(("lm_head.weight", "lm_head.weight", True, "head"))
+    return out
+
+
+def buffer_map(cfg):
+    """[(parity name, torch buffer name)]: the expert bias of each MoE layer."""
+    return [(f"layers.{l}.moe.expert_bias",) * 2 for l in range(cfg.dense_layers, cfg.layers)]
+
+
+def to_parity(t, transpose):
+    """A torch tensor in parity's layout (contiguous, detached)."""
+    t = t.detach()
+    return (t.t() if transpose else t).contiguous()
+
+
+def from_parity(t, transpose):
+    return (t.t() if transpose else t).contiguous()
+
+
+class SwiGLU(nn.Module):
+    """(silu(x W1) * (x W3)) W2 with nn.Linear weights: the dense MLP and the shared expert."""
+
+    def __init__(self, d, f, dtype):
+        super().__init__()
+        self.w1 = nn.Linear(d, f, bias=False, dtype=dtype)
+        self.w3 = nn.Linear(d, f, bias=False, dtype=dtype)
+        self.w2 = nn.Linear(f, d, bias=False, dtype=dtype)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, dtype):
+        super().__init__()
+        self.heads = heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(4))
+
+    def forward(self, x):  # (b, S, D), causal
+        b, s, d = x.shape
+        dh = d // self.heads
+        q, k, v = (w(x).view(b, s, self.heads, dh).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        return self.wo((att @ v).transpose(1, 2).reshape(b, s, d))
+
+
+class Router(nn.Module):
+    def __init__(self, d, e, dtype):
+        super().__init__()
+        self.gate = nn.Linear(d, e, bias=False, dtype=dtype)
+
+
+class GroupedExperts(nn.Module):
+    """E SwiGLU experts stored grouped, in parity's layout: w1, w3 (E, D, F), w2 (E, F, D)."""
+
+    def __init__(self, e, d, f, dtype):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.zeros(e, d, f, dtype=dtype))
+        self.w3 = nn.Parameter(torch.zeros(e, d, f, dtype=dtype))
+        self.w2 = nn.Parameter(torch.zeros(e, f, d, dtype=dtype))
+
+    def forward(self, x, e):
+        return (F.silu(x @ self.w1[e]) * (x @ self.w3[e])) @ self.w2[e]
+
+
+def topk_select(value, k):
+    """(n, K) experts by descending value, ties to the lower index (argmax returns the first)."""
+    value = value.clone()
+    chosen = []
+    for _ in range(k):
+        best = torch.argmax(value, dim=-1)
+        chosen.append(best)
+        value.scatter_(1, best.unsqueeze(1), float("-inf"))
+    if not chosen:
+        return torch.zeros(value.shape[0], 0, dtype=torch.int64, device=value.device)
+    return torch.stack(chosen, dim=1)
+
+
+class MoE(nn.Module):
+    """Router, top-K routed experts (no token dropped), optional shared expert, aux loss.
+
+    After each forward: `chosen` (tokens, K) and `aux` (this micro-batch's part of the loss);
+    `counts` (E) accumulates (token, slot) assignments until update_expert_bias() uses them.
+    The collector reads `chosen` from every module with a `parity_moe_layer` attribute."""
+
+    def __init__(self, cfg, layer, dtype):
+        super().__init__()
+        self.cfg, self.parity_moe_layer = cfg, layer
+        self.router = Router(cfg.dim, cfg.experts, dtype)
+        self.experts = GroupedExperts(cfg.experts, cfg.dim, cfg.expert_hidden, dtype)
+        self.shared = SwiGLU(cfg.dim, cfg.shared_hidden, dtype) if cfg.shared_experts > 0 else None
+        self.register_buffer("expert_bias", torch.zeros(cfg.experts, dtype=dtype))
+        self.counts = torch.zeros(cfg.experts, dtype=torch.int64)
+        self.chosen, self.aux = None, None
+
+    def route_weights(self, scores, chosen):
+        """(tokens, K): the unbiased scores of the chosen experts, renormalised, scaled."""
+        w = scores.gather(1, chosen)
+        if self.cfg.route_norm:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return w * self.cfg.route_scale
+
+    def forward(self, x):  # (b, S, D)
+        c = self.cfg
+        b, s, d = x.shape
+        xf = x.reshape(b * s, d)
+        logits = self.router.gate(xf)
+        scores = torch.softmax(logits, dim=-1) if c.score == "softmax" else torch.sigmoid(logits)
+        chosen = topk_select(scores.detach() + self.expert_bias, c.top_k)  # the bias only selects
+        w = self.route_weights(scores, chosen)
+        out = torch.zeros_like(xf)
+        for e in range(c.experts):
+            tok, slot = (chosen == e).nonzero(as_tuple=True)
+            if tok.numel():
+                out = out.index_add(0, tok, self.experts(xf[tok], e) * w[tok, slot].unsqueeze(-1))
+        if self.shared is not None:
+            out = out + self.shared(xf)
+        self.chosen = chosen
+        self.counts = self.counts.to(chosen.device) + torch.bincount(chosen.reshape(-1), minlength=c.experts)
+        self.aux = torch.zeros((), dtype=x.dtype, device=x.device)
+        if c.aux_alpha > 0 and b > 0:
+            shat = scores / scores.sum(dim=-1, keepdim=True)
+            p = shat.view(b, s, -1).sum(dim=1) / s  # (b, E)
+            onehot = torch.zeros(b * s, c.experts, dtype=x.dtype, device=x.device).scatter_add_(
+                1, chosen, torch.ones_like(chosen, dtype=x.dtype))
+            f = onehot.view(b, s, -1).sum(dim=1) * (c.experts / (c.top_k * s))  # a count: no gradient
+            self.aux = (f * p).sum() * (c.aux_alpha / c.batch)
+        return out.view(b, s, d)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg, layer, dtype):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+        self.attn = Attention(cfg.dim, cfg.heads, dtype)
+        self.ln2 = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+        if cfg.is_moe(layer):
+            self.moe = MoE(cfg, layer, dtype)
+        else:
+            self.mlp = SwiGLU(cfg.dim, cfg.mlp_hidden, dtype)
+
+    def forward(self, h):
+        h = h + self.attn(self.ln1(h))
+        return h + (self.moe(self.ln2(h)) if hasattr(self, "moe") else self.mlp(self.ln2(h)))
+
+
+class ReferenceModel(nn.Module):
+    """The whole model; `loss(inputs, targets)` is a micro-batch's part of parity's step loss."""
+
+    def __init__(self, cfg, dtype=torch.float64):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.dim, dtype=dtype)
+        self.layers = nn.ModuleList(Block(cfg, l, dtype) for l in range(cfg.layers))
+        self.final_ln = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab, bias=False, dtype=dtype)
+
+    def moe_layers(self):
+        return [b.moe for b in self.layers if hasattr(b, "moe")]
+
+    def forward(self, inputs, targets=None):
+        """logits (b, S, V) of inputs (b, S); with targets, this micro-batch's part of the loss
+        (self.loss), so that a DistributedDataParallel wrapper sees the whole graph."""
+        h = self.embed(inputs)
+        for block in self.layers:
+            h = block(h)
+        h = self.final_ln(h)
+        logits = h @ self.embed.weight.t() if self.lm_head is None else self.lm_head(h)
+        return logits if targets is None else self.loss_of(logits, targets)
+
+    def loss(self, inputs, targets):
+        """sum of cross-entropy / (B * S), B the scenario's global batch, plus the aux loss of these
+        sequences: parts of micro-batches and data-parallel ranks add up to the step's loss."""
+        return self.forward(inputs, targets)
+
+    def loss_of(self, logits, targets):
+        ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum")
+        loss = ce * (1.0 / (self.cfg.batch * self.cfg.seq))
+        for m in self.moe_layers():
+            loss = loss + m.aux
+        return loss
+
+    @torch.no_grad()
+    def update_expert_bias(self, reduce_counts=None):
+        """docs/model.md step 4 from the counts of this step's forwards: d_e = u sign(mean(c) - c_e),
+        d -= mean(d), in double, added once in the parameter dtype. reduce_counts(t) sums a counts
+        tensor over data-parallel ranks in place (e.g. torch.distributed.all_reduce)."""
+        for m in self.moe_layers():
+            c = m.counts
+            if reduce_counts is not None:
+                reduce_counts(c)
+            if self.cfg.bias_rate > 0:
+                cd = c.to(torch.float64)
+                d = self.cfg.bias_rate * torch.sign(cd.mean() - cd)
+                m.expert_bias += (d - d.mean()).to(m.expert_bias.dtype)
+            m.counts = torch.zeros_like(c)
+
+    def parity_tensors(self, what="params"):
+        """{parity name: tensor in parity's layout}: "params" (with the expert-bias buffers) or "grads"."""
+        named = dict(self.named_parameters())
+        out = {}
+        for pname, tname, tr, _ in name_map(self.cfg):
+            t = named[tname] if what == "params" else named[tname].grad
+            out[pname] = to_parity(t if t is not None else torch.zeros_like(named[tname]), tr)
+        if what == "params":
+            bufs = dict(self.named_buffers())
+            out.update({p: bufs[t].detach().clone() for p, t in buffer_map(self.cfg)})
+        return out
+
+    @torch.no_grad()
+    def load_parity_state(self, tensors):
+        """Copies parity-named tensors (a dump's init.safetensors or a step's params.*) into the model."""
+        named = dict(self.named_parameters())
+        for pname, tname, tr, _ in name_map(self.cfg):
+            p = named[tname]
+            src = from_parity(tensors[pname], tr)
+            if tuple(src.shape) != tuple(p.shape):
+                raise ValueError(f"{pname}: shape {tuple(tensors[pname].shape)} does not fit {tname} {tuple(p.shape)}")
+            p.copy_(src)
+        bufs = dict(self.named_buffers())
+        for pname, tname in buffer_map(self.cfg):
+            if pname in tensors:
+                bufs[tname].copy_(tensors[pname])

@@ -1,0 +1,63 @@
+"""A training loop that does what parity's one-device baseline does (harness/runner/baseline.cpp),
+on one process or on the data-parallel ranks of torch DistributedDataParallel, with the
+collector's lines marked. tests/python uses it; docs/framework.md shows the same lines in a
+loop of your own.
+
+Per step: micro-batches as torch.tensor_split of the B sequences, each over the ranks as
+torch.chunk (data.dp_sequences); each part of the loss is normalised by the global B*S, so
+gradients accumulate as a plain sum; DDP averages over W ranks, so each rank back-propagates
+W times its part. Then clip (parity's global norm), the optimizer step, the expert-bias update
+from the counts summed over the ranks.
+"""
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+from .collector import Collector
+from .data import MarkovData, dp_sequences
+from .optim import ParityOptimizer, clip_grads
+
+
+def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None):
+    """Trains `steps` steps; records them into out_dir when given. ddp: the model's
+    DistributedDataParallel wrapper. data: a MarkovData (default: from the scenario's data_seed);
+    tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
+    bug="average_twice": divides the reduced gradients by W once more (a planted bug)."""
+    cfg = scenario.model
+    net = ddp if ddp is not None else model
+    rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
+    if tokens is None:
+        data = data or MarkovData(cfg.vocab, scenario.data_seed)
+    opt = ParityOptimizer.from_config(model.parameters(), scenario.optim)
+    col = Collector(out_dir, scenario, net) if out_dir else None  # collector line 1
+    losses = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=False)
+        full = tokens(step) if tokens is not None else None
+        total = 0.0
+        for mb in range(cfg.microbatches):
+            lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, world, rank)
+            x, y = (full[0][lo:hi], full[1][lo:hi]) if full else data.batch(step, lo, hi - lo, cfg.seq)
+            last = mb == cfg.microbatches - 1
+            with net.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+                part = net(x, y)
+                if col:
+                    col.micro(part, x, y)  # collector line 2
+                (part * world).backward() if world > 1 else part.backward()
+            total += float(part.detach())
+        if bug == "average_twice":
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.div_(world)
+        if col:
+            col.grads()  # collector line 3
+        clip_grads(model.parameters(), scenario.optim.clip)
+        opt.step()
+        model.update_expert_bias(dist.all_reduce if ddp is not None else None)
+        if col:
+            col.step()  # collector line 4
+        losses.append(total)
+    if col:
+        col.close()  # collector line 5
+    return losses

@@ -1,0 +1,33 @@
+# issue 29: parity_torch (python/), parity's reference model in PyTorch with its data reader,
+# dump loader and Collector, checked against `parity dump` (docs/framework.md). run.sh finds a
+# python3 with torch (/usr/bin/python3, then python3 on PATH); without one it prints why and
+# exits 77: ctest reports the test as skipped, never as passed. Exit 0 PASS, 1 FAIL.
+set(PARITY_PYTEST ${CMAKE_CURRENT_SOURCE_DIR}/python/run.sh)
+function(parity_python_test name labels)
+  add_test(NAME python.${name} COMMAND ${PARITY_PYTEST} ${ARGN})
+  set_tests_properties(python.${name} PROPERTIES LABELS "${labels}" TIMEOUT 120 SKIP_RETURN_CODE 77)
+  if(labels MATCHES multiprocess)
+    set_tests_properties(python.${name} PROPERTIES PROCESSORS 2)  # 4 rank processes of one thread
+  endif()
+endfunction()
+
+# safetensors byte for byte, the name map and transposes, the data generator, the init, the split
+parity_python_test(units python units_test.py $<TARGET_FILE:parity>)
+# one device: one_device_test.py BINARY SCENARIO STEPS PRECISION TOL [MUTANTS that must fail]
+parity_python_test(one_device.small.fp64 python one_device_test.py $<TARGET_FILE:parity> small 2 fp64 1e-12)
+parity_python_test(one_device.small.fp32 python one_device_test.py $<TARGET_FILE:parity> small 2 fp32 1e-4)
+# tied embeddings, sigmoid scores, aux loss, expert bias, top-1, no route_norm, sgd momentum + clip
+set(tied pw_ds_pp2_1f1b_zero2_dp2_tp2_sp_ep2_etp2_mixed)
+parity_python_test(one_device.tied_sigmoid_aux_bias.fp64 python one_device_test.py $<TARGET_FILE:parity> ${tied}
+                   10 fp64 1e-12 ln_eps bias_in_weights)
+parity_python_test(one_device.tied_sigmoid_aux_bias.fp32 python one_device_test.py $<TARGET_FILE:parity> ${tied}
+                   10 fp32 1e-4 bias_in_weights)
+# softmax, shared expert, aux, bias, 2 micro-batches, adam; adamw with top_k = experts, clip
+parity_python_test(one_device.tiny.fp64 python one_device_test.py $<TARGET_FILE:parity> tiny 20 fp64 1e-12
+                   aux_local_batch)
+parity_python_test(one_device.adamw_topk_all.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   pw_ds_pp2_interleaved2_zero1_dp2_tp2_sp_ep2_etp2_mixed 10 fp64 1e-12)
+# DDP over gloo, W = 4, fp64 within 1e-10, and the planted bug (gradients averaged twice) named x0.25
+parity_python_test(ddp4.uneven_b9_mb2 "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
+                   fsdp4_uneven_b9_mb2 4 1e-10)
+parity_python_test(ddp4.tied_sigmoid_clip "python;multiprocess" ddp_test.py $<TARGET_FILE:parity> ${tied} 6 1e-10)
