@@ -3,8 +3,10 @@
 #include "harness/scenario/coverage.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
+#include <mutex>
 
 #include "core/precision.h"
 #include "mesh/mesh.h"
@@ -82,8 +84,7 @@ namespace {
 // layout.order deepspeed acts only where it puts other ranks into an expert group than
 // megatron does (docs/mesh.md: with tp = 1 or dp_shard = 1 the two coincide), read from the
 // groups themselves, as sets.
-bool deepspeed_differs(const LayoutConfig& l) {
-  if (l.order != RankOrder::deepspeed) return false;
+bool deepspeed_differs_uncached(const LayoutConfig& l) {
   LayoutConfig megatron = l;
   megatron.order = RankOrder::megatron;
   const mesh::Mesh a(l), b(megatron);
@@ -96,6 +97,20 @@ bool deepspeed_differs(const LayoutConfig& l) {
     if (ga != gb) return true;
   }
   return false;
+}
+
+// The generator asks this for every choice of every option of every candidate (tens of
+// thousands of times per proposal) and each answer builds two meshes: remembered per layout.
+bool deepspeed_differs(const LayoutConfig& l) {
+  if (l.order != RankOrder::deepspeed) return false;
+  using Key = std::array<int64_t, 8>;
+  static std::mutex mu;
+  static std::map<Key, bool> known;
+  const Key k{l.world, l.pp, l.dp_replicate, l.dp_shard, l.cp, l.tp, l.ep, l.etp};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(k);
+  if (it == known.end()) it = known.emplace(k, deepspeed_differs_uncached(l)).first;
+  return it->second;
 }
 
 }  // namespace
