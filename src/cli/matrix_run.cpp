@@ -120,7 +120,13 @@ void run_all(std::vector<MatrixEntry>& entries, const std::vector<std::pair<size
 }
 
 int print_table(const std::vector<MatrixEntry>& entries, const MatrixOptions& o, double wall) {
-  std::printf("\n%-40s %5s  %-34s %-8s %9s %8s  %s%s\n", "scenario", "world", "layout", "verdict", "worst/tol",
+  // As wide as the longest name and layout, so that the columns stay aligned, up to 64 columns
+  // each (a longer one, such as a resume check's two layouts, pushes only its own row).
+  int nw = 40, lw = 34;
+  for (const MatrixEntry& e : entries)
+    nw = std::max(nw, static_cast<int>(std::min<size_t>(e.name.size(), 64))),
+    lw = std::max(lw, static_cast<int>(std::min<size_t>(e.layout.size(), 64)));
+  std::printf("\n%-*s %5s  %-*s %-8s %9s %8s  %s%s\n", nw, "scenario", "world", lw, "layout", "verdict", "worst/tol",
               "time(s)", o.golden ? "golden  " : "", "root of a failure (quantity subject x scale at step)");
   for (const MatrixEntry& e : entries) {
     const ReportSummary s = summarize_report(e.report);
@@ -128,7 +134,7 @@ int print_table(const std::vector<MatrixEntry>& entries, const MatrixOptions& o,
     if (e.world > 1 && e.report.is_object()) std::snprintf(m, sizeof m, "%.2g", s.worst_over_tol);
     std::string g = o.golden ? golden_verdict(e) : "";
     if (o.golden) g.resize(std::max<size_t>(g.size() + 1, 8), ' ');
-    std::printf("%-40s %5lld  %-34s %-8s %9s %8.2f  %s%s\n", e.name.c_str(), static_cast<long long>(e.world),
+    std::printf("%-*s %5lld  %-*s %-8s %9s %8.2f  %s%s\n", nw, e.name.c_str(), static_cast<long long>(e.world), lw,
                 e.layout.c_str(), run_verdict(e).c_str(), m, e.run.seconds + e.golden.seconds, g.c_str(),
                 s.root.c_str());
   }
