@@ -17,6 +17,8 @@ namespace parity::coverage {
 
 namespace {
 
+constexpr int64_t kTemplateLayers = 2;  // cover_template()'s; interleaved proposals take 4
+
 // Every layout a scenario compares (its own and a resume check's), to set a layout option.
 std::vector<LayoutConfig*> layouts_of(Scenario& s) {
   std::vector<LayoutConfig*> out{&s.layout};
@@ -35,7 +37,7 @@ void set_schedule(Scenario& s, PpSchedule k) {
     l->pp_schedule = k;
     l->pp_virtual = k == PpSchedule::interleaved ? 2 : 1;
   }
-  s.model.layers = pipelined && k == PpSchedule::interleaved ? 4 : cover_template().model.layers;
+  s.model.layers = pipelined && k == PpSchedule::interleaved ? 4 : kTemplateLayers;
   if (pipelined && k == PpSchedule::interleaved && s.model.microbatches % 2 != 0) s.model.microbatches = 2;
 }
 
@@ -323,7 +325,7 @@ Scenario cover_template() {
   Scenario s;
   s.steps = 10;
   ModelConfig& m = s.model;
-  m.vocab = 64, m.dim = 16, m.layers = 2, m.dense_layers = 1, m.heads = 4;
+  m.vocab = 64, m.dim = 16, m.layers = kTemplateLayers, m.dense_layers = 1, m.heads = 4;
   m.seq = 8, m.batch = 8, m.microbatches = 1, m.mlp_hidden = 32;
   m.experts = 4, m.top_k = 2, m.expert_hidden = 16, m.shared_experts = 1, m.shared_hidden = 16;
   s.optim.lr = 3e-3;
