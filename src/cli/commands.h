@@ -15,6 +15,7 @@ struct Command {
 
 Command add_run_command(CLI::App& app);
 Command add_dump_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);

@@ -19,6 +19,7 @@ namespace {
 struct DumpOptions {
   std::string scenario, dir, device, precision;
   int64_t steps = -1;
+  bool no_bounds = false;
 };
 
 }  // namespace
@@ -27,12 +28,17 @@ Command add_dump_command(CLI::App& app) {
   auto o = std::make_shared<DumpOptions>();
   CLI::App* sub = app.add_subcommand(
       "dump", "Write the baseline's initial parameters and every step (tokens, loss, gradients, parameters,\n"
-              "routing) as safetensors files with a manifest.json describing them");
+              "routing) as safetensors files with a manifest.json describing them, and the rounding twin's\n"
+              "noise per step: the reference `parity compare` holds another framework's dump to\n"
+              "(docs/framework.md). `parity export` is the same command");
+  sub->alias("export");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
   sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(non_negative_integer());
   sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)")
       ->check(device_choice());
+  sub->add_flag("--no-bounds", o->no_bounds,
+                "Skip the rounding twin (half the time); `parity compare` then holds rows to the floors alone");
   sub->add_option("--precision,--dtype", o->precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16");
   return {sub, [o]() {
@@ -46,7 +52,7 @@ Command add_dump_command(CLI::App& app) {
             one.device = d;
             require_memory(s, one, printable(o->scenario, 4096));  // exit 77 before allocating
             use_device(d);
-            return write_dump(s, o->dir);
+            return write_dump(s, o->dir, !o->no_bounds);
           }};
 }
 

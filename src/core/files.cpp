@@ -10,7 +10,10 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/text.h"
@@ -234,6 +237,13 @@ void check_output_file(const std::string& option, const std::string& path, std::
                                 printable(signature) +
                                 "\" in it); parity never overwrites what it did not create: name a new file or "
                                 "remove it");
+}
+
+void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what) {
+  std::ofstream f(path);
+  if (!f) throw IoError("cannot write " + std::string(what) + " " + path);
+  f << j.dump(indent) << "\n";
+  if (!f.flush()) throw IoError("cannot write " + std::string(what) + " " + path);
 }
 
 }  // namespace parity

@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace parity {
 
 // Who is to blame when a file is refused: a path the user gave (a scenario, a golden, an
@@ -89,5 +91,9 @@ void check_output_file(const std::string& option, const std::string& path, std::
 // Whether `dir` is a parity checkpoint: a directory whose metadata.json is a regular file
 // naming the format "parity-checkpoint" in its first bytes.
 bool is_checkpoint_dir(const std::string& dir);
+
+// Writes j (indent < 0: one line) and a newline to path; IoError naming `what` and the path
+// when it cannot. The JSON reports and curves parity writes.
+void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what);
 
 }  // namespace parity

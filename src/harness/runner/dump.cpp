@@ -1,9 +1,11 @@
 // The baseline's full trace (dump.h): safetensors files and manifest.json.
 #include "harness/runner/dump.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "harness/runner/baseline.h"
+#include "harness/runner/twin.h"
 #include "harness/scenario/scenario.h"
 
 namespace parity {
@@ -70,6 +73,7 @@ ordered_json write_step(const std::string& dir, const Scenario& s, BaselineRun<T
     mf.add_vector(w, p + "tokens_per_expert", r.tokens_per_expert[l], {c.experts});
     mf.add_vector(w, p + "expert_bias", run.model().expert_bias[l], {c.experts});
     mf.add_vector(w, p + "chosen", r.chosen[l], {c.batch * c.seq, c.top_k});
+    mf.add_vector(w, p + "select_scores", r.select_scores[l], {c.batch * c.seq, c.experts});
   }
   w.write(dir + "/" + name);
   return mf.json(r.step);
@@ -87,12 +91,24 @@ ordered_json conventions() {
       {"layers.{l}.moe.tokens_per_expert", "(token, slot) assignments per expert over the step"},
       {"layers.{l}.moe.expert_bias", "after this step's bias update"},
       {"layers.{l}.moe.chosen", "(B*S, K) chosen experts per token, descending score + bias"},
+      {"layers.{l}.moe.select_scores", "(B*S, E) fp64: score + bias, what top-k ranked (near-ties)"},
+      {"steps[].noise", "the rounding twin's distance to this run per verdict row (docs/verdict.md \"Bounds\"); "
+                        "`parity compare` holds a candidate to 10x its largest value so far"},
   };
 }
 
-template <class T> int dump(const Scenario& s, const std::string& dir) {
+ordered_json noise_json(const std::vector<double>& noise) {
+  ordered_json j = ordered_json::object();
+  for (size_t i = 0; i < noise.size() && i < kNoiseWidth; ++i)
+    j[noise_name(i)] = std::isfinite(noise[i]) ? ordered_json(noise[i]) : ordered_json(nullptr);
+  return j;
+}
+
+template <class T> int dump(const Scenario& s, const std::string& dir, bool bounds) {
   prepare_output_dir("dir", dir);  // new, empty, or a dump parity wrote (docs/faults.md "Nothing lost")
   BaselineRun<T> run(s);
+  std::optional<TwinRun<T>> twin;
+  if (bounds) twin.emplace(s);
   ordered_json files = ordered_json::array(), steps = ordered_json::array();
   {
     ManifestFile mf("init.safetensors");
@@ -102,9 +118,12 @@ template <class T> int dump(const Scenario& s, const std::string& dir) {
     files.push_back(mf.json(-1));
   }
   for (int64_t t = 0; t < s.steps; ++t) {
+    const std::vector<Tensor<T>> before = twin ? run.model().params.tensors : std::vector<Tensor<T>>{};
     StepRecord<T> r = run.step(t, KeepGrads::yes);
+    if (twin) r.noise = twin->step(t, r, before, run.model().params.tensors, run.model().expert_bias);
     files.push_back(write_step(dir, s, run, r));
     steps.push_back({{"step", t}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"clip_coef", r.clip_coef}});
+    if (twin) steps.back()["noise"] = noise_json(r.noise);
     std::printf("step %lld loss %.8f\n", static_cast<long long>(t), r.loss);
   }
   ordered_json params = ordered_json::array();
@@ -123,8 +142,8 @@ template <class T> int dump(const Scenario& s, const std::string& dir) {
 
 }  // namespace
 
-int write_dump(const Scenario& s, const std::string& dir) {
-  return with_real(s.model.dtype, [&](auto x) { return dump<decltype(x)>(s, dir); });
+int write_dump(const Scenario& s, const std::string& dir, bool bounds) {
+  return with_real(s.model.dtype, [&](auto x) { return dump<decltype(x)>(s, dir, bounds); });
 }
 
 }  // namespace parity

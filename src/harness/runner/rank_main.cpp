@@ -13,6 +13,7 @@
 #include "comm/world.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/exit_codes.h"
 #include "core/text.h"
 #include "harness/golden/golden.h"
@@ -31,13 +32,6 @@ namespace {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-void write_json(const std::string& path, const nlohmann::json& j, int indent, const char* what) {
-  std::ofstream f(path);
-  if (!f) throw IoError(std::string("cannot write ") + what + " " + path);
-  f << j.dump(indent) << "\n";
-  if (!f.flush()) throw IoError(std::string("cannot write ") + what + " " + path);
 }
 
 // Who this rank is, with the request's backend. A world of the wrong size is refused before
@@ -76,7 +70,7 @@ int verdict_job(const RunRequest& r, const std::string& source) {
   if (world->rank() == 0) {
     std::fputs(format_verdict(rep).c_str(), stdout);
     std::fflush(stdout);
-    if (!r.report.empty()) write_json(r.report, verdict_json(rep), 2, "report file");
+    if (!r.report.empty()) write_json_file(r.report, verdict_json(rep), 2, "report file");
   }
   return rep.exit_code();
 }
@@ -87,7 +81,7 @@ int curves_job(const RunRequest& r, const std::string& source) {
   use_device(s.layout.device, env.local_rank);
   auto world = comm::make_world_communicator(env);
   const Curves c = layout_curves(s, *world);
-  if (world->rank() == 0) write_json(r.out, curves_to_json(c), -1, "curves");
+  if (world->rank() == 0) write_json_file(r.out, curves_to_json(c), -1, "curves");
   return 0;
 }
 

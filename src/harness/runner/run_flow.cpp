@@ -20,14 +20,13 @@
 #include "harness/runner/baseline.h"
 #include "harness/scenario/memory.h"
 #include "harness/scenario/scenario.h"
+#include "harness/verdict/verdict.h"
 
 namespace parity {
 
 namespace {
 
-// Every --report is verdict_json (harness/verdict/verdict_report.cpp) dumped with sorted keys:
-// this key comes within its first lines.
-constexpr const char* kReportSignature = "\"compared_steps\":";
+constexpr const char* kReportSignature = kVerdictReportSignature;  // harness/verdict/verdict.h
 
 void print_header(const Scenario& s, double floor) {
   const auto& m = s.model;

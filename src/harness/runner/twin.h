@@ -17,30 +17,13 @@
 #include <vector>
 
 #include "harness/runner/baseline.h"
+#include "harness/verdict/bounds.h"
 #include "model/params.h"
 
 namespace parity {
 
-// A step's noise: what the verdict's rows measure, twin against baseline.
-//   [0] loss            |twin - base| / |base| of the step loss
-//   [1] grad_norm       the same of the gradient norm
-//   [2, 2+F)            grad FAMILY: ||twin - base|| / ||base|| over the family's gradients
-//   [2+F, 2+2F)         param FAMILY: the same over the parameters after the step
-//   [2+2F]              expert_bias: the same over every MoE layer's bias after its update
-//   [3+2F]              routing: the largest |twin - base| of a selection score (s + bias)
-//   [4+2F, 4+3F)        grad FAMILY: the fraction of far elements (harness/verdict/tolerance.h is_far)
-//   [4+3F, 4+4F)        param FAMILY: the same, of the update (after - before)
-inline constexpr size_t kNoiseWidth = 4 + 4 * kFamilyCount;
-enum NoiseIndex : size_t {
-  kNoiseLoss = 0,
-  kNoiseGradNorm = 1,
-  kNoiseGrad = 2,
-  kNoiseParam = 2 + kFamilyCount,
-  kNoiseBias = 2 + 2 * kFamilyCount,
-  kNoiseRoute = 3 + 2 * kFamilyCount,
-  kNoiseFarGrad = 4 + 2 * kFamilyCount,
-  kNoiseFarParam = 4 + 3 * kFamilyCount
-};
+// A step's noise (kNoiseWidth values, harness/verdict/bounds.h names them): what the verdict's
+// rows measure, twin against baseline.
 
 // The twin's scenario: s with one sequence per micro-batch.
 Scenario twin_scenario(const Scenario& s);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "ckpt/training_state.h"
@@ -78,8 +79,6 @@ template <class T> class Runner {
   std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
-  std::string norm_by_family(const StepRecord<T>& b, const double* got) const;
-  bool family_part_off(const StepRecord<T>& b, const double* got) const;
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
   static constexpr size_t kScalars = 3 + kFamilyCount;
@@ -104,7 +103,7 @@ template <class T> class Runner {
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   std::vector<Family> group_family_;        // per grad group (and its param group): the family
   std::vector<double> group_elements_;      // per grad group: the family's global element count
-  std::vector<double> envelope_;            // per noise index: the twin's largest noise so far (harness/runner/twin.h)
+  std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
@@ -171,35 +170,20 @@ template <class T> void Runner<T>::build_groups() {
   rows_.push_back(make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
 }
 
-// This step's bound of every row: kTwinFactor x the twin's largest noise up to this step (the
-// noise grows over the steps as the parameters drift apart), never below the floor.
+// This step's bound of every row (harness/verdict/bounds.h): kTwinFactor x the twin's largest
+// noise up to this step, never below the floor.
 template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
-  if (envelope_.empty()) envelope_.assign(kNoiseWidth, 0.0);
-  for (size_t i = 0; i < kNoiseWidth; ++i)
-    envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
-  const Precision prec = sc_.model.precision();
-  auto B = [&](Quantity q, size_t i, double n = 0) { return measured_bound(prec, q, envelope_[i], n); };
+  if (!envelope_) envelope_.emplace(sc_.model.precision(), group_family_, group_elements_);
+  const StepBounds& sb = envelope_->step(noise);
   bounds_.assign(rows_.size(), Bound{});
-  far_bounds_.assign(n_fam_, 1.0);
-  bounds_[0] = B(Quantity::loss, kNoiseLoss);
-  bounds_[1] = bounds_[2] = B(Quantity::grad_norm, kNoiseGradNorm);
-  for (size_t g = 0; g < n_fam_; ++g) {
-    const auto f = static_cast<size_t>(group_family_[g]);
-    bounds_[3 + g] = B(Quantity::gradient, kNoiseGrad + f, group_elements_[g]);
-    bounds_[3 + n_fam_ + g] = B(Quantity::parameter, kNoiseParam + f, group_elements_[g]);
-    // |‖x‖ - ‖r‖| <= ‖x - r‖: the norm moves by at most its largest family's normwise error
-    // (a norm carried by one element inherits that element's error); its parts are checked
-    // family by family (family_part_off), so a wrong count still fails there
-    if (bounds_[3 + g].value > bounds_[1].value) bounds_[1] = bounds_[2] = bounds_[3 + g];
-  }
-  if (groups_.size() > 2 * n_fam_) bounds_[3 + 2 * n_fam_ + 1] = B(Quantity::parameter, kNoiseBias);  // tpe: exact
+  bounds_[0] = sb.loss;
+  bounds_[1] = bounds_[2] = sb.grad_norm;
+  for (size_t g = 0; g < n_fam_; ++g) bounds_[3 + g] = sb.grad[g], bounds_[3 + n_fam_ + g] = sb.param[g];
+  if (groups_.size() > 2 * n_fam_) bounds_[3 + 2 * n_fam_ + 1] = sb.expert_bias;  // tokens_per_expert: exact
   for (size_t g = 0; g < groups_.size(); ++g) groups_[g].tol.norm_rel = bounds_[3 + g].value;
-  for (size_t g = 0; g < n_fam_; ++g) {
-    const auto f = static_cast<size_t>(group_family_[g]);
-    groups_[g].far_bound = far_bound(envelope_[kNoiseFarGrad + f]);
-    far_bounds_[g] = far_bound(envelope_[kNoiseFarParam + f]);  // on the update (fold)
-  }
-  route_tie_ = std::isnan(envelope_[kNoiseRoute]) ? 0.0 : kTwinFactor * envelope_[kNoiseRoute];
+  for (size_t g = 0; g < n_fam_; ++g) groups_[g].far_bound = sb.grad_far[g];
+  far_bounds_ = sb.update_far;  // on the update (fold)
+  route_tie_ = sb.route_tie;
 }
 
 template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
@@ -259,37 +243,6 @@ template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecor
   return ref;
 }
 
-// The grad norm's parts per family, each held to its family's gradient bound: a family's
-// norm moves by at most its gradients' normwise error (| ||x|| - ||r|| | <= ||x - r||), so a
-// part off by more is a wrong norm even when the total is within its own bound (a small
-// family dropped from the norm moves the total by less than rounding does under bf16).
-template <class T> bool Runner<T>::family_part_off(const StepRecord<T>& b, const double* got) const {
-  const std::vector<double> ref = family_norm_sq(b);
-  for (size_t g = 0; g < n_fam_; ++g) {
-    const auto f = static_cast<size_t>(group_family_[g]);
-    if (ref[f] == 0 && got[f] == 0) continue;
-    if (!(std::abs(std::sqrt(got[f]) - std::sqrt(ref[f])) <= bounds_[3 + g].value * std::sqrt(ref[f]))) return true;
-  }
-  return false;
-}
-
-template <class T> std::string Runner<T>::norm_by_family(const StepRecord<T>& b, const double* got) const {
-  const std::vector<double> ref = family_norm_sq(b);
-  std::string off;
-  for (size_t g = 0; g < n_fam_; ++g) {
-    const auto f = static_cast<size_t>(group_family_[g]);
-    const double tol = std::max(bounds_[1].value, bounds_[3 + g].value);
-    if (ref[f] == 0 && got[f] == 0) continue;
-    const double ratio = ref[f] != 0 ? got[f] / ref[f] : std::numeric_limits<double>::infinity();
-    if (std::abs(ratio - 1) <= 2 * tol) continue;
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s x%.4g", off.empty() ? "" : ", ",
-                  std::string(family_name(static_cast<Family>(f))).c_str(), ratio);
-    off += buf;
-  }
-  if (off.empty()) return "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
-  return "squared norm by family, layout / baseline: " + off + " (the others match)";
-}
 
 // This rank's part: scalars (loss, grad_norm, clip_coef, norm^2 per family, micro losses), every group's sums,
 // every MoE layer's routing.
@@ -340,15 +293,7 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
   vd::Outcome loss, norm, clip;
   loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
-  auto consider = [](vd::Outcome& o, double got, double ref, int r, const std::string& name, double tol) {
-    const double err = std::abs(got - ref) / (ref != 0 ? std::abs(ref) : 1.0);
-    if (o.norm_rel < 0 || err > o.norm_rel || std::isnan(err)) {
-      o.norm_rel = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
-      o.scale_ratio = ref != 0 ? got / ref : std::numeric_limits<double>::quiet_NaN();
-      o.worst = {name, {}, r, got, ref, std::abs(got - ref)};
-      o.verdict = o.norm_rel <= tol ? RowVerdict::ok : RowVerdict::fail;
-    }
-  };
+  const auto consider = vd::consider_scalar;
   const double lt = bounds_[0].value, nt = bounds_[1].value;
   for (int r = 0; r < world_.size(); ++r) {
     const double* x = all.data() + static_cast<size_t>(r) * stride;
@@ -364,12 +309,15 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     if (r == 0) line.clip_coef = x[2];
   }
   line.grad_norm_rel = norm.norm_rel;
-  if (norm.verdict == RowVerdict::ok && family_part_off(b, all.data() + 3)) norm.verdict = RowVerdict::fail;
+  const std::vector<double> fam_sq = family_norm_sq(b);
+  const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
+  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, all.data() + 3, group_family_, grad_bounds))
+    norm.verdict = RowVerdict::fail;
   loss.bound = bounds_[0], norm.bound = bounds_[1], clip.bound = bounds_[2];
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
-    rows_[1].detail = norm_by_family(b, all.data() + 3);
+    rows_[1].detail = vd::norm_by_family(fam_sq, all.data() + 3, group_family_, grad_bounds, bounds_[1].value);
   vd::update_row(rows_[2], t, clip);
   return line;
 }

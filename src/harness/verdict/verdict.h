@@ -126,6 +126,7 @@ struct VerdictReport {
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
   LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)
   Timings rank0, slowest;
+  std::string command = "run";  // the report's first word: "run", or "compare" (two dumps, no ranks, no timings)
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)
   // Whether any step was compared: not when a run resumes at its last step (`--resume DIR
   // --steps K --save-at K` re-saves a checkpoint under another layout; `parity run` refuses
@@ -137,5 +138,8 @@ struct VerdictReport {
 // The table rank 0 prints (verdict_report.cpp), and the same as JSON for --report.
 std::string format_verdict(const VerdictReport& r);
 nlohmann::json verdict_json(const VerdictReport& r);
+// Every --report file is verdict_json dumped with sorted keys: this key comes within its first
+// lines, which is how parity knows a report it may overwrite (core/files.h check_output_file).
+inline constexpr const char* kVerdictReportSignature = "\"compared_steps\":";
 
 }  // namespace parity

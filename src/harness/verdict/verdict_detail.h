@@ -106,6 +106,20 @@ Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs);
 // ok steps the largest error is shown; failing and near-tie rows keep their first step.
 void update_row(Row& row, int64_t step, const Outcome& o);
 
+// A scalar row's step (loss and micro-batch losses, grad_norm, clip_coef): keeps the worst of
+// the values offered, relative to ref (absolute where ref is 0), failing over tol.
+void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol);
+
+// The grad norm's parts per family (ref_sq, got_sq: the squared gradient norm per Family,
+// kFamilyCount each; groups: the model's family groups, grad: their gradient bounds). Each
+// part is held to its family's bound: | ||x|| - ||r|| | <= ||x - r||, so a part off by more is
+// a wrong norm even when the total is within its own bound.
+bool family_norm_off(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
+                     const std::vector<Bound>& grad);
+// Which families a wrong grad norm comes from: "router x4.000" (of the squared norm).
+std::string norm_by_family(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
+                           const std::vector<Bound>& grad, double norm_bound);
+
 // One MoE layer's routing at one step, on one rank.
 struct RouteLocal {
   double mismatch = 0, near_tie = 0;

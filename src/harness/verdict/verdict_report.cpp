@@ -89,7 +89,7 @@ std::string fault_desc(const std::optional<Fault>& f) {
 }  // namespace verdict_detail
 
 std::string format_verdict(const VerdictReport& r) {
-  std::string out = "parity run " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout + ", " +
+  std::string out = "parity " + r.command + " " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout + ", " +
                     std::to_string(r.steps) + " steps, " + r.optim + "\n";
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
@@ -112,8 +112,7 @@ std::string format_verdict(const VerdictReport& r) {
     fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
   }
   out += root_line(r, find_root(r));
-  out += timings_str("time rank 0:", r.rank0);
-  out += timings_str("slowest rank:", r.slowest);
+  if (r.command == "run") out += timings_str("time rank 0:", r.rank0) + timings_str("slowest rank:", r.slowest);
   if (!r.compared())
     out += "verdict: nothing compared: the run starts at step " + std::to_string(r.first_step) +
            ", its last (steps = " + std::to_string(r.steps) + "); no row holds a compared value\n";
@@ -170,6 +169,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"root", root_json(r, find_root(r))},
           {"step_table", steps},
           {"rows", rows},
+          {"command", r.command},
           {"time_rank0", timings_json(r.rank0)},
           {"time_slowest", timings_json(r.slowest)}};
 }

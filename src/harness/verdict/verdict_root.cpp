@@ -26,6 +26,7 @@ bool near(double x, double c) { return std::fabs(x - c) <= 2e-3 * std::fabs(c); 
 }  // namespace
 
 int data_flow_rank(const std::string& quantity, const std::string& subject) {
+  if (quantity == "inputs") return -1;  // parity compare: the data itself (everything downstream follows)
   if (quantity == "loss") return 0;
   if (quantity == "grad") return 10 + family_rank(subject);
   if (quantity == "grad_norm") return 30;

@@ -222,6 +222,40 @@ Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs) {
   return o;
 }
 
+void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol) {
+  const double err = std::abs(got - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+  if (o.norm_rel < 0 || err > o.norm_rel || std::isnan(err)) {
+    o.norm_rel = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
+    o.scale_ratio = ref != 0 ? got / ref : std::numeric_limits<double>::quiet_NaN();
+    o.worst = {name, {}, rank, got, ref, std::abs(got - ref)};
+    o.verdict = o.norm_rel <= tol ? RowVerdict::ok : RowVerdict::fail;
+  }
+}
+
+bool family_norm_off(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
+                     const std::vector<Bound>& grad) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto f = static_cast<size_t>(groups[g]);
+    if (ref_sq[f] == 0 && got_sq[f] == 0) continue;
+    if (!(std::abs(std::sqrt(got_sq[f]) - std::sqrt(ref_sq[f])) <= grad[g].value * std::sqrt(ref_sq[f]))) return true;
+  }
+  return false;
+}
+
+std::string norm_by_family(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
+                           const std::vector<Bound>& grad, double norm_bound) {
+  std::string off;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto f = static_cast<size_t>(groups[g]);
+    const double tol = std::max(norm_bound, grad[g].value);
+    if (ref_sq[f] == 0 && got_sq[f] == 0) continue;
+    const double ratio = ref_sq[f] != 0 ? got_sq[f] / ref_sq[f] : std::numeric_limits<double>::infinity();
+    if (std::abs(ratio - 1) <= 2 * tol) continue;
+    off += (off.empty() ? "" : ", ") + std::string(family_name(static_cast<Family>(f))) + fmt(" x%.4g", ratio);
+  }
+  return off;
+}
+
 void RouteLocal::pack(std::vector<double>& out) const {
   out.insert(out.end(), {mismatch, near_tie, gap, token, slot, base_expert, par_expert, bad_id, followed, 0.0});
 }
@@ -257,6 +291,7 @@ RouteLocal compare_routes(const std::vector<int64_t>& ids, const std::vector<int
         const double vp = base_scores[static_cast<size_t>(tok * E + p)];
         gap = std::abs(vb - vp);
         tie = gap <= near_tie_rel * (std::abs(vb) + std::abs(vp)) || gap <= near_tie_abs;
+        if (std::isnan(gap)) gap = std::numeric_limits<double>::infinity();  // scores unknown: no near-tie
       }
       if (tie) out.near_tie += 1;
       if (gap > out.gap) {

@@ -1,0 +1,474 @@
+// `parity compare` (dump_compare.h): two dumps' steps side by side, row by row as `parity run`
+// folds them (harness/verdict), with world 1 and every tensor full.
+#include "harness/runner/dump_compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/bounds.h"
+#include "harness/verdict/verdict_detail.h"
+#include "harness/verdict/verdict_flow.h"
+#include "model/params.h"
+
+namespace parity {
+
+namespace vd = verdict_detail;
+using nlohmann::json;
+
+namespace {
+
+// One dump directory: its manifest, its files by step, its scenario when it records one.
+struct Dump {
+  std::string dir, role;  // role: "reference" or "candidate", for errors
+  json manifest;
+  std::map<int64_t, std::string> files;  // step -> file; -1: the initial parameters
+  std::optional<Scenario> scenario;
+
+  static Dump open(const std::string& dir, const std::string& role) {
+    Dump d{dir, role, {}, {}, {}};
+    const std::string path = dir + "/manifest.json";
+    if (!std::filesystem::is_regular_file(path))
+      throw ConfigError(role, dir + " is not a dump: no manifest.json (write one with `parity dump SCENARIO DIR`, "
+                                    "or parity_torch's Collector)");
+    std::ifstream in(path);
+    d.manifest = json::parse(in, nullptr, false);
+    if (d.manifest.is_discarded() || !d.manifest.is_object())
+      throw ConfigError(path, "not a JSON object");
+    if (d.manifest.value("format", std::string()) != "parity-dump/1")
+      throw ConfigError(path + ": $.format", "expected \"parity-dump/1\", got " + d.manifest.value("format", json()).dump());
+    if (!d.manifest.contains("files") || !d.manifest["files"].is_array())
+      throw ConfigError(path + ": $.files", "expected an array of {file, step}");
+    for (const json& f : d.manifest["files"]) {
+      if (!f.is_object() || !f.contains("file") || !f["file"].is_string())
+        throw ConfigError(path + ": $.files", "every entry needs a \"file\" name");
+      const int64_t step = f.contains("step") && f["step"].is_number_integer() ? f["step"].get<int64_t>() : -1;
+      d.files[step] = f["file"].get<std::string>();
+    }
+    if (d.manifest.contains("scenario") && d.manifest["scenario"].is_object()) {
+      try {
+        d.scenario = parse_scenario(d.manifest["scenario"], dir);
+      } catch (const ConfigError& e) {
+        throw ConfigError(path + ": $.scenario", e.what());
+      }
+    }
+    return d;
+  }
+
+  SafetensorsFile file(int64_t step) const {
+    const auto it = files.find(step);
+    if (it == files.end()) {
+      std::string have;
+      for (const auto& [t, f] : files)
+        if (t >= 0) have += (have.empty() ? "" : ", ") + std::to_string(t);
+      throw ConfigError(role, dir + " has no " + (step < 0 ? "initial parameters" : "step " + std::to_string(step)) +
+                                  " (its manifest lists steps " + (have.empty() ? "none" : have) +
+                                  "); compare fewer with --steps N");
+    }
+    return SafetensorsFile::read(dir + "/" + it->second);
+  }
+
+  // The step's recorded noise (bounds.h order); empty when the dump has none.
+  std::vector<double> noise(int64_t step) const {
+    if (!manifest.contains("steps") || !manifest["steps"].is_array()) return {};
+    for (const json& s : manifest["steps"]) {
+      if (!s.is_object() || s.value("step", int64_t{-1}) != step || !s.contains("noise")) continue;
+      std::vector<double> out(kNoiseWidth, std::numeric_limits<double>::quiet_NaN());
+      for (size_t i = 0; i < kNoiseWidth; ++i)
+        if (const auto v = s["noise"].find(noise_name(i)); v != s["noise"].end() && v->is_number())
+          out[i] = v->get<double>();
+      return out;
+    }
+    return {};
+  }
+};
+
+// A tensor of any stored dtype as doubles.
+std::vector<double> doubles(const SafetensorsFile& f, const std::string& name) {
+  auto as = [&](auto x) {
+    const auto t = f.get<decltype(x)>(name);
+    return std::vector<double>(t.data.begin(), t.data.end());
+  };
+  switch (f.dtype(name)) {
+    case DType::f64: return as(double{});
+    case DType::f32: return as(float{});
+    case DType::i64: return as(int64_t{});
+  }
+  return {};
+}
+
+// parity name -> (candidate name, transpose)
+using NameMap = std::map<std::string, std::pair<std::string, bool>>;
+
+NameMap read_map(const std::string& file, const std::vector<ParamSpec>& specs) {
+  NameMap m;
+  for (const ParamSpec& p : specs) m[p.name] = {p.name, false};
+  if (file.empty()) return m;
+  std::ifstream in(file);
+  if (!in) throw ConfigError("--map", "cannot read " + file);
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw ConfigError("--map", file + ": expected a JSON object {\"candidate name\": \"parity name\"}");
+  for (const auto& [cand, v] : j.items()) {
+    std::string name;
+    bool transpose = false;
+    if (v.is_string()) name = v.get<std::string>();
+    else if (v.is_object() && v.contains("name") && v["name"].is_string())
+      name = v["name"].get<std::string>(), transpose = v.value("transpose", false);
+    else throw ConfigError("--map", file + ": $." + cand + ": expected a parity name or {\"name\", \"transpose\"}");
+    if (!m.count(name)) throw ConfigError("--map", file + ": $." + cand + ": \"" + name + "\" is not a parameter of "
+                                                   "the reference's model");
+    m[name] = {cand, transpose};
+  }
+  return m;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+// Reads `name` of `f` (step `step` of dump `d`) in parity's layout: `shape`, transposed from
+// (b, a) when asked. Missing tensors and other shapes are bad input, named.
+std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, const std::string& name,
+                         const Shape& shape, bool transpose = false) {
+  const std::string where =
+      d.dir + (step < 0 ? " initial parameters" : " step " + std::to_string(step)) + " (" + f.path() + ")";
+  if (!f.contains(name))
+    throw ConfigError(d.role, where + " has no tensor \"" + name + "\"" +
+                                  (d.role == "candidate" ? " (names that differ: --map FILE)" : ""));
+  Shape want = shape;
+  if (transpose && want.size() == 2) std::swap(want[0], want[1]);
+  if (f.shape(name) != want)
+    throw ConfigError(d.role, where + ": \"" + name + "\" has shape " + shape_str(f.shape(name)) + ", expected " +
+                                  shape_str(want) +
+                                  (!transpose && shape.size() == 2 && f.shape(name) == Shape{shape[1], shape[0]}
+                                       ? " (stored (out, in)? map it with \"transpose\": true)"
+                                       : ""));
+  std::vector<double> v = doubles(f, name);
+  if (!transpose || shape.size() != 2) return v;
+  std::vector<double> t(v.size());
+  const int64_t a = shape[0], b = shape[1];
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) t[static_cast<size_t>(i * b + j)] = v[static_cast<size_t>(j * a + i)];
+  return t;
+}
+
+double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::string& name) {
+  return read(d, f, step, name, {})[0];
+}
+
+
+const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
+                            Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
+
+Row make_row(std::string quantity, std::string subject) {
+  Row r;
+  r.quantity = std::move(quantity), r.subject = std::move(subject);
+  return r;
+}
+
+// The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
+// Runner with world 1: each element counted once, no replicas).
+class Comparer {
+ public:
+  Comparer(const Dump& ref, const Dump& got, NameMap map)
+      : ref_(ref), got_(got), map_(std::move(map)), c_(ref.scenario->model), specs_(param_specs(c_)) {
+    std::vector<int> fam_group(kFamilyCount, -1);
+    for (const ParamSpec& p : specs_) {
+      const auto f = static_cast<size_t>(p.family);
+      if (fam_group[f] < 0) fam_group[f] = static_cast<int>(fams_.size()), fams_.push_back(p.family), elements_.push_back(0);
+      elements_[static_cast<size_t>(fam_group[f])] += static_cast<double>(numel(p.shape));
+      group_of_.push_back(static_cast<size_t>(fam_group[f]));
+    }
+    n_ = fams_.size();
+    groups_.resize(2 * n_);
+    for (size_t p = 0; p < specs_.size(); ++p)
+      for (size_t k = 0; k < 2; ++k) {
+        auto& G = groups_[group_of_[p] + k * n_];
+        G.quantity = k == 0 ? "grad" : "param", G.subject = std::string(family_name(specs_[p].family));
+        G.names.push_back(specs_[p].name), G.shapes.push_back(specs_[p].shape);
+      }
+    if (c_.moe_layers() > 0) {
+      vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
+      vd::GroupSpec bias{"expert_bias", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
+      for (int64_t l = 0; l < c_.moe_layers(); ++l) {
+        const std::string pre = "layers." + std::to_string(c_.dense_layers + l);
+        tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c_.experts});
+        bias.names.push_back(pre + ".expert_bias"), bias.shapes.push_back({c_.experts});
+      }
+      groups_.push_back(tpe), groups_.push_back(bias);
+    }
+    rows_.push_back(make_row("loss", "all micro-batches"));
+    rows_.push_back(make_row("grad_norm", "")), rows_.push_back(make_row("clip_coef", ""));
+    for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject));
+    for (int64_t l = 0; l < c_.moe_layers(); ++l)
+      rows_.push_back(make_row("routing", "layers." + std::to_string(c_.dense_layers + l)));
+    rows_.push_back(make_row("inputs", "inputs, targets"));
+    env_.emplace(c_.precision(), fams_, elements_);
+    const SafetensorsFile R = ref_.file(-1), G = got_.file(-1);
+    for (size_t p = 0; p < specs_.size(); ++p) {
+      ref_before_.push_back(read(ref_, R, -1, specs_[p].name, specs_[p].shape));
+      const auto& [cand, tr] = map_.at(specs_[p].name);
+      got_before_.push_back(read(got_, G, -1, cand, specs_[p].shape, tr));
+    }
+  }
+
+  StepLine step(int64_t t);
+  std::vector<Row>& rows() { return rows_; }
+
+ private:
+  void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
+  void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb, StepLine& line,
+               const std::vector<double>& ref_sq, const std::vector<double>& got_sq);
+
+  const Dump &ref_, &got_;
+  NameMap map_;
+  ModelConfig c_;
+  std::vector<ParamSpec> specs_;
+  std::vector<Family> fams_;
+  std::vector<double> elements_;
+  std::vector<size_t> group_of_;  // per parameter: its family group
+  size_t n_ = 0;                  // grad groups [0, n), param groups [n, 2n), then tokens_per_expert, expert_bias
+  std::vector<vd::GroupSpec> groups_;
+  std::vector<Row> rows_;         // loss, grad_norm, clip_coef, groups..., routing per layer, inputs
+  std::optional<BoundEnvelope> env_;
+  std::vector<std::vector<double>> ref_before_, got_before_;  // parameters before the step
+};
+
+void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G) {
+  vd::Outcome o;
+  o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
+  int64_t diff = 0, n = 0;
+  for (const char* name : {"inputs", "targets"}) {
+    const auto a = read(ref_, R, t, name, {c_.batch, c_.seq}), b = read(got_, G, t, name, {c_.batch, c_.seq});
+    for (size_t i = 0; i < a.size(); ++i, ++n) {
+      if (a[i] == b[i]) continue;
+      if (diff++ == 0)
+        o.worst = {name, unravel(static_cast<int64_t>(i), {c_.batch, c_.seq}), 0, b[i], a[i], std::abs(b[i] - a[i])};
+    }
+  }
+  o.compared = n, o.norm_rel = n > 0 ? static_cast<double>(diff) / static_cast<double>(n) : 0.0;
+  if (diff > 0)
+    o.verdict = RowVerdict::fail,
+    o.detail = std::to_string(diff) + " of " + std::to_string(n) +
+               " tokens differ: the candidate trained on other data (another data seed, split of the batch into "
+               "micro-batches or ranks, or order of the sequences)";
+  vd::update_row(rows_.back(), t, o);
+}
+
+void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+                       StepLine& line, const std::vector<double>& ref_sq, const std::vector<double>& got_sq) {
+  vd::Outcome loss, norm, clip;
+  loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
+  const double lr = scalar(ref_, R, t, "loss"), lg = scalar(got_, G, t, "loss");
+  vd::consider_scalar(loss, lg, lr, 0, "loss", sb.loss.value);
+  const auto mr = read(ref_, R, t, "micro_losses", {c_.microbatches});
+  const auto mg = read(got_, G, t, "micro_losses", {c_.microbatches});
+  for (size_t m = 0; m < mr.size(); ++m) {
+    const double err = std::abs(mg[m] - mr[m]) / (mr[m] != 0 ? std::abs(mr[m]) : 1.0);
+    line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+    vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value);
+  }
+  const double nr = scalar(ref_, R, t, "grad_norm"), ng = scalar(got_, G, t, "grad_norm");
+  const double cr = scalar(ref_, R, t, "clip_coef"), cg = scalar(got_, G, t, "clip_coef");
+  vd::consider_scalar(norm, ng, nr, 0, "grad_norm", sb.grad_norm.value);
+  vd::consider_scalar(clip, cg, cr, 0, "clip_coef", sb.grad_norm.value);
+  line.loss = lg, line.loss_ref = lr, line.loss_diff = lg - lr, line.grad_norm_rel = norm.norm_rel;
+  line.clip_coef = cg, line.clip_ref = cr;
+  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, sb.grad))
+    norm.verdict = RowVerdict::fail;
+  loss.bound = sb.loss, norm.bound = clip.bound = sb.grad_norm;
+  vd::update_row(rows_[0], t, loss);
+  vd::update_row(rows_[1], t, norm);
+  if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
+    rows_[1].detail = vd::norm_by_family(ref_sq, got_sq.data(), fams_, sb.grad, sb.grad_norm.value);
+  vd::update_row(rows_[2], t, clip);
+}
+
+StepLine Comparer::step(int64_t t) {
+  const SafetensorsFile R = ref_.file(t), G = got_.file(t);
+  const StepBounds& sb = env_->step(ref_.noise(t));
+  for (size_t g = 0; g < n_; ++g) {
+    groups_[g].tol.norm_rel = sb.grad[g].value, groups_[g].far_bound = sb.grad_far[g];
+    groups_[n_ + g].tol.norm_rel = sb.param[g].value;
+  }
+  if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
+  StepLine line;
+  line.step = t;
+  inputs(t, R, G);
+  // gradients and parameters, tensor by tensor, into their family's sums
+  std::vector<vd::LocalSums> sums(groups_.size());
+  std::vector<double> ref_sq(kFamilyCount, 0.0), got_sq(kFamilyCount, 0.0), tensor_sums;
+  std::vector<std::vector<double>> rg(specs_.size()), gg(specs_.size()), rp(specs_.size()), gp(specs_.size());
+  // is_far's magnitude floors: the root mean square of the reference's family (gradients,
+  // parameters after the step, the update)
+  std::vector<double> fam_sq(n_, 0.0), fam_n(n_, 0.0), upd_sq(n_, 0.0), par_sq(n_, 0.0);
+  for (size_t p = 0; p < specs_.size(); ++p) {
+    const auto& [cand, tr] = map_.at(specs_[p].name);
+    rg[p] = read(ref_, R, t, "grads." + specs_[p].name, specs_[p].shape);
+    gg[p] = read(got_, G, t, "grads." + cand, specs_[p].shape, tr);
+    rp[p] = read(ref_, R, t, "params." + specs_[p].name, specs_[p].shape);
+    gp[p] = read(got_, G, t, "params." + cand, specs_[p].shape, tr);
+    const size_t g = group_of_[p], f = static_cast<size_t>(specs_[p].family);
+    for (size_t i = 0; i < rg[p].size(); ++i) {
+      ref_sq[f] += rg[p][i] * rg[p][i], got_sq[f] += gg[p][i] * gg[p][i];
+      const double u = rp[p][i] - ref_before_[p][i];
+      upd_sq[g] += u * u, par_sq[g] += rp[p][i] * rp[p][i];
+    }
+    fam_n[g] += static_cast<double>(rg[p].size());
+  }
+  for (size_t g = 0; g < n_; ++g) fam_sq[g] = ref_sq[static_cast<size_t>(fams_[g])];
+  std::vector<int64_t> tensor_id(n_, 0);
+  std::vector<NormSums> upd(n_);
+  std::vector<double> far(n_, 0.0), count(n_, 0.0);
+  std::vector<std::string> names;
+  for (size_t p = 0; p < specs_.size(); ++p) {
+    const size_t g = group_of_[p];
+    const int64_t id = tensor_id[g]++;
+    const double rms = fam_n[g] > 0 ? std::sqrt(fam_sq[g] / fam_n[g]) : 0.0;
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < rg[p].size(); ++i) {
+      sums[g].add(id, static_cast<int64_t>(i), gg[p][i], rg[p][i], true, rms);
+      d2 += (gg[p][i] - rg[p][i]) * (gg[p][i] - rg[p][i]), r2 += rg[p][i] * rg[p][i];
+    }
+    tensor_sums.insert(tensor_sums.end(), {d2, r2});
+    names.push_back(specs_[p].name);
+    const double urms = fam_n[g] > 0 ? std::sqrt(upd_sq[g] / fam_n[g]) : 0.0;
+    const double prms = fam_n[g] > 0 ? std::sqrt(par_sq[g] / fam_n[g]) : 0.0;
+    for (size_t i = 0; i < rp[p].size(); ++i) {
+      sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
+      const double x = gp[p][i] - got_before_[p][i], r = rp[p][i] - ref_before_[p][i];
+      upd[g].diff2 += (x - r) * (x - r), upd[g].ref2 += r * r, upd[g].dot += x * r;
+      far[g] += is_far(x, r, urms), count[g] += 1;
+    }
+  }
+  scalars(t, R, G, sb, line, ref_sq, got_sq);
+  // tokens per expert and the expert bias, per MoE layer; the routing of every token
+  const auto n_tok = c_.batch * c_.seq;
+  for (int64_t l = 0; l < c_.moe_layers(); ++l) {
+    const std::string pre = "layers." + std::to_string(c_.dense_layers + l) + ".moe.";
+    const auto rt = read(ref_, R, t, pre + "tokens_per_expert", {c_.experts});
+    const auto gt = read(got_, G, t, pre + "tokens_per_expert", {c_.experts});
+    const auto rb = read(ref_, R, t, pre + "expert_bias", {c_.experts});
+    const auto gb = read(got_, G, t, pre + "expert_bias", {c_.experts});
+    for (int64_t e = 0; e < c_.experts; ++e) {
+      const auto i = static_cast<size_t>(e);
+      sums[2 * n_].add(l, e, gt[i], rt[i], true), sums[2 * n_ + 1].add(l, e, gb[i], rb[i], true);
+    }
+    const auto rc = read(ref_, R, t, pre + "chosen", {n_tok, c_.top_k});
+    const auto gc = read(got_, G, t, pre + "chosen", {n_tok, c_.top_k});
+    std::vector<double> scores(static_cast<size_t>(n_tok * c_.experts), std::numeric_limits<double>::quiet_NaN());
+    if (R.contains(pre + "select_scores")) scores = read(ref_, R, t, pre + "select_scores", {n_tok, c_.experts});
+    std::vector<int64_t> ids(static_cast<size_t>(n_tok)), base(rc.begin(), rc.end()), mine(gc.begin(), gc.end());
+    for (int64_t i = 0; i < n_tok; ++i) ids[static_cast<size_t>(i)] = i;
+    const double tie = tolerance_for(c_.dtype, Quantity::routing_score).elem_rel;
+    const vd::RouteLocal rl = vd::compare_routes(ids, mine, base, scores, c_.top_k, c_.experts, tie, sb.route_tie);
+    Row& row = rows_[3 + groups_.size() + static_cast<size_t>(l)];
+    vd::update_row(row, t, vd::routing_outcome({rl}, std::vector<int64_t>(static_cast<size_t>(n_tok), 1), row.subject));
+    line.route_diff += static_cast<int64_t>(rl.mismatch), line.near_ties += static_cast<int64_t>(rl.near_tie);
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine({sums[g]}));
+    o.bound = g < n_ ? sb.grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
+    if (g < n_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
+      std::vector<size_t> members;
+      for (size_t q = 0; q < specs_.size(); ++q)
+        if (group_of_[q] == g) members.push_back(q);
+      const auto fw = verdict_flow::first_wrong(tensor_sums, tensor_sums.size(), 0, 1, members, names, c_.layers,
+                                                o.bound.value);
+      o.flow = fw.pos, o.flow_tensor = fw.tensor;
+    }
+    if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
+      if (upd[g - n_].ref2 > 0) o.scale_ratio = upd[g - n_].scale_ratio();
+      vd::check_far(o, far[g - n_], count[g - n_], sb.update_far[g - n_], "of the update");
+    }
+    vd::update_row(rows_[3 + g], t, o);
+  }
+  ref_before_ = std::move(rp), got_before_ = std::move(gp);
+  return line;
+}
+
+// The candidate's layout, as its producer recorded it (parity_torch's Collector: world, dp;
+// any of tp, ep, etp, cp, pp): the degrees a wrong factor is named by.
+LayoutDegrees producer_degrees(const Dump& got, const ModelConfig& c, std::string& desc) {
+  LayoutDegrees d;
+  d.microbatches = c.microbatches;
+  const json p = got.manifest.value("producer", json::object());
+  desc = p.is_object() ? p.value("name", std::string("an unnamed producer")) : "an unnamed producer";
+  if (!p.is_object()) return d;
+  const std::pair<const char*, int64_t*> keys[] = {{"world", &d.world}, {"dp", &d.dp}, {"tp", &d.tp}, {"ep", &d.ep},
+                                                   {"etp", &d.etp},     {"cp", &d.cp}, {"pp", &d.pp}};
+  for (const auto& [k, v] : keys)
+    if (p.contains(k) && p[k].is_number_integer() && p[k].get<int64_t>() > 1)
+      *v = p[k].get<int64_t>(), desc += std::string(", ") + k + " " + std::to_string(*v);
+  return d;
+}
+
+VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, const Dump& got) {
+  const Scenario& s = *ref.scenario;
+  int64_t steps = 0;
+  while (ref.files.count(steps)) ++steps;
+  if (o.steps >= 0) {
+    if (o.steps > steps)
+      throw ConfigError("--steps", "the reference " + o.ref_dir + " holds steps 0.." + std::to_string(steps - 1) +
+                                       ", not " + std::to_string(o.steps));
+    steps = o.steps;
+  }
+  if (steps == 0) throw ConfigError("reference", o.ref_dir + " holds no step to compare");
+  for (int64_t t = 0; t < steps; ++t)
+    if (!got.files.count(t)) (void)got.file(t);  // throws, naming the missing step and those there are
+  VerdictReport rep;
+  rep.command = "compare";
+  rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
+  rep.precision = precision_name(s.model.precision()), rep.backend = "dumps";
+  std::string producer;
+  rep.degrees = producer_degrees(got, s.model, producer);
+  rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
+  const bool twin = !ref.noise(0).empty();
+  rep.layout = "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
+               (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
+  Comparer cmp(ref, got, read_map(o.map_file, param_specs(s.model)));
+  for (int64_t t = 0; t < steps; ++t) rep.step_lines.push_back(cmp.step(t));
+  rep.rows = cmp.rows();
+  std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
+    return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
+  });
+  return rep;
+}
+
+}  // namespace
+
+VerdictReport compare_dumps(const DumpCompareOptions& o) {
+  const Dump ref = Dump::open(o.ref_dir, "reference"), got = Dump::open(o.got_dir, "candidate");
+  if (!ref.scenario)
+    throw ConfigError("reference", o.ref_dir + "/manifest.json records no scenario ($.scenario): the reference "
+                                                 "must be a `parity dump`, whose scenario fixes the model");
+  if (got.scenario) {  // the same model, the same precision, or nothing to compare
+    const Precision pa = ref.scenario->model.precision(), pb = got.scenario->model.precision();
+    if (precision_name(pa) != precision_name(pb))
+      throw ConfigError("candidate", o.got_dir + " ran in " + precision_name(pb) + ", the reference in " +
+                                         precision_name(pa) + ": dump the reference with --precision " +
+                                         precision_name(pb) + " (the bounds are the reference's precision's)");
+    const json a = scenario_to_json(*ref.scenario)["model"], b = scenario_to_json(*got.scenario)["model"];
+    for (const auto& [k, v] : a.items())
+      if (!b.contains(k) || b[k] != v)
+        throw ConfigError("candidate", o.got_dir + " ran another model: $.model." + k + " is " +
+                                           (b.contains(k) ? b[k].dump() : "absent") + ", the reference's " + v.dump() +
+                                           " (dump the reference from the candidate's scenario)");
+  }
+  return compare_dumps_impl(o, ref, got);
+}
+
+}  // namespace parity
