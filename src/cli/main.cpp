@@ -29,12 +29,13 @@ int run_cli(int argc, char** argv) {
   app.footer(
       "`parity help COMMAND` (or `parity COMMAND --help`): a command's options. `parity --version`: the version, "
       "commit,\nbackends and CUDA built in.");
-  std::vector<parity::cli::Command> cmds{
-      parity::cli::add_run_command(app),     parity::cli::add_dump_command(app),   parity::cli::add_compare_command(app),
-      parity::cli::add_bench_command(app),   parity::cli::add_explain_command(app), parity::cli::add_launch_command(app),
-      parity::cli::add_ckpt_command(app),    parity::cli::add_golden_command(app), parity::cli::add_plot_command(app),
-      parity::cli::add_matrix_command(app),  parity::cli::add_zoo_command(app),    parity::cli::add_cover_command(app),
-      parity::cli::add_rank_command(app),    parity::cli::add_help_command(app),   parity::cli::add_version_command(app)};
+  namespace pc = parity::cli;
+  std::vector<pc::Command> cmds{
+      pc::add_run_command(app),     pc::add_dump_command(app),    pc::add_compare_command(app),
+      pc::add_bench_command(app),   pc::add_explain_command(app), pc::add_launch_command(app),
+      pc::add_ckpt_command(app),    pc::add_golden_command(app),  pc::add_plot_command(app),
+      pc::add_matrix_command(app),  pc::add_zoo_command(app),     pc::add_cover_command(app),
+      pc::add_rank_command(app),    pc::add_help_command(app),    pc::add_version_command(app)};
   strict_numbers(app);  // every numeric option of every subcommand (cli/numbers.h)
   try {
     app.parse(argc, argv);

@@ -46,7 +46,8 @@ struct Dump {
     if (d.manifest.is_discarded() || !d.manifest.is_object())
       throw ConfigError(path, "not a JSON object");
     if (d.manifest.value("format", std::string()) != "parity-dump/1")
-      throw ConfigError(path + ": $.format", "expected \"parity-dump/1\", got " + d.manifest.value("format", json()).dump());
+      throw ConfigError(path + ": $.format",
+                        "expected \"parity-dump/1\", got " + d.manifest.value("format", json()).dump());
     if (!d.manifest.contains("files") || !d.manifest["files"].is_array())
       throw ConfigError(path + ": $.files", "expected an array of {file, step}");
     for (const json& f : d.manifest["files"]) {
@@ -75,7 +76,12 @@ struct Dump {
                                   " (its manifest lists steps " + (have.empty() ? "none" : have) +
                                   "); compare fewer with --steps N");
     }
-    return SafetensorsFile::read(dir + "/" + it->second);
+    const std::string path = dir + "/" + it->second;
+    if (!std::filesystem::exists(path))
+      throw ConfigError(role, dir + "/manifest.json lists " +
+                                  (step < 0 ? std::string("the initial parameters") : "step " + std::to_string(step)) +
+                                  " in " + it->second + ", which is missing");
+    return SafetensorsFile::read(path);
   }
 
   // The step's recorded noise (bounds.h order); empty when the dump has none.
@@ -188,7 +194,8 @@ class Comparer {
     std::vector<int> fam_group(kFamilyCount, -1);
     for (const ParamSpec& p : specs_) {
       const auto f = static_cast<size_t>(p.family);
-      if (fam_group[f] < 0) fam_group[f] = static_cast<int>(fams_.size()), fams_.push_back(p.family), elements_.push_back(0);
+      if (fam_group[f] < 0)
+        fam_group[f] = static_cast<int>(fams_.size()), fams_.push_back(p.family), elements_.push_back(0);
       elements_[static_cast<size_t>(fam_group[f])] += static_cast<double>(numel(p.shape));
       group_of_.push_back(static_cast<size_t>(fam_group[f]));
     }
@@ -437,8 +444,9 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   rep.degrees = producer_degrees(got, s.model, producer);
   rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
   const bool twin = !ref.noise(0).empty();
-  rep.layout = "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
-               (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
+  rep.layout =
+      "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
+      (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
   Comparer cmp(ref, got, read_map(o.map_file, param_specs(s.model)));
   for (int64_t t = 0; t < steps; ++t) rep.step_lines.push_back(cmp.step(t));
   rep.rows = cmp.rows();
