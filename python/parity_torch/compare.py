@@ -5,7 +5,8 @@ names a factor (x0.25 is a gradient divided by W = 4 once too often, x2 a double
 
     python3 -m parity_torch.compare REF_DIR GOT_DIR [--tol 1e-10]     exit 0 PASS, 1 FAIL
 
-This is the Python side of issue 29; `parity compare` (C++) is not built yet.
+`parity compare REF GOT` (C++) holds the same dumps to parity run's verdict with measured bounds
+and names the root; this module is the lighter check with fixed tolerances.
 """
 import argparse
 import math
