@@ -196,7 +196,8 @@ std::string summary_markdown(const std::vector<MatrixEntry>& entries, const Summ
           fixed(e.run.seconds + e.golden.seconds, 1) + " |\n";
   }
   if (!info.plots.empty()) {
-    md += "\n## Plots (golden curves: loss over the baseline and the entropy floor; |layout - baseline| below)\n";
+    md += "\n## Plots (golden curves, a panel per scenario: loss over the baseline and the entropy floor; "
+          "|layout - baseline| below)\n";
     if (!info.links) md += "\n";
     for (const auto& [group, stem] : info.plots)
       md += info.links ? "\n- **" + group + "**: [PNG](" + stem + ".png), [SVG](" + stem + ".svg)\n\n  ![" + group +

@@ -1,6 +1,6 @@
 // `parity plot SCENARIO|GOLDEN...`: one figure (PNG and SVG, drawn by gnuplot) of the golden
-// curves of one scenario or a group: each layout's loss over its baseline with the entropy
-// floor, and |layout - baseline| per step on a log axis (harness/golden/plot.h). Reads the golden
+// curves of one scenario or a group, a panel per scenario: its layout's loss over its baseline
+// with the entropy floor, and |layout - baseline| per step on a log axis (harness/golden/plot.h). Reads the golden
 // files; runs nothing. Exit 0 drawn, 1 gnuplot missing or failed, 2 bad input.
 #include <cstdio>
 #include <filesystem>
@@ -66,9 +66,10 @@ Command add_plot_command(CLI::App& app) {
   auto o = std::make_shared<PlotCmdOptions>();
   CLI::App* sub = app.add_subcommand(
       "plot",
-      "Draw golden curves with gnuplot (PNG and SVG): the layouts' loss over the baseline and the entropy\n"
-      "floor, and |layout - baseline| per step on a log axis. Inputs: scenario files (their golden is\n"
-      "read from ../golden) or golden files; several make one figure for the group.");
+      "Draw golden curves with gnuplot (PNG and SVG), a panel per scenario: its layout's loss over the\n"
+      "baseline and the entropy floor, and |layout - baseline| per step on a log axis; one colour per\n"
+      "layout, one legend above the panels. Inputs: scenario files (their golden is read from\n"
+      "../golden) or golden files; several make one figure, a grid of panels.");
   sub->add_option("inputs", o->inputs, "Scenario or golden JSON files")->required();
   sub->add_option("-o,--out", o->out,
                   "Output path without extension (default golden/plots/NAME or golden/plots/group)");

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -156,6 +159,138 @@ TEST(Plot, DataClampsExactZerosAndScriptDrawsBothPanels) {
   Golden w1 = make_golden();
   w1.layout_curves.reset();  // world 1: the upper panel only
   EXPECT_EQ(plot_script({w1}, o).find("\nset logscale y"), std::string::npos);
+}
+
+// The plot commands of a script's first figure (the PNG; the SVG repeats it), each with the key
+// state and the plot area (screen coordinates) in force when it ran.
+struct PlotCmd {
+  bool key_on = true;  // gnuplot's default
+  double l = 0, r = 1, t = 1, b = 0;
+  std::string text;
+};
+
+std::vector<PlotCmd> plots_of(const std::string& script) {
+  std::vector<PlotCmd> out;
+  PlotCmd state;
+  std::istringstream in(script.substr(0, script.find("set terminal svg")));
+  std::string line, cmd;
+  while (std::getline(in, line)) {
+    cmd += line;
+    if (!cmd.empty() && cmd.back() == '\\') {
+      cmd.pop_back();
+      continue;
+    }
+    std::istringstream parts(cmd);
+    for (std::string part; std::getline(parts, part, ';'); cmd.clear()) {
+      part.erase(0, part.find_first_not_of(' '));
+      double v = 0;
+      if (part.rfind("unset key", 0) == 0) state.key_on = false;
+      if (part.rfind("set key", 0) == 0) state.key_on = true;
+      for (auto [name, field] : {std::pair{"lmargin", &PlotCmd::l},
+                                 {"rmargin", &PlotCmd::r},
+                                 {"tmargin", &PlotCmd::t},
+                                 {"bmargin", &PlotCmd::b}})
+        if (std::sscanf(part.c_str(), (std::string("set ") + name + " at screen %lf").c_str(), &v) == 1)
+          state.*field = v;
+      if (part.rfind("plot ", 0) == 0) {
+        out.push_back(state);
+        out.back().text = part;
+      }
+    }
+    cmd.clear();
+  }
+  return out;
+}
+
+bool overlap(const PlotCmd& a, const PlotCmd& b) { return a.l < b.r && b.l < a.r && a.b < b.t && b.b < a.t; }
+
+std::vector<Golden> group(size_t n) {
+  std::vector<Golden> gs;
+  for (size_t i = 0; i < n; ++i) {
+    gs.push_back(make_golden());
+    gs.back().scenario = "scenario_" + std::to_string(i);
+    gs.back().layout = "world " + std::to_string(i + 2) + " = dp_replicate 1 x dp_shard " + std::to_string(i + 2);
+  }
+  return gs;
+}
+
+size_t count(const std::vector<PlotCmd>& ps, const std::string& what) {
+  size_t k = 0;
+  for (const PlotCmd& p : ps) k += p.text.find(what) != std::string::npos;
+  return k;
+}
+
+TEST(Plot, GroupFigureIsAGridWithOnePanelPerScenario) {
+  PlotOptions o;
+  o.stem = "/tmp/p";
+  for (size_t n : {1, 7, 32}) {
+    std::vector<Golden> gs = group(n);
+    gs[0].layout_curves.reset();  // world 1: a loss panel, no error panel
+    const std::string gp = plot_script(gs, o);
+    const size_t cols = n == 1 ? 1 : n == 7 ? 3 : 6;
+    EXPECT_NE(gp.find("# small multiples: " + std::to_string(n) + " panels, " + std::to_string(cols) + " columns x " +
+                      std::to_string((n + cols - 1) / cols) + " rows"),
+              std::string::npos);
+    const std::vector<PlotCmd> ps = plots_of(gp);
+    EXPECT_EQ(count(ps, "using 1:2 "), n) << "a loss panel (the baseline) per scenario";
+    EXPECT_EQ(count(ps, "using 1:4 "), n - 1) << "an error panel per scenario with a layout";
+    for (size_t i = 0; i < n; ++i) EXPECT_NE(gp.find("index " + std::to_string(i) + " using 1:2 "), std::string::npos);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_TRUE(ps[i].l >= 0 && ps[i].r <= 1 && ps[i].b >= 0 && ps[i].t <= 1 && ps[i].l < ps[i].r &&
+                  ps[i].b < ps[i].t);
+      for (size_t j = 0; j < i; ++j) EXPECT_FALSE(overlap(ps[i], ps[j])) << ps[i].text << "\n" << ps[j].text;
+    }
+  }
+}
+
+TEST(Plot, NoKeyInsideAPanelOneSharedLegendOutsideThem) {
+  PlotOptions o;
+  o.stem = "/tmp/p";
+  const std::vector<PlotCmd> ps = plots_of(plot_script(group(9), o));
+  size_t legends = 0;
+  for (const PlotCmd& p : ps) {
+    if (p.text.find(".dat'") != std::string::npos) {
+      EXPECT_FALSE(p.key_on) << "a key over the data of: " << p.text;
+      continue;
+    }
+    ++legends;  // the legend: a key over an area that holds no data and no panel
+    EXPECT_TRUE(p.key_on);
+    EXPECT_EQ(std::regex_replace(p.text, std::regex(R"(\s*NaN with [^,]*title '([^']|'')*',?\s*)"), ""), "plot")
+        << "the legend draws only NaN: " << p.text;
+    for (const PlotCmd& q : ps)
+      if (&q != &p) {
+        EXPECT_FALSE(overlap(p, q)) << q.text;
+      }
+  }
+  EXPECT_EQ(legends, 1u);
+}
+
+std::string loss_color(const std::string& script, size_t index) {
+  std::smatch m;
+  const std::string key = "index " + std::to_string(index) + " using 1:3 with lines lw 2.5 lc rgb '(#[0-9a-f]{6})'";
+  return std::regex_search(script, m, std::regex(key)) ? m[1].str() : "none";
+}
+
+TEST(Plot, ALayoutHasOneColourInEveryFigure) {
+  const std::string a = "world 2 = dp_replicate 1 x dp_shard 2 x tp 1, ep 1, etp 1";
+  const std::string b = "world 4 = dp_replicate 1 x dp_shard 4 x tp 1, ep 1, etp 1";
+  std::vector<Golden> one = group(2), two = group(3);
+  one[0].layout = a, one[1].layout = b;
+  two[2].layout = a, two[2].scenario = "another_scenario", two[0].layout = b + ", sp";
+  PlotOptions o;
+  o.stem = "/tmp/p";
+  const std::string gp1 = plot_script(one, o), gp2 = plot_script(two, o);
+  EXPECT_EQ(loss_color(gp1, 0), layout_color(a));
+  EXPECT_EQ(loss_color(gp2, 2), layout_color(a)) << "the same layout, another figure, another place";
+  EXPECT_EQ(loss_color(gp1, 1), layout_color(b));
+  EXPECT_NE(loss_color(gp1, 0), loss_color(gp1, 1)) << "two layouts in one figure";
+  EXPECT_NE(gp2.find("using 1:4 with linespoints pt 7 ps 0.35 lw 1 lc rgb '" + layout_color(a) + "'"),
+            std::string::npos);
+  std::set<std::string> used;  // the hash spreads layouts over the palette
+  for (size_t w = 2; w <= 64; ++w)
+    used.insert(layout_color("world " + std::to_string(w) + " = dp_shard " + std::to_string(w)));
+  EXPECT_GE(used.size(), 10u);
+  for (const std::string& c : used) EXPECT_TRUE(c != "#000000" && c != "#ff0000") << c;
 }
 
 TEST(Plot, MissingGnuplotIsAClearError) {

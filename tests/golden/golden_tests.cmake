@@ -27,3 +27,9 @@ foreach(file ${PARITY_GOLDEN_SCENARIOS})
   add_test(NAME golden.${name} COMMAND parity golden check ${file} --backend mpi)
   set_tests_properties(golden.${name} PROPERTIES LABELS golden TIMEOUT 180 ENVIRONMENT "${PARITY_GOLDEN_ENV}")
 endforeach()
+
+# The figures through gnuplot itself: a group of 30 drawn, gnuplot silent on its script (skipped,
+# exit 77, without gnuplot).
+add_test(NAME golden.plot_renders COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/golden/plot_renders.sh $<TARGET_FILE:parity>
+                                          ${PROJECT_SOURCE_DIR})
+set_tests_properties(golden.plot_renders PROPERTIES LABELS "golden;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)

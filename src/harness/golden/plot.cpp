@@ -1,7 +1,10 @@
 // gnuplot data and script for golden curves; gnuplot runs as a subprocess.
 #include "harness/golden/plot.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "core/error.h"
+#include "core/philox.h"
 #include "harness/verdict/tolerance.h"
 
 namespace parity {
@@ -46,80 +50,185 @@ std::string sh(const std::string& s) {
   return out + "'";
 }
 
-bool has_layout(const std::vector<Golden>& gs) {
-  for (const Golden& g : gs)
-    if (g.layout_curves) return true;
-  return false;
-}
+// Distinguishable on white, none of them the black, gray and red of the floor, baseline and bound.
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#0e9aa7",
+                                    "#a0a01e", "#393b79", "#637939", "#8c6d31", "#7b4173", "#b8860b", "#1b9e77"};
 
-// Index of the first golden with the same baseline loss curve (draw each baseline once).
-size_t first_same_baseline(const std::vector<Golden>& gs, size_t i) {
-  for (size_t j = 0; j < i; ++j)
-    if (gs[j].baseline.loss == gs[i].baseline.loss) return j;
-  return i;
-}
-
-// The two panels, for one terminal.
-std::string panels(const std::vector<Golden>& gs, const std::string& data, const PlotOptions& o) {
-  const bool lower = has_layout(gs);
-  std::ostringstream s;
-  s << "set multiplot layout " << (lower ? 2 : 1) << ",1 title " << q(label(o.title)) << "\n";
-  s << "set lmargin 12\nset rmargin 34\nset key outside right top Left reverse samplen 2 font ',9'\n";
-  s << "set grid\nset xlabel 'step'\nset ylabel 'loss (nats/token)'\nunset logscale y\nset format y '%.2f'\n";
-  s << "plot ";
-  std::vector<double> floors;
-  for (size_t i = 0; i < gs.size(); ++i) {
-    const std::string color = "lc " + std::to_string(i + 1);
-    if (first_same_baseline(gs, i) == i)
-      s << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 2 "
-        << (gs.size() > 1 ? color : "lc rgb 'gray40'") << " title "
-        << q(label("baseline" + (gs.size() > 1 ? " (" + gs[i].scenario + ")" : std::string()))) << ", \\\n     ";
-    if (gs[i].layout_curves)
-      s << q(data) << " index " << i << " using 1:3 with lines lw 1.5 " << color << " title "
-        << q(label(gs[i].scenario)) << ", \\\n     ";
-    bool seen = false;
-    for (double f : floors) seen = seen || f == gs[i].entropy_floor;
-    if (!seen) floors.push_back(gs[i].entropy_floor);
+// The layout's words without its degrees of 1: "world 4 = dp_shard 2 x tp 2, etp 2, sp".
+std::string short_layout(const std::string& full) {
+  const size_t eq = full.find(" = ");
+  if (eq == std::string::npos) return full;
+  std::string out, rest = full.substr(eq + 3);
+  std::string sep;
+  while (!rest.empty()) {
+    const size_t x = rest.find(" x "), c = rest.find(", ");
+    const size_t cut = std::min(x, c);
+    const std::string word = rest.substr(0, cut);
+    const bool one =
+        word.size() > 2 && word.compare(word.size() - 2, 2, " 1") == 0 && word.find(' ') == word.size() - 2;
+    if (!one) out += (out.empty() ? "" : sep) + word;
+    if (cut == std::string::npos) break;
+    sep = rest.substr(cut, cut == x ? 3 : 2);
+    rest = rest.substr(cut + sep.size());
   }
-  for (size_t k = 0; k < floors.size(); ++k)
-    s << (k ? ", \\\n     " : "") << num(floors[k]) << " with lines lw 2 lc rgb 'black' title "
-      << q("entropy floor " + num(floors[k]).substr(0, 6));
-  s << "\n";
-  if (lower) {
-    s << "set logscale y\nset format y '10^{%L}'\nset ylabel '|layout - baseline| loss'\n";
-    s << "set label 1 " << q("0 drawn at 1e-18") << " at graph 0.01, graph 0.06 font ',8'\n";
-    s << "plot ";
-    bool first = true;
-    for (size_t i = 0; i < gs.size(); ++i) {
-      if (!gs[i].layout_curves) continue;
-      if (first)
-        s << q(data) << " index " << i << " using 1:5 with lines dt 2 lw 2 lc rgb 'red' title "
-          << q(label("verdict's loss bound (" + gs[i].dtype + ")")) << ", \\\n     ";
-      s << (first ? "" : ", \\\n     ") << q(data) << " index " << i
-        << " using 1:4 with linespoints pt 7 ps 0.5 lw 0.5 lc " << i + 1 << " title " << q(label(gs[i].scenario));
-      first = false;
+  return full.substr(0, eq) + (out.empty() ? ": one device" : " = " + out);
+}
+
+// `text` in lines of at most `width` characters where it can, broken after `sep`; at most
+// `most` lines (the last takes the rest).
+std::vector<std::string> wrap(const std::string& text, const std::string& sep, size_t width, size_t most) {
+  std::vector<std::string> lines{""};
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(sep, at);
+    end = end == std::string::npos ? text.size() : end + sep.size();
+    const std::string piece = text.substr(at, end - at);
+    if (!lines.back().empty() && lines.back().size() + piece.size() > width && lines.size() < most)
+      lines.emplace_back();
+    lines.back() += piece;
+    at = end;
+  }
+  return lines;
+}
+
+// |layout - baseline| loss at step t (an exact 0 at kZeroDrawnAt) and the verdict's loss bound there.
+double loss_error(const Golden& g, size_t t) {
+  const double d = std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]);
+  return d > 0 ? d : kZeroDrawnAt;
+}
+double loss_bound(const Golden& g, size_t t) {
+  return tolerance_for(parse_precision(g.dtype, "golden dtype"), Quantity::loss).norm_rel *
+         std::fabs(g.baseline.loss[t]);
+}
+size_t layout_steps(const Golden& g) { return std::min(g.baseline.steps(), g.layout_curves->steps()); }
+
+// The error panel's y range in whole decades and a tic every `step` decades (at most 5 tics).
+struct Decades {
+  int lo = -18, hi = -12, step = 2;
+  explicit Decades(const Golden& g) {
+    double a = 1, b = 0;
+    for (size_t t = 0; t < layout_steps(g); ++t)
+      for (double v : {loss_error(g, t), loss_bound(g, t)}) a = std::min(a, v), b = std::max(b, v);
+    if (b <= 0) return;
+    lo = static_cast<int>(std::floor(std::log10(a)));
+    hi = std::max(lo + 1, static_cast<int>(std::ceil(std::log10(b))));
+    step = (hi - lo + 3) / 4;
+  }
+};
+
+// A panel's title: the scenario's name (broken after '_' when long) and its layout's short words.
+struct Title {
+  std::vector<std::string> name, layout;
+};
+
+// The figure's geometry in pixels: a header (title, shared legend) over a grid of cells, one per
+// golden, each its title, the loss panel and below it the |layout - baseline| panel.
+struct Grid {
+  size_t n, cols, rows;
+  int cell_w, cell_h, header_h = 84, title_h = 0, width, height;
+  std::vector<Title> titles;
+  explicit Grid(const std::vector<Golden>& gs) : n(gs.size()) {
+    cols = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+    rows = (n + cols - 1) / cols;
+    cell_w = std::max(330, 1000 / static_cast<int>(cols));
+    size_t name_lines = 1, layout_lines = 1;
+    for (const Golden& g : gs) {  // characters of about 9 (bold, 10 pt) and 5.6 pixels (8 pt)
+      titles.push_back({wrap(g.scenario, "_", static_cast<size_t>((cell_w - 16) / 9), 3),
+                        wrap(short_layout(g.layout), ", ", static_cast<size_t>((cell_w - 16) / 5.6), 3)});
+      name_lines = std::max(name_lines, titles.back().name.size());
+      layout_lines = std::max(layout_lines, titles.back().layout.size());
     }
-    s << "\nunset label 1\n";
+    title_h = 16 + 14 * static_cast<int>(name_lines) + 12 * static_cast<int>(layout_lines);
+    cell_h = title_h + std::max(250, cell_w * 7 / 10 - 40);
+    width = cell_w * static_cast<int>(cols);
+    height = header_h + cell_h * static_cast<int>(rows) + 8;
   }
-  s << "unset multiplot\n";
+  std::string x(double px) const { return num(px / width).substr(0, 8); }
+  std::string y(double px_from_top) const { return num(1.0 - px_from_top / height).substr(0, 8); }
+  // Plot area of a panel, in screen coordinates; top and bottom in pixels from the figure's top.
+  std::string margins(double left, double right, double top, double bottom) const {
+    return "set lmargin at screen " + x(left) + "; set rmargin at screen " + x(right) + "; set tmargin at screen " +
+           y(top) + "; set bmargin at screen " + y(bottom) + "\n";
+  }
+};
+
+// One cell: golden i's loss over its baseline and floor, then its error against the bound.
+void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, const std::string& data) {
+  const double left = static_cast<double>(i % g.cols) * g.cell_w + 58, right = left - 58 + g.cell_w - 14;
+  const double top = g.header_h + static_cast<double>(i / g.cols) * g.cell_h, panel_top = top + g.title_h;
+  const double bottom = top + g.cell_h - 22;  // world 1 has no error panel: its loss takes the cell
+  const double split = gd.layout_curves ? panel_top + (bottom - panel_top) * 0.56 : bottom;
+  const std::string color = "lc rgb '" + layout_color(gd.layout) + "'", mid = g.x(left - 58 + g.cell_w / 2.0);
+  s << "# panel " << i + 1 << " of " << g.n << ": " << gd.scenario << " (" << gd.layout << ")\n";
+  double at = top + 4;
+  int tag = 1;
+  for (const std::string& line : g.titles[i].name)
+    s << "set label " << tag++ << " " << q("{/:Bold " + label(line) + "}") << " at screen " << mid << ", "
+      << g.y(at += 14) << " center font ',10'\n";
+  at += 1;
+  for (const std::string& line : g.titles[i].layout)
+    s << "set label " << tag++ << " " << q(label(line)) << " at screen " << mid << ", " << g.y(at += 12)
+      << " center font ',8' tc " << color.substr(3) << "\n";
+  s << g.margins(left, right, panel_top, split) << "unset logscale y\nset format y '%.1f'\nset autoscale\n";
+  s << "set ytics 1\nset format x " << (gd.layout_curves ? "''" : "'%g'") << "\n";
+  s << "plot " << num(gd.entropy_floor) << " with lines lw 1.5 lc rgb 'black' notitle";
+  if (gd.layout_curves)
+    s << ", \\\n     " << q(data) << " index " << i << " using 1:3 with lines lw 2.5 " << color << " notitle";
+  s << ", \\\n     " << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 1.5 lc rgb 'gray15' notitle\n";
+  s << "unset label\n";
+  if (!gd.layout_curves) return;
+  const Decades d(gd);
+  s << g.margins(left, right, split + 12, bottom) << "set logscale y\nset format y '10^{%L}'\nset format x '%g'\n";
+  s << "set yrange [1e" << d.lo << ":1e" << d.hi << "]\nset ytics 1e" << d.step << "\n";
+  s << "plot " << q(data) << " index " << i << " using 1:5 with lines dt 2 lw 1.5 lc rgb 'red' notitle, \\\n     "
+    << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.35 lw 1 " << color << " notitle\n";
+}
+
+// The figure for one terminal: every cell with its key off, then the one shared legend in the
+// header strip, which holds no data.
+std::string panels(const std::vector<Golden>& gs, const std::string& data, const PlotOptions& o, const Grid& g) {
+  std::ostringstream s;
+  s << "# small multiples: " << gs.size() << " panels, " << g.cols << " columns x " << g.rows << " rows\n";
+  s << "set multiplot title " << q(label(o.title)) << " font ',12'\n";
+  s << "unset key\nset grid\nunset xlabel\nunset ylabel\nset tics font ',8'\nset xtics 10\nset offsets 0, 0, graph "
+       "0.06, graph 0.06\n";
+  for (size_t i = 0; i < gs.size(); ++i) cell(s, g, gs[i], i, data);
+  std::string dtypes;
+  for (const Golden& gd : gs)
+    if (dtypes.find(gd.dtype) == std::string::npos) dtypes += (dtypes.empty() ? "" : ", ") + gd.dtype;
+  s << "# shared legend\nunset label\nunset grid\nunset border\nunset tics\nunset logscale y\n";
+  s << g.margins(0, g.width, 34, g.header_h - 4) << "set xrange [0:1]\nset yrange [0:1]\n";
+  const int cols = std::max(1, g.width / 360);  // the longest entry's width, its sample included
+  s << "set key at screen 0.5, " << g.y((34 + g.header_h - 4) / 2.0) << " center center horizontal maxrows "
+    << (5 + cols - 1) / cols << " samplen 3 font ',9'\n";
+  s << "plot NaN with lines lw 2.5 lc rgb '" << kPalette[0]
+    << "' title 'layout''s loss (colour: its layout, in every figure)', \\\n"
+    << "     NaN with lines dt 2 lw 1.2 lc rgb 'gray15' title 'baseline (one device)', \\\n"
+    << "     NaN with lines lw 1.5 lc rgb 'black' title 'entropy floor', \\\n"
+    << "     NaN with linespoints pt 7 ps 0.35 lc rgb '" << kPalette[0]
+    << "' title '|layout - baseline| loss, log axis (exact 0 at 1e-18)', \\\n"
+    << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title " << q("verdict's loss bound (" + dtypes + ")") << "\n";
+  s << "unset key\nset border\nset tics\nunset multiplot\n";
   return s.str();
 }
 
 }  // namespace
 
+std::string layout_color(const std::string& layout) {
+  const uint64_t h = name_hash(layout);
+  return kPalette[(h ^ (h >> 32)) % std::size(kPalette)];
+}
+
 std::string plot_data(const std::vector<Golden>& gs) {
   std::ostringstream s;
   for (size_t i = 0; i < gs.size(); ++i) {
     const Golden& g = gs[i];
-    const double bound = tolerance_for(parse_precision(g.dtype, "golden dtype"), Quantity::loss).norm_rel;
     s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout
       << "): step baseline layout |layout-baseline| bound\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
       s << t << " " << num(g.baseline.loss[t]);
-      if (g.layout_curves && t < g.layout_curves->steps()) {
-        const double d = std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]);
-        s << " " << num(g.layout_curves->loss[t]) << " " << num(d > 0 ? d : kZeroDrawnAt) << " "
-          << num(bound * std::fabs(g.baseline.loss[t]));
+      if (g.layout_curves && t < layout_steps(g)) {
+        s << " " << num(g.layout_curves->loss[t]) << " " << num(loss_error(g, t)) << " " << num(loss_bound(g, t));
       } else {
         s << " ? ? ?";
       }
@@ -131,13 +240,15 @@ std::string plot_data(const std::vector<Golden>& gs) {
 
 std::string plot_script(const std::vector<Golden>& gs, const PlotOptions& o) {
   const std::string data = o.stem + ".dat";
+  const Grid g(gs);
+  const std::string size = " size " + std::to_string(g.width) + "," + std::to_string(g.height);
   std::ostringstream s;
   s << "# parity plot: redraw with `gnuplot " << o.stem << ".gp`\n";
   s << "set datafile missing '?'\nset encoding utf8\n";
-  s << "set terminal pngcairo size 1200," << (has_layout(gs) ? 900 : 500) << " font 'sans,10'\n";
-  s << "set output " << q(o.stem + ".png") << "\n" << panels(gs, data, o);
-  s << "set terminal svg size 1200," << (has_layout(gs) ? 900 : 500) << " font 'sans,10' dynamic\n";
-  s << "set output " << q(o.stem + ".svg") << "\n" << panels(gs, data, o);
+  s << "set terminal pngcairo" << size << " font 'sans,9'\n";
+  s << "set output " << q(o.stem + ".png") << "\n" << panels(gs, data, o, g);
+  s << "set terminal svg" << size << " font 'sans,9' dynamic\n";
+  s << "set output " << q(o.stem + ".svg") << "\n" << panels(gs, data, o, g);
   s << "set output\n";
   return s.str();
 }

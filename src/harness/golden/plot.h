@@ -1,7 +1,10 @@
-// Pictures of golden curves (issue 9), drawn by gnuplot (Debian package gnuplot-nox): on top
-// the loss of each layout over its baseline and the data's entropy floor as a line; below,
-// |layout - baseline| per step on a log axis (an exact 0 is drawn at kZeroDrawnAt). One
-// figure per call, for one scenario or a group, written as STEM.png and STEM.svg next to the
+// Pictures of golden curves (issue 9), drawn by gnuplot (Debian package gnuplot-nox): small
+// multiples, one panel per golden in a grid sized to the count, each titled with the scenario and
+// its layout: on top the layout's loss over its baseline and the data's entropy floor; below,
+// |layout - baseline| per step on a log axis (an exact 0 is drawn at kZeroDrawnAt) under the
+// verdict's loss bound. No key inside a panel: one shared legend above the grid. A layout's
+// colour is layout_color, the same in every figure. One figure per call, for one scenario or a
+// group, written as STEM.png and STEM.svg next to the
 // data (STEM.dat) and the script (STEM.gp) that made them, so a figure can be redrawn by hand.
 #pragma once
 #include <string>
@@ -18,6 +21,11 @@ struct PlotOptions {
   std::string title;              // figure title
   std::string gnuplot = "gnuplot";  // the program to run
 };
+
+// The colour of a layout's curves: its words (Golden::layout) hashed into a fixed palette of 14
+// distinguishable colours, so a layout has the same colour in every figure; two layouts may
+// share one (a panel holds one layout, and its title names it).
+std::string layout_color(const std::string& layout);
 
 // The data file and the script (pure: no files, no processes), for tests and for plot_curves.
 std::string plot_data(const std::vector<Golden>& goldens);
