@@ -133,7 +133,8 @@ TEST_F(DumpCompare, AGradientChangeIsHeldToTheRowsBound) {
   for (const double k : {0.3, 3.0}) {
     const std::string got = candidate("attn" + std::to_string(k));
     edit(got, step_file(1), "grads.layers.0.attn.wv", [&](auto& v) { for (double& x : v) x *= 1 + k * bound * 2; });
-    const Row& a = row(compare(got), "grad", "attention");
+    const VerdictReport r = compare(got);
+    const Row& a = row(r, "grad", "attention");
     EXPECT_EQ(a.verdict, k < 1 ? RowVerdict::ok : RowVerdict::fail) << "x(1 + " << k << " bound)";
   }
 }
@@ -179,7 +180,8 @@ TEST_F(DumpCompare, CountsPerRankAndOtherDataAndOtherRoutingAreCaught) {
   {
     const std::string got = candidate("routing");
     edit(got, step_file(0), "layers.1.moe.chosen", [](auto& v) { std::swap(v[6], v[7]); });  // token 3's two slots
-    const Row& x = row(compare(got), "routing", "layers.1");
+    const VerdictReport r = compare(got);
+    const Row& x = row(r, "routing", "layers.1");
     EXPECT_EQ(x.verdict, RowVerdict::fail);
     EXPECT_NE(x.detail.find("1 of 32 tokens chose other experts (0 near-tie)"), std::string::npos) << x.detail;
   }
