@@ -32,6 +32,16 @@ def parity_dump(binary, scenario, out_dir, steps, precision):
         raise Failed(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}")
 
 
+def parity_compare(binary, ref, got, steps=None):
+    """`parity compare REF GOT [--steps N]`: (exit code, its output, its root line or "")."""
+    cmd = [binary, "compare", ref, got] + ([] if steps is None else ["--steps", str(steps)])
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    root = next((line for line in r.stdout.splitlines() if line.startswith("root: ")), "")
+    if r.returncode not in (0, 1):
+        raise Failed(f"parity compare {ref} {got}: exit {r.returncode}\n{r.stdout}")
+    return r.returncode, r.stdout, root
+
+
 def main(name, body):
     """Runs body(tmp_dir); prints `python NAME: PASS|FAIL (...)` and exits 0 or 1."""
     tmp = tempfile.mkdtemp(prefix="parity-torch-")

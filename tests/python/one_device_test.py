@@ -64,6 +64,9 @@ def body(tmp):
     print(f"{scen} ({precision}, {steps} steps): torch against parity dump")
     print(text, end="")
     check(ok, f"{scen} {precision}: the torch run differs from parity's dump (table above)")
+    code, out, _ = common.parity_compare(binary, ref, os.path.join(tmp, "torch"))  # parity's own verdict
+    print(out, end="")
+    check(code == 0, f"{scen} {precision}: parity compare fails the torch run (table above)")
     fams = {n: r.max for n, r in rows.items() if n.startswith(("grad ", "param "))}
     worst = max(fams, key=fams.get)
     caught = []
@@ -72,6 +75,9 @@ def body(tmp):
         failing = [n for n, r in mrows.items() if not r.ok]
         print(f"planted mutant {mutant}: {'not caught' if mok else 'caught'}: failing rows {failing}")
         check(not mok, f"mutant {mutant} passed the comparison: the check cannot see it\n{mtext}")
+        code, out, root = common.parity_compare(binary, ref, os.path.join(tmp, "mutant_" + mutant), min(steps, 3))
+        print(f"  parity compare: exit {code}, {root}")
+        check(code == 1 and root, f"mutant {mutant} passed parity compare (exit {code})\n{out}")
         caught.append(mutant)
     return (f"{scen} {precision}: worst family {worst} {fams[worst]:.2e} <= {tol:g}"
             + (f"; mutants caught: {', '.join(caught)}" if caught else ""))
