@@ -17,8 +17,14 @@ What it records and from where:
   `buffer_map` (parity name, torch buffer name) for the expert biases. A torch tensor stored
   (out, in) (nn.Linear) is written transposed, as parity stores (in, out).
 - routing: every module with an integer `parity_moe_layer` attribute is an MoE layer whose
-  forward leaves `module.chosen` (tokens, K); a forward hook takes it. tokens_per_expert is
-  counted from the gathered choices of the whole step.
+  forward leaves `module.chosen` (tokens, K); a forward hook takes it.
+- tokens_per_expert: the counts the model itself used for its expert-bias update, when the MoE
+  module exposes them as `module.tokens_per_expert` (E) at step() (parity_torch's MoE keeps the
+  counts update_expert_bias used, after its reduction over the ranks): rank 0's value is the
+  framework's, so counts left per rank show. A module without that attribute (or with None)
+  gets the fallback: the bincount of the gathered choices of the whole step, which is what the
+  routing decided, not what the bias update saw. The manifest's producer says which was used
+  ("tokens_per_expert": "model" or "recount").
 - placement of a rank's rows: micro-batch mb of a step is the mb-th micro() call; its rows are
   the sequences parity's split gives this data-parallel rank (data.dp_sequences: tensor_split
   into micro-batches, torch.chunk over the ranks), or `sequences=(begin, end)` given to micro().
@@ -29,6 +35,12 @@ What it records and from where:
   collective, so every rank must call grads() and step() (untested here: torch 1.13 has no
   DTensor). Per-rank shards with their placements are NOT written (parity's dump format holds
   full tensors), and FSDP1's flat parameters are not supported.
+- other groups: with tensor / sequence parallelism beside data parallelism, pass group= the
+  data-parallel group (losses are summed and rows gathered over it), dp=(rank, size) in it and
+  tp=(rank, size) in the tensor/sequence-parallel group; every rank of the tp group must hold
+  its data-parallel rank's loss part, rows and full gradients. The process with dp rank 0 and
+  tp rank 0 writes; the manifest's producer records world, dp and tp, so a comparer can name a
+  factor of tp.
 - clip_coef: measured, <g after, g before> / |g before|^2 from the gradients still present at
   step() (so a wrong clip shows: call step() before zero_grad); when every gradient was cleared
   first, parity's rule min(1, clip / (norm + 1e-6)) from the scenario.
@@ -62,10 +74,12 @@ def _dist():
 
 
 class Collector:
-    def __init__(self, out_dir, scenario, model, name_map=None, buffers=None, group=None, dp=None):
+    def __init__(self, out_dir, scenario, model, name_map=None, buffers=None, group=None, dp=None, tp=None):
         """scenario: a parity_torch Scenario (its raw JSON is written to the manifest); model: the
-        module or its DistributedDataParallel wrapper; dp: (rank, size) in the data-parallel group
-        (default: the group's rank and size, or (0, 1) without torch.distributed)."""
+        module or its DistributedDataParallel wrapper; group: the data-parallel process group
+        (default: the world); dp: (rank, size) in it (default: the group's rank and size, or
+        (0, 1) without torch.distributed); tp: (rank, size) in the tensor/sequence-parallel group,
+        (0, 1) by default: recorded in the manifest, and only tp rank 0 writes."""
         self.out, self.scn, self.cfg = out_dir, scenario, scenario.model
         ddp = torch.nn.parallel.DistributedDataParallel
         self.model = model.module if isinstance(model, ddp) else model
@@ -74,7 +88,9 @@ class Collector:
         self.group = group
         self.rank = dist.get_rank(group) if _dist() else 0
         self.dp = dp if dp is not None else ((self.rank, dist.get_world_size(group)) if _dist() else (0, 1))
-        self.writer = self.rank == 0
+        self.tp = tp if tp is not None else (0, 1)
+        self.writer = self.rank == 0 and self.tp[0] == 0
+        self.counts_from = set()  # "model" or "recount": where tokens_per_expert came from
         self.files, self.steps, self.t = [], [], 0
         self.moe = {m.parity_moe_layer: m for m in self.model.modules() if hasattr(m, "parity_moe_layer")}
         for layer, m in self.moe.items():
@@ -167,8 +183,13 @@ class Collector:
                 for part in chosen[l]:
                     for g0, c in part:
                         full[g0 * S:g0 * S + c.shape[0]] = c
-                valid = full[full >= 0]
-                t[f"layers.{l}.moe.tokens_per_expert"] = torch.bincount(valid, minlength=cfg.experts)
+                used = getattr(self.moe[l], "tokens_per_expert", None)
+                if used is not None:  # the counts the model's bias update used (rank 0's)
+                    self.counts_from.add("model")
+                    t[f"layers.{l}.moe.tokens_per_expert"] = used.detach().cpu().to(torch.int64).reshape(-1).clone()
+                else:  # fallback: recounted from the routing gathered over the ranks
+                    self.counts_from.add("recount")
+                    t[f"layers.{l}.moe.tokens_per_expert"] = torch.bincount(full[full >= 0], minlength=cfg.experts)
                 t[f"layers.{l}.moe.expert_bias"] = params[f"layers.{l}.moe.expert_bias"]
                 t[f"layers.{l}.moe.chosen"] = full
             self._write(step_file(self.t), t, self.t)
@@ -198,7 +219,8 @@ class Collector:
         self.files.append({"file": name, "step": step, "tensors": desc})
 
     def close(self):
-        """Writes manifest.json (rank 0). The run's "producer" names this collector and the world."""
+        """Writes manifest.json (rank 0). The run's "producer" names this collector, the world and
+        the layout's data- and tensor-parallel degrees, and where tokens_per_expert came from."""
         if not self.writer:
             return
         shapes = {}
@@ -206,9 +228,10 @@ class Collector:
         for pname, tname, tr, _ in self.map:
             s = list(params[tname].shape)
             shapes[pname] = s[::-1] if tr else s
-        world = dist.get_world_size(self.group) if _dist() else 1
-        m = {"format": FORMAT, "scenario": scenario_json(self.scn), "producer": {"name": "parity_torch.Collector",
-                                                                     "world": world, "dp": self.dp[1]},
+        world = dist.get_world_size() if _dist() else 1
+        producer = {"name": "parity_torch.Collector", "world": world, "dp": self.dp[1], "tp": self.tp[1],
+                    "tokens_per_expert": "+".join(sorted(self.counts_from)) or "none"}
+        m = {"format": FORMAT, "scenario": scenario_json(self.scn), "producer": producer,
              "conventions": CONVENTIONS,
              "parameters": [{"name": p, "shape": shapes[p], "family": f} for p, _, _, f in self.map],
              "files": self.files, "steps": self.steps}

@@ -2,6 +2,11 @@
 parity's verdict does (docs/verdict.md): per family the normwise relative error
 |x - ref| / |ref| over the family's tensors and the scale ratio <x, ref> / |ref|^2, which
 names a factor (x0.25 is a gradient divided by W = 4 once too often, x2 a doubled reduction).
+A `root:` line names where a failure first shows, as parity's verdict does (docs/verdict.md
+"The root of a failure"): the earliest failing step and, at that step, the first failing row in
+the order data flows (inputs, loss, gradients in backward order, grad norm, clipping, routing,
+tokens per expert, expert bias, parameters), its scale read against the degrees the got dump's
+producer records (world, dp, tp) and the micro-batches.
 
     python3 -m parity_torch.compare REF_DIR GOT_DIR [--tol 1e-10]     exit 0 PASS, 1 FAIL
 
@@ -25,15 +30,16 @@ class Row:
     def __init__(self, name, exact=False):
         self.name, self.exact = name, exact
         self.max, self.at, self.first_bad, self.scale, self.bad, self.steps = 0.0, None, None, None, 0, 0
+        self.worst = None  # (tensor, error) the worst tensor of the first failing step, for tensor rows
 
-    def add(self, step, err, tol, scale=None):
+    def add(self, step, err, tol, scale=None, worst=None):
         self.steps += 1
         if self.at is None or err > self.max:
             self.max, self.at = err, step
         if err > (0 if self.exact else tol):
             self.bad += 1
             if self.first_bad is None:
-                self.first_bad, self.scale = step, scale
+                self.first_bad, self.scale, self.worst = step, scale, worst
 
     @property
     def ok(self):
@@ -49,6 +55,18 @@ def _norm_sums(pairs):
         xr += float((x * ref).sum())
     rel = math.sqrt(d) / math.sqrt(r) if r > 0 else math.sqrt(d)
     return rel, (xr / r if r > 0 else None)
+
+
+def _worst_tensor(pairs):
+    """(name, normwise error) of the tensor with the largest error of (name, x, ref) triples."""
+    best = None
+    for name, x, ref in pairs:
+        x, ref = x.to(torch.float64), ref.to(torch.float64)
+        r = float((ref ** 2).sum())
+        e = math.sqrt(float(((x - ref) ** 2).sum())) / (math.sqrt(r) if r > 0 else 1.0)
+        if best is None or e > best[1]:
+            best = (name, e)
+    return best
 
 
 def _rel(x, ref):
@@ -93,18 +111,27 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
             for f in fams:
                 names = [n for n in ref.parameters if ref.families[n] == f and n not in missing]
                 rel, scale = _norm_sums((b[prefix + n], a[prefix + n]) for n in names)
-                row(f"{kind} {f}").add(t, rel, tol, scale)
+                worst = _worst_tensor((n, b[prefix + n], a[prefix + n]) for n in names) if rel > tol else None
+                row(f"{kind} {f}").add(t, rel, tol, scale, worst)
         moe = sorted({k.split(".moe.")[0] for k in a if k.endswith(".moe.chosen")}, key=lambda s: int(s.split(".")[1]))
+        if moe:  # scale: the got counts' total over the reference's (< 1: part of the tokens counted)
+            tpe = [(a[l + ".moe.tokens_per_expert"], b[l + ".moe.tokens_per_expert"]) for l in moe]
+            total = sum(int(r.sum()) for r, _ in tpe)
+            differ = [(l, int((r != x).sum())) for l, (r, x) in zip(moe, tpe)]
+            row("tokens_per_expert", exact=True).add(
+                t, sum(d for _, d in differ), tol, sum(int(x.sum()) for _, x in tpe) / total if total else None,
+                next(((l + ".moe.tokens_per_expert", d) for l, d in differ if d), None))
         for layer in moe:
             p = layer + ".moe."
-            row("tokens_per_expert", exact=True).add(t, int((a[p + "tokens_per_expert"] !=
-                                                             b[p + "tokens_per_expert"]).sum()), tol)
             row(f"routing {layer}", exact=True).add(t, int((a[p + "chosen"] != b[p + "chosen"]).any(1).sum()), tol)
         if moe:
             rel, scale = _norm_sums((b[l + ".moe.expert_bias"], a[l + ".moe.expert_bias"]) for l in moe)
             row("expert_bias").add(t, rel, tol, scale)
+    prod = got.manifest.get("producer") or {}
+    degrees = {k: int(prod.get(k) or 1) for k in ("tp", "dp", "world")}
+    degrees["microbatches"] = ref.scenario.model.microbatches
     info = {"ref": ref, "got": got, "tol": tol, "steps": common, "missing": missing, "absent": sorted(absent),
-            "world": (got.manifest.get("producer") or {}).get("world")}
+            "world": prod.get("world"), "degrees": degrees}
     return rows, info
 
 
@@ -126,10 +153,111 @@ def factor_note(rows, world):
     return note
 
 
+BACKWARD_ORDER = ["head", "layernorm", "shared_experts", "routed_experts", "router", "dense_mlp", "attention",
+                  "embedding"]  # the families in the order the backward pass produces their gradients
+
+
+def flow_rank(name):
+    """A row's place in the data flow (lower: earlier), as parity's verdict orders rows
+    (harness/verdict/verdict_root.cpp data_flow_rank); the inputs come first."""
+    kind, _, fam = name.partition(" ")
+    fam_rank = BACKWARD_ORDER.index(fam) if fam in BACKWARD_ORDER else len(BACKWARD_ORDER)
+    fixed = {"inputs": -2, "targets": -1, "loss": 0, "micro_losses": 1, "grad_norm": 30, "clip_coef": 31,
+             "routing": 40, "tokens_per_expert": 41, "expert_bias": 42}
+    if kind == "grad":
+        return 10 + fam_rank
+    if kind == "param":
+        return 50 + fam_rank
+    return fixed.get(kind, 70)
+
+
+def _near(x, c):
+    return abs(x - c) <= 2e-3 * abs(c)
+
+
+def factor_meaning(s, degrees):
+    """What a scale ratio suggests given the layout's degrees (verdict_root.cpp factor_meaning)."""
+    if s is None or math.isnan(s):
+        return "no scale ratio"
+    if abs(s) < 1e-3:
+        return "0: missing (a term or a reduction dropped)"
+    if _near(s, 1.0):
+        return "1: not a scaling (wrong elements, a permutation, or a different computation)"
+    if _near(s, -1.0):
+        return "-1: sign flipped"
+    named = []
+    for k in ("tp", "dp", "world", "microbatches"):
+        v = degrees.get(k, 1)
+        if v > 1:
+            for c, text in ((v, f"{v} (= {k})"), (1.0 / v, f"1/{v} (= 1/{k})")):
+                if _near(s, c) and text not in named:
+                    named.append(text)
+    if named:
+        return " or ".join(named) + (": summed where it should be averaged, or counted that many times" if s > 1
+                                     else ": averaged where it should be summed, or a group missing")
+    if _near(s, 2.0):
+        return "2: doubled (summed twice, or counted twice)"
+    if _near(s, 0.5):
+        return "1/2: halved (averaged twice, or half the terms)"
+    return "not a clean factor"
+
+
+def find_root(rows):
+    """(root row, rows failing first at its step, rows failing only later) or None."""
+    bad = [r for r in rows.values() if not r.ok and r.first_bad is not None]
+    if not bad:
+        return None
+    root = min(bad, key=lambda r: (r.first_bad, flow_rank(r.name)))
+    same = [r for r in bad if r is not root and r.first_bad == root.first_bad]
+    later = [r for r in bad if r.first_bad > root.first_bad]
+    return root, same, later
+
+
+def root_line(rows, info):
+    """'root: grad router at step 0, scale 0.507088 -> not a clean factor, near 1/2 (= 1/tp) ...
+    (worst tensor layers.1.moe.router.gate, error 0.74); also first failing at step 0: grad_norm,
+    param router; 19 rows fail only from later steps (consequences)', or '' when nothing failed.
+    The scale of tokens_per_expert is the got counts' total over the reference's."""
+    found = find_root(rows)
+    if found is None:
+        return ""
+    root, same, later = found
+    degrees = info.get("degrees") or {}
+    scale = "-" if root.scale is None else f"{root.scale:.6f}"
+    if root.name == "tokens_per_expert" and root.scale is not None and not _near(root.scale, 1.0):
+        ranks = {k: v for k, v in degrees.items() if k in ("dp", "world")}  # a count over part of the ranks
+        named = factor_meaning(root.scale, ranks).split(":")[0]
+        named = f"{named}: " if "(= " in named else ""
+        meaning = (f"{named}the counts sum to {root.scale:.4g} of the step's (token, slot) assignments: counted "
+                   + ("over part of the tokens (a rank's own, not summed over the ranks?)" if root.scale < 1
+                      else "some tokens more than once"))
+    elif root.exact and root.scale is None:
+        meaning = f"{root.max} differ (exact row)"
+    else:
+        meaning = factor_meaning(root.scale, degrees)
+        if meaning == "not a clean factor" and root.scale > 0:  # a partial sum: near 1/d, not on it
+            near = [f"1/{degrees[k]} (= 1/{k})" for k in ("tp", "dp", "world")
+                    if degrees.get(k, 1) > 1 and abs(root.scale * degrees[k] - 1) < 0.15]
+            if near:
+                meaning += (f", near {' or '.join(near)}: a partial sum (each rank's own tokens?), a reduction "
+                            "over that group missing")
+    out = f"root: {root.name} at step {root.first_bad}, scale {scale} -> {meaning}"
+    if root.worst:
+        n, e = root.worst
+        out += f" (worst tensor {n}, error {e:.3g})" if isinstance(e, float) else f" (first differing: {n}, {e} entries)"
+    if same:
+        out += f"; also first failing at step {root.first_bad}: " + ", ".join(r.name for r in same)
+    if later:
+        out += f"; {len(later)} row{'s' if len(later) > 1 else ''} fail only from later steps (consequences)"
+    return out
+
+
 def report(rows, info, out=sys.stdout):
     ref, got = info["ref"], info["got"]
     prod = (got.manifest.get("producer") or {}).get("name", "parity")
-    print(f"compare: {got.path} ({prod}, world {info['world'] or 1}) against {ref.path}: "
+    deg = info.get("degrees") or {}
+    layout = f"world {info['world'] or 1}" + "".join(f", {k} {deg[k]}" for k in ("dp", "tp") if deg.get(k, 1) > 1)
+    print(f"compare: {got.path} ({prod}, {layout}) against {ref.path}: "
           f"{len(info['steps'])} steps, {ref.scenario.dtype}, tol {info['tol']:g}", file=out)
     print(f"{'row':<28} {'max error':>10} {'step':>5} {'scale':>9}  verdict", file=out)
     for r in rows.values():
@@ -146,6 +274,9 @@ def report(rows, info, out=sys.stdout):
     note = factor_note(rows, info["world"])
     if note:
         print("FAIL: " + note, file=out)
+    root = root_line(rows, info)
+    if root:
+        print(root, file=out)
     bad = sum(not r.ok for r in rows.values()) + bool(info["missing"]) + bool(info["absent"])
     print(f"verdict: {'PASS' if bad == 0 else 'FAIL'}: {len(rows) - bad} of {len(rows)} rows within tolerance",
           file=out)

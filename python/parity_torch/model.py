@@ -135,8 +135,10 @@ class MoE(nn.Module):
     """Router, top-K routed experts (no token dropped), optional shared expert, aux loss.
 
     After each forward: `chosen` (tokens, K) and `aux` (this micro-batch's part of the loss);
-    `counts` (E) accumulates (token, slot) assignments until update_expert_bias() uses them.
-    The collector reads `chosen` from every module with a `parity_moe_layer` attribute."""
+    `counts` (E) accumulates (token, slot) assignments until update_expert_bias() uses them;
+    `tokens_per_expert` (E) is then the counts that update used (after its reduction over the
+    ranks), kept until the next update. The collector reads `chosen` from every module with a
+    `parity_moe_layer` attribute, and `tokens_per_expert` when the module has one."""
 
     def __init__(self, cfg, layer, dtype):
         super().__init__()
@@ -146,7 +148,12 @@ class MoE(nn.Module):
         self.shared = SwiGLU(cfg.dim, cfg.shared_hidden, dtype) if cfg.shared_experts > 0 else None
         self.register_buffer("expert_bias", torch.zeros(cfg.experts, dtype=dtype))
         self.counts = torch.zeros(cfg.experts, dtype=torch.int64)
-        self.chosen, self.aux = None, None
+        self.chosen, self.aux, self.tokens_per_expert = None, None, None
+
+    def scores(self, x):
+        """(..., E) router scores (softmax or sigmoid of x @ gate) of tokens x (..., D)."""
+        logits = self.router.gate(x)
+        return torch.softmax(logits, dim=-1) if self.cfg.score == "softmax" else torch.sigmoid(logits)
 
     def route_weights(self, scores, chosen):
         """(tokens, K): the unbiased scores of the chosen experts, renormalised, scaled."""
@@ -155,12 +162,14 @@ class MoE(nn.Module):
             w = w / w.sum(dim=-1, keepdim=True)
         return w * self.cfg.route_scale
 
-    def forward(self, x):  # (b, S, D)
+    def forward(self, x, scores=None):
+        """x (b, S, D); scores: the router's scores of these tokens (b, S, E) when computed
+        elsewhere (a sequence-parallel layout scores its own tokens, then gathers), else
+        self.scores(x)."""
         c = self.cfg
         b, s, d = x.shape
         xf = x.reshape(b * s, d)
-        logits = self.router.gate(xf)
-        scores = torch.softmax(logits, dim=-1) if c.score == "softmax" else torch.sigmoid(logits)
+        scores = self.scores(xf) if scores is None else scores.reshape(b * s, c.experts)
         chosen = topk_select(scores.detach() + self.expert_bias, c.top_k)  # the bias only selects
         w = self.route_weights(scores, chosen)
         out = torch.zeros_like(xf)
@@ -239,11 +248,13 @@ class ReferenceModel(nn.Module):
     def update_expert_bias(self, reduce_counts=None):
         """docs/model.md step 4 from the counts of this step's forwards: d_e = u sign(mean(c) - c_e),
         d -= mean(d), in double, added once in the parameter dtype. reduce_counts(t) sums a counts
-        tensor over data-parallel ranks in place (e.g. torch.distributed.all_reduce)."""
+        tensor over data-parallel ranks in place (e.g. torch.distributed.all_reduce); each MoE
+        module keeps the counts it used as `tokens_per_expert` (what the Collector records)."""
         for m in self.moe_layers():
             c = m.counts
             if reduce_counts is not None:
                 reduce_counts(c)
+            m.tokens_per_expert = c.clone()
             if self.cfg.bias_rate > 0:
                 cd = c.to(torch.float64)
                 d = self.cfg.bias_rate * torch.sign(cd.mean() - cd)

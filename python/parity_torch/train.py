@@ -23,7 +23,9 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     """Trains `steps` steps; records them into out_dir when given. ddp: the model's
     DistributedDataParallel wrapper. data: a MarkovData (default: from the scenario's data_seed);
     tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
-    bug="average_twice": divides the reduced gradients by W once more (a planted bug)."""
+    Planted bugs (tests/python/ddp_test.py): bug="average_twice" divides the reduced gradients
+    by W once more; bug="counts_per_rank" updates the expert bias from each rank's own tokens per
+    expert (no all_reduce of the counts)."""
     cfg = scenario.model
     net = ddp if ddp is not None else model
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
@@ -54,7 +56,7 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
             col.grads()  # collector line 3
         clip_grads(model.parameters(), scenario.optim.clip)
         opt.step()
-        model.update_expert_bias(dist.all_reduce if ddp is not None else None)
+        model.update_expert_bias(dist.all_reduce if ddp is not None and bug != "counts_per_rank" else None)
         if col:
             col.step()  # collector line 4
         losses.append(total)

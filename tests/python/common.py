@@ -1,7 +1,9 @@
 """Helpers of the parity_torch tests (tests/python/*_test.py): dumps from the parity binary,
-temporary directories, a verdict line that ctest matches."""
+temporary directories, a verdict line that ctest matches, rank processes (spawn_ranks)."""
+import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +42,57 @@ def parity_compare(binary, ref, got, steps=None):
     if r.returncode not in (0, 1):
         raise Failed(f"parity compare {ref} {got}: exit {r.returncode}\n{r.stdout}")
     return r.returncode, r.stdout, root
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(rank_main, args, world, tmp, deadline_s):
+    """Runs rank_main(rank, *args) in `world` processes (torch.multiprocessing, start method
+    spawn); each must write tmp/done.RANK when its work is done. A rank that fails or a run past
+    deadline_s ends them all and fails. A rank that finished its work but has not exited 10 s
+    after the last one finished is ended and named: the numbers are complete, the hang is
+    torch's exit."""
+    import torch.multiprocessing as mp
+    ctx = mp.start_processes(rank_main, args=args, nprocs=world, join=False, start_method="spawn")
+    deadline, all_done = time.monotonic() + deadline_s, None
+    try:
+        while not ctx.join(timeout=1):
+            if all(os.path.exists(os.path.join(tmp, f"done.{r}")) for r in range(world)):
+                all_done = all_done or time.monotonic()
+                if time.monotonic() > all_done + 10:
+                    late = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
+                    print(f"note: ranks {late} finished their work but did not exit within 10 s; ended")
+                    break
+            if time.monotonic() > deadline:
+                raise Failed(f"the {world} ranks did not finish in {deadline_s} s (exit codes so far: "
+                             f"{[p.exitcode for p in ctx.processes]})")
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+        raise Failed(f"a rank failed: {e}")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+
+
+def compared(ref, got, tol, title):
+    """Compares dump `got` with `ref` (parity_torch.compare), prints the title and the table;
+    returns (passed, rows, the printed text)."""
+    from parity_torch import compare, report
+    rows, info = compare(ref, got, tol)
+    text = io.StringIO()
+    ok = report(rows, info, text)
+    print(title)
+    print(text.getvalue(), end="")
+    return ok, rows, info, text.getvalue()
+
+
+def line_starting(text, prefix):
+    """The first line of text that starts with prefix, or ''."""
+    return next((l for l in text.splitlines() if l.startswith(prefix)), "")
 
 
 def main(name, body):

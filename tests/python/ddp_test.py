@@ -2,35 +2,38 @@
 sequences of every micro-batch (parity's split: tensor_split, then torch.chunk over the ranks,
 so an uneven batch leaves a rank with fewer or none), DDP averages the gradients, the Collector
 records the run (rank 0 writes), and the comparison with `parity dump`'s one-device reference
-must pass within TOL (1e-10 relative in fp64). Then the planted bug: the gradients averaged
-twice (divided by W once more after DDP's average) must FAIL, and the comparison must name the
-factor, "grad x0.25 at step 0 ... 1/W for W = 4".
+must pass within TOL (1e-10 relative in fp64). Then each planted bug must FAIL, named:
+- average_twice (the default): the gradients divided by W once more after DDP's average; the
+  comparison must name the factor, "grad x0.25 at step 0 ... 1/W for W = 4";
+- counts_per_rank: the expert-bias update takes each rank's own tokens per expert (no
+  all_reduce of the counts, parity_torch.train's bug="counts_per_rank"); the Collector records
+  the counts the model used (rank 0's), and the root must be "root: tokens_per_expert at step 0".
 
-Usage: ddp_test.py PARITY_BINARY SCENARIO STEPS [TOL]
+Usage: ddp_test.py PARITY_BINARY SCENARIO STEPS [TOL [BUG...]]
 Ranks are 4 processes (torch.multiprocessing, start method spawn) meeting at
-tcp://127.0.0.1:<a free port>; each runs the correct training, then the planted one.
+tcp://127.0.0.1:<a free port>; each runs the correct training, then each planted one.
 """
 import datetime
-import io
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # not the find_unused_parameters note of each rank
-import socket
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import common
-from common import check
-from parity_torch import Dump, ReferenceModel, compare, report, train
+from common import check, compared, line_starting
+from parity_torch import Dump, ReferenceModel, train
 from parity_torch.compare import factor_note
 
 WORLD = 4
 RANK_TIMEOUT_S = 60  # a collective that waits longer raises
-DEADLINE_S = 100  # all ranks, both runs (ctest's TIMEOUT is 120)
+DEADLINE_S = 100  # all ranks, all runs (ctest's TIMEOUT is 120)
+BUGS = {
+    "average_twice": "gradients averaged twice (divided by W again after DDP's average)",
+    "counts_per_rank": "tokens_per_expert not all-reduced (each rank updates its expert bias from its own counts)",
+}
 
 
 def rank_main(rank, port, ref, outs, steps):
@@ -48,62 +51,39 @@ def rank_main(rank, port, ref, outs, steps):
     open(os.path.join(os.path.dirname(ref), f"done.{rank}"), "w").close()
 
 
-def spawn_ranks(args, tmp):
-    """The W rank processes; a rank that fails or a run past DEADLINE_S ends them all and fails.
-    A rank that finished its work (done.RANK written) but has not exited 10 s after the last
-    one finished is ended and named: the numbers are complete, the hang is torch's exit."""
-    ctx = mp.start_processes(rank_main, args=args, nprocs=WORLD, join=False, start_method="spawn")
-    deadline, all_done = time.monotonic() + DEADLINE_S, None
-    try:
-        while not ctx.join(timeout=1):
-            if all(os.path.exists(os.path.join(tmp, f"done.{r}")) for r in range(WORLD)):
-                all_done = all_done or time.monotonic()
-                if time.monotonic() > all_done + 10:
-                    late = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-                    print(f"note: ranks {late} finished their work but did not exit within 10 s; ended")
-                    break
-            if time.monotonic() > deadline:
-                raise common.Failed(f"the {WORLD} ranks did not finish in {DEADLINE_S} s (exit codes so far: "
-                                    f"{[p.exitcode for p in ctx.processes]})")
-    except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
-        raise common.Failed(f"a rank failed: {e}")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def caught(bug, rows, info, text):
+    """The planted bug's name as the comparison printed it, or raises Failed."""
+    if bug == "average_twice":
+        note = factor_note(rows, info["world"])
+        check("grad x0.25 at step 0" in note and "W = 4" in note, f"the factor is not named: {note!r}")
+        return note
+    root = line_starting(text, "root: ")
+    check(root.startswith("root: tokens_per_expert at step 0"), f"the root is not tokens_per_expert: {root!r}")
+    return root
 
 
 def body(tmp):
     binary, scen, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     tol = float(sys.argv[4]) if len(sys.argv) > 4 else 1e-10
+    bugs = sys.argv[5:] or ["average_twice"]
+    for b in bugs:
+        check(b in BUGS, f"unknown planted bug {b!r} (known: {', '.join(BUGS)})")
     ref = os.path.join(tmp, "ref")
     common.parity_dump(binary, scen, ref, steps, "fp64")
-    good, bad = os.path.join(tmp, "ddp4"), os.path.join(tmp, "ddp4_average_twice")
-    spawn_ranks((free_port(), ref, [(good, None), (bad, "average_twice")], steps), tmp)
+    good = os.path.join(tmp, "ddp4")
+    outs = [(good, None)] + [(os.path.join(tmp, "ddp4_" + b), b) for b in bugs]
+    common.spawn_ranks(rank_main, (common.free_port(), ref, outs, steps), WORLD, tmp, DEADLINE_S)
 
-    rows, info = compare(ref, good, tol)
-    text = io.StringIO()
-    ok = report(rows, info, text)
-    print(f"{scen}: DDP over gloo, W = {WORLD}, fp64, {steps} steps, against the one-device dump")
-    print(text.getvalue(), end="")
+    ok, rows, _, _ = compared(ref, good, tol, f"{scen}: DDP over gloo, W = {WORLD}, fp64, {steps} steps, "
+                                              "against the one-device dump")
     check(ok, "DDP W=4 differs from parity's one-device dump (table above)")
     worst = max((r for n, r in rows.items() if n.startswith("grad ")), key=lambda r: r.max)
-
-    brows, binfo = compare(ref, bad, tol)
-    text = io.StringIO()
-    bok = report(brows, binfo, text)
-    print("planted bug: gradients averaged twice (divided by W again after DDP's average)")
-    print(text.getvalue(), end="")
-    check(not bok, "the planted bug passed the comparison")
-    note = factor_note(brows, binfo["world"])
-    check("grad x0.25 at step 0" in note and "W = 4" in note, f"the factor is not named: {note!r}")
-    return f"DDP W=4 worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bug caught: {note}"
+    named = []
+    for out, bug in outs[1:]:
+        bok, brows, binfo, text = compared(ref, out, tol, f"planted bug: {BUGS[bug]}")
+        check(not bok, f"the planted bug {bug} passed the comparison")
+        named.append(caught(bug, brows, binfo, text))
+    return f"DDP W=4 worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bugs caught: " + " | ".join(named)
 
 
 if __name__ == "__main__":

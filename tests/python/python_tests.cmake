@@ -31,3 +31,14 @@ parity_python_test(one_device.adamw_topk_all.fp64 python one_device_test.py $<TA
 parity_python_test(ddp4.uneven_b9_mb2 "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_uneven_b9_mb2 4 1e-10)
 parity_python_test(ddp4.tied_sigmoid_clip "python;multiprocess" ddp_test.py $<TARGET_FILE:parity> ${tied} 6 1e-10)
+# the planted bug "tokens_per_expert not all-reduced" (each rank's own counts update its expert
+# bias): the Collector records the counts the model used (rank 0's); root tokens_per_expert at step 0
+parity_python_test(ddp4.tokens_per_expert_per_rank "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
+                   fsdp4_ep4 4 1e-10 counts_per_rank)
+# an emulated sequence-parallel layout, dp 2 x tp 2, gradients reduced by explicit lists (Megatron's
+# sequence_parallel LayerNorms and router over tp, all over dp), within 1e-10; the planted bug (the
+# router gate left out of the tp all-reduce) must fail with root "grad router at step 0"
+parity_python_test(sp_emulated.dp2_tp2_uneven_b3_mb2 "python;multiprocess" sp_test.py $<TARGET_FILE:parity>
+                   fsdp2_tp2_sp_uneven_b3_mb2 4 1e-10)
+parity_python_test(sp_emulated.dp2_tp2_tied_sigmoid_clip "python;multiprocess" sp_test.py $<TARGET_FILE:parity>
+                   ${tied} 6 1e-10)
