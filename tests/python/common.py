@@ -44,6 +44,19 @@ def parity_compare(binary, ref, got, steps=None):
     return r.returncode, r.stdout, root
 
 
+def parity_verdict(binary, ref, got, root_prefix=None):
+    """parity compare must PASS `got` (root_prefix None) or FAIL it with a root line starting
+    with root_prefix; prints its table and returns the root line."""
+    code, out, root = parity_compare(binary, ref, got)
+    print(out, end="")
+    if root_prefix is None:
+        check(code == 0, f"parity compare fails {got} (table above)")
+    else:
+        check(code == 1 and root.startswith(root_prefix), f"parity compare: exit {code}, {root!r}, expected exit 1 "
+                                                          f"and a root line starting {root_prefix!r}")
+    return root
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -51,6 +51,10 @@ def rank_main(rank, port, ref, outs, steps):
     open(os.path.join(os.path.dirname(ref), f"done.{rank}"), "w").close()
 
 
+# What parity compare names as each bug's root (the factor follows it on the line)
+PARITY_ROOT = {"average_twice": "root: grad ", "counts_per_rank": "root: tokens_per_expert all MoE layers at step 0"}
+
+
 def caught(bug, rows, info, text):
     """The planted bug's name as the comparison printed it, or raises Failed."""
     if bug == "average_twice":
@@ -77,12 +81,14 @@ def body(tmp):
     ok, rows, _, _ = compared(ref, good, tol, f"{scen}: DDP over gloo, W = {WORLD}, fp64, {steps} steps, "
                                               "against the one-device dump")
     check(ok, "DDP W=4 differs from parity's one-device dump (table above)")
+    common.parity_verdict(binary, ref, good)
     worst = max((r for n, r in rows.items() if n.startswith("grad ")), key=lambda r: r.max)
     named = []
     for out, bug in outs[1:]:
         bok, brows, binfo, text = compared(ref, out, tol, f"planted bug: {BUGS[bug]}")
         check(not bok, f"the planted bug {bug} passed the comparison")
         named.append(caught(bug, brows, binfo, text))
+        named.append("parity compare " + common.parity_verdict(binary, ref, out, PARITY_ROOT[bug]))
     return f"DDP W=4 worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bugs caught: " + " | ".join(named)
 
 

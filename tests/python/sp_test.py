@@ -190,6 +190,7 @@ def body(tmp):
                                               f"fp64, {steps} steps, against the one-device dump"
                                               + (" (PARITY_SP_TEST_BREAK: the bug planted)" if broken else ""))
     check(ok, "the sequence-parallel layout differs from parity's one-device dump (table above)")
+    common.parity_verdict(binary, ref, good)
     worst = max((r for n, r in rows.items() if n.startswith("grad ")), key=lambda r: r.max)
     bok, _, _, text = compared(ref, bad, tol, "planted bug: the router gate left out of the sequence-parallel "
                                               "gradient all-reduce over the tp group")
@@ -197,6 +198,8 @@ def body(tmp):
     root = line_starting(text, "root: ")
     check(root.startswith("root: grad router at step 0"), f"the root is not the router at step 0: {root!r}")
     check("FAIL from step 0" in line_starting(text, "grad router "), "the grad router row does not fail from step 0")
+    proot = common.parity_verdict(binary, ref, bad, "root: grad router at step 0")
+    root += " | parity compare " + proot
     return f"dp {DP} x tp {TP} worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bug caught: {root}"
 
 
