@@ -20,7 +20,8 @@ std::string version_text() {
     t += std::string("cuda: kernels built (CUDA ") + PARITY_CUDA_VERSION + ")\n";
   } else {
     t += "backends: gloo, mpi (nccl not built)\n";
-    t += "cuda: not built (no CUDA toolkit and NCCL found, or PARITY_CUDA=OFF: --device cuda is exit 77)\n";
+    t += "cuda: not built (no GPU visible when configured, no CUDA toolkit and NCCL found, or PARITY_CUDA=OFF; "
+         "-DPARITY_CUDA=ON builds it: --device cuda is exit 77)\n";
   }
   return t;
 }
