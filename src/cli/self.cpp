@@ -52,7 +52,7 @@ void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& m
   sub.add_option("--node-rank", node_rank, "This host's index in [0, --nnodes); node 0 runs rank 0")
       ->check(non_negative_integer());
   sub.add_option("--master", master,
-                 "ADDR:PORT of rank 0's TCP store (node 0's address, the same on every host; --nnodes > 1)");
+                 "ADDR:PORT of rank 0's TCP store (node 0's address, the same on every host; unused with --nnodes 1)");
 }
 
 std::vector<std::string> self_command(const std::vector<std::string>& args) {

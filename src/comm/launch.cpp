@@ -575,9 +575,9 @@ int launch_main(const LaunchOptions& opts, const std::vector<std::string>& comma
                                          std::to_string(opts.node_rank));
   if (opts.nnodes > 1 && opts.backend == Backend::mpi)
     throw ConfigError("--nnodes", "backend mpi across hosts: start the ranks with mpirun -H HOST:N,... instead");
-  if (opts.nnodes > 1) (void)parse_master(opts.master);
-  if (opts.nnodes == 1 && !opts.master.empty())
-    throw ConfigError("--master", "only with --nnodes > 1 (one host meets through a store directory)");
+  // Checked with --nnodes 1 too, then unused there (one host meets through a store directory):
+  // one recipe serves a job of one node and of several (docs/multihost.md, Slurm).
+  if (opts.nnodes > 1 || !opts.master.empty()) (void)parse_master(opts.master);
   if (command.empty()) throw ConfigError("command", "nothing to launch: give a command after --");
   if (opts.timeout.count() <= 0) throw ConfigError("timeout", "must be positive");
   if (opts.in_process && opts.backend == Backend::mpi)

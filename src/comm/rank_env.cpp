@@ -1,5 +1,6 @@
 #include "comm/rank_env.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
@@ -220,12 +221,31 @@ std::string redis_store(const RankEnv& e, const Reader& r) {
   return "redis://" + (v6 ? "[" + u.host + "]" : u.host) + ":" + std::to_string(u.port) + "/" + u.run;
 }
 
+// torchrun's agent serves its own store on MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE):
+// parity's keys go under the run id and the restart count there.
+void agent_store(RankEnv& e, const Reader& r) {
+  const std::string run = r.get("TORCHELASTIC_RUN_ID").value_or("none");
+  for (char c : run)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      throw ConfigError("TORCHELASTIC_RUN_ID", "letters, digits and '._-' only, got '" + run + "'");
+  const int attempt = r.opt_int("TORCHELASTIC_RESTART_COUNT").value_or(0);
+  e.store_prefix = "/parity/" + run + "/attempt_" + std::to_string(attempt) + "/";
+  if (auto p = r.get("PARITY_TORCH_STORE")) {
+    if (*p != "1" && *p != "2")
+      throw ConfigError("PARITY_TORCH_STORE", "the protocol of torchrun's agent store: 1 (torch before 2.2) or 2 "
+                                              "(torch 2.2 and later), got '" + *p + "'");
+    e.torch_protocol = *p == "1" ? 1 : 2;
+  }
+}
+
 void choose_rendezvous(RankEnv& e, const Reader& r) {
   const bool multi = e.world_size > 1;
   if (!e.store_dir.empty()) e.rendezvous = RendezvousKind::file;
   else if (!multi) e.rendezvous = RendezvousKind::local;
   else if (e.backend == Backend::mpi) e.rendezvous = RendezvousKind::mpi;
   else if (r.has("PARITY_STORE")) e.rendezvous = RendezvousKind::redis;
+  else if (r.get("TORCHELASTIC_USE_AGENT_STORE") == "True" && r.has("MASTER_ADDR"))
+    e.rendezvous = RendezvousKind::torch;
   else if (r.has("MASTER_ADDR")) e.rendezvous = RendezvousKind::tcp;
   else if (e.under_mpirun) e.rendezvous = RendezvousKind::mpi;
   else if (e.source == "SLURM_PROCID") e.rendezvous = RendezvousKind::tcp;
@@ -239,7 +259,8 @@ void choose_rendezvous(RankEnv& e, const Reader& r) {
     throw ConfigError("PARITY_BACKEND", "mpi needs the ranks started by mpirun (this rank's identity comes from " +
                                             e.source + "); use gloo, or start the ranks with mpirun");
   if (e.rendezvous == RendezvousKind::redis) e.store_url = redis_store(e, r);
-  if (e.rendezvous != RendezvousKind::tcp) return;
+  if (e.rendezvous == RendezvousKind::torch) agent_store(e, r);
+  if (e.rendezvous != RendezvousKind::tcp && e.rendezvous != RendezvousKind::torch) return;
   if (auto addr = r.get("MASTER_ADDR")) {
     e.master_addr = *addr;
     e.master_from = "MASTER_ADDR";

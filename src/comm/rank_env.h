@@ -13,6 +13,10 @@
 //   PARITY_STORE=redis://HOST[:PORT][/RUN]   a Redis server (comm/redis_store.h); the run id
 //                         (the URL's path, else PARITY_RUN_ID, else slurm-JOB.STEP in a Slurm
 //                         step, else TORCHELASTIC_RUN_ID) namespaces the run's keys
+//   TORCHELASTIC_USE_AGENT_STORE=True + MASTER_ADDR + MASTER_PORT   the store torchrun's agent
+//                         serves there (comm/torch_store.h), keys under
+//                         /parity/TORCHELASTIC_RUN_ID/attempt_TORCHELASTIC_RESTART_COUNT/;
+//                         PARITY_TORCH_STORE=1|2 names its protocol (default: the agent's torch)
 //   MASTER_ADDR + MASTER_PORT   a TCP store served by rank 0 on MASTER_ADDR:MASTER_PORT
 //   under mpirun          blobs over MPI point-to-point messages (or the mpi backend itself)
 //   Slurm without MASTER_ADDR   the TCP store on the first node of the step's node list
@@ -34,7 +38,7 @@
 
 namespace parity::comm {
 
-enum class RendezvousKind { local, file, tcp, mpi, redis };
+enum class RendezvousKind { local, file, tcp, mpi, redis, torch };
 
 struct RankEnv {
   int rank = 0;
@@ -45,10 +49,12 @@ struct RankEnv {
   Backend backend = Backend::gloo;
   RendezvousKind rendezvous = RendezvousKind::local;
   std::string store_dir;              // RendezvousKind::file
-  std::string master_addr;            // RendezvousKind::tcp: rank 0's store
+  std::string master_addr;            // RendezvousKind::tcp: rank 0's store; torch: the agent's
   int master_port = 0;
   std::string master_from;            // "MASTER_ADDR" or the Slurm node list variable
   std::string store_url;              // RendezvousKind::redis: PARITY_STORE, the run id as its path
+  std::string store_prefix;           // RendezvousKind::torch: "/parity/RUN/attempt_N/"
+  int torch_protocol = 0;             // RendezvousKind::torch: PARITY_TORCH_STORE, 0 = the agent's torch
   bool under_mpirun = false;
   std::chrono::milliseconds timeout = kDefaultTimeout;
 };

@@ -9,6 +9,7 @@
 #include "comm/net.h"
 #include "comm/redis_store.h"
 #include "comm/tcp_store.h"
+#include "comm/torch_store.h"
 #include "core/error.h"
 #if PARITY_HAVE_CUDA
 #include "comm/nccl/nccl_communicator.h"
@@ -34,6 +35,7 @@ std::shared_ptr<Rendezvous> rendezvous_for(const RankEnv& env) {
     case RendezvousKind::mpi: return make_mpi_rendezvous();
     case RendezvousKind::redis:
       return make_redis_rendezvous(parse_redis_url(env.store_url), env.rank, env.world_size, env.timeout);
+    case RendezvousKind::torch: return make_torch_rendezvous(env);
     case RendezvousKind::local: break;
   }
   if (env.world_size > 1)
@@ -48,9 +50,10 @@ const char* env_value(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-// A store every rank reaches over the network (rank 0's TCP store, a Redis server).
+// A store every rank reaches over the network (rank 0's TCP store, a Redis server, torchrun's agent).
 bool network_store(const RankEnv& env) {
-  return env.rendezvous == RendezvousKind::tcp || env.rendezvous == RendezvousKind::redis;
+  return env.rendezvous == RendezvousKind::tcp || env.rendezvous == RendezvousKind::redis ||
+         env.rendezvous == RendezvousKind::torch;
 }
 
 // Where that store is: the master, or the Redis server.

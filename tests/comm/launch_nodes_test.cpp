@@ -67,8 +67,11 @@ TEST(LaunchNodes, RefusesBadOptionsNamingThem) {
   EXPECT_EQ(refused(bad), "--master");
   bad = o, bad.backend = Backend::mpi;
   EXPECT_EQ(refused(bad), "--nnodes") << "mpi across hosts is mpirun's job";
-  bad = o, bad.nnodes = 1, bad.node_rank = 0;
-  EXPECT_EQ(refused(bad), "--master") << "a master without --nnodes";
+  LaunchOptions one = o;
+  one.nnodes = 1;
+  EXPECT_EQ(refused(one), "") << "--nnodes 1 with --master: accepted (one Slurm recipe for 1 node and N), unused";
+  one.master = "10.0.0.1";
+  EXPECT_EQ(refused(one), "--master") << "but still checked";
   EXPECT_EQ(parse_master("[fe80::1]:29500"), (std::pair<std::string, int>{"fe80::1", 29500}));
   EXPECT_EQ(parse_master("node-0.cluster:1"), (std::pair<std::string, int>{"node-0.cluster", 1}));
 }

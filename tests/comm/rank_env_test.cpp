@@ -5,6 +5,7 @@
 #include <map>
 
 #include "comm/rank_env.h"
+#include "comm/torch_store.h"
 #include "core/error.h"
 
 using namespace parity;
@@ -61,6 +62,46 @@ TEST(RankEnv, TorchrunStyleWithMasterUsesTheTcpStore) {
   EXPECT_EQ(e.master_addr, "10.213.0.1");
   EXPECT_EQ(e.master_port, 29500);
   EXPECT_EQ(e.master_from, "MASTER_ADDR");
+}
+
+TEST(RankEnv, TorchrunsAgentStoreWhenItSaysSo) {
+  // torchrun's static rendezvous: its agent serves a store on MASTER_PORT (issue 30)
+  const Env agent{{"RANK", "1"},
+                  {"WORLD_SIZE", "4"},
+                  {"MASTER_ADDR", "10.0.0.1"},
+                  {"MASTER_PORT", "29500"},
+                  {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                  {"TORCHELASTIC_RUN_ID", "job-7"},
+                  {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  RankEnv e = parse(agent);
+  EXPECT_EQ(e.rendezvous, RendezvousKind::torch);
+  EXPECT_EQ(e.master_addr, "10.0.0.1");
+  EXPECT_EQ(e.master_port, 29500);
+  EXPECT_EQ(e.store_prefix, "/parity/job-7/attempt_2/");
+  EXPECT_EQ(e.torch_protocol, 0) << "0: the agent's torch decides";
+  Env v = agent;
+  v["PARITY_TORCH_STORE"] = "2";
+  EXPECT_EQ(parse(v).torch_protocol, 2);
+  v["PARITY_TORCH_STORE"] = "3";
+  EXPECT_EQ(refused(v), "PARITY_TORCH_STORE");
+  v = agent, v["TORCHELASTIC_RUN_ID"] = "a/b";
+  EXPECT_EQ(refused(v), "TORCHELASTIC_RUN_ID") << "the run id goes into the keys";
+  v = agent, v.erase("TORCHELASTIC_RUN_ID"), v.erase("TORCHELASTIC_RESTART_COUNT");
+  EXPECT_EQ(parse(v).store_prefix, "/parity/none/attempt_0/");
+  v = agent, v["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // --standalone, c10d on torch 1.13
+  EXPECT_EQ(parse(v).rendezvous, RendezvousKind::tcp);
+  v = agent, v["PARITY_STORE"] = "redis://cache01/r1";
+  EXPECT_EQ(parse(v).rendezvous, RendezvousKind::redis) << "an explicit Redis store wins";
+}
+
+TEST(TorchStore, ProtocolFromTheAgentsTorchVersion) {
+  EXPECT_EQ(torch_store_protocol("1.13.0a0"), 1);
+  EXPECT_EQ(torch_store_protocol("2.1.2"), 1);
+  EXPECT_EQ(torch_store_protocol("2.2.0"), 2);
+  EXPECT_EQ(torch_store_protocol("2.4.1+cu121"), 2);
+  EXPECT_EQ(torch_store_protocol("10.0"), 2);
+  EXPECT_EQ(torch_store_protocol(""), 0);
+  EXPECT_EQ(torch_store_protocol("unknown"), 0);
 }
 
 TEST(RankEnv, AStoreDirectoryWinsOverTheMaster) {

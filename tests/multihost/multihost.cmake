@@ -29,3 +29,15 @@ target_link_libraries(test_redis_store PRIVATE parity_lib GTest::gtest)
 target_compile_options(test_redis_store PRIVATE ${PARITY_WARN_FLAGS})
 add_test(NAME multihost.redis_store.unit COMMAND test_redis_store)
 set_tests_properties(multihost.redis_store.unit PROPERTIES LABELS "multihost;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)
+
+# issue 30: a real one-node Slurm (slurm-wlm) the test starts privately (tests/multihost/slurm.sh):
+# docs/multihost.md's one-launcher-per-node recipe on a job of one node, and srun -n W with each
+# task a rank; the verdict passes and a doubled router gradient exits 1. Not root or no Slurm:
+# 77, skipped. Serial: its own slurmctld and slurmd.
+foreach(case recipe srun)
+  set(name multihost.slurm.${case}.fsdp2_tp2_ep2)
+  add_test(NAME ${name} COMMAND ${CMAKE_CURRENT_LIST_DIR}/slurm.sh $<TARGET_FILE:parity>
+           ${PARITY_SCEN}/fsdp2_tp2_ep2.json ${case})
+  set_tests_properties(${name} PROPERTIES LABELS "launcher;slurm;multiprocess" TIMEOUT 180 RUN_SERIAL TRUE
+                       SKIP_RETURN_CODE 77 FAIL_REGULAR_EXPRESSION "slurm ${case}: FAIL")
+endforeach()
