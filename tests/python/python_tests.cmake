@@ -5,7 +5,7 @@
 set(PARITY_PYTEST ${CMAKE_CURRENT_SOURCE_DIR}/python/run.sh)
 function(parity_python_test name labels)
   add_test(NAME python.${name} COMMAND ${PARITY_PYTEST} ${ARGN})
-  set_tests_properties(python.${name} PROPERTIES LABELS "${labels}" TIMEOUT 120 SKIP_RETURN_CODE 77)
+  set_tests_properties(python.${name} PROPERTIES LABELS "${labels}" TIMEOUT 300 SKIP_RETURN_CODE 77)
   if(labels MATCHES multiprocess)
     set_tests_properties(python.${name} PROPERTIES PROCESSORS 2)  # 4 rank processes of one thread
   endif()
