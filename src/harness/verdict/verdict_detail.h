@@ -116,7 +116,8 @@ void consider_scalar(Outcome& o, double got, double ref, int rank, const std::st
 // a wrong norm even when the total is within its own bound.
 bool family_norm_off(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
                      const std::vector<Bound>& grad);
-// Which families a wrong grad norm comes from: "router x4.000" (of the squared norm).
+// Which families a wrong grad norm comes from: "squared norm by family, layout / baseline: router
+// x4 (the others match)", or "every family matches" (the total is added wrong).
 std::string norm_by_family(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
                            const std::vector<Bound>& grad, double norm_bound);
 

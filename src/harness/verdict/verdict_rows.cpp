@@ -253,7 +253,8 @@ std::string norm_by_family(const std::vector<double>& ref_sq, const double* got_
     if (std::abs(ratio - 1) <= 2 * tol) continue;
     off += (off.empty() ? "" : ", ") + std::string(family_name(static_cast<Family>(f))) + fmt(" x%.4g", ratio);
   }
-  return off;
+  if (off.empty()) return "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
+  return "squared norm by family, layout / baseline: " + off + " (the others match)";
 }
 
 void RouteLocal::pack(std::vector<double>& out) const {
