@@ -159,13 +159,18 @@ TEST_F(DumpCompare, AHalvedUpdateShowsAsHalfOnTheParameterRow) {
 TEST_F(DumpCompare, CountsPerRankAndOtherDataAndOtherRoutingAreCaught) {
   {
     const std::string got = candidate("tpe");
+    // a rank's own counts over dp 2: half the step's (token, slot) assignments, spread otherwise
     edit(got, step_file(0), "layers.1.moe.tokens_per_expert", [](auto& v) {
-      for (double& x : v) x = std::floor(x / 2);
+      double total = 0, half = 0;
+      for (double x : v) total += x;
+      for (double& x : v) x = std::floor(x / 2), half += x;
+      v[0] += total / 2 - half;
     });
     const VerdictReport r = compare(got);
     const RootCause root = find_root(r);
     ASSERT_TRUE(root.found);
     EXPECT_EQ(r.rows[root.row].quantity, "tokens_per_expert");
+    EXPECT_DOUBLE_EQ(r.rows[root.row].scale_ratio, 0.5);  // the totals' ratio
   }
   {
     const std::string got = candidate("inputs");

@@ -128,6 +128,8 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
   EXPECT_EQ(u.max_err, 0.25);
   EXPECT_EQ(u.flat, 3);
   EXPECT_EQ(u.shape_bad, 1);
+  EXPECT_EQ(u.sum_got, 1.5);  // counted elements only
+  EXPECT_EQ(u.sum_ref, 1.25);
 }
 
 // The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount

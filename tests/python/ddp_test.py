@@ -88,7 +88,9 @@ def body(tmp):
         bok, brows, binfo, text = compared(ref, out, tol, f"planted bug: {BUGS[bug]}")
         check(not bok, f"the planted bug {bug} passed the comparison")
         named.append(caught(bug, brows, binfo, text))
-        named.append("parity compare " + common.parity_verdict(binary, ref, out, PARITY_ROOT[bug]))
+        proot = common.parity_verdict(binary, ref, out, PARITY_ROOT[bug])
+        check("scale 0.250000 -> 1/4 (= 1/dp)" in proot, f"parity compare does not name 1/dp: {proot!r}")
+        named.append("parity compare " + proot)
     return f"DDP W=4 worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bugs caught: " + " | ".join(named)
 
 

@@ -90,7 +90,9 @@ void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, b
   key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
   bits = mix(bits, bits_of(g));
   const double d = g - r;
-  if (counted) once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms);
+  if (counted)
+    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms),
+        sum_got += g, sum_ref += r;
   all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
   double err = std::abs(d);
   if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
@@ -102,7 +104,7 @@ void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, b
 
 void LocalSums::pack(std::vector<double>& out) const {
   out.insert(out.end(), {once.diff2, once.ref2, once.dot, all.diff2, all.ref2, all.dot, max_err, tensor, flat, got,
-                         ref, shape_bad, far, counted_n, as_double(key), as_double(bits)});
+                         ref, shape_bad, far, counted_n, as_double(key), as_double(bits), sum_got, sum_ref});
 }
 
 LocalSums LocalSums::unpack(const double* in) {
@@ -112,6 +114,7 @@ LocalSums LocalSums::unpack(const double* in) {
   s.max_err = in[6], s.tensor = in[7], s.flat = in[8], s.got = in[9], s.ref = in[10], s.shape_bad = in[11];
   s.far = in[12], s.counted_n = in[13];
   s.key = as_digest(in[14]), s.bits = as_digest(in[15]);
+  s.sum_got = in[16], s.sum_ref = in[17];
   return s;
 }
 
@@ -134,7 +137,7 @@ GroupStep combine(const std::vector<LocalSums>& parts) {
     g.once.add(p.once);
     g.all.add(p.all);
     g.shape_bad += static_cast<int64_t>(p.shape_bad);
-    g.far += p.far, g.counted_n += p.counted_n;
+    g.far += p.far, g.counted_n += p.counted_n, g.sum_got += p.sum_got, g.sum_ref += p.sum_ref;
     if (p.max_err > g.max_err) {
       g.max_err = p.max_err, g.tensor = static_cast<int64_t>(p.tensor), g.flat = static_cast<int64_t>(p.flat);
       g.rank = static_cast<int>(r), g.got = p.got, g.ref = p.ref;
@@ -151,6 +154,9 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
   for (const Shape& sh : g.shapes) expected += numel(sh);
   o.norm_rel = s.once.norm_rel_err();
   o.scale_ratio = s.once.scale_ratio();
+  // counts: the ratio of their totals (counted over a rank's tokens alone: exactly 1/dp), where
+  // <x, ref> / |ref|^2 of a count vector mixes in how the tokens spread over the experts
+  if (g.quantity == "tokens_per_expert" && s.sum_ref != 0) o.scale_ratio = s.sum_got / s.sum_ref;
   const double all_rel = s.all.norm_rel_err();
   if (s.tensor >= 0 && s.tensor < static_cast<int64_t>(g.names.size())) {
     const auto t = static_cast<size_t>(s.tensor);
