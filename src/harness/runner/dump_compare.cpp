@@ -175,54 +175,17 @@ double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::
   return read(d, f, step, name, {})[0];
 }
 
-
-const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
-                            Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
-
-Row make_row(std::string quantity, std::string subject) {
-  Row r;
-  r.quantity = std::move(quantity), r.subject = std::move(subject);
-  return r;
-}
-
 // The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
 // Runner with world 1: each element counted once, no replicas).
 class Comparer {
  public:
   Comparer(const Dump& ref, const Dump& got, NameMap map)
       : ref_(ref), got_(got), map_(std::move(map)), c_(ref.scenario->model), specs_(param_specs(c_)) {
-    std::vector<int> fam_group(kFamilyCount, -1);
-    for (const ParamSpec& p : specs_) {
-      const auto f = static_cast<size_t>(p.family);
-      if (fam_group[f] < 0)
-        fam_group[f] = static_cast<int>(fams_.size()), fams_.push_back(p.family), elements_.push_back(0);
-      elements_[static_cast<size_t>(fam_group[f])] += static_cast<double>(numel(p.shape));
-      group_of_.push_back(static_cast<size_t>(fam_group[f]));
-    }
+    vd::VerdictLayout v = vd::verdict_layout(specs_, c_);
+    fams_ = std::move(v.families), elements_ = std::move(v.elements), group_of_ = std::move(v.group_of);
+    groups_ = std::move(v.groups), rows_ = std::move(v.rows);
     n_ = fams_.size();
-    groups_.resize(2 * n_);
-    for (size_t p = 0; p < specs_.size(); ++p)
-      for (size_t k = 0; k < 2; ++k) {
-        auto& G = groups_[group_of_[p] + k * n_];
-        G.quantity = k == 0 ? "grad" : "param", G.subject = std::string(family_name(specs_[p].family));
-        G.names.push_back(specs_[p].name), G.shapes.push_back(specs_[p].shape);
-      }
-    if (c_.moe_layers() > 0) {
-      vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
-      vd::GroupSpec bias{"expert_bias", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
-      for (int64_t l = 0; l < c_.moe_layers(); ++l) {
-        const std::string pre = "layers." + std::to_string(c_.dense_layers + l);
-        tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c_.experts});
-        bias.names.push_back(pre + ".expert_bias"), bias.shapes.push_back({c_.experts});
-      }
-      groups_.push_back(tpe), groups_.push_back(bias);
-    }
-    rows_.push_back(make_row("loss", "all micro-batches"));
-    rows_.push_back(make_row("grad_norm", "")), rows_.push_back(make_row("clip_coef", ""));
-    for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject));
-    for (int64_t l = 0; l < c_.moe_layers(); ++l)
-      rows_.push_back(make_row("routing", "layers." + std::to_string(c_.dense_layers + l)));
-    rows_.push_back(make_row("inputs", "inputs, targets"));
+    rows_.push_back(vd::make_row("inputs", "inputs, targets"));
     env_.emplace(c_.precision(), fams_, elements_);
     const SafetensorsFile R = ref_.file(-1), G = got_.file(-1);
     for (size_t p = 0; p < specs_.size(); ++p) {
@@ -376,8 +339,10 @@ StepLine Comparer::step(int64_t t) {
     }
     const auto rc = read(ref_, R, t, pre + "chosen", {n_tok, c_.top_k});
     const auto gc = read(got_, G, t, pre + "chosen", {n_tok, c_.top_k});
-    std::vector<double> scores(static_cast<size_t>(n_tok * c_.experts), std::numeric_limits<double>::quiet_NaN());
-    if (R.contains(pre + "select_scores")) scores = read(ref_, R, t, pre + "select_scores", {n_tok, c_.experts});
+    const std::vector<double> scores =  // a reference without them: no near-tie arbitration
+        R.contains(pre + "select_scores")
+            ? read(ref_, R, t, pre + "select_scores", {n_tok, c_.experts})
+            : std::vector<double>(static_cast<size_t>(n_tok * c_.experts), std::numeric_limits<double>::quiet_NaN());
     std::vector<int64_t> ids(static_cast<size_t>(n_tok)), base(rc.begin(), rc.end()), mine(gc.begin(), gc.end());
     for (int64_t i = 0; i < n_tok; ++i) ids[static_cast<size_t>(i)] = i;
     const double tie = tolerance_for(c_.dtype, Quantity::routing_score).elem_rel;

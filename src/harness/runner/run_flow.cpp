@@ -26,7 +26,6 @@ namespace parity {
 
 namespace {
 
-constexpr const char* kReportSignature = kVerdictReportSignature;  // harness/verdict/verdict.h
 
 void print_header(const Scenario& s, double floor) {
   const auto& m = s.model;
@@ -185,8 +184,8 @@ void check_request(const RunRequest& r, const std::string& source) {
                                        std::to_string(r.save_at));
   if (!r.ckpt.empty()) check_output_dir("--ckpt", r.ckpt, DirKind::checkpoint);
   if (r.report.empty()) return;
-  check_output_file("--report", r.report, kReportSignature);
-  if (s.resume) check_output_file("--report", phase1_report(r.report), kReportSignature);
+  check_output_file("--report", r.report, kVerdictReportSignature);
+  if (s.resume) check_output_file("--report", phase1_report(r.report), kVerdictReportSignature);
 }
 
 void refuse_nested_launch(const Scenario& s) {

@@ -35,15 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-const Family kFamilies[] = {Family::embedding,      Family::attention,      Family::layernorm, Family::router,
-                            Family::routed_experts, Family::shared_experts, Family::dense_mlp, Family::head};
-
-Row make_row(std::string quantity, std::string subject, double tol) {
-  Row r;
-  r.quantity = std::move(quantity), r.subject = std::move(subject), r.tol = tol;
-  return r;
-}
-
 // This rank's place among the readers of its host's shared baseline: its local rank.
 int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
 
@@ -123,51 +114,17 @@ template <class T> class Runner {
 template <class T> void Runner<T>::build_groups() {
   const auto& specs = par_.specs();
   const auto& mesh = par_.mesh();
-  std::vector<int> fam_group(std::size(kFamilies), -1);
-  group_of_param_.resize(specs.size());
+  vd::VerdictLayout v = vd::verdict_layout(specs, sc_.model);
+  group_family_ = std::move(v.families), group_elements_ = std::move(v.elements);
+  group_of_param_ = std::move(v.group_of), groups_ = std::move(v.groups), rows_ = std::move(v.rows);
+  n_fam_ = group_family_.size();
+  rows_.push_back(vd::make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
   for (size_t p = 0; p < specs.size(); ++p) {
-    const auto f = static_cast<size_t>(specs[p].family);
-    if (fam_group[f] < 0)
-      fam_group[f] = static_cast<int>(n_fam_++), group_family_.push_back(specs[p].family), group_elements_.push_back(0);
-    group_elements_[static_cast<size_t>(fam_group[f])] += static_cast<double>(numel(specs[p].shape));
-    group_of_param_[p] = static_cast<size_t>(fam_group[f]);
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
     counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
     gidx_.push_back(mesh::global_indices(mesh, par_.grad_layouts()[p], specs[p].shape, world_.world_rank()));
     gcounted_.push_back(parity::counted_copy(mesh, par_.grad_layouts()[p], world_.world_rank()) ? 1 : 0);
   }
-  const DType dt = sc_.model.dtype;
-  groups_.resize(2 * n_fam_);
-  for (size_t p = 0; p < specs.size(); ++p) {
-    const size_t g = group_of_param_[p];
-    for (size_t k = 0; k < 2; ++k) {
-      auto& G = groups_[g + k * n_fam_];
-      G.quantity = k == 0 ? "grad" : "param";
-      G.subject = std::string(family_name(specs[p].family));
-      G.tol = tolerance_for(dt, k == 0 ? Quantity::gradient : Quantity::parameter);
-      G.names.push_back(specs[p].name);
-      G.shapes.push_back(specs[p].shape);
-    }
-  }
-  const ModelConfig& c = sc_.model;
-  if (c.moe_layers() > 0) {
-    vd::GroupSpec tpe{"tokens_per_expert", "all MoE layers", Tolerance{0, 0}, 1.0, {}, {}};
-    vd::GroupSpec bias{"expert_bias", "all MoE layers", tolerance_for(dt, Quantity::parameter), 1.0, {}, {}};
-    for (int64_t l = 0; l < c.moe_layers(); ++l) {
-      const std::string pre = "layers." + std::to_string(c.dense_layers + l);
-      tpe.names.push_back(pre + ".tokens_per_expert"), tpe.shapes.push_back({c.experts});
-      bias.names.push_back(pre + ".expert_bias"), bias.shapes.push_back({c.experts});
-    }
-    groups_.push_back(tpe), groups_.push_back(bias);
-  }
-  const Tolerance lt = tolerance_for(dt, Quantity::loss), nt = tolerance_for(dt, Quantity::grad_norm);
-  rows_.push_back(make_row("loss", "all micro-batches", lt.norm_rel));
-  rows_.push_back(make_row("grad_norm", "", nt.norm_rel));
-  rows_.push_back(make_row("clip_coef", "", nt.norm_rel));
-  for (const auto& g : groups_) rows_.push_back(make_row(g.quantity, g.subject, g.tol.norm_rel));
-  for (int64_t l = 0; l < c.moe_layers(); ++l)
-    rows_.push_back(make_row("routing", "layers." + std::to_string(c.dense_layers + l), 0));
-  rows_.push_back(make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
 }
 
 // This step's bound of every row (harness/verdict/bounds.h): kTwinFactor x the twin's largest

@@ -42,6 +42,21 @@ struct GroupSpec {
   std::vector<Shape> shapes;       // per tensor, global
 };
 
+// What a model's verdict compares: a grad and a param group per family the model has (in the
+// registry's order of first appearance), then tokens_per_expert and expert_bias when it has MoE
+// layers; and the rows they fold into, before any row a caller adds (replicas, inputs): loss,
+// grad_norm, clip_coef, one per group, routing per MoE layer. `parity run`'s ranks and `parity
+// compare` both start from it (verdict_layout.cpp).
+struct VerdictLayout {
+  std::vector<Family> families;  // per family group
+  std::vector<double> elements;  // per family group: its global element count
+  std::vector<size_t> group_of;  // per parameter: its family group
+  std::vector<GroupSpec> groups;  // grad [0, n), param [n, 2n), then tokens_per_expert, expert_bias
+  std::vector<Row> rows;
+};
+VerdictLayout verdict_layout(const std::vector<ParamSpec>& specs, const ModelConfig& c);
+Row make_row(std::string quantity, std::string subject, double tol = 0);  // a row no step has folded into
+
 // One rank's part of one group at one step.
 struct LocalSums {
   NormSums once;  // elements this rank counts (first replica)
