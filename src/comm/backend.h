@@ -10,4 +10,10 @@ enum class Backend { gloo, mpi, nccl };
 std::string_view backend_name(Backend b);   // "gloo", "mpi", "nccl"
 Backend parse_backend(std::string_view s);  // throws ConfigError on an unknown name
 
+// A pointer for a transport call on a buffer of zero elements (Gloo and MPI refuse null ones).
+inline void* non_null(const void* p) {
+  static char empty[8];
+  return p ? const_cast<void*>(p) : empty;
+}
+
 }  // namespace parity::comm

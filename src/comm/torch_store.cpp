@@ -17,7 +17,7 @@ using ms = std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
 constexpr uint32_t kValidationMagic = 0x3C85F7CE;  // torch >= 2.2: the first request of a client
-constexpr uint64_t kMaxValue = 8u << 20;           // the libuv server's own payload limit
+constexpr uint64_t kMaxTorchValue = 8u << 20;           // the libuv server's own payload limit
 constexpr int kAncestors = 8;
 
 void put_u64(std::string& s, uint64_t v) {
@@ -175,7 +175,7 @@ std::optional<std::string> TorchStore::try_get(const std::string& key, ms op_tim
   put_str(get, prefix_ + key);
   call("get", key, get, 8, &len, deadline);
   const uint64_t n = get_u64(len);
-  if (n > kMaxValue) {
+  if (n > kMaxTorchValue) {
     broken_ = "get '" + key + "': the answer claims " + std::to_string(n) + " bytes (not torch's store protocol " +
               std::to_string(protocol_) + "? PARITY_TORCH_STORE)";
     throw CommError("store " + where() + ": " + broken_);

@@ -24,6 +24,11 @@ class ConfigError : public Error {
   std::string path_, rule_;
 };
 
+// Throws ConfigError(path, rule) unless `ok`.
+inline void require_config(bool ok, const std::string& path, const std::string& rule) {
+  if (!ok) throw ConfigError(path, rule);
+}
+
 // A failed collective or rendezvous: names rank, group and operation.
 class CommError : public Error {
  public:

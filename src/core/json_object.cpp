@@ -22,6 +22,12 @@ std::string json_num(double x) {
   return json(x).dump();
 }
 
+std::string json_parse_message(const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  const size_t close = what.find("] ");
+  return close == std::string::npos ? what : what.substr(close + 2);
+}
+
 std::string join_names(const std::vector<std::string>& items) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];

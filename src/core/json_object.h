@@ -21,6 +21,9 @@ std::string json_shown(const nlohmann::json& v);
 // reads back to the same double.
 std::string json_num(double x);
 
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string json_parse_message(const nlohmann::json::exception& e);
+
 // "a, b, c"
 std::string join_names(const std::vector<std::string>& items);
 

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_object.h"
 #include "core/text.h"
 
 namespace parity {
@@ -111,13 +112,6 @@ std::vector<unsigned char> read_bytes(const std::string& path) {
   const auto text = read_regular_if_exists(path, int64_t{1} << 40, Blame::damaged_data, "safetensors file");
   if (!text) bad_file(path, std::string("cannot open safetensors file: ") + std::strerror(ENOENT));
   return std::vector<unsigned char>(text->begin(), text->end());
-}
-
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string parser_message(const json::exception& e) {
-  std::string what = e.what();
-  const size_t close = what.find("] ");
-  return close == std::string::npos ? what : what.substr(close + 2);
 }
 
 }  // namespace
@@ -236,7 +230,7 @@ void SafetensorsFile::parse_header(const std::string& header_text) {
   try {
     h = json::parse(header_text);
   } catch (const json::exception& e) {
-    bad_file(path_, "bad header: invalid JSON: " + printable(parser_message(e)));
+    bad_file(path_, "bad header: invalid JSON: " + printable(json_parse_message(e)));
   }
   if (!h.is_object()) bad_file(path_, "bad header: expected a JSON object, got " + std::string(h.type_name()));
   for (const auto& [name, info] : h.items()) {

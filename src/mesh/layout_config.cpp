@@ -55,10 +55,6 @@ const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_s
                                                   "etp",   "cp",           "pp",         "pp_virtual", "pp_layers",
                                                   "order"};
 
-void require(bool ok, const std::string& path, const std::string& rule) {
-  if (!ok) throw ConfigError(path, rule);
-}
-
 std::string s(int64_t v) { return std::to_string(v); }
 
 // a*b, or -1 on overflow (callers multiply positive degrees only).
@@ -191,37 +187,37 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
 }
 
 void check_structure(const LayoutConfig& l, const std::string& p) {
-  for (auto [key, field] : degrees()) require(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
-  require(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
+  for (auto [key, field] : degrees()) require_config(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
+  require_config(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
   const int64_t dense = mul(mul(mul(mul(l.pp, l.dp_replicate), l.dp_shard), l.cp), l.tp);
   // the rule names cp and pp only where they are used: messages without them stay as they were
   const bool cp = l.cp != 1, pp = l.pp != 1;
-  require(dense == l.world, p + "world",
+  require_config(dense == l.world, p + "world",
           std::string("must equal ") + (pp ? "pp*" : "") + "dp_replicate*dp_shard*" + (cp ? "cp*" : "") + "tp (" +
               (pp ? s(l.pp) + "*" : "") + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") +
               s(l.tp) + "), got " + s(l.world));
   const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp), stage = l.world / l.pp;
-  require(expert > 0 && stage % expert == 0, p + "ep",
+  require_config(expert > 0 && stage % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) + ") must divide layout.world" +
               (pp ? "/pp (" + s(stage) + ")" : " (" + s(l.world) + ")") + " so that edp_shard is whole");
 }
 
 void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
   check_structure(l, p);  // structural rules first
-  require(m.experts % l.ep == 0, p + "ep",
+  require_config(m.experts % l.ep == 0, p + "ep",
           "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " + s(l.ep));
-  require(m.heads % l.tp == 0, p + "tp",
+  require_config(m.heads % l.tp == 0, p + "tp",
           "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
   if (l.sp) {
-    require(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
-    require(m.seq % l.tp == 0, p + "sp",
+    require_config(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
+    require_config(m.seq % l.tp == 0, p + "sp",
             "sequence parallel requires layout.tp (" + s(l.tp) + ") to divide model.seq (" + s(m.seq) + ")");
   }
   validate_cp(l, m, p);
   validate_pp(l, m, p);
   mesh::check_fsdp_dim(l, m, p);
   // the one-device baseline never recomputes: on world 1 the option would check nothing
-  require(l.recompute == Recompute::none || l.world > 1, p + "recompute",
+  require_config(l.recompute == Recompute::none || l.world > 1, p + "recompute",
           "activation recompute is a layout option and needs layout.world > 1 (the one-device baseline never "
           "recomputes), got world 1 with recompute " +
               std::string(recompute_name(l.recompute)));
@@ -229,27 +225,27 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
 
 void validate_pp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
   const bool inter = l.pp_schedule == PpSchedule::interleaved;
-  require(l.pp_virtual == 1 || inter, p + "pp_virtual",
+  require_config(l.pp_virtual == 1 || inter, p + "pp_virtual",
           "virtual stages need layout.pp_schedule \"interleaved\", got pp_virtual " + s(l.pp_virtual));
   if (inter && l.pp > 1) {
-    require(l.pp_virtual > 1, p + "pp_virtual", "the interleaved schedule needs pp_virtual > 1, got 1");
-    require(m.microbatches % l.pp == 0, p + "pp_schedule",
+    require_config(l.pp_virtual > 1, p + "pp_virtual", "the interleaved schedule needs pp_virtual > 1, got 1");
+    require_config(m.microbatches % l.pp == 0, p + "pp_schedule",
             "the interleaved schedule needs layout.pp (" + s(l.pp) + ") to divide model.microbatches (" +
                 s(m.microbatches) + ")");
   }
   const int64_t v = l.pp * l.pp_virtual;
   if (l.pp_layers.empty()) return;
-  require(l.pp > 1, p + "pp_layers", "a stage split needs layout.pp > 1");
-  require(static_cast<int64_t>(l.pp_layers.size()) == v, p + "pp_layers",
+  require_config(l.pp > 1, p + "pp_layers", "a stage split needs layout.pp > 1");
+  require_config(static_cast<int64_t>(l.pp_layers.size()) == v, p + "pp_layers",
           "must hold one layer count per virtual stage (pp*pp_virtual = " + s(v) + "), got " +
               s(static_cast<int64_t>(l.pp_layers.size())));
   int64_t sum = 0;
   for (size_t i = 0; i < l.pp_layers.size(); ++i) {
-    require(l.pp_layers[i] >= 0, p + "pp_layers[" + s(static_cast<int64_t>(i)) + "]",
+    require_config(l.pp_layers[i] >= 0, p + "pp_layers[" + s(static_cast<int64_t>(i)) + "]",
             "must be >= 0, got " + s(l.pp_layers[i]));
     sum += l.pp_layers[i];
   }
-  require(sum == m.layers, p + "pp_layers", "must sum to model.layers (" + s(m.layers) + "), got " + s(sum));
+  require_config(sum == m.layers, p + "pp_layers", "must sum to model.layers (" + s(m.layers) + "), got " + s(sum));
 }
 
 std::vector<std::pair<int64_t, int64_t>> pp_stage_layers(const LayoutConfig& l, int64_t layers) {
@@ -267,11 +263,11 @@ std::vector<std::pair<int64_t, int64_t>> pp_stage_layers(const LayoutConfig& l, 
 // Context parallel splits every sequence into cp contiguous chunks (docs/parallel.md), and
 // sequence parallel splits each chunk again over tp: both must divide.
 void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
-  require(m.seq % l.cp == 0, p + "cp",
+  require_config(m.seq % l.cp == 0, p + "cp",
           "must divide model.seq (" + s(m.seq) + ") so that each CP rank holds an equal chunk of every sequence, got " +
               s(l.cp));
   if (l.sp && l.cp > 1)
-    require(m.seq % (l.cp * l.tp) == 0, p + "sp",
+    require_config(m.seq % (l.cp * l.tp) == 0, p + "sp",
             "sequence parallel with context parallel requires layout.cp*layout.tp (" + s(l.cp) + "*" + s(l.tp) +
                 ") to divide model.seq (" + s(m.seq) + ")");
 }

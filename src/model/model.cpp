@@ -44,7 +44,7 @@ template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c,
   return r;
 }
 
-template <class T> struct LayerCache {
+template <class T> struct RefLayerCache {
   Buffer<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
   FfnCache<T> mlp;
   MoeCache<T> moe;
@@ -56,7 +56,7 @@ template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bia
 
 // h (n, D) in place: h += Attn(LN1(h)); h += FFN-or-MoE(LN2(h)).
 template <class T>
-void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, LayerCache<T>& L,
+void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, RefLayerCache<T>& L,
                    const RouteFollow& follow) {
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   L.h_in = copy_of(h, n * D);
@@ -88,7 +88,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
 // dh (n, D) in place: from d(layer output) to d(layer input); parameter grads +=.
 template <class T>
 void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs<T>& g, const T* bias, int64_t n,
-                    const LayerCache<T>& L, T* dh) {
+                    const RefLayerCache<T>& L, T* dh) {
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   auto dbn = zeros<T>(n * D);
   if (w.gate)
@@ -144,7 +144,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   MicroResult res;
   auto h = zeros<T>(n * D);  // (n, D) residual stream
   embedding_forward(inputs, n, P["embed.weight"].ptr(), V, D, h.data());
-  std::vector<LayerCache<T>> caches(static_cast<size_t>(c.layers));
+  std::vector<RefLayerCache<T>> caches(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     auto& L = caches[static_cast<size_t>(l)];

@@ -131,12 +131,8 @@ gloo::AllreduceOptions::Func reduce_fn(DType t, ReduceOp op) {
 // Gloo's typed setters only need the element size; a byte-sized stand-in per dtype.
 template <size_t N> struct Elem { char b[N]; };
 
-// Gloo refuses null pointers even for empty buffers.
-char g_empty[8];
-void* nz(void* p) { return p ? p : g_empty; }
-void* nz(const void* p) { return p ? const_cast<void*>(p) : g_empty; }
 
-struct Shared {
+struct GlooShared {
   std::shared_ptr<Rendezvous> rdzv;
   std::shared_ptr<gloo::transport::Device> device;
   std::string host;  // the address the device listens on
@@ -147,7 +143,7 @@ struct Shared {
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world,
-                   std::shared_ptr<Shared> shared)
+                   std::shared_ptr<GlooShared> shared)
       : Communicator(Backend::gloo, std::move(members), rank, timeout, world),
         shared_(std::move(shared)) {
     ctx_ = std::make_shared<MeshContext>(rank, size());
@@ -211,8 +207,8 @@ class GlooCommunicator : public Communicator {
     common(o);
     with_elem(t, [&](auto e) {
       using E = decltype(e);
-      o.template setInput<E>(static_cast<E*>(nz(in)), send);
-      o.template setOutput<E>(static_cast<E*>(nz(out)), recv);
+      o.template setInput<E>(static_cast<E*>(non_null(in)), send);
+      o.template setOutput<E>(static_cast<E*>(non_null(out)), recv);
     });
     gloo::alltoallv(o);
   }
@@ -258,8 +254,8 @@ class GlooCommunicator : public Communicator {
     if (mine > 0) std::memcpy(static_cast<char*>(out) + off[static_cast<size_t>(me)], in, mine);
     if (n == 1) return;
     const uint64_t slot = gloo::Slot::build(kDirectSlotPrefix, ++direct_tag_);
-    auto src = ctx_->createUnboundBuffer(nz(in), mine);
-    auto dst = ctx_->createUnboundBuffer(nz(out), static_cast<size_t>(off.back()));
+    auto src = ctx_->createUnboundBuffer(non_null(in), mine);
+    auto dst = ctx_->createUnboundBuffer(non_null(out), static_cast<size_t>(off.back()));
     int sends = 0, recvs = 0;
     for (int i = 1; i < n; ++i) {
       const int to = (me + i) % n, from = (me + n - i) % n;
@@ -291,7 +287,7 @@ class GlooCommunicator : public Communicator {
     });
   }
 
-  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<GlooShared> shared_;
   std::shared_ptr<MeshContext> ctx_;
   std::string scope_;
   std::vector<PeerInfo> peers_;
@@ -307,7 +303,7 @@ std::unique_ptr<Communicator> make_gloo_world(int rank, int world_size,
   // SIGPIPE and kill this survivor before it can name the missing rank. Ignored, the
   // write fails with EPIPE, gloo throws, and the collective reports a CommError.
   std::signal(SIGPIPE, SIG_IGN);
-  auto shared = std::make_shared<Shared>();
+  auto shared = std::make_shared<GlooShared>();
   shared->rdzv = std::move(rendezvous);
   shared->world_size = world_size;
   shared->host = host;

@@ -38,9 +38,6 @@ int to_int(int64_t n) {
   return static_cast<int>(n);
 }
 
-char g_empty[8];
-void* nz(void* p) { return p ? p : g_empty; }
-void* nz(const void* p) { return p ? const_cast<void*>(p) : g_empty; }
 
 void counts_displs(const std::vector<int64_t>& c, std::vector<int>& counts, std::vector<int>& displs) {
   counts.resize(c.size());
@@ -62,7 +59,7 @@ void check(int rc, const char* call) {
   }
 }
 
-struct Shared {
+struct MpiShared {
   MPI_Comm ctrl = MPI_COMM_NULL;      // failure notes and group handshakes, world ranks
   std::vector<PeerInfo> peers;        // by world rank
 };
@@ -70,7 +67,7 @@ struct Shared {
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::vector<int> members, int rank, ms timeout,
-                  Communicator* world, std::shared_ptr<Shared> shared)
+                  Communicator* world, std::shared_ptr<MpiShared> shared)
       : Communicator(Backend::mpi, std::move(members), rank, timeout, world),
         comm_(comm), shared_(std::move(shared)) {}
 
@@ -81,29 +78,29 @@ class MpiCommunicator : public Communicator {
   }
   void do_allreduce(void* buf, int64_t n, DType t, ReduceOp op) override {
     MPI_Request req;
-    finish(MPI_Iallreduce(MPI_IN_PLACE, nz(buf), to_int(n), mpi_type(t), mpi_op(op), comm_, &req), req,
+    finish(MPI_Iallreduce(MPI_IN_PLACE, non_null(buf), to_int(n), mpi_type(t), mpi_op(op), comm_, &req), req,
            "MPI_Iallreduce");
   }
   void do_broadcast(void* buf, int64_t n, DType t, int root) override {
     MPI_Request req;
-    finish(MPI_Ibcast(nz(buf), to_int(n), mpi_type(t), root, comm_, &req), req, "MPI_Ibcast");
+    finish(MPI_Ibcast(non_null(buf), to_int(n), mpi_type(t), root, comm_, &req), req, "MPI_Ibcast");
   }
   void do_allgather(const void* in, void* out, int64_t n, DType t) override {
     MPI_Request req;
-    finish(MPI_Iallgather(nz(in), to_int(n), mpi_type(t), nz(out), to_int(n), mpi_type(t), comm_, &req),
+    finish(MPI_Iallgather(non_null(in), to_int(n), mpi_type(t), non_null(out), to_int(n), mpi_type(t), comm_, &req),
            req, "MPI_Iallgather");
   }
   void do_allgatherv(const void* in, void* out, const std::vector<int64_t>& c, DType t) override {
     std::vector<int> counts, displs;
     counts_displs(c, counts, displs);
     MPI_Request req;
-    finish(MPI_Iallgatherv(nz(in), counts[static_cast<size_t>(rank())], mpi_type(t), nz(out),
+    finish(MPI_Iallgatherv(non_null(in), counts[static_cast<size_t>(rank())], mpi_type(t), non_null(out),
                            counts.data(), displs.data(), mpi_type(t), comm_, &req),
            req, "MPI_Iallgatherv");
   }
   void do_alltoall(const void* in, void* out, int64_t n, DType t) override {
     MPI_Request req;
-    finish(MPI_Ialltoall(nz(in), to_int(n), mpi_type(t), nz(out), to_int(n), mpi_type(t), comm_, &req),
+    finish(MPI_Ialltoall(non_null(in), to_int(n), mpi_type(t), non_null(out), to_int(n), mpi_type(t), comm_, &req),
            req, "MPI_Ialltoall");
   }
   // Point-to-point (OpenMPI 4.1's MPI_Ialltoallv stalled in the following collective when
@@ -153,7 +150,7 @@ class MpiCommunicator : public Communicator {
   void handshake(const std::vector<int>& world_ranks, const std::string& name);
 
   MPI_Comm comm_;
-  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<MpiShared> shared_;
 };
 
 // Every member says hello to every other on the control communicator, so that a missing
@@ -254,7 +251,7 @@ class MpiRendezvous : public Rendezvous {
 
 std::unique_ptr<Communicator> make_mpi_world(std::chrono::milliseconds timeout) {
   mpi::ensure_init();
-  auto shared = std::make_shared<Shared>();
+  auto shared = std::make_shared<MpiShared>();
   shared->ctrl = mpi::dup_world();
   MPI_Comm comm = mpi::dup_world();
   int rank = 0, size = 1;

@@ -2,6 +2,7 @@
 // (the baseline here, the layout through the one launch) and written, or compared with the
 // pinned file.
 #include "harness/golden/golden_jobs.h"
+#include "core/clock.h"
 
 #include <unistd.h>
 
@@ -94,10 +95,6 @@ Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o
     g.layout_curves = run_layout(run, o);
   }
   return g;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int update_one(const std::string& path, const GoldenOptions& o) {

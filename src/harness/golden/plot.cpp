@@ -20,7 +20,7 @@ namespace parity {
 
 namespace {
 
-std::string num(double x) {
+std::string gp_num(double x) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
@@ -143,8 +143,8 @@ struct Grid {
     width = cell_w * static_cast<int>(cols);
     height = header_h + cell_h * static_cast<int>(rows) + 8;
   }
-  std::string x(double px) const { return num(px / width).substr(0, 8); }
-  std::string y(double px_from_top) const { return num(1.0 - px_from_top / height).substr(0, 8); }
+  std::string x(double px) const { return gp_num(px / width).substr(0, 8); }
+  std::string y(double px_from_top) const { return gp_num(1.0 - px_from_top / height).substr(0, 8); }
   // Plot area of a panel, in screen coordinates; top and bottom in pixels from the figure's top.
   std::string margins(double left, double right, double top, double bottom) const {
     return "set lmargin at screen " + x(left) + "; set rmargin at screen " + x(right) + "; set tmargin at screen " +
@@ -171,7 +171,7 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
       << " center font ',8' tc " << color.substr(3) << "\n";
   s << g.margins(left, right, panel_top, split) << "unset logscale y\nset format y '%.1f'\nset autoscale\n";
   s << "set ytics 1\nset format x " << (gd.layout_curves ? "''" : "'%g'") << "\n";
-  s << "plot " << num(gd.entropy_floor) << " with lines lw 1.5 lc rgb 'black' notitle";
+  s << "plot " << gp_num(gd.entropy_floor) << " with lines lw 1.5 lc rgb 'black' notitle";
   if (gd.layout_curves)
     s << ", \\\n     " << q(data) << " index " << i << " using 1:3 with lines lw 2.5 " << color << " notitle";
   s << ", \\\n     " << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 1.5 lc rgb 'gray15' notitle\n";
@@ -226,9 +226,10 @@ std::string plot_data(const std::vector<Golden>& gs) {
     s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout
       << "): step baseline layout |layout-baseline| bound\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
-      s << t << " " << num(g.baseline.loss[t]);
+      s << t << " " << gp_num(g.baseline.loss[t]);
       if (g.layout_curves && t < layout_steps(g)) {
-        s << " " << num(g.layout_curves->loss[t]) << " " << num(loss_error(g, t)) << " " << num(loss_bound(g, t));
+        s << " " << gp_num(g.layout_curves->loss[t]) << " " << gp_num(loss_error(g, t)) << " "
+          << gp_num(loss_bound(g, t));
       } else {
         s << " ? ? ?";
       }

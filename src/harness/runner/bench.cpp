@@ -1,4 +1,5 @@
 #include "harness/runner/bench.h"
+#include "core/clock.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // 12 independent 4-wide FMA chains: enough to cover FMA latency x throughput.
 __attribute__((target("avx2,fma"))) double fma_peak_avx2(int64_t iters, double& sink) {

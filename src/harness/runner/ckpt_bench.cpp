@@ -1,5 +1,6 @@
 // `parity ckpt bench` (ckpt_bench.h).
 #include "harness/runner/ckpt_bench.h"
+#include "core/clock.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -29,7 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Drops the page cache of every file under `dir` (clean pages only, so after an fsync), so
 // that the next read comes from the disk.

@@ -139,12 +139,6 @@ NameMap read_map(const std::string& file, const std::vector<ParamSpec>& specs) {
   return m;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
-
 // Reads `name` of `f` (step `step` of dump `d`) in parity's layout: `shape`, transposed from
 // (b, a) when asked. Missing tensors and other shapes are bad input, named.
 std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, const std::string& name,

@@ -1,4 +1,5 @@
 #include "harness/runner/launch_run.h"
+#include "core/clock.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -63,11 +64,6 @@ RequestFile::~RequestFile() {
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // A fresh path for this launcher's shared baseline; files of launchers that no longer run
 // (killed -9 before they could remove theirs) are removed first.
 std::string shared_baseline_path() {
@@ -110,7 +106,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(r.deadline_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
   lo.log_dir = r.log_dir;
-  const int64_t t0 = now_ns();
+  const int64_t t0 = unix_ns();
   lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
   const Device device = r.scenario ? r.scenario->layout.device : Device::cpu;
   if (r.scenario)
@@ -143,7 +139,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                               : by_fork                        ? "started by fork"
                                                                : "started by exec";
   std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",
-              static_cast<double>(now_ns() - t0) * 1e-9, ranks.c_str(), started.c_str(), rc);
+              static_cast<double>(unix_ns() - t0) * 1e-9, ranks.c_str(), started.c_str(), rc);
   return rc;
 }
 

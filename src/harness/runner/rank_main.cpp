@@ -1,4 +1,5 @@
 #include "harness/runner/rank_main.h"
+#include "core/clock.h"
 
 #include <chrono>
 #include <cstdio>
@@ -28,11 +29,6 @@ std::optional<Fault> fault_from_env() {
 
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Who this rank is, with the request's backend. A world of the wrong size is refused before
 // the rendezvous would wait for ranks that never come.
 comm::RankEnv rank_env(const RunRequest& r, const std::string& source) {
@@ -51,7 +47,7 @@ comm::RankEnv rank_env(const RunRequest& r, const std::string& source) {
 
 int verdict_job(const RunRequest& r, const std::string& source) {
   const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
-  const double startup = t0 != nullptr ? static_cast<double>(now_ns() - std::atoll(t0)) * 1e-9 : 0.0;
+  const double startup = t0 != nullptr ? static_cast<double>(unix_ns() - std::atoll(t0)) * 1e-9 : 0.0;
   const Scenario& s = *r.scenario;
   const comm::RankEnv env = rank_env(r, source);
   use_device(s.layout.device, env.local_rank);

@@ -1,6 +1,7 @@
 // The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
 // allgather of every group's sums per step, rows folded over the steps.
 #include "harness/runner/verdict_run.h"
+#include "core/clock.h"
 
 #include <algorithm>
 #include <array>
@@ -33,7 +34,6 @@ namespace vd = verdict_detail;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // This rank's place among the readers of its host's shared baseline: its local rank.
 int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
@@ -399,14 +399,14 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   auto t0 = Clock::now();
   StepRecord<T> b = base_->step(t);
   require_finite_baseline(b, b.grads->specs, base_->params());  // exit 4 on every rank alike
-  time_.baseline += since(t0);
+  time_.baseline += seconds_since(t0);
   set_bounds(b.noise);
   t0 = Clock::now();
   // near-ties follow the baseline's choice (model/route_oracle.h), within this step's bound
   const RouteOracle oracle{&b.chosen, &b.select_scores,
                            tolerance_for(sc_.model.dtype, Quantity::routing_score).elem_rel, route_tie_, false};
   RankStepRecord<T> p = par_.step(t, &oracle);
-  time_.parallel += since(t0);
+  time_.parallel += seconds_since(t0);
   t0 = Clock::now();
   apply_fault(p);
   std::vector<double> mine = local_part(b, p);
@@ -425,27 +425,27 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   }
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
-  time_.compare += since(t0);
+  time_.compare += seconds_since(t0);
   t0 = Clock::now();
   std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
   world_.allgather(std::span<const double>(mine), std::span<double>(all));  // the step's one reduction
-  time_.compare_comm += since(t0);
+  time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
   fold(t, b, all, rep);
-  time_.compare += since(t0);
+  time_.compare += seconds_since(t0);
 }
 
 template <class T> int64_t Runner<T>::resume(const std::string& dir) {
   auto t0 = Clock::now();
   const ckpt::CheckpointInfo info =
       ParallelRunState<T>(par_, *timed_).load(dir, scenario_to_json(sc_)["model"], checkpoint_run(sc_));
-  time_.parallel += since(t0);
+  time_.parallel += seconds_since(t0);
   if (info.step > sc_.steps)
     throw ConfigError("--resume", dir + " was saved after step " + std::to_string(info.step) +
                                       ", beyond the run's last step (steps = " + std::to_string(sc_.steps) + ")");
   t0 = Clock::now();
   base_->skip_to(info.step);  // the steps before: replayed (or read), not compared
-  time_.baseline += since(t0);
+  time_.baseline += seconds_since(t0);
   return info.step;
 }
 
@@ -453,7 +453,7 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
   const auto t0 = Clock::now();
   ParallelRunState<T>(par_, *timed_)
       .save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"], checkpoint_run(sc_)});
-  time_.parallel += since(t0);
+  time_.parallel += seconds_since(t0);
 }
 
 }  // namespace
@@ -472,7 +472,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.optim = vd::optim_desc(s.optim);
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
-  run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = since(t0);
+  run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = seconds_since(t0);
   if (!o.resume_dir.empty()) {
     rep.first_step = run.resume(o.resume_dir);
     rep.checkpoint = "resumed from " + o.resume_dir + " at step " + std::to_string(rep.first_step) +

@@ -26,8 +26,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string num(double x) { return json_num(x); }
-
 void parse_model(const ObjectReader& r, ModelConfig& m) {
   for (auto [key, field] : std::vector<std::pair<const char*, int64_t*>>{
            {"vocab", &m.vocab}, {"dim", &m.dim}, {"layers", &m.layers}, {"heads", &m.heads},
@@ -65,25 +63,21 @@ const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum",
                                              "beta2", "eps", "weight_decay", "clip"};
 // ---- validation ------------------------------------------------------------------------
 
-void require(bool ok, const std::string& path, const std::string& rule) {
-  if (!ok) throw ConfigError(path, rule);
-}
-
 void require_at_least(int64_t v, int64_t lo, const std::string& path) {
-  require(v >= lo, path, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
+  require_config(v >= lo, path, "must be >= " + std::to_string(lo) + ", got " + std::to_string(v));
 }
 
 void require_in(int64_t v, int64_t lo, int64_t hi, const std::string& path, const std::string& hi_name) {
-  require(v >= lo && v <= hi, path,
+  require_config(v >= lo && v <= hi, path,
           "must be in [" + std::to_string(lo) + ", " + hi_name + "], got " + std::to_string(v));
 }
 
 // Real-valued rules: every value must be finite; then lo < v (strict) or lo <= v, and v < hi.
 void require_real(double v, double lo, bool strict_lo, double hi, const std::string& path) {
   bool ok = std::isfinite(v) && (strict_lo ? v > lo : v >= lo) && v < hi;
-  std::string range = (strict_lo ? "> " : ">= ") + num(lo);
-  if (hi != HUGE_VAL) range = std::string(strict_lo ? "in (" : "in [") + num(lo) + ", " + num(hi) + ")";
-  require(ok, path, "must be " + (std::isfinite(v) ? range : "finite") + ", got " + num(v));
+  std::string range = (strict_lo ? "> " : ">= ") + json_num(lo);
+  if (hi != HUGE_VAL) range = std::string(strict_lo ? "in (" : "in [") + json_num(lo) + ", " + json_num(hi) + ")";
+  require_config(ok, path, "must be " + (std::isfinite(v) ? range : "finite") + ", got " + json_num(v));
 }
 
 void validate_model(const ModelConfig& m) {
@@ -92,7 +86,7 @@ void validate_model(const ModelConfig& m) {
   require_at_least(m.dim, 1, p + "dim");
   require_at_least(m.layers, 1, p + "layers");
   require_at_least(m.heads, 1, p + "heads");
-  require(m.dim % m.heads == 0, p + "heads",
+  require_config(m.dim % m.heads == 0, p + "heads",
           "must divide model.dim (" + std::to_string(m.dim) + "), got " + std::to_string(m.heads));
   require_at_least(m.seq, 1, p + "seq");
   require_at_least(m.batch, 1, p + "batch");
@@ -106,18 +100,18 @@ void validate_model(const ModelConfig& m) {
   require_at_least(m.expert_hidden, 1, p + "expert_hidden");
   require_in(m.shared_experts, 0, 1, p + "shared_experts", "1");
   require_at_least(m.shared_hidden, 1, p + "shared_hidden");
-  require(m.score == Score::softmax || m.score == Score::sigmoid, p + "score",
+  require_config(m.score == Score::softmax || m.score == Score::sigmoid, p + "score",
           "must be softmax or sigmoid");
   require_real(m.route_scale, 0.0, true, HUGE_VAL, p + "route_scale");
   require_real(m.aux_alpha, 0.0, false, HUGE_VAL, p + "aux_alpha");
   require_real(m.bias_rate, 0.0, false, HUGE_VAL, p + "bias_rate");
-  require(m.dtype == DType::f64 || m.dtype == DType::f32, "$.dtype",
+  require_config(m.dtype == DType::f64 || m.dtype == DType::f32, "$.dtype",
           "must be fp32 or fp64, got " + std::string(dtype_name(m.dtype)));
 }
 
 void validate_optim(const OptimConfig& o) {
   const std::string p = "$.optim.";
-  require(o.kind == OptimKind::sgd || o.kind == OptimKind::adam || o.kind == OptimKind::adamw,
+  require_config(o.kind == OptimKind::sgd || o.kind == OptimKind::adam || o.kind == OptimKind::adamw,
           p + "kind", "must be sgd, adam or adamw");
   require_real(o.lr, 0.0, true, HUGE_VAL, p + "lr");
   require_real(o.momentum, 0.0, false, 1.0, p + "momentum");
@@ -133,12 +127,12 @@ void validate_optim(const OptimConfig& o) {
 // runner's (check_supported: a batch that splits over micro-batches and data-parallel ranks).
 void validate_resume(const ResumeConfig& r, const Scenario& s) {
   const std::string p = "$.resume.";
-  require(r.save_at >= 1 && r.save_at < s.steps, p + "save_at",
+  require_config(r.save_at >= 1 && r.save_at < s.steps, p + "save_at",
           "must be in [1, steps - 1] (steps = " + std::to_string(s.steps) + ") so that both phases run, got " +
               std::to_string(r.save_at));
   const LayoutConfig& l = r.layout;
   validate_layout(l, s.model, p + "layout.");
-  require(l.world >= 2, p + "layout.world",
+  require_config(l.world >= 2, p + "layout.world",
           "must be >= 2: the resumed layout is compared with the one-device baseline, got " + std::to_string(l.world));
   try {
     check_supported(s.model, l);
@@ -201,13 +195,6 @@ json parse_json_strict(const std::string& text) {
   return json::parse(text, cb);
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string parser_message(const json::exception& e) {
-  std::string what = e.what();
-  const size_t close = what.find("] ");
-  return close == std::string::npos ? what : what.substr(close + 2);
-}
-
 }  // namespace
 
 Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
@@ -267,7 +254,7 @@ Scenario parse_scenario_text(const std::string& text, const std::string& name) {
   try {
     j = parse_json_strict(text);
   } catch (const json::exception& e) {  // parse errors, and numbers that overflow a double
-    throw ConfigError("$", "invalid JSON: " + printable(parser_message(e)));
+    throw ConfigError("$", "invalid JSON: " + printable(json_parse_message(e)));
   }
   return parse_scenario(j, name);
 }
@@ -324,11 +311,11 @@ nlohmann::json scenario_to_json(const Scenario& s) {
 }
 
 void validate_scenario(const Scenario& s) {
-  require(s.name.size() <= kMaxNameBytes, "$.name",
+  require_config(s.name.size() <= kMaxNameBytes, "$.name",
           "must be at most " + std::to_string(kMaxNameBytes) + " bytes, got " + std::to_string(s.name.size()));
-  require(s.name.find_first_of("/\\") == std::string::npos && is_printable(s.name), "$.name",
+  require_config(s.name.find_first_of("/\\") == std::string::npos && is_printable(s.name), "$.name",
           "must not contain path separators or control characters, got \"" + printable(s.name) + "\"");
-  require(s.steps >= 1, "$.steps",
+  require_config(s.steps >= 1, "$.steps",
           "must be >= 1: a run of no step compares nothing, got " + std::to_string(s.steps));
   validate_model(s.model);
   validate_optim(s.optim);

@@ -51,11 +51,15 @@ std::string timings_str(const char* who, const Timings& t) {
 }
 
 // Non-finite numbers as strings ("nan", "inf"): JSON has no literal for them.
-nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt("%g", x)); }
+nlohmann::json json_number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(fmt("%g", x)); }
 
 nlohmann::json worst_json(const WorstElement& w) {
-  return {{"name", w.name}, {"index", w.index}, {"rank", w.rank}, {"got", num(w.got)}, {"ref", num(w.ref)},
-          {"abs_err", num(w.abs_err)}};
+  return {{"name", w.name},
+          {"index", w.index},
+          {"rank", w.rank},
+          {"got", json_number(w.got)},
+          {"ref", json_number(w.ref)},
+          {"abs_err", json_number(w.abs_err)}};
 }
 
 nlohmann::json timings_json(const Timings& t) {
@@ -129,25 +133,25 @@ nlohmann::json verdict_json(const VerdictReport& r) {
   nlohmann::json steps = nlohmann::json::array(), rows = nlohmann::json::array();
   for (const StepLine& s : r.step_lines)
     steps.push_back({{"step", s.step},
-                     {"loss", num(s.loss)},
-                     {"loss_ref", num(s.loss_ref)},
-                     {"loss_diff", num(s.loss_diff)},
-                     {"micro_rel", num(s.micro_rel)},
-                     {"grad_norm_rel", num(s.grad_norm_rel)},
-                     {"clip_coef", num(s.clip_coef)},
-                     {"clip_ref", num(s.clip_ref)},
+                     {"loss", json_number(s.loss)},
+                     {"loss_ref", json_number(s.loss_ref)},
+                     {"loss_diff", json_number(s.loss_diff)},
+                     {"micro_rel", json_number(s.micro_rel)},
+                     {"grad_norm_rel", json_number(s.grad_norm_rel)},
+                     {"clip_coef", json_number(s.clip_coef)},
+                     {"clip_ref", json_number(s.clip_ref)},
                      {"routing_diff", s.route_diff},
                      {"near_ties_followed", s.near_ties}});
   for (const Row& row : r.rows)
     rows.push_back({{"verdict", row_verdict_name(row.verdict)},
                     {"quantity", row.quantity},
                     {"subject", row.subject},
-                    {"norm_rel", num(row.norm_rel)},
+                    {"norm_rel", json_number(row.norm_rel)},
                     {"tol", row.tol},
                     {"bound_from", row.bound_from},
                     {"far", row.far},
                     {"far_bound", row.far_bound},
-                    {"scale_ratio", num(row.scale_ratio)},
+                    {"scale_ratio", json_number(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},
                     {"compared", row.compared},
