@@ -6,9 +6,12 @@
 #include <map>
 
 #include "comm/diagnose.h"
+#include "core/clock.h"
 
 using namespace parity::comm;
 using ms = std::chrono::milliseconds;
+
+using parity::seconds_since;
 
 namespace {
 
@@ -34,10 +37,6 @@ std::vector<PeerInfo> remote_peers(size_t n) {
   for (size_t i = 0; i < n; ++i)
     p[i] = {"elsewhere", static_cast<int64_t>(1000 + i), "10.0.0." + std::to_string(i + 1), "", 0};
   return p;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

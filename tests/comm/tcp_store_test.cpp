@@ -10,11 +10,14 @@
 #include "comm/net.h"
 #include "comm/tcp_store.h"
 #include "comm/world.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 using namespace parity;
 using namespace parity::comm;
 using ms = std::chrono::milliseconds;
+
+using parity::seconds_since;
 
 namespace {
 
@@ -24,10 +27,6 @@ int free_port() {
   const int fd = net::listen_on("127.0.0.1", 0, &port);
   close(fd);
   return port;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include "harness/runner/baseline.h"
 #include "harness/scenario/scenario.h"
 
-namespace parity {
+namespace parity::baseline_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 Scenario tiny() { return load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/tiny.json"); }
@@ -78,4 +78,4 @@ TEST(Baseline, TinyLossFallsTowardTheEntropyFloor) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::baseline_test

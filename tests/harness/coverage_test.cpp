@@ -17,7 +17,7 @@
 #include "harness/scenario/cover_gen.h"
 #include "harness/scenario/scenario.h"
 
-namespace parity::coverage {
+namespace parity::coverage::coverage_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 const std::string kScenarios = std::string(PARITY_SOURCE_DIR) + "/scenarios";  // shipped files
@@ -310,4 +310,4 @@ TEST(Coverage, OptionPairsAreEveryTwoValuesTakenTogether) {
 }
 
 }  // namespace
-}  // namespace parity::coverage
+}  // namespace parity::coverage::coverage_test

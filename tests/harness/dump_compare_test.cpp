@@ -20,7 +20,7 @@
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/verdict_root.h"
 
-namespace parity {
+namespace parity::dump_compare_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 namespace fs = std::filesystem;
@@ -266,4 +266,4 @@ TEST_F(DumpCompare, RowsAreHeldToTenTimesTheReferencesTwinNoise) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::dump_compare_test

@@ -10,7 +10,7 @@
 #include "harness/scenario/scenario.h"
 #include "model/params.h"
 
-namespace parity {
+namespace parity::fsdp_dim_json_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using nlohmann::json;
@@ -101,4 +101,4 @@ TEST(FsdpDimJson, ScenarioRoundTripAndModelRule) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::fsdp_dim_json_test

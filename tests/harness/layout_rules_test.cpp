@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "harness/scenario/scenario.h"
 
-namespace parity {
+namespace parity::layout_rules_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using nlohmann::json;
@@ -125,4 +125,4 @@ TEST(LayoutRules, FsdpDimNamesTheFamily) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::layout_rules_test

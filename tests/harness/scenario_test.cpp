@@ -17,7 +17,7 @@
 #include "thrown.h"
 #include "parallel/supported.h"
 
-namespace parity {
+namespace parity::scenario_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using nlohmann::json;
@@ -462,4 +462,4 @@ TEST(Scenario, PrecisionIsReadCheckedAndWrittenBack) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::scenario_test

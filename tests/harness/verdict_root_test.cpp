@@ -10,7 +10,7 @@
 #include "harness/verdict/verdict.h"
 #include "harness/verdict/verdict_flow.h"
 
-namespace parity {
+namespace parity::verdict_root_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 Row row(const std::string& q, const std::string& subject, int64_t step, double scale, RowVerdict v = RowVerdict::fail) {
@@ -69,9 +69,9 @@ TEST(VerdictRoot, DataFlowOrder) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::verdict_root_test
 
-namespace parity {
+namespace parity::verdict_root_test {
 namespace {
 
 // Tensor by tensor (verdict_flow.h): two gradient families failing at one step are ordered by
@@ -111,4 +111,4 @@ TEST(VerdictRoot, NamesTheContextParallelDegree) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::verdict_root_test

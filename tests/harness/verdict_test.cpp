@@ -15,7 +15,7 @@
 #include "harness/verdict/verdict_detail.h"
 #include "mesh/param_layout.h"
 
-namespace parity {
+namespace parity::verdict_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 namespace vd = verdict_detail;
@@ -329,4 +329,4 @@ TEST(VerdictReportTable, FailingRowsComeFirstAndTheExitCodeIsTheVerdict) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::verdict_test

@@ -14,7 +14,7 @@
 #include "mesh/placement.h"
 #include "mesh/shard.h"
 
-namespace parity::mesh {
+namespace parity::mesh::dtensor_expect_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using P = Placement;
@@ -150,4 +150,4 @@ TEST(NestedStridedShard, DividingSegmentsKeepFsdpOfEachTpShard) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::mesh::dtensor_expect_test

@@ -9,7 +9,7 @@
 #include "mesh/param_layout.h"
 #include "mesh/placement.h"
 
-namespace parity::mesh {
+namespace parity::mesh::fsdp_dim_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 LayoutConfig lc(int64_t world, int64_t dps, int64_t tp, int64_t ep, int64_t etp) {
@@ -117,4 +117,4 @@ TEST(FsdpDim, RefusesADimensionATensorOfTheFamilyLacks) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::mesh::fsdp_dim_test

@@ -13,7 +13,7 @@
 #include "mesh/layout_config.h"
 #include "mesh/param_layout.h"
 
-namespace parity {
+namespace parity::layout_config_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 LayoutConfig make(int64_t dpr, int64_t dps, int64_t cp, int64_t tp, int64_t ep, int64_t etp) {
@@ -238,4 +238,4 @@ TEST(LayoutConfig, ShortFormOfEveryShippedScenarioNamesEveryDegree) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::layout_config_test

@@ -9,7 +9,7 @@
 #include "mesh/expect_refused.h"
 #include "mesh/mesh.h"
 
-namespace parity::mesh {
+namespace parity::mesh::mesh_groups_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using testing::expect_refused;
@@ -151,4 +151,4 @@ TEST(MeshValidation, MeshAloneChecksStructure) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::mesh::mesh_groups_test

@@ -19,7 +19,7 @@
 #include "mesh/explain.h"
 #include "mesh/mesh.h"
 
-namespace parity::mesh {
+namespace parity::mesh::mesh_order_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using Table = std::vector<std::vector<int>>;
@@ -221,4 +221,4 @@ TEST(RankOrder, NamesAndLabel) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::mesh::mesh_order_test

@@ -11,7 +11,7 @@
 #include "mesh/param_layout.h"
 #include "mesh/placement.h"
 
-namespace parity {
+namespace parity::pipeline_layout_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 LayoutConfig pp2_dps2_tp2() {
@@ -138,4 +138,4 @@ TEST(PipelineLayout, ParametersLiveOnTheirStage) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::pipeline_layout_test

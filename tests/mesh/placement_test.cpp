@@ -10,7 +10,7 @@
 #include "mesh/placement.h"
 #include "mesh/shard.h"
 
-namespace parity::mesh {
+namespace parity::mesh::placement_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using Idx = std::vector<int64_t>;
@@ -193,4 +193,4 @@ TEST(Shard, ReplicationCountsReplicateAndPartialDimensions) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::mesh::placement_test

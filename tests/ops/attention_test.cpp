@@ -15,7 +15,7 @@
 #include "common/random.h"
 #include "common/tolerance.h"
 
-namespace parity {
+namespace parity::attention_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -215,4 +215,4 @@ TEST(Attention, RowBlocksSumToTheFullBackward) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::attention_test

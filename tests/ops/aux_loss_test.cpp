@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "ops/router.h"
 
-namespace parity {
+namespace parity::aux_loss_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -123,4 +123,4 @@ TEST(AuxLoss, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::aux_loss_test

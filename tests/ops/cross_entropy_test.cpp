@@ -14,7 +14,7 @@
 #include "common/tolerance.h"
 #include "core/error.h"
 
-namespace parity {
+namespace parity::cross_entropy_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -144,4 +144,4 @@ TEST(CrossEntropy, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::cross_entropy_test

@@ -13,7 +13,7 @@
 #include "common/tolerance.h"
 #include "core/error.h"
 
-namespace parity {
+namespace parity::embedding_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -98,4 +98,4 @@ TEST(Embedding, Fp32MatchesFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::embedding_test

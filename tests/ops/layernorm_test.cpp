@@ -13,7 +13,7 @@
 #include "common/random.h"
 #include "common/tolerance.h"
 
-namespace parity {
+namespace parity::layernorm_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -135,4 +135,4 @@ TEST(LayerNorm, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::layernorm_test

@@ -12,7 +12,7 @@
 #include "common/random.h"
 #include "common/tolerance.h"
 
-namespace parity {
+namespace parity::matmul_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -205,4 +205,4 @@ TEST(Matmul, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::matmul_test

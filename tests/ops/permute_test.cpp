@@ -15,7 +15,7 @@
 #include "common/tolerance.h"
 #include "core/error.h"
 
-namespace parity {
+namespace parity::permute_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -185,4 +185,4 @@ TEST(Permute, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::permute_test

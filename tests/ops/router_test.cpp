@@ -16,7 +16,7 @@
 #include "common/tolerance.h"
 #include "core/error.h"
 
-namespace parity {
+namespace parity::router_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -251,4 +251,4 @@ TEST(Router, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::router_test

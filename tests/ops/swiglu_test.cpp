@@ -13,7 +13,7 @@
 #include "common/random.h"
 #include "common/tolerance.h"
 
-namespace parity {
+namespace parity::swiglu_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 using test::cast;
@@ -169,4 +169,4 @@ TEST(Ffn, Fp32CloseToFp64) {
 }
 
 }  // namespace
-}  // namespace parity
+}  // namespace parity::swiglu_test
