@@ -91,14 +91,15 @@ std::vector<std::string> wrap(const std::string& text, const std::string& sep, s
   return lines;
 }
 
-// |layout - baseline| loss at step t (an exact 0 at kZeroDrawnAt) and the verdict's loss bound there.
+// |layout - baseline| loss at step t (an exact 0 at kZeroDrawnAt) and the floor of the verdict's loss
+// bound there (the bound itself is 10x the rounding twin's noise where that is larger: bounds.h;
+// a golden records no twin, so the floor is what a figure can draw).
 double loss_error(const Golden& g, size_t t) {
   const double d = std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]);
   return d > 0 ? d : kZeroDrawnAt;
 }
 double loss_bound(const Golden& g, size_t t) {
-  return tolerance_for(parse_precision(g.dtype, "golden dtype"), Quantity::loss).norm_rel *
-         std::fabs(g.baseline.loss[t]);
+  return noise_floor(parse_precision(g.dtype, "golden dtype"), Quantity::loss) * std::fabs(g.baseline.loss[t]);
 }
 size_t layout_steps(const Golden& g) { return std::min(g.baseline.steps(), g.layout_curves->steps()); }
 
@@ -207,7 +208,8 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
     << "     NaN with lines lw 1.5 lc rgb 'black' title 'entropy floor', \\\n"
     << "     NaN with linespoints pt 7 ps 0.35 lc rgb '" << kPalette[0]
     << "' title '|layout - baseline| loss, log axis (exact 0 at 1e-18)', \\\n"
-    << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title " << q("verdict's loss bound (" + dtypes + ")") << "\n";
+    << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title "
+    << q("loss bound's floor, " + dtypes + " (the measured bound may be higher)") << "\n";
   s << "unset key\nset border\nset tics\nunset multiplot\n";
   return s.str();
 }
