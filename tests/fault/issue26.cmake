@@ -25,6 +25,7 @@ set_tests_properties(fault.issue26.out_ckpt_foreign_dir fault.issue26.out_report
                      fault.issue26.stale_mpi fault.issue26.launch_cap fault.issue26.res_memory fault.issue26.blame_stop_mpi
                      fault.issue26.blame_stop_mpi_init
                      PROPERTIES LABELS "fault;input;multiprocess" RUN_SERIAL TRUE)
-# res_memory needs a private mount namespace (a /dev/shm of its own): without one it exits 77,
-# shown as skipped, never as passed.
-set_tests_properties(fault.issue26.res_memory PROPERTIES SKIP_RETURN_CODE 77)
+# res_fd, res_shm and res_memory need a private mount namespace (a /dev/shm of its own),
+# res_tmpdir a tmpfs it may mount: without one they exit 77, shown as skipped, never as passed.
+set_tests_properties(fault.issue26.res_fd fault.issue26.res_shm fault.issue26.res_memory fault.issue26.res_tmpdir
+                     PROPERTIES SKIP_RETURN_CODE 77)
