@@ -17,7 +17,7 @@ using ms = std::chrono::milliseconds;
 using steady = std::chrono::steady_clock;
 
 constexpr uint32_t kValidationMagic = 0x3C85F7CE;  // torch >= 2.2: the first request of a client
-constexpr uint64_t kMaxTorchValue = 8u << 20;           // the libuv server's own payload limit
+constexpr uint64_t kMaxTorchValue = 8u << 20;  // the libuv server's own payload limit
 constexpr int kAncestors = 8;
 
 void put_u64(std::string& s, uint64_t v) {

@@ -131,7 +131,6 @@ gloo::AllreduceOptions::Func reduce_fn(DType t, ReduceOp op) {
 // Gloo's typed setters only need the element size; a byte-sized stand-in per dtype.
 template <size_t N> struct Elem { char b[N]; };
 
-
 struct GlooShared {
   std::shared_ptr<Rendezvous> rdzv;
   std::shared_ptr<gloo::transport::Device> device;

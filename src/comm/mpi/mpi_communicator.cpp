@@ -38,7 +38,6 @@ int to_int(int64_t n) {
   return static_cast<int>(n);
 }
 
-
 void counts_displs(const std::vector<int64_t>& c, std::vector<int>& counts, std::vector<int>& displs) {
   counts.resize(c.size());
   displs.resize(c.size());

@@ -2,7 +2,6 @@
 // (the baseline here, the layout through the one launch) and written, or compared with the
 // pinned file.
 #include "harness/golden/golden_jobs.h"
-#include "core/clock.h"
 
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"

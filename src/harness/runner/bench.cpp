@@ -1,10 +1,10 @@
 #include "harness/runner/bench.h"
-#include "core/clock.h"
 
 #include <algorithm>
 #include <chrono>
 #include <immintrin.h>
 
+#include "core/clock.h"
 #include "core/philox.h"
 #include "harness/runner/baseline.h"
 #include "ops/matmul.h"
@@ -14,7 +14,6 @@ namespace parity {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 // 12 independent 4-wide FMA chains: enough to cover FMA latency x throughput.
 __attribute__((target("avx2,fma"))) double fma_peak_avx2(int64_t iters, double& sink) {

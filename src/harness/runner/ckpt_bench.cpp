@@ -1,6 +1,5 @@
 // `parity ckpt bench` (ckpt_bench.h).
 #include "harness/runner/ckpt_bench.h"
-#include "core/clock.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/synthetic.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "harness/scenario/scenario.h"
@@ -29,7 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
 
 // Drops the page cache of every file under `dir` (clean pages only, so after an fsync), so
 // that the next read comes from the disk.
@@ -82,7 +81,6 @@ LayoutConfig layout_of(int64_t world, int64_t dp_shard, int64_t tp, int64_t ep) 
   l.ep = ep;
   return l;
 }
-
 
 // Loads `dir` into every rank of `to` in turn (one process); returns seconds and #wrong.
 std::pair<double, int64_t> load_all(const ModelConfig& c, const mesh::Mesh& to, const nlohmann::json& model,

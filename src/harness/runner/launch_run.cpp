@@ -1,5 +1,4 @@
 #include "harness/runner/launch_run.h"
-#include "core/clock.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/launch.h"
+#include "core/clock.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/inject.h"

@@ -1,5 +1,4 @@
 #include "harness/runner/rank_main.h"
-#include "core/clock.h"
 
 #include <chrono>
 #include <cstdio>
@@ -11,6 +10,7 @@
 #include "comm/bench.h"
 #include "comm/rank_env.h"
 #include "comm/world.h"
+#include "core/clock.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/files.h"

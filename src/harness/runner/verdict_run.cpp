@@ -1,7 +1,6 @@
 // The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
 // allgather of every group's sums per step, rows folded over the steps.
 #include "harness/runner/verdict_run.h"
-#include "core/clock.h"
 
 #include <algorithm>
 #include <array>
@@ -14,6 +13,7 @@
 
 #include "ckpt/training_state.h"
 #include "comm/rank_env.h"
+#include "core/clock.h"
 #include "optim/optimizer.h"
 #include "core/error.h"
 #include "core/inject.h"
