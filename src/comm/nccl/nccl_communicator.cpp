@@ -96,7 +96,7 @@ int64_t total(const std::vector<int64_t>& c) {
   return s;
 }
 
-struct NcclShared {
+struct Shared {
   std::shared_ptr<Rendezvous> rdzv;
   int world_size = 1;
   int device = 0;
@@ -105,7 +105,7 @@ struct NcclShared {
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(std::vector<int> members, int rank, ms timeout, Communicator* world,
-                   std::shared_ptr<NcclShared> shared)
+                   std::shared_ptr<Shared> shared)
       : Communicator(Backend::nccl, std::move(members), rank, timeout, world), shared_(std::move(shared)) {
     cuda_check(cudaSetDevice(shared_->device), "cudaSetDevice");
     scope_ = scope_key(this->members(), shared_->world_size) + ".nccl";
@@ -244,7 +244,7 @@ class NcclCommunicator : public Communicator {
     st.copy_back();
   }
 
-  std::shared_ptr<NcclShared> shared_;
+  std::shared_ptr<Shared> shared_;
   std::string scope_;
   std::vector<PeerInfo> peers_;
   ncclComm_t comm_ = nullptr;
@@ -261,7 +261,7 @@ std::unique_ptr<Communicator> make_nccl_world(int rank, int world_size, int loca
                                               std::chrono::milliseconds timeout) {
   int devices = parity::cuda_device_count();
   if (devices == 0) throw CommError("nccl backend: rank " + std::to_string(rank) + " sees no CUDA device");
-  auto shared = std::make_shared<NcclShared>();
+  auto shared = std::make_shared<Shared>();
   shared->rdzv = std::move(rendezvous);
   shared->world_size = world_size;
   shared->device = local_rank % devices;
