@@ -3,11 +3,12 @@
 // values at [0, Sk); q0 = 0, Sq = Sk = S is the whole sequence), each head owning columns
 // [h*Dh, (h+1)*Dh) of the (., W = H*Dh) buffers. Every sum runs in one thread in the CPU's
 // order (scale = 1 / sqrt(Dh) is computed on the host exactly as the CPU does); gi = q0 + i:
-//   forward:  one thread per (h, i) row of probs: scores (d order), max, exp, sum (j order,
-//             j <= gi), divide, zeros for j > gi; then one thread per (i, c) of out:
-//             sum_{j<=gi} in j order.
-//   backward: one thread per (h, i) row of dS (softmax_grad_head: dP in d order, rowdot in j
-//             order) into a device scratch (H, Sq, Sk); one thread per (i, c) of dq (j from 0);
+//   forward:  one block per (h, i) row of probs: scores (a thread per j, d order), max, exp,
+//             sum (thread 0 alone, j order, j <= gi), divide, zeros for j > gi; then one thread
+//             per (i, c) of out: sum_{j<=gi} in j order.
+//   backward: one block per (h, i) row of dS (softmax_grad_head: dP a thread per j in d order,
+//             rowdot by thread 0 in j order) into a device scratch (H, Sq, Sk); one thread per
+//             (i, c) of dq (j from 0);
 //             one thread per (j, c) of dk and dv (block rows i with gi >= j, ascending), each
 //             added to its output once.
 // exp is CUDA's (within 2 ulp): probs, and so out and every gradient, are close to, not
@@ -25,28 +26,54 @@ namespace {
 // The CPU's scale, on the host: 1 / sqrt(Dh), or 1 when Dh = 0.
 template <class T> T attention_scale(int64_t Dh) { return Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1); }
 
-// probs (H, Sq, Sk): row i of head h, one thread per (h, i). q (Sq, W), k (Sk, W).
+// Rows (h, i) of (H, Sq, Sk) buffers are spread one per block (grid-stride over rows); the
+// block's threads split a row's j, and thread 0 does each of the row's sums alone, in j order.
+// Every value is computed by the same expression, in the same order, as by one thread per row:
+// the bits do not depend on the launch.
+__device__ inline int64_t row_first() { return blockIdx.x; }
+__device__ inline int64_t row_stride() { return gridDim.x; }
+constexpr int kRowThreads = 128;
+inline unsigned row_blocks(int64_t rows) {
+  constexpr int64_t most = int64_t(1) << 30;
+  return static_cast<unsigned>(rows < 1 ? 1 : rows > most ? most : rows);
+}
+
+// probs (H, Sq, Sk): row i of head h per block. q (Sq, W), k (Sk, W). Thread j: the score
+// (d order) times scale; thread 0: the max (j order); thread j: exp(score - max); thread 0:
+// their sum (j order); thread j: the division, and the zeros for j > gi.
 template <class T>
 __global__ void attn_probs_kernel(const T* q, const T* k, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t Dh,
                                   T scale, T* probs) {
+  __shared__ T row_max, row_sum;
   const int64_t W = H * Dh;
-  for (int64_t r = thread_index(); r < H * Sq; r += thread_count()) {
+  for (int64_t r = row_first(); r < H * Sq; r += row_stride()) {
     const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh;
     T* pr = probs + r * Sk;  // (Sk), row i of head h
-    T mx = T(0);
-    for (int64_t j = 0; j <= gi; ++j) {
+    for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) {
       T dot = T(0);
       for (int64_t d = 0; d < Dh; ++d) dot += q[i * W + c0 + d] * k[j * W + c0 + d];
       pr[j] = dot * scale;
-      mx = (j == 0 || pr[j] > mx) ? pr[j] : mx;
     }
-    T sum = T(0);
-    for (int64_t j = 0; j <= gi; ++j) {
-      pr[j] = dev_exp(pr[j] - mx);
-      sum += pr[j];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      T mx = T(0);
+      for (int64_t j = 0; j <= gi; ++j) mx = (j == 0 || pr[j] > mx) ? pr[j] : mx;
+      row_max = mx;
     }
-    for (int64_t j = 0; j <= gi; ++j) pr[j] = pr[j] / sum;
-    for (int64_t j = gi + 1; j < Sk; ++j) pr[j] = T(0);
+    __syncthreads();
+    const T mx = row_max;
+    for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) pr[j] = dev_exp(pr[j] - mx);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      T sum = T(0);
+      for (int64_t j = 0; j <= gi; ++j) sum += pr[j];
+      row_sum = sum;
+    }
+    __syncthreads();
+    const T sum = row_sum;
+    for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) pr[j] = pr[j] / sum;
+    for (int64_t j = gi + 1 + threadIdx.x; j < Sk; j += blockDim.x) pr[j] = T(0);
+    __syncthreads();  // row_max and row_sum are the next row's
   }
 }
 
@@ -64,25 +91,34 @@ __global__ void attn_out_kernel(const T* probs, const T* v, int64_t Sq, int64_t 
   }
 }
 
-// dS (H, Sq, Sk), row i of head h per thread: dP[j] = sum_d dout[i][d] * v[j][d] (d order),
-// rowdot = sum_{j<=gi} P[i][j] * dP[j] (j order), dS[i][j] = P[i][j] * (dP[j] - rowdot), 0 for j > gi.
+// dS (H, Sq, Sk), row i of head h per block: thread j: dP[j] = sum_d dout[i][d] * v[j][d]
+// (d order); thread 0: rowdot = sum_{j<=gi} P[i][j] * dP[j] (j order); thread j:
+// dS[i][j] = P[i][j] * (dP[j] - rowdot), 0 for j > gi.
 template <class T>
 __global__ void attn_dscores_kernel(const T* probs, const T* v, const T* dout, int64_t Sq, int64_t q0, int64_t Sk,
                                     int64_t H, int64_t Dh, T* dS) {
+  __shared__ T row_dot;
   const int64_t W = H * Dh;
-  for (int64_t r = thread_index(); r < H * Sq; r += thread_count()) {
+  for (int64_t r = row_first(); r < H * Sq; r += row_stride()) {
     const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh;
     const T* pr = probs + r * Sk;  // (Sk)
     T* dsr = dS + r * Sk;          // (Sk)
-    T rowdot = T(0);
-    for (int64_t j = 0; j <= gi; ++j) {
+    for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) {
       T dp = T(0);
       for (int64_t d = 0; d < Dh; ++d) dp += dout[i * W + c0 + d] * v[j * W + c0 + d];
       dsr[j] = dp;
-      rowdot += pr[j] * dp;
     }
-    for (int64_t j = 0; j <= gi; ++j) dsr[j] = pr[j] * (dsr[j] - rowdot);
-    for (int64_t j = gi + 1; j < Sk; ++j) dsr[j] = T(0);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      T rowdot = T(0);
+      for (int64_t j = 0; j <= gi; ++j) rowdot += pr[j] * dsr[j];
+      row_dot = rowdot;
+    }
+    __syncthreads();
+    const T rowdot = row_dot;
+    for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) dsr[j] = pr[j] * (dsr[j] - rowdot);
+    for (int64_t j = gi + 1 + threadIdx.x; j < Sk; j += blockDim.x) dsr[j] = T(0);
+    __syncthreads();  // row_dot is the next row's
   }
 }
 
@@ -134,7 +170,7 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
   const T* d_v = stage_in(st, v, Sk * W);
   T* d_out = stage_out(st, out, Sq * W);
   T* d_probs = st.out(probs, H * Sq * Sk);
-  attn_probs_kernel<<<blocks_for(H * Sq), kThreads, 0, stream()>>>(d_q, d_k, Sq, q0, Sk, H, Dh,
+  attn_probs_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_q, d_k, Sq, q0, Sk, H, Dh,
                                                                    attention_scale<T>(Dh), d_probs);
   st.launched("attention_forward");
   if (Sq * W > 0) {
@@ -161,7 +197,7 @@ void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs,
   T* d_dk = st.out(dk, Sk * W);
   T* d_dv = st.out(dv, Sk * W);
   T* dS = st.scratch<T>(H * Sq * Sk);  // (H, Sq, Sk)
-  attn_dscores_kernel<<<blocks_for(H * Sq), kThreads, 0, stream()>>>(d_probs, d_v, d_dout, Sq, q0, Sk, H, Dh, dS);
+  attn_dscores_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_probs, d_v, d_dout, Sq, q0, Sk, H, Dh, dS);
   st.launched("attention_backward");
   attn_dq_kernel<<<blocks_for(Sq * W), kThreads, 0, stream()>>>(dS, d_k, Sq, q0, Sk, H, Dh, scale, d_dq);
   st.launched("attention_backward");

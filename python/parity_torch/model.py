@@ -92,11 +92,15 @@ class Attention(nn.Module):
     def forward(self, x):  # (b, S, D), causal
         b, s, d = x.shape
         dh = d // self.heads
-        q, k, v = (w(x).view(b, s, self.heads, dh).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        # the heads this process holds: all of them, or its share when wq, wk, wv are column
+        # parallel (DTensor's ColwiseParallel hands back the local columns)
+        q, k, v = (w(x) for w in (self.wq, self.wk, self.wv))
+        local = q.shape[-1] // dh
+        q, k, v = (t.view(b, s, local, dh).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
-        return self.wo((att @ v).transpose(1, 2).reshape(b, s, d))
+        return self.wo((att @ v).transpose(1, 2).reshape(b, s, local * dh))
 
 
 class Router(nn.Module):

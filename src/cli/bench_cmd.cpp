@@ -13,8 +13,10 @@
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "harness/runner/bench.h"
 #include "harness/runner/launch_run.h"
+#include "harness/runner/run_request.h"
 #include "harness/scenario/scenario.h"
 
 namespace parity::cli {
@@ -26,6 +28,7 @@ struct BenchOptions {
   int64_t steps = 5;
   int reps = 5;
   std::string device;
+  std::string precision;  // "" keeps the scenario's policy
 };
 
 struct CommBenchCli {
@@ -65,7 +68,7 @@ template <class T> int model_bench(const Scenario& s, const BenchOptions& o) {
   require_device(dev, "bench model --device cuda");
   use_device(dev);
   const double peak = dev == Device::cpu ? measure_fp64_peak_gflops() : 0.0;
-  std::printf("scenario %s (%s), %s\n", s.name.c_str(), std::string(dtype_name(s.model.dtype)).c_str(),
+  std::printf("scenario %s (%s), %s\n", s.name.c_str(), precision_name(s.model.precision()).c_str(),
               dev == Device::cpu ? "one thread" : "on the GPU (kernels/, cuBLAS pedantic math)");
   if (dev == Device::cpu) std::printf("fp64 peak of one core (AVX2 FMA, measured): %.1f GFLOP/s\n", peak);
   std::printf("\n");
@@ -108,9 +111,14 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--reps", o->reps, "Repetitions per matmul (the best is reported)")->check(positive_integer());
   sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU")
       ->check(device_choice());
+  sub->add_option("--precision", o->precision,
+                  "Time the step in this precision policy: fp64, fp32, bf16 or bf16-reduce-bf16 (default: the "
+                  "scenario's; docs/precision.md)");
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return comm_bench_launch(*c);
-            Scenario s = load_scenario(o->scenario);
+            Overrides over;
+            over.precision = o->precision;
+            const Scenario s = resolve_scenario(o->scenario, over);
             return with_real(s.model.dtype, [&](auto x) { return model_bench<decltype(x)>(s, *o); });
           }};
 }

@@ -54,3 +54,14 @@ foreach(mode keys default standalone c10d nodes_static nodes_c10d)
   set_tests_properties(${name} PROPERTIES LABELS "launcher;python;multiprocess" TIMEOUT 150 SKIP_RETURN_CODE 77
                        PROCESSORS 2 FAIL_REGULAR_EXPRESSION "torchrun [a-z_0-9]+ [^ ]+: FAIL")
 endforeach()
+
+# issue 49: real FSDP2 (fully_shard, W = 2 and 4) and DTensor tensor + sequence parallelism (W = 2)
+# of torch >= 2.4 through `parity compare`, each with a planted bug that must fail with its root
+# (torch2_test.py). Debian's torch 1.13 has neither: skipped (77), never passed; ci/gpu_suite's
+# torch2 stage runs them with the GPU machine's torch.
+foreach(case "fsdp2 fsdp4_uneven_b9_mb2 4 2" "fsdp2 fsdp4_uneven_b9_mb2 4 4" "tp fsdp2_tp2_sp_uneven_b3_mb2 4 2")
+  separate_arguments(args UNIX_COMMAND "${case}")
+  list(GET args 0 mode)
+  list(GET args 3 world)
+  parity_python_test(torch2.${mode}_w${world} "python;multiprocess" torch2_test.py $<TARGET_FILE:parity> ${args})
+endforeach()
