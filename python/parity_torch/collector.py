@@ -32,8 +32,8 @@ What it records and from where:
   inputs, targets and routing gathered (all_gather_object); gradients and parameters are taken
   as full tensors: under DDP every rank holds them, and rank 0 writes. A sharded parameter that
   is a DTensor (FSDP2, tensor parallel; torch >= 2.1) is gathered with full_tensor(), a
-  collective, so every rank must call grads() and step() (untested here: torch 1.13 has no
-  DTensor). Per-rank shards with their placements are NOT written (parity's dump format holds
+  collective, so every rank must call grads() and step() (tests/python/torch2_test.py: real
+  fully_shard and DTensor TP + SP under torch 2.11). Per-rank shards with their placements are NOT written (parity's dump format holds
   full tensors), and FSDP1's flat parameters are not supported.
 - other groups: with tensor / sequence parallelism beside data parallelism, pass group= the
   data-parallel group (losses are summed and rows gathered over it), dp=(rank, size) in it and

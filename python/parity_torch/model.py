@@ -177,10 +177,13 @@ class MoE(nn.Module):
         chosen = topk_select(scores.detach() + self.expert_bias, c.top_k)  # the bias only selects
         w = self.route_weights(scores, chosen)
         out = torch.zeros_like(xf)
+        # Every expert runs, on its tokens or on none, as a grouped GEMM does: an expert without
+        # tokens still gets its (zero) gradient, so every rank reduces the same parameters
+        # (FSDP2 reduce-scatters only the gradients that exist: a rank whose experts got no
+        # token sent a shorter buffer, and gloo aborted on the size mismatch).
         for e in range(c.experts):
             tok, slot = (chosen == e).nonzero(as_tuple=True)
-            if tok.numel():
-                out = out.index_add(0, tok, self.experts(xf[tok], e) * w[tok, slot].unsqueeze(-1))
+            out = out.index_add(0, tok, self.experts(xf[tok], e) * w[tok, slot].unsqueeze(-1))
         if self.shared is not None:
             out = out + self.shared(xf)
         self.chosen = chosen
