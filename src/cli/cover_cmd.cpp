@@ -81,10 +81,10 @@ int run_cover(const CoverOptions& o) {
 Command add_cover_command(CLI::App& app) {
   auto o = std::make_shared<CoverOptions>();
   CLI::App* sub = app.add_subcommand(
-      "cover", "Pairwise coverage of scenario files: which (option value, folding mode) and (option value, option "
-               "value) pairs they cover, every "
-               "missing pair, and the fewest scenarios found (greedy) that add the missing ones. Exit 0 every "
-               "possible pair covered, 1 a pair missing, 2 bad input");
+      "cover",
+      "Pairwise coverage of scenario files: which (option value, folding mode) and (option value,\n"
+      "option value) pairs they cover, every missing pair, and the fewest scenarios found (greedy)\n"
+      "that add the missing ones. Exit 0 every possible pair covered, 1 a pair missing, 2 bad input");
   sub->add_option("paths", o->paths, "Scenario files or directories of them (top level only; default: scenarios)");
   sub->add_option("--write", o->write, "Write the proposed scenarios as DIR/NAME.json (never overwrites)");
   return {sub, [o]() { return run_cover(*o); }};

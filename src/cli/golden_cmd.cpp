@@ -1,9 +1,17 @@
 // `parity golden update|check SCENARIO...`: the option table; the jobs are
 // harness/golden/golden_jobs.h (docs/golden.md).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/jobs.h"
 #include "cli/numbers.h"
 #include "cli/self.h"
 #include "harness/golden/golden_jobs.h"
@@ -20,13 +28,55 @@ void add_common(CLI::App* sub, GoldenOptions& o) {
   sub->add_option("--timeout", o.timeout_s, "Per-collective timeout in seconds")->capture_default_str();
 }
 
+// `golden check` of several scenarios: each a child `parity golden check FILE` (the one job
+// loop, cli/jobs.h), at most `jobs` at a time, its output printed whole in the scenarios'
+// order, then a total and one verdict. Exit: the worst of the children (2 > 1 > 0).
+int check_in_jobs(const GoldenOptions& o, int jobs) {
+  const std::string dir = jobs_dir("", "golden");
+  std::vector<Job> list;
+  for (size_t i = 0; i < o.scenarios.size(); ++i) {
+    Job j{{"golden", "check", o.scenarios[i], "--timeout", std::to_string(o.timeout_s), "--max-lines",
+           std::to_string(o.max_lines)},
+          dir + "/" + std::to_string(i) + ".log", "golden check " + o.scenarios[i]};
+    if (!o.backend.empty()) j.args.insert(j.args.end(), {"--backend", o.backend});
+    if (!o.dir.empty()) j.args.insert(j.args.end(), {"--golden-dir", o.dir});
+    list.push_back(std::move(j));
+  }
+  std::printf("golden check: %zu scenarios, %d at a time\n", list.size(), jobs);
+  std::fflush(stdout);
+  std::vector<JobEnd> ends(list.size());
+  InOrder rows(list.size(), [&](size_t i) {
+    std::ifstream f(list[i].log);
+    std::stringstream text;
+    text << f.rdbuf();
+    std::fputs(text.str().c_str(), stdout);
+    if (ends[i].rc > 2) std::printf("golden %s: FAIL: exit %d\n", o.scenarios[i].c_str(), ends[i].rc);
+    std::fflush(stdout);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  run_jobs(list, jobs, start_self, [&](size_t i, const JobEnd& end) {
+    ends[i] = end;
+    rows.done(i);
+  });
+  int worst = 0, passed = 0, failed = 0, bad = 0;
+  for (const JobEnd& e : ends) {
+    worst = std::max(worst, e.rc == 2 ? 2 : e.rc == 0 ? 0 : 1);
+    ++(e.rc == 0 ? passed : e.rc == 2 ? bad : failed);
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("\ngolden verdict: %s: %zu scenarios, %d passed, %d failed%s, %.1f s\n", worst == 0 ? "PASS" : "FAIL",
+              list.size(), passed, failed, bad > 0 ? (", " + std::to_string(bad) + " bad input").c_str() : "", wall);
+  std::filesystem::remove_all(dir);
+  return worst;
+}
+
 }  // namespace
 
 Command add_golden_command(CLI::App& app) {
   auto o = std::make_shared<GoldenOptions>();
   CLI::App* sub = app.add_subcommand("golden",
                                      "Golden curves (docs/golden.md): per step loss, grad_norm, aux loss and\n"
-                                     "tokens_per_expert of the baseline and the layout, pinned in golden/<name>.json.");
+                                     "tokens_per_expert of the baseline and the layout, pinned in golden/<file name>.json.");
   sub->require_subcommand(1);
   CLI::App* up = sub->add_subcommand("update", "Run each scenario (50 steps) and write its golden file");
   add_common(up, *o);
@@ -35,9 +85,16 @@ Command add_golden_command(CLI::App& app) {
       "check", "Rerun each scenario and compare with its golden file; print the steps that differ; exit 1 if any");
   add_common(check, *o);
   check->add_option("--max-lines", o->max_lines, "Differing values to print per scenario")->capture_default_str();
-  return {sub, [o, up]() {
+  auto jobs = std::make_shared<int>(0);
+  check->add_option("-j,--jobs", *jobs,
+                    "Scenarios checked at once, each its own process, their output in the scenarios' order "
+                    "(default: the number of CPUs)")
+      ->check(positive_integer());
+  return {sub, [o, up, jobs]() {
             o->start = rank_start();
-            return up->parsed() ? golden_update(*o) : golden_check(*o);
+            if (up->parsed()) return golden_update(*o);
+            if (o->scenarios.size() > 1) return check_in_jobs(*o, *jobs > 0 ? *jobs : cpu_jobs());
+            return golden_check(*o);
           }};
 }
 

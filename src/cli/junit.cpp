@@ -25,7 +25,7 @@ std::string xml_escape(std::string_view text, bool attribute) {
   return out;
 }
 
-std::string junit_xml(const std::string& suite, const std::vector<JunitCase>& cases, double wall_seconds) {
+std::string junit_xml(const JunitSuite& suite, const std::vector<JunitCase>& cases, double wall_seconds) {
   auto secs = [](double s) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.3f", s);
@@ -53,10 +53,19 @@ std::string junit_xml(const std::string& suite, const std::vector<JunitCase>& ca
     }
     x += "  </testcase>\n";
   }
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"" + xml_escape(suite, true) +
-         "\" tests=\"" + std::to_string(cases.size()) + "\" failures=\"" + std::to_string(failures) +
-         "\" errors=\"0\" skipped=\"" + std::to_string(skipped) + "\" time=\"" + secs(wall_seconds) + "\">\n" + x +
-         "</testsuite>\n</testsuites>\n";
+  std::string head = "<testsuite name=\"" + xml_escape(suite.name, true) + "\" tests=\"" +
+                     std::to_string(cases.size()) + "\" failures=\"" + std::to_string(failures) +
+                     "\" errors=\"0\" skipped=\"" + std::to_string(skipped) + "\" time=\"" + secs(wall_seconds) + "\"";
+  if (!suite.timestamp.empty()) head += " timestamp=\"" + xml_escape(suite.timestamp, true) + "\"";
+  if (!suite.hostname.empty()) head += " hostname=\"" + xml_escape(suite.hostname, true) + "\"";
+  head += ">\n";
+  if (!suite.properties.empty()) {  // the schema's order: properties before the cases
+    head += "  <properties>\n";
+    for (const auto& [name, value] : suite.properties)
+      head += "    <property name=\"" + xml_escape(name, true) + "\" value=\"" + xml_escape(value, true) + "\"/>\n";
+    head += "  </properties>\n";
+  }
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n" + head + x + "</testsuite>\n</testsuites>\n";
 }
 
 }  // namespace parity::cli

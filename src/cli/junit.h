@@ -4,6 +4,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace parity::cli {
@@ -17,7 +18,15 @@ struct JunitCase {
   std::string message, body;
 };
 
-std::string junit_xml(const std::string& suite, const std::vector<JunitCase>& cases, double wall_seconds);
+// What the <testsuite> says of the run as a whole: its name, and where empty nothing else.
+struct JunitSuite {
+  std::string name;
+  std::string timestamp;  // xs:dateTime, UTC without a zone: "2026-11-27T03:10:00"
+  std::string hostname;
+  std::vector<std::pair<std::string, std::string>> properties;  // <properties>, in this order
+};
+
+std::string junit_xml(const JunitSuite& suite, const std::vector<JunitCase>& cases, double wall_seconds);
 
 // Text for XML: & < > " ' escaped; attribute=true also escapes newlines and tabs so they
 // survive attribute normalisation; other C0 controls (not expressible in XML 1.0) become '?'.

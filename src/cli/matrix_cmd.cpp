@@ -21,9 +21,10 @@ namespace parity::cli {
 Command add_matrix_command(CLI::App& app) {
   auto o = std::make_shared<MatrixOptions>();
   CLI::App* sub = app.add_subcommand(
-      "matrix", "Run every scenario's layout against its one-device baseline (`parity run` each), with --golden "
-                "also every golden check, and give one verdict: a progress line per job, then a table and the "
-                "matrix verdict. Exit 0 all layouts (and golden checks) pass, 1 one fails, 2 bad input");
+      "matrix",
+      "Run every scenario's layout against its one-device baseline (`parity run` each), with --golden\n"
+      "also every golden check, and give one verdict: a progress line per job, then a table and the\n"
+      "matrix verdict. Exit 0 all layouts (and golden checks) pass, 1 one fails, 2 bad input");
   sub->add_option("paths", o->paths, "Scenario files or directories of them (default: scenarios)");
   sub->add_option("-j,--jobs", o->jobs,
                   "Runs and golden checks at once (default: the number of CPUs; 2 with --device cuda)")

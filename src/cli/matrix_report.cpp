@@ -134,7 +134,8 @@ MatrixCounts count(const std::vector<MatrixEntry>& entries) {
   return c;
 }
 
-std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds) {
+std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds, const JunitSuite& suite,
+                      const std::string& on_purpose) {
   std::vector<JunitCase> cases;
   for (const MatrixEntry& e : entries) {
     const std::string v = run_verdict(e);
@@ -142,16 +143,24 @@ std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_secon
                              : v == "not run" ? "not run: the run needs hardware this machine lacks (exit 77)"
                                               : "";
     const bool failed = skip.empty() && run_failed(e);
-    cases.push_back(testcase("verdict", e, e.run, failed, skip, failed ? run_message(e) : ""));
+    const std::string mark = on_purpose.empty() ? "" : "(" + on_purpose + ") ";
+    cases.push_back(testcase("verdict", e, e.run, failed, skip, failed ? mark + run_message(e) : ""));
     if (e.golden.rc >= 0)
-      cases.push_back(testcase("golden", e, e.golden, golden_failed(e), "", golden_failed(e) ? golden_message(e) : ""));
+      cases.push_back(
+          testcase("golden", e, e.golden, golden_failed(e), "", golden_failed(e) ? mark + golden_message(e) : ""));
   }
-  return junit_xml("parity-matrix", cases, wall_seconds);
+  JunitSuite s = suite;
+  if (s.name.empty()) s.name = "parity-matrix";
+  return junit_xml(s, cases, wall_seconds);
 }
 
 std::string summary_markdown(const std::vector<MatrixEntry>& entries, const SummaryInfo& info) {
   const MatrixCounts c = count(entries);
-  std::string md = "# parity matrix: " + std::string(c.pass() ? "PASS" : "FAIL") + "\n\n";
+  std::string md = "# parity matrix: " + std::string(c.pass() ? "PASS" : "FAIL") +
+                   (info.on_purpose.empty() ? "" : " (injected on purpose)") + "\n\n";
+  if (!info.on_purpose.empty())
+    md += "**" + md_cell(info.on_purpose) + "**: the runs were given these bugs on purpose; a failure is what "
+          "they should show, not a regression.\n\n";
   if (!info.title.empty()) md += info.title + "\n\n";
   if (!info.commit.empty()) {  // 12 hex digits, and a "-dirty" mark (`parity --version`) kept
     const size_t dash = info.commit.find('-');
@@ -174,26 +183,39 @@ std::string summary_markdown(const std::vector<MatrixEntry>& entries, const Summ
   if (!failed_goldens.empty()) md += "\n**Failed golden checks:** " + failed_goldens + "\n";
   if (!info.logs_link.empty()) {
     const std::string dir = info.logs_link + "/";
-    md += "\nLogs: " + (info.links ? "[`" + dir + "`](" + dir + ")" : "`" + dir + "` beside the summary file") +
+    const std::string where = info.logs_temporary ? "`" + dir + "`, a temporary directory on the machine that ran "
+                                                    "the matrix (`--out DIR` keeps them beside the summary)"
+                              : info.links ? "[`" + dir + "`](" + dir + ")"
+                                           : "`" + dir + "` beside the summary file";
+    md += "\nLogs: " + where +
           " (NAME.log: `parity run`, NAME.report.json: its verdict as JSON, NAME.golden.log: `parity golden check`).\n";
   }
-  md += "\n| scenario | world | layout | verdict | root of a failure | worst/tol | golden | time (s) |\n"
-        "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n";
+  const std::string head =
+      "| scenario | world | layout | verdict | root of a failure | worst/tol | golden | time (s) |\n"
+      "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n";
   auto link = [&](const std::string& text, const std::string& log) {
-    if (!info.links || info.logs_link.empty() || log.empty()) return text;
+    if (!info.links || info.logs_temporary || info.logs_link.empty() || log.empty()) return text;
     const size_t slash = log.find_last_of('/');
     return "[" + text + "](" + info.logs_link + "/" + log.substr(slash == std::string::npos ? 0 : slash + 1) + ")";
   };
+  std::string failed_rows, other_rows;
   for (const MatrixEntry& e : entries) {
     const ReportSummary s = summarize_report(e.report);
     const std::string v = run_verdict(e), g = golden_verdict(e);
     char worst[32] = "-";
     if (e.world > 1 && e.report.is_object()) std::snprintf(worst, sizeof worst, "%.2g", s.worst_over_tol);
-    md += "| " + link(md_cell(e.name), e.world > 1 ? e.run.log : "") + " | " + std::to_string(e.world) + " | " +
+    std::string& rows = run_failed(e) || golden_failed(e) ? failed_rows : other_rows;
+    rows += "| " + link(md_cell(e.name), e.world > 1 ? e.run.log : "") + " | " + std::to_string(e.world) + " | " +
           md_cell(e.layout) + " | " + (run_failed(e) ? "**" + md_cell(v) + "**" : md_cell(v)) + " | " +
           (s.root.empty() ? "" : md_cell(s.root)) + " | " + worst + " | " +
           link(golden_failed(e) ? "**" + g + "**" : g, e.golden.rc >= 0 ? e.golden.log : "") + " | " +
           fixed(e.run.seconds + e.golden.seconds, 1) + " |\n";
+  }
+  if (!failed_rows.empty()) md += "\n" + head + failed_rows;
+  if (!other_rows.empty()) {
+    const size_t n = entries.size() - static_cast<size_t>(std::count(failed_rows.begin(), failed_rows.end(), '\n'));
+    md += "\n<details><summary>" + std::to_string(n) + (failed_rows.empty() ? " scenarios" : " other scenarios") +
+          " (passed or skipped): every row</summary>\n\n" + head + other_rows + "\n</details>\n";
   }
   if (!info.plots.empty()) {
     md += "\n## Plots (golden curves, a panel per scenario: loss over the baseline and the entropy floor; "

@@ -26,7 +26,7 @@ struct MatrixEntry {
   std::string file, name;
   int64_t world = 1;
   std::string layout;       // "dps 2 x tp 2, ep 2", from the scenario
-  std::string golden_file;  // its golden curves: ../golden/<scenario name>.json beside the file
+  std::string golden_file;  // its golden curves: ../golden/<the file's name>.json beside the file
   MatrixJob run, golden;
   nlohmann::json report;  // parity run --report, when it wrote one
 };
@@ -58,13 +58,18 @@ std::string failure_lines(std::string_view log_text, bool golden, int max_lines 
 // One <testsuite>: a testcase per run (classname "verdict"; world 1 and exit 77 <skipped/>)
 // and per golden check (classname "golden"), a <failure> with a one-line message and the
 // failure's lines as text exactly when that run or check failed.
-std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds);
+// `suite` names the run (junit_suite: its time, host and properties); with bugs injected on
+// purpose (`on_purpose`, RunContext::on_purpose) every failure's message starts with it.
+std::string junit_xml(const std::vector<MatrixEntry>& entries, double wall_seconds, const JunitSuite& suite = {},
+                      const std::string& on_purpose = "");
 
 struct SummaryInfo {
   std::string title;      // --summary-title, "" for none
   std::string commit;     // PARITY_COMMIT or GITHUB_SHA, "" when unknown
   std::string date;       // "2025-01-31 12:00 UTC"
-  std::string logs_link;  // the logs' directory relative to the summary file
+  std::string logs_link;  // the logs' directory relative to the summary file (absolute when temporary)
+  bool logs_temporary = false;  // no --out: the logs sit in a temporary directory, not beside the summary
+  std::string on_purpose;  // RunContext::on_purpose(): bugs or faults injected on purpose, "" none
   std::vector<std::pair<std::string, std::string>> plots;  // group, figure stem relative to the summary
   // Links to the logs and plots, relative to the summary (`--summary-links relative`, for the
   // summary read beside them); false (`none`): the same paths as text and no images, for a
@@ -73,9 +78,10 @@ struct SummaryInfo {
   bool golden = false;    // whether golden checks ran (the column is shown either way)
   double wall_seconds = 0;
 };
-// Markdown: the verdict as its first line (a heading), commit and counts, failures named, then
-// one row per scenario (scenario, world, layout, verdict, root of a failure, worst/tol,
-// golden, time) with links to the logs (info.links), then the plots.
+// Markdown: the verdict as its first line (a heading; "(injected on purpose)" when bugs were),
+// commit and counts, failures named, then one row per scenario (scenario, world, layout,
+// verdict, root of a failure, worst/tol, golden, time) with links to the logs (info.links):
+// the rows that failed in a table of their own, the rest collapsed (<details>), then the plots.
 std::string summary_markdown(const std::vector<MatrixEntry>& entries, const SummaryInfo& info);
 
 // The counts and verdict both the table and the reports state.

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/jobs.h"
 #include "cli/matrix_report.h"
+#include "cli/run_context.h"
 #include "cli/self.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -44,7 +45,7 @@ std::vector<MatrixEntry> load_entries(const std::vector<std::string>& files) {
     e.layout = describe_layout(s.layout, LayoutText::brief);
     if (s.resume)
       e.layout += " -> " + describe_layout(s.resume->layout, LayoutText::brief);  // saved, then resumed there
-    e.golden_file = (fs::path(f).parent_path() / ".." / "golden" / (s.name + ".json")).lexically_normal().string();
+    e.golden_file = (fs::path(f).parent_path() / ".." / "golden" / (fs::path(f).stem().string() + ".json")).lexically_normal().string();
     out.push_back(std::move(e));
   }
   return out;
@@ -173,26 +174,6 @@ std::vector<std::pair<std::string, std::string>> draw_plots(const std::vector<Ma
   return out;
 }
 
-// PARITY_COMMIT, else GITHUB_SHA, else the commit the binary was built from (`parity
-// --version`), else "".
-std::string commit_from_env() {
-  for (const char* var : {"PARITY_COMMIT", "GITHUB_SHA"}) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') return v;
-  }
-  const std::string built = build_commit();
-  return built == "unknown" ? "" : built;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
-
 std::string relative_to(const std::string& path, const std::string& file_in_dir) {
   const fs::path from = fs::absolute(file_in_dir).parent_path();
   return fs::absolute(path).lexically_normal().lexically_relative(from.lexically_normal()).string();
@@ -245,10 +226,22 @@ int run_matrix(MatrixOptions o) {
       rc = 1;
     }
   }
-  if (!o.junit.empty()) write_file(o.junit, junit_xml(entries, wall)), std::printf("junit: %s\n", o.junit.c_str());
+  const RunContext ctx = run_context();
+  if (!o.junit.empty()) {
+    const JunitSuite suite = junit_suite(
+        "parity-matrix", ctx,
+        {{"device", o.device.empty() ? "each scenario's" : o.device},
+         {"backend", o.backend.empty() ? "each scenario's" : o.backend},
+         {"precision", o.dtype.empty() ? "each scenario's" : o.dtype},
+         {"golden", o.golden ? "checked (" + o.golden_backend + ")" : "not checked"}});
+    write_file(o.junit, junit_xml(entries, wall, suite, ctx.on_purpose()));
+    std::printf("junit: %s\n", o.junit.c_str());
+  }
   if (!o.summary.empty()) {
-    info.title = o.summary_title, info.commit = commit_from_env(), info.date = utc_now();
-    info.logs_link = relative_to(dir, o.summary), info.golden = o.golden, info.wall_seconds = wall;
+    info.title = o.summary_title, info.commit = ctx.commit, info.date = ctx.date, info.on_purpose = ctx.on_purpose();
+    info.logs_temporary = o.out.empty();
+    info.logs_link = info.logs_temporary ? fs::absolute(dir).lexically_normal().string() : relative_to(dir, o.summary);
+    info.golden = o.golden, info.wall_seconds = wall;
     info.links = o.summary_links != "none";
     for (auto& [group, stem] : info.plots) stem = relative_to(stem, o.summary);
     write_file(o.summary, summary_markdown(entries, info));

@@ -17,7 +17,7 @@ std::string failure_message(const ZooResult& r) {
 
 }  // namespace
 
-std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_seconds) {
+std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_seconds, const JunitSuite& suite) {
   std::vector<JunitCase> cases;
   for (const ZooResult& r : results) {
     const bool failed = r.verdict != "ok";
@@ -25,7 +25,7 @@ std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_sec
                      "expected: " + r.expected + "\nnamed: " + (r.named.empty() ? "-" : r.named) + "\n" +
                          (r.log.empty() ? "" : "log: " + r.log + "\n")});
   }
-  return junit_xml("parity-zoo", cases, wall_seconds);
+  return junit_xml(suite.name.empty() ? JunitSuite{"parity-zoo", "", "", {}} : suite, cases, wall_seconds);
 }
 
 }  // namespace parity::cli

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/junit.h"
+
 namespace parity::cli {
 
 struct ZooResult {
@@ -17,6 +19,7 @@ struct ZooResult {
   double seconds = 0;
 };
 
-std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_seconds);
+// suite: its time, host and properties (run_context.h); an empty name is "parity-zoo".
+std::string zoo_junit_xml(const std::vector<ZooResult>& results, double wall_seconds, const JunitSuite& suite = {});
 
 }  // namespace parity::cli

@@ -48,7 +48,7 @@ void write_ranks(std::ostringstream& o, const Mesh& m) {
 }
 
 void write_groups(std::ostringstream& o, const Mesh& m) {
-  o << "## Groups (FOLDINGS.md)\n| config | TP | dense DP | EP | EDP | ETP |\n"
+  o << "## Groups (docs/design/foldings.md)\n| config | TP | dense DP | EP | EDP | ETP |\n"
        "| --- | --- | --- | --- | --- | --- |\n"
     << foldings_row(m) << "\n\n";
   o << "## Every group\n| group | dimensions | size | members |\n| --- | --- | --- | --- |\n";

@@ -27,3 +27,19 @@ add_test(NAME ci.junit_schema
 set_tests_properties(ci.junit_schema PROPERTIES LABELS "ci;multiprocess" TIMEOUT 300 SKIP_RETURN_CODE 77
                      PASS_REGULAR_EXPRESSION "junit schema: ok" FAIL_REGULAR_EXPRESSION "junit schema: FAIL"
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# ci.doc_paths (issue 43): every repository path the README, the docs and the binary's own
+# strings name exists (`parity explain` once cited FOLDINGS.md, which was never here); the
+# check can fail: two planted names that do not exist are both reported.
+add_test(NAME ci.doc_paths COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/doc_paths.py ${PROJECT_SOURCE_DIR})
+set_tests_properties(ci.doc_paths PROPERTIES LABELS "ci;unit" PASS_REGULAR_EXPRESSION "doc paths: ok \\([1-9]")
+add_test(NAME ci.doc_paths_catches_missing
+         COMMAND python3 ${CMAKE_CURRENT_LIST_DIR}/doc_paths.py ${PROJECT_SOURCE_DIR}
+                 --plant "see docs/no_such_page.md and NO_SUCH_NOTE.md")
+set_tests_properties(ci.doc_paths_catches_missing PROPERTIES LABELS "ci;unit" PASS_REGULAR_EXPRESSION
+  "missing: NO_SUCH_NOTE.md \\(named in \\(planted\\)\\)\nmissing: docs/no_such_page.md \\(named in \\(planted\\)\\)\ndoc paths: FAIL")
+# cli.help_fits (issue 43): `parity help` fits a terminal: no line over 140 characters (matrix and
+# cover once printed theirs as single 300-character lines); it lists every command (at least 15).
+add_test(NAME cli.help_fits
+         COMMAND sh -c "\"$1\" help | awk 'length > 140 { print \"too long (\" length \"): \" $0; bad = 1 }/^  [a-z]/ { n++ } END { print n \" lines\"; exit bad || n < 15 }'"
+                 help_fits $<TARGET_FILE:parity>)
+set_tests_properties(cli.help_fits PROPERTIES LABELS "cli;unit")

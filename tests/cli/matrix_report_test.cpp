@@ -127,6 +127,61 @@ TEST(MatrixReport, StepSummaryOpensWithTheVerdictAndHasNoLinks) {
   EXPECT_NE(summary_markdown(es, info).find("]("), std::string::npos);
 }
 
+// The suite says when, where and what ran (timestamp, hostname, properties in the schema's
+// place), and an injected bug marks every failure, so a planted FAIL never reads as a regression.
+TEST(MatrixReport, JunitSuiteCarriesItsRunAndMarksInjectedFailures) {
+  std::vector<MatrixEntry> es{entry("tp2", 2, 0), failed_fsdp4()};
+  JunitSuite suite{"parity-matrix", "2026-11-27T03:10:00", "box<1>", {{"commit", "abc"}, {"injected", "tp_sum_again"}}};
+  const std::string x = junit_xml(es, 3, suite, "bugs injected on purpose: tp_sum_again");
+  EXPECT_EQ(test::xml_problem(x), "") << x;
+  EXPECT_NE(x.find("time=\"3.000\" timestamp=\"2026-11-27T03:10:00\" hostname=\"box&lt;1&gt;\">\n  <properties>\n"
+                   "    <property name=\"commit\" value=\"abc\"/>\n"
+                   "    <property name=\"injected\" value=\"tp_sum_again\"/>\n  </properties>\n  <testcase "),
+            std::string::npos)
+      << x;
+  EXPECT_NE(x.find("<failure message=\"(bugs injected on purpose: tp_sum_again) root grad head"), std::string::npos)
+      << x;
+  // the control: the same entries with nothing injected have an unmarked message and no properties
+  const std::string plain = junit_xml(es, 3);
+  EXPECT_NE(plain.find("<failure message=\"root grad head"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("<properties>"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("<testsuite name=\"parity-matrix\""), std::string::npos) << plain;
+}
+
+TEST(MatrixReport, SummaryMarksInjectionsShowsFailuresAndCollapsesTheRest) {
+  std::vector<MatrixEntry> es{entry("tp2", 2, 0), failed_fsdp4(), entry("tiny", 1, -1)};
+  SummaryInfo info;
+  info.on_purpose = "bugs injected on purpose: tp_sum_again";
+  const std::string md = summary_markdown(es, info);
+  EXPECT_EQ(md.rfind("# parity matrix: FAIL (injected on purpose)\n\n**bugs injected on purpose: tp_sum_again**", 0),
+            0u)
+      << md;
+  const size_t failed = md.find("| fsdp4 |"), details = md.find("<details><summary>2 other scenarios");
+  ASSERT_NE(failed, std::string::npos) << md;
+  ASSERT_NE(details, std::string::npos) << md;
+  EXPECT_LT(failed, details) << md;  // the failure is shown, not folded away
+  EXPECT_GT(md.find("| tp2 |"), details) << md;
+  EXPECT_LT(md.find("| tp2 |"), md.find("</details>")) << md;
+  // everything passing: one folded table, no heading mark
+  const std::string pass = summary_markdown({entry("tp2", 2, 0)}, {});
+  EXPECT_NE(pass.find("<details><summary>1 scenarios (passed or skipped)"), std::string::npos) << pass;
+  EXPECT_EQ(pass.find("injected"), std::string::npos) << pass;
+}
+
+// Without --out the logs are in a temporary directory: the summary gives its absolute path and
+// says so, and links nothing into it.
+TEST(MatrixReport, SummaryTellsTheTruthAboutTemporaryLogs) {
+  std::vector<MatrixEntry> es{failed_fsdp4()};
+  SummaryInfo info;
+  info.logs_link = "/tmp/parity-matrix-x", info.logs_temporary = true;
+  const std::string md = summary_markdown(es, info);
+  EXPECT_NE(md.find("Logs: `/tmp/parity-matrix-x/`, a temporary directory on the machine that ran the matrix"),
+            std::string::npos)
+      << md;
+  EXPECT_EQ(md.find("beside the summary file"), std::string::npos) << md;
+  EXPECT_EQ(md.find("]("), std::string::npos) << md;
+}
+
 TEST(MatrixReport, SummaryCellsCannotBreakTheTable) {
   MatrixEntry e = entry("a|b", 2, 0);
   e.layout = "x|y\nz";

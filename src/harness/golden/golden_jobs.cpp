@@ -32,8 +32,9 @@ namespace {
 namespace fs = std::filesystem;
 
 
+// golden/<the scenario's file name>.json: two files with the same "name" never share a golden.
 std::string golden_path(const GoldenOptions& o, const std::string& scenario_path, const std::string& name) {
-  if (name.empty()) throw ConfigError("$.name", "must not be empty: it names the golden file (golden/NAME.json)");
+  if (name.empty()) throw ConfigError(scenario_path, "a scenario file needs a name: it names the golden file");
   const fs::path dir = o.dir.empty() ? fs::path(scenario_path).parent_path() / ".." / "golden" : fs::path(o.dir);
   return (dir.lexically_normal() / (name + ".json")).string();
 }
@@ -101,10 +102,10 @@ int update_one(const std::string& path, const GoldenOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto [file, run] = load_pair(path, o);
   // Before the run: a golden is replaced only by a golden (docs/faults.md "Nothing lost").
-  check_output_file("golden update", golden_path(o, path, file.name), kGoldenSignature);
+  check_output_file("golden update", golden_path(o, path, fs::path(path).stem().string()), kGoldenSignature);
   Golden g = compute(file, run, o);
   g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
-  const std::string out = golden_path(o, path, file.name);
+  const std::string out = golden_path(o, path, fs::path(path).stem().string());
   save_golden(out, g);
   std::printf("golden update %s: wrote %s (%lld steps, world %lld%s), %.1f s\n", file.name.c_str(), out.c_str(),
               static_cast<long long>(run.steps), static_cast<long long>(g.world),
@@ -132,7 +133,7 @@ void print_diffs(const GoldenCheck& c, int max_lines) {
 int check_one(const std::string& path, const GoldenOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   auto [file, run] = load_pair(path, o);
-  const std::string gpath = golden_path(o, path, file.name);
+  const std::string gpath = golden_path(o, path, fs::path(path).stem().string());
   const std::string regen = "regenerate it after an intended change with: parity golden update " + path;
   if (!fs::exists(gpath)) {
     std::printf("golden check %s: FAIL: no golden file %s; %s\n", file.name.c_str(), gpath.c_str(), regen.c_str());

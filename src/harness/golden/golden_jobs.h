@@ -1,5 +1,5 @@
 // The golden commands' jobs (docs/golden.md): `update` runs each scenario (50 steps) and pins
-// its curves in golden/<name>.json; `check` reruns it and compares with the pinned curves,
+// its curves in golden/<the scenario file's name>.json; `check` reruns it and compares with the pinned curves,
 // printing the values that differ. The baseline runs in this process; for layout.world > 1
 // the layout's ranks run through the one launch (harness/runner/launch_run.h, job curves).
 // Exit: 0 every scenario matches (or was written), 1 a golden differs, is missing or stale,
