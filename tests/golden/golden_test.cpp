@@ -142,11 +142,20 @@ TEST(GoldenFiles, SaveThenLoad) {
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
-TEST(Plot, DataClampsExactZerosAndScriptDrawsBothPanels) {
+TEST(Plot, DataMarksExactZerosApartAndScriptDrawsBothPanels) {
   Golden g = make_golden();
   g.layout_curves->loss = g.baseline.loss;  // identical: every difference is an exact 0
   const std::string data = plot_data({g});
-  EXPECT_NE(data.find(" 1.0000000000000001e-18 "), std::string::npos);
+  // an exact 0 is no value on a log axis: a gap in the error column, a 1 in the exact-zero column
+  EXPECT_NE(data.find(" NaN "), std::string::npos) << data;
+  EXPECT_NE(data.find(" 1\n"), std::string::npos) << data;
+  EXPECT_EQ(data.find("e-18"), std::string::npos) << data;
+  Golden d = make_golden();
+  d.layout_curves->loss[0] = d.baseline.loss[0] * (1 + 1e-15);  // a difference: a value, no mark
+  const std::string dd = plot_data({d});
+  const size_t at = dd.find("\n0 ") + 1;
+  const std::string row0 = dd.substr(at, dd.find('\n', at) - at);
+  EXPECT_EQ(row0.find(" NaN"), row0.size() - 4) << row0;  // only the exact-zero column is empty
   PlotOptions o;
   o.stem = "/tmp/p";
   o.title = "a_b";

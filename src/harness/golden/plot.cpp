@@ -91,29 +91,50 @@ std::vector<std::string> wrap(const std::string& text, const std::string& sep, s
   return lines;
 }
 
-// |layout - baseline| loss at step t (an exact 0 at kZeroDrawnAt) and the floor of the verdict's loss
-// bound there (the bound itself is 10x the rounding twin's noise where that is larger: bounds.h;
-// a golden records no twin, so the floor is what a figure can draw).
-double loss_error(const Golden& g, size_t t) {
-  const double d = std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]);
-  return d > 0 ? d : kZeroDrawnAt;
-}
+// |layout - baseline| loss at step t (0 when bitwise equal: a log axis cannot draw it, so it is
+// marked apart) and the floor of the verdict's loss bound there (the bound itself is 10x the
+// rounding twin's noise where that is larger: bounds.h; a golden records no twin, so the floor is
+// what a figure can draw).
+double loss_error(const Golden& g, size_t t) { return std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]); }
 double loss_bound(const Golden& g, size_t t) {
   return noise_floor(parse_precision(g.dtype, "golden dtype"), Quantity::loss) * std::fabs(g.baseline.loss[t]);
 }
 size_t layout_steps(const Golden& g) { return std::min(g.baseline.steps(), g.layout_curves->steps()); }
 
-// The error panel's y range in whole decades and a tic every `step` decades (at most 5 tics).
+// The error panel's y range in whole decades (of the non-zero errors and the bound) and a tic
+// every `step` decades (at most 5 tics); exact zeros are marked on its lower edge.
 struct Decades {
   int lo = -18, hi = -12, step = 2;
   explicit Decades(const Golden& g) {
     double a = 1, b = 0;
     for (size_t t = 0; t < layout_steps(g); ++t)
-      for (double v : {loss_error(g, t), loss_bound(g, t)}) a = std::min(a, v), b = std::max(b, v);
+      for (double v : {loss_error(g, t), loss_bound(g, t)})
+        if (v > 0) a = std::min(a, v), b = std::max(b, v);
     if (b <= 0) return;
     lo = static_cast<int>(std::floor(std::log10(a)));
     hi = std::max(lo + 1, static_cast<int>(std::ceil(std::log10(b))));
     step = (hi - lo + 3) / 4;
+  }
+};
+
+// The loss panel's y range: the baseline's and the layout's losses with a margin (the band that
+// shows a difference), the entropy floor too when it is near; else it is named, not drawn.
+struct LossRange {
+  double lo = 0, hi = 1;
+  bool floor_below = false;
+  explicit LossRange(const Golden& g) {
+    double a = INFINITY, b = -INFINITY;
+    auto take = [&](const std::vector<double>& xs) {
+      for (double x : xs)
+        if (std::isfinite(x)) a = std::min(a, x), b = std::max(b, x);
+    };
+    take(g.baseline.loss);
+    if (g.layout_curves) take(g.layout_curves->loss);
+    if (!(a <= b)) return;  // nothing finite: gnuplot's default range
+    const double pad = std::max(0.08 * (b - a), 0.02 * std::max(std::fabs(b), 1e-12));
+    lo = a - pad, hi = b + pad;
+    if (g.entropy_floor >= lo - 3 * pad) lo = std::min(lo, g.entropy_floor - pad);  // near: drawn
+    floor_below = g.entropy_floor < lo;
   }
 };
 
@@ -126,7 +147,7 @@ struct Title {
 // golden, each its title, the loss panel and below it the |layout - baseline| panel.
 struct Grid {
   size_t n, cols, rows;
-  int cell_w, cell_h, header_h = 84, title_h = 0, width, height;
+  int cell_w, cell_h, header_h = 104, title_h = 0, width, height;
   std::vector<Title> titles;
   explicit Grid(const std::vector<Golden>& gs) : n(gs.size()) {
     cols = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
@@ -140,7 +161,7 @@ struct Grid {
       layout_lines = std::max(layout_lines, titles.back().layout.size());
     }
     title_h = 16 + 14 * static_cast<int>(name_lines) + 12 * static_cast<int>(layout_lines);
-    cell_h = title_h + std::max(250, cell_w * 7 / 10 - 40);
+    cell_h = title_h + std::max(262, cell_w * 7 / 10 - 28);
     width = cell_w * static_cast<int>(cols);
     height = header_h + cell_h * static_cast<int>(rows) + 8;
   }
@@ -157,7 +178,7 @@ struct Grid {
 void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, const std::string& data) {
   const double left = static_cast<double>(i % g.cols) * g.cell_w + 58, right = left - 58 + g.cell_w - 14;
   const double top = g.header_h + static_cast<double>(i / g.cols) * g.cell_h, panel_top = top + g.title_h;
-  const double bottom = top + g.cell_h - 22;  // world 1 has no error panel: its loss takes the cell
+  const double bottom = top + g.cell_h - 34;  // world 1 has no error panel: its loss takes the cell
   const double split = gd.layout_curves ? panel_top + (bottom - panel_top) * 0.56 : bottom;
   const std::string color = "lc rgb '" + layout_color(gd.layout) + "'", mid = g.x(left - 58 + g.cell_w / 2.0);
   s << "# panel " << i + 1 << " of " << g.n << ": " << gd.scenario << " (" << gd.layout << ")\n";
@@ -170,19 +191,32 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
   for (const std::string& line : g.titles[i].layout)
     s << "set label " << tag++ << " " << q(label(line)) << " at screen " << mid << ", " << g.y(at += 12)
       << " center font ',8' tc " << color.substr(3) << "\n";
-  s << g.margins(left, right, panel_top, split) << "unset logscale y\nset format y '%.1f'\nset autoscale\n";
-  s << "set ytics 1\nset format x " << (gd.layout_curves ? "''" : "'%g'") << "\n";
+  const LossRange r(gd);
+  s << g.margins(left, right, panel_top, split) << "unset logscale y\nset format y '%.1f'\nset autoscale x\n";
+  s << "set yrange [" << gp_num(r.lo) << ":" << gp_num(r.hi) << "]\nset ytics autofreq\nset ylabel 'loss' font ',8' "
+    << "offset 1.5,0\nset format x " << (gd.layout_curves ? "''" : "'%g'") << "\n";
+  if (!gd.layout_curves) s << "set xlabel 'step' font ',8' offset 0,0.6\n";
+  if (r.floor_below)  // the curves' band is the picture; the floor is named where it would be
+    s << "set label " << tag++ << " " << q("entropy floor " + gp_num(gd.entropy_floor).substr(0, 5) + " (below)")
+      << " at graph 0.02, graph 0.06 font ',7'\n";
   s << "plot " << gp_num(gd.entropy_floor) << " with lines lw 1.5 lc rgb 'black' notitle";
   if (gd.layout_curves)
     s << ", \\\n     " << q(data) << " index " << i << " using 1:3 with lines lw 2.5 " << color << " notitle";
   s << ", \\\n     " << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 1.5 lc rgb 'gray15' notitle\n";
-  s << "unset label\n";
-  if (!gd.layout_curves) return;
+  s << "unset label\nunset xlabel\n";
+  if (!gd.layout_curves) {
+    s << "unset ylabel\n";
+    return;
+  }
   const Decades d(gd);
   s << g.margins(left, right, split + 12, bottom) << "set logscale y\nset format y '10^{%L}'\nset format x '%g'\n";
   s << "set yrange [1e" << d.lo << ":1e" << d.hi << "]\nset ytics 1e" << d.step << "\n";
+  s << "set ylabel '|{/Symbol D} loss|' font ',8' offset 1.5,0\nset xlabel 'step' font ',8' offset 0,0.6\n";
   s << "plot " << q(data) << " index " << i << " using 1:5 with lines dt 2 lw 1.5 lc rgb 'red' notitle, \\\n     "
-    << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.35 lw 1 " << color << " notitle\n";
+    << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.35 lw 1 " << color << " notitle, \\\n     "
+    << q(data) << " index " << i << " using 1:(($6) * 1.5e" << d.lo << ") with points pt 9 ps 0.6 " << color
+    << " notitle\n";
+  s << "unset ylabel\nunset xlabel\n";
 }
 
 // The figure for one terminal: every cell with its key off, then the one shared legend in the
@@ -190,7 +224,11 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
 std::string panels(const std::vector<Golden>& gs, const std::string& data, const PlotOptions& o, const Grid& g) {
   std::ostringstream s;
   s << "# small multiples: " << gs.size() << " panels, " << g.cols << " columns x " << g.rows << " rows\n";
-  s << "set multiplot title " << q(label(o.title)) << " font ',12'\n";
+  // One scenario: its panel's title names it, so the figure has no title of its own.
+  if (gs.size() > 1)
+    s << "set multiplot title " << q(label(o.title)) << " font ',12'\n";
+  else
+    s << "set multiplot\n";
   s << "unset key\nset grid\nunset xlabel\nunset ylabel\nset tics font ',8'\nset xtics 10\nset offsets 0, 0, graph "
        "0.06, graph 0.06\n";
   for (size_t i = 0; i < gs.size(); ++i) cell(s, g, gs[i], i, data);
@@ -198,16 +236,18 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
   for (const Golden& gd : gs)
     if (dtypes.find(gd.dtype) == std::string::npos) dtypes += (dtypes.empty() ? "" : ", ") + gd.dtype;
   s << "# shared legend\nunset label\nunset grid\nunset border\nunset tics\nunset logscale y\n";
-  s << g.margins(0, g.width, 34, g.header_h - 4) << "set xrange [0:1]\nset yrange [0:1]\n";
+  s << g.margins(0, g.width, 30, g.header_h - 4) << "set xrange [0:1]\nset yrange [0:1]\n";
   const int cols = std::max(1, g.width / 360);  // the longest entry's width, its sample included
-  s << "set key at screen 0.5, " << g.y((34 + g.header_h - 4) / 2.0) << " center center horizontal maxrows "
-    << (5 + cols - 1) / cols << " samplen 3 font ',9'\n";
-  s << "plot NaN with lines lw 2.5 lc rgb '" << kPalette[0]
-    << "' title 'layout''s loss (colour: its layout, in every figure)', \\\n"
+  s << "set key at screen 0.5, " << g.y((30 + g.header_h - 4) / 2.0) << " center center horizontal maxrows "
+    << (6 + cols - 1) / cols << " samplen 3 font ',9'\n";
+  // The layout's marks are drawn in a neutral grey here: in the panels each takes the colour of
+  // its layout (the panel's coloured subtitle), so no one colour here could label them all.
+  s << "plot NaN with lines lw 2.5 lc rgb 'gray40' title 'layout''s loss (in its layout''s colour, as the "
+       "subtitle)', \\\n"
     << "     NaN with lines dt 2 lw 1.2 lc rgb 'gray15' title 'baseline (one device)', \\\n"
     << "     NaN with lines lw 1.5 lc rgb 'black' title 'entropy floor', \\\n"
-    << "     NaN with linespoints pt 7 ps 0.35 lc rgb '" << kPalette[0]
-    << "' title '|layout - baseline| loss, log axis (exact 0 at 1e-18)', \\\n"
+    << "     NaN with linespoints pt 7 ps 0.35 lc rgb 'gray40' title '|layout - baseline| loss, log axis', \\\n"
+    << "     NaN with points pt 9 ps 0.6 lc rgb 'gray40' title 'exactly 0 (bitwise equal), on the axis', \\\n"
     << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title "
     << q("loss bound's floor, " + dtypes + " (the measured bound may be higher)") << "\n";
   s << "unset key\nset border\nset tics\nunset multiplot\n";
@@ -226,14 +266,15 @@ std::string plot_data(const std::vector<Golden>& gs) {
   for (size_t i = 0; i < gs.size(); ++i) {
     const Golden& g = gs[i];
     s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout
-      << "): step baseline layout |layout-baseline| bound\n";
+      << "): step baseline layout |layout-baseline| bound exact_zero\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
       s << t << " " << gp_num(g.baseline.loss[t]);
       if (g.layout_curves && t < layout_steps(g)) {
-        s << " " << gp_num(g.layout_curves->loss[t]) << " " << gp_num(loss_error(g, t)) << " "
-          << gp_num(loss_bound(g, t));
+        const double e = loss_error(g, t);  // an exact 0: NaN in its column (a gap), 1 in the last
+        s << " " << gp_num(g.layout_curves->loss[t]) << " " << (e > 0 ? gp_num(e) : "NaN") << " "
+          << gp_num(loss_bound(g, t)) << " " << (e > 0 ? "NaN" : "1");
       } else {
-        s << " ? ? ?";
+        s << " ? ? ? ?";
       }
       s << "\n";
     }

@@ -1,8 +1,9 @@
 // Pictures of golden curves (issue 9), drawn by gnuplot (Debian package gnuplot-nox): small
 // multiples, one panel per golden in a grid sized to the count, each titled with the scenario and
 // its layout: on top the layout's loss over its baseline and the data's entropy floor; below,
-// |layout - baseline| per step on a log axis (an exact 0 is drawn at kZeroDrawnAt) under the
-// verdict's loss bound. No key inside a panel: one shared legend above the grid. A layout's
+// |layout - baseline| per step on a log axis (an exact 0, bitwise equal, marked on the axis's
+// lower edge, not drawn as a value) under the verdict's loss bound. The loss axis is fitted to the
+// curves (the entropy floor is drawn when near, else named); axes labelled. No key inside a panel: one shared legend above the grid. A layout's
 // colour is layout_color, the same in every figure. One figure per call, for one scenario or a
 // group, written as STEM.png and STEM.svg next to the
 // data (STEM.dat) and the script (STEM.gp) that made them, so a figure can be redrawn by hand.
@@ -13,8 +14,6 @@
 #include "harness/golden/golden.h"
 
 namespace parity {
-
-inline constexpr double kZeroDrawnAt = 1e-18;
 
 struct PlotOptions {
   std::string stem;               // output path without extension: golden/plots/fsdp
