@@ -8,7 +8,8 @@ the order data flows (inputs, loss, gradients in backward order, grad norm, clip
 tokens per expert, expert bias, parameters), its scale read against the degrees the got dump's
 producer records (world, dp, tp) and the micro-batches.
 
-    python3 -m parity_torch.compare REF_DIR GOT_DIR [--tol 1e-10]     exit 0 PASS, 1 FAIL
+    python3 -m parity_torch.compare REF_DIR GOT_DIR [--tol 1e-10] [--steps N]
+    exit 0 PASS, 1 FAIL, 2 bad input (named, no traceback), 4 the reference itself diverged
 
 `parity compare REF GOT` (C++) holds the same dumps to parity run's verdict with measured bounds
 and names the root; this module is the lighter check with fixed tolerances.
@@ -20,6 +21,7 @@ import sys
 import torch
 
 from .dump import Dump
+from .safetensors import BadFile
 
 FAMILY_ORDER = ["embedding", "attention", "layernorm", "dense_mlp", "router", "routed_experts", "shared_experts",
                 "head"]
@@ -34,9 +36,11 @@ class Row:
 
     def add(self, step, err, tol, scale=None, worst=None):
         self.steps += 1
-        if self.at is None or err > self.max:
-            self.max, self.at = err, step
-        if err > (0 if self.exact else tol):
+        nan = isinstance(err, float) and math.isnan(err)
+        if self.at is None or nan or err > self.max:
+            if not (isinstance(self.max, float) and math.isnan(self.max)):  # the first NaN stays the worst
+                self.max, self.at = err, step
+        if not err <= (0 if self.exact else tol):  # NaN is never within a tolerance
             self.bad += 1
             if self.first_bad is None:
                 self.first_bad, self.scale, self.worst = step, scale, worst
@@ -78,8 +82,16 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
     """Returns (rows {name: Row}, info dict). tol: relative tolerance of every real-valued row
     (default 1e-10 in fp64, 1e-4 in fp32); tokens, tokens_per_expert and routing are exact."""
     ref, got = Dump(ref_dir), Dump(got_dir)
+    if ref.scenario.dtype not in DEFAULT_TOL and tol is None:
+        raise BadFile(f"{ref_dir}: a {ref.scenario.dtype} reference: this smoke check knows fp64 and fp32 (give --tol, "
+                      "or use `parity compare`)")
     tol = tol if tol is not None else DEFAULT_TOL[ref.scenario.dtype]
-    common = [t for t in ref.steps if t in got.steps and (steps is None or t < steps)]
+    want = [t for t in ref.steps if steps is None or t < steps]
+    lacking = [t for t in want if t not in got.steps]
+    if lacking:  # a candidate that stopped early must not pass on the steps it has
+        raise BadFile(f"candidate: {got_dir} has no step {lacking[0]} (its manifest lists steps "
+                      f"{', '.join(map(str, got.steps)) or 'none'}); compare fewer with --steps N")
+    common = want
     fams = [f for f in FAMILY_ORDER if f in ref.families.values()]
     rows = {}
 
@@ -97,6 +109,10 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
     absent = set()
     for t in common:
         a, b = ref.step(t), got.step(t)
+        for n in ("loss", "grad_norm"):  # a reference that is not finite is no reference
+            if n in a and not math.isfinite(float(a[n])):
+                raise ReferenceDiverged(f"reference: {ref_dir} step {t}: {n} is {float(a[n])}: the one-device run "
+                                        "itself diverged; nothing can be held to it")
         # a tensor the other dump lacks compares as inf (or -1): it fails. The selection scores
         # are the reference's alone (parity compare's near-tie arbitration reads them)
         for n in {n for n in set(a) - set(b) if not n.endswith(".select_scores")}:
@@ -252,7 +268,8 @@ def root_line(rows, info):
     return out
 
 
-def report(rows, info, out=sys.stdout):
+def report(rows, info, out=None):
+    out = out if out is not None else sys.stdout  # the stream of the call, not of the import
     ref, got = info["ref"], info["got"]
     prod = (got.manifest.get("producer") or {}).get("name", "parity")
     deg = info.get("degrees") or {}
@@ -283,14 +300,31 @@ def report(rows, info, out=sys.stdout):
     return bad == 0
 
 
+class ReferenceDiverged(Exception):
+    """The reference itself is not finite: exit 4, the exit-code table's "the one-device run diverged"."""
+
+
+# parity's exit-code table (src/core/exit_codes.h): 0 PASS, 1 FAIL (parity broken), 2 bad input,
+# 4 the one-device baseline diverged.
+EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 4
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ref")
     p.add_argument("got")
     p.add_argument("--tol", type=float, default=None)
+    p.add_argument("--steps", type=int, default=None, help="compare only the first N steps")
     a = p.parse_args(argv)
-    rows, info = compare(a.ref, a.got, a.tol)
-    return 0 if report(rows, info) else 1
+    try:
+        rows, info = compare(a.ref, a.got, a.tol, a.steps)
+    except ReferenceDiverged as e:
+        print(f"parity_torch.compare: {e}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except (BadFile, OSError, KeyError) as e:
+        print(f"parity_torch.compare: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return EXIT_PASS if report(rows, info) else EXIT_FAIL
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import os
 
 from . import safetensors
+from .safetensors import BadFile
 from .scenario import parse_scenario
 
 FORMAT = "parity-dump/1"
@@ -33,29 +34,51 @@ def step_file(step):
     return f"step_{step:06d}.safetensors"
 
 
+MAX_MANIFEST = 64 << 20  # bytes: a dump's manifest is kilobytes
+
+
 class Dump:
-    """A dump directory: dump.manifest, dump.scenario, dump.init(), dump.step(t), dump.families."""
+    """A dump directory: dump.manifest, dump.scenario, dump.init(), dump.step(t), dump.families.
+    Anything that is not a dump as parity writes it raises safetensors.BadFile naming the file."""
 
     def __init__(self, path):
         self.path = path
-        with open(os.path.join(path, "manifest.json")) as f:
-            self.manifest = json.load(f)
-        if self.manifest.get("format") != FORMAT:
-            raise ValueError(f"{path}: format {self.manifest.get('format')!r}, expected {FORMAT!r}")
-        self.scenario = parse_scenario(self.manifest["scenario"])
-        self.parameters = [p["name"] for p in self.manifest["parameters"]]
-        self.families = {p["name"]: p["family"] for p in self.manifest["parameters"]}
-        self.steps = [f["step"] for f in self.manifest["files"] if f["step"] is not None]
+        mpath = os.path.join(path, "manifest.json")
+        f, size = safetensors._open_regular(mpath)
+        with f:
+            if size > MAX_MANIFEST:
+                raise BadFile(f"{mpath}: {size} bytes, more than a manifest holds ({MAX_MANIFEST})")
+            text = f.read(size)
+        try:
+            self.manifest = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise BadFile(f"{mpath}: invalid JSON: {e}") from None
+        if not isinstance(self.manifest, dict) or self.manifest.get("format") != FORMAT:
+            raise BadFile(f"{path}: format {self.manifest.get('format') if isinstance(self.manifest, dict) else None!r}"
+                          f", expected {FORMAT!r}")
+        try:
+            self.scenario = parse_scenario(self.manifest["scenario"])
+            self.parameters = [p["name"] for p in self.manifest["parameters"]]
+            self.families = {p["name"]: p["family"] for p in self.manifest["parameters"]}
+            files = self.manifest["files"]
+            self.steps = [f["step"] for f in files if f["step"] is not None]
+            # what each file holds, by the manifest: a header that says otherwise is refused
+            self._expect = {f["file"]: f.get("tensors") for f in files}
+        except (KeyError, TypeError) as e:
+            raise BadFile(f"{mpath}: not a parity dump manifest: missing or malformed {e}") from None
+
+    def _read(self, name, names=None):
+        return safetensors.read(os.path.join(self.path, name), names, self._expect.get(name))
 
     def init(self):
         """{parity name: tensor} before the first step."""
-        return safetensors.read(os.path.join(self.path, "init.safetensors"))
+        return self._read("init.safetensors")
 
     def step(self, t):
         """Every tensor of step t's file."""
-        return safetensors.read(os.path.join(self.path, step_file(t)))
+        return self._read(step_file(t))
 
     def tokens(self, t):
         """(inputs, targets) of step t, each (B, S) int64."""
-        d = safetensors.read(os.path.join(self.path, step_file(t)), ["inputs", "targets"])
+        d = self._read(step_file(t), ["inputs", "targets"])
         return d["inputs"], d["targets"]

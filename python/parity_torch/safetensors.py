@@ -11,53 +11,134 @@ writer does the same, so either side reads the other's files.
 import ctypes
 import json
 import os
+import stat
 import sys
 
 import torch
 
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "I64": torch.int64}
 NAMES = {v: k for k, v in DTYPES.items()}
+EXPECT_NAMES = {"F64": "fp64", "F32": "fp32", "I64": "int64"}  # a manifest's words for them
 
 if sys.byteorder != "little":  # the format is little-endian; torch.frombuffer reads native order
     raise ImportError("parity_torch.safetensors needs a little-endian host")
 
 
+class BadFile(ValueError):
+    """A file this reader refuses, as parity's own reader (src/core/safetensors.cpp) does: the
+    message names the file and what is wrong; nothing of it is returned."""
+
+
+MAX_HEADER = 100 << 20  # bytes of JSON header: far above any dump's, far below a hostile length
+
+
+def _unique_keys(pairs):
+    seen = {}
+    for k, v in pairs:
+        if k in seen:
+            raise BadFile(f"duplicated name {k!r} in the header")
+        seen[k] = v
+    return seen
+
+
+def _open_regular(path):
+    """The file opened for reading, refused unless it is a regular file (a FIFO or a device would
+    block or never end); returns (file, its size)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise BadFile(f"{path}: cannot read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadFile(f"{path}: not a regular file")
+    return open(path, "rb"), st.st_size
+
+
 def read_header(path):
-    """(header dict without __metadata__, metadata dict, offset of the data section)."""
-    with open(path, "rb") as f:
+    """(header dict without __metadata__, metadata dict, offset of the data section); BadFile
+    when the header is not what parity writes and reads."""
+    f, size = _open_regular(path)
+    with f:
         raw = f.read(8)
         if len(raw) != 8:
-            raise ValueError(f"{path}: truncated: too short for the 8-byte header length")
+            raise BadFile(f"{path}: truncated: too short for the 8-byte header length")
         n = int.from_bytes(raw, "little")
+        if n > size - 8 or n > MAX_HEADER:
+            raise BadFile(f"{path}: truncated or bad header: header length {n} exceeds the {size - 8} bytes after it")
         text = f.read(n)
     if len(text) != n:
-        raise ValueError(f"{path}: truncated header ({len(text)} of {n} bytes)")
-    header = json.loads(text.decode("utf-8"))
+        raise BadFile(f"{path}: truncated header ({len(text)} of {n} bytes)")
+    try:
+        header = json.loads(text.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except BadFile as e:
+        raise BadFile(f"{path}: bad header: {e}") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BadFile(f"{path}: bad header: invalid JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise BadFile(f"{path}: bad header: expected a JSON object")
     meta = header.pop("__metadata__", {})
+    for name, info in header.items():
+        _check_entry(path, name, info)
     return header, meta, 8 + n
 
 
-def read(path, names=None):
-    """{name: tensor} (every tensor, or only `names`), with the file's dtypes and shapes."""
+def _check_entry(path, name, info):
+    def bad(what):
+        raise BadFile(f"{path}: tensor {name!r}: {what}")
+
+    if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
+        bad("a header entry has exactly dtype, shape and data_offsets")
+    if info["dtype"] not in DTYPES:
+        bad(f"unsupported dtype {info['dtype']!r} (expected F32, F64 or I64)")
+    shape, off = info["shape"], info["data_offsets"]
+    if not isinstance(shape, list) or any(type(d) is not int or d < 0 for d in shape):
+        bad(f"shape {shape!r} is not a list of non-negative integers")
+    if not isinstance(off, list) or len(off) != 2 or any(type(o) is not int or o < 0 for o in off) or off[0] > off[1]:
+        bad(f"data_offsets {off!r} are not two ascending non-negative integers")
+    count = 1
+    for d in shape:
+        count *= d
+    need = count * torch.tensor([], dtype=DTYPES[info["dtype"]]).element_size()
+    if off[1] - off[0] != need:
+        bad(f"data_offsets cover {off[1] - off[0]} bytes but {info['dtype']} {shape} needs {need}")
+
+
+def read(path, names=None, expect=None):
+    """{name: tensor} (every tensor, or only `names`), with the file's dtypes and shapes.
+    expect: {name: {"dtype": "fp64"|"fp32"|"int64", "shape": [...]}} (a manifest's record of the
+    file): a tensor whose header says otherwise is refused, so a same-size dtype swap cannot be
+    read as the other type. BadFile for anything parity's reader refuses: offsets that do not tile
+    the data section exactly (overlaps, gaps, bytes left over: a header one byte short shows so),
+    a duplicated name, a file that is not regular."""
     header, _, start = read_header(path)
-    with open(path, "rb") as f:
+    f, size = _open_regular(path)
+    with f:
         f.seek(start)
-        data = bytearray(f.read())
+        data = bytearray(f.read(size - start))
+    at = 0
+    for name, info in sorted(header.items(), key=lambda e: tuple(e[1]["data_offsets"])):
+        b, e = info["data_offsets"]
+        if b != at:
+            raise BadFile(f"{path}: tensor {name!r}: data starts at {b}, expected {at}"
+                          + (" (overlaps the previous tensor)" if b < at else " (gap)"))
+        at = e
+    if at != len(data):
+        raise BadFile(f"{path}: bad layout: the tensors' data ends at {at} but the data section has {len(data)} bytes")
     out = {}
     for name, info in header.items():
         if names is not None and name not in names:
             continue
-        if info["dtype"] not in DTYPES:
-            raise ValueError(f"{path}: {name}: unsupported dtype {info['dtype']} (expected F32, F64 or I64)")
+        if expect is not None and name in expect:
+            want = expect[name]
+            got = {"dtype": EXPECT_NAMES[info["dtype"]], "shape": info["shape"]}
+            if want.get("dtype") != got["dtype"] or list(want.get("shape", [])) != got["shape"]:
+                raise BadFile(f"{path}: tensor {name!r}: the header says {got['dtype']} {got['shape']}, the manifest "
+                              f"{want.get('dtype')} {want.get('shape')}")
         dtype = DTYPES[info["dtype"]]
-        begin, end = info["data_offsets"]
+        begin, _ = info["data_offsets"]
         shape = list(info["shape"])
         count = 1
         for d in shape:
             count *= d
-        size = torch.tensor([], dtype=dtype).element_size()
-        if end - begin != count * size or end > len(data):
-            raise ValueError(f"{path}: {name}: data_offsets [{begin}, {end}] do not hold {info['dtype']} {shape}")
         if count == 0:
             t = torch.zeros(shape, dtype=dtype)
         else:

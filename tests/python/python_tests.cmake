@@ -65,3 +65,9 @@ foreach(case "fsdp2 fsdp4_uneven_b9_mb2 4 2" "fsdp2 fsdp4_uneven_b9_mb2 4 4" "tp
   list(GET args 3 world)
   parity_python_test(torch2.${mode}_w${world} "python;multiprocess" torch2_test.py $<TARGET_FILE:parity> ${args})
 endforeach()
+
+# issue 46 item 4: damaged dumps (a header one byte short, a same-size dtype swap, a transposed
+# shape, overlapping offsets, a duplicated name, a FIFO, NaN in the candidate, a missing last step,
+# a non-finite reference) get the exit-code table's code from parity_torch.compare: 2 with the file
+# named, 1, 4; never a pass, a traceback or a hang (hostile_test.py; each failed before the fix)
+parity_python_test(hostile_dumps python hostile_test.py $<TARGET_FILE:parity>)
