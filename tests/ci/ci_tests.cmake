@@ -27,3 +27,9 @@ add_test(NAME ci.junit_schema
 set_tests_properties(ci.junit_schema PROPERTIES LABELS "ci;multiprocess" TIMEOUT 300 SKIP_RETURN_CODE 77
                      PASS_REGULAR_EXPRESSION "junit schema: ok" FAIL_REGULAR_EXPRESSION "junit schema: FAIL"
                      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# ci.format_foreign_owner (issue 42): ci/check_format in a clone owned by another user, as a CI
+# container's checkout is: git refuses it, and the check must fail, not pass having read no file;
+# with the workspace a safe.directory it checks every file. Skipped (77) without root or git.
+add_test(NAME ci.format_foreign_owner COMMAND ${CMAKE_CURRENT_LIST_DIR}/format_foreign_owner.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(ci.format_foreign_owner PROPERTIES LABELS "ci;unit" SKIP_RETURN_CODE 77
+                     PASS_REGULAR_EXPRESSION "format_foreign_owner: PASS" FAIL_REGULAR_EXPRESSION "FAIL")
