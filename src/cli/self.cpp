@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -68,7 +69,17 @@ pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, c
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // The log is parity's file in parity's directory: an earlier one is removed and the new one
+  // created exclusively, never through a link or into a FIFO or device planted at its name.
+  struct stat st{};
+  if (::lstat(log.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      posix_spawn_file_actions_destroy(&fa);
+      throw ConfigError(log, "is not a regular file where parity writes a log; parity never writes through it");
+    }
+    ::unlink(log.c_str());
+  }
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = -1;
   const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);

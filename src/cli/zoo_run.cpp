@@ -121,7 +121,8 @@ int run_zoo(ZooOptions o) {
   if (!o.out.empty()) check_output_dir("--out", o.out);
   if (!o.junit.empty()) check_output_file("--junit", o.junit, "<testsuite name=\"parity-zoo\"");
   if (o.jobs <= 0) o.jobs = cpu_jobs();
-  const std::string dir = jobs_dir(o.out, "zoo");
+  DirLock lock;
+  const std::string dir = jobs_dir(o.out, "zoo", lock);
   std::printf("%-28s %-46s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
   std::vector<Job> jobs;
   for (const Injection* b : bugs) jobs.push_back(make_job(*b, o, dir));
@@ -141,14 +142,15 @@ int run_zoo(ZooOptions o) {
   }
   if (!o.junit.empty()) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::ofstream f(o.junit);
-    f << zoo_junit_xml(results, wall);
-    if (!f) throw IoError("zoo: cannot write " + o.junit);
+    write_file_atomically(o.junit, zoo_junit_xml(results, wall), Replace{"<testsuite name=\"parity-zoo\""},
+                          "zoo JUnit file", "--junit");
     std::printf("junit: %s\n", o.junit.c_str());
   }
   std::printf("\nzoo verdict: %s: %zu bugs, %zu caught with their root named, %d escaped or misnamed\n",
               bad == 0 ? "PASS" : "FAIL", bugs.size(), bugs.size() - static_cast<size_t>(bad), bad);
   if (bad == 0 && o.out.empty()) fs::remove_all(dir);
+  else if (o.out.empty())
+    std::printf("logs: %s (a temporary directory, kept: the failures' logs; remove it when done)\n", dir.c_str());
   return bad == 0 ? 0 : 1;
 }
 
