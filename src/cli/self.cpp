@@ -10,6 +10,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/precision.h"
+#include "harness/scenario/scenario.h"
 
 extern char** environ;
 
@@ -27,6 +29,21 @@ bool is_parity_subcommand(const std::string& name) {
 
 CLI::Validator backend_choice() { return CLI::IsMember({"gloo", "mpi", "nccl"}); }
 CLI::Validator device_choice() { return CLI::IsMember({"cpu", "cuda", "gpu"}); }
+
+CLI::Validator precision_choice() {
+  return CLI::Validator(
+      [](std::string& v) {
+        try {
+          (void)parse_precision(v, "--precision");
+          return std::string();
+        } catch (const ConfigError& e) {
+          return e.rule();
+        }
+      },
+      "PRECISION");
+}
+
+CLI::Validator steps_choice() { return integer_in(1, kMaxSteps); }
 
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s) {
   sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(positive_integer());
