@@ -94,6 +94,7 @@ std::string replace_problem(const std::string& path, const Replace& r) {
 void check_replaceable(const std::string& option, const std::string& path, const Replace& r) {
   const std::string why = replace_problem(path, r);
   if (why.empty()) return;
+  if (why.rfind("cannot", 0) == 0) throw ConfigError(option, printable(path) + ": " + why + "; name another path");
   const bool regular = why.rfind("exists", 0) == 0;
   throw ConfigError(option, printable(path) + ": " + why + "; parity never replaces what it did not create: " +
                                 (regular ? "name a new file, remove it, or pass --force where the command has it"
@@ -191,7 +192,8 @@ DirLock::DirLock(const std::string& option, const std::string& dir) {
     struct stat st{};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw ConfigError(option, printable(path) + ": is not a regular file where parity keeps its lock file; remove it");
+      throw ConfigError(option, printable(path) + ": is not a regular file where parity keeps its lock file; "
+                                    "remove it");
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;

@@ -244,7 +244,8 @@ Golden load_golden(const std::string& path) {
 void save_golden(const std::string& path, const Golden& g) {
   const std::string text = golden_to_text(g);
   const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+  if (std::error_code ec; p.has_parent_path() && (std::filesystem::create_directories(p.parent_path(), ec), ec))
+    throw ConfigError("golden update", p.parent_path().string() + ": cannot be made a directory: " + ec.message());
   write_file_atomically(path, text, Replace{kGoldenSignature}, "golden file", "golden update");
 }
 

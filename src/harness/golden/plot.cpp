@@ -263,7 +263,8 @@ std::vector<std::string> plot_curves(const std::vector<Golden>& gs, const PlotOp
   namespace fs = std::filesystem;
   if (gs.empty()) throw ConfigError("parity plot", "nothing to plot");
   const fs::path stem(o.stem);
-  if (stem.has_parent_path()) fs::create_directories(stem.parent_path());
+  if (std::error_code ec; stem.has_parent_path() && (fs::create_directories(stem.parent_path(), ec), ec))
+    throw ConfigError("--out", stem.parent_path().string() + ": cannot be made a directory: " + ec.message());
   // What stands at the four outputs is replaced only when it is parity's (core/output.h): the
   // script and data by their signatures, the images when the script beside them is parity's.
   const std::string dat = o.stem + ".dat", gp = o.stem + ".gp", png = o.stem + ".png", svg = o.stem + ".svg";
