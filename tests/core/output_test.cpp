@@ -103,7 +103,8 @@ TEST_F(Output, OneWriterPerDirectory) {
   EXPECT_NO_THROW(DirLock("--out", dir_));  // released with its holder
   fs::remove(path(kLockFile));
   fs::create_symlink("/dev/null", path(kLockFile));
-  EXPECT_NE(output_message_of<ConfigError>([&] { DirLock("--out", dir_); }).find("is a symbolic link"), std::string::npos);
+  EXPECT_NE(output_message_of<ConfigError>([&] { DirLock("--out", dir_); }).find("is a symbolic link"),
+            std::string::npos);
 }
 
 }  // namespace
