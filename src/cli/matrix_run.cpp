@@ -67,9 +67,14 @@ Job make_job(const MatrixEntry& e, bool golden, const MatrixOptions& o, const st
   return {args, (golden ? e.golden : e.run).log, "matrix: " + e.file};
 }
 
+// A job's log or report in the matrix's own directory, through the bounded, regular-file reader
+// (core/files.h): "" when it is missing or is not what parity wrote there.
 std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  try {
+    return read_regular_if_exists(path, int64_t{256} << 20, Blame::damaged_data, "matrix job file").value_or("");
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 // The command that replays a failed job by hand, with the environment that changed it.

@@ -64,8 +64,13 @@ Job make_job(const Injection& bug, const ZooOptions& o, const std::string& dir) 
 Outcome judge(const Injection& bug, const JobEnd& end, const std::string& dir) {
   Outcome r;
   r.seconds = end.seconds, r.rc = end.rc;
-  std::ifstream f(report_path(bug, dir));
-  const nlohmann::json rep = nlohmann::json::parse(f, nullptr, false);
+  std::string text;
+  try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
+    text = read_regular_if_exists(report_path(bug, dir), int64_t{64} << 20, Blame::damaged_data, "zoo report")
+               .value_or("");
+  } catch (const Error&) {
+  }
+  const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
   if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
     r.root = root_text(rep["root"]);
     r.step = rep["root"].value("step", int64_t{-1});

@@ -5,7 +5,7 @@
 # code before it (see the comment of each case).
 set(PARITY_ISSUE42_SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/fault/issue42.sh)
 set(PARITY_ISSUE42_CASES out_export out_links tmp_export tmp_dump tmp_golden ckpt_keep lock_ckpt lock_dump
-    plot_nonreg plot_outputs dump_diverge key_pp_virtual key_interleaved_pp1 key_pp_layers_empty
+    plot_nonreg plot_outputs read_compare dump_diverge key_pp_virtual key_interleaved_pp1 key_pp_layers_empty
     key_precision_empty key_steps msg_dump_loop msg_golden_type msg_matrix_tmp)
 foreach(case ${PARITY_ISSUE42_CASES})
   add_test(NAME fault.issue42.${case}

@@ -188,6 +188,15 @@ case $case in
     want 0 "wrote .*/q\.svg"
     ls -A "$work" | grep -q "parity-plot\|parity-tmp" && fail "a temporary was left: $(ls -A "$work")"
     ;;
+  read_compare)  # compare's manifest and --map: once read unbounded (a FIFO --map blocked for ever)
+    run 60 "$parity" dump "$scen/tiny.json" "$work/a" --steps 1 --no-bounds
+    want 0 "wrote 2 files and manifest.json"
+    mkfifo "$work/map.json"
+    run 20 "$parity" compare "$work/a" "$work/a" --map "$work/map.json"
+    want 2 "map\.json: --map file is a FIFO \(named pipe\), not a regular file"
+    mkdir "$work/b" && ln -s /dev/zero "$work/b/manifest.json"
+    run 20 "$parity" compare "$work/a" "$work/b"
+    want 2 "manifest\.json: dump manifest is a character device, not a regular file" ;;
   # ---- a diverging dump ------------------------------------------------------------------------
   dump_diverge)  # once: exit 0 and NaN tensors with a manifest
     edit "$scen/tiny.json" "$work/big_lr.json" 's/"lr": 3e-3/"lr": 1e100/'
