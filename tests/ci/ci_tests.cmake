@@ -32,4 +32,4 @@ set_tests_properties(ci.junit_schema PROPERTIES LABELS "ci;multiprocess" TIMEOUT
 # with the workspace a safe.directory it checks every file. Skipped (77) without root or git.
 add_test(NAME ci.format_foreign_owner COMMAND ${CMAKE_CURRENT_LIST_DIR}/format_foreign_owner.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(ci.format_foreign_owner PROPERTIES LABELS "ci;unit" SKIP_RETURN_CODE 77
-                     PASS_REGULAR_EXPRESSION "format_foreign_owner: PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+                     PASS_REGULAR_EXPRESSION "format_foreign_owner: PASS" FAIL_REGULAR_EXPRESSION "format_foreign_owner: FAIL")
