@@ -232,13 +232,13 @@ case $case in
   key_steps)  # once: 2^63 - 1 in a file ran until killed; --steps 0 blamed on the file's $.steps
     edit "$scen/fsdp2.json" "$work/st.json" 's/"steps": [0-9]*/"steps": 9223372036854775807/'
     run 30 "$parity" run "$work/st.json"
-    want 2 "st\.json: \\\$\.steps: must be at most 100000"
+    want 2 "st\.json: \\\$\.steps: must be at most 1000000"
     no_launch
     run 30 "$parity" run "$scen/fsdp2.json" --steps 0
-    want 2 "^--steps: must be an integer in \[1, 100000\], got '0'"
+    want 2 "^--steps: must be an integer in \[1, 1000000\], got '0'"
     grep -q '\$\.steps' "$work/out.log" && fail "--steps 0 blamed on the file's \$.steps"
-    run 30 "$parity" run "$scen/fsdp2.json" --steps 100001
-    want 2 "--steps: must be an integer in \[1, 100000\]" ;;
+    run 30 "$parity" run "$scen/fsdp2.json" --steps 1000001
+    want 2 "--steps: must be an integer in \[1, 1000000\]" ;;
   # ---- messages --------------------------------------------------------------------------------
   msg_dump_loop)  # once: a raw std::filesystem message
     ln -s "$work/loop" "$work/loop"
