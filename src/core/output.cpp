@@ -103,7 +103,8 @@ void check_replaceable(const std::string& option, const std::string& path, const
 
 AtomicFile::AtomicFile(std::string path, std::string what, std::string option)
     : path_(std::move(path)), what_(std::move(what)), option_(std::move(option)) {
-  const std::string name = fs::path(path_).filename().string();
+  // The name's first 100 bytes: the temporary name stays within NAME_MAX whatever the target's.
+  const std::string name = fs::path(path_).filename().string().substr(0, 100);
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     tmp_ = (fs::path(dir_of(path_)) / ("." + name + ".parity-tmp-" + unique_suffix())).string();
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0644);

@@ -61,6 +61,13 @@ TEST_F(Output, NeverWritesThroughALinkAtTheOldTemporaryName) {
   EXPECT_EQ(entries(), 5u);  // no temporary left
 }
 
+TEST_F(Output, ALongNameStillGetsATemporaryName) {
+  const std::string name(250, 'n');  // ".NAME.parity-tmp-..." in full would pass NAME_MAX (255)
+  write_file_atomically(path(name), "x", {}, "test file");
+  EXPECT_EQ(read(name), "x");
+  EXPECT_EQ(entries(), 1u);
+}
+
 TEST_F(Output, RefusesWhatIsNotParitys) {
   write("user.txt", "precious");
   EXPECT_NE(output_message_of<ConfigError>([&] {
