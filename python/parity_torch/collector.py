@@ -236,7 +236,7 @@ class Collector:
              "parameters": [{"name": p, "shape": shapes[p], "family": f} for p, _, _, f in self.map],
              "files": self.files, "steps": self.steps}
         path = os.path.join(self.out, "manifest.json")
-        with open(path + ".tmp", "w") as f:
+        def body(f):
             json.dump(m, f, indent=2, ensure_ascii=False)
             f.write("\n")
-        os.replace(path + ".tmp", path)
+        safetensors.write_atomically(path, body, "w")

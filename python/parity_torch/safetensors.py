@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 
 import torch
 
@@ -154,6 +155,28 @@ def _bytes(t):
     return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size()) if t.numel() else b""
 
 
+def write_atomically(path, body, mode):
+    """Calls body(f) on a temporary file of a unique name beside `path` (created O_EXCL, never
+    through a link: tempfile.mkstemp), fsyncs it and renames it over `path`, as parity's
+    core/output.h does: a link planted at PATH.tmp is never followed, a user's PATH.tmp never
+    consumed. A symbolic link, FIFO or device at `path` itself is refused (OSError)."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OSError(f"{path}: exists and is not a regular file; parity_torch never replaces it")
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + name[:100] + ".parity-tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, mode) as f:
+            body(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def write(path, tensors, metadata=None):
     """Writes {name: tensor} (float64, float32 or int64) atomically (a temporary file, then rename)."""
     entries = []
@@ -172,10 +195,9 @@ def write(path, tensors, metadata=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")  # as nlohmann::json
     text += b" " * ((8 - len(text) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    def body(f):
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
         for b in blobs:
             f.write(b)
-    os.replace(tmp, path)
+    write_atomically(path, body, "wb")

@@ -27,6 +27,7 @@
 #include "ckpt/format.h"
 #include "ckpt/verify.h"
 #include "comm/communicator.h"
+#include "core/output.h"
 #include "core/tensor.h"
 #include "mesh/mesh.h"
 #include "mesh/placement.h"
@@ -111,11 +112,19 @@ Metadata make_metadata(const mesh::Mesh& m, const ShardedState& state, const Che
 void save_all(const mesh::Mesh& m, const std::vector<const ShardedState*>& states, const CheckpointInfo& info,
               const std::string& dir);
 
+// One writer per checkpoint directory (core/output.h DirLock on DIR/.parity-lock, the file
+// commit() carries into each new checkpoint): created when missing (its parent must exist).
+// Nothing is locked when the environment's kLockHeldEnv names `dir` (absolute): the launcher
+// of this rank holds it for the whole run. A directory another writer holds: ConfigError.
+inline constexpr const char* kLockHeldEnv = "PARITY_CKPT_LOCK_HELD";
+DirLock lock_checkpoint_dir(const std::string& option, const std::string& dir);
+
 // "<dir>.tmp-<nonce>" (a fresh, unique suffix) and "<dir>.old".
 std::string make_temp_dir(const std::string& dir);
 std::string old_dir(const std::string& dir);
 // Replaces `dir` by `tmp` atomically (renameat2 RENAME_EXCHANGE, else dir -> dir.old,
-// tmp -> dir, both fsynced), then removes the previous checkpoint.
+// tmp -> dir, both fsynced), then removes the previous checkpoint. What `dir` holds besides
+// parity's files (metadata.json, rankN.safetensors) is hard-linked into `tmp` first and kept.
 void commit(const std::string& tmp, const std::string& dir);
 // After a crash: puts a whole "<dir>.old" back when `dir` is missing, removes a "<dir>.old"
 // that `dir` replaced, and removes every "<dir>.tmp-*". Safe to call when nothing is left over.

@@ -11,6 +11,7 @@
 #include "ckpt/checksum.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/output.h"
 #include "core/safetensors.h"
 #include "core/text.h"
 
@@ -305,23 +306,7 @@ Metadata read_metadata(const std::string& dir) {
 }
 
 void write_file_synced(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(path + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      throw IoError(path + ": write failed: " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool ok = ::fsync(fd) == 0;
-  const int e = errno;
-  ::close(fd);
-  if (!ok) throw IoError(path + ": fsync failed: " + std::strerror(e));
+  write_file_atomically(path, text, Replace{}, "checkpoint file");  // a fresh temporary directory's
 }
 
 void fsync_dir(const std::string& dir) {

@@ -137,7 +137,8 @@ struct RankRecordHeader {
 std::map<std::string, std::string> rank_record_metadata(const RankRecordHeader& r);
 RankRecordHeader rank_record_from(const RankHeader& h, const std::string& path);
 
-// Writes `n` bytes to `path` and fsyncs it; fsync_dir fsyncs a directory. Throw IoError.
+// Writes `text` to `path` (core/output.h AtomicFile: a unique temporary name, fsynced, renamed);
+// fsync_dir fsyncs a directory. Throw IoError.
 void write_file_synced(const std::string& path, const std::string& text);
 void fsync_dir(const std::string& dir);
 

@@ -262,9 +262,55 @@ std::string temp_dir_for(const std::string& dir, int64_t nonce) {
   return strip(dir) + ".tmp-" + buf;
 }
 
+// Whether `name` is a file parity writes into a checkpoint: metadata.json or rankN.safetensors.
+bool is_checkpoint_file(const std::string& name) {
+  if (name == kMetadataFile) return true;
+  const std::string pre = "rank", post = ".safetensors";
+  if (name.size() <= pre.size() + post.size() || name.rfind(pre, 0) != 0 ||
+      name.compare(name.size() - post.size(), post.size(), post) != 0)
+    return false;
+  const std::string n = name.substr(pre.size(), name.size() - pre.size() - post.size());
+  return n.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// Everything in `dir` that parity did not write there (a user's NOTES.txt, a directory of
+// theirs) and the writer's lock file: linked into `tmp` (the same inodes: the lock stays held,
+// nothing is copied) before the exchange, so the new checkpoint keeps them. Until the exchange
+// the originals stay where they are, after it the links: a crash loses neither.
+void carry_over(const std::string& dir, const std::string& tmp) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_checkpoint_file(name)) continue;
+    const fs::path to = fs::path(tmp) / name;
+    std::error_code link_ec;
+    fs::copy(e.path(), to,
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks | fs::copy_options::create_hard_links,
+             link_ec);
+    if (link_ec) {  // another filesystem mounted inside: a copy
+      std::error_code copy_ec;
+      fs::remove_all(to, copy_ec);
+      fs::copy(e.path(), to, fs::copy_options::recursive | fs::copy_options::copy_symlinks, copy_ec);
+      if (copy_ec)
+        throw IoError("checkpoint: cannot keep " + e.path().string() + " (a file parity did not write) in the new " +
+                      "checkpoint: " + copy_ec.message() + "; nothing was replaced");
+    }
+  }
+  if (ec) throw IoError("checkpoint: cannot list " + dir + ": " + ec.message() + "; nothing was replaced");
+}
+
 }  // namespace
 
 std::string old_dir(const std::string& dir) { return strip(dir) + ".old"; }
+
+DirLock lock_checkpoint_dir(const std::string& option, const std::string& dir) {
+  const char* held = std::getenv(kLockHeldEnv);
+  if (held != nullptr && fs::path(held) == fs::absolute(fs::path(strip(dir))).lexically_normal()) return {};
+  std::error_code ec;
+  fs::create_directory(dir, ec);  // its parent exists (check_output_dir)
+  if (ec) throw IoError(dir + ": cannot create: " + ec.message());
+  return DirLock(option, dir);
+}
 
 std::string make_temp_dir(const std::string& dir) {
   const std::string tmp = temp_dir_for(dir, new_nonce());
@@ -275,6 +321,7 @@ std::string make_temp_dir(const std::string& dir) {
 
 void commit(const std::string& tmp, const std::string& dir_in) {
   const std::string dir = strip(dir_in), parent = parent_of(dir);
+  if (fs::is_directory(dir)) carry_over(dir, tmp);
   fsync_dir(tmp);
   if (!fs::exists(dir)) {
     rename_or_throw(tmp, dir);
@@ -329,6 +376,7 @@ void save_all(const mesh::Mesh& m, const std::vector<const ShardedState*>& state
     throw Error("checkpoint: save_all needs one state per rank (" + std::to_string(m.world()) + "), got " +
                 std::to_string(states.size()));
   check_output_dir("checkpoint directory", dir, DirKind::checkpoint);  // never replaces what is not ours
+  const DirLock lock = lock_checkpoint_dir("checkpoint directory", dir);  // one writer per directory
   recover(dir);
   const std::string tmp = make_temp_dir(dir);
   try {
@@ -351,11 +399,13 @@ void save(comm::Communicator& world, const mesh::Mesh& m, const ShardedState& st
                 std::to_string(m.world()));
   const int rank = world.rank();
   std::vector<int64_t> nonce{0};
+  DirLock lock;  // rank 0's, unless its launcher holds it (kLockHeldEnv)
   agreed(world, "save (prepare " + dir + ")", [&] {
     if (rank != 0) return;
     // The last line of defence (the CLI checks before launching): a directory that is not a
     // parity checkpoint is never exchanged with the new one and removed (docs/faults.md).
     check_output_dir("--ckpt", dir, DirKind::checkpoint);
+    lock = lock_checkpoint_dir("--ckpt", dir);
     recover(dir);
     nonce[0] = new_nonce();
     const std::string tmp = temp_dir_for(dir, nonce[0]);

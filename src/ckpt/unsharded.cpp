@@ -83,13 +83,14 @@ UnshardedState read_unsharded(const std::string& dir) {
   return st;
 }
 
-void write_unsharded(const UnshardedState& st, const std::string& path) {
+void write_unsharded(const UnshardedState& st, const std::string& path, bool force, const std::string& option) {
   SafetensorsWriter w;
   for (const WholeTensor& t : st.tensors) w.add(t.name, t.dtype(), t.shape(), t.data());
+  w.set_metadata("format", "parity-export");
   w.set_metadata("step", std::to_string(st.md.step));
   w.set_metadata("data_position", std::to_string(st.md.data_position));
   w.set_metadata("model", st.md.model.dump());
-  w.write(path);
+  w.write(path, Replace{kExportSignature, force}, option);
 }
 
 std::vector<std::string> diff_unsharded(const UnshardedState& a, const UnshardedState& b) {

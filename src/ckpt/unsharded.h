@@ -32,10 +32,14 @@ struct UnshardedState {
 // verified. Throws IoError / ConfigError as ckpt::load does.
 UnshardedState read_unsharded(const std::string& dir);
 
-// Writes the unsharded state as one safetensors file (metadata: step, data_position and the
-// model config as JSON). Deterministic: equal states give equal bytes, whatever the layouts
-// they were saved under. Throws IoError naming the file.
-void write_unsharded(const UnshardedState& st, const std::string& path);
+// Writes the unsharded state as one safetensors file (metadata: format "parity-export", step,
+// data_position and the model config as JSON). Deterministic: equal states give equal bytes,
+// whatever the layouts they were saved under. An existing `path` is replaced only when it is
+// an export parity wrote (kExportSignature) or, with `force`, any regular file; anything else
+// is ConfigError naming `option` (core/output.h). Throws IoError naming the file.
+inline constexpr const char* kExportSignature = "\"format\":\"parity-export\"";
+void write_unsharded(const UnshardedState& st, const std::string& path, bool force = false,
+                     const std::string& option = "out");
 
 // Every difference between two unsharded states, one line each: a tensor only in one, a
 // dtype or shape mismatch, or the count of elements whose bits differ with the first one

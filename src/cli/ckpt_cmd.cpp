@@ -16,14 +16,17 @@
 #include "ckpt/unsharded.h"
 #include "cli/commands.h"
 #include "core/exit_codes.h"
+#include "core/files.h"
 #include "harness/runner/ckpt_bench.h"
 
 namespace parity::cli {
 namespace {
 
-int run_export(const std::string& dir, const std::string& out) {
+int run_export(const std::string& dir, const std::string& out, bool force) {
+  // Before the checkpoint is read: a user's file, a FIFO or a device at OUT is refused at once.
+  check_output_file("out", out, ckpt::kExportSignature, force);
   const ckpt::UnshardedState st = ckpt::read_unsharded(dir);
-  ckpt::write_unsharded(st, out);
+  ckpt::write_unsharded(st, out, force, "out");
   int64_t bytes = 0;
   for (const auto& t : st.tensors) bytes += t.bytes();
   std::printf("%s: %zu tensors, %lld bytes, step %lld, saved under W%lld -> %s\n", dir.c_str(), st.tensors.size(),
@@ -47,7 +50,7 @@ int run_diff(const std::string& a, const std::string& b) {
 Command add_ckpt_command(CLI::App& app) {
   struct Opts {
     std::string dir, scenario = "scenarios/small.json", bench_dir, out, other;
-    bool verbose = false;
+    bool verbose = false, force = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub =
@@ -62,7 +65,10 @@ Command add_ckpt_command(CLI::App& app) {
       "export", "Write a checkpoint's unsharded state (every tensor whole, as one device holds it) to one "
                 "safetensors file; equal states give equal bytes whatever layout saved them");
   exp->add_option("dir", o->dir, "Checkpoint directory")->required();
-  exp->add_option("out", o->out, "Output .safetensors file")->required();
+  exp->add_option("out", o->out,
+                  "Output .safetensors file: new, or an export parity wrote (anything else is refused, exit 2)")
+      ->required();
+  exp->add_flag("--force", o->force, "Replace OUT even when it is a regular file parity did not write");
   CLI::App* diff = sub->add_subcommand(
       "diff", "Compare two checkpoints' unsharded states bitwise (any saving layouts); exit 0 equal, 1 different, "
               "each differing tensor named with its count and first differing element");
@@ -72,7 +78,7 @@ Command add_ckpt_command(CLI::App& app) {
   bench->add_option("--scenario", o->scenario, "Scenario whose model is used (default scenarios/small.json)");
   bench->add_option("--dir", o->bench_dir, "Where to write (default $TMPDIR/parity-ckpt-bench)");
   return {sub, [o, ins, exp, diff]() {
-            if (exp->parsed()) return run_export(o->dir, o->out);
+            if (exp->parsed()) return run_export(o->dir, o->out, o->force);
             if (diff->parsed()) return run_diff(o->dir, o->other);
             if (ins->parsed()) {
               const ckpt::InspectReport r = ckpt::inspect(o->dir);

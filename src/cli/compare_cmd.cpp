@@ -39,7 +39,8 @@ Command add_compare_command(CLI::App& app) {
             const VerdictReport rep = compare_dumps(c->o);
             std::fputs(format_verdict(rep).c_str(), stdout);
             std::fflush(stdout);
-            if (!c->report.empty()) write_json_file(c->report, verdict_json(rep), 2, "report file");
+            if (!c->report.empty())
+              write_json_file(c->report, verdict_json(rep), 2, "report file", Replace{kVerdictReportSignature});
             return rep.exit_code();
           }};
 }

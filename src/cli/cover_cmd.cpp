@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output.h"
 #include "harness/scenario/cover_gen.h"
 #include "harness/scenario/coverage.h"
 #include "harness/scenario/scenario.h"
@@ -37,10 +38,11 @@ void write_proposals(const coverage::Proposals& p, const std::string& dir) {
   fs::create_directories(dir);
   for (const coverage::Proposal& x : p.scenarios) {
     const fs::path file = fs::path(dir) / (x.scenario.name + ".json");
-    if (fs::exists(file)) throw ConfigError(file.string(), "exists: cover --write never overwrites a scenario");
-    std::ofstream out(file);
-    out << coverage::scenario_file_text(x.scenario);
-    if (!out) throw IoError("cover: cannot write " + file.string());
+    const Replace new_only{.signature = {}, .force = false, .create_only = true};
+    if (!replace_problem(file.string(), new_only).empty())  // a dangling link too
+      throw ConfigError(file.string(), "exists: cover --write never overwrites a scenario");
+    write_file_atomically(file.string(), coverage::scenario_file_text(x.scenario), new_only, "scenario file",
+                          "--write");
     std::printf("written: %s\n", file.string().c_str());
   }
 }

@@ -34,13 +34,14 @@ Command add_dump_command(CLI::App& app) {
   sub->alias("export");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
   sub->add_option("dir", o->dir, "Output directory (created if missing)")->required();
-  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(non_negative_integer());
+  sub->add_option("--steps", o->steps, "Override the scenario's number of steps")->check(steps_choice());
   sub->add_option("--device", o->device, "Compute on cpu or cuda (default: the scenario's layout.device)")
       ->check(device_choice());
   sub->add_flag("--no-bounds", o->no_bounds,
                 "Skip the rounding twin (half the time); `parity compare` then holds rows to the floors alone");
   sub->add_option("--precision,--dtype", o->precision,
-                  "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16");
+                  "Override the scenario's precision policy: fp64, fp32, bf16 or bf16-reduce-bf16")
+      ->check(precision_choice());
   return {sub, [o]() {
             Scenario s = load_scenario(o->scenario);
             if (o->steps >= 0) s.steps = o->steps;

@@ -80,7 +80,7 @@ Command add_golden_command(CLI::App& app) {
   sub->require_subcommand(1);
   CLI::App* up = sub->add_subcommand("update", "Run each scenario (50 steps) and write its golden file");
   add_common(up, *o);
-  up->add_option("--steps", o->steps, "Steps to pin")->capture_default_str()->check(positive_integer());
+  up->add_option("--steps", o->steps, "Steps to pin")->capture_default_str()->check(steps_choice());
   CLI::App* check = sub->add_subcommand(
       "check", "Rerun each scenario and compare with its golden file; print the steps that differ; exit 1 if any");
   add_common(check, *o);

@@ -47,9 +47,10 @@ pid_t start_self(const Job& job) { return spawn_self(job.args, job.log, job.what
 
 int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0); }
 
-std::string jobs_dir(const std::string& out, const std::string& command) {
+std::string jobs_dir(const std::string& out, const std::string& command, DirLock& lock) {
   if (!out.empty()) {
     prepare_output_dir("--out", out);
+    lock = DirLock("--out", out);
     return out;
   }
   std::string t = (std::filesystem::temp_directory_path() / ("parity-" + command + "-XXXXXX")).string();

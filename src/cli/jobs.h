@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/output.h"
+
 namespace parity::cli {
 
 struct Job {
@@ -40,9 +42,10 @@ pid_t start_self(const Job& job);
 // A wait status as an exit code: the child's own, or 128 + the signal that ended it.
 int exit_code(int wait_status);
 
-// Where the jobs' reports and logs go: `out` (--out, checked and prepared: core/files.h), or
-// when it is "" a new temporary directory /tmp/parity-COMMAND-XXXXXX.
-std::string jobs_dir(const std::string& out, const std::string& command);
+// Where the jobs' reports and logs go: `out` (--out, checked and prepared: core/files.h, and
+// held by `lock`, one writer per directory: core/output.h), or when it is "" a new temporary
+// directory /tmp/parity-COMMAND-XXXXXX.
+std::string jobs_dir(const std::string& out, const std::string& command, DirLock& lock);
 
 // The default of --jobs: the number of CPUs (at least 1).
 int cpu_jobs();

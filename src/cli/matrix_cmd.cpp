@@ -36,14 +36,15 @@ Command add_matrix_command(CLI::App& app) {
                   "Override every layout's backend in the runs: gloo, mpi or nccl (golden checks: --golden-backend)")
       ->check(backend_choice());
   sub->add_option("--precision,--dtype", o->dtype,
-                  "Override every scenario's precision policy in the runs: fp64, fp32, bf16 or bf16-reduce-bf16");
+                  "Override every scenario's precision policy in the runs: fp64, fp32, bf16 or bf16-reduce-bf16")
+      ->check(precision_choice());
   sub->add_option("--device", o->device,
                   "Override every layout's device: cpu or cuda (baseline and ranks on the GPU; default --jobs 2).\n"
                   "Exit 77, nothing run, when no CUDA device is visible")
       ->check(device_choice());
   sub->add_option("--steps", o->steps, "Override every scenario's number of steps in the runs (a golden check runs "
                                        "its golden's steps)")
-      ->check(non_negative_integer());
+      ->check(steps_choice());
   sub->add_flag("--golden", o->golden,
                 "Also `parity golden check` every scenario, world 1 included (docs/golden.md): a column of the "
                 "table, and a golden that differs, is missing or stale fails the matrix");

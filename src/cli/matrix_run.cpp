@@ -68,9 +68,14 @@ Job make_job(const MatrixEntry& e, bool golden, const MatrixOptions& o, const st
   return {args, (golden ? e.golden : e.run).log, "matrix: " + e.file};
 }
 
+// A job's log or report in the matrix's own directory, through the bounded, regular-file reader
+// (core/files.h): "" when it is missing or is not what parity wrote there.
 std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  try {
+    return read_regular_if_exists(path, int64_t{256} << 20, Blame::damaged_data, "matrix job file").value_or("");
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 // The command that replays a failed job by hand, with the environment that changed it.
@@ -148,12 +153,14 @@ int print_table(const std::vector<MatrixEntry>& entries, const MatrixOptions& o,
   return c.pass() ? 0 : 1;
 }
 
-// The reports' paths were checked before the jobs ran (check_reports): no directory is created.
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-  if (!f.flush()) throw IoError("matrix: cannot write " + path);
+// The reports' paths were checked before the jobs ran (check_reports): no directory is created,
+// and the write replaces only what an earlier matrix wrote there (core/output.h).
+void write_file(const std::string& option, const std::string& path, const std::string& text,
+                std::string_view signature) {
+  write_file_atomically(path, text, Replace{signature}, "matrix " + option.substr(2), option);
 }
+constexpr const char* kJunitSignature = "<testsuite name=\"parity-matrix\"";
+constexpr const char* kSummarySignature = "# parity matrix: ";
 
 // One figure per scenario group (plot_group) from the golden files next to the scenarios
 // (../golden/NAME.json); scenarios without a golden are left out. Returns (group, stem).
@@ -185,8 +192,8 @@ std::string relative_to(const std::string& path, const std::string& file_in_dir)
 void check_reports(const MatrixOptions& o) {
   if (!o.out.empty()) check_output_dir("--out", o.out);
   if (!o.plots.empty()) check_output_dir("--plots", o.plots);
-  if (!o.junit.empty()) check_output_file("--junit", o.junit, "<testsuite name=\"parity-matrix\"");
-  if (!o.summary.empty()) check_output_file("--summary", o.summary, "# parity matrix: ");
+  if (!o.junit.empty()) check_output_file("--junit", o.junit, kJunitSignature);
+  if (!o.summary.empty()) check_output_file("--summary", o.summary, kSummarySignature);
 }
 
 }  // namespace
@@ -199,7 +206,8 @@ int run_matrix(MatrixOptions o) {
   std::vector<MatrixEntry> entries = load_entries(scenario_files(o.paths));
   check_reports(o);
   if (o.jobs <= 0) o.jobs = cuda ? 2 : cpu_jobs();
-  const std::string dir = jobs_dir(o.out, "matrix");
+  DirLock lock;
+  const std::string dir = jobs_dir(o.out, "matrix", lock);
   if (!o.plots.empty()) prepare_output_dir("--plots", o.plots);
   std::vector<std::pair<size_t, bool>> jobs;  // (entry, golden check)
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -234,7 +242,7 @@ int run_matrix(MatrixOptions o) {
          {"backend", o.backend.empty() ? "each scenario's" : o.backend},
          {"precision", o.dtype.empty() ? "each scenario's" : o.dtype},
          {"golden", o.golden ? "checked (" + o.golden_backend + ")" : "not checked"}});
-    write_file(o.junit, junit_xml(entries, wall, suite, ctx.on_purpose()));
+    write_file("--junit", o.junit, junit_xml(entries, wall, suite, ctx.on_purpose()), kJunitSignature);
     std::printf("junit: %s\n", o.junit.c_str());
   }
   if (!o.summary.empty()) {
@@ -244,10 +252,16 @@ int run_matrix(MatrixOptions o) {
     info.golden = o.golden, info.wall_seconds = wall;
     info.links = o.summary_links != "none";
     for (auto& [group, stem] : info.plots) stem = relative_to(stem, o.summary);
-    write_file(o.summary, summary_markdown(entries, info));
+    write_file("--summary", o.summary, summary_markdown(entries, info), kSummarySignature);
     std::printf("summary: %s\n", o.summary.c_str());
   }
-  if (rc == 0 && o.out.empty() && o.summary.empty()) fs::remove_all(dir);  // a summary links its logs
+  // A summary with links links its logs: the temporary directory is kept then, and said so.
+  const bool linked = !o.summary.empty() && info.links;
+  if (o.out.empty() && (rc != 0 || linked))
+    std::printf("logs: %s (a temporary directory, kept: %s; remove it when done, or name one with --out)\n",
+                dir.c_str(), rc != 0 ? "the failures' logs" : "the summary links it");
+  else if (o.out.empty())
+    fs::remove_all(dir);
   return rc;
 }
 

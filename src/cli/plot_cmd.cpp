@@ -4,15 +4,14 @@
 // files; runs nothing. Exit 0 drawn, 1 gnuplot missing or failed, 2 bad input.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "harness/golden/golden.h"
 #include "harness/golden/plot.h"
 #include "harness/scenario/scenario.h"
@@ -29,22 +28,17 @@ struct PlotCmdOptions {
   PlotOptions plot;
 };
 
-bool is_golden_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("format") && j.contains("baseline");
-}
-
-// A golden file as given, or the golden of a scenario file.
+// A golden file as given, or the golden of a scenario file. Every file is read through the
+// bounded, regular-file-only reader (core/files.h), as `golden check` reads it.
 Golden load_input(const std::string& path, const PlotCmdOptions& o) {
-  if (!fs::exists(path)) throw ConfigError(path, "no such file");
-  if (is_golden_file(path)) return load_golden(path);
+  const std::string text =
+      read_regular(path, kMaxGoldenBytes, Blame::user_input, "plot input (a golden or scenario file)");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("format") && j.contains("baseline")) return golden_from_json(j, path);
   const Scenario s = load_scenario(path);
   const fs::path dir = o.golden_dir.empty() ? fs::path(path).parent_path() / ".." / "golden" : fs::path(o.golden_dir);
   const std::string g = (dir.lexically_normal() / (s.name + ".json")).string();
-  if (!fs::exists(g))
+  if (!read_regular_if_exists(g, kMaxGoldenBytes, Blame::user_input, "golden file"))
     throw ConfigError(path, "no golden file " + g + "; make it with: parity golden update " + path);
   return load_golden(g);
 }
@@ -76,6 +70,8 @@ Command add_plot_command(CLI::App& app) {
   sub->add_option("--title", o->title, "Figure title");
   sub->add_option("--golden-dir", o->golden_dir, "Golden files' directory (default: ../golden next to the scenario)");
   sub->add_option("--gnuplot", o->plot.gnuplot, "The gnuplot program")->capture_default_str();
+  sub->add_flag("--force", o->plot.force,
+                "Replace regular files at OUT.{dat,gp,png,svg} even when parity did not write them");
   return {sub, [o]() { return run_plot(*o); }};
 }
 

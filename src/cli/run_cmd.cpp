@@ -57,12 +57,13 @@ Command add_run_command(CLI::App& app) {
       "per family, grad norm, clipping, routing, tokens_per_expert, expert bias) and print the verdict.\n"
       "Exit 0 within tolerance, 1 not, 2 bad input.");
   sub->add_option("scenario", o->scenario, "Scenario JSON file (docs/scenario.md)")->required();
-  sub->add_option("--steps", o->over.steps, "Override the scenario's number of steps")->check(non_negative_integer());
+  sub->add_option("--steps", o->over.steps, "Override the scenario's number of steps")->check(steps_choice());
   sub->add_option("--every", o->every, "World 1: print every K-th step (the last is always printed)")
       ->check(positive_integer());
   sub->add_option("--precision,--dtype", o->over.precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
-                  "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name");
+                  "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name")
+      ->check(precision_choice());
   sub->add_option("--backend", o->over.backend, "Override the layout's backend: gloo, mpi or nccl")
       ->check(backend_choice());
   sub->add_option("--device", o->over.device,

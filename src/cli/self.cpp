@@ -4,11 +4,14 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/precision.h"
+#include "harness/scenario/scenario.h"
 
 extern char** environ;
 
@@ -26,6 +29,21 @@ bool is_parity_subcommand(const std::string& name) {
 
 CLI::Validator backend_choice() { return CLI::IsMember({"gloo", "mpi", "nccl"}); }
 CLI::Validator device_choice() { return CLI::IsMember({"cpu", "cuda", "gpu"}); }
+
+CLI::Validator precision_choice() {
+  return CLI::Validator(
+      [](std::string& v) {
+        try {
+          (void)parse_precision(v, "--precision");
+          return std::string();
+        } catch (const ConfigError& e) {
+          return e.rule();
+        }
+      },
+      "PRECISION");
+}
+
+CLI::Validator steps_choice() { return integer_in(1, kMaxSteps); }
 
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s) {
   sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(positive_integer());
@@ -68,7 +86,17 @@ pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, c
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // The log is parity's file in parity's directory: an earlier one is removed and the new one
+  // created exclusively, never through a link or into a FIFO or device planted at its name.
+  struct stat st{};
+  if (::lstat(log.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      posix_spawn_file_actions_destroy(&fa);
+      throw ConfigError(log, "is not a regular file where parity writes a log; parity never writes through it");
+    }
+    ::unlink(log.c_str());
+  }
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
   posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
   pid_t pid = -1;
   const int err = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);

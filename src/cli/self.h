@@ -28,7 +28,9 @@ void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend
 // The names --backend and --device take, checked when the command line is parsed (exit 2, the
 // option named): the layout's enums (mesh/layout_config.h) are parsed from them at the edge.
 CLI::Validator backend_choice();  // gloo, mpi, nccl
-CLI::Validator device_choice();   // cpu, cuda (gpu: cuda's other name)
+CLI::Validator device_choice();     // cpu, cuda (gpu: cuda's other name)
+CLI::Validator precision_choice();  // fp64, fp32, bf16, bf16-reduce-bf16 (an empty name refused)
+CLI::Validator steps_choice();      // [1, kMaxSteps] (harness/scenario/scenario.h)
 // --nnodes, --node-rank, --master: one launcher per host (comm/launch.h, docs/multihost.md).
 void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& master);
 

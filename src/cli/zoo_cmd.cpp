@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/numbers.h"
+#include "cli/self.h"
 #include "cli/zoo_run.h"
 #include "core/error.h"
 #include "core/precision.h"
@@ -28,14 +29,7 @@ Command add_zoo_command(CLI::App& app) {
   sub->add_option("--precision", o->precision,
                   "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16) instead of its "
                   "scenario's own")
-      ->check([](const std::string& v) {
-        try {
-          (void)parse_precision(v, "--precision");
-          return std::string();
-        } catch (const ConfigError& e) {
-          return e.rule();
-        }
-      });
+      ->check(precision_choice());
   sub->add_option("--junit", o->junit,
                   "Write JUnit XML to FILE: a testcase per bug (classname zoo), a failure when it escaped, was "
                   "misnamed or its run did not finish, with what was expected and what the verdict named");

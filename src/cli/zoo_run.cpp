@@ -65,8 +65,13 @@ Job make_job(const Injection& bug, const ZooOptions& o, const std::string& dir) 
 Outcome judge(const Injection& bug, const JobEnd& end, const std::string& dir) {
   Outcome r;
   r.seconds = end.seconds, r.rc = end.rc;
-  std::ifstream f(report_path(bug, dir));
-  const nlohmann::json rep = nlohmann::json::parse(f, nullptr, false);
+  std::string text;
+  try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
+    text = read_regular_if_exists(report_path(bug, dir), int64_t{64} << 20, Blame::damaged_data, "zoo report")
+               .value_or("");
+  } catch (const Error&) {
+  }
+  const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
   if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
     r.root = root_text(rep["root"]);
     r.step = rep["root"].value("step", int64_t{-1});
@@ -122,7 +127,8 @@ int run_zoo(ZooOptions o) {
   if (!o.out.empty()) check_output_dir("--out", o.out);
   if (!o.junit.empty()) check_output_file("--junit", o.junit, "<testsuite name=\"parity-zoo\"");
   if (o.jobs <= 0) o.jobs = cpu_jobs();
-  const std::string dir = jobs_dir(o.out, "zoo");
+  DirLock lock;
+  const std::string dir = jobs_dir(o.out, "zoo", lock);
   std::printf("%-28s %-46s %-10s %6s  %s\n", "bug", "scenario", "verdict", "time", "root named (expected)");
   std::vector<Job> jobs;
   for (const Injection* b : bugs) jobs.push_back(make_job(*b, o, dir));
@@ -142,18 +148,19 @@ int run_zoo(ZooOptions o) {
   }
   if (!o.junit.empty()) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::ofstream f(o.junit);
     const JunitSuite suite = junit_suite(
         "parity-zoo", run_context(),
         {{"precision", o.precision.empty() ? "each scenario's" : o.precision},
          {"bugs", "each case turns on its own bug on purpose (parity zoo): a caught bug passes"}});
-    f << zoo_junit_xml(results, wall, suite);
-    if (!f) throw IoError("zoo: cannot write " + o.junit);
+    write_file_atomically(o.junit, zoo_junit_xml(results, wall, suite), Replace{"<testsuite name=\"parity-zoo\""},
+                          "zoo JUnit file", "--junit");
     std::printf("junit: %s\n", o.junit.c_str());
   }
   std::printf("\nzoo verdict: %s: %zu bugs, %zu caught with their root named, %d escaped or misnamed\n",
               bad == 0 ? "PASS" : "FAIL", bugs.size(), bugs.size() - static_cast<size_t>(bad), bad);
   if (bad == 0 && o.out.empty()) fs::remove_all(dir);
+  else if (o.out.empty())
+    std::printf("logs: %s (a temporary directory, kept: the failures' logs; remove it when done)\n", dir.c_str());
   return bad == 0 ? 0 : 1;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/output.h"
 #include "core/text.h"
 
 namespace parity {
@@ -84,7 +85,6 @@ void require_parent(const std::string& option, const std::string& path) {
                                   " does not exist (parity creates no directory above its output)");
 }
 
-constexpr int64_t kSignatureHead = int64_t{1} << 20;  // where an output's signature is looked for
 
 }  // namespace
 
@@ -188,7 +188,10 @@ void check_output_dir(const std::string& option, const std::string& dir, DirKind
                                   (S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode)) +
                                   " where a directory is expected; parity never replaces what it did not create");
   std::error_code ec;
-  if (fs::is_empty(dir, ec) && !ec) return;
+  bool empty = true;  // nothing in it but the lock file of a writer (core/output.h)
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && empty; it.increment(ec))
+    empty = it->path().filename() == kLockFile;
+  if (empty && !ec) return;
   if (kind == DirKind::checkpoint ? is_checkpoint_dir(dir)
                                    : head_of(dir + "/" + kOutputMarker, 4096).rfind("parity", 0) == 0)
     return;
@@ -218,32 +221,15 @@ const std::string& prepare_output_dir(const std::string& option, const std::stri
   return dir;
 }
 
-void check_output_file(const std::string& option, const std::string& path, std::string_view signature) {
+void check_output_file(const std::string& option, const std::string& path, std::string_view signature, bool force) {
   struct stat st{};
-  if (::lstat(path.c_str(), &st) != 0) {
-    if (errno != ENOENT) throw ConfigError(option, printable(path) + ": cannot be looked at: " + std::strerror(errno));
-    require_parent(option, path);
-    return;
-  }
-  if (S_ISLNK(st.st_mode) && ::stat(path.c_str(), &st) != 0) {  // a dangling link: the write would follow it
-    throw ConfigError(option, printable(path) + ": is a symbolic link to nothing; parity never writes through it");
-  }
-  if (!S_ISREG(st.st_mode))
-    throw ConfigError(option, printable(path) + ": is " + kind_of(st.st_mode) +
-                                  " where a file is expected; parity never replaces what it did not create");
-  if (st.st_size == 0) return;
-  if (head_of(path, kSignatureHead).find(signature) != std::string::npos) return;
-  throw ConfigError(option, printable(path) + ": exists and is not a file parity wrote (no \"" +
-                                printable(signature) +
-                                "\" in it); parity never overwrites what it did not create: name a new file or "
-                                "remove it");
+  if (::lstat(path.c_str(), &st) != 0 && errno == ENOENT) return require_parent(option, path);
+  check_replaceable(option, path, Replace{signature, force});  // a link, FIFO or device never
 }
 
-void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what) {
-  std::ofstream f(path);
-  if (!f) throw IoError("cannot write " + std::string(what) + " " + path);
-  f << j.dump(indent) << "\n";
-  if (!f.flush()) throw IoError("cannot write " + std::string(what) + " " + path);
+void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what,
+                     const Replace& r) {
+  write_file_atomically(path, j.dump(indent) + "\n", r, std::string(what));
 }
 
 }  // namespace parity

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/output.h"
+
 namespace parity {
 
 // Who is to blame when a file is refused: a path the user gave (a scenario, a golden, an
@@ -83,17 +85,21 @@ void check_output_dir(const std::string& option, const std::string& dir, DirKind
 const std::string& prepare_output_dir(const std::string& option, const std::string& dir);
 
 // Refuses (ConfigError(option, ...), exit 2) a file output that exists and is not parity's:
-// anything but a regular file, or a regular file whose first bytes do not start with
-// `signature` (what parity writes at the head of this kind of file: "<?xml", "{", "# parity").
-// A missing file needs an existing parent directory.
-void check_output_file(const std::string& option, const std::string& path, std::string_view signature);
+// anything but a regular file (a symbolic link included: parity never writes through one), or
+// a non-empty regular file whose first MiB does not hold `signature` (what parity writes in
+// this kind of file), unless `force` (core/output.h check_replaceable). A missing file needs
+// an existing parent directory.
+void check_output_file(const std::string& option, const std::string& path, std::string_view signature,
+                       bool force = false);
 
 // Whether `dir` is a parity checkpoint: a directory whose metadata.json is a regular file
 // naming the format "parity-checkpoint" in its first bytes.
 bool is_checkpoint_dir(const std::string& dir);
 
-// Writes j (indent < 0: one line) and a newline to path; IoError naming `what` and the path
-// when it cannot. The JSON reports and curves parity writes.
-void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what);
+// Writes j (indent < 0: one line) and a newline to path through an AtomicFile (core/output.h:
+// `r` says what may stand there); IoError naming `what` and the path when it cannot. The JSON
+// reports and curves parity writes.
+void write_json_file(const std::string& path, const nlohmann::json& j, int indent, std::string_view what,
+                     const Replace& r = {});
 
 }  // namespace parity

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/output.h"
 #include "core/json_object.h"
 #include "core/text.h"
 
@@ -30,59 +31,6 @@ using nlohmann::json;
 constexpr const char* kMetadataKey = "__metadata__";
 
 // ---- writing -------------------------------------------------------------------------------
-
-// Closes the descriptor and removes the temporary file unless the write completed.
-class TempFile {
- public:
-  explicit TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(errno, "cannot create ", tmp_);
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!done_) ::unlink(tmp_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) fail(errno, "write failed");
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-
-  // fsync, close, rename over the final path, then fsync the directory (best effort).
-  void commit() {
-    if (::fsync(fd_) != 0) fail(errno, "fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(errno, "close failed");
-    if (::rename(tmp_.c_str(), final_.c_str()) != 0) fail(errno, "cannot rename ", tmp_);
-    done_ = true;
-    std::string dir = std::filesystem::path(final_).parent_path().string();
-    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  // `err` is errno as the failing call left it, passed before any string is built.
-  [[noreturn]] void fail(int err, const char* what, const std::string& detail = "") const {
-    throw IoError(final_ + ": cannot write safetensors file: " + what + detail + ": " +
-                  std::strerror(err));
-  }
-
-  std::string final_, tmp_;
-  int fd_ = -1;
-  bool done_ = false;
-};
 
 // ---- reading -------------------------------------------------------------------------------
 
@@ -189,16 +137,16 @@ std::string SafetensorsWriter::header() const {
   return text;
 }
 
-void SafetensorsWriter::write(const std::string& path) const {
+void SafetensorsWriter::write(const std::string& path, const Replace& r, const std::string& option) const {
   const std::string text = header();
   unsigned char len[8];
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  TempFile out(path);
+  AtomicFile out(path, "safetensors file", option);
   out.write(len, sizeof len);
   out.write(text.data(), text.size());
   for (const auto& [name, e] : data_order()) out.write(e->bytes.data(), e->bytes.size());
-  out.commit();
+  out.commit(r);
 }
 
 // ---- SafetensorsFile ----------------------------------------------------------------------

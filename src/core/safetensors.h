@@ -6,8 +6,9 @@
 //
 // Writing is deterministic and atomic: tensors are laid out by (element size descending,
 // name), so the same set of tensors gives the same bytes whatever the order of add() and
-// every tensor starts aligned to its element size; the file is written to "<path>.tmp",
-// fsynced and renamed, so a failure never leaves a half-written file at `path`.
+// every tensor starts aligned to its element size; the file is written to a temporary file of
+// a unique name beside `path`, fsynced and renamed (core/output.h AtomicFile), so a failure
+// never leaves a half-written file at `path` and no link or file of the user's is followed.
 // Reading validates the whole header (dtypes, shapes, offsets inside the file, contiguous,
 // sizes equal to element size * element count) and throws IoError naming the file and,
 // where there is one, the tensor.
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/output.h"
 #include "core/tensor.h"
 #include "core/text.h"
 
@@ -46,8 +48,10 @@ class SafetensorsWriter {
   // A string entry of "__metadata__"; setting a key again replaces its value.
   void set_metadata(const std::string& key, const std::string& value);
 
-  // Writes "<path>.tmp", fsyncs it and renames it to `path`. Throws IoError naming the file.
-  void write(const std::string& path) const;
+  // Writes `path` through an AtomicFile: what may stand there is `r` (core/output.h; the
+  // default: a regular file of parity's own directory), refused as ConfigError naming
+  // `option`. Throws IoError naming the file when the write fails.
+  void write(const std::string& path, const Replace& r = {}, const std::string& option = "") const;
 
   size_t size() const { return tensors_.size(); }
 

@@ -72,6 +72,9 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   LayoutConfig l;
   for (auto [key, field] : degrees()) r.read(key, l.*field);
   r.read("pp_layers", l.pp_layers);
+  if (const json* f = r.find("pp_layers"); f != nullptr && l.pp_layers.empty())  // [] is no split, not "even"
+    throw ConfigError(r.at("pp_layers"), "must not be empty: one layer count per virtual stage (pp*pp_virtual), "
+                                         "or leave the key out for an even split");
   r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
   if (!scenario) return l;
   r.read_enum("pp_schedule", l.pp_schedule, {"gpipe", "1f1b", "interleaved"},
@@ -227,6 +230,12 @@ void validate_pp(const LayoutConfig& l, const ModelConfig& m, const std::string&
   const bool inter = l.pp_schedule == PpSchedule::interleaved;
   require_config(l.pp_virtual == 1 || inter, p + "pp_virtual",
           "virtual stages need layout.pp_schedule \"interleaved\", got pp_virtual " + s(l.pp_virtual));
+  require_config(!inter || l.pp > 1, p + "pp_schedule",
+          "the interleaved schedule needs layout.pp > 1 (stages to interleave), got pp " + s(l.pp));
+  // every virtual stage holds at least one layer: pp*pp_virtual <= layers (divided: no overflow)
+  require_config(l.pp_virtual == 1 || l.pp_virtual <= m.layers / l.pp, p + "pp_virtual",
+          "must be at most model.layers / layout.pp (" + s(m.layers) + " / " + s(l.pp) + " = " + s(m.layers / l.pp) +
+              ": each virtual stage holds at least one layer), got " + s(l.pp_virtual));
   if (inter && l.pp > 1) {
     require_config(l.pp_virtual > 1, p + "pp_virtual", "the interleaved schedule needs pp_virtual > 1, got 1");
     require_config(m.microbatches % l.pp == 0, p + "pp_schedule",

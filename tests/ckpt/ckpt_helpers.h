@@ -69,10 +69,12 @@ inline int64_t load_layout_wrong(const std::string& dir, const std::string& layo
   return bad;
 }
 
-// Every file under dir with its bytes (to prove a checkpoint unchanged).
+// Every file under dir with its bytes (to prove a checkpoint unchanged). The writers' lock file
+// (core/output.h kLockFile) is left out: it names the last writer's pid, not the checkpoint.
 inline std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().filename() == kLockFile) continue;
     std::ifstream in(e.path(), std::ios::binary);
     out[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(in), {});
   }

@@ -315,7 +315,7 @@ inline comm::Backend draw_backend(bool allow_mpi) {
 // ddp, zero1 or zero2, the routed experts following the dense families in three cases of
 // four; in one case of four on a world up to 4, two pipeline stages of that layout (the world
 // doubled) under any of the three schedules (interleaved, two chunks per stage, needs an even
-// micro-batch count: 1f1b otherwise). Each shrinks towards fsdp and no pipeline.
+// micro-batch count and 4 layers: 1f1b otherwise). Each shrinks towards fsdp and no pipeline.
 inline void draw_sharding_and_pipeline(Scenario& s) {
   const std::vector<DpSharding> modes = {DpSharding::fsdp, DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1,
                                          DpSharding::zero2};
@@ -325,7 +325,9 @@ inline void draw_sharding_and_pipeline(Scenario& s) {
   const PpSchedule schedule = pick<PpSchedule>({PpSchedule::one_f_one_b, PpSchedule::gpipe, PpSchedule::interleaved});
   if (!pp || s.layout.world > 4) return;
   s.layout.pp = 2, s.layout.world *= 2, s.layout.pp_schedule = schedule;
-  if (schedule == PpSchedule::interleaved && s.model.microbatches % 2 == 0) s.layout.pp_virtual = 2;
+  // interleaved: each of the 2 x 2 virtual stages holds a layer (layout.pp_virtual <= layers / pp)
+  if (schedule == PpSchedule::interleaved && s.model.microbatches % 2 == 0 && s.model.layers >= 4)
+    s.layout.pp_virtual = 2;
   else if (schedule == PpSchedule::interleaved) s.layout.pp_schedule = PpSchedule::one_f_one_b;
 }
 

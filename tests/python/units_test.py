@@ -32,6 +32,22 @@ def safetensors_bytes(d):
     check(all(torch.equal(t[k], back[k]) and t[k].dtype == back[k].dtype for k in t), "mixed dtypes round trip")
     header, _, start = safetensors.read_header(path)
     check(start % 8 == 0 and header["b"]["data_offsets"] == [0, 8], "8-byte types first, header padded to 8")
+    # issue 42: a link planted at the old fixed NAME.tmp is never followed, a user's NAME.tmp kept
+    victim, planted = os.path.join(d.path, "victim"), os.path.join(d.path, "linked.safetensors.tmp")
+    with open(victim, "w") as f:
+        f.write("precious")
+    os.symlink(victim, planted)
+    safetensors.write(os.path.join(d.path, "linked.safetensors"), t)
+    with open(victim) as f:
+        check(f.read() == "precious" and os.path.islink(planted), "a link at NAME.tmp was followed or consumed")
+    fifo = os.path.join(d.path, "fifo.safetensors")
+    os.mkfifo(fifo)
+    try:
+        safetensors.write(fifo, t)
+        check(False, "a FIFO at the target was replaced")
+    except OSError:
+        check(os.path.exists(fifo) and not os.path.isfile(fifo), "the FIFO at the target is gone")
+    check(not [n for n in os.listdir(d.path) if ".parity-tmp-" in n], "a temporary file was left")
 
 
 def names_and_transposes(d):

@@ -8,11 +8,14 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/output.h"
+#include "core/text.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/tolerance.h"
 
@@ -21,7 +24,6 @@ namespace parity {
 namespace {
 
 constexpr const char* kFormat = "parity-golden-1";
-constexpr int64_t kMaxGoldenBytes = int64_t{64} << 20;  // a 50-step golden is about 20 KB
 
 std::string fmt_double(double x) {
   if (!std::isfinite(x)) throw Error("golden: a non-finite value (" + std::to_string(x) + ") cannot be pinned");
@@ -70,12 +72,28 @@ std::string curves_text(const Curves& c, const std::string& ind) {
   return s + "\n" + ind + "}";
 }
 
+// j's value as a T, or ConfigError naming the JSON path (`where`) and what it holds instead.
+template <class T> T value_as(const nlohmann::json& j, const std::string& where) {
+  try {
+    return j.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    const char* want = std::is_same_v<T, double>    ? "a number"
+                       : std::is_integral_v<T>      ? "an integer"
+                       : std::is_same_v<T, std::string> ? "a string"
+                                                        : "an array of integers";
+    throw ConfigError(where, std::string("expected ") + want + ", got " + j.type_name() + " " +
+                                 printable(j.dump(), 40));
+  }
+}
+
 // Reads one metric object: start_step 0, step_interval 1, values for every step to end_step.
 template <class T> std::vector<T> read_metric(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object() || !j.contains("values") || !j.contains("start_step") || !j.contains("end_step"))
     throw ConfigError(where, "expected {start_step, end_step, step_interval, values}");
-  const int64_t start = j.at("start_step").get<int64_t>(), end = j.at("end_step").get<int64_t>();
-  const int64_t interval = j.value("step_interval", int64_t{1});
+  const int64_t start = value_as<int64_t>(j.at("start_step"), where + ".start_step");
+  const int64_t end = value_as<int64_t>(j.at("end_step"), where + ".end_step");
+  const int64_t interval =
+      j.contains("step_interval") ? value_as<int64_t>(j.at("step_interval"), where + ".step_interval") : 1;
   if (start != 0 || interval != 1) throw ConfigError(where, "golden curves start at step 0 with step_interval 1");
   const nlohmann::json& vals = j.at("values");
   if (!vals.is_object() || static_cast<int64_t>(vals.size()) != end - start + 1)
@@ -85,7 +103,7 @@ template <class T> std::vector<T> read_metric(const nlohmann::json& j, const std
   for (int64_t t = start; t <= end; ++t) {
     const std::string k = std::to_string(t);
     if (!vals.contains(k)) throw ConfigError(where + ".values", "step " + k + " is missing");
-    out.push_back(vals.at(k).get<T>());
+    out.push_back(value_as<T>(vals.at(k), where + ".values." + k));
   }
   return out;
 }
@@ -172,7 +190,10 @@ Curves curves_from_json(const nlohmann::json& j, const std::string& where) {
   for (const auto& [k, v] : j.items()) {
     if (k == "loss" || k == "grad_norm" || k == "aux_loss") continue;
     if (k.rfind(prefix, 0) != 0) throw ConfigError(where + "." + k, "unknown metric");
-    c.moe_layers.push_back(std::stoll(k.substr(prefix.size())));
+    const std::string n = k.substr(prefix.size());
+    if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos)
+      throw ConfigError(where + "." + printable(k, 64), "unknown metric (tokens_per_expert.layerN, N a layer)");
+    c.moe_layers.push_back(std::stoll(n));
   }
   std::sort(c.moe_layers.begin(), c.moe_layers.end());
   for (int64_t layer : c.moe_layers)
@@ -197,8 +218,8 @@ Golden golden_from_json(const nlohmann::json& j, const std::string& where) {
     g.commit = str_field(j, "commit", where);
     g.backend = str_field(j, "backend", where);
     g.layout = str_field(j, "layout_shape", where);
-    g.world = j.at("world").get<int64_t>();
-    g.entropy_floor = j.at("entropy_floor").get<double>();
+    g.world = value_as<int64_t>(j.at("world"), where + ": $.world");
+    g.entropy_floor = value_as<double>(j.at("entropy_floor"), where + ": $.entropy_floor");
     g.baseline = curves_from_json(j.at("baseline"), where + ": $.baseline");
     if (!j.at("layout").is_null()) g.layout_curves = curves_from_json(j.at("layout"), where + ": $.layout");
     return g;
@@ -223,15 +244,9 @@ Golden load_golden(const std::string& path) {
 void save_golden(const std::string& path, const Golden& g) {
   const std::string text = golden_to_text(g);
   const std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw IoError("cannot write " + tmp);
-    f << text;
-    if (!f.flush()) throw IoError("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  if (std::error_code ec; p.has_parent_path() && (std::filesystem::create_directories(p.parent_path(), ec), ec))
+    throw ConfigError("golden update", p.parent_path().string() + ": cannot be made a directory: " + ec.message());
+  write_file_atomically(path, text, Replace{kGoldenSignature}, "golden file", "golden update");
 }
 
 GoldenCheck compare_golden(const Golden& want, const Golden& got) {

@@ -59,6 +59,7 @@ std::string golden_to_text(const Golden& g);
 inline constexpr const char* kGoldenSignature = "\"format\": \"parity-golden-1\"";
 // Parses a golden's JSON; `where` (the file) prefixes errors. Throws ConfigError.
 Golden golden_from_json(const nlohmann::json& j, const std::string& where);
+inline constexpr int64_t kMaxGoldenBytes = int64_t{64} << 20;  // a 50-step golden is about 20 KB
 Golden load_golden(const std::string& path);             // IoError when missing
 void save_golden(const std::string& path, const Golden& g);  // write + rename (atomic)
 

@@ -7,12 +7,15 @@
 #include <iterator>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
 
 #include "core/error.h"
+#include "core/output.h"
 #include "core/philox.h"
 #include "harness/verdict/tolerance.h"
 
@@ -298,18 +301,37 @@ std::string plot_script(const std::vector<Golden>& gs, const PlotOptions& o) {
 }
 
 std::vector<std::string> plot_curves(const std::vector<Golden>& gs, const PlotOptions& o) {
+  namespace fs = std::filesystem;
   if (gs.empty()) throw ConfigError("parity plot", "nothing to plot");
-  const std::filesystem::path stem(o.stem);
-  if (stem.has_parent_path()) std::filesystem::create_directories(stem.parent_path());
-  auto write = [](const std::string& path, const std::string& text) {
-    std::ofstream f(path);
-    f << text;
-    if (!f.flush()) throw IoError("cannot write " + path);
-  };
-  write(o.stem + ".dat", plot_data(gs));
-  write(o.stem + ".gp", plot_script(gs, o));
-  const std::string err = o.stem + ".gnuplot.log";
-  const std::string cmd = sh(o.gnuplot) + " " + sh(o.stem + ".gp") + " > " + sh(err) + " 2>&1";
+  const fs::path stem(o.stem);
+  if (std::error_code ec; stem.has_parent_path() && (fs::create_directories(stem.parent_path(), ec), ec))
+    throw ConfigError("--out", stem.parent_path().string() + ": cannot be made a directory: " + ec.message());
+  // What stands at the four outputs is replaced only when it is parity's (core/output.h): the
+  // script and data by their signatures, the images when the script beside them is parity's.
+  const std::string dat = o.stem + ".dat", gp = o.stem + ".gp", png = o.stem + ".png", svg = o.stem + ".svg";
+  const Replace script{"# parity plot:", o.force}, data{"): step baseline layout", o.force};
+  const bool own = !fs::is_symlink(gp) && fs::exists(gp) && replace_problem(gp, script).empty();
+  const Replace image{own ? "" : "\x01(an image parity drew has its .gp beside it)", o.force};
+  for (const auto& [path, r] : {std::pair{dat, data}, {gp, script}, {png, image}, {svg, image}})
+    check_replaceable("--out", path, r);
+  // gnuplot writes into a private directory beside the outputs; its files are renamed into place.
+  std::string tmpl = (stem.has_parent_path() ? stem.parent_path() / ".parity-plot-XXXXXX"
+                                              : fs::path(".parity-plot-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    throw IoError(tmpl + ": cannot create a temporary directory for gnuplot: " + std::strerror(errno));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};
+  PlotOptions private_o = o;
+  private_o.stem = tmpl + "/plot";
+  write_file_atomically(private_o.stem + ".dat", plot_data(gs), {}, "plot data");
+  write_file_atomically(private_o.stem + ".gp", plot_script(gs, private_o), {}, "plot script");
+  const std::string err = private_o.stem + ".gnuplot.log";
+  const std::string cmd = sh(o.gnuplot) + " " + sh(private_o.stem + ".gp") + " > " + sh(err) + " 2>&1";
   const int status = std::system(cmd.c_str());
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   std::ifstream ef(err);
@@ -319,8 +341,11 @@ std::vector<std::string> plot_curves(const std::vector<Golden>& gs, const PlotOp
     throw IoError("parity plot: '" + o.gnuplot +
                   "' not found: install gnuplot (Debian package gnuplot-nox, which ci/setup installs)");
   if (rc != 0) throw IoError("parity plot: gnuplot failed (exit " + std::to_string(rc) + "): " + msg.str());
-  std::filesystem::remove(err);
-  return {o.stem + ".png", o.stem + ".svg"};
+  write_file_atomically(dat, plot_data(gs), data, "plot data", "--out");
+  write_file_atomically(gp, plot_script(gs, o), script, "plot script", "--out");
+  install_file(private_o.stem + ".png", png, image, "--out");
+  install_file(private_o.stem + ".svg", svg, image, "--out");
+  return {png, svg};
 }
 
 }  // namespace parity

@@ -19,6 +19,7 @@ struct PlotOptions {
   std::string stem;               // output path without extension: golden/plots/fsdp
   std::string title;              // figure title
   std::string gnuplot = "gnuplot";  // the program to run
+  bool force = false;             // replace regular files at the outputs that parity did not write
 };
 
 // The colour of a layout's curves: its words (Golden::layout) hashed into a fixed palette of 14
@@ -30,7 +31,9 @@ std::string layout_color(const std::string& layout);
 std::string plot_data(const std::vector<Golden>& goldens);
 std::string plot_script(const std::vector<Golden>& goldens, const PlotOptions& o);
 
-// Writes STEM.dat, STEM.gp and runs gnuplot to draw STEM.png and STEM.svg; returns the
+// Writes STEM.dat, STEM.gp and runs gnuplot (in a private directory beside them) to draw
+// STEM.png and STEM.svg, each put in place through core/output.h: what stands there is
+// replaced only when it is parity's (or o.force), never a link, FIFO or device. Returns the
 // paths of the two figures. Throws IoError when gnuplot is missing (saying which package
 // to install) or fails (with its message), ConfigError when `goldens` is empty.
 std::vector<std::string> plot_curves(const std::vector<Golden>& goldens, const PlotOptions& o);

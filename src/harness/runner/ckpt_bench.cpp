@@ -46,7 +46,8 @@ void drop_cache(const std::string& dir) {
 // dd-style: `bytes` in 4 MiB writes then fsync; then read back cold. Returns {write s, read s}.
 std::pair<double, double> raw_disk(const std::string& path, int64_t bytes) {
   std::vector<char> buf(size_t{4} << 20, 'x');
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Its own raw file (checked before: core/files.h), never written through a link or into a FIFO.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd < 0) throw IoError(path + ": cannot create");
   const auto t0 = Clock::now();
   for (int64_t done = 0; done < bytes;) {

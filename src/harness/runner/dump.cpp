@@ -1,10 +1,12 @@
 // The baseline's full trace (dump.h): safetensors files and manifest.json.
 #include "harness/runner/dump.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -12,7 +14,9 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/output.h"
 #include "core/safetensors.h"
+#include "core/text.h"
 #include "harness/runner/baseline.h"
 #include "harness/runner/twin.h"
 #include "harness/scenario/scenario.h"
@@ -106,6 +110,13 @@ ordered_json noise_json(const std::vector<double>& noise) {
 
 template <class T> int dump(const Scenario& s, const std::string& dir, bool bounds) {
   prepare_output_dir("dir", dir);  // new, empty, or a dump parity wrote (docs/faults.md "Nothing lost")
+  const DirLock lock("dir", dir);   // one writer per directory
+  // An earlier dump's manifest would describe this dump's files until it ends: removed first,
+  // so a dump that stops early (diverged, killed) leaves no manifest, never a misleading one.
+  const std::string path = dir + "/manifest.json";
+  check_replaceable("dir", path, Replace{"\"format\": \"parity-dump/1\""});
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    throw IoError(printable(path) + ": cannot remove the earlier dump's manifest: " + std::strerror(errno));
   BaselineRun<T> run(s);
   std::optional<TwinRun<T>> twin;
   if (bounds) twin.emplace(s);
@@ -120,6 +131,7 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
   for (int64_t t = 0; t < s.steps; ++t) {
     const std::vector<Tensor<T>> before = twin ? run.model().params.tensors : std::vector<Tensor<T>>{};
     StepRecord<T> r = run.step(t, KeepGrads::yes);
+    require_finite_baseline(r, run.model().params.specs, run.model().params.tensors);  // exit 4, as `run`
     if (twin) r.noise = twin->step(t, r, before, run.model().params.tensors, run.model().expert_bias);
     files.push_back(write_step(dir, s, run, r));
     steps.push_back({{"step", t}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"clip_coef", r.clip_coef}});
@@ -133,9 +145,7 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
                  {"entropy_floor", run.data().entropy_floor()}, {"conventions", conventions()},
                  {"parameters", params},          {"files", files},
                  {"steps", steps}};
-  const std::string path = dir + "/manifest.json";
-  std::ofstream(path + ".tmp") << m.dump(2) << "\n";
-  std::filesystem::rename(path + ".tmp", path);
+  write_file_atomically(path, m.dump(2) + "\n", Replace{"\"format\": \"parity-dump/1\""}, "dump manifest", "dir");
   std::printf("wrote %zu files and manifest.json to %s\n", files.size(), dir.c_str());
   return 0;
 }

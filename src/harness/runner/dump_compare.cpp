@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/safetensors.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
@@ -28,6 +29,9 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;  // what a reader may hold; a dump of more is refused
+constexpr int64_t kMaxMapBytes = int64_t{16} << 20;
+
 // One dump directory: its manifest, its files by step, its scenario when it records one.
 struct Dump {
   std::string dir, role;  // role: "reference" or "candidate", for errors
@@ -38,11 +42,12 @@ struct Dump {
   static Dump open(const std::string& dir, const std::string& role) {
     Dump d{dir, role, {}, {}, {}};
     const std::string path = dir + "/manifest.json";
-    if (!std::filesystem::is_regular_file(path))
+    // The bounded, regular-file reader (core/files.h): a FIFO or /dev/zero is refused at once.
+    const auto text = read_regular_if_exists(path, kMaxManifestBytes, Blame::user_input, "dump manifest");
+    if (!text)
       throw ConfigError(role, dir + " is not a dump: no manifest.json (write one with `parity dump SCENARIO DIR`, "
                                     "or parity_torch's Collector)");
-    std::ifstream in(path);
-    d.manifest = json::parse(in, nullptr, false);
+    d.manifest = json::parse(*text, nullptr, false);
     if (d.manifest.is_discarded() || !d.manifest.is_object())
       throw ConfigError(path, "not a JSON object");
     if (d.manifest.value("format", std::string()) != "parity-dump/1")
@@ -120,9 +125,7 @@ NameMap read_map(const std::string& file, const std::vector<ParamSpec>& specs) {
   NameMap m;
   for (const ParamSpec& p : specs) m[p.name] = {p.name, false};
   if (file.empty()) return m;
-  std::ifstream in(file);
-  if (!in) throw ConfigError("--map", "cannot read " + file);
-  const json j = json::parse(in, nullptr, false);
+  const json j = json::parse(read_regular(file, kMaxMapBytes, Blame::user_input, "--map file"), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw ConfigError("--map", file + ": expected a JSON object {\"candidate name\": \"parity name\"}");
   for (const auto& [cand, v] : j.items()) {

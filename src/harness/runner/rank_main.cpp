@@ -65,7 +65,8 @@ int verdict_job(const RunRequest& r, const std::string& source) {
   if (world->rank() == 0) {
     std::fputs(format_verdict(rep).c_str(), stdout);
     std::fflush(stdout);
-    if (!r.report.empty()) write_json_file(r.report, verdict_json(rep), 2, "report file");
+    if (!r.report.empty())
+      write_json_file(r.report, verdict_json(rep), 2, "report file", Replace{kVerdictReportSignature});
   }
   return rep.exit_code();
 }

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/format.h"
 #include "ckpt/training_state.h"
 #include "comm/rank_env.h"
@@ -203,9 +205,46 @@ void refuse_nested_launch(const Scenario& s) {
                                        std::to_string(s.layout.world) + " ranks of its own");
 }
 
+namespace {
+
+// The --ckpt directory, held by this launcher for the whole run (one writer per directory:
+// ckpt::lock_checkpoint_dir); its ranks are told so (kLockHeldEnv). A directory it created that
+// holds nothing but the lock when the run ends (nothing was saved) is removed again.
+class CheckpointHold {
+ public:
+  explicit CheckpointHold(const std::string& dir) : dir_(dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    created_ = !fs::exists(fs::symlink_status(dir, ec));
+    lock_ = ckpt::lock_checkpoint_dir("--ckpt", dir);
+    setenv(ckpt::kLockHeldEnv, fs::absolute(fs::path(dir)).lexically_normal().c_str(), 1);
+  }
+  ~CheckpointHold() {
+    namespace fs = std::filesystem;
+    unsetenv(ckpt::kLockHeldEnv);
+    std::error_code ec;
+    if (!created_ || fs::exists(dir_ + "/" + ckpt::kMetadataFile, ec)) return;
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      if (e.path().filename() != kLockFile) return;
+    fs::remove(dir_ + "/" + kLockFile, ec);
+    fs::remove(dir_, ec);
+  }
+  CheckpointHold(const CheckpointHold&) = delete;
+  CheckpointHold& operator=(const CheckpointHold&) = delete;
+
+ private:
+  std::string dir_;
+  bool created_ = false;
+  DirLock lock_;
+};
+
+}  // namespace
+
 int run_scenario(const RunRequest& r, const RankStart& how, const std::string& source, int64_t every) {
   const Scenario& s = *r.scenario;
   require_ranks_per_host(s, r.nnodes, printable(source, 4096));  // exit 2 before anything runs
+  std::optional<CheckpointHold> hold;  // before any rank starts: a second writer is refused at once
+  if (r.save_at >= 0 && !r.ckpt.empty() && r.nnodes == 1) hold.emplace(r.ckpt);  // else rank 0 locks it
   // with --nnodes this is one launcher per host, whatever started it (srun, one task a node)
   if ((s.layout.world > 1 || s.resume) && r.nnodes == 1) refuse_nested_launch(s);
   if (s.resume && r.save_at < 0 && r.resume.empty()) return run_resume_check(r, how, source, every);

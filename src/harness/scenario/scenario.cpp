@@ -317,6 +317,9 @@ void validate_scenario(const Scenario& s) {
           "must not contain path separators or control characters, got \"" + printable(s.name) + "\"");
   require_config(s.steps >= 1, "$.steps",
           "must be >= 1: a run of no step compares nothing, got " + std::to_string(s.steps));
+  require_config(s.steps <= kMaxSteps, "$.steps",
+          "must be at most " + std::to_string(kMaxSteps) + " (the bound of --steps too), got " +
+              std::to_string(s.steps));
   validate_model(s.model);
   validate_optim(s.optim);
   check_plausible_size(s.model, s.optim);

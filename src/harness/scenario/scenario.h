@@ -17,6 +17,9 @@ namespace parity {
 // the JSON parser runs, so no file can exhaust the stack, the memory or the time of a reader.
 inline constexpr JsonLimits kScenarioLimits{1 << 20, 32, 4096};  // bytes, nesting depth, string bytes
 inline constexpr size_t kMaxNameBytes = 128;                       // $.name (it names files)
+// $.steps and every --steps: 20000 times the shipped 50 (the fault tests run 10^6 steps as "runs
+// until stopped"); 2^63 - 1 once ran until killed.
+inline constexpr int64_t kMaxSteps = 1000000;
 
 // Reads, parses and validates a scenario file. The name defaults to the file stem and
 // Scenario::source is set to `path`. Errors name the file first:
