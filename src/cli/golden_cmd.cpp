@@ -14,6 +14,7 @@
 #include "cli/jobs.h"
 #include "cli/numbers.h"
 #include "cli/self.h"
+#include "core/output.h"
 #include "harness/golden/golden_jobs.h"
 
 namespace parity::cli {
@@ -32,7 +33,8 @@ void add_common(CLI::App* sub, GoldenOptions& o) {
 // loop, cli/jobs.h), at most `jobs` at a time, its output printed whole in the scenarios'
 // order, then a total and one verdict. Exit: the worst of the children (2 > 1 > 0).
 int check_in_jobs(const GoldenOptions& o, int jobs) {
-  const std::string dir = jobs_dir("", "golden");
+  DirLock lock;  // a new temporary directory: this process's alone
+  const std::string dir = jobs_dir("", "golden", lock);
   std::vector<Job> list;
   for (size_t i = 0; i < o.scenarios.size(); ++i) {
     Job j{{"golden", "check", o.scenarios[i], "--timeout", std::to_string(o.timeout_s), "--max-lines",
