@@ -78,7 +78,8 @@ Command add_golden_command(CLI::App& app) {
   auto o = std::make_shared<GoldenOptions>();
   CLI::App* sub = app.add_subcommand("golden",
                                      "Golden curves (docs/golden.md): per step loss, grad_norm, aux loss and\n"
-                                     "tokens_per_expert of the baseline and the layout, pinned in golden/<file name>.json.");
+                                     "tokens_per_expert of the baseline and the layout, pinned in\n"
+                                     "golden/<file name>.json.");
   sub->require_subcommand(1);
   CLI::App* up = sub->add_subcommand("update", "Run each scenario (50 steps) and write its golden file");
   add_common(up, *o);

@@ -45,7 +45,8 @@ std::vector<MatrixEntry> load_entries(const std::vector<std::string>& files) {
     e.layout = describe_layout(s.layout, LayoutText::brief);
     if (s.resume)
       e.layout += " -> " + describe_layout(s.resume->layout, LayoutText::brief);  // saved, then resumed there
-    e.golden_file = (fs::path(f).parent_path() / ".." / "golden" / (fs::path(f).stem().string() + ".json")).lexically_normal().string();
+    const fs::path golden = fs::path(f).parent_path() / ".." / "golden" / (fs::path(f).stem().string() + ".json");
+    e.golden_file = golden.lexically_normal().string();
     out.push_back(std::move(e));
   }
   return out;

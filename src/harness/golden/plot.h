@@ -3,10 +3,11 @@
 // its layout: on top the layout's loss over its baseline and the data's entropy floor; below,
 // |layout - baseline| per step on a log axis (an exact 0, bitwise equal, marked on the axis's
 // lower edge, not drawn as a value) under the verdict's loss bound. The loss axis is fitted to the
-// curves (the entropy floor is drawn when near, else named); axes labelled. No key inside a panel: one shared legend above the grid. A layout's
-// colour is layout_color, the same in every figure. One figure per call, for one scenario or a
-// group, written as STEM.png and STEM.svg next to the
-// data (STEM.dat) and the script (STEM.gp) that made them, so a figure can be redrawn by hand.
+// curves (the entropy floor is drawn when near, else named); axes labelled. No key inside a
+// panel: one shared legend above the grid. A layout's colour is layout_color, the same in
+// every figure. One figure per call, for one scenario or a group, written as STEM.png and
+// STEM.svg next to the data (STEM.dat) and the script (STEM.gp) that made them, so a figure can
+// be redrawn by hand.
 #pragma once
 #include <string>
 #include <vector>
