@@ -25,19 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// What a non-regular file is, as a phrase ("a FIFO (named pipe)").
-std::string kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
 
 // The problem with a file whose status is `st` ("" for a regular file within max_bytes).
 std::string status_problem(const struct stat& st, int64_t max_bytes) {
-  if (!S_ISREG(st.st_mode)) return "is " + kind_of(st.st_mode) + ", not a regular file";
+  if (!S_ISREG(st.st_mode)) return "is " + file_kind(st.st_mode) + ", not a regular file";
   if (static_cast<int64_t>(st.st_size) > max_bytes)
     return "larger than " + std::to_string(max_bytes) + " bytes, the limit (" + std::to_string(st.st_size) + " bytes)";
   return "";
@@ -87,6 +78,16 @@ void require_parent(const std::string& option, const std::string& path) {
 
 
 }  // namespace
+
+std::string file_kind(mode_t m) {
+  if (S_ISLNK(m)) return "a symbolic link";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
 
 std::string regular_file_problem(const std::string& path, int64_t max_bytes) {
   struct stat st{};
@@ -185,7 +186,7 @@ void check_output_dir(const std::string& option, const std::string& dir, DirKind
   }
   if (!S_ISDIR(st.st_mode))
     throw ConfigError(option, printable(dir) + ": is " +
-                                  (S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode)) +
+                                  (S_ISREG(st.st_mode) ? "a regular file" : file_kind(st.st_mode)) +
                                   " where a directory is expected; parity never replaces what it did not create");
   std::error_code ec;
   bool empty = true;  // nothing in it but the lock file of a writer (core/output.h)

@@ -12,6 +12,7 @@
 // dump's DIR, cover --write) may be missing, empty, or hold parity's marker file
 // (kOutputMarker), which parity writes into every output directory it uses.
 #pragma once
+#include <sys/types.h>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -27,6 +28,10 @@ namespace parity {
 // option: ConfigError, exit 2) or a component of stored data (a checkpoint's metadata.json or
 // rank file: IoError, exit 3, as every other damaged checkpoint).
 enum class Blame { user_input, damaged_data };
+
+// What a file that is not regular is, as a phrase ("a FIFO (named pipe)", "a symbolic link":
+// the mode of an lstat), for messages.
+std::string file_kind(mode_t m);
 
 // Why `path` cannot be read as a regular file of at most max_bytes bytes, as a phrase ("is a
 // FIFO (named pipe), not a regular file", "is missing"), or "" when it can. Follows symlinks:

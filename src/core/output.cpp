@@ -28,15 +28,6 @@ std::string dir_of(const std::string& path) {
   return p.has_parent_path() && !p.parent_path().empty() ? p.parent_path().string() : ".";
 }
 
-std::string what_kind(mode_t m) {
-  if (S_ISLNK(m)) return "a symbolic link";
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
-}
 
 // Up to n bytes from the head of a regular file opened without following a link or blocking.
 std::string head(const std::string& path, size_t n) {
@@ -85,7 +76,7 @@ std::string replace_problem(const std::string& path, const Replace& r) {
     return std::string("cannot be looked at: ") + std::strerror(errno);
   }
   if (r.create_only) return "exists";
-  if (!S_ISREG(st.st_mode)) return "is " + what_kind(st.st_mode) + " where a file is expected";
+  if (!S_ISREG(st.st_mode)) return "is " + file_kind(st.st_mode) + " where a file is expected";
   if (st.st_size == 0 || r.force || r.signature.empty()) return "";
   if (head(path, kSignatureHead).find(r.signature) != std::string::npos) return "";
   return "exists and is not a file parity wrote (no '" + printable(r.signature) + "' in it)";
@@ -179,14 +170,14 @@ DirLock::DirLock(const std::string& option, const std::string& dir) {
   for (int attempt = 0; attempt < 10; ++attempt) {
     struct stat pre{};
     if (::lstat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode))  // looked at before an open: a device
-      throw ConfigError(option, printable(path) + ": is " + what_kind(pre.st_mode) +
+      throw ConfigError(option, printable(path) + ": is " + file_kind(pre.st_mode) +
                                     " where parity keeps its lock file; remove it");
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
     if (fd < 0) {
       const int e = errno;
       struct stat st{};
       if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        throw ConfigError(option, printable(path) + ": is " + what_kind(st.st_mode) +
+        throw ConfigError(option, printable(path) + ": is " + file_kind(st.st_mode) +
                                       " where parity keeps its lock file; remove it");
       throw IoError(printable(path) + ": cannot open the lock file of " + printable(dir) + ": " + std::strerror(e));
     }
