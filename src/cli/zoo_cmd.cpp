@@ -36,6 +36,8 @@ Command add_zoo_command(CLI::App& app) {
           return e.rule();
         }
       });
+  sub->add_flag("--trajectory", o->trajectory,
+                "Run every bug under the free-running verdict (parity run --trajectory; docs/verdict.md)");
   sub->add_option("--junit", o->junit,
                   "Write JUnit XML to FILE: a testcase per bug (classname zoo), a failure when it escaped, was "
                   "misnamed or its run did not finish, with what was expected and what the verdict named");

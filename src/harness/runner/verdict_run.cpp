@@ -75,6 +75,7 @@ template <class T> class Runner {
   static constexpr size_t kScalars = 3 + kFamilyCount;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
+  void continue_from_baseline();
 
   const Scenario& sc_;
   comm::Communicator& world_;
@@ -432,7 +433,29 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
   fold(t, b, all, rep);
+  if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
+}
+
+// The step-local verdict (docs/verdict.md "Step-local and trajectory"): once step t is
+// compared, this rank's parameter shards and expert biases become the baseline's after step t,
+// so the next step's error is that step's rounding alone. Both were compared first (the param
+// rows, on the parameters and on the update; the expert_bias row) and the replicas row read
+// this rank's own copies; the optimizer state (moments, step count) stays the layout's own, so
+// a step that carries it wrong still fails the param rows of the step after.
+template <class T> void Runner<T>::continue_from_baseline() {
+  TrainingRefs<T> refs = par_.training_refs();
+  const auto& full = base_->params();
+  for (size_t p = 0; p < refs.params.size() && p < full.size() && p < idx_.size(); ++p) {
+    Tensor<T>& mine = *refs.params[p];
+    if (mine.data.size() != idx_[p].size()) continue;  // a shape the param row failed already
+    const T* src = full[p].ptr();
+    for (size_t i = 0; i < idx_[p].size(); ++i) mine.data[i] = src[idx_[p][i]];
+  }
+  if (refs.expert_bias == nullptr) return;
+  const auto& bias = base_->expert_bias();
+  for (size_t l = 0; l < refs.expert_bias->size() && l < bias.size(); ++l)
+    if ((*refs.expert_bias)[l].size() == bias[l].size()) (*refs.expert_bias)[l] = bias[l];
 }
 
 template <class T> int64_t Runner<T>::resume(const std::string& dir) {
