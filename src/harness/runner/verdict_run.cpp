@@ -493,6 +493,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   if (const std::string inj = injected_names(); !inj.empty())
     rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;
   rep.optim = vd::optim_desc(s.optim);
+  rep.mode = s.trajectory ? "trajectory" : "step-local";
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
   run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = seconds_since(t0);
