@@ -78,6 +78,8 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
   EXPECT_EQ(find_root(rep).factor.rfind("at rounding level: 3.9x", 0), 0u) << find_root(rep).factor;
   rep.rows[0].scale_ratio = 2.0;  // a clean factor is never rounding
   EXPECT_EQ(find_root(rep).factor.rfind("2 (= dp)", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].norm_rel = 0.5 * 2.4e-4, rep.rows[0].far = 0.01;  // failed by something else (a count, a part)
+  EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
   rep.rows[0].scale_ratio = 1.0, rep.rows[0].bound_from = "exact", rep.rows[0].quantity = "routing";
   EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
 }

@@ -102,7 +102,8 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
 // A failing row no more than kRoundingLevel over its bound (tolerance.h), in its normwise error
 // and in its far elements (fewer than half of them far: a rounding to bf16 moves 3/4), its
 // scale within 1% of 1: "1.3", the larger of its two ratios; "" when it is not at rounding
-// level (an exact row, most elements far, a clear factor, a larger error).
+// level (an exact row, most elements far, a clear factor, a larger error, or a row that failed
+// by something else than its ratios: a family's part of the grad norm, an element count).
 static std::string rounding_level(const Row& row) {
   if (row.quantity != "grad" && row.quantity != "param" && row.quantity != "loss" && row.quantity != "grad_norm" &&
       row.quantity != "clip_coef" && row.quantity != "expert_bias")
@@ -112,7 +113,7 @@ static std::string rounding_level(const Row& row) {
   double x = row.norm_rel / row.tol;
   if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
   if (!(row.far < 0.5)) return "";
-  if (!(x <= kRoundingLevel)) return "";
+  if (!(x >= 1 && x <= kRoundingLevel)) return "";  // under 1: it failed by something else
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", x);
   return buf;
@@ -152,8 +153,7 @@ RootCause find_root(const VerdictReport& r) {
   // Every row failing at the root's step within a few times its bound, no clean factor: that
   // is rounding the bound fell short of (or a bug as small as rounding), not "a different
   // computation" (docs/verdict.md "The root").
-  if (root.factor.rfind("1: not a scaling", 0) == 0 || root.factor == "not a clean factor" ||
-      (rr.quantity == "grad_norm" && by_detail)) {
+  if (root.factor.rfind("1: not a scaling", 0) == 0 || root.factor == "not a clean factor") {
     std::string worst = rounding_level(rr);
     for (size_t i : root.same_step) {
       const std::string x = rounding_level(r.rows[i]);
