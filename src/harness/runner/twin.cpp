@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/precision.h"
 #include "harness/verdict/tolerance.h"
@@ -44,12 +45,51 @@ template <class T> void perturb(std::vector<Tensor<T>>& ts, uint64_t seed) {
     }
 }
 
+// Under a 16-bit gradient reduction (twin.h), per family: the parameters after step t had the
+// twin's gradient deviation from the baseline been kTwinFactor times as large, from the twin's
+// state before the step, against the baseline's parameters, normwise, over kTwinFactor. Adam
+// moves an element by up to 2 lr when a deviation crosses its gradient's zero: a rounded partial
+// sum does that to a few near-cancelling elements, a different few in every split, and one
+// twin's split rarely hits the ones a layout's does. A deviation kTwinFactor times the twin's
+// reaches every element a layout's could flip, before Adam's nonlinearity rather than after.
+// Where the update is linear in the gradient (sgd, or no crossing) this is the twin's own noise.
+template <class T>
+std::vector<double> amplified_param_noise(BaselineRun<T>& run, const Optimizer<T>& opt_before,
+                                          const std::vector<Tensor<T>>& before, const StepRecord<T>& r,
+                                          const StepRecord<T>& base, const std::vector<Tensor<T>>& base_params) {
+  const PrecisionScope policy(run.scenario().model.precision());
+  Optimizer<T> opt = opt_before;
+  ParamSet<T> p = run.model().params;
+  ParamSet<T> g = *r.grads;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    p.tensors[i].data = before[i].data;
+    T* x = g.tensors[i].ptr();
+    const T* b = base.grads->tensors[i].ptr();
+    for (int64_t j = 0; j < g.tensors[i].numel(); ++j) {
+      const double ref = static_cast<double>(b[j]);
+      x[j] = static_cast<T>(ref + kTwinFactor * (static_cast<double>(x[j]) - ref));
+    }
+  }
+  scale_grads(g, r.clip_coef);
+  opt.step(p, g);
+  std::vector<Normwise> n(kFamilyCount);
+  for (size_t i = 0; i < p.tensors.size(); ++i)
+    n[static_cast<size_t>(p.specs[i].family)].add(p.tensors[i].ptr(), base_params[i].ptr(), p.tensors[i].data.size(),
+                                                  0.0);
+  std::vector<double> out(kFamilyCount);
+  for (size_t f = 0; f < kFamilyCount; ++f) out[f] = n[f].rel() / kTwinFactor;
+  return out;
+}
+
 // One twin's step t and its noise against the baseline (bounds.h names each value).
 template <class T>
 std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>& base,
                              const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_params,
                              const std::vector<Buffer<T>>& base_bias) {
   const std::vector<Tensor<T>> before = run.model().params.tensors;
+  const bool amplify = run.scenario().model.reduce != Low::none;
+  std::optional<Optimizer<T>> opt_before;
+  if (amplify) opt_before.emplace(run.optimizer());
   StepRecord<T> r;
   {
     // The twin routes as the baseline did (model/route_oracle.h): a layout follows the
@@ -88,6 +128,10 @@ std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>
   for (size_t f = 0; f < kFamilyCount; ++f) {
     out[kNoiseGrad + f] = g[f].rel(), out[kNoiseParam + f] = p[f].rel();
     out[kNoiseFarGrad + f] = g[f].far_fraction(), out[kNoiseFarParam + f] = u[f].far_fraction();
+  }
+  if (amplify) {
+    const std::vector<double> a = amplified_param_noise(run, *opt_before, before, r, base, base_params);
+    for (size_t f = 0; f < kFamilyCount; ++f) out[kNoiseParam + f] = std::fmax(out[kNoiseParam + f], a[f]);
   }
   Normwise b;
   const auto& bias = run.model().expert_bias;
