@@ -13,7 +13,9 @@
 //     set_reduce_partials). Which elements such a rounding cancels to another sign is a
 //     matter of a few elements, so one twin is one sample of a small count: under that policy
 //     three twins run (2 contiguous, 2 interleaved and 4 partial sums, each with its own
-//     signs of the one-ulp moves) and each noise is the largest of the three.
+//     signs of the one-ulp moves) and each noise is the largest of the three; each twin's
+//     param noise also counts its gradient deviation taken kTwinFactor times as large before
+//     the optimizer's step (twin.cpp amplified_param_noise), where Adam is not linear.
 // Per step, the twin's distance to the baseline, in the verdict's own measure for each row,
 // is the rounding noise of that very run; a row's bound is a factor times it
 // (harness/verdict/tolerance.h measured_bound). Nothing of a layout enters it.
