@@ -251,7 +251,10 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
   vd::Outcome loss, norm, clip;
   loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
-  const auto consider = vd::consider_scalar;
+  const auto consider = [](vd::Outcome& o, double got, double ref, int r, const std::string& name, double tol,
+                           double whole = std::numeric_limits<double>::quiet_NaN()) {
+    vd::consider_scalar(o, got, ref, r, name, tol, whole);
+  };
   const double lt = bounds_[0].value, nt = bounds_[1].value;
   for (int r = 0; r < world_.size(); ++r) {
     const double* x = all.data() + static_cast<size_t>(r) * stride;
@@ -260,7 +263,9 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     for (size_t m = 0; m < b.micro_losses.size(); ++m) {
       const double ref = b.micro_losses[m], err = std::abs(x[kScalars + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
       line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
-      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt);
+      // relative to the step's loss: the micro-batches' losses are its parts, and one bf16
+      // flip that moves the step's loss by its whole bound moves one part M times as much
+      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt, b.loss);
     }
     consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
     consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
