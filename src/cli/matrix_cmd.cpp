@@ -45,6 +45,8 @@ Command add_matrix_command(CLI::App& app) {
   sub->add_option("--steps", o->steps, "Override every scenario's number of steps in the runs (a golden check runs "
                                        "its golden's steps)")
       ->check(steps_choice());
+  sub->add_flag("--trajectory", o->trajectory,
+                "Every layout's verdict on free-running trajectories (parity run --trajectory; docs/verdict.md)");
   sub->add_flag("--golden", o->golden,
                 "Also `parity golden check` every scenario, world 1 included (docs/golden.md): a column of the "
                 "table, and a golden that differs, is missing or stale fails the matrix");

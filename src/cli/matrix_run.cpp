@@ -65,6 +65,7 @@ Job make_job(const MatrixEntry& e, bool golden, const MatrixOptions& o, const st
     if (!o.dtype.empty()) args.insert(args.end(), {"--precision", o.dtype});
     if (!o.device.empty()) args.insert(args.end(), {"--device", o.device});
     if (o.steps >= 0) args.insert(args.end(), {"--steps", std::to_string(o.steps)});
+    if (o.trajectory) args.push_back("--trajectory");
   }
   return {args, (golden ? e.golden : e.run).log, "matrix: " + e.file};
 }
@@ -87,7 +88,9 @@ std::string replay_line(const MatrixEntry& e, bool golden, const MatrixOptions& 
     if (v != nullptr && *v != '\0') env += std::string(var) + "=" + v + " ";
   }
   const std::string file = fs::absolute(e.file).string();
-  return env + self_exe() + (golden ? " golden check " + file + " --backend " + o.golden_backend : " run " + file);
+  if (golden) return env + self_exe() + " golden check " + file + " --backend " + o.golden_backend;
+  return env + self_exe() + " run " + file + (o.dtype.empty() ? "" : " --precision " + o.dtype) +
+         (o.trajectory ? " --trajectory" : "");
 }
 
 void print_progress(const MatrixEntry& e, bool golden, size_t done, size_t total, const MatrixOptions& o) {

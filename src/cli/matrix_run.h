@@ -16,6 +16,7 @@ struct MatrixOptions {
   std::string out, backend, dtype;
   int64_t steps = -1;
   bool golden = false;
+  bool trajectory = false;  // every run's verdict free-running (`parity run --trajectory`)
   std::string golden_backend = "mpi";
   std::string junit, summary, summary_title, plots, inject;
   std::string summary_links = "relative";  // or "none": no links or images (a CI step summary)

@@ -95,6 +95,9 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--resume", o->resume,
                   "Load the training state from DIR (saved under any layout) and continue from its step; the\n"
                   "baseline replays the steps before it without comparing");
+  sub->add_flag("--trajectory", o->over.trajectory,
+                "World > 1: compare free-running trajectories (the layout never continues from the baseline's\n"
+                "state; for bugs that only show across steps). Default: step-local (docs/verdict.md)");
   sub->add_flag("--as-rank", o->as_rank,
                 "Run as one rank of the verdict, started by another launcher: mpirun, srun, torchrun-like\n"
                 "(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or `parity launch --nnodes`; docs/multihost.md");

@@ -30,6 +30,8 @@ Command add_zoo_command(CLI::App& app) {
                   "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16) instead of its "
                   "scenario's own")
       ->check(precision_choice());
+  sub->add_flag("--trajectory", o->trajectory,
+                "Run every bug under the free-running verdict (parity run --trajectory; docs/verdict.md)");
   sub->add_option("--junit", o->junit,
                   "Write JUnit XML to FILE: a testcase per bug (classname zoo), a failure when it escaped, was "
                   "misnamed or its run did not finish, with what was expected and what the verdict named");

@@ -58,6 +58,7 @@ Job make_job(const Injection& bug, const ZooOptions& o, const std::string& dir) 
   const std::string name(bug.name), scenario = o.scenarios + "/" + std::string(bug.scenario);
   std::vector<std::string> args{"run", scenario, "--inject", name, "--report", report_path(bug, dir)};
   if (!o.precision.empty()) args.insert(args.end(), {"--precision", o.precision});
+  if (o.trajectory) args.push_back("--trajectory");
   return {args, dir + "/" + name + ".log", "zoo: " + name};
 }
 

@@ -15,6 +15,7 @@ struct ZooOptions {
   std::string junit;      // JUnit XML, one testcase per bug
   std::string precision;  // every bug's run in this precision policy ("": each scenario's own)
   int jobs = 0;           // runs at once; 0: the number of CPUs
+  bool trajectory = false;  // every bug's run with `parity run --trajectory`
 };
 
 // The exit code: 0 every bug caught and named, 1 one escaped or was misnamed; bad input throws.

@@ -29,6 +29,11 @@ struct Scenario {
   uint64_t seed = 1234;       // parameter initialisation
   uint64_t data_seed = 5678;  // the Markov chain and the sequences drawn from it
   std::optional<ResumeConfig> resume;
+  // The verdict's mode (docs/verdict.md "Step-local and trajectory"): false (the default,
+  // `"verdict": "step-local"`): after each step is compared the layout continues from the
+  // baseline's parameters and expert bias, so every step's error is one step's rounding;
+  // true (`"verdict": "trajectory"`, `parity run --trajectory`): both run free.
+  bool trajectory = false;
 };
 
 }  // namespace parity

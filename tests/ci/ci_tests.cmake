@@ -49,3 +49,17 @@ set_tests_properties(cli.help_fits PROPERTIES LABELS "cli;unit")
 add_test(NAME ci.format_foreign_owner COMMAND ${CMAKE_CURRENT_LIST_DIR}/format_foreign_owner.sh ${PROJECT_SOURCE_DIR})
 set_tests_properties(ci.format_foreign_owner PROPERTIES LABELS "ci;unit" SKIP_RETURN_CODE 77
                      PASS_REGULAR_EXPRESSION "format_foreign_owner: PASS" FAIL_REGULAR_EXPRESSION "format_foreign_owner: FAIL")
+
+# ci/calibrate (docs/verdict.md "Calibration"): a small slice of correct runs in every
+# precision policy passes with no false alarm, and the tool counts a failure when there is
+# one: with PARITY_FAULT doubling the router's gradient every run fails, each with a replay line.
+add_test(NAME ci.calibrate_slice_has_no_false_alarm
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> -n 2 --seed 7 --max-steps 4 -j 2)
+set_tests_properties(ci.calibrate_slice_has_no_false_alarm PROPERTIES
+  PASS_REGULAR_EXPRESSION "bf16-reduce-bf16 +2 +0 .*calibrate: 8 runs [^\n]*: no false alarm"
+  LABELS "ci;verdict" TIMEOUT 120)
+add_test(NAME ci.calibrate_counts_a_failure
+         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> -n 2 --seed 7 --max-steps 2 -j 2 --precision fp64 2>&1; echo exit=$?")
+set_tests_properties(ci.calibrate_counts_a_failure PROPERTIES
+  PASS_REGULAR_EXPRESSION "FALSE ALARM \\(fp64, [^\n]*\n[^\n]*root: grad router at step 0[^\n]*\n +replay: [^\n]*parity run [^\n]*--precision fp64\n.*fp64 +2 +2 .*2 false alarms.*exit=1\n"
+  LABELS "ci;verdict" TIMEOUT 120)

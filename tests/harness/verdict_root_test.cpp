@@ -53,6 +53,37 @@ TEST(VerdictRoot, NamesCleanFactorsByTheLayoutsDegrees) {
   EXPECT_EQ(factor_meaning(NAN, d), "no scale ratio");
 }
 
+// Issue 41: rows a little over their bounds, no clean factor, few far elements: the root line
+// says "at rounding level" with the largest ratio, not "a different computation". Over
+// kRoundingLevel (4) in either measure, most elements far, or a clean factor: it does not.
+TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
+  auto graded = [](const std::string& q, const std::string& sub, double scale, double err, double tol, double far,
+                   double far_bound) {
+    Row r = row(q, sub, 3, scale);
+    r.norm_rel = err, r.tol = tol, r.far = far, r.far_bound = far_bound, r.bound_from = "floor";
+    return r;
+  };
+  VerdictReport rep;
+  rep.degrees = {1, 1, 1, 2, 2};
+  rep.rows = {graded("grad", "attention", 0.99999, 4.6e-4, 2.4e-4, 0.063, 0.05),
+              graded("param", "attention", 1.00002, 1.3e-3, 1e-3, 0.01, 0.05)};
+  RootCause root = find_root(rep);
+  EXPECT_EQ(root.factor.rfind("at rounding level: 1.9x the bound at most", 0), 0u) << root.factor;
+  rep.rows[1].norm_rel = 5e-3;  // a same-step row 5x over: not rounding
+  EXPECT_EQ(find_root(rep).factor.rfind("1: not a scaling", 0), 0u) << find_root(rep).factor;
+  rep.rows.resize(1);
+  rep.rows[0].far = 0.25;  // 5x the far bound
+  EXPECT_EQ(find_root(rep).factor.rfind("1: not a scaling", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].far = 0.063, rep.rows[0].norm_rel = 3.9 * 2.4e-4;  // just under kRoundingLevel
+  EXPECT_EQ(find_root(rep).factor.rfind("at rounding level: 3.9x", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].scale_ratio = 2.0;  // a clean factor is never rounding
+  EXPECT_EQ(find_root(rep).factor.rfind("2 (= dp)", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].norm_rel = 0.5 * 2.4e-4, rep.rows[0].far = 0.01;  // failed by something else (a count, a part)
+  EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
+  rep.rows[0].scale_ratio = 1.0, rep.rows[0].bound_from = "exact", rep.rows[0].quantity = "routing";
+  EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
+}
+
 TEST(VerdictRoot, NothingFailedNoRoot) {
   VerdictReport rep;
   rep.rows = {row("loss", "", 0, 1.0, RowVerdict::ok), row("routing", "layer 1", 1, NAN, RowVerdict::near_tie)};

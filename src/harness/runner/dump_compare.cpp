@@ -246,7 +246,7 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   for (size_t m = 0; m < mr.size(); ++m) {
     const double err = std::abs(mg[m] - mr[m]) / (mr[m] != 0 ? std::abs(mr[m]) : 1.0);
     line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
-    vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value);
+    vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value, lr);
   }
   const double nr = scalar(ref_, R, t, "grad_norm"), ng = scalar(got_, G, t, "grad_norm");
   const double cr = scalar(ref_, R, t, "clip_coef"), cg = scalar(got_, G, t, "clip_coef");

@@ -31,6 +31,7 @@ Scenario resolve_scenario(const std::string& path, const Overrides& o) {
     else throw ConfigError("--optim", "must be sgd, adam or adamw, got " + o.optim);
   }
   if (o.lr >= 0) s.optim.lr = o.lr;
+  if (o.trajectory) s.trajectory = true;
   try {
     validate_scenario(s);  // the schema and the runner's rules (check_supported), both layouts
   } catch (const ConfigError& e) {

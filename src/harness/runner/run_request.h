@@ -30,6 +30,7 @@ struct Overrides {
   int64_t steps = -1;
   std::string precision, backend, device, optim;  // "" keeps the file's
   double lr = -1;
+  bool trajectory = false;  // --trajectory: the free-running verdict (Scenario::trajectory)
 };
 
 // The scenario file with `o` applied (to the resume layout too, where the key is the

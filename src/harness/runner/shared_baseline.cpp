@@ -120,6 +120,7 @@ template <class T> class LocalBaseline final : public BaselineSource<T> {
   explicit LocalBaseline(const Scenario& s) : run_(s), twin_(s) {}
   StepRecord<T> step(int64_t t) override {
     const std::vector<Tensor<T>> before = run_.model().params.tensors;
+    if (!run_.scenario().trajectory) twin_.start_from(before, run_.model().expert_bias);  // step-local
     StepRecord<T> r = run_.step(t, KeepGrads::yes);
     r.noise = twin_.step(t, r, before, run_.model().params.tensors, run_.model().expert_bias);
     return r;
@@ -234,6 +235,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
     ready_of(h).store(0, std::memory_order_release);
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
       const std::vector<Tensor<T>> before = run.model().params.tensors;
+      if (!s.trajectory) twin.start_from(before, run.model().expert_bias);  // step-local
       StepRecord<T> r = run.step(t, KeepGrads::yes);
       r.noise = twin.step(t, r, before, run.model().params.tensors, run.model().expert_bias);
       // the block of step t - kRing is reused: wait until every rank is past it

@@ -7,7 +7,15 @@
 //     data parallelism does to them);
 //   - under a 16-bit storage policy, every value reaching a storage point moved by one ulp of
 //     the compute dtype before it is rounded (core/precision.h JitterScope), so the twin's
-//     16-bit roundings flip as often as a layout's, whose sums upstream were reordered.
+//     16-bit roundings flip as often as a layout's, whose sums upstream were reordered;
+//   - under a policy that reduces gradients in 16 bits (bf16-reduce-bf16), the gradient as
+//     data-parallel ranks deliver it: partial sums, each rounded (BaselineRun::
+//     set_reduce_partials). Which elements such a rounding cancels to another sign is a
+//     matter of a few elements, so one twin is one sample of a small count: under that policy
+//     three twins run (2 contiguous, 2 interleaved and 4 partial sums, each with its own
+//     signs of the one-ulp moves) and each noise is the largest of the three; each twin's
+//     param noise also counts its gradient deviation taken kTwinFactor times as large before
+//     the optimizer's step (twin.cpp amplified_param_noise), where Adam is not linear.
 // Per step, the twin's distance to the baseline, in the verdict's own measure for each row,
 // is the rounding noise of that very run; a row's bound is a factor times it
 // (harness/verdict/tolerance.h measured_bound). Nothing of a layout enters it.
@@ -37,9 +45,13 @@ template <class T> class TwinRun {
   std::vector<double> step(int64_t t, const StepRecord<T>& base, const std::vector<Tensor<T>>& base_before,
                            const std::vector<Tensor<T>>& base_params, const std::vector<Buffer<T>>& base_bias);
   void skip(int64_t t);  // trains step t, compares nothing (a resumed run's replayed steps)
+  // The step-local verdict (docs/verdict.md): the next step starts from the baseline's
+  // parameters (each moved one ulp, as at the start) and expert bias; the twin's optimizer
+  // state stays its own, as a layout's does.
+  void start_from(const std::vector<Tensor<T>>& params, const std::vector<Buffer<T>>& bias);
 
  private:
-  std::unique_ptr<BaselineRun<T>> run_;
+  std::vector<std::unique_ptr<BaselineRun<T>>> runs_;
 };
 
 }  // namespace parity

@@ -75,6 +75,7 @@ template <class T> class Runner {
   static constexpr size_t kScalars = 3 + kFamilyCount;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
+  void continue_from_baseline();
 
   const Scenario& sc_;
   comm::Communicator& world_;
@@ -250,7 +251,10 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
   vd::Outcome loss, norm, clip;
   loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
-  const auto consider = vd::consider_scalar;
+  const auto consider = [](vd::Outcome& o, double got, double ref, int r, const std::string& name, double tol,
+                           double whole = std::numeric_limits<double>::quiet_NaN()) {
+    vd::consider_scalar(o, got, ref, r, name, tol, whole);
+  };
   const double lt = bounds_[0].value, nt = bounds_[1].value;
   for (int r = 0; r < world_.size(); ++r) {
     const double* x = all.data() + static_cast<size_t>(r) * stride;
@@ -259,7 +263,9 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     for (size_t m = 0; m < b.micro_losses.size(); ++m) {
       const double ref = b.micro_losses[m], err = std::abs(x[kScalars + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
       line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
-      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt);
+      // relative to the step's loss: the micro-batches' losses are its parts, and one bf16
+      // flip that moves the step's loss by its whole bound moves one part M times as much
+      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt, b.loss);
     }
     consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
     consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
@@ -432,7 +438,29 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
   fold(t, b, all, rep);
+  if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
+}
+
+// The step-local verdict (docs/verdict.md "Step-local and trajectory"): once step t is
+// compared, this rank's parameter shards and expert biases become the baseline's after step t,
+// so the next step's error is that step's rounding alone. Both were compared first (the param
+// rows, on the parameters and on the update; the expert_bias row) and the replicas row read
+// this rank's own copies; the optimizer state (moments, step count) stays the layout's own, so
+// a step that carries it wrong still fails the param rows of the step after.
+template <class T> void Runner<T>::continue_from_baseline() {
+  TrainingRefs<T> refs = par_.training_refs();
+  const auto& full = base_->params();
+  for (size_t p = 0; p < refs.params.size() && p < full.size() && p < idx_.size(); ++p) {
+    Tensor<T>& mine = *refs.params[p];
+    if (mine.data.size() != idx_[p].size()) continue;  // a shape the param row failed already
+    const T* src = full[p].ptr();
+    for (size_t i = 0; i < idx_[p].size(); ++i) mine.data[i] = src[idx_[p][i]];
+  }
+  if (refs.expert_bias == nullptr) return;
+  const auto& bias = base_->expert_bias();
+  for (size_t l = 0; l < refs.expert_bias->size() && l < bias.size(); ++l)
+    if ((*refs.expert_bias)[l].size() == bias[l].size()) (*refs.expert_bias)[l] = bias[l];
 }
 
 template <class T> int64_t Runner<T>::resume(const std::string& dir) {
@@ -470,6 +498,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   if (const std::string inj = injected_names(); !inj.empty())
     rep.fault += (rep.fault.empty() ? "" : ", ") + std::string("inject ") + inj;
   rep.optim = vd::optim_desc(s.optim);
+  rep.mode = s.trajectory ? "trajectory" : "step-local";
   auto t0 = Clock::now();
   Runner<T> run(s, world, o);
   run.time().startup = o.startup_s, run.time().rendezvous = o.rendezvous_s, run.time().setup = seconds_since(t0);

@@ -52,7 +52,7 @@ void parse_optim(const ObjectReader& r, OptimConfig& o) {
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
-                                           "dtype", "precision", "model", "optim", "layout", "resume"};
+                                           "dtype", "precision", "model", "optim", "layout", "resume", "verdict"};
 const std::vector<std::string> kResumeKeys = {"save_at", "layout"};
 const std::vector<std::string> kModelKeys = {
     "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
@@ -206,6 +206,7 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
   top.read("seed", s.seed);
   top.read("data_seed", s.data_seed);
   top.read_enum("dtype", s.model.dtype, {"fp64", "fp32"}, {DType::f64, DType::f32});
+  top.read_enum("verdict", s.trajectory, {"step-local", "trajectory"}, {false, true});
   if (const json* p = top.find("precision")) {  // the policy (core/precision.h); dtype is its old name
     if (top.find("dtype") != nullptr)
       throw ConfigError("$.precision", "give precision or dtype, not both (dtype is precision's older name)");
@@ -306,6 +307,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
     out["dtype"] = std::string(dtype_name(m.dtype));  // files without a 16-bit policy stay as they were
   else
     out["precision"] = precision_name(m.precision());
+  if (s.trajectory) out["verdict"] = "trajectory";  // the default is not written: files and hashes stay as they were
   if (s.resume) out["resume"] = json{{"save_at", s.resume->save_at}, {"layout", layout_json(s.resume->layout)}};
   return out;
 }

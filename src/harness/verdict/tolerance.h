@@ -33,6 +33,10 @@ inline constexpr double kTwinFactor = 10;
 // sum lets through a 16-bit store flips a few values, and leaves most elements near. Bound: kTwinFactor x the twin's
 // fraction, never below kFarFloor.
 inline constexpr double kFarRel = 0x1p-11;
+// The root line (verdict_root.h) calls a failure "at rounding level" when its rows sit within
+// this factor of their bounds, with no clean scale and no far-element excess: what a bound a
+// little short of the rounding looks like, not a bug's 10x and more (docs/verdict.md "The root").
+inline constexpr double kRoundingLevel = 4;
 inline constexpr double kFarFloor = 0.05;
 // A fraction over a handful of elements says nothing about "most elements": a LayerNorm of
 // dim 1 has six, and one cancellation makes 17%. The measure fails only on at least this

@@ -117,6 +117,7 @@ struct Timings {
 struct VerdictReport {
   std::string scenario, dtype, precision, backend, layout;  // layout: "world 8 = dpr 1 x dps 4 x tp 2, sp"
   std::string optim;  // "adam lr 0.003": the optimizer the ranks really ran (after --optim / --lr)
+  std::string mode;   // "step-local" or "trajectory" (Scenario::trajectory); "" for parity compare
   int world = 1;
   int64_t steps = 0;
   int64_t first_step = 0;  // the first step compared (> 0 when the layout resumed)

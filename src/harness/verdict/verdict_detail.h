@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -124,8 +125,11 @@ Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs);
 void update_row(Row& row, int64_t step, const Outcome& o);
 
 // A scalar row's step (loss and micro-batch losses, grad_norm, clip_coef): keeps the worst of
-// the values offered, relative to ref (absolute where ref is 0), failing over tol.
-void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol);
+// the values offered, relative to ref (or to `whole`; absolute where it is 0), failing over tol.
+// whole: the quantity `ref` is a part of (a micro-batch's loss: the step's loss), whose
+// magnitude the error is taken relative to; NaN: ref itself.
+void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol,
+                     double whole = std::numeric_limits<double>::quiet_NaN());
 
 // The grad norm's parts per family (ref_sq, got_sq: the squared gradient norm per Family,
 // kFamilyCount each; groups: the model's family groups, grad: their gradient bounds). Each

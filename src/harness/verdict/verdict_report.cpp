@@ -94,7 +94,8 @@ std::string fault_desc(const std::optional<Fault>& f) {
 
 std::string format_verdict(const VerdictReport& r) {
   std::string out = "parity " + r.command + " " + r.scenario + ": " + r.precision + ", " + r.backend + ", " + r.layout +
-                    ", " + std::to_string(r.steps) + " steps, " + r.optim + "\n";
+                    (r.mode.empty() ? "" : ", " + r.mode) + ", " + std::to_string(r.steps) + " steps, " + r.optim +
+                    "\n";
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
   char buf[256];
@@ -168,6 +169,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"compared_steps", r.steps - r.first_step},
           {"checkpoint", r.checkpoint},
           {"optim", r.optim},
+          {"verdict_mode", r.mode},
           {"fault", r.fault},
           {"passed", r.passed()},
           {"root", root_json(r, find_root(r))},

@@ -1,10 +1,12 @@
 #include "harness/verdict/verdict_root.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
+#include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict.h"
 
 namespace parity {
@@ -97,6 +99,26 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
   return std::string(level) + what + keeps;
 }
 
+// A failing row no more than kRoundingLevel over its bound (tolerance.h), in its normwise error
+// and in its far elements (fewer than half of them far: a rounding to bf16 moves 3/4), its
+// scale within 1% of 1: "1.3", the larger of its two ratios; "" when it is not at rounding
+// level (an exact row, most elements far, a clear factor, a larger error, or a row that failed
+// by something else than its ratios: a family's part of the grad norm, an element count).
+static std::string rounding_level(const Row& row) {
+  if (row.quantity != "grad" && row.quantity != "param" && row.quantity != "loss" && row.quantity != "grad_norm" &&
+      row.quantity != "clip_coef" && row.quantity != "expert_bias")
+    return "";
+  if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel)) return "";
+  if (!std::isnan(row.scale_ratio) && std::fabs(row.scale_ratio - 1) > 1e-2) return "";
+  double x = row.norm_rel / row.tol;
+  if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
+  if (!(row.far < 0.5)) return "";
+  if (!(x >= 1 && x <= kRoundingLevel)) return "";  // under 1: it failed by something else
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", x);
+  return buf;
+}
+
 // Gradient rows that know their first wrong tensor are ordered by its place in the backward
 // pass (verdict_flow.h), before the family order: an attention-backward bug also makes the
 // LayerNorm upstream of it wrong, and the family order alone ranks LayerNorm first.
@@ -128,6 +150,22 @@ RootCause find_root(const VerdictReport& r) {
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
+  // Every row failing at the root's step within a few times its bound, no clean factor: that
+  // is rounding the bound fell short of (or a bug as small as rounding), not "a different
+  // computation" (docs/verdict.md "The root").
+  if (root.factor.rfind("1: not a scaling", 0) == 0 || root.factor == "not a clean factor") {
+    std::string worst = rounding_level(rr);
+    for (size_t i : root.same_step) {
+      const std::string x = rounding_level(r.rows[i]);
+      if (x.empty()) worst.clear();
+      if (worst.empty()) break;
+      if (std::stod(x) > std::stod(worst)) worst = x;
+    }
+    if (!worst.empty())
+      root.factor = "at rounding level: " + worst + "x the bound at most (error and far elements), no clean factor: "
+                    "rounding a little over what the twin measured, or a bug as small as rounding (run another "
+                    "data_seed: a bug fails again; docs/verdict.md)";
+  }
   // The layout went non-finite where the baseline did not (a non-finite baseline ends the run
   // with exit 4 before any compare: harness/runner/baseline.h require_finite_baseline).
   if (!std::isfinite(rr.worst.got) || rr.detail == "non-finite value") {

@@ -228,8 +228,10 @@ Outcome replicas_outcome(const std::vector<std::string>& bad, int64_t pairs) {
   return o;
 }
 
-void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol) {
-  const double err = std::abs(got - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+void consider_scalar(Outcome& o, double got, double ref, int rank, const std::string& name, double tol,
+                     double whole) {
+  const double of = std::isnan(whole) ? ref : whole;
+  const double err = std::abs(got - ref) / (of != 0 ? std::abs(of) : 1.0);
   if (o.norm_rel < 0 || err > o.norm_rel || std::isnan(err)) {
     o.norm_rel = std::isnan(err) ? std::numeric_limits<double>::infinity() : err;
     o.scale_ratio = ref != 0 ? got / ref : std::numeric_limits<double>::quiet_NaN();
