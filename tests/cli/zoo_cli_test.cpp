@@ -23,10 +23,11 @@ using test::slurp;
 
 namespace fs = std::filesystem;
 
-// Times out: a row's "0.57s", the JUnit's time="0.571".
+// Times out: a row's "0.57s", the JUnit's time="0.571" and its timestamp.
 std::string untimed(const std::string& s) {
-  return std::regex_replace(std::regex_replace(s, std::regex(R"([0-9]+\.[0-9]+s\b)"), "T"),
-                            std::regex(R"(time="[0-9.]+")"), "time=\"T\"");
+  const std::string timed = std::regex_replace(std::regex_replace(s, std::regex(R"([0-9]+\.[0-9]+s\b)"), "T"),
+                                               std::regex(R"(time="[0-9.]+")"), "time=\"T\"");
+  return std::regex_replace(timed, std::regex(R"(timestamp="[0-9T:-]+")"), "timestamp=\"T\"");  // when each ran
 }
 
 // The directory a row's "log" line names, which differs by run, as D.
