@@ -8,14 +8,19 @@ the order data flows (inputs, loss, gradients in backward order, grad norm, clip
 tokens per expert, expert bias, parameters), its scale read against the degrees the got dump's
 producer records (world, dp, tp) and the micro-batches.
 
-    python3 -m parity_torch.compare REF_DIR GOT_DIR [--tol 1e-10] [--steps N]
+    python3 -m parity_torch.compare REF_DIR GOT_DIR [--steps N] [--parity BIN | --smoke | --tol 1e-10]
     exit 0 PASS, 1 FAIL, 2 bad input (named, no traceback), 4 the reference itself diverged
 
-`parity compare REF GOT` (C++) holds the same dumps to parity run's verdict with measured bounds
-and names the root; this module is the lighter check with fixed tolerances.
+One diagnosis engine: where the parity binary is found (--parity, $PARITY_BINARY, or PATH) the
+command runs `parity compare REF GOT`, parity run's verdict with measured bounds and its root,
+and returns its exit code. Elsewhere (or with --smoke / --tol) it runs this module's lighter check
+with fixed tolerances, and says so.
 """
 import argparse
 import math
+import os
+import shutil
+import subprocess
 import sys
 
 import torch
@@ -309,13 +314,39 @@ class ReferenceDiverged(Exception):
 EXIT_PASS, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 4
 
 
+def find_parity(given=None):
+    """The parity binary that holds the verdict: --parity, else $PARITY_BINARY, else `parity` on
+    PATH; None when there is none (or the one named cannot run)."""
+    for cand in (given, os.environ.get("PARITY_BINARY"), shutil.which("parity")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    if given or os.environ.get("PARITY_BINARY"):
+        raise BadFile(f"parity binary {given or os.environ.get('PARITY_BINARY')!r} is not an executable file")
+    return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ref")
     p.add_argument("got")
-    p.add_argument("--tol", type=float, default=None)
+    p.add_argument("--tol", type=float, default=None,
+                   help="the smoke check's fixed relative tolerance (implies --smoke)")
     p.add_argument("--steps", type=int, default=None, help="compare only the first N steps")
+    p.add_argument("--parity", default=None, help="the parity binary (default: $PARITY_BINARY, else parity on PATH)")
+    p.add_argument("--smoke", action="store_true",
+                   help="this module's own check with fixed tolerances, even where the parity binary is found")
     a = p.parse_args(argv)
+    try:
+        binary = None if a.smoke or a.tol is not None else find_parity(a.parity)
+    except BadFile as e:
+        print(f"parity_torch.compare: bad input: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if binary:  # one diagnosis engine: parity's own verdict, its bounds and its root
+        sys.stdout.flush()
+        cmd = [binary, "compare", a.ref, a.got] + ([] if a.steps is None else ["--steps", str(a.steps)])
+        return subprocess.run(cmd).returncode
+    print("parity_torch.compare: a smoke check with fixed tolerances (no parity binary found: --parity, "
+          "$PARITY_BINARY or PATH give parity compare's verdict, with measured bounds)")
     try:
         rows, info = compare(a.ref, a.got, a.tol, a.steps)
     except ReferenceDiverged as e:

@@ -71,3 +71,6 @@ endforeach()
 # a non-finite reference) get the exit-code table's code from parity_torch.compare: 2 with the file
 # named, 1, 4; never a pass, a traceback or a hang (hostile_test.py; each failed before the fix)
 parity_python_test(hostile_dumps python hostile_test.py $<TARGET_FILE:parity>)
+# issue 46 item 3: one diagnosis engine: python3 -m parity_torch.compare runs `parity compare` where
+# the binary is found (--parity, $PARITY_BINARY, PATH) and says it is a smoke check where not
+parity_python_test(one_engine python one_engine_test.py $<TARGET_FILE:parity>)
