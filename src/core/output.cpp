@@ -189,9 +189,15 @@ DirLock::DirLock(const std::string& option, const std::string& dir) {
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;
-      std::string pid = head(path, 32);
       ::close(fd);
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      // The holder writes its pid just after its flock: a file still empty is read again for a
+      // moment, so the message names the holder rather than "unknown".
+      std::string pid;
+      for (int look = 0; look < 40 && pid.empty(); ++look) {
+        if (look > 0) ::usleep(5000);
+        pid = head(path, 32);
+        while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      }
       if (e == EWOULDBLOCK)
         throw ConfigError(option, printable(dir) + ": is being written by another parity (pid " +
                                       (pid.empty() ? "unknown" : printable(pid, 20)) +
@@ -200,8 +206,11 @@ DirLock::DirLock(const std::string& option, const std::string& dir) {
     }
     struct stat now{};
     if (::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
-      const std::string me = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, me.data(), me.size(), 0);
+      // One write over the old content, then the length: the file is never empty while held.
+      std::string me = std::to_string(::getpid());
+      me += std::string(me.size() < 20 ? 20 - me.size() : 0, ' ') + "\n";
+      if (::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size()))
+        (void)!::ftruncate(fd, static_cast<off_t>(me.size()));
       fd_ = fd;
       return;
     }

@@ -101,7 +101,8 @@ TEST_F(Output, OneWriterPerDirectory) {
   {
     const DirLock first("--out", dir_);
     EXPECT_TRUE(first.held());
-    EXPECT_EQ(read(kLockFile), std::to_string(::getpid()) + "\n");
+    const std::string pid = std::to_string(::getpid());  // in 20 columns: never empty while held
+    EXPECT_EQ(read(kLockFile), pid + std::string(20 - pid.size(), ' ') + "\n");
     // a second open of the lock file is another writer, even in this process
     EXPECT_NE(output_message_of<ConfigError>([&] { DirLock("--out", dir_); })
                   .find(dir_ + ": is being written by another parity (pid " + std::to_string(::getpid()) + ")"),

@@ -106,7 +106,7 @@ case $case in
     save_ckpt ck
     "$parity" run "$scen/fsdp2.json" --steps 20000 --save-at 20000 --ckpt "$work/ck" >"$work/first.log" 2>&1 &
     first=$!
-    for _ in $(seq 100); do grep -qx "$first" "$work/ck/.parity-lock" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 100); do grep -qE "^$first *$" "$work/ck/.parity-lock" 2>/dev/null && break; sleep 0.1; done
     run 60 "$parity" run "$scen/fsdp2.json" --steps 1 --save-at 1 --ckpt "$work/ck"
     kill -0 "$first" 2>/dev/null || { cat "$work/first.log"; fail "the first writer had ended"; }
     kill "$first" 2>/dev/null; wait "$first" 2>/dev/null
@@ -137,7 +137,7 @@ case $case in
     mkdir "$work/d"
     "$parity" dump "$scen/tiny.json" "$work/d" --steps 20000 --no-bounds >"$work/first.log" 2>&1 &
     first=$!
-    for _ in $(seq 100); do grep -qx "$first" "$work/d/.parity-lock" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 100); do grep -qE "^$first *$" "$work/d/.parity-lock" 2>/dev/null && break; sleep 0.1; done
     kill -0 "$first" 2>/dev/null || { cat "$work/first.log"; fail "the first dump had ended"; }
     run 60 "$parity" dump "$scen/tiny.json" "$work/d" --steps 1 --no-bounds
     kill "$first" 2>/dev/null; wait "$first" 2>/dev/null
