@@ -62,6 +62,25 @@ TEST_F(GoldenCli, ShippedGoldenPasses) {
   EXPECT_NE(r.out.find("golden check fsdp2: PASS"), std::string::npos) << r.out;
 }
 
+// Several scenarios: each checked by a process of its own, -j at a time, the output in the order
+// given whatever order they finish in, then one verdict line; one wrong golden fails the whole.
+TEST_F(GoldenCli, SeveralScenariosGiveTheirLinesInOrderAndOneVerdict) {
+  const std::string dir = altered("tp2", [](Golden& g) { g.baseline.loss[0] *= 1 + 1e-7; });
+  fs::copy_file(golden("tiny"), dir_ / "tiny.json");
+  const Result r = run("golden check " + scenario("tiny") + " " + scenario("tp2") + " -j 2 " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  const size_t tiny = r.out.find("golden check tiny: PASS"), tp2 = r.out.find("golden check tp2: FAIL: 1 of");
+  ASSERT_NE(tiny, std::string::npos) << r.out;
+  ASSERT_NE(tp2, std::string::npos) << r.out;
+  EXPECT_LT(tiny, tp2) << r.out;
+  EXPECT_NE(r.out.find("\ngolden verdict: FAIL: 2 scenarios, 1 passed, 1 failed, "), std::string::npos) << r.out;
+  // the control: both goldens as shipped
+  fs::copy_file(golden("tp2"), dir_ / "tp2.json", fs::copy_options::overwrite_existing);
+  const Result ok = run("golden check " + scenario("tiny") + " " + scenario("tp2") + " -j 2 " + dir);
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("\ngolden verdict: PASS: 2 scenarios, 2 passed, 0 failed, "), std::string::npos) << ok.out;
+}
+
 TEST_F(GoldenCli, PerturbedLayoutLossFailsAtItsStep) {
   const std::string dir = altered("fsdp2", [](Golden& g) { g.layout_curves->loss[3] *= 1 + 1e-7; });
   const Result r = run("golden check " + scenario("fsdp2") + " --backend mpi " + dir);
