@@ -78,7 +78,7 @@ const std::vector<Injection>& injections() {
       {"alltoallv_counts_off_by_one", "parallel/ep_dispatch.cpp, EP dispatch plan",
        "the alltoallv split between two EP peers off by one: one token's row goes to the next peer's first "
        "expert (sender and receiver agree, so nothing hangs or crashes)",
-       "fsdp4_ep2.json", "loss all micro-batches|grad head", 0, "not a scaling"},
+       "fsdp4_ep2.json", "loss all micro-batches|grad head|grad routed_experts", 0, "not a"},
       {"expert_grads_over_dense_dp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients reduced over the dense data-parallel group instead of the expert "
        "data-parallel group: with EP borrowed from DP the EP peers in it hold other experts, whose gradients "

@@ -53,13 +53,37 @@ set_tests_properties(ci.format_foreign_owner PROPERTIES LABELS "ci;unit" SKIP_RE
 # ci/calibrate (docs/verdict.md "Calibration"): a small slice of correct runs in every
 # precision policy passes with no false alarm, and the tool counts a failure when there is
 # one: with PARITY_FAULT doubling the router's gradient every run fails, each with a replay line.
+# fp64, fp32 and bf16 on the property generator's layouts and the shipped ones; bf16-reduce-bf16
+# on the shipped ones only (docs/verdict.md "Calibration": its bound is not calibrated on the
+# generator's tiny models, whose partial sums cancel beyond bf16's precision).
 add_test(NAME ci.calibrate_slice_has_no_false_alarm
-         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> -n 2 --seed 7 --max-steps 4 -j 2)
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity>
+                 --draw $<TARGET_FILE:property_draw> -n 3 --seed 7 --max-steps 4 -j 2 --precision fp64,fp32,bf16)
 set_tests_properties(ci.calibrate_slice_has_no_false_alarm PROPERTIES
-  PASS_REGULAR_EXPRESSION "bf16-reduce-bf16 +2 +0 .*calibrate: 8 runs [^\n]*: no false alarm"
+  PASS_REGULAR_EXPRESSION "bf16 +3 +0 .*calibrate: 9 runs [^\n]*: no false alarm"
   LABELS "ci;verdict" TIMEOUT 120)
+add_test(NAME ci.calibrate_slice_reduce_bf16_shipped
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --layouts shipped
+                 -n 3 --seed 7 --max-steps 4 -j 2 --precision bf16-reduce-bf16)
+set_tests_properties(ci.calibrate_slice_reduce_bf16_shipped PROPERTIES
+  PASS_REGULAR_EXPRESSION "bf16-reduce-bf16 +3 +0 .*calibrate: 3 runs [^\n]*: no false alarm"
+  LABELS "ci;verdict" TIMEOUT 120)
+# The zoo's separation (issue 41): every bug's root row over its bound ("smallest" of
+# ci/calibrate --zoo, "by family" and "exact" rows aside): at least 10x in fp32; in bf16 at
+# least 7x (the goal is 10x: clip_skips_experts under Adam is 7.4x, docs/zoo.md "Separation").
+set(ten "[1-9][0-9]+(\\.[0-9]*)?|[1-9](\\.[0-9]+)?e\\+0[1-9]")
+foreach(p fp32 bf16)
+  set(at_least "${ten}")
+  if(p STREQUAL "bf16")
+    set(at_least "[7-9](\\.[0-9]+)?|${ten}")
+  endif()
+  add_test(NAME ci.zoo_separation_${p}
+           COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision ${p} -j 2)
+  set_tests_properties(ci.zoo_separation_${p} PROPERTIES
+    PASS_REGULAR_EXPRESSION "\nsmallest +(${at_least})\n" LABELS "ci;verdict;zoo" TIMEOUT 300)
+endforeach()
 add_test(NAME ci.calibrate_counts_a_failure
-         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> -n 2 --seed 7 --max-steps 2 -j 2 --precision fp64 2>&1; echo exit=$?")
+         COMMAND sh -c "PARITY_FAULT=scale_grad:router:2 ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --layouts shipped -n 2 --seed 7 --max-steps 2 -j 2 --precision fp64 2>&1; echo exit=$?")
 set_tests_properties(ci.calibrate_counts_a_failure PROPERTIES
   PASS_REGULAR_EXPRESSION "FALSE ALARM \\(fp64, [^\n]*\n[^\n]*root: grad router at step 0[^\n]*\n +replay: [^\n]*parity run [^\n]*--precision fp64\n.*fp64 +2 +2 .*2 false alarms.*exit=1\n"
   LABELS "ci;verdict" TIMEOUT 120)

@@ -74,6 +74,18 @@ TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
             tolerance_for(DType::f64, Quantity::gradient).norm_rel);
   EXPECT_EQ(far_bound(0), kFarFloor);
   EXPECT_DOUBLE_EQ(far_bound(0.02), 0.2);
+  // Issue 41: the step-local verdict's fp32 floors for the loss and the parameters are one step's
+  // rounding (tolerance.cpp step_local_f32), below the trajectory's; fp64, bf16 and the fp32
+  // gradients keep theirs.
+  const Precision f32 = parse_precision("fp32", ""), b16 = parse_precision("bf16", "");
+  EXPECT_EQ(noise_floor(f32, Quantity::loss, true), 2e-6);
+  EXPECT_EQ(noise_floor(f32, Quantity::loss, false), 1e-5);
+  EXPECT_EQ(noise_floor(f32, Quantity::parameter, true), 1.5e-4);
+  EXPECT_EQ(noise_floor(f32, Quantity::parameter, false), 1e-3);
+  EXPECT_EQ(noise_floor(f32, Quantity::gradient, true), noise_floor(f32, Quantity::gradient, false));
+  EXPECT_EQ(noise_floor(b16, Quantity::parameter, true), noise_floor(b16, Quantity::parameter, false));
+  EXPECT_EQ(measured_bound(f32, Quantity::loss, 0, 0, true).floor, 2e-6);
+  EXPECT_DOUBLE_EQ(measured_bound(f32, Quantity::loss, 1e-6, 0, true).twin, 1e-5);
 }
 
 }  // namespace

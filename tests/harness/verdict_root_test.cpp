@@ -84,6 +84,52 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
   EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
 }
 
+// Issue 41: the first failing row in data-flow order names the root unless it fails by less than
+// kTwinFactor (10) times its bound and another row fails at the same step by more: then the row
+// furthest over its bound does (not a parameter row: those follow from the step's gradients).
+TEST(VerdictRoot, ARowFarOverItsBoundNamesTheRootOverAWeakEcho) {
+  auto graded = [](const std::string& q, const std::string& sub, int64_t step, double scale, double err,
+                   double tol) {
+    Row r = row(q, sub, step, scale);
+    r.norm_rel = err, r.tol = tol, r.bound_from = "floor";
+    return r;
+  };
+  VerdictReport rep;
+  rep.degrees = {1, 2, 1, 4, 8};
+  rep.rows = {graded("loss", "", 0, 1.00002, 9.8e-6, 1e-6), graded("grad", "router", 0, 2.48, 2.3, 2e-3),
+              graded("grad", "attention", 0, 1.0009, 7.6e-3, 1e-3), graded("param", "router", 0, 0.59, 0.12, 1e-4)};
+  RootCause root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].quantity + " " + rep.rows[root.row].subject, "grad router");  // 1150x, not 9.8x
+  EXPECT_EQ(root.same_step.size(), 3u);  // the loss among them
+  rep.rows[0].norm_rel = 1.1e-5;  // the loss 11x over: it fails clearly and stays the root
+  root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].quantity, "loss");
+  rep.rows[0].norm_rel = 9.8e-6, rep.rows[1].step = rep.rows[2].step = 1;  // the strong rows a step later
+  root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].quantity, "loss");  // a parameter row (1200x) never takes the root
+  rep.rows[1].step = 0, rep.rows[1].norm_rel = 5e-3;  // 2.5x: nothing at the step fails by 10x
+  root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].quantity, "loss");
+}
+
+// A parameter row whose update is off by the step's clip coefficient names it.
+TEST(VerdictRoot, NamesTheClipCoefficient) {
+  VerdictReport rep;
+  rep.degrees = {4, 2, 2, 1, 4};
+  Row r = row("param", "routed_experts", 0, 2.708618);
+  rep.rows = {r};
+  StepLine line;
+  line.step = 0, line.clip_ref = 1 / 2.7086;
+  rep.step_lines = {line};
+  EXPECT_EQ(find_root(rep).factor.rfind("1/clip_coef (2.709): this family's gradients left out", 0), 0u)
+      << find_root(rep).factor;
+  rep.rows[0].scale_ratio = 1 / 2.7086;
+  EXPECT_EQ(find_root(rep).factor.rfind("clip_coef (0.3692): this family's gradients clipped twice", 0), 0u)
+      << find_root(rep).factor;
+  rep.step_lines[0].clip_ref = 1;  // no clipping at that step: a plain unclean factor
+  EXPECT_EQ(find_root(rep).factor, "not a clean factor");
+}
+
 TEST(VerdictRoot, NothingFailedNoRoot) {
   VerdictReport rep;
   rep.rows = {row("loss", "", 0, 1.0, RowVerdict::ok), row("routing", "layer 1", 1, NAN, RowVerdict::near_tie)};

@@ -131,7 +131,7 @@ template <class T> void Runner<T>::build_groups() {
 // This step's bound of every row (harness/verdict/bounds.h): kTwinFactor x the twin's largest
 // noise up to this step, never below the floor.
 template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
-  if (!envelope_) envelope_.emplace(sc_.model.precision(), group_family_, group_elements_);
+  if (!envelope_) envelope_.emplace(sc_.model.precision(), group_family_, group_elements_, !sc_.trajectory);
   const StepBounds& sb = envelope_->step(noise);
   bounds_.assign(rows_.size(), Bound{});
   bounds_[0] = sb.loss;

@@ -20,13 +20,20 @@ std::string noise_name(size_t i) {
   return "?";
 }
 
-BoundEnvelope::BoundEnvelope(const Precision& p, std::vector<Family> families, std::vector<double> elements)
-    : prec_(p), families_(std::move(families)), elements_(std::move(elements)), envelope_(kNoiseWidth, 0.0) {}
+BoundEnvelope::BoundEnvelope(const Precision& p, std::vector<Family> families, std::vector<double> elements,
+                             bool step_local)
+    : prec_(p),
+      step_local_(step_local),
+      families_(std::move(families)),
+      elements_(std::move(elements)),
+      envelope_(kNoiseWidth, 0.0) {}
 
 const StepBounds& BoundEnvelope::step(const std::vector<double>& noise) {
   for (size_t i = 0; i < kNoiseWidth; ++i)
     envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
-  auto B = [&](Quantity q, size_t i, double n = 0) { return measured_bound(prec_, q, envelope_[i], n); };
+  auto B = [&](Quantity q, size_t i, double n = 0) {
+    return measured_bound(prec_, q, envelope_[i], n, step_local_);
+  };
   const size_t n = families_.size();
   b_.loss = B(Quantity::loss, kNoiseLoss);
   b_.grad_norm = B(Quantity::grad_norm, kNoiseGradNorm);

@@ -52,7 +52,9 @@ struct StepBounds {
 class BoundEnvelope {
  public:
   // families: the model's family groups; elements: each group's global element count.
-  BoundEnvelope(const Precision& p, std::vector<Family> families, std::vector<double> elements);
+  // step_local: the step-local verdict's floors (tolerance.h noise_floor).
+  BoundEnvelope(const Precision& p, std::vector<Family> families, std::vector<double> elements,
+                bool step_local = false);
   // Folds step t's noise (kNoiseWidth values; fewer or empty: the rest unmeasured) and
   // returns this step's bounds.
   const StepBounds& step(const std::vector<double>& noise);
@@ -60,6 +62,7 @@ class BoundEnvelope {
 
  private:
   Precision prec_;
+  bool step_local_ = false;
   std::vector<Family> families_;
   std::vector<double> elements_;
   std::vector<double> envelope_;

@@ -50,10 +50,14 @@ double far_bound(double twin_fraction);
 struct Bound {
   double value = 0;
   bool from_twin = false;  // false: the floor decided
+  double floor = 0;        // the row's floor (noise_floor, widened for few elements): a twin that saw no noise gets it
+  double twin = 0;         // kTwinFactor x the twin's noise, before the floor (NaN: not measured)
 };
-double noise_floor(const Precision& p, Quantity q);
+// step_local: the step-local verdict's floors (docs/verdict.md "Step-local and trajectory"): one
+// step's rounding from equal parameters, tighter than the trajectory's where the precision lets them be.
+double noise_floor(const Precision& p, Quantity q, bool step_local = false);
 // elements: the row's element count (a tensor family; 0 for a scalar): below 256 the floor
 // grows as sqrt(256 / elements), since a few elements do not average their errors.
-Bound measured_bound(const Precision& p, Quantity q, double noise, double elements = 0);
+Bound measured_bound(const Precision& p, Quantity q, double noise, double elements = 0, bool step_local = false);
 
 }  // namespace parity

@@ -150,6 +150,8 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"norm_rel", json_number(row.norm_rel)},
                     {"tol", row.tol},
                     {"bound_from", row.bound_from},
+                    {"floor", row.floor},
+                    {"twin", json_number(row.twin)},
                     {"far", row.far},
                     {"far_bound", row.far_bound},
                     {"scale_ratio", json_number(row.scale_ratio)},

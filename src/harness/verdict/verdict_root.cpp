@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -128,6 +129,16 @@ std::pair<int, int64_t> flow_key(const Row& row) {
   return {rank, 0};
 }
 
+// How far a failing row is over its bound: the larger of its normwise and far-element ratios;
+// infinite for a row held to equality (routing, counts, replicas) or one without a bound.
+static double over_bound(const Row& row) {
+  if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel))
+    return std::numeric_limits<double>::infinity();
+  double x = row.norm_rel / row.tol;
+  if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
+  return x;
+}
+
 RootCause find_root(const VerdictReport& r) {
   RootCause root;
   for (size_t i = 0; i < r.rows.size(); ++i) {
@@ -139,6 +150,26 @@ RootCause find_root(const VerdictReport& r) {
     }
   }
   if (!root.found) return root;
+  // The first row in data-flow order is the root, unless it fails by less than kTwinFactor
+  // times its bound (by its ratios: a row failed by a family's part of the norm or a count is
+  // not weak) and another row fails at the same step by more: a bug in the MoE dispatch moves
+  // the loss and the head's gradient a little (their echo) and the experts' gradients a lot,
+  // and the row that fails most clearly is where to look: the root is then the row furthest
+  // over its bound at that step (the first in data-flow order among equals; docs/verdict.md "The root").
+  const double first = over_bound(r.rows[root.row]);
+  if (first >= 1 && first < kTwinFactor) {
+    size_t strong = r.rows.size();
+    for (size_t i = 0; i < r.rows.size(); ++i) {
+      const Row& row = r.rows[i];
+      if (i == root.row || row.verdict != RowVerdict::fail || row.step != root.step || over_bound(row) < kTwinFactor)
+        continue;
+      if (row.quantity == "param" || row.quantity == "replicas") continue;  // after the update: consequences
+      if (strong == r.rows.size() || over_bound(row) > over_bound(r.rows[strong]) ||
+          (over_bound(row) == over_bound(r.rows[strong]) && flow_key(row) < flow_key(r.rows[strong])))
+        strong = i;
+    }
+    if (strong < r.rows.size()) root.row = strong;
+  }
   for (size_t i = 0; i < r.rows.size(); ++i) {
     if (i == root.row || r.rows[i].verdict != RowVerdict::fail) continue;
     (r.rows[i].step > root.step ? root.consequences : root.same_step).push_back(i);
@@ -150,6 +181,21 @@ RootCause find_root(const VerdictReport& r) {
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
+  // A parameter's update off by the step's clip coefficient (or its inverse): clipping applied
+  // to this family twice, or not at all.
+  for (const StepLine& s : r.step_lines)
+    if (s.step == root.step && rr.quantity == "param" && root.factor == "not a clean factor" && s.clip_ref < 1 &&
+        s.clip_ref > 0) {
+      char buf[160];
+      if (near(rr.scale_ratio, 1 / s.clip_ref))
+        std::snprintf(buf, sizeof buf, "1/clip_coef (%.4g): this family's gradients left out of the clipping",
+                      1 / s.clip_ref);
+      else if (near(rr.scale_ratio, s.clip_ref))
+        std::snprintf(buf, sizeof buf, "clip_coef (%.4g): this family's gradients clipped twice", s.clip_ref);
+      else
+        break;
+      root.factor = buf;
+    }
   // Every row failing at the root's step within a few times its bound, no clean factor: that
   // is rounding the bound fell short of (or a bug as small as rounding), not "a different
   // computation" (docs/verdict.md "The root").
