@@ -138,9 +138,9 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
 TEST(VerdictGroups, ManyFarElementsFailWithinTheNormwiseBound) {
   auto run = [](int n) {
     std::vector<vd::LocalSums> parts(1);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n; ++i) {  // a rounding moves elements by different amounts, either way
       const double ref = 1.0 + 0.01 * i;
-      parts[0].add(0, i, ref * (1 + 0x1p-9), ref, true, 1.0);
+      parts[0].add(0, i, ref * (1 + (i % 2 ? 0x1p-9 : -0x1p-9) * (1 + 0.1 * (i % 3))), ref, true, 1.0);
     }
     vd::GroupSpec g = spec_n(1e-2, n);  // normwise 2^-9 = 2e-3: within
     g.far_bound = kFarFloor;
@@ -154,6 +154,22 @@ TEST(VerdictGroups, ManyFarElementsFailWithinTheNormwiseBound) {
   EXPECT_EQ(few.verdict, RowVerdict::ok);  // 8 < kFarMinCount far elements
   EXPECT_FALSE(is_far(1.0 + 0x1p-12, 1.0, 1.0));  // rounding noise far below 2^-11 is near
   EXPECT_TRUE(is_far(1.0 + 0x1p-9, 1.0, 1.0));
+}
+
+// Issue 41: every element scaled by the same 2^-9 (one bf16 rounding of a value a whole tiny
+// family flows through) is far element by element, but it is a uniform scale within the normwise
+// bound, not a rounding of each element: the row passes, and the far fraction is still shown.
+TEST(VerdictGroups, AUniformScaleWithinTheBoundIsNotFarElements) {
+  std::vector<vd::LocalSums> parts(1);
+  for (int i = 0; i < 64; ++i) parts[0].add(0, i, (1.0 + 0.01 * i) * (1 + 0x1p-9), 1.0 + 0.01 * i, true, 1.0);
+  vd::GroupSpec g = spec_n(1e-2, 64);
+  g.far_bound = kFarFloor;
+  const vd::Outcome o = vd::group_outcome(g, vd::combine(parts));
+  EXPECT_EQ(o.verdict, RowVerdict::ok) << o.detail;
+  EXPECT_DOUBLE_EQ(o.far, 1.0);
+  EXPECT_NEAR(o.scale_ratio, 1 + 0x1p-9, 1e-12);
+  g.tol.norm_rel = 1e-3;  // the same scale over the normwise bound still fails
+  EXPECT_EQ(vd::group_outcome(g, vd::combine(parts)).verdict, RowVerdict::fail);
 }
 
 TEST(VerdictGroups, AReplicaThatDisagreesFailsEvenWhenTheCountedCopyAgrees) {
