@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "comm/launch.h"
+#include "comm/sim/sim_world.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/resources.h"
@@ -31,10 +32,11 @@ BaselinePlace baseline_place() {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
-constexpr size_t kHeader = 8192, kKeyBytes = 256, kErrorBytes = 2048;
+constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a file: one host's, or a simulated world's
+static_assert(kMaxConsumers >= comm::kMaxRanksPerHost);
+constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
 constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank
-constexpr int kMaxConsumers = comm::kMaxRanksPerHost;  // ranks on one host that can share a file
 
 struct Header {
   char magic[8];
@@ -279,8 +281,9 @@ std::string baseline_key(const Scenario& s) {
   return scenario_hash(c);
 }
 
-template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot) {
-  const char* path = std::getenv("PARITY_BASELINE_FILE");
+template <class T>
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file) {
+  const char* path = file.empty() ? std::getenv("PARITY_BASELINE_FILE") : file.c_str();
   if (path != nullptr && *path != '\0') {
     const int fd = ::open(path, O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
     struct stat st {};
@@ -364,7 +367,8 @@ BaselineProducer::~BaselineProducer() {
   ::unlink(path_.c_str());
 }
 
-template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int);
-template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int);
+template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int, const std::string&);
+template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int,
+                                                                               const std::string&);
 
 }  // namespace parity

@@ -48,10 +48,12 @@ template <class T> class BaselineSource {
   virtual bool shared() const = 0;
 };
 
-// The file named by PARITY_BASELINE_FILE when it is set, its key matches `s` and `slot` (this
-// rank's place among the file's readers: its world rank) is one of them; otherwise a
-// BaselineRun trained in this process.
-template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot);
+// The file `file` (empty: the one PARITY_BASELINE_FILE names) when it is set, its key matches `s`
+// and `slot` (this rank's place among the file's readers: its world rank) is one of them;
+// otherwise a BaselineRun trained in this process. A simulated world's ranks (threads) pass the
+// file: the environment is the process's.
+template <class T>
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file = "");
 
 // Trains the baseline of `s` for s.steps steps into `path`, in a thread, for `consumers`
 // ranks whose first needed block is step `first` (a resumed phase: the step before its
