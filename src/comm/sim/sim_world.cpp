@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -66,6 +67,8 @@ struct RankState {
   std::atomic<const char*> op{nullptr};  // the collective it is in, or last took part in
   std::atomic<uint64_t> seq{0};
   std::atomic<Group*> last_group{nullptr};
+  uint64_t collectives = 0;  // taken so far, every group of this rank (its own thread only)
+  std::atomic<bool> failing{false};  // its collective failed (it is on its way out)
 };
 
 }  // namespace sim_detail
@@ -113,16 +116,27 @@ class SimWorld {
   }
   std::atomic<uint64_t> ended_count{0};
   std::atomic<bool> aborted{false};
+  SimFault fault;  // set before any rank starts
   std::string abort_why;  // written before `aborted`
+
+  // The first rank to end with a failure, and its error (the others' errors follow from it).
+  void ended(int r, int code, const std::string& error) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (code != 0 && first_failed_ < 0) first_failed_ = r, first_error_ = error;
+  }
 
   std::string state(int r) {
     RankState& s = rank(r);
     const std::string who = "rank " + std::to_string(r);
+    const char* op = s.op.load();
     if (s.ended.load(std::memory_order_acquire)) {
       std::string e = who + " has ended (exit " + std::to_string(s.code) + ")";
-      return s.error.empty() ? e : e + ": " + s.error;
+      std::lock_guard<std::mutex> lk(mu_);
+      if (s.code == 0 || first_failed_ < 0) return e;
+      if (first_failed_ != r) return e + " after rank " + std::to_string(first_failed_) + " failed";
+      return e + ": " + (first_error_.size() > 400 ? first_error_.substr(0, 400) + "..." : first_error_);
     }
-    const char* op = s.op.load();
+    if (s.failing.load() && op != nullptr) return who + " failed in its " + op + " #" + std::to_string(s.seq.load()) + " too";
     Group* g = s.in_group.load();
     if (g != nullptr && op != nullptr)
       return who + " waits in " + op + " #" + std::to_string(s.seq.load()) + " of " + group_name(g->members, size_);
@@ -139,6 +153,8 @@ class SimWorld {
   std::mutex mu_;
   std::map<std::vector<int>, std::unique_ptr<Group>> groups_;
   std::vector<std::vector<Group*>> member_of_;
+  int first_failed_ = -1;
+  std::string first_error_;
 };
 
 namespace sim_detail {
@@ -363,6 +379,7 @@ class SimCommunicator : public Communicator {
   void withdraw() {
     group_->here[static_cast<size_t>(rank())] = 0;
     --group_->arrived;
+    sim_->rank(world_rank()).failing.store(true);
   }
 
   std::shared_ptr<SimWorld> sim_;
@@ -372,6 +389,12 @@ class SimCommunicator : public Communicator {
 
 void SimCommunicator::run(const Call& c) {
   RankState& me = sim_->rank(world_rank());
+  if (++me.collectives == sim_->fault.at && sim_->fault.rank == world_rank()) {
+    if (!sim_->fault.stall)
+      throw CommError("PARITY_SIM_FAULT: world rank " + std::to_string(world_rank()) + " fails at its collective #" +
+                      std::to_string(me.collectives));
+    for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // stuck in compute, never returns
+  }
   me.op.store(kind_name(c.kind));
   me.seq.store(sequence());
   me.in_group.store(group_);
@@ -452,6 +475,7 @@ std::unique_ptr<Communicator> make_sim_rank(const std::shared_ptr<SimWorld>& wor
 
 void sim_rank_ended(SimWorld& world, int rank, int code, const std::string& error) {
   sim_detail::RankState& s = world.rank(rank);
+  world.ended(rank, code, error);
   s.code = code;
   s.error = error;
   s.ended.store(true, std::memory_order_release);
@@ -467,5 +491,23 @@ void sim_abort(SimWorld& world, const std::string& why) {
 }
 
 std::string sim_rank_state(SimWorld& world, int rank) { return world.state(rank); }
+
+SimFault parse_sim_fault(const std::string& spec) {
+  SimFault f;
+  const size_t at = spec.find('@'), colon = spec.find(':');
+  const std::string kind = spec.substr(0, at);
+  const auto digits = [](const std::string& x) { return !x.empty() && x.size() < 10 &&
+                                                        x.find_first_not_of("0123456789") == std::string::npos; };
+  const std::string r = at == std::string::npos || colon == std::string::npos || colon < at
+                            ? "" : spec.substr(at + 1, colon - at - 1);
+  const std::string n = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if ((kind != "throw" && kind != "stall") || !digits(r) || !digits(n) || std::stoll(n) < 1)
+    throw ConfigError("PARITY_SIM_FAULT", "expected throw@RANK:N or stall@RANK:N (world rank RANK, at its N-th "
+                                          "collective, N >= 1), got '" + spec.substr(0, 64) + "'");
+  f.rank = std::stoi(r), f.at = std::stoull(n), f.stall = kind == "stall";
+  return f;
+}
+
+void set_sim_fault(SimWorld& world, const SimFault& f) { world.fault = f; }
 
 }  // namespace parity::comm

@@ -21,6 +21,7 @@
 // sim_abort() fails every waiting and every later collective (the launcher's deadline).
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,18 @@ std::unique_ptr<Communicator> make_sim_rank(const std::shared_ptr<SimWorld>& wor
 // The rank's thread is done: exit code and, for a failure, its error (named to the members that
 // wait for it). Every rank must call it once, whatever happened.
 void sim_rank_ended(SimWorld& world, int rank, int code, const std::string& error);
+
+// A fault to see the failures named (PARITY_SIM_FAULT, read by the launcher): world rank `rank`,
+// at its `at`-th collective (counted over all its groups, from 1), throws CommError (`stall`
+// false) or never returns from computing (`stall` true: a rank stuck outside any collective).
+struct SimFault {
+  int rank = -1;
+  uint64_t at = 0;
+  bool stall = false;
+};
+// "throw@R:N" or "stall@R:N"; ConfigError naming PARITY_SIM_FAULT otherwise.
+SimFault parse_sim_fault(const std::string& spec);
+void set_sim_fault(SimWorld& world, const SimFault& f);
 
 // Every collective waiting now, and every later one, throws CommError with `why`.
 void sim_abort(SimWorld& world, const std::string& why);

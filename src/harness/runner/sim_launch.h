@@ -27,7 +27,8 @@ struct SimLaunch {
 };
 
 // Refuses what a simulated world cannot do (ConfigError, exit 2): --nnodes, --log-dir, a CUDA
-// device, a comm bench, a world over comm::kMaxSimRanks.
+// device, a comm bench, a world over comm::kMaxSimRanks; and a malformed PARITY_SIM_FAULT
+// (throw@RANK:N, stall@RANK:N: comm/sim/sim_world.h SimFault).
 void check_sim_request(const RunRequest& r);
 
 // Runs the ranks and waits: 0 when every rank returned 0; else the first failing rank's code
