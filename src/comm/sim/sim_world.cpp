@@ -136,7 +136,8 @@ class SimWorld {
       if (first_failed_ != r) return e + " after rank " + std::to_string(first_failed_) + " failed";
       return e + ": " + (first_error_.size() > 400 ? first_error_.substr(0, 400) + "..." : first_error_);
     }
-    if (s.failing.load() && op != nullptr) return who + " failed in its " + op + " #" + std::to_string(s.seq.load()) + " too";
+    if (s.failing.load() && op != nullptr)
+      return who + " failed in its " + op + " #" + std::to_string(s.seq.load()) + " too";
     Group* g = s.in_group.load();
     if (g != nullptr && op != nullptr)
       return who + " waits in " + op + " #" + std::to_string(s.seq.load()) + " of " + group_name(g->members, size_);
@@ -248,25 +249,48 @@ bool overlaps(const void* a, int64_t na, const void* b, int64_t nb) {
   return na > 0 && nb > 0 && x < y + static_cast<uintptr_t>(nb) && y < x + static_cast<uintptr_t>(na);
 }
 
-// Byte moves: send[i][j] bytes from member i's input at sofs[i][j] to member j's output at
-// rofs[j][i]. An input that overlaps its own output is staged first.
-void move_bytes(const std::vector<Call>& cs, const std::vector<std::vector<int64_t>>& send,
-                const std::vector<std::vector<int64_t>>& sofs, const std::vector<std::vector<int64_t>>& rofs,
-                const std::vector<int64_t>& in_bytes, const std::vector<int64_t>& out_bytes) {
+// Bytes member i sends to member j, and where they start in i's input (alltoallv's order).
+int64_t sent(const Call& a, const std::vector<Call>& cs, size_t i, size_t j, int64_t es) {
+  switch (a.kind) {
+    case Kind::allgather: return a.n * es;
+    case Kind::allgatherv: return (*a.counts)[i] * es;
+    case Kind::alltoall: return a.n * es;
+    default: return (*cs[i].counts)[j] * es;
+  }
+}
+
+// The byte moves, receiver by receiver: member i's block for member j lands in j's output
+// after the blocks from members < i. O(W) offsets kept, never a W x W table (W may be 4096).
+// An input that overlaps its own output is staged first.
+void move_bytes(const std::vector<Call>& cs, int64_t es) {
+  const Call& a = cs[0];
   const size_t w = cs.size();
+  const bool gather = a.kind == Kind::allgather || a.kind == Kind::allgatherv;
+  std::vector<int64_t> so(w, 0);  // per sender: where its block for the current receiver starts
   std::vector<std::vector<char>> staged(w);
   std::vector<const char*> in(w);
   for (size_t i = 0; i < w; ++i) {
     in[i] = static_cast<const char*>(cs[i].in);
-    if (overlaps(cs[i].in, in_bytes[i], cs[i].out, out_bytes[i])) {
-      staged[i].assign(in[i], in[i] + in_bytes[i]);
+    int64_t in_b = 0, out_b = 0;
+    for (size_t j = 0; j < w; ++j) {
+      in_b += gather ? (j == 0 ? sent(a, cs, i, j, es) : 0) : sent(a, cs, i, j, es);
+      out_b += sent(a, cs, j, i, es);
+    }
+    if (overlaps(cs[i].in, in_b, cs[i].out, out_b)) {
+      staged[i].assign(in[i], in[i] + in_b);
       in[i] = staged[i].data();
     }
   }
-  for (size_t i = 0; i < w; ++i)
-    for (size_t j = 0; j < w; ++j)
-      if (send[i][j] > 0)
-        std::memmove(static_cast<char*>(cs[j].out) + rofs[j][i], in[i] + sofs[i][j], static_cast<size_t>(send[i][j]));
+  for (size_t j = 0; j < w; ++j) {
+    int64_t ro = 0;
+    for (size_t i = 0; i < w; ++i) {
+      const int64_t bytes = sent(a, cs, i, j, es);
+      if (bytes > 0)
+        std::memmove(static_cast<char*>(cs[j].out) + ro, in[i] + (gather ? 0 : so[i]), static_cast<size_t>(bytes));
+      ro += bytes;
+      so[i] += bytes;
+    }
+  }
 }
 
 void execute(std::vector<Call>& cs) {
@@ -286,30 +310,7 @@ void execute(std::vector<Call>& cs) {
       return;
     default: break;
   }
-  // The byte moves: every (sender, receiver) pair's bytes and offsets.
-  std::vector<std::vector<int64_t>> send(w, std::vector<int64_t>(w)), sofs = send, rofs = send;
-  std::vector<int64_t> in_b(w, 0), out_b(w, 0);
-  for (size_t i = 0; i < w; ++i)
-    for (size_t j = 0; j < w; ++j) {
-      int64_t bytes = 0, so = 0, ro = 0;
-      if (a.kind == Kind::allgather) {
-        bytes = a.n * es, so = 0, ro = static_cast<int64_t>(i) * a.n * es;
-      } else if (a.kind == Kind::allgatherv) {
-        bytes = (*a.counts)[i] * es, so = 0;
-        for (size_t k = 0; k < i; ++k) ro += (*a.counts)[k] * es;
-      } else if (a.kind == Kind::alltoall) {
-        bytes = a.n * es, so = static_cast<int64_t>(j) * a.n * es, ro = static_cast<int64_t>(i) * a.n * es;
-      } else {  // alltoallv
-        bytes = (*cs[i].counts)[j] * es;
-        for (size_t k = 0; k < j; ++k) so += (*cs[i].counts)[k] * es;
-        for (size_t k = 0; k < i; ++k) ro += (*cs[j].recv)[k] * es;
-      }
-      send[i][j] = bytes, sofs[i][j] = so, rofs[j][i] = ro;
-      in_b[i] += bytes, out_b[j] += bytes;
-    }
-  if (a.kind == Kind::allgather || a.kind == Kind::allgatherv)
-    for (size_t i = 0; i < w; ++i) in_b[i] = send[i][0];  // one block sent to every member
-  move_bytes(cs, send, sofs, rofs, in_b, out_b);
+  move_bytes(cs, es);
 }
 
 class SimCommunicator : public Communicator {

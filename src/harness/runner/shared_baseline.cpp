@@ -1,11 +1,15 @@
 #include "harness/runner/shared_baseline.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -72,6 +76,21 @@ struct Geometry {
 };
 
 std::atomic_ref<int64_t> ready_of(Header* h) { return std::atomic_ref<int64_t>(h->ready); }
+
+// Readers sleep on the low half of `ready` (a futex on the shared mapping: processes and the
+// threads of a simulated world alike) instead of polling it: W pollers every 20-200 us starved
+// the producer once W reached the hundreds (--backend sim). The producer wakes them at every
+// store; a 50 ms timeout keeps a lost wake-up harmless.
+static_assert(std::endian::native == std::endian::little, "the futex word is the low half of Header::ready");
+uint32_t* ready_word(Header* h) { return reinterpret_cast<uint32_t*>(&h->ready); }
+void publish(Header* h, int64_t v) {
+  ready_of(h).store(v, std::memory_order_release);
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+void wait_change(Header* h, int64_t seen) {
+  timespec ts{0, 50'000'000};
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
+}
 
 template <class T> void put(unsigned char*& at, const T* src, size_t count) {
   std::memcpy(at, src, count * sizeof(T));
@@ -206,7 +225,10 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
       if (r >= 0 && r >= h->steps && n > r)
         throw Error("the shared baseline has " + std::to_string(h->steps) + " steps, step " + std::to_string(n - 1) +
                     " was asked for");
-      ::usleep(spins < 100 ? 20 : 200);
+      if (spins < 10)
+        ::usleep(20);
+      else
+        wait_change(h, r);
     }
   }
   const unsigned char* block(int64_t t) const {
@@ -234,7 +256,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
     unsigned char* at = base + kHeader;
     put_tensors(at, run.model().params.tensors);
     put_bias(at, run.model().expert_bias, g);
-    ready_of(h).store(0, std::memory_order_release);
+    publish(h, 0);
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
       const std::vector<Tensor<T>> before = run.model().params.tensors;
       if (!s.trajectory) twin.start_from(before, run.model().expert_bias);  // step-local
@@ -259,12 +281,12 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
       put(at, r.noise.data(), kNoiseWidth);
-      ready_of(h).store(t + 1, std::memory_order_release);
+      publish(h, t + 1);
     }
   } catch (const std::exception& e) {
     std::strncpy(h->error, e.what(), kErrorBytes - 1);
     h->error_code = exit_code::of(e);
-    ready_of(h).store(kFailed, std::memory_order_release);
+    publish(h, kFailed);
   }
 }
 

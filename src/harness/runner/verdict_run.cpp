@@ -433,11 +433,24 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += seconds_since(t0);
   t0 = Clock::now();
-  std::vector<double> all(mine.size() * static_cast<size_t>(world_.size()));
-  world_.allgather(std::span<const double>(mine), std::span<double>(all));  // the step's one reduction
+  // The step's one reduction: every rank's sums on every rank (the rows are folded everywhere), or,
+  // in a simulated world, on rank 0 alone (an alltoallv to rank 0): there W ranks share one
+  // process, and W copies of W ranks' sums would be the world's largest allocation. The
+  // verdict is rank 0's either way (it prints the table and writes the report).
+  const bool root_only = world_.backend() == comm::Backend::sim && world_.size() > 1;
+  const size_t w = static_cast<size_t>(world_.size());
+  std::vector<double> all(root_only && rank_ != 0 ? 0 : mine.size() * w);
+  if (root_only) {
+    std::vector<int64_t> send(w, 0), recv(w, rank_ == 0 ? static_cast<int64_t>(mine.size()) : 0);
+    send[0] = static_cast<int64_t>(mine.size());
+    world_.alltoallv(std::span<const double>(mine), std::span<const int64_t>(send), std::span<double>(all),
+                     std::span<const int64_t>(recv));
+  } else {
+    world_.allgather(std::span<const double>(mine), std::span<double>(all));
+  }
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
-  fold(t, b, all, rep);
+  if (!root_only || rank_ == 0) fold(t, b, all, rep);
   if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
 }
