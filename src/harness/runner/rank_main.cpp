@@ -56,6 +56,10 @@ struct RankSide {
 };
 
 RankSide process_side(const RunRequest& r, const std::string& source) {
+  if (r.backend() == comm::Backend::sim)
+    throw ConfigError("--backend", "sim: its ranks are threads that `parity run --backend sim` starts itself; a rank "
+                                   "process (parity rank, --as-rank under mpirun, srun or torchrun) needs gloo, mpi "
+                                   "or nccl");
   const comm::RankEnv env = rank_env(r, source);
   RankSide side;
   side.join = [env] { return comm::make_world_communicator(env); };
