@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/resources.h"
 #include "harness/runner/rank_main.h"
 
@@ -30,6 +31,7 @@ constexpr size_t kSimStackBytes = size_t{2} << 20;
 struct SimEnds {
   std::mutex mu;
   std::condition_variable cv;
+  int go = 0;  // the start latch: 1 run, -1 a rank's thread could not be created (every thread returns at once)
   int ended = 0;
   int first_failed = -1, first_code = 0;
   SimClock::time_point first_at;
@@ -82,14 +84,28 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
   for (int rank = 0; rank < w; ++rank) {
     auto arg = std::make_unique<SimThreadArg>();
     arg->body = [&r, &how, world, ends, rank] {
-      SimRankSide side;
-      side.rank = rank;
-      side.join = [world, rank] { return comm::make_sim_rank(world, rank); };
-      side.startup_s = how.t0_s > 0 ? static_cast<double>(unix_ns()) * 1e-9 - how.t0_s : 0.0;
-      side.baseline_file = how.baseline_file;
+      {  // no rank starts before every thread exists (or the world is given up)
+        std::unique_lock<std::mutex> lk(ends->mu);
+        ends->cv.wait(lk, [&] { return ends->go != 0; });
+        if (ends->go < 0) return;
+      }
       std::string error;
-      const int code = run_sim_rank(r, side, error);
-      comm::sim_rank_ended(*world, rank, code, error);
+      int code = exit_code::infrastructure;
+      try {  // out of memory may strike in the error path itself: the thread must still end as a rank
+        SimRankSide side;
+        side.rank = rank;
+        side.join = [world, rank] { return comm::make_sim_rank(world, rank); };
+        side.startup_s = how.t0_s > 0 ? static_cast<double>(unix_ns()) * 1e-9 - how.t0_s : 0.0;
+        side.baseline_file = how.baseline_file;
+        code = run_sim_rank(r, side, error);
+      } catch (...) {
+        code = exit_code::infrastructure;
+      }
+      try {
+        comm::sim_rank_ended(*world, rank, code, error);
+      } catch (...) {
+        comm::sim_rank_ended(*world, rank, code, std::string());
+      }
       std::lock_guard<std::mutex> lk(ends->mu);
       ++ends->ended;
       ends->done[static_cast<size_t>(rank)] = 1;
@@ -101,7 +117,11 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
     const int e = pthread_create(&t, &attr, sim_thread_main, arg.get());
     if (e != 0) {
       pthread_attr_destroy(&attr);
-      comm::sim_abort(*world, "the simulated world could not start all its ranks");
+      {
+        std::lock_guard<std::mutex> lk(ends->mu);
+        ends->go = -1;
+      }
+      ends->cv.notify_all();
       for (pthread_t u : threads) pthread_join(u, nullptr);
       throw IoError("--backend sim: cannot start rank " + std::to_string(rank) + " of " + std::to_string(w) +
                     " as a thread: " + describe_errno(e) +
@@ -111,6 +131,11 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
     threads.push_back(t);
   }
   pthread_attr_destroy(&attr);
+  {
+    std::lock_guard<std::mutex> lk(ends->mu);
+    ends->go = 1;
+  }
+  ends->cv.notify_all();
   if (how.after_start) how.after_start();
   const auto start = SimClock::now();
   bool deadline_passed = false, aborted = false;
