@@ -38,11 +38,14 @@ BaselinePlace baseline_place();
 template <class T> class BaselineSource {
  public:
   virtual ~BaselineSource() = default;
-  // Step t's record, gradients included; t must follow the previous call (or skip_to).
-  virtual StepRecord<T> step(int64_t t) = 0;
+  // Step t's record, gradients included; t must follow the previous call (or skip_to). Shared,
+  // read-only: the ranks of a simulated world reading one file share one copy per step.
+  virtual std::shared_ptr<const StepRecord<T>> step(int64_t t) = 0;
   // The parameters and expert biases after the last step() (before step 0 at first).
   virtual const std::vector<Tensor<T>>& params() = 0;
   virtual const std::vector<Buffer<T>>& expert_bias() = 0;
+  // params() kept alive past the next step (shared where the source shares its state, else a copy).
+  virtual std::shared_ptr<const std::vector<Tensor<T>>> params_handle() = 0;
   // Makes step t the next one (a resumed run: the steps before are not compared).
   virtual void skip_to(int64_t t) = 0;
   virtual bool shared() const = 0;

@@ -103,7 +103,8 @@ template <class T> class Runner {
   // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
   // ratio of a param row is taken on the update, after - before, where a 2x gradient under
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
-  std::vector<Tensor<T>> before_local_, before_base_;
+  std::vector<Tensor<T>> before_local_;
+  std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
   verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
   bool keyed_ = false;
   void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
@@ -356,9 +357,9 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
   std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
   const auto& ref_after = base_->params();
   std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
-  for (size_t q = 0; q < ref_after.size() && q < before_base_.size(); ++q)
+  for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
     for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
-      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>(before_base_[q].ptr()[j]);
+      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>((*before_base_)[q].ptr()[j]);
       usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
     }
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
@@ -367,7 +368,7 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
     const size_t g = group_of_param_[q];
     NormSums& s = u[g];
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
-    const T *r1 = ref_after[q].ptr(), *r0 = before_base_[q].ptr();
+    const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
     const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
     for (size_t i = 0; i < idx_[q].size(); ++i) {
       const auto j = idx_[q][i];
@@ -399,11 +400,12 @@ std::vector<std::array<double, 3>> Runner<T>::update_ratios(const std::vector<do
 }
 
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
-  before_base_ = base_->params();
+  before_base_ = base_->params_handle();
   before_local_.clear();
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
-  StepRecord<T> b = base_->step(t);
+  const std::shared_ptr<const StepRecord<T>> record = base_->step(t);
+  const StepRecord<T>& b = *record;
   require_finite_baseline(b, b.grads->specs, base_->params());  // exit 4 on every rank alike
   time_.baseline += seconds_since(t0);
   set_bounds(b.noise);
