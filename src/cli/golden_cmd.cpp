@@ -22,7 +22,7 @@ namespace {
 
 void add_common(CLI::App* sub, GoldenOptions& o) {
   sub->add_option("scenarios", o.scenarios, "Scenario JSON files")->required();
-  sub->add_option("--backend", o.backend, "Override the layout's backend (gloo, mpi, nccl) for the run")
+  sub->add_option("--backend", o.backend, "Override the layout's backend (gloo, mpi, nccl, sim) for the run")
       ->check(backend_choice());
   sub->add_option("--golden-dir", o.dir, "Golden files' directory (default: ../golden next to the scenario)");
   sub->add_option("--timeout", o.timeout_s, "Per-collective timeout in seconds")->capture_default_str();

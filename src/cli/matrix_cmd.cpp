@@ -33,7 +33,8 @@ Command add_matrix_command(CLI::App& app) {
                   "Keep every report (NAME.report.json) and log (NAME.log, NAME.golden.log) in DIR (default: a "
                   "temporary directory, removed when everything passes and no --summary links it)");
   sub->add_option("--backend", o->backend,
-                  "Override every layout's backend in the runs: gloo, mpi or nccl (golden checks: --golden-backend)")
+                  "Override every layout's backend in the runs: gloo, mpi, nccl or sim "
+                  "(golden checks: --golden-backend)")
       ->check(backend_choice());
   sub->add_option("--precision,--dtype", o->dtype,
                   "Override every scenario's precision policy in the runs: fp64, fp32, bf16 or bf16-reduce-bf16")

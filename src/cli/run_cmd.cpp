@@ -64,7 +64,8 @@ Command add_run_command(CLI::App& app) {
                   "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
                   "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name")
       ->check(precision_choice());
-  sub->add_option("--backend", o->over.backend, "Override the layout's backend: gloo, mpi or nccl")
+  sub->add_option("--backend", o->over.backend,
+                  "Override the layout's backend: gloo, mpi, nccl or sim (every rank a thread of this process)")
       ->check(backend_choice());
   sub->add_option("--device", o->over.device,
                   "Override the layout's device: cpu or cuda (the baseline and every rank on the GPU; ranks share\n"

@@ -27,7 +27,8 @@ bool is_parity_subcommand(const std::string& name) {
   return false;
 }
 
-CLI::Validator backend_choice() { return CLI::IsMember({"gloo", "mpi", "nccl"}); }
+CLI::Validator backend_choice() { return CLI::IsMember({"gloo", "mpi", "nccl", "sim"}); }
+CLI::Validator process_backend_choice() { return CLI::IsMember({"gloo", "mpi", "nccl"}); }
 CLI::Validator device_choice() { return CLI::IsMember({"cpu", "cuda", "gpu"}); }
 
 CLI::Validator precision_choice() {
@@ -48,7 +49,7 @@ CLI::Validator steps_choice() { return integer_in(1, kMaxSteps); }
 void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s) {
   sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(positive_integer());
   sub.add_option("--backend", backend, "gloo, mpi or nccl")
-      ->check(backend_choice())
+      ->check(process_backend_choice())
       ->capture_default_str();
   sub.add_option("--timeout", timeout_s, "Per-collective timeout in seconds")
       ->check(positive_seconds())

@@ -27,7 +27,8 @@ void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& b
 void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s);
 // The names --backend and --device take, checked when the command line is parsed (exit 2, the
 // option named): the layout's enums (mesh/layout_config.h) are parsed from them at the edge.
-CLI::Validator backend_choice();  // gloo, mpi, nccl
+CLI::Validator backend_choice();  // gloo, mpi, nccl, sim (threads of this process: comm/sim/sim_world.h)
+CLI::Validator process_backend_choice();  // gloo, mpi, nccl: a rank per process (`parity launch`)
 CLI::Validator device_choice();     // cpu, cuda (gpu: cuda's other name)
 CLI::Validator precision_choice();  // fp64, fp32, bf16, bf16-reduce-bf16 (an empty name refused)
 CLI::Validator steps_choice();      // [1, kMaxSteps] (harness/scenario/scenario.h)

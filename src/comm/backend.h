@@ -5,9 +5,10 @@
 
 namespace parity::comm {
 
-enum class Backend { gloo, mpi, nccl };
+// sim: every rank a thread of one process (comm/sim/sim_world.h), started by `parity run` itself.
+enum class Backend { gloo, mpi, nccl, sim };
 
-std::string_view backend_name(Backend b);   // "gloo", "mpi", "nccl"
+std::string_view backend_name(Backend b);   // "gloo", "mpi", "nccl", "sim"
 Backend parse_backend(std::string_view s);  // throws ConfigError on an unknown name
 
 // A pointer for a transport call on a buffer of zero elements (Gloo and MPI refuse null ones).

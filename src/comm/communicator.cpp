@@ -31,6 +31,7 @@ std::string_view backend_name(Backend b) {
     case Backend::gloo: return "gloo";
     case Backend::mpi: return "mpi";
     case Backend::nccl: return "nccl";
+    case Backend::sim: return "sim";
   }
   return "?";
 }
@@ -39,7 +40,8 @@ Backend parse_backend(std::string_view s) {
   if (s == "gloo") return Backend::gloo;
   if (s == "mpi") return Backend::mpi;
   if (s == "nccl") return Backend::nccl;
-  throw ConfigError("backend", "unknown backend '" + std::string(s) + "' (expected gloo, mpi or nccl)");
+  if (s == "sim") return Backend::sim;
+  throw ConfigError("backend", "unknown backend '" + std::string(s) + "' (expected gloo, mpi, nccl or sim)");
 }
 
 std::string_view reduce_op_name(ReduceOp op) {

@@ -330,9 +330,20 @@ RankEnv read_rank_env(std::optional<Backend> backend) {
   }, backend);
 }
 
-std::string rank_label() { return first_set({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}).value_or("?"); }
+namespace {
+thread_local int thread_rank = -1;  // >= 0: this thread is that rank of a simulated world
+}  // namespace
+
+ThreadRank::ThreadRank(int rank) { thread_rank = rank; }
+ThreadRank::~ThreadRank() { thread_rank = -1; }
+
+std::string rank_label() {
+  if (thread_rank >= 0) return std::to_string(thread_rank);
+  return first_set({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}).value_or("?");
+}
 
 int local_rank_or(int fallback) {
+  if (thread_rank >= 0) return thread_rank;
   const auto v = first_set({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"});
   return v ? std::atoi(v->c_str()) : fallback;
 }

@@ -71,8 +71,19 @@ RankEnv read_rank_env(std::optional<Backend> backend = std::nullopt);  // this p
 // to label an error with ("?" when none is set: RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, in
 // read_rank_env's order), and the local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK,
 // SLURM_LOCALID; `fallback` when none is set).
+// In a thread that is a rank of a simulated world (ThreadRank below), both answer that rank.
 std::string rank_label();
 int local_rank_or(int fallback);
+
+// This thread is rank `rank` of a simulated world (--backend sim) while the object lives: the
+// environment's rank variables (the process's, shared by every thread) are not read for it.
+class ThreadRank {
+ public:
+  explicit ThreadRank(int rank);
+  ~ThreadRank();
+  ThreadRank(const ThreadRank&) = delete;
+  ThreadRank& operator=(const ThreadRank&) = delete;
+};
 
 // Slurm's compressed host lists: "node[1-3,5]" -> node1 node2 node3 node5, "gpu[08-10]" ->
 // gpu08 gpu09 gpu10 (zero padding kept), "a,b[1-2],c" and "r[1-2]-n[1-2]" (every

@@ -134,6 +134,10 @@ std::unique_ptr<Communicator> make_world_communicator(const RankEnv& env) {
 #else
       throw ConfigError("PARITY_BACKEND", "nccl: this build has no CUDA/NCCL (configure found none)");
 #endif
+    case Backend::sim:
+      throw ConfigError("PARITY_BACKEND", "sim: its ranks are threads that `parity run --backend sim` starts itself; "
+                                          "a rank process (launch, mpirun, srun, torchrun, --as-rank) needs gloo, mpi "
+                                          "or nccl");
   }
   throw ConfigError("PARITY_BACKEND", "unknown backend");
 }

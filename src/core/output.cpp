@@ -51,7 +51,7 @@ std::string head(const std::string& path, size_t n) {
 }
 
 std::string unique_suffix() {
-  static std::random_device rd;
+  thread_local std::random_device rd;  // per thread: the ranks of --backend sim call this at once
   char buf[40];
   std::snprintf(buf, sizeof buf, "%d-%08x", static_cast<int>(::getpid()), static_cast<unsigned>(rd()));
   return buf;

@@ -83,8 +83,8 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   r.read_enum("recompute", l.recompute, {"none", "full", "attention", "mlp"},
               {Recompute::none, Recompute::full, Recompute::attention, Recompute::mlp});
   if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
-  r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
-              {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
+  r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl", "sim"},
+              {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl, comm::Backend::sim});
   r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
   const std::vector<std::string> modes = {"fsdp", "ddp", "zero1", "zero2"};
   const std::vector<DpSharding> values = {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2};

@@ -9,7 +9,7 @@
 namespace parity {
 
 DispatchStats& dispatch_stats() {
-  static DispatchStats s;
+  thread_local DispatchStats s;  // per thread: a rank of a simulated world (--backend sim) is one
   return s;
 }
 

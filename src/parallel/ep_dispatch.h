@@ -49,7 +49,7 @@ struct DispatchStats {
   int64_t rows_moved = 0, rows_floor = 0, calls = 0;
   double seconds = 0;
 };
-DispatchStats& dispatch_stats();  // this process's counters
+DispatchStats& dispatch_stats();  // this rank's counters (per thread)
 
 // x (n, D), chosen (n, K) -> cache.y (n*K, D).
 template <class T>

@@ -175,10 +175,12 @@ template <class T> std::vector<Tensor<T>> gather_all(const std::vector<const Sha
   g.allgatherv(std::span<const T>(mine), std::span<T>(all), std::span<const int64_t>(counts));
   std::vector<Buffer<T>> packed;  // each parameter's pieces, piece after piece
   for (const auto* p : ps) packed.emplace_back(static_cast<size_t>(numel(p->mp_shape())));
+  std::vector<std::vector<int64_t>> offs;  // once per parameter, not once per (rank, parameter): O(n), not O(n^2)
+  for (const auto* p : ps) offs.push_back(piece_offsets(*p));
   int64_t at = 0;  // rank i's block: every parameter's piece i in order
   for (size_t i = 0; i < n; ++i)
     for (size_t q = 0; q < ps.size(); ++q) {
-      const auto off = piece_offsets(*ps[q]);
+      const auto& off = offs[q];
       std::copy_n(all.begin() + at, off[i + 1] - off[i], packed[q].begin() + off[i]);
       at += off[i + 1] - off[i];
     }
@@ -198,10 +200,12 @@ std::vector<Tensor<T>> reduce_all(const std::vector<const ShardedParam<T>*>& ps,
   std::vector<Buffer<T>> packed;  // each gradient's pieces, piece after piece
   for (size_t q = 0; q < ps.size(); ++q)
     packed.push_back(ps[q]->pieces_consecutive() ? Buffer<T>() : ps[q]->pack(*grads[q]));
+  std::vector<std::vector<int64_t>> offs;
+  for (const auto* p : ps) offs.push_back(piece_offsets(*p));
   Buffer<T> blocks;  // rank-major: block i = every parameter's piece i
   for (size_t i = 0; i < n; ++i)
     for (size_t q = 0; q < ps.size(); ++q) {
-      const auto off = piece_offsets(*ps[q]);
+      const auto& off = offs[q];
       const Buffer<T>& gq = ps[q]->pieces_consecutive() ? grads[q]->data : packed[q];
       blocks.insert(blocks.end(), gq.begin() + off[i], gq.begin() + off[i + 1]);
       counts[i] += off[i + 1] - off[i];

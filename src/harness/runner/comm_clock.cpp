@@ -100,15 +100,15 @@ std::unique_ptr<comm::Communicator> timed_communicator(comm::Communicator& inner
 
 // Rank 0's timings and, per field, the slowest rank's (comm_clock.h).
 void gather_timings(comm::Communicator& world, const Timings& mine, VerdictReport& rep) {
+  // rank 0's own (broadcast) and the largest over the ranks (an exact max): two small
+  // collectives, not a copy of every rank's timings on every rank (W x W in a simulated world).
   std::vector<double> v{mine.startup,  mine.rendezvous,   mine.setup,       mine.baseline, mine.parallel,
                         mine.layout_comm, mine.layout_comm_calls, mine.compare, mine.compare_comm};
-  std::vector<double> all(v.size() * static_cast<size_t>(world.size()));
-  world.allgather(std::span<const double>(v), std::span<double>(all));
   auto to = [](const double* x) { return Timings{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8]}; };
-  rep.rank0 = to(all.data());
-  std::vector<double> mx(v.size(), 0);
-  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r)
-    for (size_t i = 0; i < v.size(); ++i) mx[i] = std::max(mx[i], all[r * v.size() + i]);
+  std::vector<double> mx = v, r0 = v;
+  world.allreduce(std::span<double>(mx), comm::ReduceOp::max);
+  world.broadcast(std::span<double>(r0), 0);
+  rep.rank0 = to(r0.data());
   rep.slowest = to(mx.data());
 }
 

@@ -21,6 +21,7 @@
 #include "core/text.h"
 #include "harness/runner/rank_main.h"
 #include "harness/runner/shared_baseline.h"
+#include "harness/runner/sim_launch.h"
 #include "harness/runner/verdict_run.h"
 
 namespace parity {
@@ -112,13 +113,16 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   if (r.scenario)
     require_device(device, "layout.device cuda" +
                                std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
+  const bool sim = lo.backend == comm::Backend::sim;
+  if (sim) check_sim_request(r);
   if (checks) checks();
   const RequestFile file(r, r.log_dir);
   // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
   std::optional<BaselineProducer> baseline;
-  if (verdict && baseline_place() == BaselinePlace::once_per_host) {
+  // A simulated world always shares it: its ranks are threads of this process.
+  if (verdict && (sim || baseline_place() == BaselinePlace::once_per_host)) {
     use_device(device);
     baseline.emplace(*r.scenario, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
     lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
@@ -129,13 +133,25 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   std::vector<std::string> command = how.self;
   command.insert(command.end(), {"rank", file.path()});
   std::fflush(stdout);
-  const int rc = comm::launch_main(lo, command);
+  int rc = 0;
+  if (sim) {
+    SimLaunch sl;
+    sl.timeout = lo.timeout, sl.deadline = lo.deadline;
+    if (r.rank_timeout_s > 0) sl.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.rank_timeout_s * 1000));
+    sl.baseline_file = baseline ? baseline->path() : "";
+    if (baseline) sl.after_start = [&baseline] { baseline->start(); };
+    sl.t0_s = static_cast<double>(t0) * 1e-9;
+    rc = launch_sim(r, sl);
+  } else {
+    rc = comm::launch_main(lo, command);
+  }
   if (baseline) baseline->stop();
   if (!verdict) return rc;
   const std::string ranks = lo.nnodes > 1 ? std::to_string(lo.nproc) + " of " + std::to_string(world) +
                                                 " ranks on this host"
                                           : std::to_string(lo.nproc) + " ranks";
   const std::string started = lo.backend == comm::Backend::mpi ? "started by mpirun"
+                              : sim                            ? "as threads of one process (sim)"
                               : by_fork                        ? "started by fork"
                                                                : "started by exec";
   std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",

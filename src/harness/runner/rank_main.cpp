@@ -45,19 +45,41 @@ comm::RankEnv rank_env(const RunRequest& r, const std::string& source) {
   return env;
 }
 
-int verdict_job(const RunRequest& r, const std::string& source) {
-  const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
-  const double startup = t0 != nullptr ? static_cast<double>(unix_ns() - std::atoll(t0)) * 1e-9 : 0.0;
-  const Scenario& s = *r.scenario;
+// How this rank joins its world: the environment's (a rank process) or a simulated world's
+// (a thread of `parity run --backend sim`, comm/sim/sim_world.h).
+struct RankSide {
+  std::function<std::unique_ptr<comm::Communicator>()> join;
+  int local_rank = 0;
+  double startup_s = 0;
+  std::string baseline_file;  // empty: PARITY_BASELINE_FILE
+  bool process = true;        // false: a thread (no device to choose: sim runs on the CPU)
+};
+
+RankSide process_side(const RunRequest& r, const std::string& source) {
+  if (r.backend() == comm::Backend::sim)
+    throw ConfigError("--backend", "sim: its ranks are threads that `parity run --backend sim` starts itself; a rank "
+                                   "process (parity rank, --as-rank under mpirun, srun or torchrun) needs gloo, mpi "
+                                   "or nccl");
   const comm::RankEnv env = rank_env(r, source);
-  use_device(s.layout.device, env.local_rank);
+  RankSide side;
+  side.join = [env] { return comm::make_world_communicator(env); };
+  side.local_rank = env.local_rank;
+  const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
+  side.startup_s = t0 != nullptr ? static_cast<double>(unix_ns() - std::atoll(t0)) * 1e-9 : 0.0;
+  return side;
+}
+
+int verdict_job(const RunRequest& r, const RankSide& side) {
+  const Scenario& s = *r.scenario;
+  if (side.process) use_device(s.layout.device, side.local_rank);
   const auto r0 = std::chrono::steady_clock::now();
-  auto world = comm::make_world_communicator(env);
+  auto world = side.join();
   VerdictOptions vo;
   vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
-  vo.startup_s = startup;
+  vo.startup_s = side.startup_s;
   vo.fault = fault_from_env();
   vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume;
+  vo.baseline_file = side.baseline_file;
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
                                             " ranks but this run has " + std::to_string(world->size()));
@@ -71,20 +93,39 @@ int verdict_job(const RunRequest& r, const std::string& source) {
   return rep.exit_code();
 }
 
-int curves_job(const RunRequest& r, const std::string& source) {
+int curves_job(const RunRequest& r, const RankSide& side) {
   const Scenario& s = *r.scenario;
-  const comm::RankEnv env = rank_env(r, source);
-  use_device(s.layout.device, env.local_rank);
-  auto world = comm::make_world_communicator(env);
+  if (side.process) use_device(s.layout.device, side.local_rank);
+  auto world = side.join();
   const Curves c = layout_curves(s, *world);
   if (world->rank() == 0) write_json_file(r.out, curves_to_json(c), -1, "curves");
   return 0;
 }
 
-int comm_bench_job(const RunRequest& r, const std::string& source) {
-  auto world = comm::make_world_communicator(rank_env(r, source));
+int comm_bench_job(const RunRequest& r, const RankSide& side) {
+  auto world = side.join();
   const int64_t wrong = comm::run_comm_bench(*world, r.bench, std::cout);
   return wrong == 0 ? 0 : 1;
+}
+
+int run_job(const RunRequest& r, const RankSide& side) {
+  switch (r.job) {
+    case RankJob::verdict: return verdict_job(r, side);
+    case RankJob::curves: return curves_job(r, side);
+    case RankJob::comm_bench: return comm_bench_job(r, side);
+  }
+  return exit_code::bad_input;
+}
+
+// The rank's error, printed once and mapped to its exit code (`error`: the message, for a simulated world).
+int rank_failed(const std::exception& e, const std::string& rank, std::string* error) {
+  const int code = exit_code::of(e);
+  if (error != nullptr) *error = printable_lines(e.what());
+  // every rank runs the same baseline and diverges alike: rank 0 says it once
+  if (code == exit_code::diverged && rank != "?" && rank != "0") return code;
+  std::fprintf(stderr, "parity: rank %s: %s: %s\n", rank.c_str(),
+               code == exit_code::diverged ? "baseline diverged" : "error", printable_lines(e.what()).c_str());
+  return code;
 }
 
 }  // namespace
@@ -93,19 +134,24 @@ int run_rank(const std::function<RunRequest()>& request, const std::string& sour
   const std::string rank = comm::rank_label();
   try {
     const RunRequest r = request();
-    switch (r.job) {
-      case RankJob::verdict: return verdict_job(r, source);
-      case RankJob::curves: return curves_job(r, source);
-      case RankJob::comm_bench: return comm_bench_job(r, source);
-    }
-    return exit_code::bad_input;
+    return run_job(r, process_side(r, source));
   } catch (const std::exception& e) {
-    const int code = exit_code::of(e);
-    // every rank runs the same baseline and diverges alike: rank 0 says it once
-    if (code == exit_code::diverged && rank != "?" && rank != "0") return code;
-    std::fprintf(stderr, "parity: rank %s: %s: %s\n", rank.c_str(),
-                 code == exit_code::diverged ? "baseline diverged" : "error", printable_lines(e.what()).c_str());
-    return code;
+    return rank_failed(e, rank, nullptr);
+  }
+}
+
+int run_sim_rank(const RunRequest& r, const SimRankSide& sim, std::string& error) {
+  const comm::ThreadRank here(sim.rank);
+  try {
+    RankSide side;
+    side.join = sim.join;
+    side.local_rank = sim.rank;
+    side.startup_s = sim.startup_s;
+    side.baseline_file = sim.baseline_file;
+    side.process = false;
+    return run_job(r, side);
+  } catch (const std::exception& e) {
+    return rank_failed(e, std::to_string(sim.rank), &error);
   }
 }
 

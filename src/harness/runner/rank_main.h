@@ -6,9 +6,11 @@
 // ("parity: rank R: error: ..."), and mapped to the one exit-code table (core/exit_codes.h).
 #pragma once
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "comm/communicator.h"
 #include "harness/runner/run_request.h"
 #include "harness/verdict/verdict.h"
 
@@ -17,6 +19,18 @@ namespace parity {
 // `request` reads or builds the request (its errors are the rank's too); `source` names it
 // in messages (the file, or the scenario of `parity run --as-rank`).
 int run_rank(const std::function<RunRequest()>& request, const std::string& source);
+
+// A rank of a simulated world (--backend sim, sim_launch.h): run in its own thread, it joins
+// through `join` (comm/sim/sim_world.h) instead of the environment, and reads the shared baseline
+// from `baseline_file`. The same jobs, messages and exit codes as run_rank; `error` gets the
+// message of a failure (named to the ranks waiting for this one).
+struct SimRankSide {
+  int rank = 0;
+  std::function<std::unique_ptr<comm::Communicator>()> join;
+  double startup_s = 0;
+  std::string baseline_file;
+};
+int run_sim_rank(const RunRequest& r, const SimRankSide& sim, std::string& error);
 
 // The fault named by the environment variable PARITY_FAULT, if set and non-empty (parse_fault:
 // ConfigError on a malformed spec).

@@ -1,11 +1,19 @@
 #include "harness/runner/shared_baseline.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
+#include <memory>
+#include <map>
+#include <functional>
+#include <bit>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +22,7 @@
 #include <system_error>
 
 #include "comm/launch.h"
+#include "comm/sim/sim_world.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/resources.h"
@@ -31,10 +40,11 @@ BaselinePlace baseline_place() {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
-constexpr size_t kHeader = 8192, kKeyBytes = 256, kErrorBytes = 2048;
+constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a file: one host's, or a simulated world's
+static_assert(kMaxConsumers >= comm::kMaxRanksPerHost);
+constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
 constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank
-constexpr int kMaxConsumers = comm::kMaxRanksPerHost;  // ranks on one host that can share a file
 
 struct Header {
   char magic[8];
@@ -70,6 +80,21 @@ struct Geometry {
 };
 
 std::atomic_ref<int64_t> ready_of(Header* h) { return std::atomic_ref<int64_t>(h->ready); }
+
+// Readers sleep on the low half of `ready` (a futex on the shared mapping: processes and the
+// threads of a simulated world alike) instead of polling it: W pollers every 20-200 us starved
+// the producer once W reached the hundreds (--backend sim). The producer wakes them at every
+// store; a 50 ms timeout keeps a lost wake-up harmless.
+static_assert(std::endian::native == std::endian::little, "the futex word is the low half of Header::ready");
+uint32_t* ready_word(Header* h) { return reinterpret_cast<uint32_t*>(&h->ready); }
+void publish(Header* h, int64_t v) {
+  ready_of(h).store(v, std::memory_order_release);
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+void wait_change(Header* h, int64_t seen) {
+  timespec ts{0, 50'000'000};
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
+}
 
 template <class T> void put(unsigned char*& at, const T* src, size_t count) {
   std::memcpy(at, src, count * sizeof(T));
@@ -118,14 +143,17 @@ template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, con
 template <class T> class LocalBaseline final : public BaselineSource<T> {
  public:
   explicit LocalBaseline(const Scenario& s) : run_(s), twin_(s) {}
-  StepRecord<T> step(int64_t t) override {
+  std::shared_ptr<const StepRecord<T>> step(int64_t t) override {
     const std::vector<Tensor<T>> before = run_.model().params.tensors;
     if (!run_.scenario().trajectory) twin_.start_from(before, run_.model().expert_bias);  // step-local
     StepRecord<T> r = run_.step(t, KeepGrads::yes);
     r.noise = twin_.step(t, r, before, run_.model().params.tensors, run_.model().expert_bias);
-    return r;
+    return std::make_shared<const StepRecord<T>>(std::move(r));
   }
   const std::vector<Tensor<T>>& params() override { return run_.model().params.tensors; }
+  std::shared_ptr<const std::vector<Tensor<T>>> params_handle() override {
+    return std::make_shared<const std::vector<Tensor<T>>>(run_.model().params.tensors);  // a copy: it trains on
+  }
   const std::vector<Buffer<T>>& expert_bias() override { return run_.model().expert_bias; }
   void skip_to(int64_t t) override {
     for (int64_t i = 0; i < t; ++i) (void)run_.step(i), twin_.skip(i);  // replayed, not compared
@@ -138,53 +166,68 @@ template <class T> class LocalBaseline final : public BaselineSource<T> {
 };
 
 // ---- the host's shared file ----
+// What a reader decodes from the file: the parameters and expert biases after a step, and the
+// step's record. The threads of a simulated world (--backend sim) read the same file: they share
+// one decoded copy per step (DecodeCache) instead of each holding the whole model's gradients and
+// parameters and the whole batch's routing (what grew a 1024-rank world by gigabytes).
+template <class T> struct BaselineState {
+  std::vector<Tensor<T>> params;
+  std::vector<Buffer<T>> bias;
+};
+template <class T> struct DecodedStep {
+  std::shared_ptr<const StepRecord<T>> rec;  // null for the state alone (the initial one, skip_to)
+  std::shared_ptr<const BaselineState<T>> state;
+};
+
+// One decoded copy per (file, step) in this process, while some reader holds it.
+template <class T>
+DecodedStep<T> decode_once(const std::string& file, int64_t t, bool need_rec,
+                           const std::function<DecodedStep<T>()>& decode) {
+  using Entry = std::pair<std::weak_ptr<const StepRecord<T>>, std::weak_ptr<const BaselineState<T>>>;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int64_t>, Entry> cache;
+  std::lock_guard<std::mutex> lk(mu);  // the first reader decodes; the others would wait for it anyway
+  Entry& e = cache[{file, t}];
+  DecodedStep<T> d{e.first.lock(), e.second.lock()};
+  if (d.state && (d.rec || !need_rec)) return d;
+  d = decode();
+  e = {d.rec, d.state};
+  for (auto it = cache.begin(); it != cache.end();)
+    it = it->second.second.expired() ? cache.erase(it) : std::next(it);
+  return d;
+}
+
 template <class T> class SharedBaseline final : public BaselineSource<T> {
  public:
-  SharedBaseline(const Scenario& s, const unsigned char* base, size_t bytes, int slot)
-      : g_(s, sizeof(T)), base_(base), bytes_(bytes), slot_(slot) {
+  SharedBaseline(const Scenario& s, const unsigned char* base, size_t bytes, int slot, std::string file)
+      : g_(s, sizeof(T)), base_(base), bytes_(bytes), slot_(slot), file_(std::move(file)) {
     wait_for(0);
-    const unsigned char* at = base_ + kHeader;
-    params_ = get_tensors<T>(at, g_.specs);
-    bias_ = get_bias<T>(at, g_);
+    cur_ = decode_once<T>(file_, -1, false, [&] {
+             const unsigned char* at = base_ + kHeader;
+             return DecodedStep<T>{nullptr, read_state(at)};
+           }).state;
   }
   ~SharedBaseline() override { ::munmap(const_cast<unsigned char*>(base_), bytes_); }
 
-  StepRecord<T> step(int64_t t) override {
+  std::shared_ptr<const StepRecord<T>> step(int64_t t) override {
     wait_for(t + 1);
-    const unsigned char* at = block(t);
-    StepRecord<T> r;
-    r.step = t;
-    double sc[5];
-    get(at, sc, 5);
-    r.loss = sc[0], r.ce = sc[1], r.aux = sc[2], r.grad_norm = sc[3], r.clip_coef = sc[4];
-    r.micro_losses.resize(static_cast<size_t>(g_.M));
-    get(at, r.micro_losses.data(), r.micro_losses.size());
-    ParamSet<T> grads;
-    grads.specs = g_.specs;
-    grads.tensors = get_tensors<T>(at, g_.specs);
-    r.grads = std::move(grads);
-    params_ = get_tensors<T>(at, g_.specs);
-    bias_ = get_bias<T>(at, g_);
-    const auto L = static_cast<size_t>(g_.L);
-    r.tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.E)));
-    r.chosen.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.n * g_.K)));
-    r.select_scores.assign(L, std::vector<double>(static_cast<size_t>(g_.n * g_.E)));
-    for (auto& v : r.tokens_per_expert) get(at, v.data(), v.size());
-    for (auto& v : r.chosen) get(at, v.data(), v.size());
-    for (auto& v : r.select_scores) get(at, v.data(), v.size());
-    r.noise.resize(kNoiseWidth);
-    get(at, r.noise.data(), kNoiseWidth);
+    const DecodedStep<T> d = decode_once<T>(file_, t, true, [&] { return decode_step(t); });
+    cur_ = d.state;
     release(t + 1);
-    return r;
+    return d.rec;
   }
-  const std::vector<Tensor<T>>& params() override { return params_; }
-  const std::vector<Buffer<T>>& expert_bias() override { return bias_; }
+  const std::vector<Tensor<T>>& params() override { return cur_->params; }
+  const std::vector<Buffer<T>>& expert_bias() override { return cur_->bias; }
+  std::shared_ptr<const std::vector<Tensor<T>>> params_handle() override {
+    return std::shared_ptr<const std::vector<Tensor<T>>>(cur_, &cur_->params);  // no copy: shares the state
+  }
   void skip_to(int64_t t) override {
     if (t == 0) return;
     wait_for(t);  // the parameters after step t - 1
-    const unsigned char* at = block(t - 1) + 8 * (5 + static_cast<size_t>(g_.M)) + g_.tensors();
-    params_ = get_tensors<T>(at, g_.specs);
-    bias_ = get_bias<T>(at, g_);
+    cur_ = decode_once<T>(file_, t - 1, false, [&] {
+             const unsigned char* at = block(t - 1) + 8 * (5 + static_cast<size_t>(g_.M)) + g_.tensors();
+             return DecodedStep<T>{nullptr, read_state(at)};
+           }).state;
     release(t);
   }
   bool shared() const override { return true; }
@@ -204,7 +247,10 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
       if (r >= 0 && r >= h->steps && n > r)
         throw Error("the shared baseline has " + std::to_string(h->steps) + " steps, step " + std::to_string(n - 1) +
                     " was asked for");
-      ::usleep(spins < 100 ? 20 : 200);
+      if (spins < 10)
+        ::usleep(20);
+      else
+        wait_change(h, r);
     }
   }
   const unsigned char* block(int64_t t) const {
@@ -219,8 +265,40 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   const unsigned char* base_;
   size_t bytes_;
   int slot_;
-  std::vector<Tensor<T>> params_;
-  std::vector<Buffer<T>> bias_;
+  std::string file_;
+  std::shared_ptr<const BaselineState<T>> cur_;
+
+  std::shared_ptr<const BaselineState<T>> read_state(const unsigned char*& at) const {
+    auto st = std::make_shared<BaselineState<T>>();
+    st->params = get_tensors<T>(at, g_.specs);
+    st->bias = get_bias<T>(at, g_);
+    return st;
+  }
+  DecodedStep<T> decode_step(int64_t t) const {
+    const unsigned char* at = block(t);
+    auto r = std::make_shared<StepRecord<T>>();
+    r->step = t;
+    double sc[5];
+    get(at, sc, 5);
+    r->loss = sc[0], r->ce = sc[1], r->aux = sc[2], r->grad_norm = sc[3], r->clip_coef = sc[4];
+    r->micro_losses.resize(static_cast<size_t>(g_.M));
+    get(at, r->micro_losses.data(), r->micro_losses.size());
+    ParamSet<T> grads;
+    grads.specs = g_.specs;
+    grads.tensors = get_tensors<T>(at, g_.specs);
+    r->grads = std::move(grads);
+    auto st = read_state(at);
+    const auto L = static_cast<size_t>(g_.L);
+    r->tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.E)));
+    r->chosen.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.n * g_.K)));
+    r->select_scores.assign(L, std::vector<double>(static_cast<size_t>(g_.n * g_.E)));
+    for (auto& v : r->tokens_per_expert) get(at, v.data(), v.size());
+    for (auto& v : r->chosen) get(at, v.data(), v.size());
+    for (auto& v : r->select_scores) get(at, v.data(), v.size());
+    r->noise.resize(kNoiseWidth);
+    get(at, r->noise.data(), kNoiseWidth);
+    return {r, st};
+  }
 };
 
 template <class T> void produce(const Scenario& s, unsigned char* base, const std::atomic<bool>& stop) {
@@ -232,7 +310,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
     unsigned char* at = base + kHeader;
     put_tensors(at, run.model().params.tensors);
     put_bias(at, run.model().expert_bias, g);
-    ready_of(h).store(0, std::memory_order_release);
+    publish(h, 0);
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
       const std::vector<Tensor<T>> before = run.model().params.tensors;
       if (!s.trajectory) twin.start_from(before, run.model().expert_bias);  // step-local
@@ -257,12 +335,12 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
       put(at, r.noise.data(), kNoiseWidth);
-      ready_of(h).store(t + 1, std::memory_order_release);
+      publish(h, t + 1);
     }
   } catch (const std::exception& e) {
     std::strncpy(h->error, e.what(), kErrorBytes - 1);
     h->error_code = exit_code::of(e);
-    ready_of(h).store(kFailed, std::memory_order_release);
+    publish(h, kFailed);
   }
 }
 
@@ -279,8 +357,9 @@ std::string baseline_key(const Scenario& s) {
   return scenario_hash(c);
 }
 
-template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot) {
-  const char* path = std::getenv("PARITY_BASELINE_FILE");
+template <class T>
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file) {
+  const char* path = file.empty() ? std::getenv("PARITY_BASELINE_FILE") : file.c_str();
   if (path != nullptr && *path != '\0') {
     const int fd = ::open(path, O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
     struct stat st {};
@@ -294,7 +373,8 @@ template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const
             h->key == baseline_key(s) && h->block_bytes == static_cast<int64_t>(g.block_bytes()) && slot >= 0 &&
             slot < h->consumers)
           return std::make_unique<SharedBaseline<T>>(s, static_cast<const unsigned char*>(m),
-                                                     static_cast<size_t>(st.st_size), slot);
+                                                     static_cast<size_t>(st.st_size), slot,
+                                                     std::string(path) + "@" + std::to_string(st.st_ino));
         ::munmap(m, static_cast<size_t>(st.st_size));  // another scenario's: train our own
       }
     } else if (fd >= 0) {
@@ -364,7 +444,8 @@ BaselineProducer::~BaselineProducer() {
   ::unlink(path_.c_str());
 }
 
-template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int);
-template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int);
+template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int, const std::string&);
+template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int,
+                                                                               const std::string&);
 
 }  // namespace parity

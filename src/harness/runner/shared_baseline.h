@@ -38,20 +38,25 @@ BaselinePlace baseline_place();
 template <class T> class BaselineSource {
  public:
   virtual ~BaselineSource() = default;
-  // Step t's record, gradients included; t must follow the previous call (or skip_to).
-  virtual StepRecord<T> step(int64_t t) = 0;
+  // Step t's record, gradients included; t must follow the previous call (or skip_to). Shared,
+  // read-only: the ranks of a simulated world reading one file share one copy per step.
+  virtual std::shared_ptr<const StepRecord<T>> step(int64_t t) = 0;
   // The parameters and expert biases after the last step() (before step 0 at first).
   virtual const std::vector<Tensor<T>>& params() = 0;
   virtual const std::vector<Buffer<T>>& expert_bias() = 0;
+  // params() kept alive past the next step (shared where the source shares its state, else a copy).
+  virtual std::shared_ptr<const std::vector<Tensor<T>>> params_handle() = 0;
   // Makes step t the next one (a resumed run: the steps before are not compared).
   virtual void skip_to(int64_t t) = 0;
   virtual bool shared() const = 0;
 };
 
-// The file named by PARITY_BASELINE_FILE when it is set, its key matches `s` and `slot` (this
-// rank's place among the file's readers: its world rank) is one of them; otherwise a
-// BaselineRun trained in this process.
-template <class T> std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot);
+// The file `file` (empty: the one PARITY_BASELINE_FILE names) when it is set, its key matches `s`
+// and `slot` (this rank's place among the file's readers: its world rank) is one of them;
+// otherwise a BaselineRun trained in this process. A simulated world's ranks (threads) pass the
+// file: the environment is the process's.
+template <class T>
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file = "");
 
 // Trains the baseline of `s` for s.steps steps into `path`, in a thread, for `consumers`
 // ranks whose first needed block is step `first` (a resumed phase: the step before its

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/launch.h"
+#include "comm/sim/sim_world.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "harness/runner/shared_baseline.h"
@@ -95,7 +96,9 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim) {
 }
 
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what) {
-  const MemoryEstimate est = estimate_memory(s.model, s.optim, layout, baseline_place());
+  // A simulated world's ranks (threads) always share the launcher's baseline (harness/runner/sim_launch.h).
+  const BaselinePlace place = layout.backend == comm::Backend::sim ? BaselinePlace::once_per_host : baseline_place();
+  const MemoryEstimate est = estimate_memory(s.model, s.optim, layout, place);
   const bool gpu = layout.device == Device::cuda;
   const int64_t have = gpu ? cuda_memory_bytes() : host_memory_bytes();
   if (have <= 0 || est.run_bytes <= static_cast<double>(have)) return;  // unknown: nothing to check against
@@ -117,6 +120,12 @@ void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& wh
   for (const auto& [path, layout] : {std::pair{"$.layout.world", &s.layout},
                                      std::pair{"$.resume.layout.world", s.resume ? &s.resume->layout : nullptr}}) {
     if (layout == nullptr || (layout->world + hosts - 1) / hosts <= cap) continue;
+    if (layout->backend == comm::Backend::sim) {  // threads, not processes: the simulated world's own cap
+      if (layout->world <= comm::kMaxSimRanks) continue;
+      throw ConfigError(what + ": " + path, "a simulated world (--backend sim) holds at most " +
+                                                std::to_string(comm::kMaxSimRanks) + " ranks, got " +
+                                                std::to_string(layout->world));
+    }
     const std::string w = std::to_string(layout->world);
     throw ConfigError(what + ": " + path, "must put at most " + std::to_string(cap) +
                                               " ranks on one host (the per-host cap: ranks one "

@@ -1,0 +1,54 @@
+# Issue 50: the simulated world (--backend sim, comm/sim/sim_world.h). Label sim.
+# sim.vs_gloo.*: a shipped scenario run on gloo and on sim (ci/sim_vs_gloo): the exit code, the
+# verdict, every row, the step table and the root equal, every number bit for bit; one with a
+# zoo bug on, so a failing verdict and its root are compared too.
+set(PARITY_SIM_VS_GLOO ds_w8_tp2_ep4 pp2_1f1b_cp2_tp2_sp_ep2 hsdp2x2_tp2_ep2_etp2 bf16_fsdp2_tp2_mb2
+    pw_pp2_interleaved2_hsdp2x2_ddp_ep2 resume_fsdp3_to_fsdp4 cp2_tp2_ep4_recompute_attention fsdp4_uneven_b9_mb2)
+foreach(s ${PARITY_SIM_VS_GLOO})
+  add_test(NAME sim.vs_gloo.${s}
+           COMMAND ${PROJECT_SOURCE_DIR}/ci/sim_vs_gloo --parity $<TARGET_FILE:parity> --steps 4
+                   ${PROJECT_SOURCE_DIR}/scenarios/${s}.json)
+  set_tests_properties(sim.vs_gloo.${s} PROPERTIES LABELS "sim;scenario" TIMEOUT 180
+    PASS_REGULAR_EXPRESSION "sim vs gloo: 1 of 1 scenarios the same \\([1-9][0-9]* numbers bit for bit\\), 0 different")
+endforeach()
+add_test(NAME sim.vs_gloo.inject.dp_averaged_twice
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/sim_vs_gloo --parity $<TARGET_FILE:parity> --inject dp_averaged_twice
+                 ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json)
+set_tests_properties(sim.vs_gloo.inject.dp_averaged_twice PROPERTIES LABELS "sim;scenario" TIMEOUT 180
+  PASS_REGULAR_EXPRESSION "fsdp4 +4 FAIL +1 .* same\n.*sim vs gloo: 1 of 1 scenarios the same")
+
+# A rank that throws (PARITY_SIM_FAULT=throw@R:N) is named to the others with its error, exit 3;
+# a rank stuck in compute (stall) is named at the others' timeout and by the launcher, exit 3.
+add_test(NAME sim.fault.throwing_rank_named
+         COMMAND sh -c "PARITY_SIM_FAULT=throw@2:5 $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim --timeout 20 2>&1; echo exit=$?")
+set_tests_properties(sim.fault.throwing_rank_named PROPERTIES LABELS "sim;fault" TIMEOUT 60 PASS_REGULAR_EXPRESSION
+  "parity: rank 0: error: .*missing rank 2 has ended \\(exit 3\\): .*PARITY_SIM_FAULT: world rank 2 fails at its collective #5.*exit=3\n")
+add_test(NAME sim.fault.stalled_rank_named
+         COMMAND sh -c "PARITY_SIM_FAULT=stall@1:5 $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim --timeout 2 2>&1; echo exit=$?")
+set_tests_properties(sim.fault.stalled_rank_named PROPERTIES LABELS "sim;fault" TIMEOUT 60 PASS_REGULAR_EXPRESSION
+  "timed out after 2000 ms waiting for the other members.*missing rank 1 is running, not in a collective.*parity: --backend sim: rank 1 is running, not in a collective .*did not return. the process ends \\(exit 3\\)\nexit=3\n")
+
+# (No ';' in a PASS_REGULAR_EXPRESSION: CMake splits it there into alternatives, any one passing.)
+# Bad input, exit 2, nothing run: an option sim cannot honour, a malformed fault, sim for a rank process.
+add_test(NAME sim.bad_input.log_dir
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim --log-dir /tmp/parity-sim-logs-$$ 2>&1; echo exit=$?; test ! -e /tmp/parity-sim-logs-$$")
+set_tests_properties(sim.bad_input.log_dir PROPERTIES LABELS "sim;unit" TIMEOUT 30 PASS_REGULAR_EXPRESSION
+  "--log-dir: --backend sim: the ranks are threads of this process.*exit=2\n")
+add_test(NAME sim.bad_input.fault_spec
+         COMMAND sh -c "PARITY_SIM_FAULT=kill@1 $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim 2>&1; echo exit=$?")
+set_tests_properties(sim.bad_input.fault_spec PROPERTIES LABELS "sim;unit" TIMEOUT 30 PASS_REGULAR_EXPRESSION
+  "PARITY_SIM_FAULT: expected throw@RANK:N or stall@RANK:N.*exit=2\n")
+add_test(NAME sim.bad_input.launch_backend
+         COMMAND sh -c "$<TARGET_FILE:parity> launch -n 2 --backend sim -- true 2>&1; echo exit=$?")
+set_tests_properties(sim.bad_input.launch_backend PROPERTIES LABELS "sim;unit" TIMEOUT 30 PASS_REGULAR_EXPRESSION
+  "--backend: sim not in \\{gloo,mpi,nccl\\}.*exit=2\n")
+add_test(NAME sim.bad_input.as_rank
+         COMMAND sh -c "RANK=0 WORLD_SIZE=4 $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim --as-rank 2>&1; echo exit=$?")
+set_tests_properties(sim.bad_input.as_rank PROPERTIES LABELS "sim;unit" TIMEOUT 30 PASS_REGULAR_EXPRESSION
+  "sim: its ranks are threads that `parity run --backend sim` starts itself.*exit=2\n")
+
+# Beyond the per-host cap of processes (256): a 512-rank layout is refused on gloo and runs on sim.
+add_test(NAME sim.scale.w512_beyond_the_process_cap
+         COMMAND sh -c "d=$(mktemp -d) && python3 -c \"import json,sys; s=json.load(open(sys.argv[1])); s['name']='w512'; s['steps']=2; s['layout'].update(world=512, dp_shard=256); s['model']['batch']=256; json.dump(s, open(sys.argv[2], 'w'))\" ${PROJECT_SOURCE_DIR}/scenarios/ds_w8_tp2_ep4.json $d/w512.json && $<TARGET_FILE:parity> run $d/w512.json 2>&1 | tail -1; $<TARGET_FILE:parity> run $d/w512.json --backend sim | tail -2; echo exit=$?; rm -rf $d")
+set_tests_properties(sim.scale.w512_beyond_the_process_cap PROPERTIES LABELS "sim;scenario" TIMEOUT 300 PASS_REGULAR_EXPRESSION
+  "must put at most 256 ranks on one host.*verdict: PASS: [0-9]+ rows within tolerance\ntime to verdict: [0-9.]+ s \\(launcher wall clock, 512 ranks as threads of one process \\(sim\\), exit 0\\)\nexit=0\n")
