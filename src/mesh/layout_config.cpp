@@ -35,27 +35,51 @@ std::string_view pp_schedule_name(PpSchedule s) {
   return names[static_cast<size_t>(s)];
 }
 
-namespace {
-
-// The degrees, in the records' order.
-std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
-  return {{"world", &LayoutConfig::world}, {"dp_replicate", &LayoutConfig::dp_replicate},
-          {"dp_shard", &LayoutConfig::dp_shard}, {"tp", &LayoutConfig::tp},
-          {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp},
-          {"pp", &LayoutConfig::pp},           {"pp_virtual", &LayoutConfig::pp_virtual}};
+const std::vector<Degree>& layout_degrees() {
+  static const std::vector<Degree> table = {
+      {"world", &LayoutConfig::world},
+      {"dp_replicate", &LayoutConfig::dp_replicate},
+      {"dp_shard", &LayoutConfig::dp_shard},
+      {"tp", &LayoutConfig::tp},
+      {"ep", &LayoutConfig::ep},
+      {"etp", &LayoutConfig::etp},
+      {"cp", &LayoutConfig::cp, true},  // cp and the pipeline keys came later: older files have none
+      {"pp", &LayoutConfig::pp, true},
+      {"pp_virtual", &LayoutConfig::pp_virtual, true},
+  };
+  return table;
 }
 
-const std::vector<std::string> kScenarioKeys = {
-    "world",    "dp_replicate", "dp_shard",    "tp",        "ep",          "etp",
-    "cp",       "pp",           "pp_virtual",  "pp_layers", "pp_schedule", "sp",
-    "order",    "recompute",    "backend",     "device",    "fsdp_dim",    "dp_sharding",
-    "expert_dp_sharding"};
-// pp's split decides where every layer's elements live; its schedule does not
-const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard",   "tp",        "ep",
-                                                  "etp",   "cp",           "pp",         "pp_virtual", "pp_layers",
-                                                  "order"};
+namespace {
 
 std::string s(int64_t v) { return std::to_string(v); }
+
+// The checkpoint record's keys after the degrees, each with its value in words: the one list
+// that read_layout's checkpoint keys and mesh_differences both read.
+std::vector<std::pair<std::string, std::string>> checkpoint_words(const LayoutConfig& l) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Degree& d : layout_degrees()) out.emplace_back(d.key, s(l.*d.field));
+  out.emplace_back("pp_layers", l.pp_layers.empty() ? "even" : json(l.pp_layers).dump());
+  out.emplace_back("order", order_name(l.order));
+  return out;
+}
+
+std::vector<std::string> record_keys(std::vector<std::string> after_degrees) {
+  std::vector<std::string> keys;
+  for (const Degree& d : layout_degrees()) keys.emplace_back(d.key);
+  keys.insert(keys.end(), after_degrees.begin(), after_degrees.end());
+  return keys;
+}
+
+const std::vector<std::string> kScenarioKeys =
+    record_keys({"pp_layers", "pp_schedule", "sp", "order", "recompute", "backend", "device", "fsdp_dim",
+                 "dp_sharding", "expert_dp_sharding"});
+// pp's split decides where every layer's elements live; its schedule does not
+const std::vector<std::string> kCheckpointKeys = [] {
+  std::vector<std::string> keys;
+  for (const auto& [key, word] : checkpoint_words(LayoutConfig{})) keys.push_back(key);
+  return keys;
+}();
 
 // a*b, or -1 on overflow (callers multiply positive degrees only).
 int64_t mul(int64_t a, int64_t b) {
@@ -68,9 +92,14 @@ int64_t mul(int64_t a, int64_t b) {
 LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord record) {
   const bool scenario = record == LayoutRecord::scenario;
   const ObjectReader r(j, path, scenario ? kScenarioKeys : kCheckpointKeys);
-  if (!scenario) r.require_keys({"world", "dp_replicate", "dp_shard", "tp", "ep", "etp"});
+  if (!scenario) {  // a checkpoint records every degree its first files had
+    std::vector<std::string> required;
+    for (const Degree& d : layout_degrees())
+      if (!d.omitted_when_one) required.emplace_back(d.key);
+    r.require_keys(required);
+  }
   LayoutConfig l;
-  for (auto [key, field] : degrees()) r.read(key, l.*field);
+  for (const Degree& d : layout_degrees()) r.read(std::string(d.key), l.*d.field);
   r.read("pp_layers", l.pp_layers);
   if (const json* f = r.find("pp_layers"); f != nullptr && l.pp_layers.empty())  // [] is no split, not "even"
     throw ConfigError(r.at("pp_layers"), "must not be empty: one layer count per virtual stage (pp*pp_virtual), "
@@ -96,11 +125,8 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
 
 ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   ordered_json j = ordered_json::object();
-  for (auto [key, field] : degrees())  // cp and pipeline keys only where they are not 1 (older files)
-    if (std::string_view(key).substr(0, 2) != "cp" && std::string_view(key).substr(0, 2) != "pp") j[key] = l.*field;
-  if (l.cp != 1) j["cp"] = l.cp;
-  if (l.pp != 1) j["pp"] = l.pp;
-  if (l.pp_virtual != 1) j["pp_virtual"] = l.pp_virtual;
+  for (const Degree& d : layout_degrees())
+    if (!d.omitted_when_one || l.*d.field != 1) j[std::string(d.key)] = l.*d.field;
   if (!l.pp_layers.empty()) j["pp_layers"] = l.pp_layers;
   if (l.pp != 1 && record == LayoutRecord::scenario) j["pp_schedule"] = std::string(pp_schedule_name(l.pp_schedule));
   if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
@@ -114,6 +140,14 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   if (l.expert_dp_sharding != l.dp_sharding)
     j["expert_dp_sharding"] = std::string(dp_sharding_name(l.expert_dp_sharding));
   return j;
+}
+
+std::vector<FieldDifference> mesh_differences(const LayoutConfig& a, const LayoutConfig& b) {
+  const auto wa = checkpoint_words(a), wb = checkpoint_words(b);
+  std::vector<FieldDifference> out;
+  for (size_t i = 0; i < wa.size(); ++i)
+    if (wa[i].second != wb[i].second) out.push_back({wa[i].first, wa[i].second, wb[i].second});
+  return out;
 }
 
 namespace {
@@ -190,7 +224,8 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
 }
 
 void check_structure(const LayoutConfig& l, const std::string& p) {
-  for (auto [key, field] : degrees()) require_config(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
+  for (const Degree& d : layout_degrees())
+    require_config(l.*d.field >= 1, p + std::string(d.key), "must be >= 1, got " + s(l.*d.field));
   require_config(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
   const int64_t dense = mul(mul(mul(mul(l.pp, l.dp_replicate), l.dp_shard), l.cp), l.tp);
   // the rule names cp and pp only where they are used: messages without them stay as they were

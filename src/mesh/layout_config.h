@@ -3,7 +3,7 @@
 // how a layout is read from and written to JSON (scenario files and checkpoint records share
 // the codec); how it is described in words (every report uses describe_layout); and the
 // rules a layout must meet (checked once per scenario, errors naming the JSON path).
-// Adding a degree: a field here, its key in layout_config.cpp, its rule, its words.
+// Adding a degree: a field here, its row in the degree table (layout_config.cpp), its rule, its words.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -99,6 +99,18 @@ struct LayoutConfig {
   Device device = Device::cpu;  // where the baseline and every rank compute
 };
 
+// ---- the degree table ---------------------------------------------------------------------
+// One row per degree of LayoutConfig, in the records' order (world, dp_replicate, dp_shard, tp,
+// ep, etp, cp, pp, pp_virtual). Every list of degrees reads it: the codec (both records' keys),
+// check_structure's ">= 1", the checkpoint check (ckpt/verify.cpp, through mesh_differences),
+// coverage's memo key. A new degree is a field above and a row here.
+struct Degree {
+  std::string_view key;           // the JSON key in both records, and the degree's name in messages
+  int64_t LayoutConfig::*field;
+  bool omitted_when_one = false;  // written only where it is not 1 (keys newer than the first files)
+};
+const std::vector<Degree>& layout_degrees();
+
 // ---- JSON ---------------------------------------------------------------------------------
 // Which record: a scenario's "layout" (every field; a missing key is its default) or a
 // checkpoint's "mesh" (the degrees and the order, which decide where every element lives;
@@ -114,6 +126,15 @@ LayoutConfig read_layout(const nlohmann::json& j, const std::string& path, Layou
 // [order], then for a scenario sp, [recompute], backend, [device], [fsdp_dim]. recompute is a
 // scenario key only (it decides no element's place, so a checkpoint's mesh has none).
 nlohmann::ordered_json layout_json(const LayoutConfig& l, LayoutRecord record);
+
+// Where two layouts' checkpoint records differ: one entry per key of the record (every degree
+// of the table, pp_layers, order), in the record's order, each value in words ("2", "megatron",
+// "[3,1]"; pp_layers "even" when it is empty). A key left out of a record at its default
+// counts as that default. Empty: the two place every element alike.
+struct FieldDifference {
+  std::string key, a, b;
+};
+std::vector<FieldDifference> mesh_differences(const LayoutConfig& a, const LayoutConfig& b);
 
 // ---- words --------------------------------------------------------------------------------
 enum class LayoutText {
