@@ -37,17 +37,28 @@ std::string_view pp_schedule_name(PpSchedule s) {
 
 const std::vector<Degree>& layout_degrees() {
   static const std::vector<Degree> table = {
-      {"world", &LayoutConfig::world},
-      {"dp_replicate", &LayoutConfig::dp_replicate},
-      {"dp_shard", &LayoutConfig::dp_shard},
-      {"tp", &LayoutConfig::tp},
-      {"ep", &LayoutConfig::ep},
-      {"etp", &LayoutConfig::etp},
-      {"cp", &LayoutConfig::cp, true},  // cp and the pipeline keys came later: older files have none
-      {"pp", &LayoutConfig::pp, true},
-      {"pp_virtual", &LayoutConfig::pp_virtual, true},
+      {"world", &LayoutConfig::world, false, ""},
+      {"dp_replicate", &LayoutConfig::dp_replicate, false, "dpr"},
+      {"dp_shard", &LayoutConfig::dp_shard, false, "dps"},
+      {"tp", &LayoutConfig::tp, false, "tp"},
+      {"ep", &LayoutConfig::ep, false, ""},
+      {"etp", &LayoutConfig::etp, false, ""},
+      {"cp", &LayoutConfig::cp, true, "cp"},  // cp and the pipeline keys came later: older files have none
+      {"pp", &LayoutConfig::pp, true, "pp"},
+      {"pp_virtual", &LayoutConfig::pp_virtual, true, ""},
   };
   return table;
+}
+
+const std::vector<Degree>& world_factors() {
+  static const std::vector<Degree> factors = [] {
+    std::vector<Degree> out;
+    for (std::string_view key : {"pp", "dp_replicate", "dp_shard", "cp", "tp"})
+      for (const Degree& d : layout_degrees())
+        if (d.key == key) out.push_back(d);
+    return out;
+  }();
+  return factors;
 }
 
 namespace {
@@ -180,9 +191,10 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   const std::string recompute =
       l.recompute == Recompute::none ? "" : ", recompute " + std::string(recompute_name(l.recompute));
   if (form == LayoutText::full || form == LayoutText::report) {
-    std::string out = "world " + s(l.world) + " = " + (l.pp > 1 ? "pp " + s(l.pp) + " x " : "") + "dp_replicate " +
-                      s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
-                      (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
+    std::string out = "world " + s(l.world) + " =";  // the factors of world; cp and pp only where used
+    for (const Degree& d : world_factors())
+      if (!d.omitted_when_one || l.*d.field != 1)
+        out += std::string(out.back() == '=' ? " " : " x ") + std::string(d.key) + " " + s(l.*d.field);
     out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
                                     : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
     return out + (l.sp ? ", sp" : "") + order + sharding + recompute + pipeline;
@@ -192,9 +204,10 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
     auto add = [&](const char* k, int64_t v) {
       if (v > 1) out += std::string(out.empty() ? "" : " x ") + k + " " + s(v);
     };
-    add("pp", l.pp);
-    if (l.pp > 1) out += " (" + pipeline.substr(2) + ")";
-    add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("cp", l.cp), add("tp", l.tp);
+    for (const Degree& d : world_factors()) {
+      add(std::string(d.brief).c_str(), l.*d.field);
+      if (d.field == &LayoutConfig::pp && l.pp > 1) out += " (" + pipeline.substr(2) + ")";
+    }
     if (l.sp) out += " (sp)";
     if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
     if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
@@ -227,13 +240,18 @@ void check_structure(const LayoutConfig& l, const std::string& p) {
   for (const Degree& d : layout_degrees())
     require_config(l.*d.field >= 1, p + std::string(d.key), "must be >= 1, got " + s(l.*d.field));
   require_config(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
-  const int64_t dense = mul(mul(mul(mul(l.pp, l.dp_replicate), l.dp_shard), l.cp), l.tp);
   // the rule names cp and pp only where they are used: messages without them stay as they were
-  const bool cp = l.cp != 1, pp = l.pp != 1;
+  int64_t dense = 1;
+  std::string names, values;
+  for (const Degree& d : world_factors()) {
+    dense = mul(dense, l.*d.field);
+    if (d.omitted_when_one && l.*d.field == 1) continue;
+    names += (names.empty() ? "" : "*") + std::string(d.key);
+    values += (values.empty() ? "" : "*") + s(l.*d.field);
+  }
   require_config(dense == l.world, p + "world",
-          std::string("must equal ") + (pp ? "pp*" : "") + "dp_replicate*dp_shard*" + (cp ? "cp*" : "") + "tp (" +
-              (pp ? s(l.pp) + "*" : "") + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") +
-              s(l.tp) + "), got " + s(l.world));
+                 "must equal " + names + " (" + values + "), got " + s(l.world));
+  const bool pp = l.pp != 1;
   const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp), stage = l.world / l.pp;
   require_config(expert > 0 && stage % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) + ") must divide layout.world" +

@@ -102,14 +102,19 @@ struct LayoutConfig {
 // ---- the degree table ---------------------------------------------------------------------
 // One row per degree of LayoutConfig, in the records' order (world, dp_replicate, dp_shard, tp,
 // ep, etp, cp, pp, pp_virtual). Every list of degrees reads it: the codec (both records' keys),
-// check_structure's ">= 1", the checkpoint check (ckpt/verify.cpp, through mesh_differences),
-// coverage's memo key. A new degree is a field above and a row here.
+// check_structure's ">= 1" and world's product, the full, report and brief words' dense part,
+// the checkpoint check (ckpt/verify.cpp, through mesh_differences), coverage's memo key. A new
+// degree is a field above and a row here (and, for a factor of world, a place in world_factors).
 struct Degree {
   std::string_view key;           // the JSON key in both records, and the degree's name in messages
   int64_t LayoutConfig::*field;
   bool omitted_when_one = false;  // written only where it is not 1 (keys newer than the first files)
+  std::string_view brief;         // its word in the brief form ("dps"); "" for a degree that is no factor of world
 };
 const std::vector<Degree>& layout_degrees();
+// The degrees whose product is world, in the order the words and the rule write them (pp,
+// dp_replicate, dp_shard, cp, tp: outermost first): rows of layout_degrees().
+const std::vector<Degree>& world_factors();
 
 // ---- JSON ---------------------------------------------------------------------------------
 // Which record: a scenario's "layout" (every field; a missing key is its default) or a
