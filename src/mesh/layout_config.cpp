@@ -1,5 +1,6 @@
 #include "mesh/layout_config.h"
 
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -13,27 +14,47 @@ namespace parity {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
+namespace {
 
-std::string_view dp_sharding_name(DpSharding s) {
-  switch (s) {
-    case DpSharding::fsdp: return "fsdp";
-    case DpSharding::ddp: return "ddp";
-    case DpSharding::zero1: return "zero1";
-    case DpSharding::zero2: return "zero2";
-  }
+// Each enum's names, written once: its *_name and read_layout's read_enum both read the table.
+template <class E> struct Named {
+  std::string_view name;
+  E value;
+};
+template <class E, size_t N> using Names = std::array<Named<E>, N>;
+constexpr Names<RankOrder, 2> kOrders = {{{"megatron", RankOrder::megatron}, {"deepspeed", RankOrder::deepspeed}}};
+constexpr Names<DpSharding, 4> kShardings = {{{"fsdp", DpSharding::fsdp},
+                                              {"ddp", DpSharding::ddp},
+                                              {"zero1", DpSharding::zero1},
+                                              {"zero2", DpSharding::zero2}}};
+constexpr Names<Recompute, 4> kRecomputes = {{{"none", Recompute::none},
+                                              {"full", Recompute::full},
+                                              {"attention", Recompute::attention},
+                                              {"mlp", Recompute::mlp}}};
+constexpr Names<PpSchedule, 3> kSchedules = {
+    {{"gpipe", PpSchedule::gpipe}, {"1f1b", PpSchedule::one_f_one_b}, {"interleaved", PpSchedule::interleaved}}};
+
+template <class E, size_t N> std::string_view name_in(const Names<E, N>& names, E v) {
+  for (const Named<E>& n : names)
+    if (n.value == v) return n.name;
   return "?";
 }
 
-std::string_view recompute_name(Recompute r) {
-  static constexpr std::string_view names[] = {"none", "full", "attention", "mlp"};  // the enum's order
-  return names[static_cast<size_t>(r)];
+// read_enum's two lists, from the one table
+template <class E, size_t N> void read_named(const ObjectReader& r, const std::string& key, E& out,
+                                             const Names<E, N>& names) {
+  std::vector<std::string> words;
+  std::vector<E> values;
+  for (const Named<E>& n : names) words.emplace_back(n.name), values.push_back(n.value);
+  r.read_enum(key, out, words, values);
 }
 
-std::string_view pp_schedule_name(PpSchedule s) {
-  static constexpr std::string_view names[] = {"gpipe", "1f1b", "interleaved"};  // the enum's order
-  return names[static_cast<size_t>(s)];
-}
+}  // namespace
+
+std::string_view order_name(RankOrder o) { return name_in(kOrders, o); }
+std::string_view dp_sharding_name(DpSharding s) { return name_in(kShardings, s); }
+std::string_view recompute_name(Recompute r) { return name_in(kRecomputes, r); }
+std::string_view pp_schedule_name(PpSchedule s) { return name_in(kSchedules, s); }
 
 const std::vector<Degree>& layout_degrees() {
   static const std::vector<Degree> table = {
@@ -115,22 +136,18 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   if (const json* f = r.find("pp_layers"); f != nullptr && l.pp_layers.empty())  // [] is no split, not "even"
     throw ConfigError(r.at("pp_layers"), "must not be empty: one layer count per virtual stage (pp*pp_virtual), "
                                          "or leave the key out for an even split");
-  r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
+  read_named(r, "order", l.order, kOrders);
   if (!scenario) return l;
-  r.read_enum("pp_schedule", l.pp_schedule, {"gpipe", "1f1b", "interleaved"},
-              {PpSchedule::gpipe, PpSchedule::one_f_one_b, PpSchedule::interleaved});
+  read_named(r, "pp_schedule", l.pp_schedule, kSchedules);
   r.read("sp", l.sp);
-  r.read_enum("recompute", l.recompute, {"none", "full", "attention", "mlp"},
-              {Recompute::none, Recompute::full, Recompute::attention, Recompute::mlp});
+  read_named(r, "recompute", l.recompute, kRecomputes);
   if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl"},
               {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl});
   r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
-  const std::vector<std::string> modes = {"fsdp", "ddp", "zero1", "zero2"};
-  const std::vector<DpSharding> values = {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2};
-  r.read_enum("dp_sharding", l.dp_sharding, modes, values);
+  read_named(r, "dp_sharding", l.dp_sharding, kShardings);
   l.expert_dp_sharding = l.dp_sharding;  // the experts follow the dense families unless told
-  r.read_enum("expert_dp_sharding", l.expert_dp_sharding, modes, values);
+  read_named(r, "expert_dp_sharding", l.expert_dp_sharding, kShardings);
   return l;
 }
 
