@@ -8,6 +8,7 @@
 #include "core/json_object.h"
 #include "mesh/fsdp_dim_json.h"
 #include "mesh/param_layout.h"
+#include "model/batch_split.h"
 
 namespace parity {
 
@@ -294,6 +295,12 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
           "activation recompute is a layout option and needs layout.world > 1 (the one-device baseline never "
           "recomputes), got world 1 with recompute " +
               std::string(recompute_name(l.recompute)));
+}
+
+ValidLayout validate(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  validate_layout(l, m, p);
+  check_batch_split(m.batch, m.microbatches);
+  return ValidLayout(l);
 }
 
 void validate_pp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {

@@ -163,12 +163,28 @@ inline constexpr int64_t kMaxWorld = int64_t{1} << 20;
 void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.layout.");
 
 // Every rule a layout must meet for this model, the one implementation of each (a
-// scenario's layouts, the runner's check_supported, `parity explain`, the ckpt commands all
+// scenario's layouts and every rank through validate, `parity explain`, the ckpt commands all
 // call it), in this order (docs/scenario.md): check_structure's, experts % ep, heads % tp,
 // sequence parallel needs tp > 1 and seq % tp, validate_cp's, fsdp_dim names a dimension of
 // every tensor of its family (check_fsdp_dim in mesh/param_layout.h), recompute needs a layout
 // (world > 1: the baseline alone never recomputes, so the option would check nothing).
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+// A layout that met every rule for its model: validate is the only way to make one (torchtitan's
+// ParallelDims validates at construction), so a step that takes one checks nothing again.
+class ValidLayout {
+ public:
+  const LayoutConfig& config() const { return layout_; }
+
+ private:
+  explicit ValidLayout(const LayoutConfig& l) : layout_(l) {}
+  friend ValidLayout validate(const LayoutConfig&, const ModelConfig&, const std::string&);
+  LayoutConfig layout_;
+};
+// validate_layout's rules, then the runner's: a batch of at least one sequence per micro-batch
+// (model/batch_split.h; any batch splits over the data-parallel ranks, a rank may take none).
+// The one check a scenario's layouts (validate_scenario) and every rank (ParallelRun, for a
+// scenario built in code) make. Throws ConfigError("<prefix><field>" or "$.model.<field>", rule).
+ValidLayout validate(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 // validate_layout's pipeline rules: pp_virtual > 1 only (and always) under interleaved, whose
 // micro-batches pp divides; pp_layers, when given, one count >= 0 per virtual stage summing to
 // model.layers.
