@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/inject.h"
+#include "core/knobs.h"
 #include "core/text.h"
 #include "harness/runner/rank_main.h"
 #include "harness/runner/shared_baseline.h"
@@ -79,7 +80,7 @@ std::string shared_baseline_path() {
 // survive a fork; across hosts each launcher's store client may hold a thread), and
 // PARITY_RANK_START not "exec" (the old way: fork + exec of `parity rank FILE`).
 bool fork_started(const comm::LaunchOptions& lo, Device device) {
-  const char* v = std::getenv("PARITY_RANK_START");
+  const char* v = knob("PARITY_RANK_START");
   const std::string how = v != nullptr ? v : "";
   if (!how.empty() && how != "fork" && how != "exec")
     throw ConfigError("PARITY_RANK_START", "must be fork or exec, got '" + printable(how, 64) + "'");
@@ -90,10 +91,11 @@ bool fork_started(const comm::LaunchOptions& lo, Device device) {
 
 int launch(const RunRequest& r, const RankStart& how, const std::function<void()>& checks) {
   const bool verdict = r.job == RankJob::verdict;
+  RunRequest req = r;  // what the ranks read: r and what this launcher adds (run_request.h)
   if (verdict) {
-    (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
-    (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
+    if (fault_from_env()) req.fault = knob("PARITY_FAULT");  // a malformed one is refused here
   }
+  if (r.scenario) req.inject = injected_names();  // an unknown PARITY_INJECT / --inject name likewise
   const int64_t world = r.world();
   comm::LaunchOptions lo;
   if (world % r.nnodes != 0)
@@ -106,14 +108,12 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(r.deadline_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
   lo.log_dir = r.log_dir;
-  const int64_t t0 = unix_ns();
-  lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
+  req.launch_t0_ns = unix_ns();
   const Device device = r.scenario ? r.scenario->layout.device : Device::cpu;
   if (r.scenario)
     require_device(device, "layout.device cuda" +
                                std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
   if (checks) checks();
-  const RequestFile file(r, r.log_dir);
   // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
@@ -121,8 +121,9 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   if (verdict && baseline_place() == BaselinePlace::once_per_host) {
     use_device(device);
     baseline.emplace(*r.scenario, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
-    lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
+    req.baseline_file = baseline->path();
   }
+  const RequestFile file(req, r.log_dir);
   if (baseline) lo.after_start = [&baseline] { baseline->start(); };
   const bool by_fork = how.in_process && fork_started(lo, device);
   if (by_fork) lo.in_process = how.in_process;
@@ -139,7 +140,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                               : by_fork                        ? "started by fork"
                                                                : "started by exec";
   std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",
-              static_cast<double>(unix_ns() - t0) * 1e-9, ranks.c_str(), started.c_str(), rc);
+              static_cast<double>(unix_ns() - req.launch_t0_ns) * 1e-9, ranks.c_str(), started.c_str(), rc);
   return rc;
 }
 

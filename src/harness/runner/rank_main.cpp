@@ -14,7 +14,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/inject.h"
 #include "core/exit_codes.h"
+#include "core/knobs.h"
 #include "core/text.h"
 #include "harness/golden/golden.h"
 #include "harness/runner/verdict_run.h"
@@ -22,7 +24,7 @@
 namespace parity {
 
 std::optional<Fault> fault_from_env() {
-  const char* v = std::getenv("PARITY_FAULT");
+  const char* v = knob("PARITY_FAULT");
   if (v == nullptr || *v == '\0') return std::nullopt;
   return parse_fault(v);
 }
@@ -46,8 +48,7 @@ comm::RankEnv rank_env(const RunRequest& r, const std::string& source) {
 }
 
 int verdict_job(const RunRequest& r, const std::string& source) {
-  const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
-  const double startup = t0 != nullptr ? static_cast<double>(unix_ns() - std::atoll(t0)) * 1e-9 : 0.0;
+  const double startup = r.launch_t0_ns > 0 ? static_cast<double>(unix_ns() - r.launch_t0_ns) * 1e-9 : 0.0;
   const Scenario& s = *r.scenario;
   const comm::RankEnv env = rank_env(r, source);
   use_device(s.layout.device, env.local_rank);
@@ -56,7 +57,8 @@ int verdict_job(const RunRequest& r, const std::string& source) {
   VerdictOptions vo;
   vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
   vo.startup_s = startup;
-  vo.fault = fault_from_env();
+  if (!r.fault.empty()) vo.fault = parse_fault(r.fault);
+  vo.baseline_file = r.baseline_file;
   vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume;
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
@@ -93,6 +95,7 @@ int run_rank(const std::function<RunRequest()>& request, const std::string& sour
   const std::string rank = comm::rank_label();
   try {
     const RunRequest r = request();
+    set_injected(r.inject);  // the request's bugs, not the environment's: the file replays the run
     switch (r.job) {
       case RankJob::verdict: return verdict_job(r, source);
       case RankJob::curves: return curves_job(r, source);

@@ -46,7 +46,7 @@ template <class T> class Runner {
         opt_(o),
         clock_(std::make_shared<CommClock>()),
         timed_(timed_communicator(world, clock_)),
-        base_(make_baseline_source<T>(s, local_slot(world.rank()))),
+        base_(make_baseline_source<T>(s, local_slot(world.rank()), o.baseline_file)),
         par_(s, *timed_),
         rank_(world.rank()) {
     build_groups();

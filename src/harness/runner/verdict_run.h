@@ -25,6 +25,7 @@ struct VerdictOptions {
   // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
   int64_t save_at = -1;
   std::string ckpt_dir, resume_dir;
+  std::string baseline_file;  // the host's shared baseline (the run request's); "": train our own
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot
