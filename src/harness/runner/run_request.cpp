@@ -37,7 +37,7 @@ Scenario resolve_scenario(const std::string& path, const Overrides& o) {
   if (o.lr >= 0) s.optim.lr = o.lr;
   if (o.trajectory) s.trajectory = true;
   try {
-    validate_scenario(s);  // the schema and the runner's rules (check_supported), both layouts
+    validate_scenario(s);  // the schema and the runner's rules (validate), both layouts
   } catch (const ConfigError& e) {
     throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }
