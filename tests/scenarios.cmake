@@ -180,6 +180,15 @@ add_test(NAME run.resolved_scenario_replays
 set_tests_properties(run.resolved_scenario_replays PROPERTIES
   PASS_REGULAR_EXPRESSION "^1\n1\nverdict: PASS[^\n]*\na b logs \nexit=0\n" LABELS "verdict;multiprocess" TIMEOUT 120)
 
+# Everything a rank needs is in its request (run_request.h): a run with a named bug and a fault,
+# kept with --log-dir, replays by hand without the environment (env -u), and the replay prints
+# the same failing verdict, root and injection line as the run itself.
+add_test(NAME run.injected_run_replays
+         COMMAND sh -c "t=$(mktemp -d) && d=$t/logs && P=$<TARGET_FILE:parity> && TMPDIR=$t PARITY_FAULT=scale_param:head:3 $P run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 1 --inject router_grad_averaged --log-dir $d | grep -E '^(verdict|root|injected)' > $t/a; grep -c '\"inject\": \"router_grad_averaged\"' $d/request.json && grep -c '\"fault\": \"scale_param:head:3\"' $d/request.json && env -u PARITY_INJECT -u PARITY_FAULT TMPDIR=$t $P launch -n 2 -- $P rank $d/request.json | sed 's/^.0. //' | grep -E '^(verdict|root|injected)' > $t/b; cmp $t/a $t/b && cat $t/a; echo exit=$?; rm -rf $t")
+set_tests_properties(run.injected_run_replays PROPERTIES
+  PASS_REGULAR_EXPRESSION "1\n1\n.*injected [^\n]*scale_param:head:3[^\n]*, inject router_grad_averaged\n.*root: grad router at step 0[^\n]*\nverdict: FAIL[^\n]*\nexit=0\n"
+  LABELS "verdict;multiprocess" TIMEOUT 120)
+
 # `parity matrix` (the README's main job): a world-1 file is listed as skipped, never passed;
 # an injected doubled router gradient fails the matrix naming the family and the factor;
 # a missing path is bad input (exit 2) before anything runs.

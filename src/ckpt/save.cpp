@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/inject.h"
+#include "core/knobs.h"
 #include "core/safetensors.h"
 
 namespace parity::ckpt {
@@ -52,7 +53,7 @@ namespace {
 // Test-only fault injection: PARITY_CKPT_CRASH="<rank>:<point>" makes that rank _exit(86)
 // at that point of a save, as a crash would (no unwinding, no cleanup).
 void maybe_crash(const char* point, int rank) {
-  const char* v = std::getenv("PARITY_CKPT_CRASH");
+  const char* v = knob("PARITY_CKPT_CRASH");
   if (v && std::string(v) == std::to_string(rank) + ":" + point) {
     std::fprintf(stderr, "ckpt: PARITY_CKPT_CRASH: rank %d exits at '%s'\n", rank, point);
     std::fflush(stderr);
@@ -304,7 +305,7 @@ void carry_over(const std::string& dir, const std::string& tmp) {
 std::string old_dir(const std::string& dir) { return strip(dir) + ".old"; }
 
 DirLock lock_checkpoint_dir(const std::string& option, const std::string& dir) {
-  const char* held = std::getenv(kLockHeldEnv);
+  const char* held = knob(kLockHeldEnv);
   if (held != nullptr && fs::path(held) == fs::absolute(fs::path(strip(dir))).lexically_normal()) return {};
   std::error_code ec;
   fs::create_directory(dir, ec);  // its parent exists (check_output_dir)
@@ -328,7 +329,7 @@ void commit(const std::string& tmp, const std::string& dir_in) {
     fsync_dir(parent);
     return;
   }
-  if (!std::getenv("PARITY_CKPT_NO_EXCHANGE")) {
+  if (!knob("PARITY_CKPT_NO_EXCHANGE")) {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
       fsync_dir(parent);
       maybe_crash("exchanged", 0);

@@ -11,6 +11,7 @@
 #include "ckpt/checksum.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "mesh/layout_config.h"
 
 namespace parity::ckpt {
 namespace {
@@ -31,8 +32,11 @@ std::string sums_str(const std::vector<uint32_t>& v) {
 class Disagreement {
  public:
   template <class T, class F> void field(const char* name, const T& a, const T& b, F str) {
-    if (a == b) return;
-    out_ += std::string(out_.empty() ? "" : ", ") + name + " (metadata.json " + str(a) + ", file " + str(b) + ")";
+    if (a != b) differs(name, str(a), str(b));
+  }
+  // a field already found to differ, its two values in words
+  void differs(const std::string& name, const std::string& a, const std::string& b) {
+    out_ += (out_.empty() ? "" : ", ") + name + " (metadata.json " + a + ", file " + b + ")";
   }
   void field(const char* name, int64_t a, int64_t b) {
     field(name, a, b, [](int64_t x) { return std::to_string(x); });
@@ -53,14 +57,8 @@ void check_identity(std::vector<std::string>& problems, const std::string& path,
   d.field("rank", rank, h.rank);
   d.field("step", md.step, h.step);
   d.field("data_position", md.data_position, h.data_position);
-  d.field("mesh.world", md.mesh.world, h.mesh.world);
-  d.field("mesh.dp_replicate", md.mesh.dp_replicate, h.mesh.dp_replicate);
-  d.field("mesh.dp_shard", md.mesh.dp_shard, h.mesh.dp_shard);
-  d.field("mesh.tp", md.mesh.tp, h.mesh.tp);
-  d.field("mesh.ep", md.mesh.ep, h.mesh.ep);
-  d.field("mesh.etp", md.mesh.etp, h.mesh.etp);
-  d.field("mesh.cp", md.mesh.cp, h.mesh.cp);
-  d.field("mesh.order", md.mesh.order, h.mesh.order, [](RankOrder o) { return std::string(order_name(o)); });
+  // every key of the checkpoint's mesh record (each degree of the table, pp_layers, order)
+  for (const FieldDifference& f : mesh_differences(md.mesh, h.mesh)) d.differs("mesh." + f.key, f.a, f.b);
   d.field("model (checksum)", json_checksum(md.model), h.model_checksum, checksum_str);
   auto sum = [](std::optional<uint32_t> c) { return c ? checksum_str(*c) : std::string("none"); };
   d.field("run (checksum)", md.run.is_null() ? std::nullopt : std::optional<uint32_t>(json_checksum(md.run)),

@@ -1,6 +1,7 @@
 // `parity help [COMMAND...]`: the help of a command, the same text `parity COMMAND --help`
 // prints (`parity help ckpt inspect` is `parity ckpt inspect --help`); alone, the top-level
-// help. An unknown command is exit 2 with the close names (cli/suggest.h).
+// help. An unknown command is exit 2 with the close names (cli/suggest.h). `parity help env`:
+// the PARITY_* environment settings (core/knobs.h).
 #include <cstddef>
 #include <cstdio>
 #include <memory>
@@ -10,15 +11,21 @@
 #include "cli/commands.h"
 #include "cli/suggest.h"
 #include "core/exit_codes.h"
+#include "core/knobs.h"
 
 namespace parity::cli {
 
 Command add_help_command(CLI::App& app) {
   auto words = std::make_shared<std::vector<std::string>>();
   CLI::App* sub = app.add_subcommand(
-      "help", "Print a command's help, as `parity COMMAND --help` does (`parity help ckpt inspect`); alone, this one");
-  sub->add_option("command", *words, "A command and its subcommands");
+      "help", "Print a command's help, as `parity COMMAND --help` does (`parity help ckpt inspect`); alone, this one;\n"
+              "`parity help env`: the PARITY_* environment settings");
+  sub->add_option("command", *words, "A command and its subcommands, or env");
   return {sub, [&app, words] {
+            if (*words == std::vector<std::string>{"env"}) {
+              std::fputs(knobs_text().c_str(), stdout);
+              return exit_code::ok;
+            }
             size_t bad = 0;
             const CLI::App* cmd = find_command(app, *words, bad);
             if (cmd == nullptr) {  // words[bad] names no subcommand of the words before it

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/inject.h"
+#include "core/knobs.h"
 #include "harness/golden/golden.h"
 #include "harness/golden/plot.h"
 #include "harness/scenario/scenario.h"
@@ -84,7 +85,7 @@ std::string read_text(const std::string& path) {
 std::string replay_line(const MatrixEntry& e, bool golden, const MatrixOptions& o) {
   std::string env;
   for (const char* var : {"PARITY_FAULT", "PARITY_INJECT"}) {
-    const char* v = std::getenv(var);
+    const char* v = knob(var);
     if (v != nullptr && *v != '\0') env += std::string(var) + "=" + v + " ";
   }
   const std::string file = fs::absolute(e.file).string();
@@ -219,7 +220,7 @@ int run_matrix(MatrixOptions o) {
     if (e.world > 1) e.run.log = dir + "/" + e.name + ".log", jobs.emplace_back(i, false);
     if (o.golden) e.golden.log = dir + "/" + e.name + ".golden.log", jobs.emplace_back(i, true);
   }
-  const char* inject = std::getenv("PARITY_INJECT");
+  const char* inject = knob("PARITY_INJECT");
   std::printf("parity matrix: %zu scenarios, %zu jobs (runs%s), %d at a time%s%s, reports and logs in %s\n",
               entries.size(), jobs.size(), o.golden ? (" and golden checks, " + o.golden_backend).c_str() : "",
               o.jobs, inject != nullptr && *inject != '\0' ? ", injected: " : "",

@@ -12,6 +12,8 @@
 #include "cli/commands.h"
 #include "cli/numbers.h"
 #include "cli/self.h"
+#include "core/inject.h"
+#include "core/knobs.h"
 #include "core/text.h"
 #include "harness/runner/rank_main.h"
 #include "harness/runner/run_flow.h"
@@ -42,6 +44,10 @@ RunRequest request_of(const RunOptions& o, bool timeout_given) {
   r.timeout_s = o.timeout_s, r.deadline_s = o.deadline_s, r.log_dir = o.log_dir;
   if (o.as_rank && timeout_given) r.rank_timeout_s = o.timeout_s;  // over PARITY_COMM_TIMEOUT_MS
   r.nnodes = o.nnodes, r.node_rank = o.node_rank, r.master = o.master;
+  if (o.as_rank) {  // no launcher of ours fills them (launch() does for its ranks): the environment's
+    r.inject = injected_names();
+    if (fault_from_env()) r.fault = knob("PARITY_FAULT");
+  }
   check_request(r, printable(o.scenario, 4096));
   return r;
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace parity::comm {
 
@@ -16,7 +17,7 @@ namespace {
 // sequence number, size, microseconds) to stderr; unset or not a number: nobody (-1).
 int trace_rank() {
   static const int r = [] {
-    const char* v = std::getenv("PARITY_COMM_TRACE");
+    const char* v = knob("PARITY_COMM_TRACE");
     if (v == nullptr || *v == '\0') return -1;
     char* end = nullptr;
     const long x = std::strtol(v, &end, 10);

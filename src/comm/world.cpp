@@ -11,6 +11,7 @@
 #include "comm/tcp_store.h"
 #include "comm/torch_store.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #if PARITY_HAVE_CUDA
 #include "comm/nccl/nccl_communicator.h"
 #endif
@@ -45,8 +46,8 @@ std::shared_ptr<Rendezvous> rendezvous_for(const RankEnv& env) {
 
 bool is_loopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; }
 
-const char* env_value(const char* name) {
-  const char* v = std::getenv(name);
+const char* env_value(const char* name) {  // a setting of core/knobs.h's table, "" as unset
+  const char* v = knob(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 

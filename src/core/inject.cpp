@@ -1,9 +1,12 @@
 #include "core/inject.h"
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace parity {
 
@@ -167,14 +170,21 @@ const std::vector<Injection>& injections() {
 }
 
 namespace {
-std::vector<std::string> parse_env() {
+std::vector<std::string> split_names(const std::string& v) {
   std::vector<std::string> out;
-  const char* v = std::getenv("PARITY_INJECT");
-  if (v == nullptr) return out;
   std::stringstream in(v);
   for (std::string name; std::getline(in, name, ',');)
     if (!name.empty()) out.push_back(name);
   return out;
+}
+std::vector<std::string> parse_env() {
+  const char* v = knob("PARITY_INJECT");
+  return v == nullptr ? std::vector<std::string>{} : split_names(v);
+}
+// set_injected's names: once set, they are this process's, whatever the environment says
+std::optional<std::vector<std::string>>& from_request() {
+  static std::optional<std::vector<std::string>> names;
+  return names;
 }
 }  // namespace
 
@@ -187,19 +197,25 @@ const Injection& find_injection(std::string_view name) {
 }
 
 bool injected(std::string_view name) {
-  static const std::vector<std::string> on = parse_env();
-  for (const auto& n : on)
+  static const std::vector<std::string> env = parse_env();
+  for (const auto& n : from_request() ? *from_request() : env)
     if (n == name) return true;
   return false;
 }
 
 std::string injected_names() {
   std::string out;
-  for (const auto& n : parse_env()) {
+  for (const auto& n : from_request() ? *from_request() : parse_env()) {
     (void)find_injection(n);
     out += (out.empty() ? "" : ",") + n;
   }
   return out;
+}
+
+void set_injected(const std::string& names) {
+  std::vector<std::string> list = split_names(names);
+  for (const auto& n : list) (void)find_injection(n);
+  from_request() = std::move(list);
 }
 
 }  // namespace parity

@@ -29,10 +29,16 @@ struct Injection {
 const std::vector<Injection>& injections();
 // The injection called `name`; ConfigError("--inject", ...) listing the known ones if none.
 const Injection& find_injection(std::string_view name);
-// Whether PARITY_INJECT names `name` (read once per process).
+// Whether this process's injections name `name`: the run request's (set_injected), else
+// PARITY_INJECT (read once per process).
 bool injected(std::string_view name);
-// Checks PARITY_INJECT: throws ConfigError("--inject", ...) naming an unknown injection.
-// Returns the names in it ("" when none), for reports.
+// Checks this process's injections (the request's, else PARITY_INJECT): throws
+// ConfigError("--inject", ...) naming an unknown one. Returns the names ("" when none),
+// comma-separated, for reports and for the run request.
 std::string injected_names();
+// A rank's injections, as its run request names them ("a,b"; "" none): they replace
+// PARITY_INJECT for this process, so a request replays an injected run. Throws as
+// injected_names for an unknown name. Called by the rank side before anything runs.
+void set_injected(const std::string& names);
 
 }  // namespace parity

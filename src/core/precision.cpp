@@ -1,6 +1,7 @@
 #include "core/precision.h"
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 #include <cstdlib>
 
@@ -19,7 +20,7 @@ JitterScope::~JitterScope() { --tl_jitter; }
 bool jitter_on() { return tl_jitter > 0; }
 double jitter_ulps() {
   static const double j = [] {
-    const char* v = std::getenv("PARITY_TWIN_JITTER");  // for measuring the choice (docs/verdict.md)
+    const char* v = knob("PARITY_TWIN_JITTER");  // for measuring the choice (docs/verdict.md)
     return v != nullptr && *v != '\0' ? std::atof(v) : kJitterUlps;
   }();
   return j;

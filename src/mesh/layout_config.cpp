@@ -1,5 +1,6 @@
 #include "mesh/layout_config.h"
 
+#include <array>
 #include <utility>
 #include <vector>
 
@@ -7,55 +8,111 @@
 #include "core/json_object.h"
 #include "mesh/fsdp_dim_json.h"
 #include "mesh/param_layout.h"
+#include "model/batch_split.h"
 
 namespace parity {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-std::string_view order_name(RankOrder o) { return o == RankOrder::megatron ? "megatron" : "deepspeed"; }
+namespace {
 
-std::string_view dp_sharding_name(DpSharding s) {
-  switch (s) {
-    case DpSharding::fsdp: return "fsdp";
-    case DpSharding::ddp: return "ddp";
-    case DpSharding::zero1: return "zero1";
-    case DpSharding::zero2: return "zero2";
-  }
+// Each enum's names, written once: its *_name and read_layout's read_enum both read the table.
+template <class E> struct Named {
+  std::string_view name;
+  E value;
+};
+template <class E, size_t N> using Names = std::array<Named<E>, N>;
+constexpr Names<RankOrder, 2> kOrders = {{{"megatron", RankOrder::megatron}, {"deepspeed", RankOrder::deepspeed}}};
+constexpr Names<DpSharding, 4> kShardings = {{{"fsdp", DpSharding::fsdp},
+                                              {"ddp", DpSharding::ddp},
+                                              {"zero1", DpSharding::zero1},
+                                              {"zero2", DpSharding::zero2}}};
+constexpr Names<Recompute, 4> kRecomputes = {{{"none", Recompute::none},
+                                              {"full", Recompute::full},
+                                              {"attention", Recompute::attention},
+                                              {"mlp", Recompute::mlp}}};
+constexpr Names<PpSchedule, 3> kSchedules = {
+    {{"gpipe", PpSchedule::gpipe}, {"1f1b", PpSchedule::one_f_one_b}, {"interleaved", PpSchedule::interleaved}}};
+
+template <class E, size_t N> std::string_view name_in(const Names<E, N>& names, E v) {
+  for (const Named<E>& n : names)
+    if (n.value == v) return n.name;
   return "?";
 }
 
-std::string_view recompute_name(Recompute r) {
-  static constexpr std::string_view names[] = {"none", "full", "attention", "mlp"};  // the enum's order
-  return names[static_cast<size_t>(r)];
+// read_enum's two lists, from the one table
+template <class E, size_t N> void read_named(const ObjectReader& r, const std::string& key, E& out,
+                                             const Names<E, N>& names) {
+  std::vector<std::string> words;
+  std::vector<E> values;
+  for (const Named<E>& n : names) words.emplace_back(n.name), values.push_back(n.value);
+  r.read_enum(key, out, words, values);
 }
 
-std::string_view pp_schedule_name(PpSchedule s) {
-  static constexpr std::string_view names[] = {"gpipe", "1f1b", "interleaved"};  // the enum's order
-  return names[static_cast<size_t>(s)];
+}  // namespace
+
+std::string_view order_name(RankOrder o) { return name_in(kOrders, o); }
+std::string_view dp_sharding_name(DpSharding s) { return name_in(kShardings, s); }
+std::string_view recompute_name(Recompute r) { return name_in(kRecomputes, r); }
+std::string_view pp_schedule_name(PpSchedule s) { return name_in(kSchedules, s); }
+
+const std::vector<Degree>& layout_degrees() {
+  static const std::vector<Degree> table = {
+      {"world", &LayoutConfig::world, false, ""},
+      {"dp_replicate", &LayoutConfig::dp_replicate, false, "dpr"},
+      {"dp_shard", &LayoutConfig::dp_shard, false, "dps"},
+      {"tp", &LayoutConfig::tp, false, "tp"},
+      {"ep", &LayoutConfig::ep, false, ""},
+      {"etp", &LayoutConfig::etp, false, ""},
+      {"cp", &LayoutConfig::cp, true, "cp"},  // cp and the pipeline keys came later: older files have none
+      {"pp", &LayoutConfig::pp, true, "pp"},
+      {"pp_virtual", &LayoutConfig::pp_virtual, true, ""},
+  };
+  return table;
+}
+
+const std::vector<Degree>& world_factors() {
+  static const std::vector<Degree> factors = [] {
+    std::vector<Degree> out;
+    for (std::string_view key : {"pp", "dp_replicate", "dp_shard", "cp", "tp"})
+      for (const Degree& d : layout_degrees())
+        if (d.key == key) out.push_back(d);
+    return out;
+  }();
+  return factors;
 }
 
 namespace {
 
-// The degrees, in the records' order.
-std::vector<std::pair<const char*, int64_t LayoutConfig::*>> degrees() {
-  return {{"world", &LayoutConfig::world}, {"dp_replicate", &LayoutConfig::dp_replicate},
-          {"dp_shard", &LayoutConfig::dp_shard}, {"tp", &LayoutConfig::tp},
-          {"ep", &LayoutConfig::ep}, {"etp", &LayoutConfig::etp}, {"cp", &LayoutConfig::cp},
-          {"pp", &LayoutConfig::pp},           {"pp_virtual", &LayoutConfig::pp_virtual}};
+std::string s(int64_t v) { return std::to_string(v); }
+
+// The checkpoint record's keys after the degrees, each with its value in words: the one list
+// that read_layout's checkpoint keys and mesh_differences both read.
+std::vector<std::pair<std::string, std::string>> checkpoint_words(const LayoutConfig& l) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Degree& d : layout_degrees()) out.emplace_back(d.key, s(l.*d.field));
+  out.emplace_back("pp_layers", l.pp_layers.empty() ? "even" : json(l.pp_layers).dump());
+  out.emplace_back("order", order_name(l.order));
+  return out;
 }
 
-const std::vector<std::string> kScenarioKeys = {
-    "world",    "dp_replicate", "dp_shard",    "tp",        "ep",          "etp",
-    "cp",       "pp",           "pp_virtual",  "pp_layers", "pp_schedule", "sp",
-    "order",    "recompute",    "backend",     "device",    "fsdp_dim",    "dp_sharding",
-    "expert_dp_sharding"};
-// pp's split decides where every layer's elements live; its schedule does not
-const std::vector<std::string> kCheckpointKeys = {"world", "dp_replicate", "dp_shard",   "tp",        "ep",
-                                                  "etp",   "cp",           "pp",         "pp_virtual", "pp_layers",
-                                                  "order"};
+std::vector<std::string> record_keys(std::vector<std::string> after_degrees) {
+  std::vector<std::string> keys;
+  for (const Degree& d : layout_degrees()) keys.emplace_back(d.key);
+  keys.insert(keys.end(), after_degrees.begin(), after_degrees.end());
+  return keys;
+}
 
-std::string s(int64_t v) { return std::to_string(v); }
+const std::vector<std::string> kScenarioKeys =
+    record_keys({"pp_layers", "pp_schedule", "sp", "order", "recompute", "backend", "device", "fsdp_dim",
+                 "dp_sharding", "expert_dp_sharding"});
+// pp's split decides where every layer's elements live; its schedule does not
+const std::vector<std::string> kCheckpointKeys = [] {
+  std::vector<std::string> keys;
+  for (const auto& [key, word] : checkpoint_words(LayoutConfig{})) keys.push_back(key);
+  return keys;
+}();
 
 // a*b, or -1 on overflow (callers multiply positive degrees only).
 int64_t mul(int64_t a, int64_t b) {
@@ -68,39 +125,37 @@ int64_t mul(int64_t a, int64_t b) {
 LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord record) {
   const bool scenario = record == LayoutRecord::scenario;
   const ObjectReader r(j, path, scenario ? kScenarioKeys : kCheckpointKeys);
-  if (!scenario) r.require_keys({"world", "dp_replicate", "dp_shard", "tp", "ep", "etp"});
+  if (!scenario) {  // a checkpoint records every degree its first files had
+    std::vector<std::string> required;
+    for (const Degree& d : layout_degrees())
+      if (!d.omitted_when_one) required.emplace_back(d.key);
+    r.require_keys(required);
+  }
   LayoutConfig l;
-  for (auto [key, field] : degrees()) r.read(key, l.*field);
+  for (const Degree& d : layout_degrees()) r.read(std::string(d.key), l.*d.field);
   r.read("pp_layers", l.pp_layers);
   if (const json* f = r.find("pp_layers"); f != nullptr && l.pp_layers.empty())  // [] is no split, not "even"
     throw ConfigError(r.at("pp_layers"), "must not be empty: one layer count per virtual stage (pp*pp_virtual), "
                                          "or leave the key out for an even split");
-  r.read_enum("order", l.order, {"megatron", "deepspeed"}, {RankOrder::megatron, RankOrder::deepspeed});
+  read_named(r, "order", l.order, kOrders);
   if (!scenario) return l;
-  r.read_enum("pp_schedule", l.pp_schedule, {"gpipe", "1f1b", "interleaved"},
-              {PpSchedule::gpipe, PpSchedule::one_f_one_b, PpSchedule::interleaved});
+  read_named(r, "pp_schedule", l.pp_schedule, kSchedules);
   r.read("sp", l.sp);
-  r.read_enum("recompute", l.recompute, {"none", "full", "attention", "mlp"},
-              {Recompute::none, Recompute::full, Recompute::attention, Recompute::mlp});
+  read_named(r, "recompute", l.recompute, kRecomputes);
   if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl", "sim"},
               {comm::Backend::gloo, comm::Backend::mpi, comm::Backend::nccl, comm::Backend::sim});
   r.read_enum("device", l.device, {"cpu", "cuda"}, {Device::cpu, Device::cuda});
-  const std::vector<std::string> modes = {"fsdp", "ddp", "zero1", "zero2"};
-  const std::vector<DpSharding> values = {DpSharding::fsdp, DpSharding::ddp, DpSharding::zero1, DpSharding::zero2};
-  r.read_enum("dp_sharding", l.dp_sharding, modes, values);
+  read_named(r, "dp_sharding", l.dp_sharding, kShardings);
   l.expert_dp_sharding = l.dp_sharding;  // the experts follow the dense families unless told
-  r.read_enum("expert_dp_sharding", l.expert_dp_sharding, modes, values);
+  read_named(r, "expert_dp_sharding", l.expert_dp_sharding, kShardings);
   return l;
 }
 
 ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   ordered_json j = ordered_json::object();
-  for (auto [key, field] : degrees())  // cp and pipeline keys only where they are not 1 (older files)
-    if (std::string_view(key).substr(0, 2) != "cp" && std::string_view(key).substr(0, 2) != "pp") j[key] = l.*field;
-  if (l.cp != 1) j["cp"] = l.cp;
-  if (l.pp != 1) j["pp"] = l.pp;
-  if (l.pp_virtual != 1) j["pp_virtual"] = l.pp_virtual;
+  for (const Degree& d : layout_degrees())
+    if (!d.omitted_when_one || l.*d.field != 1) j[std::string(d.key)] = l.*d.field;
   if (!l.pp_layers.empty()) j["pp_layers"] = l.pp_layers;
   if (l.pp != 1 && record == LayoutRecord::scenario) j["pp_schedule"] = std::string(pp_schedule_name(l.pp_schedule));
   if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
@@ -114,6 +169,14 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   if (l.expert_dp_sharding != l.dp_sharding)
     j["expert_dp_sharding"] = std::string(dp_sharding_name(l.expert_dp_sharding));
   return j;
+}
+
+std::vector<FieldDifference> mesh_differences(const LayoutConfig& a, const LayoutConfig& b) {
+  const auto wa = checkpoint_words(a), wb = checkpoint_words(b);
+  std::vector<FieldDifference> out;
+  for (size_t i = 0; i < wa.size(); ++i)
+    if (wa[i].second != wb[i].second) out.push_back({wa[i].first, wa[i].second, wb[i].second});
+  return out;
 }
 
 namespace {
@@ -146,9 +209,10 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   const std::string recompute =
       l.recompute == Recompute::none ? "" : ", recompute " + std::string(recompute_name(l.recompute));
   if (form == LayoutText::full || form == LayoutText::report) {
-    std::string out = "world " + s(l.world) + " = " + (l.pp > 1 ? "pp " + s(l.pp) + " x " : "") + "dp_replicate " +
-                      s(l.dp_replicate) + " x dp_shard " + s(l.dp_shard) +
-                      (l.cp > 1 ? " x cp " + s(l.cp) : "") + " x tp " + s(l.tp);
+    std::string out = "world " + s(l.world) + " =";  // the factors of world; cp and pp only where used
+    for (const Degree& d : world_factors())
+      if (!d.omitted_when_one || l.*d.field != 1)
+        out += std::string(out.back() == '=' ? " " : " x ") + std::string(d.key) + " " + s(l.*d.field);
     out += form == LayoutText::full ? ", ep " + s(l.ep) + ", etp " + s(l.etp)
                                     : " (ep " + s(l.ep) + ", etp " + s(l.etp) + ")";
     return out + (l.sp ? ", sp" : "") + order + sharding + recompute + pipeline;
@@ -158,9 +222,10 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
     auto add = [&](const char* k, int64_t v) {
       if (v > 1) out += std::string(out.empty() ? "" : " x ") + k + " " + s(v);
     };
-    add("pp", l.pp);
-    if (l.pp > 1) out += " (" + pipeline.substr(2) + ")";
-    add("dpr", l.dp_replicate), add("dps", l.dp_shard), add("cp", l.cp), add("tp", l.tp);
+    for (const Degree& d : world_factors()) {
+      add(std::string(d.brief).c_str(), l.*d.field);
+      if (d.field == &LayoutConfig::pp && l.pp > 1) out += " (" + pipeline.substr(2) + ")";
+    }
     if (l.sp) out += " (sp)";
     if (l.ep > 1) out += std::string(out.empty() ? "" : ", ") + "ep " + s(l.ep) + (l.etp > 1 ? " etp " + s(l.etp) : "");
     if (l.order != RankOrder::megatron) out += (out.empty() ? std::string(order_name(l.order)) + " order" : order);
@@ -190,15 +255,21 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
 }
 
 void check_structure(const LayoutConfig& l, const std::string& p) {
-  for (auto [key, field] : degrees()) require_config(l.*field >= 1, p + key, "must be >= 1, got " + s(l.*field));
+  for (const Degree& d : layout_degrees())
+    require_config(l.*d.field >= 1, p + std::string(d.key), "must be >= 1, got " + s(l.*d.field));
   require_config(l.world <= kMaxWorld, p + "world", "must be <= " + s(kMaxWorld) + ", got " + s(l.world));
-  const int64_t dense = mul(mul(mul(mul(l.pp, l.dp_replicate), l.dp_shard), l.cp), l.tp);
   // the rule names cp and pp only where they are used: messages without them stay as they were
-  const bool cp = l.cp != 1, pp = l.pp != 1;
+  int64_t dense = 1;
+  std::string names, values;
+  for (const Degree& d : world_factors()) {
+    dense = mul(dense, l.*d.field);
+    if (d.omitted_when_one && l.*d.field == 1) continue;
+    names += (names.empty() ? "" : "*") + std::string(d.key);
+    values += (values.empty() ? "" : "*") + s(l.*d.field);
+  }
   require_config(dense == l.world, p + "world",
-          std::string("must equal ") + (pp ? "pp*" : "") + "dp_replicate*dp_shard*" + (cp ? "cp*" : "") + "tp (" +
-              (pp ? s(l.pp) + "*" : "") + s(l.dp_replicate) + "*" + s(l.dp_shard) + "*" + (cp ? s(l.cp) + "*" : "") +
-              s(l.tp) + "), got " + s(l.world));
+                 "must equal " + names + " (" + values + "), got " + s(l.world));
+  const bool pp = l.pp != 1;
   const int64_t expert = mul(mul(l.dp_replicate, l.ep), l.etp), stage = l.world / l.pp;
   require_config(expert > 0 && stage % expert == 0, p + "ep",
           "dp_replicate*ep*etp (" + s(l.dp_replicate) + "*" + s(l.ep) + "*" + s(l.etp) + ") must divide layout.world" +
@@ -224,6 +295,12 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
           "activation recompute is a layout option and needs layout.world > 1 (the one-device baseline never "
           "recomputes), got world 1 with recompute " +
               std::string(recompute_name(l.recompute)));
+}
+
+ValidLayout validate(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {
+  validate_layout(l, m, p);
+  check_batch_split(m.batch, m.microbatches);
+  return ValidLayout(l);
 }
 
 void validate_pp(const LayoutConfig& l, const ModelConfig& m, const std::string& p) {

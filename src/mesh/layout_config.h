@@ -3,7 +3,7 @@
 // how a layout is read from and written to JSON (scenario files and checkpoint records share
 // the codec); how it is described in words (every report uses describe_layout); and the
 // rules a layout must meet (checked once per scenario, errors naming the JSON path).
-// Adding a degree: a field here, its key in layout_config.cpp, its rule, its words.
+// Adding a degree: a field here, its row in the degree table (layout_config.cpp), its rule, its words.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -99,6 +99,23 @@ struct LayoutConfig {
   Device device = Device::cpu;  // where the baseline and every rank compute
 };
 
+// ---- the degree table ---------------------------------------------------------------------
+// One row per degree of LayoutConfig, in the records' order (world, dp_replicate, dp_shard, tp,
+// ep, etp, cp, pp, pp_virtual). Every list of degrees reads it: the codec (both records' keys),
+// check_structure's ">= 1" and world's product, the full, report and brief words' dense part,
+// the checkpoint check (ckpt/verify.cpp, through mesh_differences), coverage's memo key. A new
+// degree is a field above and a row here (and, for a factor of world, a place in world_factors).
+struct Degree {
+  std::string_view key;           // the JSON key in both records, and the degree's name in messages
+  int64_t LayoutConfig::*field;
+  bool omitted_when_one = false;  // written only where it is not 1 (keys newer than the first files)
+  std::string_view brief;         // its word in the brief form ("dps"); "" for a degree that is no factor of world
+};
+const std::vector<Degree>& layout_degrees();
+// The degrees whose product is world, in the order the words and the rule write them (pp,
+// dp_replicate, dp_shard, cp, tp: outermost first): rows of layout_degrees().
+const std::vector<Degree>& world_factors();
+
 // ---- JSON ---------------------------------------------------------------------------------
 // Which record: a scenario's "layout" (every field; a missing key is its default) or a
 // checkpoint's "mesh" (the degrees and the order, which decide where every element lives;
@@ -114,6 +131,15 @@ LayoutConfig read_layout(const nlohmann::json& j, const std::string& path, Layou
 // [order], then for a scenario sp, [recompute], backend, [device], [fsdp_dim]. recompute is a
 // scenario key only (it decides no element's place, so a checkpoint's mesh has none).
 nlohmann::ordered_json layout_json(const LayoutConfig& l, LayoutRecord record);
+
+// Where two layouts' checkpoint records differ: one entry per key of the record (every degree
+// of the table, pp_layers, order), in the record's order, each value in words ("2", "megatron",
+// "[3,1]"; pp_layers "even" when it is empty). A key left out of a record at its default
+// counts as that default. Empty: the two place every element alike.
+struct FieldDifference {
+  std::string key, a, b;
+};
+std::vector<FieldDifference> mesh_differences(const LayoutConfig& a, const LayoutConfig& b);
 
 // ---- words --------------------------------------------------------------------------------
 enum class LayoutText {
@@ -137,12 +163,28 @@ inline constexpr int64_t kMaxWorld = int64_t{1} << 20;
 void check_structure(const LayoutConfig& layout, const std::string& prefix = "$.layout.");
 
 // Every rule a layout must meet for this model, the one implementation of each (a
-// scenario's layouts, the runner's check_supported, `parity explain`, the ckpt commands all
+// scenario's layouts and every rank through validate, `parity explain`, the ckpt commands all
 // call it), in this order (docs/scenario.md): check_structure's, experts % ep, heads % tp,
 // sequence parallel needs tp > 1 and seq % tp, validate_cp's, fsdp_dim names a dimension of
 // every tensor of its family (check_fsdp_dim in mesh/param_layout.h), recompute needs a layout
 // (world > 1: the baseline alone never recomputes, so the option would check nothing).
 void validate_layout(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
+// A layout that met every rule for its model: validate is the only way to make one (torchtitan's
+// ParallelDims validates at construction), so a step that takes one checks nothing again.
+class ValidLayout {
+ public:
+  const LayoutConfig& config() const { return layout_; }
+
+ private:
+  explicit ValidLayout(const LayoutConfig& l) : layout_(l) {}
+  friend ValidLayout validate(const LayoutConfig&, const ModelConfig&, const std::string&);
+  LayoutConfig layout_;
+};
+// validate_layout's rules, then the runner's: a batch of at least one sequence per micro-batch
+// (model/batch_split.h; any batch splits over the data-parallel ranks, a rank may take none).
+// The one check a scenario's layouts (validate_scenario) and every rank (ParallelRun, for a
+// scenario built in code) make. Throws ConfigError("<prefix><field>" or "$.model.<field>", rule).
+ValidLayout validate(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 // validate_layout's pipeline rules: pp_virtual > 1 only (and always) under interleaved, whose
 // micro-batches pp divides; pp_layers, when given, one count >= 0 per virtual stage summing to
 // model.layers.

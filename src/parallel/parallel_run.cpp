@@ -12,7 +12,6 @@
 #include "model/data.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_run.h"
-#include "parallel/supported.h"
 
 #include "core/inject.h"
 #include "core/precision.h"
@@ -26,7 +25,7 @@ namespace parity {
 template <class T> struct ParallelRun<T>::Impl {
   Impl(const Scenario& s, comm::Communicator& w)
       : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
-    check_supported(s.model, s.layout);  // validate_scenario ran it too: a scenario built in code
+    (void)validate(s.layout, s.model);  // validate_scenario ran it too: a scenario built in code
     specs = param_specs(s.model);
     for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
     const int r = w.rank();

@@ -7,10 +7,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "ckpt/checksum.h"
 #include "ckpt/inspect.h"
+#include "ckpt/verify.h"
 #include "ckpt_helpers.h"
 #include "core/error.h"
 
@@ -138,6 +142,36 @@ TEST_F(Faults, ConsistentStepEditIsRefused) {
   write_metadata(path("c"), md);
   expect_has(load_error<IoError>(), "rank0.safetensors: metadata.json disagrees with the file's header on step "
                                     "(metadata.json 11, file 10), data_position (metadata.json 704, file 640)");
+}
+
+TEST_F(Faults, AnEditOfAnyMeshKeyIsRefused) {
+  // Every key of the checkpoint's mesh record, the pipeline's included, is checked against the
+  // rank files' headers. No run record here, so no run checksum can stand in for the check; the
+  // edit recomputes metadata.json's own checksum, so only the headers can tell. Each edit keeps
+  // the world's product (write_metadata builds the mesh): dps2.tp2 is world 4.
+  ASSERT_TRUE(md_.run.is_null());
+  const std::vector<std::pair<std::function<void(LayoutConfig&)>, std::string>> edits = {
+      {[](LayoutConfig& l) { l.tp = 1, l.dp_shard = 4; }, "mesh.tp (metadata.json 1, file 2)"},
+      {[](LayoutConfig& l) { l.order = RankOrder::deepspeed; }, "mesh.order (metadata.json deepspeed, file megatron)"},
+      {[](LayoutConfig& l) { l.pp = 2, l.dp_shard = 1; }, "mesh.pp (metadata.json 2, file 1)"},
+      {[](LayoutConfig& l) { l.pp_virtual = 2; }, "mesh.pp_virtual (metadata.json 2, file 1)"},
+      {[](LayoutConfig& l) { l.pp_layers = {1, 1}; }, "mesh.pp_layers (metadata.json [1,1], file even)"},
+  };
+  for (const auto& [edit, want] : edits) {
+    Metadata md = md_;
+    edit(md.mesh);
+    write_metadata(path("c"), md);
+    const CheckReport rep = check_checkpoint(path("c"), Depth::headers);
+    if (rep.problems.empty()) {
+      ADD_FAILURE() << want << ": the edited checkpoint verified";
+      continue;
+    }
+    expect_has(rep.problems.front(), "rank0.safetensors: metadata.json disagrees with the file's header on ");
+    expect_has(rep.problems.front(), want);
+    expect_has(load_error<IoError>(), want);
+  }
+  write_metadata(path("c"), md_);  // the control: the same write, unedited, verifies
+  EXPECT_TRUE(check_checkpoint(path("c"), Depth::headers).ok());
 }
 
 TEST_F(Faults, DuplicatedChunkRecordIsRefused) {

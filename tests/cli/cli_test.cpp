@@ -115,6 +115,16 @@ TEST(Cli, HelpCommandPrintsWhatDashDashHelpPrints) {
       << bad.out;
 }
 
+// `parity help env`: every PARITY_* setting of core/knobs.h's table, one line each, with its default.
+TEST(Cli, HelpEnvListsEverySetting) {
+  const Result r = parity_cmd("help env");
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* name : {"PARITY_INJECT", "PARITY_FAULT", "PARITY_COMM_TIMEOUT_MS", "PARITY_GLOO_SHM",
+                           "PARITY_SHM_SPIN", "PARITY_CKPT_CRASH", "PARITY_RANK_START"})
+    EXPECT_NE(r.out.find(std::string("\n") + name + " "), std::string::npos) << name << " not in:\n" << r.out;
+  EXPECT_NE(r.out.find("PARITY_COMM_TIMEOUT_MS    60000"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputExitsTwoNamingPathAndRule) {
   fs::path d = temp_dir("bad");
   std::ofstream(d / "unknown.json") << R"({"model": {"vocab": 64, "bogus": 1}})";

@@ -15,7 +15,6 @@
 
 #include "core/error.h"
 #include "thrown.h"
-#include "parallel/supported.h"
 
 namespace parity::scenario_test {  // one namespace per file: the tests build as unity batches
 namespace {
@@ -304,7 +303,7 @@ TEST(Scenario, LayoutRules) {
   EXPECT_NO_THROW(parse_scenario(layout({{"world", 2}, {"cp", 2}, {"device", "cuda"}}), "t"));  // cp runs on cuda
 
   // Layouts beyond world 1 that can exist are accepted (FOLDINGS.md's group tables), with a
-  // batch that splits over their data-parallel ranks (the runner's rule, parallel/supported.h).
+  // batch that splits over their data-parallel ranks (the runner's rule, validate in mesh/layout_config.h).
   for (const json& ok : {json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 4}, {"etp", 1}},
                          json{{"world", 8}, {"dp_shard", 4}, {"tp", 2}, {"ep", 2}, {"etp", 2}},
                          json{{"world", 2}, {"tp", 2}, {"ep", 2}, {"sp", true}},
@@ -361,7 +360,7 @@ TEST(Scenario, FileProblemsNameTheFile) {
   }
 }
 
-// The runner's rules (parallel/supported.h) run with the schema: a file is refused once,
+// The runner's rules (validate, mesh/layout_config.h) run with the schema: a file is refused once,
 // before any rank starts, at the JSON path. Uneven data-parallel batches are accepted (a
 // rank may take no sequence); what is refused is a micro-batch with no sequence.
 TEST(Scenario, UnevenDataParallelBatchesAreAcceptedEmptyMicroBatchesAreNot) {
@@ -379,10 +378,10 @@ TEST(Scenario, UnevenDataParallelBatchesAreAcceptedEmptyMicroBatchesAreNot) {
   j["steps"] = 4;
   j["resume"] = {{"save_at", 2}, {"layout", {{"world", 3}, {"dp_shard", 3}}}};
   EXPECT_NO_THROW(parse_scenario(j, "t"));
-  // a scenario built in code meets the same rule on every rank (ParallelRun's check_supported)
+  // a scenario built in code meets the same rule on every rank (ParallelRun's validate)
   Scenario s = parse_scenario(j, "t");
   s.model.microbatches = 9;
-  msg = config_error([&] { check_supported(s.model, s.layout); });
+  msg = config_error([&] { (void)validate(s.layout, s.model); });
   EXPECT_NE(msg.find("$.model.microbatches: must be in [1, model.batch (8)], got 9"), std::string::npos) << msg;
 }
 

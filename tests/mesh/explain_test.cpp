@@ -153,7 +153,7 @@ std::string write_scenario(const std::string& stem, int64_t dp_shard, int64_t tp
   j["layout"]["dp_shard"] = dp_shard;
   j["layout"]["tp"] = tp;
   j["layout"]["ep"] = ep;
-  j["model"]["batch"] = 8 * dp_shard;  // whole sequences per data-parallel rank (parallel/supported.h)
+  j["model"]["batch"] = 8 * dp_shard;  // whole sequences per data-parallel rank (validate, mesh/layout_config.h)
   const auto path = std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(getpid()) + ".json");
   std::ofstream(path) << j.dump(2);
   return path.string();

@@ -5,8 +5,11 @@
 // once dropped cp: "cp2_ep2" showed as ", ep 2").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "harness/scenario/scenario.h"
@@ -76,6 +79,38 @@ TEST(LayoutConfig, CheckpointRecordBytes) {
   const LayoutConfig back = read_layout(layout_json(l, LayoutRecord::checkpoint), "$.mesh", LayoutRecord::checkpoint);
   EXPECT_EQ(back.cp, 2);
   EXPECT_EQ(back.order, RankOrder::deepspeed);
+}
+
+// Each row of the degree table travels through both records and is named by the checkpoint's
+// check (mesh_differences, which ckpt/verify.cpp reads): a degree set to 3 alone comes back as
+// 3 from either record and is the one difference from the default, under its own key.
+TEST(LayoutConfig, EveryDegreeOfTheTableTravelsAndIsChecked) {
+  std::set<std::string> keys;
+  std::vector<int64_t LayoutConfig::*> fields;  // member pointers have no order: found by ==
+  for (const Degree& d : layout_degrees()) {
+    EXPECT_TRUE(keys.insert(std::string(d.key)).second) << d.key << " twice";
+    EXPECT_EQ(std::find(fields.begin(), fields.end(), d.field), fields.end()) << d.key << ": another row's field";
+    fields.push_back(d.field);
+    LayoutConfig l;
+    l.*d.field = 3;
+    for (LayoutRecord r : {LayoutRecord::scenario, LayoutRecord::checkpoint}) {
+      const nlohmann::ordered_json j = layout_json(l, r);
+      EXPECT_EQ(j.value(std::string(d.key), int64_t{0}), 3) << d.key << " in " << j.dump();
+      EXPECT_EQ(read_layout(nlohmann::json::parse(j.dump()), "$.mesh", r).*d.field, 3) << d.key;
+    }
+    const std::vector<FieldDifference> diff = mesh_differences(l, LayoutConfig{});
+    ASSERT_EQ(diff.size(), 1u) << d.key;
+    EXPECT_EQ(diff[0].key, d.key);
+    EXPECT_EQ(diff[0].a, "3");
+    EXPECT_EQ(diff[0].b, "1");
+  }
+  EXPECT_TRUE(keys.count("pp_virtual"));  // the degrees the checkpoint check once missed
+  LayoutConfig l;
+  l.pp_layers = {3, 1}, l.order = RankOrder::deepspeed;
+  const std::vector<FieldDifference> diff = mesh_differences(l, LayoutConfig{});
+  ASSERT_EQ(diff.size(), 2u);
+  EXPECT_EQ(diff[0].key + " " + diff[0].a + " " + diff[0].b, "pp_layers [3,1] even");
+  EXPECT_EQ(diff[1].key + " " + diff[1].a + " " + diff[1].b, "order deepspeed megatron");
 }
 
 std::pair<std::string, std::string> refusal(const nlohmann::json& j, LayoutRecord r, const std::string& path) {

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace parity::comm {
 
@@ -234,7 +235,7 @@ class GlooCommunicator : public Communicator {
   // PARITY_GLOO_DIRECT_BYTES overrides it (0: always gloo's ring; for benchmarks).
   static int64_t direct_allreduce_bytes() {
     static const int64_t v = [] {
-      const char* e = std::getenv("PARITY_GLOO_DIRECT_BYTES");
+      const char* e = knob("PARITY_GLOO_DIRECT_BYTES");
       return e != nullptr && *e != '\0' ? std::strtoll(e, nullptr, 10) : int64_t{1} << 20;
     }();
     return v;

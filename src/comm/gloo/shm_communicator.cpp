@@ -14,11 +14,12 @@
 
 #include "comm/gloo/shm_segment.h"
 #include "core/error.h"
+#include "core/knobs.h"
 
 namespace parity::comm {
 
 bool gloo_shm_enabled() {
-  const char* v = std::getenv("PARITY_GLOO_SHM");
+  const char* v = knob("PARITY_GLOO_SHM");
   return v == nullptr || std::string(v) != "0";
 }
 

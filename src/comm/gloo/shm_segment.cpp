@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/resources.h"
 
 namespace parity::comm::shm {
@@ -55,8 +56,8 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
 }
 
-const char* env_value(const char* name) {
-  const char* v = std::getenv(name);
+const char* env_value(const char* name) {  // a setting of core/knobs.h's table, "" as unset
+  const char* v = knob(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/inject.h"
+#include "core/knobs.h"
 #include "core/text.h"
 #include "harness/runner/rank_main.h"
 #include "harness/runner/shared_baseline.h"
@@ -80,7 +81,7 @@ std::string shared_baseline_path() {
 // survive a fork; across hosts each launcher's store client may hold a thread), and
 // PARITY_RANK_START not "exec" (the old way: fork + exec of `parity rank FILE`).
 bool fork_started(const comm::LaunchOptions& lo, Device device) {
-  const char* v = std::getenv("PARITY_RANK_START");
+  const char* v = knob("PARITY_RANK_START");
   const std::string how = v != nullptr ? v : "";
   if (!how.empty() && how != "fork" && how != "exec")
     throw ConfigError("PARITY_RANK_START", "must be fork or exec, got '" + printable(how, 64) + "'");
@@ -91,10 +92,11 @@ bool fork_started(const comm::LaunchOptions& lo, Device device) {
 
 int launch(const RunRequest& r, const RankStart& how, const std::function<void()>& checks) {
   const bool verdict = r.job == RankJob::verdict;
+  RunRequest req = r;  // what the ranks read: r and what this launcher adds (run_request.h)
   if (verdict) {
-    (void)fault_from_env();  // a malformed PARITY_FAULT is refused here, before any rank starts
-    (void)injected_names();  // likewise an unknown PARITY_INJECT / --inject name
+    if (fault_from_env()) req.fault = knob("PARITY_FAULT");  // a malformed one is refused here
   }
+  if (r.scenario) req.inject = injected_names();  // an unknown PARITY_INJECT / --inject name likewise
   const int64_t world = r.world();
   comm::LaunchOptions lo;
   if (world % r.nnodes != 0)
@@ -107,8 +109,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   lo.deadline = std::chrono::milliseconds(static_cast<int64_t>(r.deadline_s * 1000));
   lo.prefix_output = false;  // rank 0 alone prints; errors name their rank themselves
   lo.log_dir = r.log_dir;
-  const int64_t t0 = unix_ns();
-  lo.extra_env.push_back("PARITY_LAUNCH_T0_NS=" + std::to_string(t0));
+  req.launch_t0_ns = unix_ns();
   const Device device = r.scenario ? r.scenario->layout.device : Device::cpu;
   if (r.scenario)
     require_device(device, "layout.device cuda" +
@@ -116,7 +117,6 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   const bool sim = lo.backend == comm::Backend::sim;
   if (sim) check_sim_request(r);
   if (checks) checks();
-  const RequestFile file(r, r.log_dir);
   // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
@@ -125,8 +125,9 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   if (verdict && (sim || baseline_place() == BaselinePlace::once_per_host)) {
     use_device(device);
     baseline.emplace(*r.scenario, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
-    lo.extra_env.push_back("PARITY_BASELINE_FILE=" + baseline->path());
+    req.baseline_file = baseline->path();
   }
+  const RequestFile file(req, r.log_dir);
   if (baseline) lo.after_start = [&baseline] { baseline->start(); };
   const bool by_fork = how.in_process && fork_started(lo, device);
   if (by_fork) lo.in_process = how.in_process;
@@ -140,8 +141,8 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
     if (r.rank_timeout_s > 0) sl.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.rank_timeout_s * 1000));
     sl.baseline_file = baseline ? baseline->path() : "";
     if (baseline) sl.after_start = [&baseline] { baseline->start(); };
-    sl.t0_s = static_cast<double>(t0) * 1e-9;
-    rc = launch_sim(r, sl);
+    sl.t0_s = static_cast<double>(req.launch_t0_ns) * 1e-9;
+    rc = launch_sim(req, sl);  // the request the ranks would read: its fault, bugs and baseline
   } else {
     rc = comm::launch_main(lo, command);
   }
@@ -155,7 +156,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                               : by_fork                        ? "started by fork"
                                                                : "started by exec";
   std::printf("time to verdict: %.3f s (launcher wall clock, %s %s, exit %d)\n",
-              static_cast<double>(unix_ns() - t0) * 1e-9, ranks.c_str(), started.c_str(), rc);
+              static_cast<double>(unix_ns() - req.launch_t0_ns) * 1e-9, ranks.c_str(), started.c_str(), rc);
   return rc;
 }
 

@@ -14,7 +14,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/inject.h"
 #include "core/exit_codes.h"
+#include "core/knobs.h"
 #include "core/text.h"
 #include "harness/golden/golden.h"
 #include "harness/runner/verdict_run.h"
@@ -22,7 +24,7 @@
 namespace parity {
 
 std::optional<Fault> fault_from_env() {
-  const char* v = std::getenv("PARITY_FAULT");
+  const char* v = knob("PARITY_FAULT");
   if (v == nullptr || *v == '\0') return std::nullopt;
   return parse_fault(v);
 }
@@ -51,7 +53,7 @@ struct RankSide {
   std::function<std::unique_ptr<comm::Communicator>()> join;
   int local_rank = 0;
   double startup_s = 0;
-  std::string baseline_file;  // empty: PARITY_BASELINE_FILE
+  std::string baseline_file;  // the host's shared baseline (the request's, or the simulated world's); "": our own
   bool process = true;        // false: a thread (no device to choose: sim runs on the CPU)
 };
 
@@ -64,8 +66,8 @@ RankSide process_side(const RunRequest& r, const std::string& source) {
   RankSide side;
   side.join = [env] { return comm::make_world_communicator(env); };
   side.local_rank = env.local_rank;
-  const char* t0 = std::getenv("PARITY_LAUNCH_T0_NS");
-  side.startup_s = t0 != nullptr ? static_cast<double>(unix_ns() - std::atoll(t0)) * 1e-9 : 0.0;
+  side.startup_s = r.launch_t0_ns > 0 ? static_cast<double>(unix_ns() - r.launch_t0_ns) * 1e-9 : 0.0;
+  side.baseline_file = r.baseline_file;
   return side;
 }
 
@@ -77,7 +79,7 @@ int verdict_job(const RunRequest& r, const RankSide& side) {
   VerdictOptions vo;
   vo.rendezvous_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
   vo.startup_s = side.startup_s;
-  vo.fault = fault_from_env();
+  if (!r.fault.empty()) vo.fault = parse_fault(r.fault);
   vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume;
   vo.baseline_file = side.baseline_file;
   if (world->size() != s.layout.world)
@@ -134,6 +136,7 @@ int run_rank(const std::function<RunRequest()>& request, const std::string& sour
   const std::string rank = comm::rank_label();
   try {
     const RunRequest r = request();
+    set_injected(r.inject);  // the request's bugs, not the environment's: the file replays the run
     return run_job(r, process_side(r, source));
   } catch (const std::exception& e) {
     return rank_failed(e, rank, nullptr);
@@ -147,7 +150,7 @@ int run_sim_rank(const RunRequest& r, const SimRankSide& sim, std::string& error
     side.join = sim.join;
     side.local_rank = sim.rank;
     side.startup_s = sim.startup_s;
-    side.baseline_file = sim.baseline_file;
+    side.baseline_file = sim.baseline_file.empty() ? r.baseline_file : sim.baseline_file;
     side.process = false;
     return run_job(r, side);
   } catch (const std::exception& e) {

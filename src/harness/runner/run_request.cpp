@@ -1,13 +1,17 @@
 #include "harness/runner/run_request.h"
 
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/inject.h"
 #include "core/json_object.h"
 #include "core/precision.h"
 #include "core/text.h"
 #include "harness/scenario/scenario.h"
+#include "harness/verdict/verdict.h"
 
 namespace parity {
 
@@ -33,7 +37,7 @@ Scenario resolve_scenario(const std::string& path, const Overrides& o) {
   if (o.lr >= 0) s.optim.lr = o.lr;
   if (o.trajectory) s.trajectory = true;
   try {
-    validate_scenario(s);  // the schema and the runner's rules (check_supported), both layouts
+    validate_scenario(s);  // the schema and the runner's rules (validate), both layouts
   } catch (const ConfigError& e) {
     throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }
@@ -63,6 +67,10 @@ nlohmann::json request_json(const RunRequest& r) {
   if (!r.resume.empty()) j["resume"] = r.resume;
   if (!r.out.empty()) j["out"] = r.out;
   if (r.rank_timeout_s > 0) j["timeout_s"] = r.rank_timeout_s;
+  if (!r.inject.empty()) j["inject"] = r.inject;
+  if (!r.fault.empty()) j["fault"] = r.fault;
+  if (r.launch_t0_ns > 0) j["launch_t0_ns"] = r.launch_t0_ns;
+  if (!r.baseline_file.empty()) j["baseline_file"] = r.baseline_file;
   if (r.job == RankJob::comm_bench)
     j["bench"] = {{"world", r.bench_world},         {"backend", r.bench_backend},
                   {"dtype", r.bench_dtype},         {"min_bytes", r.bench.min_bytes},
@@ -103,7 +111,8 @@ void read_bench(const nlohmann::json& b, const std::string& path, RunRequest& r)
 RunRequest parse_request(const nlohmann::json& j) {
   RunRequest r;
   const ObjectReader rd(j, "$",
-                        {"job", "scenario", "report", "save_at", "ckpt", "resume", "out", "timeout_s", "bench"});
+                        {"job", "scenario", "report", "save_at", "ckpt", "resume", "out", "timeout_s", "bench",
+                         "inject", "fault", "launch_t0_ns", "baseline_file"});
   rd.require_keys({"job"});
   rd.read_enum("job", r.job, {"verdict", "curves", "comm_bench"},
                {RankJob::verdict, RankJob::curves, RankJob::comm_bench});
@@ -113,6 +122,24 @@ RunRequest parse_request(const nlohmann::json& j) {
   rd.read("resume", r.resume);
   rd.read("out", r.out);
   rd.read("timeout_s", r.rank_timeout_s);
+  rd.read("inject", r.inject);
+  rd.read("fault", r.fault);
+  rd.read("launch_t0_ns", r.launch_t0_ns);
+  rd.read("baseline_file", r.baseline_file);
+  // refused here, naming the key, rather than on a rank's first use
+  std::stringstream names(r.inject);
+  for (std::string name; std::getline(names, name, ',');) {
+    try {
+      if (!name.empty()) (void)find_injection(name);
+    } catch (const ConfigError& e) {
+      throw ConfigError("$.inject", e.rule());
+    }
+  }
+  try {
+    if (!r.fault.empty()) (void)parse_fault(r.fault);
+  } catch (const ConfigError& e) {
+    throw ConfigError("$.fault", e.rule());
+  }
   if (r.job == RankJob::comm_bench) {
     if (rd.find("bench") == nullptr) throw ConfigError("$.bench", "required key is missing (job comm_bench)");
     read_bench(*rd.find("bench"), rd.at("bench"), r);

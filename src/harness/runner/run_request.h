@@ -55,6 +55,14 @@ struct RunRequest {
   // The rank side: --timeout given to a rank itself (overrides PARITY_COMM_TIMEOUT_MS); 0:
   // the launcher's, through the environment.
   double rank_timeout_s = 0;
+  // What else a rank needs, filled by the launcher (launch) so that the file replays the run:
+  // the named bugs (--inject / PARITY_INJECT, "a,b"), the fault (PARITY_FAULT's syntax), the
+  // launch's wall clock (ns since the epoch: the startup time a verdict prints) and the host's
+  // shared baseline file (a rank whose file is gone or another run's trains its own). Each is
+  // written only where set, so a request without them reads as before.
+  std::string inject, fault;
+  int64_t launch_t0_ns = 0;
+  std::string baseline_file;
 
   // The launch (not written to the file: the launcher's own).
   double timeout_s = 60;   // per collective

@@ -25,6 +25,7 @@
 #include "comm/sim/sim_world.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
+#include "core/knobs.h"
 #include "core/resources.h"
 #include "harness/golden/golden.h"
 #include "harness/runner/twin.h"
@@ -33,7 +34,7 @@
 namespace parity {
 
 BaselinePlace baseline_place() {
-  const char* v = std::getenv("PARITY_SHARED_BASELINE");
+  const char* v = knob("PARITY_SHARED_BASELINE");
   return v != nullptr && std::string(v) == "0" ? BaselinePlace::in_every_rank : BaselinePlace::once_per_host;
 }
 
@@ -358,10 +359,9 @@ std::string baseline_key(const Scenario& s) {
 }
 
 template <class T>
-std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file) {
-  const char* path = file.empty() ? std::getenv("PARITY_BASELINE_FILE") : file.c_str();
-  if (path != nullptr && *path != '\0') {
-    const int fd = ::open(path, O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& path) {
+  if (!path.empty()) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
     struct stat st {};
     if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= kHeader) {
       void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -446,6 +446,6 @@ BaselineProducer::~BaselineProducer() {
 
 template std::unique_ptr<BaselineSource<float>> make_baseline_source<float>(const Scenario&, int, const std::string&);
 template std::unique_ptr<BaselineSource<double>> make_baseline_source<double>(const Scenario&, int,
-                                                                               const std::string&);
+                                                                              const std::string&);
 
 }  // namespace parity

@@ -1,9 +1,10 @@
 // One baseline per host (issue 16). The launcher of a layout (`parity run`, world > 1)
 // trains the one-device baseline once, in a thread of its own, while the ranks run, and
-// writes every step's record into a file the ranks map read-only (PARITY_BASELINE_FILE in
-// their environment); no rank trains a copy. A rank started without that variable (under an
-// external launcher) trains its own, as before. The comparison stays rank-local and the
-// verdict is the same: the records are the same bits BaselineRun produces.
+// writes every step's record into a file the ranks map read-only (the run request's
+// baseline_file); no rank trains a copy. A rank whose request names none (under an external
+// launcher) or a file that is gone (a request replayed by hand) trains its own, as before.
+// The comparison stays rank-local and the verdict is the same: the records are the same bits
+// BaselineRun produces.
 //
 // File: a header page (magic, the baseline key, the step size, steps ready, each reader's
 // next step, an error message), then the parameters before step 0, then a ring of step
@@ -51,12 +52,11 @@ template <class T> class BaselineSource {
   virtual bool shared() const = 0;
 };
 
-// The file `file` (empty: the one PARITY_BASELINE_FILE names) when it is set, its key matches `s`
-// and `slot` (this rank's place among the file's readers: its world rank) is one of them;
-// otherwise a BaselineRun trained in this process. A simulated world's ranks (threads) pass the
-// file: the environment is the process's.
+// The file at `path` (the run request's baseline_file) when it is given, exists, its key
+// matches `s` and `slot` (this rank's place among the file's readers: its world rank) is one
+// of them; otherwise a BaselineRun trained in this process.
 template <class T>
-std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& file = "");
+std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& path);
 
 // Trains the baseline of `s` for s.steps steps into `path`, in a thread, for `consumers`
 // ranks whose first needed block is step `first` (a resumed phase: the step before its

@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/knobs.h"
 #include "core/exit_codes.h"
 #include "core/resources.h"
 #include "harness/runner/rank_main.h"
@@ -51,7 +52,7 @@ void* sim_thread_main(void* p) {
 }  // namespace
 
 void check_sim_request(const RunRequest& r) {
-  if (const char* f = std::getenv("PARITY_SIM_FAULT"); f != nullptr && *f != '\0') (void)comm::parse_sim_fault(f);
+  if (const char* f = knob("PARITY_SIM_FAULT"); f != nullptr && *f != '\0') (void)comm::parse_sim_fault(f);
   if (r.nnodes > 1)
     throw ConfigError("--nnodes", "--backend sim runs every rank as a thread of this one process; across hosts use "
                                   "gloo, mpi or nccl (docs/multihost.md)");
@@ -72,7 +73,7 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
   check_sim_request(r);
   const int w = static_cast<int>(r.world());
   auto world = comm::make_sim_world(w, how.timeout);
-  if (const char* f = std::getenv("PARITY_SIM_FAULT"); f != nullptr && *f != '\0')
+  if (const char* f = knob("PARITY_SIM_FAULT"); f != nullptr && *f != '\0')
     comm::set_sim_fault(*world, comm::parse_sim_fault(f));
   auto ends = std::make_shared<SimEnds>();
   ends->done.assign(static_cast<size_t>(w), 0);

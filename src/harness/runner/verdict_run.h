@@ -25,9 +25,7 @@ struct VerdictOptions {
   // uninterrupted baseline. save_at must lie in [K, steps] (ConfigError).
   int64_t save_at = -1;
   std::string ckpt_dir, resume_dir;
-  // The host's shared baseline (shared_baseline.h); empty: PARITY_BASELINE_FILE. A rank of a
-  // simulated world (a thread: the environment is the process's) is given it here.
-  std::string baseline_file;
+  std::string baseline_file;  // the host's shared baseline (the run request's); "": train our own
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot

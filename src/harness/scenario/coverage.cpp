@@ -3,7 +3,6 @@
 #include "harness/scenario/coverage.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -103,10 +102,11 @@ bool deepspeed_differs_uncached(const LayoutConfig& l) {
 // thousands of times per proposal) and each answer builds two meshes: remembered per layout.
 bool deepspeed_differs(const LayoutConfig& l) {
   if (l.order != RankOrder::deepspeed) return false;
-  using Key = std::array<int64_t, 8>;
+  using Key = std::vector<int64_t>;  // every degree of the table (the groups depend on nothing else)
   static std::mutex mu;
   static std::map<Key, bool> known;
-  const Key k{l.world, l.pp, l.dp_replicate, l.dp_shard, l.cp, l.tp, l.ep, l.etp};
+  Key k;
+  for (const Degree& d : layout_degrees()) k.push_back(l.*d.field);
   std::lock_guard<std::mutex> lock(mu);
   auto it = known.find(k);
   if (it == known.end()) it = known.emplace(k, deepspeed_differs_uncached(l)).first;

@@ -19,7 +19,6 @@
 #include "harness/scenario/memory.h"
 #include "model/batch_split.h"
 #include "mesh/mesh.h"
-#include "parallel/supported.h"
 
 namespace parity {
 namespace {
@@ -122,24 +121,17 @@ void validate_optim(const OptimConfig& o) {
   require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
 }
 
-// The resume layout follows every rule of the main one (reported at $.resume.layout.*), and
-// the run's rules: a world of at least 2 (it is compared with the baseline), and the
-// runner's (check_supported: a batch that splits over micro-batches and data-parallel ranks).
+// The resume layout follows every rule of the main one, the runner's included (validate,
+// reported at $.resume.layout.*), and a world of at least 2 (it is compared with the baseline).
 void validate_resume(const ResumeConfig& r, const Scenario& s) {
   const std::string p = "$.resume.";
   require_config(r.save_at >= 1 && r.save_at < s.steps, p + "save_at",
           "must be in [1, steps - 1] (steps = " + std::to_string(s.steps) + ") so that both phases run, got " +
               std::to_string(r.save_at));
   const LayoutConfig& l = r.layout;
-  validate_layout(l, s.model, p + "layout.");
+  (void)validate(l, s.model, p + "layout.");
   require_config(l.world >= 2, p + "layout.world",
           "must be >= 2: the resumed layout is compared with the one-device baseline, got " + std::to_string(l.world));
-  try {
-    check_supported(s.model, l);
-  } catch (const ConfigError& e) {  // its paths say $.layout.*: this is $.resume.layout.*
-    const std::string& at = e.path();
-    throw ConfigError(at.rfind("$.layout", 0) == 0 ? "$.resume" + at.substr(1) : at, e.rule());
-  }
 }
 
 void parse_resume(const ObjectReader& r, ResumeConfig& out) {
@@ -325,8 +317,7 @@ void validate_scenario(const Scenario& s) {
   validate_model(s.model);
   validate_optim(s.optim);
   check_plausible_size(s.model, s.optim);
-  validate_layout(s.layout, s.model);
-  check_supported(s.model, s.layout);
+  (void)validate(s.layout, s.model);
   if (s.resume) validate_resume(*s.resume, s);
 }
 
