@@ -85,7 +85,7 @@ Curves run_layout(const Scenario& s, const GoldenOptions& o, Perf& perf, const C
   fs::remove(r.out);
   const nlohmann::json j = nlohmann::json::parse(ss.str());
   for (const auto& rank : j.at("ranks")) {
-    perf.cpu_s += rank.at("cpu_s").get<double>();
+    perf.ranks_cpu_s += rank.at("cpu_s").get<double>();
     perf.peak_rss_mib.push_back(rank.at("peak_rss_mib").get<double>());
   }
   return curves_from_json(j.at("curves"), r.out, true);
@@ -121,11 +121,9 @@ Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o
   g.layout = describe_layout(run.layout, LayoutText::full);
   g.entropy_floor = MarkovData(run.model.vocab, run.data_seed).entropy_floor();
   g.baseline = baseline_curves(run);
-  const ProcessUsage u1 = process_usage();
   Perf perf;
   perf.machine = machine_name();
-  perf.cpu_s = u1.cpu_s - u0.cpu_s;
-  perf.peak_rss_mib.push_back(u1.peak_rss_mib);
+  perf.cpu_s = process_usage().cpu_s - u0.cpu_s;  // the baseline's (the launches after it wait, not compute)
   if (run.layout.world > 1 && run.resume) {  // both phases: the layout saves on its way, the other resumes
     const ResumeDir tmp;
     const std::string dir = tmp.path + "/ckpt";
@@ -141,6 +139,7 @@ Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o
     g.layout_curves = run_layout(run, o, perf);
   }
   perf.wall_s = seconds_since(t0);
+  perf.peak_rss_mib.insert(perf.peak_rss_mib.begin(), process_usage().peak_rss_mib);  // the command's, whole
   g.perf = perf;
   return g;
 }
@@ -158,10 +157,10 @@ int update_one(const std::string& path, const GoldenOptions& o) {
   g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
   const std::string out = golden_path(o, path, fs::path(path).stem().string());
   save_golden(out, g);
-  std::printf("golden update %s: wrote %s (%lld steps, world %lld%s; pinned cpu %.1f s, wall %.1f s, peak %.0f MiB), "
-              "%.1f s\n",
+  std::printf("golden update %s: wrote %s (%lld steps, world %lld%s; pinned cpu %.2f s + ranks %.2f s, wall %.1f s, "
+              "peak %.0f MiB), %.1f s\n",
               file.name.c_str(), out.c_str(), static_cast<long long>(run.steps), static_cast<long long>(g.world),
-              g.world > 1 ? (", " + g.backend).c_str() : "", g.perf->cpu_s, g.perf->wall_s,
+              g.world > 1 ? (", " + g.backend).c_str() : "", g.perf->cpu_s, g.perf->ranks_cpu_s, g.perf->wall_s,
               *std::max_element(g.perf->peak_rss_mib.begin(), g.perf->peak_rss_mib.end()), seconds_since(t0));
   return 0;
 }

@@ -220,8 +220,8 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
     const auto& p = *gd.perf;
     const double peak = p.peak_rss_mib.empty() ? 0 : *std::max_element(p.peak_rss_mib.begin(), p.peak_rss_mib.end());
     char buf[160];
-    std::snprintf(buf, sizeof buf, "wall %.1f s, cpu %.1f s, peak %.0f MiB (largest of %zu)", p.wall_s, p.cpu_s, peak,
-                  p.peak_rss_mib.size());
+    std::snprintf(buf, sizeof buf, "wall %.1f s, cpu %.1f + %.1f s, peak %.0f MiB (largest of %zu)", p.wall_s,
+                  p.cpu_s, p.ranks_cpu_s, peak, p.peak_rss_mib.size());
     s << "set label " << tag++ << " " << q(buf) << " at graph 0.98, graph 0.92 right font ',7' tc rgb '#505050'\n";
   }
   const LossRange r(gd);
