@@ -314,14 +314,14 @@ TEST(Plot, MeasuredBoundResumeAndPerfDrawn) {
   EXPECT_NE(gp.find("using 1:($1 < 5 ? $3 : NaN) with lines lw 2.5 lc rgb '" + layout_color(g.layout) + "'"),
             std::string::npos);
   EXPECT_NE(gp.find("then from step 5: world 4 = dp\\_shard 4"), std::string::npos) << "both layouts named";
-  EXPECT_NE(gp.find("loss bound as measured (10x the rounding twin''s noise"), std::string::npos);
+  EXPECT_NE(gp.find("loss bound (10x the twin''s noise, or its floor)"), std::string::npos);
   EXPECT_NE(gp.find("wall 3.3 s, cpu 5.5 + 1.5 s, peak 120 MiB (largest of 3)"), std::string::npos);
   const std::string old = plot_script({make_golden()}, o);
   EXPECT_NE(old.find("loss bound''s floor"), std::string::npos);
   EXPECT_EQ(old.find("set arrow 1"), std::string::npos);
   EXPECT_EQ(old.find("peak"), std::string::npos);
   const std::string both = plot_script({make_golden(), g}, o);
-  EXPECT_NE(both.find("measured, or its floor where a golden stores no twin"), std::string::npos);
+  EXPECT_NE(both.find("loss bound (measured, or its floor: no twin stored)"), std::string::npos);
 }
 
 // The plot commands of a script's first figure (the PNG; the SVG repeats it), each with the key

@@ -164,6 +164,8 @@ struct Grid {
   int cell_w, cell_h, header_h = 104, title_h = 0, width, height;
   std::vector<Title> titles;
   explicit Grid(const std::vector<Golden>& gs) : n(gs.size()) {
+    for (const Golden& g : gs)  // the legend's 7th entry (a resumed phase) needs a row more
+      if (g.resumed) header_h = 124;
     cols = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
     rows = (n + cols - 1) / cols;
     cell_w = std::max(330, 1000 / static_cast<int>(cols));
@@ -266,9 +268,9 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
 std::string bound_words(const std::vector<Golden>& gs, const std::string& dtypes) {
   size_t measured = 0;
   for (const Golden& g : gs) measured += g.loss_bound.empty() ? 0 : 1;
-  if (measured == gs.size()) return "loss bound as measured (10x the rounding twin's noise, or its floor), " + dtypes;
-  if (measured == 0) return "loss bound's floor, " + dtypes + " (no twin stored: the measured bound may be higher)";
-  return "loss bound: measured, or its floor where a golden stores no twin, " + dtypes;
+  if (measured == gs.size()) return "loss bound (10x the twin's noise, or its floor), " + dtypes;
+  if (measured == 0) return "loss bound's floor, " + dtypes + " (the measured one may be higher)";
+  return "loss bound (measured, or its floor: no twin stored), " + dtypes;
 }
 
 // The figure for one terminal: every cell with its key off, then the one shared legend in the
@@ -290,8 +292,10 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
   s << "# shared legend\nunset label\nunset grid\nunset border\nunset tics\nunset logscale y\n";
   s << g.margins(0, g.width, 30, g.header_h - 4) << "set xrange [0:1]\nset yrange [0:1]\n";
   const int cols = std::max(1, g.width / 360);  // the longest entry's width, its sample included
+  const bool resumed = std::any_of(gs.begin(), gs.end(), [](const Golden& gd) { return gd.resumed.has_value(); });
+  const int entries = resumed ? 7 : 6;  // at most 4 rows fit the strip
   s << "set key at screen 0.5, " << g.y((30 + g.header_h - 4) / 2.0) << " center center horizontal maxrows "
-    << (6 + cols - 1) / cols << " samplen 3 font ',9'\n";
+    << (entries + cols - 1) / cols << " samplen 3 font ',9'\n";
   // The layout's marks are drawn in a neutral grey here: in the panels each takes the colour of
   // its layout (the panel's coloured subtitle), so no one colour here could label them all.
   s << "plot NaN with lines lw 2.5 lc rgb 'gray40' title 'layout''s loss (in its layout''s colour, as the "
@@ -301,9 +305,9 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
     << "     NaN with linespoints pt 7 ps 0.35 lc rgb 'gray40' title '|layout - baseline| loss, log axis', \\\n"
     << "     NaN with points pt 9 ps 0.6 lc rgb 'gray40' title 'exactly 0 (bitwise equal), on the axis', \\\n"
     << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title " << q(bound_words(gs, dtypes));
-  if (std::any_of(gs.begin(), gs.end(), [](const Golden& gd) { return gd.resumed.has_value(); }))
+  if (resumed)
     s << ", \\\n     NaN with lines dt 3 lw 1.2 lc rgb 'gray30' title "
-         "'resume: the second layout (its colour, 2nd subtitle) loads the checkpoint'";
+         "'resumed: the 2nd layout (2nd subtitle) from its checkpoint'";
   s << "\n";
   s << "unset key\nset border\nset tics\nunset multiplot\n";
   return s.str();
