@@ -83,9 +83,17 @@ UnshardedState read_unsharded(const std::string& dir) {
   return st;
 }
 
+std::string export_name(const std::string& ckpt_name) {
+  static const std::string prefix = "expert_bias.layers.";
+  if (ckpt_name.rfind(prefix, 0) != 0) return ckpt_name;
+  const std::string layer = ckpt_name.substr(prefix.size());
+  if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) return ckpt_name;
+  return "layers." + layer + ".moe.expert_bias";
+}
+
 void write_unsharded(const UnshardedState& st, const std::string& path, bool force, const std::string& option) {
   SafetensorsWriter w;
-  for (const WholeTensor& t : st.tensors) w.add(t.name, t.dtype(), t.shape(), t.data());
+  for (const WholeTensor& t : st.tensors) w.add(export_name(t.name), t.dtype(), t.shape(), t.data());
   w.set_metadata("format", "parity-export");
   w.set_metadata("step", std::to_string(st.md.step));
   w.set_metadata("data_position", std::to_string(st.md.data_position));

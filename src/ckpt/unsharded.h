@@ -32,11 +32,16 @@ struct UnshardedState {
 // verified. Throws IoError / ConfigError as ckpt::load does.
 UnshardedState read_unsharded(const std::string& dir);
 
+// The name a checkpoint tensor has in an export: the name `parity dump` and parity_torch give it
+// ("expert_bias.layers.1" -> "layers.1.moe.expert_bias"); every other name as it is. The
+// checkpoint keeps its own key (a format key: old checkpoints read as before).
+std::string export_name(const std::string& ckpt_name);
+
 // Writes the unsharded state as one safetensors file (metadata: format "parity-export", step,
-// data_position and the model config as JSON). Deterministic: equal states give equal bytes,
-// whatever the layouts they were saved under. An existing `path` is replaced only when it is
-// an export parity wrote (kExportSignature) or, with `force`, any regular file; anything else
-// is ConfigError naming `option` (core/output.h). Throws IoError naming the file.
+// data_position and the model config as JSON), each tensor under export_name. Deterministic:
+// equal states give equal bytes, whatever the layouts they were saved under. An existing `path`
+// is replaced only when it is an export parity wrote (kExportSignature) or, with `force`, any
+// regular file; anything else is ConfigError naming `option` (core/output.h). Throws IoError naming the file.
 inline constexpr const char* kExportSignature = "\"format\":\"parity-export\"";
 void write_unsharded(const UnshardedState& st, const std::string& path, bool force = false,
                      const std::string& option = "out");

@@ -28,22 +28,26 @@ void add_common(CLI::App* sub, GoldenOptions& o) {
   sub->add_option("--timeout", o.timeout_s, "Per-collective timeout in seconds")->capture_default_str();
 }
 
-// `golden check` of several scenarios: each a child `parity golden check FILE` (the one job
-// loop, cli/jobs.h), at most `jobs` at a time, its output printed whole in the scenarios'
-// order, then a total and one verdict. Exit: the worst of the children (2 > 1 > 0).
-int check_in_jobs(const GoldenOptions& o, int jobs) {
+// `golden check` (or `update`) of several scenarios: each a child `parity golden check FILE`
+// (the one job loop, cli/jobs.h), at most `jobs` at a time, its output printed whole in the
+// scenarios' order, then a total and one verdict. Exit: the worst of the children (2 > 1 > 0).
+// A child per scenario: each run's time and peak memory its own (the perf a golden pins).
+int golden_in_jobs(const GoldenOptions& o, int jobs, bool update) {
   DirLock lock;  // a new temporary directory: this process's alone
   const std::string dir = jobs_dir("", "golden", lock);
+  const std::string verb = update ? "update" : "check";
   std::vector<Job> list;
   for (size_t i = 0; i < o.scenarios.size(); ++i) {
-    Job j{{"golden", "check", o.scenarios[i], "--timeout", std::to_string(o.timeout_s), "--max-lines",
-           std::to_string(o.max_lines)},
-          dir + "/" + std::to_string(i) + ".log", "golden check " + o.scenarios[i]};
+    Job j{{"golden", verb, o.scenarios[i], "--timeout", std::to_string(o.timeout_s)},
+          dir + "/" + std::to_string(i) + ".log", "golden " + verb + " " + o.scenarios[i]};
+    if (update) j.args.insert(j.args.end(), {"--steps", std::to_string(o.steps)});
+    if (!update) j.args.insert(j.args.end(), {"--max-lines", std::to_string(o.max_lines)});
     if (!o.backend.empty()) j.args.insert(j.args.end(), {"--backend", o.backend});
     if (!o.dir.empty()) j.args.insert(j.args.end(), {"--golden-dir", o.dir});
+    if (!o.perf) j.args.emplace_back("--no-perf");
     list.push_back(std::move(j));
   }
-  std::printf("golden check: %zu scenarios, %d at a time\n", list.size(), jobs);
+  std::printf("golden %s: %zu scenarios, %d at a time\n", verb.c_str(), list.size(), jobs);
   std::fflush(stdout);
   std::vector<JobEnd> ends(list.size());
   InOrder rows(list.size(), [&](size_t i) {
@@ -65,8 +69,9 @@ int check_in_jobs(const GoldenOptions& o, int jobs) {
     ++(e.rc == 0 ? passed : e.rc == 2 ? bad : failed);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("\ngolden verdict: %s: %zu scenarios, %d passed, %d failed%s, %.1f s\n", worst == 0 ? "PASS" : "FAIL",
-              list.size(), passed, failed, bad > 0 ? (", " + std::to_string(bad) + " bad input").c_str() : "", wall);
+  std::printf("\ngolden %s: %s: %zu scenarios, %d %s, %d failed%s, %.1f s\n", update ? "update" : "verdict",
+              worst == 0 ? "PASS" : "FAIL", list.size(), passed, update ? "written" : "passed", failed,
+              bad > 0 ? (", " + std::to_string(bad) + " bad input").c_str() : "", wall);
   std::filesystem::remove_all(dir);
   return worst;
 }
@@ -83,19 +88,30 @@ Command add_golden_command(CLI::App& app) {
   CLI::App* up = sub->add_subcommand("update", "Run each scenario (50 steps) and write its golden file");
   add_common(up, *o);
   up->add_option("--steps", o->steps, "Steps to pin")->capture_default_str()->check(steps_choice());
+  auto up_jobs = std::make_shared<int>(1);
+  up->add_option("-j,--jobs", *up_jobs,
+                 "Scenarios updated at once, each its own process (default 1: the time and memory pinned are "
+                 "measured with as little beside them as this command can make)")
+      ->capture_default_str()
+      ->check(positive_integer());
   CLI::App* check = sub->add_subcommand(
       "check", "Rerun each scenario and compare with its golden file; print the steps that differ; exit 1 if any");
   add_common(check, *o);
   check->add_option("--max-lines", o->max_lines, "Differing values to print per scenario")->capture_default_str();
+  auto no_perf = std::make_shared<bool>(false);
+  check->add_flag("--no-perf", *no_perf,
+                  "Do not compare time and memory with the golden's (compared only on the machine that made it)");
   auto jobs = std::make_shared<int>(0);
   check->add_option("-j,--jobs", *jobs,
                     "Scenarios checked at once, each its own process, their output in the scenarios' order "
                     "(default: the number of CPUs)")
       ->check(positive_integer());
-  return {sub, [o, up, jobs]() {
+  return {sub, [o, up, jobs, up_jobs, no_perf]() {
             o->start = rank_start();
+            o->perf = !*no_perf;
+            if (up->parsed() && o->scenarios.size() > 1) return golden_in_jobs(*o, *up_jobs, true);
             if (up->parsed()) return golden_update(*o);
-            if (o->scenarios.size() > 1) return check_in_jobs(*o, *jobs > 0 ? *jobs : cpu_jobs());
+            if (o->scenarios.size() > 1) return golden_in_jobs(*o, *jobs > 0 ? *jobs : cpu_jobs(), false);
             return golden_check(*o);
           }};
 }

@@ -3,6 +3,7 @@
 // `parity ckpt diff`, property 7 of the property suite).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ckpt/unsharded.h"
@@ -59,6 +60,38 @@ TEST_F(Unsharded, SameStateUnderTwoLayoutsIsBitwiseEqualAndExportsTheSameBytes) 
   const SafetensorsFile f = SafetensorsFile::read(path("a.safetensors"));
   EXPECT_EQ(f.names().size(), a.tensors.size());
   EXPECT_EQ(f.metadata.at("step"), "10");
+}
+
+// The export names the expert bias as `parity dump` and parity_torch do (layers.L.moe.expert_bias),
+// each with its values; the checkpoint keeps its own key, so a checkpoint saved with it (all of
+// them, this one too) still reads, and every other tensor keeps its name.
+TEST_F(Unsharded, ExportNamesTheExpertBiasAsDumpDoes) {
+  save_layout(path("a"), "dps4.tp2.ep2", 3);
+  const UnshardedState a = read_unsharded(path("a"));
+  write_unsharded(a, path("a.safetensors"));
+  const SafetensorsFile f = SafetensorsFile::read(path("a.safetensors"));
+  const std::vector<std::string> names = f.names();
+  const auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  int biases = 0;
+  for (const WholeTensor& t : a.tensors) {
+    if (t.name.rfind("expert_bias.layers.", 0) != 0) {
+      EXPECT_TRUE(has(t.name)) << t.name;
+      continue;
+    }
+    ++biases;
+    const std::string layer = t.name.substr(std::string("expert_bias.layers.").size());
+    const std::string want = "layers." + layer + ".moe.expert_bias";
+    EXPECT_FALSE(has(t.name)) << t.name;
+    ASSERT_TRUE(has(want)) << want;
+    const auto got = f.bytes(want);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), t.bytes());
+    EXPECT_EQ(std::memcmp(got.data(), t.data(), got.size()), 0) << want;
+  }
+  EXPECT_GT(biases, 0);
+  EXPECT_EQ(names.size(), a.tensors.size());
+  EXPECT_EQ(export_name("expert_bias.layers.12"), "layers.12.moe.expert_bias");
+  EXPECT_EQ(export_name("expert_bias.layers.x"), "expert_bias.layers.x");
+  EXPECT_EQ(export_name("optim.m.layers.1.moe.router.gate"), "optim.m.layers.1.moe.router.gate");
 }
 
 // One element changed in one tensor: exactly that tensor is named, with 1 differing element,

@@ -122,7 +122,36 @@ TEST_F(GoldenCli, UpdateWritesWhatCheckAccepts) {
   // The same values as the shipped golden (only the commit may differ).
   Golden a = load_golden((dir_ / "tiny.json").string()), b = load_golden(golden("tiny"));
   a.commit = b.commit;
+  ASSERT_TRUE(a.perf.has_value()) << "update pins the time and memory";
+  EXPECT_EQ(a.perf->machine, machine_name());
+  a.perf = b.perf;  // measured, not computed: the check's band judges them
   EXPECT_EQ(golden_to_text(a), golden_to_text(b));
+}
+
+// Perf pinned on this machine is checked: a planted pin of 1 MiB peak memory is a memory jump
+// for any real run (the band lets it reach 5.25 MiB; a parity process holds about 10); --no-perf
+// skips it, saying so; a pin from another machine is not compared, and the line says why.
+TEST_F(GoldenCli, PerfIsCheckedOnTheMachineThatPinnedItOnly) {
+  const std::string dir = altered("tiny", [](Golden& g) { g.perf = Perf{machine_name(), 100, 100, 100, {1.0}}; });
+  const Result r = run("golden check " + scenario("tiny") + " " + dir);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("golden check tiny: FAIL: 0 of"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("perf over its band: peak memory of the command"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--no-perf"), std::string::npos) << r.out;
+  const Result off = run("golden check " + scenario("tiny") + " --no-perf " + dir);
+  EXPECT_EQ(off.rc, 0) << off.out;
+  EXPECT_NE(off.out.find("perf not checked (--no-perf)"), std::string::npos) << off.out;
+  altered("tiny", [](Golden& g) { g.perf = Perf{"Another CPU x 96 CPUs", 100, 100, 100, {1.0}}; });
+  const Result other = run("golden check " + scenario("tiny") + " " + dir);
+  EXPECT_EQ(other.rc, 0) << other.out;
+  EXPECT_NE(other.out.find("perf not checked: pinned on another machine (Another CPU x 96 CPUs; this is "),
+            std::string::npos)
+      << other.out;
+  // the control: the same planted pin with room for this run passes
+  altered("tiny", [](Golden& g) { g.perf = Perf{machine_name(), 100, 100, 100, {4096.0}}; });
+  const Result fits = run("golden check " + scenario("tiny") + " " + dir);
+  EXPECT_EQ(fits.rc, 0) << fits.out;
+  EXPECT_NE(fits.out.find("perf PASS"), std::string::npos) << fits.out;
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // Golden files: exact round trip, stable text, the compare's bounds, the scenario hash, and
 // the gnuplot data and script (harness/golden/golden.h, harness/golden/plot.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <regex>
 #include <set>
@@ -125,6 +127,119 @@ TEST(GoldenCompare, LastBitPassesRealChangeFailsWithItsStep) {
   EXPECT_FALSE(compare_golden(want, got).passed());
 }
 
+// A golden with everything issue 43 added: the measured loss bound, the perf, a resumed phase.
+Golden make_full_golden() {
+  Golden g = make_golden();
+  for (size_t t = 0; t < g.baseline.steps(); ++t) g.loss_bound.push_back(3e-15 * static_cast<double>(t + 1));
+  g.perf = Perf{"Test CPU x 2 CPUs", 3.3, 5.5, 1.5, {120.4, 80.25, 81}};
+  g.resume_step = 5;
+  g.resume_layout = "world 4 = dp_replicate 1 x dp_shard 4 x tp 1, ep 1, etp 1";
+  Curves r = make_curves(12, 1.0 + 2e-16);
+  for (auto* v : {&r.loss, &r.grad_norm, &r.aux_loss}) v->erase(v->begin(), v->begin() + 5);
+  for (auto& l : r.tokens_per_expert) l.erase(l.begin(), l.begin() + 5);
+  r.start_step = 5;
+  g.resumed = r;
+  return g;
+}
+
+TEST(GoldenFormat, PerfBoundAndResumedPhaseRoundTripAnOlderGoldenLacksThem) {
+  const Golden g = make_full_golden();
+  const std::string text = golden_to_text(g);
+  const Golden back = golden_from_json(nlohmann::json::parse(text), "mem");
+  EXPECT_EQ(golden_to_text(back), text);
+  expect_same_bits(back.loss_bound, g.loss_bound);
+  ASSERT_TRUE(back.perf && back.resumed);
+  EXPECT_EQ(back.perf->machine, "Test CPU x 2 CPUs");
+  EXPECT_EQ(back.perf->peak_rss_mib, (std::vector<double>{120.4, 80.25, 81}));
+  EXPECT_EQ(back.perf->cpu_s, 5.5);
+  EXPECT_EQ(back.perf->ranks_cpu_s, 1.5);
+  EXPECT_EQ(back.resume_step, 5);
+  EXPECT_EQ(back.resumed->start_step, 5);
+  expect_same_bits(back.resumed->loss, g.resumed->loss);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j.at("resume").at("curves").at("loss").at("start_step"), 5);
+  EXPECT_TRUE(j.at("resume").at("curves").at("loss").at("values").contains("11"));
+  // a golden of before (no perf, bound or resumed phase): read as "not pinned", not refused
+  const Golden old = golden_from_json(nlohmann::json::parse(golden_to_text(make_golden())), "old");
+  EXPECT_FALSE(old.perf.has_value());
+  EXPECT_TRUE(old.loss_bound.empty());
+  EXPECT_FALSE(old.resumed.has_value());
+  EXPECT_TRUE(compare_golden(old, g).passed()) << "a resumed phase the golden does not pin is not compared";
+  for (const char* bad : {R"({"cpu_s": -1, "machine": "m", "peak_rss_mib": [1], "ranks_cpu_s": 0, "wall_s": 1})",
+                          R"({"cpu_s": 1, "peak_rss_mib": [1], "ranks_cpu_s": 0, "wall_s": 1})",
+                          R"({"cpu_s": 1, "machine": "m", "peak_rss_mib": [1], "wall_s": 1})",
+                          R"({"cpu_s": 1, "machine": "m", "peak_rss_mib": [], "ranks_cpu_s": 0, "wall_s": 1})"}) {
+    nlohmann::json k = j;
+    k["perf"] = nlohmann::json::parse(bad);
+    EXPECT_THROW(golden_from_json(k, "g.json"), ConfigError) << bad;
+  }
+  nlohmann::json k = j;
+  k["resume"]["save_at"] = 4;  // its curves start at 5
+  EXPECT_THROW(golden_from_json(k, "g.json"), ConfigError);
+  k = j;
+  k["loss_bound"]["values"].erase("3");
+  EXPECT_THROW(golden_from_json(k, "g.json"), ConfigError);
+}
+
+TEST(GoldenCompare, TheResumedPhaseIsComparedAtItsOwnSteps) {
+  const Golden want = make_full_golden();
+  Golden got = want;
+  got.resumed->loss[2] *= 1 + 1e-6;  // step 5 + 2
+  const GoldenCheck c = compare_golden(want, got);
+  ASSERT_EQ(c.diffs.size(), 1u);
+  EXPECT_EQ(c.diffs[0].run, "resumed");
+  EXPECT_EQ(c.diffs[0].metric, "loss");
+  EXPECT_EQ(c.diffs[0].step, 7);
+  got = want;
+  got.resumed.reset();
+  EXPECT_FALSE(compare_golden(want, got).passed());
+}
+
+// The perf band, on planted numbers (docs/golden.md "Time and memory"): the run-to-run spread
+// measured on a loaded 2-core machine passes, twice the baseline's CPU time, four times the
+// ranks' or a memory jump fails, a short run's noise passes; another machine, no pin or
+// --no-perf: not compared, and said.
+TEST(GoldenPerf, NoisePassesTwiceTheTimeOrAMemoryJumpFails) {
+  const Perf want{"M x 2 CPUs", 6.0, 10.0, 2.0, {200, 150, 150}};
+  auto got = [&](double cpu, double ranks, std::vector<double> rss) {
+    return Perf{"M x 2 CPUs", 30.0, cpu, ranks, std::move(rss)};
+  };
+  using State = PerfCheck::State;
+  EXPECT_EQ(compare_perf(want, got(10.0, 2.0, {200, 150, 150}), true).state, State::pass);
+  EXPECT_EQ(compare_perf(want, got(10.8, 4.5, {215, 165, 160}), true).state, State::pass)
+      << "the spread measured under load: the baseline 1.08x, the ranks 2.24x, memory 1.04x";
+  const PerfCheck slow = compare_perf(want, got(20.0, 2.0, {200, 150, 150}), true);
+  EXPECT_EQ(slow.state, State::fail) << "2x the baseline's CPU time";
+  ASSERT_EQ(slow.fails.size(), 1u);
+  EXPECT_NE(slow.fails[0].find("cpu time of the command (the baseline) 20.00 s > 15.30 s"), std::string::npos)
+      << slow.fails[0];
+  const PerfCheck ranks = compare_perf(want, got(10.0, 8.0, {200, 150, 150}), true);
+  EXPECT_EQ(ranks.state, State::fail) << "4x the ranks' CPU time";
+  ASSERT_EQ(ranks.fails.size(), 1u);
+  EXPECT_NE(ranks.fails[0].find("cpu time of the ranks' computing 8.00 s > 6.60 s"), std::string::npos);
+  const PerfCheck fat = compare_perf(want, got(10.0, 2.0, {200, 300, 150}), true);
+  EXPECT_EQ(fat.state, State::fail) << "rank 0's memory doubled";
+  ASSERT_EQ(fat.fails.size(), 1u);
+  EXPECT_NE(fat.fails[0].find("rank 0 300.0 MiB"), std::string::npos) << fat.fails[0];
+  EXPECT_EQ(compare_perf(want, got(10.0, 2.0, {200, 150}), true).state, State::fail) << "a rank missing";
+  const Perf small{"M x 2 CPUs", 0.5, 0.02, 0.2, {10, 20, 20}};  // most shipped goldens: 0.02 to 0.5 s
+  EXPECT_EQ(compare_perf(small, Perf{"M x 2 CPUs", 9.0, 0.1, 0.45, {11, 21, 20.5}}, true).state, State::pass)
+      << "a short run's noise on a loaded machine and any wall time";
+  EXPECT_EQ(compare_perf(small, Perf{"M x 2 CPUs", 0.5, 0.02, 1.3, {10, 20, 20}}, true).state, State::fail);
+  EXPECT_EQ(compare_perf(small, Perf{"M x 2 CPUs", 0.5, 0.02, 0.2, {10, 42, 20}}, true).state, State::fail);
+  const PerfCheck other = compare_perf(want, Perf{"N x 64 CPUs", 1, 100, 100, {999}}, true);
+  EXPECT_EQ(other.state, State::other_machine);
+  EXPECT_NE(other.summary.find("another machine (M x 2 CPUs; this is N x 64 CPUs)"), std::string::npos)
+      << other.summary;
+  EXPECT_EQ(compare_perf(std::nullopt, got(100, 100, {1}), true).state, State::not_pinned);
+  EXPECT_NE(compare_perf(std::nullopt, got(100, 100, {1}), true).summary.find("not pinned"), std::string::npos);
+  EXPECT_EQ(compare_perf(want, got(100, 100, {999, 999, 999}), false).state, State::off);
+  EXPECT_NE(machine_name().find(" CPU"), std::string::npos) << machine_name();
+  const ProcessUsage u = process_usage();
+  EXPECT_GT(u.peak_rss_mib, 1.0);
+  EXPECT_GE(u.cpu_s, 0.0);
+}
+
 TEST(GoldenHash, FollowsContentNotLocation) {
   Scenario a = parse_scenario(nlohmann::json::object(), "a");
   Scenario b = a;
@@ -148,14 +263,18 @@ TEST(Plot, DataMarksExactZerosApartAndScriptDrawsBothPanels) {
   const std::string data = plot_data({g});
   // an exact 0 is no value on a log axis: a gap in the error column, a 1 in the exact-zero column
   EXPECT_NE(data.find(" NaN "), std::string::npos) << data;
-  EXPECT_NE(data.find(" 1\n"), std::string::npos) << data;
+  EXPECT_NE(data.find(" 1 ? ? ?\n"), std::string::npos) << data;
   EXPECT_EQ(data.find("e-18"), std::string::npos) << data;
   Golden d = make_golden();
   d.layout_curves->loss[0] = d.baseline.loss[0] * (1 + 1e-15);  // a difference: a value, no mark
   const std::string dd = plot_data({d});
   const size_t at = dd.find("\n0 ") + 1;
   const std::string row0 = dd.substr(at, dd.find('\n', at) - at);
-  EXPECT_EQ(row0.find(" NaN"), row0.size() - 4) << row0;  // only the exact-zero column is empty
+  std::istringstream cells(row0);
+  const std::vector<std::string> c0{std::istream_iterator<std::string>(cells), {}};
+  ASSERT_EQ(c0.size(), 9u) << row0;
+  EXPECT_EQ(c0[5], "NaN") << row0;  // only the exact-zero column is empty (no resumed phase: ?)
+  EXPECT_EQ(std::count(c0.begin(), c0.end(), "NaN"), 1) << row0;
   PlotOptions o;
   o.stem = "/tmp/p";
   o.title = "a_b";
@@ -168,6 +287,41 @@ TEST(Plot, DataMarksExactZerosApartAndScriptDrawsBothPanels) {
   Golden w1 = make_golden();
   w1.layout_curves.reset();  // world 1: the upper panel only
   EXPECT_EQ(plot_script({w1}, o).find("\nset logscale y"), std::string::npos);
+}
+
+// The bound line is the measured one a golden stores (its twin's noise times |loss|), named so in
+// the legend; the floor where a golden stores none. A resumed golden marks its step and draws the
+// second layout, named in its colour; the perf is written beside the loss.
+TEST(Plot, MeasuredBoundResumeAndPerfDrawn) {
+  const Golden g = make_full_golden();
+  const std::string data = plot_data({g});
+  const size_t at = data.find("\n3 ") + 1;
+  std::istringstream row3(data.substr(at, data.find('\n', at) - at));
+  std::vector<std::string> cols{std::istream_iterator<std::string>(row3), {}};
+  ASSERT_EQ(cols.size(), 9u) << data;
+  EXPECT_DOUBLE_EQ(std::stod(cols[4]), 3e-15 * 4 * g.baseline.loss[3]) << "the stored bound, not the floor";
+  EXPECT_EQ(cols[6], "?") << "step 3 is before the resume";
+  const size_t at7 = data.find("\n7 ") + 1;
+  std::istringstream row7(data.substr(at7, data.find('\n', at7) - at7));
+  std::vector<std::string> c7{std::istream_iterator<std::string>(row7), {}};
+  ASSERT_EQ(c7.size(), 9u);
+  EXPECT_EQ(std::stod(c7[6]), g.resumed->loss[2]);
+  PlotOptions o;
+  o.stem = "/tmp/p";
+  const std::string gp = plot_script({g}, o);
+  EXPECT_NE(gp.find("set arrow 1 from 5, graph 0 to 5, graph 1"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("using 1:7 with lines lw 2.5 lc rgb '" + layout_color(g.resume_layout) + "'"), std::string::npos);
+  EXPECT_NE(gp.find("using 1:($1 < 5 ? $3 : NaN) with lines lw 2.5 lc rgb '" + layout_color(g.layout) + "'"),
+            std::string::npos);
+  EXPECT_NE(gp.find("then from step 5: world 4 = dp\\_shard 4"), std::string::npos) << "both layouts named";
+  EXPECT_NE(gp.find("loss bound (10x the twin''s noise, or its floor)"), std::string::npos);
+  EXPECT_NE(gp.find("wall 3.3 s, cpu 5.5 + 1.5 s, peak 120 MiB (largest of 3)"), std::string::npos);
+  const std::string old = plot_script({make_golden()}, o);
+  EXPECT_NE(old.find("loss bound''s floor"), std::string::npos);
+  EXPECT_EQ(old.find("set arrow 1"), std::string::npos);
+  EXPECT_EQ(old.find("peak"), std::string::npos);
+  const std::string both = plot_script({make_golden(), g}, o);
+  EXPECT_NE(both.find("loss bound (measured, or its floor: no twin stored)"), std::string::npos);
 }
 
 // The plot commands of a script's first figure (the PNG; the SVG repeats it), each with the key

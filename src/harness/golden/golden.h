@@ -27,12 +27,27 @@ namespace parity {
 
 inline constexpr int64_t kGoldenSteps = 50;  // long enough for the loss to fall toward the floor
 
-// One run's curves, index = step - start_step (steps start at 0).
+// One run's curves, index = step - start_step (steps start at 0; a resumed phase's at the step
+// it resumed from).
 struct Curves {
+  int64_t start_step = 0;
   std::vector<double> loss, grad_norm, aux_loss;                  // (steps)
   std::vector<int64_t> moe_layers;                                // layer index of each MoE layer
   std::vector<std::vector<std::vector<int64_t>>> tokens_per_expert;  // per MoE layer: (steps, E)
   size_t steps() const { return loss.size(); }
+};
+
+// What a golden run cost on the machine that made it (issue 43): time to verdict, CPU time and
+// each process's peak memory, pinned beside the curves and checked with a band (PerfBand) on
+// the same machine only. $.perf in the file; absent in a golden made before it ("not pinned").
+struct Perf {
+  std::string machine;              // machine_name(): the CPU model and count
+  double wall_s = 0;                // time to verdict: the baseline's and the layout's curves, start to end
+  double cpu_s = 0;        // CPU seconds of the command's run: the baseline, in its own process
+  // CPU seconds of the ranks' computing, summed: each rank's outside collectives and start-up (a
+  // rank waiting for a peer spins, so that time grows with the machine's load); 0 for world 1
+  double ranks_cpu_s = 0;
+  std::vector<double> peak_rss_mib; // peak resident memory: [0] the command (the baseline), then rank 0, 1, ...
 };
 
 struct Golden {
@@ -46,6 +61,19 @@ struct Golden {
   double entropy_floor = 0;
   Curves baseline;
   std::optional<Curves> layout_curves;  // world > 1 only
+  // The verdict's measured bound on the loss, relative to the baseline's, per step: the
+  // rounding twin's noise (the envelope of the free-running twin, tolerance.h measured_bound),
+  // made by `update` for the plot's bound line; `check` neither reruns nor compares it. Empty in
+  // a golden made before it (the plot then draws the bound's floor and says so). $.loss_bound
+  std::vector<double> loss_bound;
+  std::optional<Perf> perf;  // $.perf
+  // A save-and-resume scenario's second phase (world > 1, Scenario::resume): the layout saves
+  // after resume_step steps (its curves above run on to the end), resume_layout loads that
+  // checkpoint and trains the rest: resumed, steps resume_step.. . $.resume {layout_shape,
+  // save_at, curves}; absent in a golden made before it.
+  int64_t resume_step = -1;
+  std::string resume_layout;
+  std::optional<Curves> resumed;
 };
 
 // "fnv1a64:<16 hex digits>" of scenario_to_json(s).dump() (sorted keys, no whitespace), with
@@ -65,7 +93,8 @@ void save_golden(const std::string& path, const Golden& g);  // write + rename (
 
 // Curves alone (the rank-to-launcher hand-off file uses the same metric objects).
 nlohmann::json curves_to_json(const Curves& c);
-Curves curves_from_json(const nlohmann::json& j, const std::string& where);
+// any_start: the curves may start at any step (a resumed phase's); otherwise at 0.
+Curves curves_from_json(const nlohmann::json& j, const std::string& where, bool any_start = false);
 
 // One value of a check that is outside its bound.
 struct CurveDiff {
@@ -86,11 +115,52 @@ struct GoldenCheck {
 // tol = tolerance_for(dtype, Quantity::golden_curve).norm_rel; tokens_per_expert exactly.
 GoldenCheck compare_golden(const Golden& want, const Golden& got);
 
-// The one-device baseline's curves for the scenario's steps (harness/runner/baseline.h).
-Curves baseline_curves(const Scenario& s);
+// The perf band (docs/golden.md "Time and memory"): a run fails when the command's CPU time
+// exceeds cpu_factor x the pinned one + cpu_slack_s, the ranks' exceeds ranks_factor x theirs +
+// ranks_slack_s, or a process's peak memory exceeds rss_factor x its pinned one +
+// rss_slack_mib. Chosen from the spread measured on the loaded 2-core machine (the baseline's
+// CPU up to 1.08x; the ranks' up to 2.24x and +0.5 s: eight ranks on two busy cores; peak
+// memory up to 1.043x, +0.6 MiB), with room above it.
+struct PerfBand {
+  double cpu_factor = 1.5, cpu_slack_s = 0.3;
+  double ranks_factor = 3, ranks_slack_s = 0.6;
+  double rss_factor = 1.25, rss_slack_mib = 4;
+};
+struct PerfCheck {
+  enum class State { pass, fail, not_pinned, other_machine, off } state = State::off;
+  std::string summary;             // one phrase for the check's line: "perf PASS (cpu 2.1 s, pinned 2.0 s; ...)"
+  std::vector<std::string> fails;  // one line per quantity over its band
+};
+// want: the golden's perf (nullopt: not pinned); enabled: false with --no-perf. A golden made on
+// another machine (Perf::machine differs) is not compared: other_machine, said in the summary.
+PerfCheck compare_perf(const std::optional<Perf>& want, const Perf& got, bool enabled,
+                       const PerfBand& band = PerfBand{});
+
+// This process: CPU seconds (user + system) so far and the peak resident memory in MiB (VmHWM).
+struct ProcessUsage {
+  double cpu_s = 0, peak_rss_mib = 0;
+};
+ProcessUsage process_usage();
+// Resets this process's peak resident memory to its current size (/proc/self/clear_refs), so
+// that one process measuring several runs in turn gives each its own peak. False where the
+// kernel refuses (the peak then includes the runs before).
+bool reset_peak_rss();
+// "Intel(R) Xeon(R) ... x 2 CPUs": the CPU model (/proc/cpuinfo) and the CPUs online.
+std::string machine_name();
+
+// The one-device baseline's curves for the scenario's steps (harness/runner/baseline.h);
+// with `bound`, its rounding twin runs beside it and `bound` gets the loss's measured bound
+// per step (Golden::loss_bound).
+Curves baseline_curves(const Scenario& s, std::vector<double>* bound = nullptr);
 // Collective over `world`: the layout's curves (parallel/parallel_run.h), identical on
-// every rank (the step's global values).
-Curves layout_curves(const Scenario& s, comm::Communicator& world);
+// every rank (the step's global values). save_at >= 0: the training state is saved into
+// ckpt_dir after save_at steps (the run goes on); resume_dir: the run starts from the
+// checkpoint there (saved under any layout) and its curves from the step it was saved after.
+struct CurvesCheckpoint {
+  int64_t save_at = -1;
+  std::string ckpt_dir, resume_dir;
+};
+Curves layout_curves(const Scenario& s, comm::Communicator& world, const CurvesCheckpoint& ck = {});
 
 // The commit of the source tree at `dir` (git rev-parse HEAD), or "unknown".
 std::string current_commit(const std::string& dir);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,6 +47,7 @@ std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOpt
   Scenario run = file;
   run.steps = o.steps;
   if (!o.backend.empty()) run.layout.backend = comm::parse_backend(o.backend);
+  if (!o.backend.empty() && run.resume) run.resume->layout.backend = run.layout.backend;
   try {
     validate_scenario(run);
   } catch (const ConfigError& e) {
@@ -53,6 +55,7 @@ std::pair<Scenario, Scenario> load_pair(const std::string& path, const GoldenOpt
   }
   require_ranks_per_host(run, 1, printable(path, 4096));   // exit 2 above the per-host cap
   require_memory(run, run.layout, printable(path, 4096));  // exit 77 before any rank starts
+  if (run.resume && run.layout.world > 1) require_memory(run, run.resume->layout, printable(path, 4096));
   return {file, run};
 }
 
@@ -61,13 +64,14 @@ std::string temp_file(const std::string& name) {
   return (fs::temp_directory_path() / ("parity-golden-" + std::to_string(getpid()) + "-" + name + ".json")).string();
 }
 
-// Starts the layout's ranks (the one launch, job curves); rank 0 writes its curves to a
-// temporary file read back here.
-Curves run_layout(const Scenario& s, const GoldenOptions& o) {
+// Starts the layout's ranks (the one launch, job curves); rank 0 writes its curves, and every
+// rank's CPU time and peak memory, to a temporary file read back here.
+Curves run_layout(const Scenario& s, const GoldenOptions& o, Perf& perf, const CurvesCheckpoint& ck = {}) {
   RunRequest r;
   r.job = RankJob::curves;
   r.scenario = s;  // steps and backend resolved
   r.scenario->resume.reset();  // the curves are the scenario's own layout's (a request runs one layout)
+  r.save_at = ck.save_at, r.ckpt = ck.ckpt_dir, r.resume = ck.resume_dir;
   r.out = temp_file(s.name);
   r.timeout_s = o.timeout_s;
   const int rc = launch(r, o.start);
@@ -79,10 +83,36 @@ Curves run_layout(const Scenario& s, const GoldenOptions& o) {
   std::stringstream ss;
   ss << f.rdbuf();
   fs::remove(r.out);
-  return curves_from_json(nlohmann::json::parse(ss.str()), r.out);
+  const nlohmann::json j = nlohmann::json::parse(ss.str());
+  for (const auto& rank : j.at("ranks")) {
+    perf.ranks_cpu_s += rank.at("cpu_s").get<double>();
+    perf.peak_rss_mib.push_back(rank.at("peak_rss_mib").get<double>());
+  }
+  return curves_from_json(j.at("curves"), r.out, true);
 }
 
+// A fresh directory for a resume scenario's checkpoint, removed when the golden is made.
+struct ResumeDir {
+  std::string path;
+  ResumeDir() {
+    std::string t = (fs::temp_directory_path() / "parity-golden-resume-XXXXXX").string();
+    if (mkdtemp(t.data()) == nullptr) throw IoError(t + ": cannot create a temporary directory");
+    path = t;
+  }
+  ~ResumeDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// The curves of the baseline (here) and the layout (its ranks), with what they cost: wall time
+// from start to end, CPU time of this process's run and of every rank, each process's peak
+// memory (this one's reset first, so that `update` of many scenarios in one process gives each
+// its own). `update` and `check` measure the same work; update's twin runs afterwards.
 Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  reset_peak_rss();
+  const ProcessUsage u0 = process_usage();
   Golden g;
   g.scenario = file.name;
   g.scenario_hash = scenario_hash(file);
@@ -91,10 +121,26 @@ Golden compute(const Scenario& file, const Scenario& run, const GoldenOptions& o
   g.layout = describe_layout(run.layout, LayoutText::full);
   g.entropy_floor = MarkovData(run.model.vocab, run.data_seed).entropy_floor();
   g.baseline = baseline_curves(run);
-  if (run.layout.world > 1) {
+  Perf perf;
+  perf.machine = machine_name();
+  perf.cpu_s = process_usage().cpu_s - u0.cpu_s;  // the baseline's (the launches after it wait, not compute)
+  if (run.layout.world > 1 && run.resume) {  // both phases: the layout saves on its way, the other resumes
+    const ResumeDir tmp;
+    const std::string dir = tmp.path + "/ckpt";
     g.backend = comm::backend_name(run.layout.backend);
-    g.layout_curves = run_layout(run, o);
+    g.layout_curves = run_layout(run, o, perf, {run.resume->save_at, dir, ""});
+    Scenario second = run;
+    second.layout = run.resume->layout;
+    g.resume_step = run.resume->save_at;
+    g.resume_layout = describe_layout(second.layout, LayoutText::full);
+    g.resumed = run_layout(second, o, perf, {-1, "", dir});
+  } else if (run.layout.world > 1) {
+    g.backend = comm::backend_name(run.layout.backend);
+    g.layout_curves = run_layout(run, o, perf);
   }
+  perf.wall_s = seconds_since(t0);
+  perf.peak_rss_mib.insert(perf.peak_rss_mib.begin(), process_usage().peak_rss_mib);  // the command's, whole
+  g.perf = perf;
   return g;
 }
 
@@ -104,12 +150,18 @@ int update_one(const std::string& path, const GoldenOptions& o) {
   // Before the run: a golden is replaced only by a golden (docs/faults.md "Nothing lost").
   check_output_file("golden update", golden_path(o, path, fs::path(path).stem().string()), kGoldenSignature);
   Golden g = compute(file, run, o);
+  // The loss's measured bound for the plot: the baseline again with its rounding twin beside it
+  // (not timed: the check does not run it). Its curves are the baseline's, bit for bit.
+  if (baseline_curves(run, &g.loss_bound).loss != g.baseline.loss)
+    throw Error(file.name + ": the baseline beside its twin computed another loss (a bug of the twin's run)");
   g.commit = current_commit(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
   const std::string out = golden_path(o, path, fs::path(path).stem().string());
   save_golden(out, g);
-  std::printf("golden update %s: wrote %s (%lld steps, world %lld%s), %.1f s\n", file.name.c_str(), out.c_str(),
-              static_cast<long long>(run.steps), static_cast<long long>(g.world),
-              g.world > 1 ? (", " + g.backend).c_str() : "", seconds_since(t0));
+  std::printf("golden update %s: wrote %s (%lld steps, world %lld%s; pinned cpu %.2f s + ranks %.2f s, wall %.1f s, "
+              "peak %.0f MiB), %.1f s\n",
+              file.name.c_str(), out.c_str(), static_cast<long long>(run.steps), static_cast<long long>(g.world),
+              g.world > 1 ? (", " + g.backend).c_str() : "", g.perf->cpu_s, g.perf->ranks_cpu_s, g.perf->wall_s,
+              *std::max_element(g.perf->peak_rss_mib.begin(), g.perf->peak_rss_mib.end()), seconds_since(t0));
   return 0;
 }
 
@@ -148,21 +200,28 @@ int check_one(const std::string& path, const GoldenOptions& o) {
     return 1;
   }
   if (static_cast<int64_t>(want.baseline.steps()) != run.steps) run.steps = static_cast<int64_t>(want.baseline.steps());
-  const GoldenCheck c = compare_golden(want, compute(file, run, o));
+  const Golden got = compute(file, run, o);
+  const GoldenCheck c = compare_golden(want, got);
+  const PerfCheck pc = compare_perf(want.perf, *got.perf, o.perf);
+  const bool passed = c.passed() && pc.state != PerfCheck::State::fail;
   std::printf(
       "golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "
       "golden from %.12s), %.1f s\n",
-      file.name.c_str(), c.passed() ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
+      file.name.c_str(), passed ? "PASS" : "FAIL", c.diffs.size() + c.structural.size(),
       static_cast<long long>(c.compared), c.max_rel,
       tolerance_for(run.model.precision(), Quantity::golden_curve).norm_rel, static_cast<long long>(run.steps),
       static_cast<long long>(run.layout.world),
       run.layout.world > 1 ? (", " + std::string(comm::backend_name(run.layout.backend))).c_str() : "",
       want.commit.c_str(), seconds_since(t0));
-  if (!c.passed()) {
-    print_diffs(c, o.max_lines);
-    std::printf("  (%s)\n", regen.c_str());
-  }
-  return c.passed() ? 0 : 1;
+  std::printf("  %s\n", pc.summary.c_str());
+  if (got.resumed && !want.resumed)
+    std::printf("  resumed phase not pinned (this golden records the first layout only; `golden update` pins both)\n");
+  for (const std::string& f : pc.fails) std::printf("  perf over its band: %s\n", f.c_str());
+  if (!c.passed()) print_diffs(c, o.max_lines);
+  if (!passed)
+    std::printf("  (%s%s)\n", regen.c_str(),
+                c.passed() ? "; on another machine, or to skip time and memory: --no-perf" : "");
+  return passed ? 0 : 1;
 }
 
 // Every scenario in turn; the exit code is the worst (2 bad input > 1 failed > 0).

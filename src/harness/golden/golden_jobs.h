@@ -21,6 +21,7 @@ struct GoldenOptions {
   int64_t steps = kGoldenSteps;
   double timeout_s = 120;
   int max_lines = 20;  // check: differing values printed per scenario
+  bool perf = true;    // check: compare time and memory with the golden's (--no-perf: not)
   RankStart start;     // how the layout's ranks start this binary
 };
 

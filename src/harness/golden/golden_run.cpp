@@ -1,10 +1,24 @@
 // Golden curves from a run: the baseline in this process, the layout collectively.
-#include <array>
-#include <cstdio>
-#include <memory>
+#include <sys/resource.h>
 
-#include "harness/runner/baseline.h"
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/training_state.h"
+#include "core/error.h"
 #include "harness/golden/golden.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+#include "harness/runner/twin.h"
+#include "harness/verdict/bounds.h"
 #include "parallel/parallel_run.h"
 
 namespace parity {
@@ -28,30 +42,92 @@ template <class R> void append_step(Curves& c, const R& r) {
     c.tokens_per_expert[l].push_back(l < r.tokens_per_expert.size() ? r.tokens_per_expert[l] : std::vector<int64_t>{});
 }
 
-template <class T> Curves baseline_curves_t(const Scenario& s) {
+template <class T> Curves baseline_curves_t(const Scenario& s, std::vector<double>* bound) {
   Curves c;
   c.moe_layers = moe_layer_ids(s.model);
   BaselineRun<T> run(s);
-  for (int64_t t = 0; t < s.steps; ++t) append_step(c, run.step(t));
+  if (bound == nullptr) {
+    for (int64_t t = 0; t < s.steps; ++t) append_step(c, run.step(t));
+    return c;
+  }
+  // The free-running twin beside it (the golden's layout runs free too): the loss's envelope
+  // of noise up to each step, held to the verdict's measured bound (harness/verdict/bounds.h).
+  const Precision p = s.model.precision();
+  TwinRun<T> twin(s);
+  bound->clear();
+  double envelope = 0;
+  for (int64_t t = 0; t < s.steps; ++t) {
+    const std::vector<Tensor<T>> before = run.model().params.tensors;
+    const StepRecord<T> r = run.step(t, KeepGrads::yes);
+    append_step(c, r);
+    const std::vector<double> noise = twin.step(t, r, before, run.model().params.tensors, run.model().expert_bias);
+    if (!noise.empty() && std::isfinite(noise[kNoiseLoss])) envelope = std::max(envelope, noise[kNoiseLoss]);
+    bound->push_back(measured_bound(p, Quantity::loss, envelope).value);
+  }
   return c;
 }
 
-template <class T> Curves layout_curves_t(const Scenario& s, comm::Communicator& world) {
+template <class T> Curves layout_curves_t(const Scenario& s, comm::Communicator& world, const CurvesCheckpoint& ck) {
   Curves c;
   c.moe_layers = moe_layer_ids(s.model);
   ParallelRun<T> run(s, world);
-  for (int64_t t = 0; t < s.steps; ++t) append_step(c, run.step(t));
+  const nlohmann::json model = scenario_to_json(s)["model"], identity = checkpoint_run(s);
+  if (!ck.resume_dir.empty()) {
+    c.start_step = ParallelRunState<T>(run, world).load(ck.resume_dir, model, identity).step;
+    if (c.start_step > s.steps)
+      throw ConfigError("resume", ck.resume_dir + " was saved after step " + std::to_string(c.start_step) +
+                                      ", beyond the run's last step");
+  }
+  for (int64_t t = c.start_step; t < s.steps; ++t) {
+    if (t == ck.save_at)  // saving reads the state, changes nothing: the curves go on as without it
+      ParallelRunState<T>(run, world).save(ck.ckpt_dir, {t, data_position_after(s.model, t), model, identity});
+    append_step(c, run.step(t));
+  }
   return c;
 }
 
 }  // namespace
 
-Curves baseline_curves(const Scenario& s) {
-  return with_real(s.model.dtype, [&](auto x) { return baseline_curves_t<decltype(x)>(s); });
+Curves baseline_curves(const Scenario& s, std::vector<double>* bound) {
+  return with_real(s.model.dtype, [&](auto x) { return baseline_curves_t<decltype(x)>(s, bound); });
 }
 
-Curves layout_curves(const Scenario& s, comm::Communicator& world) {
-  return with_real(s.model.dtype, [&](auto x) { return layout_curves_t<decltype(x)>(s, world); });
+ProcessUsage process_usage() {
+  ProcessUsage u;
+  rusage r{};
+  if (getrusage(RUSAGE_SELF, &r) == 0)
+    u.cpu_s = static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+              static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) u.peak_rss_mib = std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  1234 kB"
+  if (u.peak_rss_mib == 0 && getrusage(RUSAGE_SELF, &r) == 0) u.peak_rss_mib = static_cast<double>(r.ru_maxrss) / 1024;
+  return u;
+}
+
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";  // resets VmHWM to the current resident size (Linux 4.0)
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+std::string machine_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string model = "unknown CPU";
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+      model = line.substr(line.find(':') + 1);
+      model.erase(0, model.find_first_not_of(" \t"));
+      break;
+    }
+  const unsigned cpus = std::thread::hardware_concurrency();
+  return model + " x " + std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs");
+}
+
+Curves layout_curves(const Scenario& s, comm::Communicator& world, const CurvesCheckpoint& ck) {
+  return with_real(s.model.dtype, [&](auto x) { return layout_curves_t<decltype(x)>(s, world, ck); });
 }
 
 std::string current_commit(const std::string& dir) {

@@ -95,14 +95,24 @@ std::vector<std::string> wrap(const std::string& text, const std::string& sep, s
 }
 
 // |layout - baseline| loss at step t (0 when bitwise equal: a log axis cannot draw it, so it is
-// marked apart) and the floor of the verdict's loss bound there (the bound itself is 10x the
-// rounding twin's noise where that is larger: bounds.h; a golden records no twin, so the floor is
-// what a figure can draw).
+// marked apart) and the verdict's loss bound there: the measured one the golden stores (its
+// rounding twin's noise, Golden::loss_bound), else the bound's floor (a golden made before the
+// twin was stored; the legend says which).
 double loss_error(const Golden& g, size_t t) { return std::fabs(g.layout_curves->loss[t] - g.baseline.loss[t]); }
 double loss_bound(const Golden& g, size_t t) {
-  return noise_floor(parse_precision(g.dtype, "golden dtype"), Quantity::loss) * std::fabs(g.baseline.loss[t]);
+  const double rel = t < g.loss_bound.size()
+                         ? g.loss_bound[t]
+                         : noise_floor(parse_precision(g.dtype, "golden dtype"), Quantity::loss);
+  return rel * std::fabs(g.baseline.loss[t]);
 }
 size_t layout_steps(const Golden& g) { return std::min(g.baseline.steps(), g.layout_curves->steps()); }
+// The resumed phase's loss at step t (NaN before it resumed, or without one) and its error.
+double resumed_loss(const Golden& g, size_t t) {
+  if (!g.resumed || static_cast<int64_t>(t) < g.resumed->start_step) return NAN;
+  const size_t i = t - static_cast<size_t>(g.resumed->start_step);
+  return i < g.resumed->steps() ? g.resumed->loss[i] : NAN;
+}
+double resumed_error(const Golden& g, size_t t) { return std::fabs(resumed_loss(g, t) - g.baseline.loss[t]); }
 
 // The error panel's y range in whole decades (of the non-zero errors and the bound) and a tic
 // every `step` decades (at most 5 tics); exact zeros are marked on its lower edge.
@@ -111,7 +121,7 @@ struct Decades {
   explicit Decades(const Golden& g) {
     double a = 1, b = 0;
     for (size_t t = 0; t < layout_steps(g); ++t)
-      for (double v : {loss_error(g, t), loss_bound(g, t)})
+      for (double v : {loss_error(g, t), loss_bound(g, t), resumed_error(g, t)})
         if (v > 0) a = std::min(a, v), b = std::max(b, v);
     if (b <= 0) return;
     lo = static_cast<int>(std::floor(std::log10(a)));
@@ -133,6 +143,7 @@ struct LossRange {
     };
     take(g.baseline.loss);
     if (g.layout_curves) take(g.layout_curves->loss);
+    if (g.resumed) take(g.resumed->loss);
     if (!(a <= b)) return;  // nothing finite: gnuplot's default range
     const double pad = std::max(0.08 * (b - a), 0.02 * std::max(std::fabs(b), 1e-12));
     lo = a - pad, hi = b + pad;
@@ -143,7 +154,7 @@ struct LossRange {
 
 // A panel's title: the scenario's name (broken after '_' when long) and its layout's short words.
 struct Title {
-  std::vector<std::string> name, layout;
+  std::vector<std::string> name, layout, resumed;  // resumed: "then from step K: <its layout>"
 };
 
 // The figure's geometry in pixels: a header (title, shared legend) over a grid of cells, one per
@@ -153,15 +164,21 @@ struct Grid {
   int cell_w, cell_h, header_h = 104, title_h = 0, width, height;
   std::vector<Title> titles;
   explicit Grid(const std::vector<Golden>& gs) : n(gs.size()) {
+    for (const Golden& g : gs)  // the legend's 7th entry (a resumed phase) needs a row more
+      if (g.resumed) header_h = 124;
     cols = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(n))));
     rows = (n + cols - 1) / cols;
     cell_w = std::max(330, 1000 / static_cast<int>(cols));
     size_t name_lines = 1, layout_lines = 1;
     for (const Golden& g : gs) {  // characters of about 9 (bold, 10 pt) and 5.6 pixels (8 pt)
+      const size_t chars = static_cast<size_t>((cell_w - 16) / 5.6);
       titles.push_back({wrap(g.scenario, "_", static_cast<size_t>((cell_w - 16) / 9), 3),
-                        wrap(short_layout(g.layout), ", ", static_cast<size_t>((cell_w - 16) / 5.6), 3)});
+                        wrap(short_layout(g.layout), ", ", chars, 3), {}});
+      if (g.resumed)
+        titles.back().resumed = wrap("then from step " + std::to_string(g.resume_step) + ": " +
+                                         short_layout(g.resume_layout), ", ", chars, 3);
       name_lines = std::max(name_lines, titles.back().name.size());
-      layout_lines = std::max(layout_lines, titles.back().layout.size());
+      layout_lines = std::max(layout_lines, titles.back().layout.size() + titles.back().resumed.size());
     }
     title_h = 16 + 14 * static_cast<int>(name_lines) + 12 * static_cast<int>(layout_lines);
     cell_h = title_h + std::max(262, cell_w * 7 / 10 - 28);
@@ -194,6 +211,21 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
   for (const std::string& line : g.titles[i].layout)
     s << "set label " << tag++ << " " << q(label(line)) << " at screen " << mid << ", " << g.y(at += 12)
       << " center font ',8' tc " << color.substr(3) << "\n";
+  const std::string color2 = gd.resumed ? "lc rgb '" + layout_color(gd.resume_layout) + "'" : color;
+  for (const std::string& line : g.titles[i].resumed)
+    s << "set label " << tag++ << " " << q(label(line)) << " at screen " << mid << ", " << g.y(at += 12)
+      << " center font ',8' tc " << color2.substr(3) << "\n";
+  const std::string K = gd.resumed ? std::to_string(gd.resume_step) : "";
+  if (gd.resumed)  // the step the second layout resumed at, in both panels
+    s << "set arrow 1 from " << K << ", graph 0 to " << K << ", graph 1 nohead dt 3 lw 1.2 lc rgb 'gray30'\n";
+  if (gd.perf) {  // what the golden run cost, beside its loss
+    const auto& p = *gd.perf;
+    const double peak = p.peak_rss_mib.empty() ? 0 : *std::max_element(p.peak_rss_mib.begin(), p.peak_rss_mib.end());
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "wall %.1f s, cpu %.1f + %.1f s, peak %.0f MiB (largest of %zu)", p.wall_s,
+                  p.cpu_s, p.ranks_cpu_s, peak, p.peak_rss_mib.size());
+    s << "set label " << tag++ << " " << q(buf) << " at graph 0.98, graph 0.92 right font ',7' tc rgb '#505050'\n";
+  }
   const LossRange r(gd);
   s << g.margins(left, right, panel_top, split) << "unset logscale y\nset format y '%.1f'\nset autoscale x\n";
   s << "set yrange [" << gp_num(r.lo) << ":" << gp_num(r.hi) << "]\nset ytics autofreq\nset ylabel 'loss' font ',8' "
@@ -204,22 +236,41 @@ void cell(std::ostringstream& s, const Grid& g, const Golden& gd, size_t i, cons
       << " at graph 0.02, graph 0.06 font ',7'\n";
   s << "plot " << gp_num(gd.entropy_floor) << " with lines lw 1.5 lc rgb 'black' notitle";
   if (gd.layout_curves)
-    s << ", \\\n     " << q(data) << " index " << i << " using 1:3 with lines lw 2.5 " << color << " notitle";
+    s << ", \\\n     " << q(data) << " index " << i << " using 1:" << (gd.resumed ? "($1 < " + K + " ? $3 : NaN)" : "3")
+      << " with lines lw 2.5 " << color << " notitle";
+  if (gd.resumed)
+    s << ", \\\n     " << q(data) << " index " << i << " using 1:7 with lines lw 2.5 " << color2 << " notitle";
   s << ", \\\n     " << q(data) << " index " << i << " using 1:2 with lines dt 2 lw 1.5 lc rgb 'gray15' notitle\n";
   s << "unset label\nunset xlabel\n";
   if (!gd.layout_curves) {
-    s << "unset ylabel\n";
+    s << "unset ylabel\nunset arrow\n";
     return;
   }
   const Decades d(gd);
   s << g.margins(left, right, split + 12, bottom) << "set logscale y\nset format y '10^{%L}'\nset format x '%g'\n";
   s << "set yrange [1e" << d.lo << ":1e" << d.hi << "]\nset ytics 1e" << d.step << "\n";
   s << "set ylabel '|{/Symbol D} loss|' font ',8' offset 1.5,0\nset xlabel 'step' font ',8' offset 0,0.6\n";
+  // the first layout's error up to the resume (a resumed golden), the second's from it
+  const std::string err = gd.resumed ? "($1 < " + K + " ? $4 : NaN)" : "4";
+  const std::string zero = gd.resumed ? "($1 < " + K + " ? $6 : NaN)" : "$6";
   s << "plot " << q(data) << " index " << i << " using 1:5 with lines dt 2 lw 1.5 lc rgb 'red' notitle, \\\n     "
-    << q(data) << " index " << i << " using 1:4 with linespoints pt 7 ps 0.35 lw 1 " << color << " notitle, \\\n     "
-    << q(data) << " index " << i << " using 1:(($6) * 1.5e" << d.lo << ") with points pt 9 ps 0.6 " << color
-    << " notitle\n";
-  s << "unset ylabel\nunset xlabel\n";
+    << q(data) << " index " << i << " using 1:" << err << " with linespoints pt 7 ps 0.35 lw 1 " << color
+    << " notitle, \\\n     " << q(data) << " index " << i << " using 1:((" << zero << ") * 1.5e" << d.lo
+    << ") with points pt 9 ps 0.6 " << color << " notitle";
+  if (gd.resumed)
+    s << ", \\\n     " << q(data) << " index " << i << " using 1:8 with linespoints pt 7 ps 0.35 lw 1 " << color2
+      << " notitle, \\\n     " << q(data) << " index " << i << " using 1:(($9) * 1.5e" << d.lo
+      << ") with points pt 9 ps 0.6 " << color2 << " notitle";
+  s << "\nunset ylabel\nunset xlabel\nunset arrow\n";
+}
+
+// The bound line's legend: measured where every golden stores its twin's noise, else which is which.
+std::string bound_words(const std::vector<Golden>& gs, const std::string& dtypes) {
+  size_t measured = 0;
+  for (const Golden& g : gs) measured += g.loss_bound.empty() ? 0 : 1;
+  if (measured == gs.size()) return "loss bound (10x the twin's noise, or its floor), " + dtypes;
+  if (measured == 0) return "loss bound's floor, " + dtypes + " (the measured one may be higher)";
+  return "loss bound (measured, or its floor: no twin stored), " + dtypes;
 }
 
 // The figure for one terminal: every cell with its key off, then the one shared legend in the
@@ -241,8 +292,10 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
   s << "# shared legend\nunset label\nunset grid\nunset border\nunset tics\nunset logscale y\n";
   s << g.margins(0, g.width, 30, g.header_h - 4) << "set xrange [0:1]\nset yrange [0:1]\n";
   const int cols = std::max(1, g.width / 360);  // the longest entry's width, its sample included
+  const bool resumed = std::any_of(gs.begin(), gs.end(), [](const Golden& gd) { return gd.resumed.has_value(); });
+  const int entries = resumed ? 7 : 6;  // at most 4 rows fit the strip
   s << "set key at screen 0.5, " << g.y((30 + g.header_h - 4) / 2.0) << " center center horizontal maxrows "
-    << (6 + cols - 1) / cols << " samplen 3 font ',9'\n";
+    << (entries + cols - 1) / cols << " samplen 3 font ',9'\n";
   // The layout's marks are drawn in a neutral grey here: in the panels each takes the colour of
   // its layout (the panel's coloured subtitle), so no one colour here could label them all.
   s << "plot NaN with lines lw 2.5 lc rgb 'gray40' title 'layout''s loss (in its layout''s colour, as the "
@@ -251,8 +304,11 @@ std::string panels(const std::vector<Golden>& gs, const std::string& data, const
     << "     NaN with lines lw 1.5 lc rgb 'black' title 'entropy floor', \\\n"
     << "     NaN with linespoints pt 7 ps 0.35 lc rgb 'gray40' title '|layout - baseline| loss, log axis', \\\n"
     << "     NaN with points pt 9 ps 0.6 lc rgb 'gray40' title 'exactly 0 (bitwise equal), on the axis', \\\n"
-    << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title "
-    << q("loss bound's floor, " + dtypes + " (the measured bound may be higher)") << "\n";
+    << "     NaN with lines dt 2 lw 1.5 lc rgb 'red' title " << q(bound_words(gs, dtypes));
+  if (resumed)
+    s << ", \\\n     NaN with lines dt 3 lw 1.2 lc rgb 'gray30' title "
+         "'resumed: the 2nd layout (2nd subtitle) from its checkpoint'";
+  s << "\n";
   s << "unset key\nset border\nset tics\nunset multiplot\n";
   return s.str();
 }
@@ -269,15 +325,20 @@ std::string plot_data(const std::vector<Golden>& gs) {
   for (size_t i = 0; i < gs.size(); ++i) {
     const Golden& g = gs[i];
     s << (i ? "\n\n" : "") << "# " << g.scenario << " (" << g.layout
-      << "): step baseline layout |layout-baseline| bound exact_zero\n";
+      << "): step baseline layout |layout-baseline| bound exact_zero resumed |resumed-baseline| resumed_zero\n";
     for (size_t t = 0; t < g.baseline.steps(); ++t) {
       s << t << " " << gp_num(g.baseline.loss[t]);
       if (g.layout_curves && t < layout_steps(g)) {
-        const double e = loss_error(g, t);  // an exact 0: NaN in its column (a gap), 1 in the last
+        const double e = loss_error(g, t);  // an exact 0: NaN in its column (a gap), 1 in the zero column
         s << " " << gp_num(g.layout_curves->loss[t]) << " " << (e > 0 ? gp_num(e) : "NaN") << " "
           << gp_num(loss_bound(g, t)) << " " << (e > 0 ? "NaN" : "1");
+        const double rl = resumed_loss(g, t), re = resumed_error(g, t);
+        if (std::isfinite(rl))
+          s << " " << gp_num(rl) << " " << (re > 0 ? gp_num(re) : "NaN") << " " << (re > 0 ? "NaN" : "1");
+        else
+          s << " ? ? ?";
       } else {
-        s << " ? ? ? ?";
+        s << " ? ? ? ? ? ? ?";
       }
       s << "\n";
     }

@@ -1,5 +1,7 @@
 #include "harness/runner/comm_clock.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -83,9 +85,16 @@ class TimedCommunicator final : public comm::Communicator {
   }
   template <class F> void timed(F&& f) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
     f();
     clock_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    clock_->cpu_seconds += process_cpu_seconds() - c0;
     clock_->calls += 1;
+  }
+  static double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
   }
 
   comm::Communicator& inner_;

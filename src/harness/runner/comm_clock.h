@@ -14,6 +14,9 @@ namespace parity {
 struct CommClock {
   double seconds = 0;  // inside collectives of the wrapped world and its groups
   int64_t calls = 0;
+  // The process's CPU seconds inside them: a rank waiting for a peer spins (MPI polls), so on a
+  // loaded machine most of a rank's CPU time can be waiting; the golden's perf leaves it out.
+  double cpu_seconds = 0;
 };
 
 // `inner` must outlive the result; groups made from the result are timed too and forward

@@ -1,9 +1,12 @@
 #include "harness/runner/rank_main.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <span>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +22,7 @@
 #include "core/knobs.h"
 #include "core/text.h"
 #include "harness/golden/golden.h"
+#include "harness/runner/comm_clock.h"
 #include "harness/runner/verdict_run.h"
 
 namespace parity {
@@ -99,8 +103,22 @@ int curves_job(const RunRequest& r, const RankSide& side) {
   const Scenario& s = *r.scenario;
   if (side.process) use_device(s.layout.device, side.local_rank);
   auto world = side.join();
-  const Curves c = layout_curves(s, *world);
-  if (world->rank() == 0) write_json_file(r.out, curves_to_json(c), -1, "curves");
+  // Each rank's cost, for the golden's perf (golden.h Perf): the CPU seconds of its work outside
+  // collectives (start-up, rendezvous and a wait for a peer left out: they spin, as long as the
+  // machine's load makes them) and its peak memory.
+  auto clock = std::make_shared<CommClock>();
+  const auto timed = timed_communicator(*world, clock);
+  const double cpu0 = process_usage().cpu_s;
+  const Curves c = layout_curves(s, *timed, {r.save_at, r.ckpt, r.resume});
+  const ProcessUsage u = process_usage();
+  const std::vector<double> mine{std::max(0.0, u.cpu_s - cpu0 - clock->cpu_seconds), u.peak_rss_mib};
+  std::vector<double> all(2 * static_cast<size_t>(world->size()));
+  world->allgather(std::span<const double>(mine), std::span<double>(all));
+  if (world->rank() == 0) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (size_t i = 0; i + 1 < all.size(); i += 2) ranks.push_back({{"cpu_s", all[i]}, {"peak_rss_mib", all[i + 1]}});
+    write_json_file(r.out, {{"curves", curves_to_json(c)}, {"ranks", ranks}}, -1, "curves");
+  }
   return 0;
 }
 
