@@ -128,7 +128,7 @@ TEST(LayoutConfig, RefusalsNameTheJsonPath) {
   EXPECT_EQ(rule.rfind("unknown key; allowed keys are: world, dp_replicate", 0), 0u) << rule;
   std::tie(path, rule) = refusal({{"backend", "tcp"}}, LayoutRecord::scenario, "$.layout");
   EXPECT_EQ(path, "$.layout.backend");
-  EXPECT_EQ(rule, "expected one of \"gloo\", \"mpi\", \"nccl\", got string \"tcp\"");
+  EXPECT_EQ(rule, "expected one of \"gloo\", \"mpi\", \"nccl\", \"sim\", got string \"tcp\"");
   std::tie(path, rule) = refusal({{"device", "tpu"}}, LayoutRecord::scenario, "$.layout");
   EXPECT_EQ(path, "$.layout.device");
   // a checkpoint's record holds the degrees: the rest is not its own, and world..etp are required
