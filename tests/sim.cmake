@@ -52,3 +52,11 @@ add_test(NAME sim.scale.w512_beyond_the_process_cap
          COMMAND sh -c "d=$(mktemp -d) && python3 -c \"import json,sys; s=json.load(open(sys.argv[1])); s['name']='w512'; s['steps']=2; s['layout'].update(world=512, dp_shard=256); s['model']['batch']=256; json.dump(s, open(sys.argv[2], 'w'))\" ${PROJECT_SOURCE_DIR}/scenarios/ds_w8_tp2_ep4.json $d/w512.json && $<TARGET_FILE:parity> run $d/w512.json 2>&1 | tail -1; $<TARGET_FILE:parity> run $d/w512.json --backend sim | tail -2; echo exit=$?; rm -rf $d")
 set_tests_properties(sim.scale.w512_beyond_the_process_cap PROPERTIES LABELS "sim;scenario" TIMEOUT 300 PASS_REGULAR_EXPRESSION
   "must put at most 256 ranks on one host.*verdict: PASS: [0-9]+ rows within tolerance\ntime to verdict: [0-9.]+ s \\(launcher wall clock, 512 ranks as threads of one process \\(sim\\), exit 0\\)\nexit=0\n")
+
+# The zoo on the simulated world (parity zoo --backend sim): every bug caught and named, each run
+# on sim (its log's header says so). ci/calibrate --zoo gave the same separation table, bug by
+# bug and precision by precision, on sim as on gloo (issue 50's "the same bugs").
+add_test(NAME sim.zoo_every_bug_caught_and_named
+         COMMAND sh -c "d=$(mktemp -d) && $<TARGET_FILE:parity> zoo -j 2 --backend sim --out $d --scenarios ${PROJECT_SOURCE_DIR}/scenarios 2>&1; n=$(ls $d/*.log | wc -l); m=$(grep -l '^parity run [^:]*: [a-z0-9-]*, sim, world' $d/*.log | wc -l); [ $n -gt 0 ] && [ $n = $m ] && echo every run on sim: $m; rm -rf $d")
+set_tests_properties(sim.zoo_every_bug_caught_and_named PROPERTIES LABELS "sim;zoo" TIMEOUT 180 PASS_REGULAR_EXPRESSION
+  "zoo verdict: PASS: [1-9][0-9]* bugs, [1-9][0-9]* caught with their root named, 0 escaped.*every run on sim: [1-9]")

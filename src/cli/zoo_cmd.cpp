@@ -30,6 +30,10 @@ Command add_zoo_command(CLI::App& app) {
                   "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16) instead of its "
                   "scenario's own")
       ->check(precision_choice());
+  sub->add_option("--backend", o->backend,
+                  "Run every bug on this backend (gloo, mpi, nccl or sim: the same verdict, every rank a thread) "
+                  "instead of its scenario's own")
+      ->check(backend_choice());
   sub->add_flag("--trajectory", o->trajectory,
                 "Run every bug under the free-running verdict (parity run --trajectory; docs/verdict.md)");
   sub->add_option("--junit", o->junit,

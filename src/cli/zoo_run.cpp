@@ -59,6 +59,7 @@ Job make_job(const Injection& bug, const ZooOptions& o, const std::string& dir) 
   std::vector<std::string> args{"run", scenario, "--inject", name, "--report", report_path(bug, dir)};
   if (!o.precision.empty()) args.insert(args.end(), {"--precision", o.precision});
   if (o.trajectory) args.push_back("--trajectory");
+  if (!o.backend.empty()) args.insert(args.end(), {"--backend", o.backend});
   return {args, dir + "/" + name + ".log", "zoo: " + name};
 }
 

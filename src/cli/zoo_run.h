@@ -14,6 +14,7 @@ struct ZooOptions {
   std::string out;        // keep reports and logs here
   std::string junit;      // JUnit XML, one testcase per bug
   std::string precision;  // every bug's run in this precision policy ("": each scenario's own)
+  std::string backend;    // every bug's run on this backend ("": each scenario's own; sim: threads)
   int jobs = 0;           // runs at once; 0: the number of CPUs
   bool trajectory = false;  // every bug's run with `parity run --trajectory`
 };
