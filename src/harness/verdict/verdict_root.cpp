@@ -100,6 +100,16 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
   return std::string(level) + what + keeps;
 }
 
+// How far a failing row is over its bound: the larger of its normwise and far-element ratios;
+// infinite for a row held to equality (routing, counts, replicas) or one without a bound.
+static double over_bound(const Row& row) {
+  if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel))
+    return std::numeric_limits<double>::infinity();
+  double x = row.norm_rel / row.tol;
+  if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
+  return x;
+}
+
 // A failing row no more than kRoundingLevel over its bound (tolerance.h), in its normwise error
 // and in its far elements (fewer than half of them far: a rounding to bf16 moves 3/4), its
 // scale within 1% of 1: "1.3", the larger of its two ratios; "" when it is not at rounding
@@ -111,13 +121,28 @@ static std::string rounding_level(const Row& row) {
     return "";
   if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel)) return "";
   if (!std::isnan(row.scale_ratio) && std::fabs(row.scale_ratio - 1) > 1e-2) return "";
-  double x = row.norm_rel / row.tol;
-  if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
+  const double x = over_bound(row);
   if (!(row.far < 0.5)) return "";
   if (!(x >= 1 && x <= kRoundingLevel)) return "";  // under 1: it failed by something else
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", x);
   return buf;
+}
+
+// A parameter's update off by its step's clip coefficient (or its inverse): clipping applied to
+// this family twice, or not at all; "" otherwise (or when that step did not clip).
+static std::string clip_meaning(double scale, const std::vector<StepLine>& lines, int64_t step) {
+  for (const StepLine& s : lines) {
+    if (s.step != step || !(s.clip_ref > 0 && s.clip_ref < 1)) continue;
+    char buf[160] = "";
+    if (near(scale, 1 / s.clip_ref))
+      std::snprintf(buf, sizeof buf, "1/clip_coef (%.4g): this family's gradients left out of the clipping",
+                    1 / s.clip_ref);
+    else if (near(scale, s.clip_ref))
+      std::snprintf(buf, sizeof buf, "clip_coef (%.4g): this family's gradients clipped twice", s.clip_ref);
+    return buf;
+  }
+  return "";
 }
 
 // Gradient rows that know their first wrong tensor are ordered by its place in the backward
@@ -127,16 +152,6 @@ std::pair<int, int64_t> flow_key(const Row& row) {
   const int rank = data_flow_rank(row.quantity, row.subject);
   if (row.quantity == "grad") return {10, row.flow >= 0 ? row.flow : (int64_t{1} << 40) + rank};
   return {rank, 0};
-}
-
-// How far a failing row is over its bound: the larger of its normwise and far-element ratios;
-// infinite for a row held to equality (routing, counts, replicas) or one without a bound.
-static double over_bound(const Row& row) {
-  if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel))
-    return std::numeric_limits<double>::infinity();
-  double x = row.norm_rel / row.tol;
-  if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
-  return x;
 }
 
 RootCause find_root(const VerdictReport& r) {
@@ -181,21 +196,8 @@ RootCause find_root(const VerdictReport& r) {
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
-  // A parameter's update off by the step's clip coefficient (or its inverse): clipping applied
-  // to this family twice, or not at all.
-  for (const StepLine& s : r.step_lines)
-    if (s.step == root.step && rr.quantity == "param" && root.factor == "not a clean factor" && s.clip_ref < 1 &&
-        s.clip_ref > 0) {
-      char buf[160];
-      if (near(rr.scale_ratio, 1 / s.clip_ref))
-        std::snprintf(buf, sizeof buf, "1/clip_coef (%.4g): this family's gradients left out of the clipping",
-                      1 / s.clip_ref);
-      else if (near(rr.scale_ratio, s.clip_ref))
-        std::snprintf(buf, sizeof buf, "clip_coef (%.4g): this family's gradients clipped twice", s.clip_ref);
-      else
-        break;
-      root.factor = buf;
-    }
+  if (rr.quantity == "param" && root.factor == "not a clean factor")
+    if (std::string c = clip_meaning(rr.scale_ratio, r.step_lines, root.step); !c.empty()) root.factor = c;
   // Every row failing at the root's step within a few times its bound, no clean factor: that
   // is rounding the bound fell short of (or a bug as small as rounding), not "a different
   // computation" (docs/verdict.md "The root").
