@@ -88,5 +88,38 @@ TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
   EXPECT_DOUBLE_EQ(measured_bound(f32, Quantity::loss, 1e-6, 0, true).twin, 1e-5);
 }
 
+// Issue 41: a grad row's floor for its model (tolerance.h gradient_row_bound). A family whose
+// gradient is far below the model's is held against kDeadGradient x the model's rms; a step of
+// few tokens under a 16-bit storage policy gets at least 2^-7 / tokens; nothing else moves.
+TEST(Twin, GradientFloorForTheModelDeadFamiliesAndFewTokens) {
+  const Precision f32 = parse_precision("fp32", ""), b16 = parse_precision("bf16", "");
+  const Bound base = measured_bound(f32, Quantity::gradient, 0, 1024);
+  // a family at the model's scale (1024 elements of rms 1 in a model of rms 1): unchanged
+  const Bound same = gradient_row_bound(f32, base, {1024, 1024, 4096, 4096, 128});
+  EXPECT_EQ(same.value, base.value);
+  EXPECT_EQ(same.widened, 1);
+  // at 1e-3 of the model's rms (the shipped router's): unchanged
+  EXPECT_EQ(gradient_row_bound(f32, base, {1024 * 1e-6, 1024, 4096, 4096, 128}).value, base.value);
+  // at 1e-8 of it: widened by kDeadGradient / 1e-8, the floor too, and said so
+  const Bound dead = gradient_row_bound(f32, base, {1024 * 1e-16, 1024, 4096, 4096, 128});
+  EXPECT_NEAR(dead.value / base.value, kDeadGradient / 1e-8, 1e-6 * kDeadGradient / 1e-8);
+  EXPECT_EQ(dead.floor, dead.value);
+  EXPECT_GT(dead.widened, 1);
+  // exactly zero: the allowed absolute error, floor x kDeadGradient x the model's rms x sqrt(elements)
+  EXPECT_DOUBLE_EQ(gradient_row_bound(f32, base, {0, 1024, 4096, 4096, 128}).value,
+                   base.value * kDeadGradient * std::sqrt(1024.0));
+  // a twin above the widened floor still decides
+  Bound loud = base;
+  loud.twin = loud.value = 100.0, loud.from_twin = true;
+  EXPECT_EQ(gradient_row_bound(f32, loud, {1024 * 1e-16, 1024, 4096, 4096, 128}).value, 100.0);
+  EXPECT_TRUE(gradient_row_bound(f32, loud, {1024 * 1e-16, 1024, 4096, 4096, 128}).from_twin);
+  // few tokens: bf16 only, 2^-7 / tokens when above the floor
+  EXPECT_EQ(few_token_floor(f32, 2), 0);
+  EXPECT_DOUBLE_EQ(few_token_floor(b16, 2), 0x1p-8);
+  const Bound b = measured_bound(b16, Quantity::gradient, 0, 1024);
+  EXPECT_DOUBLE_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 2}).value, 0x1p-8);
+  EXPECT_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 128}).value, b.value);  // 2^-14 < u / 16
+}
+
 }  // namespace
 }  // namespace parity

@@ -197,8 +197,10 @@ class Comparer {
 
  private:
   void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
-  void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb, StepLine& line,
-               const std::vector<double>& ref_sq, const std::vector<double>& got_sq);
+  // grad: this step's grad bounds (sb.grad, widened for a family far below the model's gradient scale)
+  void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+               const std::vector<Bound>& grad, StepLine& line, const std::vector<double>& ref_sq,
+               const std::vector<double>& got_sq);
 
   const Dump &ref_, &got_;
   NameMap map_;
@@ -236,7 +238,8 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
 }
 
 void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
-                       StepLine& line, const std::vector<double>& ref_sq, const std::vector<double>& got_sq) {
+                       const std::vector<Bound>& grad, StepLine& line, const std::vector<double>& ref_sq,
+                       const std::vector<double>& got_sq) {
   vd::Outcome loss, norm, clip;
   loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
   const double lr = scalar(ref_, R, t, "loss"), lg = scalar(got_, G, t, "loss");
@@ -254,13 +257,13 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   vd::consider_scalar(clip, cg, cr, 0, "clip_coef", sb.grad_norm.value);
   line.loss = lg, line.loss_ref = lr, line.loss_diff = lg - lr, line.grad_norm_rel = norm.norm_rel;
   line.clip_coef = cg, line.clip_ref = cr;
-  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, sb.grad))
+  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, grad))
     norm.verdict = RowVerdict::fail;
   loss.bound = sb.loss, norm.bound = clip.bound = sb.grad_norm;
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
-    rows_[1].detail = vd::norm_by_family(ref_sq, got_sq.data(), fams_, sb.grad, sb.grad_norm.value);
+    rows_[1].detail = vd::norm_by_family(ref_sq, got_sq.data(), fams_, grad, sb.grad_norm.value);
   vd::update_row(rows_[2], t, clip);
 }
 
@@ -296,7 +299,16 @@ StepLine Comparer::step(int64_t t) {
     }
     fam_n[g] += static_cast<double>(rg[p].size());
   }
-  for (size_t g = 0; g < n_; ++g) fam_sq[g] = ref_sq[static_cast<size_t>(fams_[g])];
+  double model_sq = 0, model_n = 0;  // a grad row's floor for its model (tolerance.h gradient_row_bound)
+  for (size_t g = 0; g < n_; ++g)
+    fam_sq[g] = ref_sq[static_cast<size_t>(fams_[g])], model_sq += fam_sq[g], model_n += fam_n[g];
+  std::vector<Bound> grad = sb.grad;
+  for (size_t g = 0; g < n_; ++g) {
+    grad[g] = gradient_row_bound(c_.precision(), grad[g],
+                                 {fam_sq[g], fam_n[g], model_sq, model_n, static_cast<double>(c_.batch * c_.seq)});
+    groups_[g].tol.norm_rel = grad[g].value;
+  }
+  const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
   std::vector<int64_t> tensor_id(n_, 0);
   std::vector<NormSums> upd(n_);
   std::vector<double> far(n_, 0.0), count(n_, 0.0);
@@ -304,7 +316,7 @@ StepLine Comparer::step(int64_t t) {
   for (size_t p = 0; p < specs_.size(); ++p) {
     const size_t g = group_of_[p];
     const int64_t id = tensor_id[g]++;
-    const double rms = fam_n[g] > 0 ? std::sqrt(fam_sq[g] / fam_n[g]) : 0.0;
+    const double rms = gradient_magnitude(fam_n[g] > 0 ? std::sqrt(fam_sq[g] / fam_n[g]) : 0.0, model_rms);
     double d2 = 0, r2 = 0;
     for (size_t i = 0; i < rg[p].size(); ++i) {
       sums[g].add(id, static_cast<int64_t>(i), gg[p][i], rg[p][i], true, rms);
@@ -321,7 +333,7 @@ StepLine Comparer::step(int64_t t) {
       far[g] += is_far(x, r, urms), count[g] += 1;
     }
   }
-  scalars(t, R, G, sb, line, ref_sq, got_sq);
+  scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
   // tokens per expert and the expert bias, per MoE layer; the routing of every token
   const auto n_tok = c_.batch * c_.seq;
   for (int64_t l = 0; l < c_.moe_layers(); ++l) {
@@ -350,7 +362,7 @@ StepLine Comparer::step(int64_t t) {
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     vd::Outcome o = vd::group_outcome(groups_[g], vd::combine({sums[g]}));
-    o.bound = g < n_ ? sb.grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
+    o.bound = g < n_ ? grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
     if (g < n_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
       std::vector<size_t> members;
       for (size_t q = 0; q < specs_.size(); ++q)

@@ -119,9 +119,13 @@ std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>
     }
   }
   auto rms = [&](const std::vector<double>& sq, size_t f) { return cnt[f] > 0 ? std::sqrt(sq[f] / cnt[f]) : 0.0; };
+  double all_sq = 0, all_n = 0;  // a family far below the model's gradient scale (tolerance.h gradient_magnitude)
+  for (size_t f = 0; f < kFamilyCount; ++f) all_sq += gsq[f], all_n += cnt[f];
+  const double all_rms = all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto f = static_cast<size_t>(specs[i].family);
-    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(), rms(gsq, f));
+    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(),
+             gradient_magnitude(rms(gsq, f), all_rms));
     p[f].add(params[i].ptr(), base_params[i].ptr(), params[i].data.size(), rms(psq, f));
     u[f].add(mine[i].data(), ref[i].data(), mine[i].size(), rms(usq, f));
   }

@@ -69,7 +69,8 @@ template <class T> class Runner {
                    const std::vector<Tensor<T>>& ref);
   std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
-  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride);
+  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride,
+                   const std::vector<double>& fam_sq);
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
   static constexpr size_t kScalars = 3 + kFamilyCount;
@@ -171,9 +172,12 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
   // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
   // that is all but zero next to its family, a gradient that vanishes, has no far elements)
   std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
-  for (size_t p = 0; p < ref.size(); ++p)
-    sq[group_of_param_[p]] += sum_of_squares(ref[p].ptr(), ref[p].numel()),
-        cnt[group_of_param_[p]] += static_cast<double>(ref[p].numel());
+  double all_sq = 0, all_n = 0;  // gradients: a family far below the model's scale (tolerance.h gradient_magnitude)
+  for (size_t p = 0; p < ref.size(); ++p) {
+    const double q = sum_of_squares(ref[p].ptr(), ref[p].numel()), n = static_cast<double>(ref[p].numel());
+    sq[group_of_param_[p]] += q, cnt[group_of_param_[p]] += n, all_sq += q, all_n += n;
+  }
+  const double all_rms = offset == 0 && all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
   for (size_t p = 0; p < ref.size(); ++p) {
     const size_t g = group_of_param_[p];
     const int64_t tensor_id = pos[g]++;
@@ -186,7 +190,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     }
     const T* r = ref[p].ptr();
     const T* x = got[p].ptr();
-    const double rms = cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0;
+    const double rms = gradient_magnitude(cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0, all_rms);
     for (size_t i = 0; i < idx.size(); ++i)
       s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
   }
@@ -248,7 +252,8 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
 }
 
 template <class T>
-StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride) {
+StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride,
+                            const std::vector<double>& fam_sq) {
   StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
   vd::Outcome loss, norm, clip;
   loss.norm_rel = norm.norm_rel = clip.norm_rel = -1;
@@ -273,7 +278,6 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     if (r == 0) line.clip_coef = x[2];
   }
   line.grad_norm_rel = norm.norm_rel;
-  const std::vector<double> fam_sq = family_norm_sq(b);
   const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
   if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, all.data() + 3, group_family_, grad_bounds))
     norm.verdict = RowVerdict::fail;
@@ -289,7 +293,18 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
 template <class T>
 void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
   const size_t stride = all.size() / static_cast<size_t>(world_.size());
-  StepLine line = scalars(t, b, all, stride);
+  // a grad row's floor for its model: few tokens, a family far below the model's gradient (tolerance.h)
+  const std::vector<double> fam_sq = family_norm_sq(b);
+  double model_sq = 0, model_n = 0;
+  for (size_t g = 0; g < n_fam_; ++g)
+    model_sq += fam_sq[static_cast<size_t>(group_family_[g])], model_n += group_elements_[g];
+  for (size_t g = 0; g < n_fam_; ++g) {
+    const GradientScale gs{fam_sq[static_cast<size_t>(group_family_[g])], group_elements_[g], model_sq, model_n,
+                           static_cast<double>(sc_.model.batch * sc_.model.seq)};
+    bounds_[3 + g] = gradient_row_bound(sc_.model.precision(), bounds_[3 + g], gs);
+    groups_[g].tol.norm_rel = bounds_[3 + g].value;
+  }
+  StepLine line = scalars(t, b, all, stride, fam_sq);
   const size_t g0 = kScalars + b.micro_losses.size();
   const auto upd = update_ratios(all, stride, stride - kUpdateWidth * n_fam_);
   std::vector<std::string> replica_bad;

@@ -134,6 +134,26 @@ double far_bound(double twin_fraction) {
 // seed 2 failed at 1.5e-13 against 1.1e-13 on one ulp of one element).
 constexpr double kFewElements = 256;
 
+double few_token_floor(const Precision& p, double tokens) {
+  if (p.store == Low::none || !(tokens > 0)) return 0;
+  return 2 * unit_roundoff(p) / tokens;
+}
+
+Bound gradient_row_bound(const Precision& p, Bound b, const GradientScale& s) {
+  if (!(s.elements > 0) || !(s.model_n > 0)) return b;
+  const double rms = std::sqrt(s.family_sq / s.elements);
+  const double mag = gradient_magnitude(rms, std::sqrt(s.model_sq / s.model_n));
+  // relative to the family's own norm, or absolute (x sqrt(elements)) where that norm is zero
+  const double dead = !(mag > rms) ? 1.0 : rms > 0 ? mag / rms : mag * std::sqrt(s.elements);
+  const double floor = std::max(b.floor * dead, rms > 0 ? few_token_floor(p, s.tokens) : 0.0);
+  if (!(floor > b.floor) && rms > 0) return b;  // a zero family's bound is absolute: always the model's
+  b.widened = b.floor > 0 ? floor / b.floor : 1.0;
+  b.floor = floor;
+  b.from_twin = b.twin > b.floor;
+  b.value = b.from_twin ? b.twin : b.floor;
+  return b;
+}
+
 Bound measured_bound(const Precision& p, Quantity q, double noise, double elements, bool step_local) {
   const double few = elements > 0 && elements < kFewElements ? std::sqrt(kFewElements / elements) : 1.0;
   const double floor = noise_floor(p, q, step_local) * few, twin = kTwinFactor * noise;

@@ -78,7 +78,8 @@ struct Row {
   double norm_rel = 0;   // normwise relative error at `step`
   double scale_ratio = 1;  // <x, ref> / ||ref||^2 at `step` (NaN when undefined)
   double tol = 0;        // the bound on norm_rel at `step` (tolerance.h measured_bound)
-  std::string bound_from;  // "twin" (kTwinFactor x the rounding twin's noise) or "floor"
+  std::string bound_from;  // "twin" (kTwinFactor x the rounding twin's noise), "floor", or "model" (a grad floor raised
+                           // for few tokens or a gradient far below the model's: tolerance.h gradient_row_bound)
   double floor = 0;        // the row's floor at `step` (tol >= floor; ci/calibrate reads error / floor)
   double twin = 0;         // kTwinFactor x the twin's noise at `step` (NaN: not measured): tol = max(twin, floor)
   double far = 0, far_bound = 0;  // tensor rows: the fraction of far elements at `step`, its bound

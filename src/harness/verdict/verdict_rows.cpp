@@ -222,7 +222,8 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
                       closeness(o.norm_rel, o.bound.value) > closeness(row.norm_rel, row.tol);
   if (row.step < 0 || worse || larger) {
     if (o.bound.value > 0 || row.quantity != "routing") row.tol = o.bound.value;
-    row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : "floor") : "exact";
+    row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : o.bound.widened > 1 ? "model" : "floor")
+                                       : "exact";
     row.floor = o.bound.floor, row.twin = o.bound.twin;
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
     row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
