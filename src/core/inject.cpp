@@ -164,7 +164,7 @@ const std::vector<Injection>& injections() {
        "bf16_fsdp4.json", "grad head", 0, "rounded to bf16"},
       {"optim_state_in_bf16", "parallel/parallel_run.cpp, optimizer state",
        "Adam's first and second moments kept in bf16 instead of fp32",
-       "bf16_fsdp4.json", "param head", 1, "rounded to bf16"},
+       "bf16_fsdp4.json", "param head", 0, "rounded to bf16"},
   };
   return all;
 }

@@ -20,6 +20,7 @@
 #include "harness/runner/baseline.h"
 #include "harness/runner/shared_baseline.h"
 #include "harness/runner/twin.h"
+#include "harness/runner/verdict_taken.h"
 #include "harness/scenario/scenario.h"
 #include "harness/runner/comm_clock.h"
 #include "harness/verdict/verdict_detail.h"
@@ -108,10 +109,13 @@ template <class T> class Runner {
   std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
   verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
   bool keyed_ = false;
-  void add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out);
-  // per param group: the update's scale ratio, its far elements and its counted elements
-  std::vector<std::array<double, 3>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
-  static constexpr size_t kUpdateWidth = 5;  // per param group: NormSums, far, counted
+  verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
+  // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
+  void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
+  // per param group: the update's scale ratio, its far elements, its counted elements, and the
+  // taken gradient's normwise error, scale ratio (NaN: nothing taken to compare), far and counted elements
+  std::vector<std::array<double, 7>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  static constexpr size_t kUpdateWidth = 5 + verdict_taken::kWidth;  // per param group: NormSums, far, counted; taken
 };
 
 template <class T> void Runner<T>::build_groups() {
@@ -331,6 +335,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
       if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
       vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
+      const auto& k = upd[g - n_fam_];
+      vd::check_taken(o, k[3], k[4], bounds_[3 + g - n_fam_].value + bounds_[1].value, k[5], k[6],
+                      groups_[g - n_fam_].far_bound);
     }
     vd::update_row(rows_[3 + g], t, o);
     replica_pairs += o.replica_pairs;
@@ -367,7 +374,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
 
 // Per param group, over the elements this rank counts: NormSums of (after - before) against
 // the baseline's (after - before), three doubles per group appended to out.
-template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, std::vector<double>& out) {
+template <class T>
+void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken,
+                                std::vector<double>& out) {
   std::vector<NormSums> u(n_fam_);
   std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
   const auto& ref_after = base_->params();
@@ -393,23 +402,32 @@ template <class T> void Runner<T>::add_update_sums(const RankStepRecord<T>& p, s
       far[g] += is_far(x, r, rms), count[g] += 1;
     }
   }
-  for (size_t g = 0; g < n_fam_; ++g) out.insert(out.end(), {u[g].diff2, u[g].ref2, u[g].dot, far[g], count[g]});
+  for (size_t g = 0; g < n_fam_; ++g) {
+    out.insert(out.end(), {u[g].diff2, u[g].ref2, u[g].dot, far[g], count[g]});
+    out.insert(out.end(), taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * g),
+               taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * (g + 1)));
+  }
 }
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 3>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+std::vector<std::array<double, 7>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
                                                              size_t at) const {
-  std::vector<std::array<double, 3>> out(n_fam_);
+  std::vector<std::array<double, 7>> out(n_fam_);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
-    NormSums s;
-    double far = 0, count = 0;
+    NormSums s, k;
+    double far = 0, count = 0, kfar = 0, kcount = 0;
     for (int r = 0; r < world_.size(); ++r) {
       const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
       s.add(NormSums{x[0], x[1], x[2]});
       far += x[3], count += x[4];
+      k.add(NormSums{x[5], x[6], x[7]});
+      kfar += x[8], kcount += x[9];
     }
-    out[g] = {s.ref2 > 0 ? s.scale_ratio() : std::numeric_limits<double>::quiet_NaN(), far, count};
+    const bool taken = k.ref2 > 0 || k.diff2 > 0;
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? k.norm_rel_err() : nan,
+              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount};
   }
   return out;
 }
@@ -428,6 +446,10 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   // near-ties follow the baseline's choice (model/route_oracle.h), within this step's bound
   const RouteOracle oracle{&b.chosen, &b.select_scores,
                            tolerance_for(sc_.model.dtype, Quantity::routing_score).elem_rel, route_tie_, false};
+  {  // the first moments before the step (the gradient the optimizer takes: verdict_taken.h)
+    ParallelRunState<T> view(par_, *timed_);
+    verdict_taken::before_step<T>(moments_, view.state(), par_.specs(), par_.mesh(), world_.world_rank());
+  }
   RankStepRecord<T> p = par_.step(t, &oracle);
   time_.parallel += seconds_since(t0);
   t0 = Clock::now();
@@ -440,14 +462,17 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
     for (int64_t id : p.token_ids[l])
       if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
   {  // the optimizer state's digests (the replicas row), then each gradient tensor's sums
     ParallelRunState<T> view(par_, *timed_);
     const ckpt::ShardedState st = view.state();
     if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
     verdict_state::append_digests(st, state_keys_, mine);
+    verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
+                                  *before_base_, group_of_param_, n_fam_, taken);
   }
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
-  add_update_sums(p, mine);  // last: fold() finds them at the end of each rank's part
+  add_update_sums(p, taken, mine);  // last: fold() finds them at the end of each rank's part
   time_.compare += seconds_since(t0);
   t0 = Clock::now();
   // The step's one reduction: every rank's sums on every rank (the rows are folded everywhere), or,

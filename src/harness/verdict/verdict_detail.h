@@ -105,6 +105,7 @@ struct Outcome {
   RowVerdict verdict = RowVerdict::ok;
   Bound bound;  // what norm_rel was held to at this step
   double far = 0, far_bound = 0;  // the fraction of far elements and its bound (tensor rows)
+  double taken = 0, taken_bound = 0;  // param rows: the gradient the optimizer took (check_taken), and its bound
   int64_t compared = -1;  // elements (tokens for routing) compared; -1 for scalars
   int replica_a = -1, replica_b = -1;  // group rows: two ranks whose copies differ in bits
   int64_t replica_pairs = 0;
@@ -115,6 +116,14 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s);
 // The second measure (tolerance.h is_far): an ok outcome whose fraction of far elements is
 // over its bound fails, saying so; `of` names what was measured ("of the update").
 void check_far(Outcome& o, double far_count, double count, double bound, const std::string& of);
+// The third measure of a param row (issue 41): the gradient the optimizer took, read back from
+// its first moment (clipped, weight decay included where it enters the moment), against the
+// baseline's gradient x its clip coefficient: normwise error `rel` and scale `scale`, held to
+// `bound` (the family's gradient bound plus the grad norm's). Over it the row fails, with this
+// scale and detail (the taken gradient is upstream of the update).
+// Its far elements (far of count) are held to the family's gradient far bound (far_bound), as the
+// grad row's are: a moment kept in bf16 moves 3/4 of them at the first step.
+void check_taken(Outcome& o, double rel, double scale, double bound, double far, double count, double far_bound);
 
 // The replicas row at one step: `bad` names the groups whose copies differ in bits (with
 // their ranks), `pairs` the copies compared bit for bit over every group.

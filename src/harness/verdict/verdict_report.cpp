@@ -154,6 +154,8 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"twin", json_number(row.twin)},
                     {"far", row.far},
                     {"far_bound", row.far_bound},
+                    {"taken", row.taken},
+                    {"taken_bound", row.taken_bound},
                     {"scale_ratio", json_number(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},

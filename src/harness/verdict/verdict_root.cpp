@@ -100,13 +100,15 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
   return std::string(level) + what + keeps;
 }
 
-// How far a failing row is over its bound: the larger of its normwise and far-element ratios;
-// infinite for a row held to equality (routing, counts, replicas) or one without a bound.
+// How far a failing row is over its bound: the largest of its normwise, far-element and (param
+// rows) taken-gradient ratios; infinite for a row held to equality (routing, counts, replicas) or
+// one without a bound.
 static double over_bound(const Row& row) {
   if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel))
     return std::numeric_limits<double>::infinity();
   double x = row.norm_rel / row.tol;
   if (row.far_bound > 0) x = std::max(x, row.far / row.far_bound);
+  if (row.taken_bound > 0) x = std::max(x, row.taken / row.taken_bound);
   return x;
 }
 

@@ -213,6 +213,21 @@ void check_far(Outcome& o, double far_count, double count, double bound, const s
              "): every value moved a little, as a rounding to 16 bits moves them";
 }
 
+void check_taken(Outcome& o, double rel, double scale, double bound, double far, double count, double far_bound) {
+  if (std::isnan(rel)) return;  // not measured (no first moment on this optimizer's ranks)
+  o.taken = rel, o.taken_bound = bound;
+  const double frac = count > 0 ? far / count : 0.0;
+  const bool by_far = frac > far_bound && far >= kFarMinCount;
+  if (!(rel > bound) && !by_far) return;
+  // upstream of the update: where the taken gradient is wrong, it is why the update is
+  o.verdict = RowVerdict::fail;
+  o.scale_ratio = scale;
+  if (by_far) o.far = frac, o.far_bound = far_bound;  // the row's far elements: the taken gradient's
+  o.detail = "the gradient the optimizer took (its first moment's step: clipped, with weight decay) is off by " +
+             fmt("%.3e", rel) + " (bound " + fmt("%.1e", bound) + "), " + fmt("%.1f%%", 100 * frac) +
+             " of its elements far (bound " + fmt("%.1f%%", 100 * far_bound) + "), scale " + fmt("%.6f", scale);
+}
+
 void update_row(Row& row, int64_t step, const Outcome& o) {
   if (o.verdict == RowVerdict::fail) ++row.bad_steps;
   const bool worse = static_cast<int>(o.verdict) < static_cast<int>(row.verdict);
@@ -227,6 +242,7 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
     row.floor = o.bound.floor, row.twin = o.bound.twin;
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
     row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
+    row.taken = o.taken, row.taken_bound = o.taken_bound;
     row.flow = o.flow, row.flow_tensor = o.flow_tensor;
     row.worst = o.worst, row.detail = o.detail, row.verdict = o.verdict;
   }
