@@ -97,7 +97,7 @@ const std::vector<Injection>& injections() {
        "the clip coefficient, computed from the right global norm, applied to every gradient but the routed "
        "experts' (expert parameters kept out of the clipping pass): grad_norm and clip_coef match, only the "
        "parameters after a clipped step differ",
-       "fsdp2_tp2_clip.json", "param routed_experts", 0, ""},
+       "fsdp2_tp2_clip.json", "param routed_experts", 0, "1/clip_coef"},
       {"optim_state_replica_drift", "parallel/parallel_run.cpp, optimizer step",
        "one data-parallel replica's Adam second moment one ulp apart from the others' (a replica updated apart, "
        "as from a reduction whose bits differ from rank to rank): its parameters are still equal after the step",
