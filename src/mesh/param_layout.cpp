@@ -137,10 +137,5 @@ ParamPlacements param_placements(const Mesh& m, const ParamSpec& spec) {
 }
 
 TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) { return param_placements(m, spec).param; }
-TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec) { return param_placements(m, spec).grad; }
-TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec) { return param_placements(m, spec).optimizer; }
-DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec) {
-  return spec.family == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
-}
 
 }  // namespace parity::mesh

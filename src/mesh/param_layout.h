@@ -62,8 +62,5 @@ ParamPlacements param_placements(const Mesh& m, const ParamSpec& spec);
 TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec);
 // param_placements(m, spec).param: for the mesh layer's readers (explain, synthetic checkpoints, tests).
 TensorLayout param_layout(const Mesh& m, const ParamSpec& spec);
-TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec);       // .grad
-TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec);  // .optimizer
-DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec);
 
 }  // namespace parity::mesh

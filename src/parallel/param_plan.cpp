@@ -179,7 +179,8 @@ std::string plan_table(const ParamPlan& plan) {
     const auto first = std::find_if(plan.entries.begin(), plan.entries.end(),
                                     [f](const ParamEntry& p) { return p.spec.family == f; });
     const DpSharding s = first == plan.entries.end() ? DpSharding::fsdp : first->sharding;
-    const std::string dtype = (e.tp_sum ? entry_low_name(e.tp_dtype, fam.compute) : "-") + ", " + entry_low_name(e.dp_dtype, fam.compute);
+    const std::string dtype =
+        (e.tp_sum ? entry_low_name(e.tp_dtype, fam.compute) : "-") + ", " + entry_low_name(e.dp_dtype, fam.compute);
     out += "| " + std::string(family_name(f)) + " | " + tp_words(e) + " | " +
            std::string(mesh::group_kind_name(e.dp_group)) + " | " + dp_words(e, s) + " | " + dtype + " | " +
            std::string(entry_norm_name(e.norm)) + " | " + (e.clip ? "yes" : "no") + " |\n";
@@ -223,11 +224,12 @@ std::string reduction_words(const ParamEntry& e) {
 
 }  // namespace
 
-std::string param_table(const ParamPlan& plan) {
+std::string param_table(const ParamPlan& plan, std::string_view only) {
   std::string out =
       "| parameter | param | grad | optimizer | mp splits | storage (param; optimizer) | reductions | norm, clip "
       "| master, compute copy |\n|---|---|---|---|---|---|---|---|---|\n";
   for (const ParamEntry& e : plan.entries) {
+    if (e.spec.name.find(only) == std::string::npos) continue;
     const std::string grad = e.grad == e.param ? "=" : mesh::layout_str(e.grad);
     const std::string opt = e.optimizer == e.param ? "=" : mesh::layout_str(e.optimizer);
     const std::string st = e.optimizer_storage == e.param_storage
@@ -235,7 +237,8 @@ std::string param_table(const ParamPlan& plan) {
                                : storage_words(e.param_storage) + "; " + storage_words(e.optimizer_storage);
     out += "| " + e.spec.name + " | " + mesh::layout_str(e.param) + " | " + grad + " | " + opt + " | " +
            mp_words(e.mp) + " | " + st + " | " + reduction_words(e) + " | " +
-           std::string(entry_norm_name(e.reduction.norm)) + ", " + (e.reduction.clip ? "clipped" : "not clipped") + " | " +
+           std::string(entry_norm_name(e.reduction.norm)) + ", " + (e.reduction.clip ? "clipped" : "not clipped") +
+           " | " +
            std::string(dtype_name(e.master)) + ", " + entry_low_name(e.compute_copy, e.master) + " |\n";
   }
   return out;

@@ -114,6 +114,7 @@ ParamPlan with_injected(ParamPlan plan);
 // The family table (plan_table) and one row per parameter: placements of the parameter, the
 // gradient and the optimizer state, model-parallel splits, storage, stages, reductions in order.
 std::string plan_table(const ParamPlan& plan);
-std::string param_table(const ParamPlan& plan);
+// `only`: the parameters whose name contains it (explain's --param).
+std::string param_table(const ParamPlan& plan, std::string_view only = {});
 
 }  // namespace parity

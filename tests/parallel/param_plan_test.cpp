@@ -227,13 +227,37 @@ TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {
   EXPECT_TRUE(changed(ok, with_injected(ok)).empty());
 }
 
+// The family table (what explain printed before the plan) names each family's reduction.
+TEST(ParamPlan, FamilyTableNamesEachFamilysReduction) {
+  LayoutConfig l = layout(4, 2, 2, 2);
+  l.sp = true;
+  const std::string t = plan_table(plan_of(l));
+  EXPECT_NE(t.find("| layernorm | sum over tp | dense_dp | sum | fp64, fp64 | first replica | yes |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| routed_experts | - | edp | sum | -, fp64 | first replica | yes |"), std::string::npos) << t;
+  EXPECT_EQ(t.find("shared_experts"), std::string::npos) << t;
+}
+
+// layout.dp_sharding: the family table says each family's mode (the experts' their own).
+TEST(ParamPlan, FamilyTableSaysTheShardingMode) {
+  LayoutConfig l = layout(4, 4, 1, 2);
+  l.dp_sharding = DpSharding::zero2, l.expert_dp_sharding = DpSharding::ddp;
+  const std::string t = plan_table(plan_of(l));
+  EXPECT_NE(t.find("| attention | - | dense_dp | sum (zero2: reduce-scatter; optimizer on the shard, all-gather) |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| routed_experts | - | edp | sum (ddp: all-reduce) |"), std::string::npos) << t;
+}
+
 // The table: one row per parameter, its placements, splits, storage and reductions in order.
 TEST(ParamPlan, TableRowPerParameter) {
   LayoutConfig l = layout(4, 4, 1, 2);
   l.dp_sharding = DpSharding::zero2;
   const std::string t = param_table(plan_of(l));
   EXPECT_NE(t.find("| layers.0.attn.wq | (Replicate, Replicate, Replicate, Shard(1)) | "
-                   "(Replicate, Shard(0), Replicate, Shard(1)) | (Replicate, Shard(0), Replicate, Shard(1)) | dim 1 / tp | "
+                   "(Replicate, Shard(0), Replicate, Shard(1)) | (Replicate, Shard(0), Replicate, Shard(1)) | "
+                   "dim 1 / tp | "
                    "whole over dense_dp; shard over dp_shard, x dense_replicate | 1. dense_dp sum (zero2: "),
             std::string::npos)
       << t;
