@@ -22,6 +22,8 @@
 namespace parity {
 
 template <class T> struct ParallelRun<T>::Impl {
+  // pp_embedding_synced_after_dp (a zoo mutation): each tied entry's partner gradient before its DP reduction
+  using Partners = std::vector<std::pair<size_t, Tensor<T>>>;
   Impl(const Scenario& s, comm::Communicator& w)
       : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
     (void)validate(s.layout, s.model);  // validate_scenario ran it too: a scenario built in code
@@ -111,6 +113,11 @@ template <class T> struct ParallelRun<T>::Impl {
   }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
+  // reduce_grads' steps, in order (each entry's reductions, param_plan.h)
+  void reduce_tp();
+  Partners partners_before_dp();
+  void reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out);
+  void sync_pairs(std::vector<Tensor<T>>& out, Partners& partners);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
 
@@ -151,6 +158,19 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
 // an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within its
 // internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
+  reduce_tp();
+  out.assign(specs.size(), {});
+  for (size_t p = 0; p < specs.size(); ++p) {
+    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
+  }
+  Partners partners = partners_before_dp();
+  for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) reduce_dp(unit, out);  // home groups
+  sync_pairs(out, partners);
+}
+
+// 1. TP: every TP-summed gradient in one flat all-reduce, rounded to its dtype before and after.
+template <class T> void ParallelRun<T>::Impl::reduce_tp() {
   std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
@@ -176,20 +196,18 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (entry(p).tp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(entry(p).tp_scale), g.numel());
     if (entry(p).tp_sum_again) tp_allreduce(tp, g.data);
   }
-  out.assign(specs.size(), {});
-  for (size_t p = 0; p < specs.size(); ++p) {
-    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
-    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
-  }
-  // The pair sync of a tied entry (param_plan.h PairSync): the first stage's embedding gradient
-  // and the last stage's head gradient, each reduced over its stage's data parallel first, then
-  // summed over the embedding group (the pair of stages), as Megatron's finalize_model_grads
-  // does. A sum of two is the same bits on both stages, so the two replicas stay identical
-  // whatever order each stage's DP reduction took (NCCL's differ between communicators; summing
-  // before the DP reduction left the replicas 1 ulp apart on nccl). Bug zoo (the plan's
-  // mutations): the all-reduce left out, run twice, or adding what the partner still holds
-  // unreduced (Megatron-LM#844: partial results added).
-  std::vector<std::pair<size_t, Tensor<T>>> partners;  // adds_unreduced: the partner's gradient before its DP reduction
+}
+
+// The pair sync of a tied entry (param_plan.h PairSync): the first stage's embedding gradient
+// and the last stage's head gradient, each reduced over its stage's data parallel first, then
+// summed over the embedding group (the pair of stages), as Megatron's finalize_model_grads
+// does. A sum of two is the same bits on both stages, so the two replicas stay identical
+// whatever order each stage's DP reduction took (NCCL's differ between communicators; summing
+// before the DP reduction left the replicas 1 ulp apart on nccl). Bug zoo (the plan's
+// mutations): the all-reduce left out, run twice, or adding what the partner still holds
+// unreduced (Megatron-LM#844: partial results added).
+template <class T> typename ParallelRun<T>::Impl::Partners ParallelRun<T>::Impl::partners_before_dp() {
+  Partners partners;
   for (size_t p = 0; p < specs.size(); ++p)
     if (plan[p].pair_synced && plan[p].pair.adds_unreduced && model->held(p)) {
       Tensor<T> partner = model->mp_grads[p];
@@ -198,32 +216,39 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
       for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
       partners.emplace_back(p, std::move(partner));
     }
-  for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
-    std::vector<const ShardedParam<T>*> ps;
-    std::vector<const Tensor<T>*> gs;
-    std::vector<size_t> which;
-    for (size_t p = 0; p < specs.size(); ++p)
-      if (plan[p].home == unit &&
-          model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
-        ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
-      }
-    std::vector<Tensor<T>> red = reduce_all(ps, gs);
-    for (size_t i = 0; i < which.size(); ++i) {
-      const FamilyReduction& e = entry(which[i]);
-      Tensor<T>& g = red[i];
-      round_to(e.dp_dtype, g.ptr(), g.numel());
-      // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
-      // EDP result summed over the EP peers too, whose other experts get added in.
-      if (e.dp_group != unit) {
-        if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
-          throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
-                      std::string(mesh::group_kind_name(e.dp_group)));
-        ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-      }
-      if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
-      out[which[i]] = std::move(g);
+  return partners;
+}
+
+// 2. DP: the entries living over `unit` (a home group) in one flat reduce-scatter + all-reduce.
+template <class T> void ParallelRun<T>::Impl::reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out) {
+  std::vector<const ShardedParam<T>*> ps;
+  std::vector<const Tensor<T>*> gs;
+  std::vector<size_t> which;
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (plan[p].home == unit &&
+        model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
+      ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
     }
+  std::vector<Tensor<T>> red = reduce_all(ps, gs);
+  for (size_t i = 0; i < which.size(); ++i) {
+    const FamilyReduction& e = entry(which[i]);
+    Tensor<T>& g = red[i];
+    round_to(e.dp_dtype, g.ptr(), g.numel());
+    // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
+    // EDP result summed over the EP peers too, whose other experts get added in.
+    if (e.dp_group != unit) {
+      if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
+        throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
+                    std::string(mesh::group_kind_name(e.dp_group)));
+      ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+    }
+    if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
+    out[which[i]] = std::move(g);
   }
+}
+
+// 3. The pair sync after the DP reduction (or, mutated, the partner's unreduced gradient added).
+template <class T> void ParallelRun<T>::Impl::sync_pairs(std::vector<Tensor<T>>& out, Partners& partners) {
   for (size_t p = 0; p < specs.size(); ++p) {
     const ParamEntry& e = plan[p];
     if (!e.pair_synced || e.pair.adds_unreduced || e.pair.times == 0 || !model->held(p)) continue;
