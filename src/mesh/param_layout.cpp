@@ -93,10 +93,6 @@ void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const 
   }
 }
 
-DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec) {
-  return spec.family == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
-}
-
 int64_t param_layer(const ParamSpec& spec) {
   if (spec.name.rfind("layers.", 0) != 0) return -1;
   return std::stoll(spec.name.substr(7, spec.name.find('.', 7) - 7));
@@ -126,20 +122,20 @@ TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec) {
           param_stages(m, spec)};
 }
 
-TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) {
-  TensorLayout l = fsdp_layout(m, spec);
-  if (dp_sharding_of(m, spec) != DpSharding::fsdp) l.placements[1] = Placement::replicate();  // dp_shard / edp_shard
-  return l;
+ParamPlacements param_placements(const Mesh& m, const ParamSpec& spec) {
+  const DpSharding s = spec.family == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
+  const TensorLayout fsdp = fsdp_layout(m, spec);
+  TensorLayout whole = fsdp;
+  whole.placements[1] = Placement::replicate();  // dp_shard / edp_shard
+  switch (s) {
+    case DpSharding::fsdp: return {fsdp, fsdp, fsdp};
+    case DpSharding::ddp: return {whole, whole, whole};
+    case DpSharding::zero1: return {whole, whole, fsdp};
+    case DpSharding::zero2: return {whole, fsdp, fsdp};
+  }
+  throw Error("param_placements: unknown dp_sharding");
 }
 
-TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec) {
-  const DpSharding s = dp_sharding_of(m, spec);
-  return s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
-}
-
-TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec) {
-  const DpSharding s = dp_sharding_of(m, spec);
-  return s == DpSharding::zero1 || s == DpSharding::zero2 ? fsdp_layout(m, spec) : param_layout(m, spec);
-}
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec) { return param_placements(m, spec).param; }
 
 }  // namespace parity::mesh

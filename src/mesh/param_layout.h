@@ -39,10 +39,6 @@ int64_t fsdp_shard_dim(const Mesh& m, const ParamSpec& spec);
 // a dimension of each of its tensors. Throws ConfigError("<prefix>fsdp_dim.<family>", rule).
 void check_fsdp_dim(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
-// The parameter's data-parallel sharding (layout.dp_sharding, or expert_dp_sharding for
-// routed experts).
-DpSharding dp_sharding_of(const Mesh& m, const ParamSpec& spec);
-
 // The pipeline stages holding a parameter (empty with pp 1): embed.weight on the first (and
 // the last too when it is also the head: tie_embeddings, synchronised over the embedding
 // group), final_ln and lm_head on the last, a layer's parameters on its layer's stage.
@@ -50,15 +46,21 @@ std::vector<int64_t> param_stages(const Mesh& m, const ParamSpec& spec);
 // The transformer layer of a parameter ("layers.3.attn.wq": 3), -1 for the others.
 int64_t param_layer(const ParamSpec& spec);
 
-// Where the parameter lives: FSDP's placement on dp_shard (edp_shard) under fsdp, Replicate
-// under ddp, zero1 and zero2; on param_stages.
-TensorLayout param_layout(const Mesh& m, const ParamSpec& spec);
-// The layout FSDP would give it whatever the mode: the optimizer state's under zero1 and zero2
-// and the reduced gradient's under zero2.
+// Where the parameter, its reduced gradient and its optimizer state live: the one place that
+// reads layout.dp_sharding (expert_dp_sharding for routed experts), i.e. decides "is this
+// sharded" (parallel/param_plan.h derives everything else from these three placements):
+//   fsdp   all three FSDP's (fsdp_layout): Shard on dp_shard (edp_shard)
+//   ddp    all three Replicate on dp_shard (edp_shard)
+//   zero1  the parameter and its gradient replicated, the optimizer state FSDP's
+//   zero2  the parameter replicated, its gradient and optimizer state FSDP's
+// On param_stages.
+struct ParamPlacements {
+  TensorLayout param, grad, optimizer;
+};
+ParamPlacements param_placements(const Mesh& m, const ParamSpec& spec);
+// The layout FSDP would give it whatever the mode (what a sharded one of the three is).
 TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec);
-// The reduced gradient's layout: fsdp_layout under fsdp and zero2, param_layout otherwise.
-TensorLayout grad_layout(const Mesh& m, const ParamSpec& spec);
-// The optimizer state's layout: param_layout under fsdp and ddp, fsdp_layout under zero1, zero2.
-TensorLayout optimizer_layout(const Mesh& m, const ParamSpec& spec);
+// param_placements(m, spec).param: for the mesh layer's readers (explain, synthetic checkpoints, tests).
+TensorLayout param_layout(const Mesh& m, const ParamSpec& spec);
 
 }  // namespace parity::mesh

@@ -7,7 +7,6 @@
 #include <span>
 
 #include "core/error.h"
-#include "mesh/param_layout.h"
 #include "model/batch_split.h"
 #include "model/data.h"
 #include "optim/optimizer.h"
@@ -18,19 +17,23 @@
 #include "ops/elementwise.h"
 #include "parallel/pipeline.h"
 #include "parallel/pmodel.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/param_plan.h"
 
 namespace parity {
 
 template <class T> struct ParallelRun<T>::Impl {
+  // pp_embedding_synced_after_dp (a zoo mutation): each tied entry's partner gradient before its DP reduction
+  using Partners = std::vector<std::pair<size_t, Tensor<T>>>;
   Impl(const Scenario& s, comm::Communicator& w)
       : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
     (void)validate(s.layout, s.model);  // validate_scenario ran it too: a scenario built in code
-    specs = param_specs(s.model);
-    for (const auto& sp : specs) layouts.push_back(mesh::param_layout(mesh, sp));
+    plan = with_injected(param_plan(mesh, s.model, s.model.precision()));  // the zoo's bugs read here, once
+    for (const ParamEntry& e : plan.entries) {  // the readers' vectors (the verdict's, the checkpoint's)
+      specs.push_back(e.spec);
+      layouts.push_back(e.param), grad_layouts.push_back(e.grad), opt_layouts.push_back(e.optimizer);
+    }
     const int r = w.rank();
-    model = std::make_unique<ParallelModel<T>>(s, mesh, w, layouts);
-    plan = with_injected(reduction_plan(mesh, s.model, s.model.precision()));  // the zoo's bugs read here, once
+    model = std::make_unique<ParallelModel<T>>(s, mesh, w, plan);
     tp = model->tp();
     dense_dp = &mesh::comm_group(w, mesh, mesh::GroupKind::dense_dp);
     ep_group = &mesh::comm_group(w, mesh, mesh::GroupKind::ep);
@@ -54,16 +57,16 @@ template <class T> struct ParallelRun<T>::Impl {
   mesh::Mesh mesh;
   MarkovData data;
   std::vector<ParamSpec> specs, local_specs_;
-  std::vector<mesh::TensorLayout> layouts;
-  // layout.dp_sharding (docs/parallel.md): the reduced gradient's and the optimizer state's
-  // layouts (the parameter's under fsdp), and under zero1 / zero2 each parameter's optimizer
-  // shard: its FSDP piece over the shard group, which the optimizer steps and all-gathers
-  std::vector<mesh::TensorLayout> grad_layouts, opt_layouts;
+  // every parameter's placements, storage and reductions (parallel/param_plan.h): the step executes it
+  ParamPlan plan;
+  // the plan's placements of each parameter, its reduced gradient and its optimizer state
+  std::vector<mesh::TensorLayout> layouts, grad_layouts, opt_layouts;
+  // under zero1 / zero2 each parameter's optimizer shard: its FSDP piece over the shard group,
+  // which the optimizer steps and all-gathers
   std::vector<std::optional<ShardedParam<T>>> zero;
   TpContext tp;
   comm::Communicator* dense_dp = nullptr;
   comm::Communicator* ep_group = nullptr;  // the bug zoo's expert_grads_over_dense_dp only
-  ReductionPlan plan;  // how each family's gradient is reduced, normed and clipped: the step executes it
   int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
@@ -80,8 +83,8 @@ template <class T> struct ParallelRun<T>::Impl {
   const mesh::Group& pp_group_members() const { return pp_group->members(); }
   void run_pipeline(std::vector<PMicro<T>>& us);
 
-  const FamilyReduction& entry(size_t p) const { return plan[specs[p].family]; }
-  bool zero2(size_t p) const { return zero[p] && mesh::dp_sharding_of(mesh, specs[p]) == DpSharding::zero2; }
+  const FamilyReduction& entry(size_t p) const { return plan[p].reduction; }
+  bool zero2(size_t p) const { return zero[p] && plan[p].zero2(); }
   void build_zero(uint64_t seed);
   // Whether this rank's gradient p enters the grad norm (the plan's count of replicas).
   bool counts_in_norm(size_t p) const {
@@ -110,25 +113,25 @@ template <class T> struct ParallelRun<T>::Impl {
   }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
+  // reduce_grads' steps, in order (each entry's reductions, param_plan.h)
+  void reduce_tp();
+  Partners partners_before_dp();
+  void reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out);
+  void sync_pairs(std::vector<Tensor<T>>& out, Partners& partners);
   void step_optimizer(std::vector<Tensor<T>>& grads);
 };
 
-// zero1 / zero2: each parameter's optimizer shard, its FSDP piece (mesh::fsdp_layout) over the
-// family's shard and replicate groups (dp_parts), drawn from Philox like the replicated copy.
+// zero1 / zero2: each parameter's optimizer shard, its FSDP piece (the plan's optimizer
+// placement) over the optimizer storage's shard and replicate groups, drawn from Philox like the
+// replicated copy.
 template <class T> void ParallelRun<T>::Impl::build_zero(uint64_t seed) {
-  for (const ParamSpec& sp : specs) {
-    grad_layouts.push_back(mesh::grad_layout(mesh, sp));
-    opt_layouts.push_back(mesh::optimizer_layout(mesh, sp));
-  }
   zero.resize(specs.size());
   for (size_t p = 0; p < specs.size(); ++p) {
-    const DpSharding m = mesh::dp_sharding_of(mesh, specs[p]);
-    if (m != DpSharding::zero1 && m != DpSharding::zero2) continue;
+    if (!plan[p].zero()) continue;
     if (!model->held(p)) continue;  // another pipeline stage's parameter
-    const DpParts parts = dp_parts(home_dp_group(specs[p].family));
-    const DataParallelGroups g{&mesh::comm_group(world, mesh, parts.fsdp),
-                               &mesh::comm_group(world, mesh, parts.replicate)};
-    zero[p].emplace(specs[p], mesh, opt_layouts[p], world.rank(), seed, model->params[p].mp(), g);
+    const Storage& st = plan[p].optimizer_storage;
+    const DataParallelGroups g{&mesh::comm_group(world, mesh, st.fsdp), &mesh::comm_group(world, mesh, st.replicate)};
+    zero[p].emplace(specs[p], mesh, plan[p].optimizer, world.rank(), seed, model->params[p].mp(), g);
   }
 }
 
@@ -155,6 +158,19 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
 // an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within its
 // internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
+  reduce_tp();
+  out.assign(specs.size(), {});
+  for (size_t p = 0; p < specs.size(); ++p) {
+    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
+  }
+  Partners partners = partners_before_dp();
+  for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) reduce_dp(unit, out);  // home groups
+  sync_pairs(out, partners);
+}
+
+// 1. TP: every TP-summed gradient in one flat all-reduce, rounded to its dtype before and after.
+template <class T> void ParallelRun<T>::Impl::reduce_tp() {
   std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
@@ -180,68 +196,72 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
     if (entry(p).tp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(entry(p).tp_scale), g.numel());
     if (entry(p).tp_sum_again) tp_allreduce(tp, g.data);
   }
-  out.assign(specs.size(), {});
-  for (size_t p = 0; p < specs.size(); ++p) {
-    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
-    if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
-  }
-  // Tied embeddings under pipeline parallel: the first stage's embedding gradient and the last
-  // stage's head gradient, each reduced over its stage's data parallel first, then summed over
-  // the embedding group (the pair of stages), as Megatron's finalize_model_grads does. A sum of
-  // two is the same bits on both stages, so the two replicas stay identical whatever order each
-  // stage's DP reduction took (NCCL's differ between communicators; summing before the DP
-  // reduction left the replicas 1 ulp apart on nccl). Bug zoo (core/inject.h): the all-reduce
-  // left out, run twice, or adding what the partner still holds unreduced (Megatron-LM#844:
-  // partial results added).
-  static const bool unsynced = injected("pp_tied_embedding_not_synced"), twice = injected("pp_embedding_synced_twice");
-  static const bool late = injected("pp_embedding_synced_after_dp");
-  const size_t emb = 0;  // embed.weight, the registry's first
-  const bool tied = mesh.stages() > 1 && specs[emb].also_head && model->held(emb);
-  Tensor<T> partner;  // late: the partner stage's gradient as it stood before the data-parallel reduction
-  if (tied && late) {
-    partner = model->mp_grads[emb];
-    pair(0, mesh.stages() - 1).allreduce(std::span<T>(partner.data), comm::ReduceOp::sum);
-    const Tensor<T>& mine = model->mp_grads[emb];
-    for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
-  }
-  for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) {  // the shards' home groups
-    std::vector<const ShardedParam<T>*> ps;
-    std::vector<const Tensor<T>*> gs;
-    std::vector<size_t> which;
-    for (size_t p = 0; p < specs.size(); ++p)
-      if (home_dp_group(specs[p].family) == unit &&
-          model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
-        ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
-      }
-    std::vector<Tensor<T>> red = reduce_all(ps, gs);
-    for (size_t i = 0; i < which.size(); ++i) {
-      const FamilyReduction& e = entry(which[i]);
-      Tensor<T>& g = red[i];
-      round_to(e.dp_dtype, g.ptr(), g.numel());
-      // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
-      // EDP result summed over the EP peers too, whose other experts get added in.
-      if (e.dp_group != unit) {
-        if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
-          throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
-                      std::string(mesh::group_kind_name(e.dp_group)));
-        ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-      }
-      if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
-      out[which[i]] = std::move(g);
+}
+
+// The pair sync of a tied entry (param_plan.h PairSync): the first stage's embedding gradient
+// and the last stage's head gradient, each reduced over its stage's data parallel first, then
+// summed over the embedding group (the pair of stages), as Megatron's finalize_model_grads
+// does. A sum of two is the same bits on both stages, so the two replicas stay identical
+// whatever order each stage's DP reduction took (NCCL's differ between communicators; summing
+// before the DP reduction left the replicas 1 ulp apart on nccl). Bug zoo (the plan's
+// mutations): the all-reduce left out, run twice, or adding what the partner still holds
+// unreduced (Megatron-LM#844: partial results added).
+template <class T> typename ParallelRun<T>::Impl::Partners ParallelRun<T>::Impl::partners_before_dp() {
+  Partners partners;
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (plan[p].pair_synced && plan[p].pair.adds_unreduced && model->held(p)) {
+      Tensor<T> partner = model->mp_grads[p];
+      pair(plan[p].pair.first, plan[p].pair.last).allreduce(std::span<T>(partner.data), comm::ReduceOp::sum);
+      const Tensor<T>& mine = model->mp_grads[p];
+      for (size_t i = 0; i < partner.data.size(); ++i) partner.data[i] -= mine.data[i];
+      partners.emplace_back(p, std::move(partner));
     }
+  return partners;
+}
+
+// 2. DP: the entries living over `unit` (a home group) in one flat reduce-scatter + all-reduce.
+template <class T> void ParallelRun<T>::Impl::reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out) {
+  std::vector<const ShardedParam<T>*> ps;
+  std::vector<const Tensor<T>*> gs;
+  std::vector<size_t> which;
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (plan[p].home == unit &&
+        model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
+      ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+    }
+  std::vector<Tensor<T>> red = reduce_all(ps, gs);
+  for (size_t i = 0; i < which.size(); ++i) {
+    const FamilyReduction& e = entry(which[i]);
+    Tensor<T>& g = red[i];
+    round_to(e.dp_dtype, g.ptr(), g.numel());
+    // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
+    // EDP result summed over the EP peers too, whose other experts get added in.
+    if (e.dp_group != unit) {
+      if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
+        throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
+                    std::string(mesh::group_kind_name(e.dp_group)));
+      ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+    }
+    if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
+    out[which[i]] = std::move(g);
   }
-  if (tied && !unsynced && !late) {  // the reduced gradient, or this rank's shard of it: the same piece on both
-    Tensor<T>& g = out[emb];
-    for (int k = 0; k < (twice ? 2 : 1); ++k)
-      pair(0, mesh.stages() - 1).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-    round_to(entry(emb).dp_dtype, g.ptr(), g.numel());
+}
+
+// 3. The pair sync after the DP reduction (or, mutated, the partner's unreduced gradient added).
+template <class T> void ParallelRun<T>::Impl::sync_pairs(std::vector<Tensor<T>>& out, Partners& partners) {
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const ParamEntry& e = plan[p];
+    if (!e.pair_synced || e.pair.adds_unreduced || e.pair.times == 0 || !model->held(p)) continue;
+    Tensor<T>& g = out[p];  // the reduced gradient, or this rank's shard of it: the same piece on both
+    for (int k = 0; k < e.pair.times; ++k)
+      pair(e.pair.first, e.pair.last).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+    round_to(entry(p).dp_dtype, g.ptr(), g.numel());
   }
-  if (tied && late) {  // this rank's reduced piece plus the partner's unreduced values there
-    const DpSharding mode = mesh::dp_sharding_of(mesh, specs[emb]);
-    const Tensor<T> add = zero2(emb)                  ? zero[emb]->piece(partner)  // the gradient is a shard
-                          : mode == DpSharding::fsdp ? model->params[emb].piece(partner)
-                                                     : partner;  // ddp, zero1: whole
-    for (size_t i = 0; i < add.data.size() && i < out[emb].data.size(); ++i) out[emb].data[i] += add.data[i];
+  for (auto& [p, partner] : partners) {  // this rank's reduced piece plus the partner's unreduced values there
+    const Tensor<T> add = zero2(p)                             ? zero[p]->piece(partner)  // the gradient is a shard
+                          : plan[p].sharding == DpSharding::fsdp ? model->params[p].piece(partner)
+                                                                 : partner;  // ddp, zero1: whole
+    for (size_t i = 0; i < add.data.size() && i < out[p].data.size(); ++i) out[p].data[i] += add.data[i];
   }
 }
 
@@ -340,11 +360,11 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   }
   for (int64_t mb = 0; mb < c.microbatches && I.mesh.stages() == 1; ++mb) {
     PMicro<T> u = I.micro(t, mb);
-    // bug zoo (core/inject.h): zero2's reduce-scatter taken before the last micro-batch's
-    // gradient is accumulated (DeepSpeed's ds_grad_is_ready class): the reduced gradient misses it
-    if (mb + 1 == c.microbatches && injected("zero2_reduce_incomplete"))
+    // bug zoo (the plan's reduced_before_last_micro): zero2's reduce-scatter taken before the last
+    // micro-batch's gradient is accumulated (DeepSpeed's ds_grad_is_ready class)
+    if (mb + 1 == c.microbatches)
       for (size_t p = 0; p < I.specs.size(); ++p)
-        if (I.zero2(p)) early.emplace_back(p, I.model->mp_grads[p]);
+        if (I.zero2(p) && I.plan[p].reduced_before_last_micro) early.emplace_back(p, I.model->mp_grads[p]);
     PMicroResult r = I.model->forward_backward(u);
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
@@ -375,7 +395,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;
   for (double part : out.norm_sq_by_family) sq += part;
-  out.grad_norm = std::sqrt(I.plan.norm_summed ? sq : local_sq);
+  out.grad_norm = std::sqrt(I.plan.families.norm_summed ? sq : local_sq);
   out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);

@@ -3,6 +3,7 @@
 #include <span>
 #include <type_traits>
 
+#include "core/error.h"
 #include "core/inject.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
@@ -14,7 +15,6 @@
 #include "mesh/param_layout.h"
 #include "parallel/pmoe.h"
 #include "parallel/recompute.h"
-#include "parallel/reduction_plan.h"
 
 namespace parity {
 
@@ -41,44 +41,39 @@ template <class T> struct ParallelModel<T>::Impl {
   int64_t b, n, n_res;  // sequences, their tokens, this lane's residual tokens
   ModelConfig chunk;    // c with seq = this rank's context-parallel chunk (S / cp)
 
-  // One allgather per FSDP group for the parameters of `names` not gathered yet in this
-  // step (a flat FSDP unit: its dense parameters, and its routed experts), held in
+  // One allgather per FSDP group for the parameters `qs` (plan indices) not gathered yet in
+  // this step (a flat FSDP unit: its dense parameters, and its routed experts), held in
   // m.gathered_ until the next zero_grads().
-  void gather(const std::vector<std::string>& names) const {
+  void gather(const std::vector<size_t>& qs) const {
     std::vector<const ShardedParam<T>*> dense, experts;
-    for (const auto& nm : names) {
-      if (m.gathered_.count(nm) != 0) continue;
-      const ShardedParam<T>& sp = m.params[m.index(nm)];
-      (sp.spec().family == Family::routed_experts ? experts : dense).push_back(&sp);
+    std::vector<size_t> dense_q, experts_q;
+    for (size_t q : qs) {
+      if (m.is_gathered_[q]) continue;
+      const bool routed = m.params[q].spec().family == Family::routed_experts;
+      (routed ? experts : dense).push_back(&m.params[q]), (routed ? experts_q : dense_q).push_back(q);
     }
-    for (const auto* unit : {&dense, &experts}) {
+    for (const auto& [unit, which] : {std::pair{&dense, &dense_q}, std::pair{&experts, &experts_q}}) {
       std::vector<Tensor<T>> got = gather_all(*unit);
       for (size_t i = 0; i < got.size(); ++i) {
         to_storage(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
-        m.gathered_[(*unit)[i]->spec().name] = std::move(got[i]);
+        m.gathered_[(*which)[i]] = std::move(got[i]), m.is_gathered_[(*which)[i]] = 1;
       }
     }
   }
-  void gather_layer(int64_t l) const {
-    const std::string pre = "layers." + std::to_string(l) + ".";
-    std::vector<std::string> names;
-    for (const auto& sp : m.params)
-      if (sp.spec().name.rfind(pre, 0) == 0) names.push_back(sp.spec().name);
-    gather(names);
+  const Tensor<T>& w(size_t q) const {
+    if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
+    return m.gathered_[q];
   }
-  const Tensor<T>& w(const std::string& name) const { return m.gathered_.at(name); }
-  T* g(const std::string& name) const { return m.mp_grads[m.index(name)].ptr(); }
-  int64_t local_dim(const std::string& name, size_t d) const {
-    return m.params[m.index(name)].mp_shape()[d];
-  }
+  T* g(size_t q) const { return m.mp_grads[q].ptr(); }
+  int64_t local_dim(size_t q, size_t d) const { return m.params[q].mp_shape()[d]; }
   Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, chunk.seq, W); }
   Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, chunk.seq, W); }
 
-  void attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
-  void attention_backward_block(const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
-  void ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h, LayerCache<T>& L) const;
-  void ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh, const LayerCache<T>& L) const;
-  PMoeWeights<T> moe_weights(const std::string& p, int64_t l) const;
+  void attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const;
+  void attention_backward_block(const LayerParams& P, Buffer<T>& dh, const LayerCache<T>& L) const;
+  void ffn_forward_block(int64_t l, const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const;
+  void ffn_backward_block(int64_t l, const LayerParams& P, Buffer<T>& dh, const LayerCache<T>& L) const;
+  PMoeWeights<T> moe_weights(const LayerParams& P, int64_t l) const;
   // The first forward's routing of an MoE layer, into the micro-batch's result.
   void record_routing(PMicroResult& res, int64_t l, const LayerCache<T>& L) const {
     const auto i = static_cast<size_t>(l - c.dense_layers);  // the MoE layer
@@ -92,8 +87,8 @@ template <class T> struct ParallelModel<T>::Impl {
   }
   // The backward's recompute of layer l's attention block (FFN block) from its saved input
   // (parallel/recompute.h); the FFN's checks that an MoE layer routed as in the first forward.
-  void recompute_attention(int64_t l, const std::string& p, LayerCache<T>& L) const;
-  void recompute_ffn(int64_t l, const std::string& p, LayerCache<T>& L) const;
+  void recompute_attention(int64_t l, const LayerParams& P, LayerCache<T>& L) const;
+  void recompute_ffn(int64_t l, const LayerParams& P, LayerCache<T>& L) const;
 };
 
 namespace {
@@ -104,33 +99,33 @@ template <class T> void test_hook(int64_t l, Buffer<T>& saved) {
 }  // namespace
 
 template <class T>
-void ParallelModel<T>::Impl::recompute_attention(int64_t l, const std::string& p, LayerCache<T>& L) const {
+void ParallelModel<T>::Impl::recompute_attention(int64_t l, const LayerParams& P, LayerCache<T>& L) const {
   Buffer<T> h = L.h_in;
   test_hook(l, h);
-  attention_forward_block(p, h, L);  // L.h_in, L.h_mid: the values they held
+  attention_forward_block(P, h, L);  // L.h_in, L.h_mid: the values they held
 }
 
-template <class T> void ParallelModel<T>::Impl::recompute_ffn(int64_t l, const std::string& p, LayerCache<T>& L) const {
+template <class T> void ParallelModel<T>::Impl::recompute_ffn(int64_t l, const LayerParams& P, LayerCache<T>& L) const {
   Buffer<T> h = L.h_mid;
   if (m.recompute_ != Recompute::full) test_hook(l, h);  // full: the hook changed the layer's input
-  ffn_forward_block(l, p, h, L);
+  ffn_forward_block(l, P, h, L);
   if (!c.is_moe(l)) return;
   check_recomputed_routing(*m.world_, l, c.seq, L.routed, L.moe.chosen,
                            pmoe_token_ids(chunk, m.tp_, m.cp_, L.moe, m.route_g0), c.top_k);
 }
 
 template <class T>
-void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffer<T>& h, LayerCache<T>& L) const {
-  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
+void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const {
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh;
   L.h_in = h;
   L.a_res = zeros<T>(n_res * D), L.m1 = zeros<T>(n_res), L.r1 = zeros<T>(n_res);
-  layernorm_forward(h.data(), w(p + ".ln1.weight").ptr(), w(p + ".ln1.bias").ptr(), n_res, D, L.a_res.data(),
+  layernorm_forward(h.data(), w(P.ln1_w).ptr(), w(P.ln1_b).ptr(), n_res, D, L.a_res.data(),
                     L.m1.data(), L.r1.data());
   L.a_full = full(L.a_res, D);
   L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.v = zeros<T>(n * Dl);
-  matmul_forward(L.a_full.data(), w(p + ".attn.wq").ptr(), L.q.data(), n, D, Dl);
-  matmul_forward(L.a_full.data(), w(p + ".attn.wk").ptr(), L.k.data(), n, D, Dl);
-  matmul_forward(L.a_full.data(), w(p + ".attn.wv").ptr(), L.v.data(), n, D, Dl);
+  matmul_forward(L.a_full.data(), w(P.wq).ptr(), L.q.data(), n, D, Dl);
+  matmul_forward(L.a_full.data(), w(P.wk).ptr(), L.k.data(), n, D, Dl);
+  matmul_forward(L.a_full.data(), w(P.wv).ptr(), L.v.data(), n, D, Dl);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
   if (m.cp_.size > 1) {
     cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
@@ -141,18 +136,18 @@ void ParallelModel<T>::Impl::attention_forward_block(const std::string& p, Buffe
                         L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
   }
   auto o = zeros<T>(n * D);
-  matmul_forward(L.att.data(), w(p + ".attn.wo").ptr(), o.data(), n, Dl, D);
+  matmul_forward(L.att.data(), w(P.wo).ptr(), o.data(), n, Dl, D);
   add_into(h, to_res(std::move(o), D));
   L.h_mid = h;
 }
 
 template <class T>
-void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, Buffer<T>& dh,
+void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buffer<T>& dh,
                                                       const LayerCache<T>& L) const {
-  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(p + ".attn.wq", 1), Hl = Dl / Dh;
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh;
   Buffer<T> dout = full(dh, D);
   auto datt = zeros<T>(n * Dl);
-  matmul_backward(L.att.data(), w(p + ".attn.wo").ptr(), dout.data(), datt.data(), g(p + ".attn.wo"), n, Dl, D);
+  matmul_backward(L.att.data(), w(P.wo).ptr(), dout.data(), datt.data(), g(P.wo), n, Dl, D);
   auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
   if (m.cp_.size > 1) cp_attention_backward(m.cp_, L.q, L.cp_attn, datt, b, S, Hl, Dh, dq, dk, dv);
   for (int64_t q = 0; q < b && m.cp_.size == 1; ++q) {
@@ -161,75 +156,75 @@ void ParallelModel<T>::Impl::attention_backward_block(const std::string& p, Buff
                        datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
   }
   auto da = zeros<T>(n * D);
-  matmul_backward(L.a_full.data(), w(p + ".attn.wq").ptr(), dq.data(), da.data(), g(p + ".attn.wq"), n, D, Dl);
-  matmul_backward(L.a_full.data(), w(p + ".attn.wk").ptr(), dk.data(), da.data(), g(p + ".attn.wk"), n, D, Dl);
-  matmul_backward(L.a_full.data(), w(p + ".attn.wv").ptr(), dv.data(), da.data(), g(p + ".attn.wv"), n, D, Dl);
+  matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
+  matmul_backward(L.a_full.data(), w(P.wk).ptr(), dk.data(), da.data(), g(P.wk), n, D, Dl);
+  matmul_backward(L.a_full.data(), w(P.wv).ptr(), dv.data(), da.data(), g(P.wv), n, D, Dl);
   Buffer<T> da_res = to_res(std::move(da), D);
-  layernorm_backward(L.h_in.data(), w(p + ".ln1.weight").ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
-                     dh.data(), g(p + ".ln1.weight"), g(p + ".ln1.bias"));
+  layernorm_backward(L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
+                     dh.data(), g(P.ln1_w), g(P.ln1_b));
 }
 
-template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const std::string& p, int64_t l) const {
-  PMoeWeights<T> wt{w(p + ".moe.router.gate").ptr(),
-                    {w(p + ".moe.experts.w1").ptr(), w(p + ".moe.experts.w3").ptr(), w(p + ".moe.experts.w2").ptr(),
-                     local_dim(p + ".moe.experts.w1", 2)},
+template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const LayerParams& P, int64_t l) const {
+  PMoeWeights<T> wt{w(P.gate).ptr(),
+                    {w(P.w1).ptr(), w(P.w3).ptr(), w(P.w2).ptr(),
+                     local_dim(P.w1, 2)},
                     nullptr, nullptr, nullptr, 0, m.expert_bias[static_cast<size_t>(l - c.dense_layers)].data(),
                     RouteFollow{m.route_oracle, l - c.dense_layers, m.route_g0}};
   if (c.shared_experts > 0) {
-    wt.sw1 = w(p + ".moe.shared.w1").ptr(), wt.sw3 = w(p + ".moe.shared.w3").ptr(),
-    wt.sw2 = w(p + ".moe.shared.w2").ptr();
-    wt.Fsl = local_dim(p + ".moe.shared.w1", 1);
+    wt.sw1 = w(P.sw1).ptr(), wt.sw3 = w(P.sw3).ptr(),
+    wt.sw2 = w(P.sw2).ptr();
+    wt.Fsl = local_dim(P.sw1, 1);
   }
   return wt;
 }
 
 template <class T>
-void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const std::string& p, Buffer<T>& h,
+void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, Buffer<T>& h,
                                                LayerCache<T>& L) const {
   const int64_t D = c.dim;
   L.bn_res = zeros<T>(n_res * D), L.m2 = zeros<T>(n_res), L.r2 = zeros<T>(n_res);
-  layernorm_forward(h.data(), w(p + ".ln2.weight").ptr(), w(p + ".ln2.bias").ptr(), n_res, D, L.bn_res.data(),
+  layernorm_forward(h.data(), w(P.ln2_w).ptr(), w(P.ln2_b).ptr(), n_res, D, L.bn_res.data(),
                     L.m2.data(), L.r2.data());
   Buffer<T> f;
   if (c.is_moe(l)) {
-    pmoe_forward(chunk, m.tp_, m.cp_, m.ep_, moe_weights(p, l), L.bn_res, b, f, L.moe);
+    pmoe_forward(chunk, m.tp_, m.cp_, m.ep_, moe_weights(P, l), L.bn_res, b, f, L.moe);
   } else {
     L.bn_full = full(L.bn_res, D);
     auto part = zeros<T>(n * D);
-    ffn_forward(L.bn_full.data(), n, D, local_dim(p + ".mlp.w1", 1), w(p + ".mlp.w1").ptr(), w(p + ".mlp.w3").ptr(),
-                w(p + ".mlp.w2").ptr(), part.data(), L.mlp);
+    ffn_forward(L.bn_full.data(), n, D, local_dim(P.w1, 1), w(P.w1).ptr(), w(P.w3).ptr(),
+                w(P.w2).ptr(), part.data(), L.mlp);
     f = to_res(std::move(part), D);
   }
   add_into(h, f);
 }
 
 template <class T>
-void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const std::string& p, Buffer<T>& dh,
+void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P, Buffer<T>& dh,
                                                 const LayerCache<T>& L) const {
   const int64_t D = c.dim;
   auto dbn_res = zeros<T>(n_res * D);
   if (c.is_moe(l)) {
-    PMoeWeights<T> wt = moe_weights(p, l);
-    PMoeGrads<T> gr{g(p + ".moe.router.gate"), g(p + ".moe.experts.w1"), g(p + ".moe.experts.w3"),
-                    g(p + ".moe.experts.w2"), nullptr, nullptr, nullptr};
+    PMoeWeights<T> wt = moe_weights(P, l);
+    PMoeGrads<T> gr{g(P.gate), g(P.w1), g(P.w3),
+                    g(P.w2), nullptr, nullptr, nullptr};
     if (c.shared_experts > 0)
-      gr.sw1 = g(p + ".moe.shared.w1"), gr.sw3 = g(p + ".moe.shared.w3"), gr.sw2 = g(p + ".moe.shared.w2");
+      gr.sw1 = g(P.sw1), gr.sw3 = g(P.sw3), gr.sw2 = g(P.sw2);
     pmoe_backward(chunk, m.tp_, m.cp_, m.ep_, wt, b, L.moe, dh, dbn_res, gr);
   } else {
     Buffer<T> dout = full(dh, D);
     auto dbn = zeros<T>(n * D);
-    ffn_backward(L.bn_full.data(), n, D, local_dim(p + ".mlp.w1", 1), w(p + ".mlp.w1").ptr(), w(p + ".mlp.w3").ptr(),
-                 w(p + ".mlp.w2").ptr(), L.mlp, dout.data(), dbn.data(), g(p + ".mlp.w1"), g(p + ".mlp.w3"),
-                 g(p + ".mlp.w2"));
+    ffn_backward(L.bn_full.data(), n, D, local_dim(P.w1, 1), w(P.w1).ptr(), w(P.w3).ptr(),
+                 w(P.w2).ptr(), L.mlp, dout.data(), dbn.data(), g(P.w1), g(P.w3),
+                 g(P.w2));
     dbn_res = to_res(std::move(dbn), D);
   }
-  layernorm_backward(L.h_mid.data(), w(p + ".ln2.weight").ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
-                     dh.data(), g(p + ".ln2.weight"), g(p + ".ln2.bias"));
+  layernorm_backward(L.h_mid.data(), w(P.ln2_w).ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
+                     dh.data(), g(P.ln2_w), g(P.ln2_b));
 }
 
 template <class T>
 ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
-                                const std::vector<mesh::TensorLayout>& layouts)
+                                const ParamPlan& plan)
     : cfg_(s.model), recompute_(s.layout.recompute), world_(&world) {
   using mesh::GroupKind;
   using mesh::MeshDim;
@@ -243,43 +238,54 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
   cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp)};
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
-  const int64_t etp_r = m.coord(MeshDim::etp, r), etp_n = m.size(MeshDim::etp);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};
-  // Each family's shards live over its home data-parallel group (parallel/reduction_plan.h:
-  // dense_dp for the dense families, edp for the routed experts), FSDP over its first part and
-  // replicas over its second. Both built here, dense first: the order every rank makes them in.
-  const auto groups = [&](GroupKind dp) {
-    const StorageParts parts = storage_parts(m, dp);  // layout.dp_sharding: no fsdp part unless fsdp
-    return DataParallelGroups{parts.sharded ? &mesh::comm_group(world, m, parts.fsdp) : nullptr,
-                              &mesh::comm_group(world, m, parts.replicate)};
-  };
-  const DataParallelGroups dense = groups(GroupKind::dense_dp), expert = groups(GroupKind::edp);
-  const auto specs = param_specs(s.model);
   split_ = pp_stage_layers(s.layout, s.model.layers);
   if (s.layout.pp == 1) split_ = {{0, s.model.layers}};
   else  // this rank's stage runs virtual stages stage, stage + pp, ...; the others stay empty
     for (size_t v = 0; v < split_.size(); ++v)
       if (static_cast<int64_t>(v) % s.layout.pp != m.stage(r)) split_[v] = {0, 0};
-  for (size_t p = 0; p < specs.size(); ++p) {
-    const int64_t td = mesh::tp_shard_dim(specs[p]);
-    const bool routed = specs[p].family == Family::routed_experts;
-    std::vector<MpChunk> mp;
-    if (routed) mp = {{0, ep_n, ep_r}, {td, etp_n, etp_r}};
-    else if (td >= 0) mp = {{td, tp_.size, tp_.rank}};
-    params.emplace_back(specs[p], m, layouts[p], r, s.seed, mp,
-                        home_dp_group(specs[p].family) == GroupKind::edp ? expert : dense);
-    held_.push_back(mesh::holds(m, layouts[p], r) ? 1 : 0);
+  // Each parameter as its plan entry says: stored over its home data-parallel group (FSDP over
+  // the first part, replicas over the second, or whole over the group), its model-parallel
+  // chunks read off its placements, held on its stages. Every rank makes the groups in registry
+  // order: the dense ones at embed.weight, the experts' at the first routed expert.
+  for (size_t p = 0; p < plan.size(); ++p) {
+    const ParamEntry& e = plan[p];
+    const Storage& st = e.param_storage;
+    const DataParallelGroups g{st.sharded ? &mesh::comm_group(world, m, st.fsdp) : nullptr,
+                               &mesh::comm_group(world, m, st.replicate)};
+    params.emplace_back(e.spec, m, e.param, r, s.seed, mp_chunks(e, m, r), g);
+    held_.push_back(mesh::holds(m, e.param, r) ? 1 : 0);
     // another stage's parameter: no gradient here (an empty accumulator)
-    mp_grads.emplace_back(held_.back() ? params.back().mp_shape() : Shape(specs[p].shape.size(), 0));
-    index_[specs[p].name] = p;
+    mp_grads.emplace_back(held_.back() ? params.back().mp_shape() : Shape(e.spec.shape.size(), 0));
+  }
+  gathered_.resize(plan.size()), is_gathered_.assign(plan.size(), 0);
+  // the weights by index: names looked up here, once
+  emb_ = plan.index("embed.weight"), final_w_ = plan.index("final_ln.weight"), final_b_ = plan.index("final_ln.bias");
+  outer_ = {emb_, final_w_, final_b_};
+  if (plan.has("lm_head.weight")) head_ = plan.index("lm_head.weight"), outer_.push_back(head_);
+  for (int64_t l = 0; l < s.model.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    const auto at = [&](const char* what) { return plan.index(p + what); };
+    LayerParams L;
+    L.ln1_w = at(".ln1.weight"), L.ln1_b = at(".ln1.bias"), L.ln2_w = at(".ln2.weight"), L.ln2_b = at(".ln2.bias");
+    L.wq = at(".attn.wq"), L.wk = at(".attn.wk"), L.wv = at(".attn.wv"), L.wo = at(".attn.wo");
+    const bool moe = s.model.is_moe(l);
+    L.w1 = at(moe ? ".moe.experts.w1" : ".mlp.w1"), L.w3 = at(moe ? ".moe.experts.w3" : ".mlp.w3");
+    L.w2 = at(moe ? ".moe.experts.w2" : ".mlp.w2");
+    if (moe) L.gate = at(".moe.router.gate");
+    if (moe && s.model.shared_experts > 0)
+      L.sw1 = at(".moe.shared.w1"), L.sw3 = at(".moe.shared.w3"), L.sw2 = at(".moe.shared.w2");
+    for (size_t q = 0; q < plan.size(); ++q)
+      if (mesh::param_layer(plan[q].spec) == l) L.all.push_back(q);
+    layer_.push_back(std::move(L));
   }
   expert_bias.assign(static_cast<size_t>(s.model.moe_layers()), Buffer<T>(static_cast<size_t>(s.model.experts), T(0)));
 }
 
 template <class T> void ParallelModel<T>::zero_grads() {
   for (auto& t : mp_grads) zero_values(t.ptr(), t.numel());
-  gathered_.clear();
+  for (size_t q = 0; q < gathered_.size(); ++q) gathered_[q] = Tensor<T>(), is_gathered_[q] = 0;
 }
 
 template <class T> PMicroResult ParallelModel<T>::forward_backward(PMicro<T>& u) {
@@ -306,26 +312,26 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   if (res.chosen.size() != moe)
     res.chosen.resize(moe), res.first_row.resize(moe), res.counts.resize(moe), res.followed.resize(moe);
   if (u.caches.empty()) u.caches.resize(static_cast<size_t>(c.layers));
-  std::vector<std::string> outer_names;  // the embedding, final LayerNorm and head this stage holds
-  for (const char* nm : {"embed.weight", "final_ln.weight", "final_ln.bias", "lm_head.weight"})
-    if (index_.count(nm) != 0 && held(index(nm))) outer_names.push_back(nm);
-  I.gather(outer_names);
+  std::vector<size_t> outer;  // the embedding, final LayerNorm and head this stage holds
+  for (size_t q : outer_)
+    if (held(q)) outer.push_back(q);
+  I.gather(outer);
   const bool first = v == 0, last = v + 1 == virtual_stages();
-  const ShardedParam<T>& ep = params[index("embed.weight")];
+  const ShardedParam<T>& ep = params[emb_];
   const int64_t v0 = ep.mp_offset(0), Vl = ep.mp_shape()[0];
   Buffer<T>& h = u.h;  // (n_res, D) residual stream
   if (first) {
-    const Tensor<T>& emb = I.w("embed.weight");  // (Vl, D)
+    const Tensor<T>& emb = I.w(emb_);  // (Vl, D)
     auto e_part = zeros<T>(n * D);
     vp_embedding_forward(u.inputs.data(), n, emb.ptr(), v0, Vl, D, e_part.data());
     h = I.to_res(std::move(e_part), D);
   }
   for (int64_t l = split_[static_cast<size_t>(v)].first; l < split_[static_cast<size_t>(v)].second; ++l) {
-    const std::string p = "layers." + std::to_string(l);
+    const LayerParams& P = layer_[static_cast<size_t>(l)];
     auto& L = u.caches[static_cast<size_t>(l)];
-    I.gather_layer(l);  // at the first micro-batch of the step; held after
-    I.attention_forward_block(p, h, L);
-    I.ffn_forward_block(l, p, h, L);
+    I.gather(P.all);  // at the first micro-batch of the step; held after
+    I.attention_forward_block(P, h, L);
+    I.ffn_forward_block(l, P, h, L);
     if (c.is_moe(l)) I.record_routing(res, l, L);
     drop_for_recompute(L, recompute_);  // what the backward recomputes (recompute none: keeps everything)
   }
@@ -334,10 +340,10 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   if (!last) return;
   // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
-  layernorm_forward(h.data(), I.w("final_ln.weight").ptr(), I.w("final_ln.bias").ptr(), n_res, D, hf.data(), mf.data(),
+  layernorm_forward(h.data(), I.w(final_w_).ptr(), I.w(final_b_).ptr(), n_res, D, hf.data(), mf.data(),
                     rf.data());
   Buffer<T> hf_full = I.full(hf, D);
-  Buffer<T> head = c.tie_embeddings ? transpose(I.w("embed.weight").ptr(), Vl, D) : I.w("lm_head.weight").data;
+  Buffer<T> head = c.tie_embeddings ? transpose(I.w(emb_).ptr(), Vl, D) : I.w(head_).data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
@@ -358,14 +364,14 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   if (c.tie_embeddings) {
     auto dhead = zeros<T>(D * Vl);
     matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), dhead.data(), n, D, Vl);
-    add_into(mp_grads[index("embed.weight")].data, transpose(dhead.data(), D, Vl));
+    add_into(mp_grads[emb_].data, transpose(dhead.data(), D, Vl));
   } else {
-    matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g("lm_head.weight"), n, D, Vl);
+    matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g(head_), n, D, Vl);
   }
   Buffer<T> dhf_res = I.to_res(std::move(dhf), D);
   auto dh = zeros<T>(n_res * D);
-  layernorm_backward(h.data(), I.w("final_ln.weight").ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
-                     dh.data(), I.g("final_ln.weight"), I.g("final_ln.bias"));
+  layernorm_backward(h.data(), I.w(final_w_).ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
+                     dh.data(), I.g(final_w_), I.g(final_b_));
   h = std::move(dh);  // the backward starts from here
 }
 
@@ -375,19 +381,19 @@ template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v
   const int64_t D = c.dim, n = I.n;
   Buffer<T>& dh = u.h;
   for (int64_t l = split_[static_cast<size_t>(v)].second - 1; l >= split_[static_cast<size_t>(v)].first; --l) {
-    const std::string p = "layers." + std::to_string(l);
+    const LayerParams& P = layer_[static_cast<size_t>(l)];
     LayerCache<T>& L = u.caches[static_cast<size_t>(l)];
-    if (recompute_ == Recompute::full) I.recompute_attention(l, p, L);  // the layer's forward again
-    if (recomputes_ffn(recompute_)) I.recompute_ffn(l, p, L);
-    I.ffn_backward_block(l, p, dh, L);
-    if (recompute_ == Recompute::attention) I.recompute_attention(l, p, L);
-    I.attention_backward_block(p, dh, L);
+    if (recompute_ == Recompute::full) I.recompute_attention(l, P, L);  // the layer's forward again
+    if (recomputes_ffn(recompute_)) I.recompute_ffn(l, P, L);
+    I.ffn_backward_block(l, P, dh, L);
+    if (recompute_ == Recompute::attention) I.recompute_attention(l, P, L);
+    I.attention_backward_block(P, dh, L);
     L = LayerCache<T>{};  // this layer's activations are no longer needed
   }
   if (v != 0) return;
-  const ShardedParam<T>& ep = params[index("embed.weight")];
+  const ShardedParam<T>& ep = params[emb_];
   Buffer<T> dh_full = I.full(dh, D);
-  vp_embedding_backward(u.inputs.data(), n, dh_full.data(), ep.mp_offset(0), ep.mp_shape()[0], D, I.g("embed.weight"));
+  vp_embedding_backward(u.inputs.data(), n, dh_full.data(), ep.mp_offset(0), ep.mp_shape()[0], D, I.g(emb_));
 }
 
 template class ParallelModel<float>;

@@ -11,7 +11,6 @@
 // its input in the forward and re-runs its forward, collectives included, before its backward.
 #pragma once
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "parallel/cp_ops.h"
 #include "parallel/recompute.h"
 #include "parallel/ep_dispatch.h"
+#include "parallel/param_plan.h"
 #include "parallel/sharded_param.h"
 #include "parallel/tp_ops.h"
 
@@ -58,11 +58,20 @@ template <class T> struct PMicro {
   PMicroResult res;
 };
 
+// A transformer layer's parameters as indices of the plan (registry order), looked up by name
+// once at construction: the forward and the backward read weights by index.
+struct LayerParams {
+  size_t ln1_w = 0, ln1_b = 0, wq = 0, wk = 0, wv = 0, wo = 0, ln2_w = 0, ln2_b = 0;
+  size_t w1 = 0, w3 = 0, w2 = 0;  // the dense MLP's, or the routed experts' in an MoE layer
+  size_t gate = 0, sw1 = 0, sw3 = 0, sw2 = 0;  // an MoE layer's router and shared experts (when it has them)
+  std::vector<size_t> all;        // every parameter of the layer, registry order: its FSDP unit
+};
+
 template <class T> class ParallelModel {
  public:
-  // Collective over `world`: builds the TP, EP, ETP and data-parallel groups.
-  ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
-                const std::vector<mesh::TensorLayout>& layouts);
+  // Collective over `world`: builds the TP, EP, ETP and data-parallel groups. Each parameter's
+  // storage, model-parallel chunks and stages are its plan entry's (parallel/param_plan.h).
+  ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world, const ParamPlan& plan);
 
   std::vector<ShardedParam<T>> params;  // registry order
   std::vector<Tensor<T>> mp_grads;      // model-parallel-local gradient accumulators (registry order)
@@ -93,7 +102,6 @@ template <class T> class ParallelModel {
   const TpContext& tp() const { return tp_; }
   const EpContext& ep() const { return ep_; }
   const CpContext& cp() const { return cp_; }
-  size_t index(const std::string& name) const { return index_.at(name); }
 
  private:
   struct Impl;
@@ -105,8 +113,11 @@ template <class T> class ParallelModel {
   TpContext tp_;
   CpContext cp_;
   EpContext ep_;
-  std::map<std::string, size_t> index_;
-  std::map<std::string, Tensor<T>> gathered_;  // the units gathered in this step, by parameter name
+  std::vector<LayerParams> layer_;     // per model layer
+  size_t emb_ = 0, final_w_ = 0, final_b_ = 0, head_ = 0;  // head_: lm_head's, unless tied
+  std::vector<size_t> outer_;          // the embedding, final LayerNorm and head: their FSDP unit
+  std::vector<Tensor<T>> gathered_;    // per parameter: its compute copy, gathered in this step
+  std::vector<char> is_gathered_;      // per parameter
   std::vector<std::pair<int64_t, int64_t>> split_;  // per virtual stage: its layers
   std::vector<char> held_;                           // per parameter
 };

@@ -3,7 +3,6 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "core/inject.h"
 
 namespace parity {
 
@@ -28,13 +27,6 @@ DpParts dp_parts(mesh::GroupKind dp_group) {
   throw Error("reduction plan: no data-parallel reduction over " + std::string(mesh::group_kind_name(dp_group)));
 }
 
-StorageParts storage_parts(const mesh::Mesh& m, mesh::GroupKind dp_group) {
-  const DpParts parts = dp_parts(dp_group);
-  const DpSharding s = dp_group == mesh::GroupKind::edp ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
-  if (s == DpSharding::fsdp) return {true, parts.fsdp, parts.replicate};
-  return {false, parts.fsdp, dp_group};  // replicated over the whole group: no fsdp part
-}
-
 ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, const Precision& precision) {
   ReductionPlan plan;
   plan.tp = m.size(mesh::MeshDim::tp);
@@ -51,7 +43,6 @@ ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, cons
     e.tp_dtype = precision.reduce;
     e.dp_group = home_dp_group(f);
     e.dp_dtype = precision.reduce;
-    e.sharding = f == Family::routed_experts ? m.layout().expert_dp_sharding : m.layout().dp_sharding;
   }
   std::array<bool, kFamilyCount> has{};
   for (const ParamSpec& sp_ : param_specs(model)) has[static_cast<size_t>(sp_.family)] = true;
@@ -119,61 +110,6 @@ bool apply_mutation(ReductionPlan& plan, std::string_view name) {
     return false;
   }
   return true;
-}
-
-ReductionPlan with_injected(ReductionPlan plan) {
-  for (std::string_view name : plan_mutations())
-    if (injected(name)) apply_mutation(plan, name);
-  return plan;
-}
-
-namespace {
-
-std::string low_name(Low l, DType compute) { return std::string(l == Low::bf16 ? "bf16" : dtype_name(compute)); }
-
-std::string factor(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
-std::string_view norm_name(NormCount n) {
-  switch (n) {
-    case NormCount::first_replica: return "first replica";
-    case NormCount::every_replica: return "every replica";
-    case NormCount::none: return "not counted";
-  }
-  return "?";
-}
-
-}  // namespace
-
-std::string plan_table(const ReductionPlan& plan) {
-  std::string out =
-      "| family | TP reduction | DP group | DP op | dtype (TP, DP) | grad norm | clip |\n"
-      "|---|---|---|---|---|---|---|\n";
-  for (Family f : plan.present) {
-    const FamilyReduction& e = plan[f];
-    std::string tp = "-", dtype;
-    if (e.tp_sum) {
-      tp = "sum over tp";
-      if (e.tp_scale != 1.0) tp += " x" + factor(e.tp_scale);
-      if (e.tp_sum_again) tp += ", summed again";
-    }
-    std::string op = e.dp_op == DpOp::sum ? "sum" : "average";
-    if (e.dp_scale != 1.0) op += " x" + factor(e.dp_scale);
-    if (e.sharding == DpSharding::ddp) op += " (ddp: all-reduce)";
-    if (e.sharding == DpSharding::zero1) op += " (zero1: all-reduce; optimizer on the shard, all-gather)";
-    if (e.sharding == DpSharding::zero2) op += " (zero2: reduce-scatter; optimizer on the shard, all-gather)";
-    dtype = (e.tp_sum ? low_name(e.tp_dtype, plan.compute) : "-") + ", " + low_name(e.dp_dtype, plan.compute);
-    out += "| " + std::string(family_name(f)) + " | " + tp + " | " + std::string(mesh::group_kind_name(e.dp_group)) +
-           " | " + op + " | " + dtype + " | " + std::string(norm_name(e.norm)) + " | " + (e.clip ? "yes" : "no") +
-           " |\n";
-  }
-  out += "\nThe grad norm's squares are summed over ";
-  out += plan.norm_summed ? "the world" : "this rank only";
-  out += "; a DP sum adds contributions already divided by the global token count B*S.\n";
-  return out;
 }
 
 }  // namespace parity

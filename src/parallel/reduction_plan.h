@@ -16,9 +16,10 @@
 //   3. The global grad norm: each element once (its first replica), summed over the world.
 //   4. Clipping by the global norm.
 //
-// reduction_plan() builds the correct plan; with_injected() applies the bug zoo's reduction
-// bugs (core/inject.h) to it as mutations, so a bug is a changed entry, visible in
-// `parity explain` (plan_table) and unit-testable without running anything.
+// reduction_plan() builds the family rules of the correct plan; apply_mutation() applies the
+// bug zoo's reduction bugs (core/inject.h) to them as mutations. parallel/param_plan.h copies
+// each family's entry into every parameter's entry (where the step reads it), applies the
+// mutations of the injected bugs and prints the table.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -49,10 +50,6 @@ struct FamilyReduction {
   DpOp dp_op = DpOp::sum;
   double dp_scale = 1.0;      // applied after the reduction (1/|group| for an average)
   Low dp_dtype = Low::none;
-  // layout.dp_sharding (mesh/layout_config.h): fsdp reduce-scatters over the shard part;
-  // ddp and zero1 all-reduce over the whole group; zero2 reduce-scatters; zero1 and zero2
-  // step the optimizer on this rank's shard and all-gather the updated parameter
-  DpSharding sharding = DpSharding::fsdp;
   // 3, 4
   NormCount norm = NormCount::first_replica;
   bool clip = true;
@@ -80,15 +77,6 @@ struct DpParts {
 // parameters and saw other tokens); edp: edp_shard, then dp_replicate (the expert view has
 // no cp, edp_shard absorbs it). Throws Error for any other group.
 DpParts dp_parts(mesh::GroupKind dp_group);
-// Where a family's parameter is stored: under fsdp its shard part (dp_parts) and the
-// replicate part; under ddp, zero1 and zero2 unsharded (no fsdp group) and replicated over
-// the whole group (dense_dp or edp).
-struct StorageParts {
-  bool sharded = true;
-  mesh::GroupKind fsdp, replicate;
-};
-StorageParts storage_parts(const mesh::Mesh& m, mesh::GroupKind dp_group);
-
 // The correct plan for this layout, model and precision policy (its reduce dtype).
 ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, const Precision& precision);
 
@@ -97,10 +85,4 @@ ReductionPlan reduction_plan(const mesh::Mesh& m, const ModelConfig& model, cons
 // (plan untouched) when `name` is not one of them.
 const std::vector<std::string_view>& plan_mutations();
 bool apply_mutation(ReductionPlan& plan, std::string_view name);
-// The plan with every mutation PARITY_INJECT names applied (core/inject.h).
-ReductionPlan with_injected(ReductionPlan plan);
-
-// The plan as a Markdown table: family, TP reduction, DP group and op, dtype, norm, clip.
-std::string plan_table(const ReductionPlan& plan);
-
 }  // namespace parity

@@ -3,8 +3,9 @@
 // etp on the hidden one) is split on its FSDP dimension d (mesh::fsdp_shard_dim: 0 unless
 // layout.fsdp_dim says otherwise) over the FSDP group (dp_shard; edp_shard for routed
 // experts) by the torch.chunk ceil rule; this rank keeps its piece and is a replica over
-// dp_replicate. That is exactly mesh::param_layout(): the constructor checks it element by
-// element.
+// dp_replicate. The chunks and the groups are the parameter's plan entry's (parallel/param_plan.h:
+// read off its placements); the constructor checks the storage against those placements
+// element by element (an assertion of the derivation, not a second author).
 //
 //   gather()  allgatherv over the FSDP group -> the model-parallel-local tensor
 //   reduce()  model-parallel-local gradient -> reduce-scatter over the FSDP group ->

@@ -184,17 +184,17 @@ TEST(LayoutConfig, DpShardingPlacesParamGradAndOptimizerState) {
     LayoutConfig l = make(1, 4, 1, 2, 1, 2);
     l.dp_sharding = l.expert_dp_sharding = mode;
     const mesh::Mesh m(l);
+    const mesh::ParamPlacements where = mesh::param_placements(m, w2);
     const bool param_sharded = mode == DpSharding::fsdp;
     const bool grad_sharded = mode == DpSharding::fsdp || mode == DpSharding::zero2;
     const bool state_sharded = mode != DpSharding::ddp;
     for (int r = 0; r < m.world(); ++r) {
       const std::string at = std::string(dp_sharding_name(mode)) + " rank " + std::to_string(r);
       EXPECT_EQ(mesh::local_shape(m, mesh::param_layout(m, w2), w2.shape, r)[0], param_sharded ? rows / 4 : rows) << at;
-      EXPECT_EQ(mesh::local_shape(m, mesh::grad_layout(m, w2), w2.shape, r)[0], grad_sharded ? rows / 4 : rows) << at;
-      EXPECT_EQ(mesh::local_shape(m, mesh::optimizer_layout(m, w2), w2.shape, r)[0], state_sharded ? rows / 4 : rows)
-          << at;
+      EXPECT_EQ(mesh::local_shape(m, where.grad, w2.shape, r)[0], grad_sharded ? rows / 4 : rows) << at;
+      EXPECT_EQ(mesh::local_shape(m, where.optimizer, w2.shape, r)[0], state_sharded ? rows / 4 : rows) << at;
     }
-    EXPECT_EQ(mesh::first_replica(m, mesh::grad_layout(m, w2), 2), grad_sharded) << dp_sharding_name(mode);
+    EXPECT_EQ(mesh::first_replica(m, where.grad, 2), grad_sharded) << dp_sharding_name(mode);
   }
 }
 

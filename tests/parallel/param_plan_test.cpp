@@ -1,0 +1,272 @@
+// The parameter plan (parallel/param_plan.h): entries of hand-worked layouts, parameter by
+// parameter (placements of the parameter, its gradient and its optimizer state, the sharding
+// mode and the model-parallel splits read off them, the storage groups, the pipeline pair sync),
+// and the bug zoo's mutations changing exactly the entries they should.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "core/error.h"
+#include "core/inject.h"
+#include "mesh/param_layout.h"
+#include "parallel/param_plan.h"
+
+namespace parity::param_plan_test {  // one namespace per file: the tests build as unity batches
+namespace {
+
+using mesh::GroupKind;
+using mesh::MeshDim;
+
+LayoutConfig layout(int64_t world, int64_t dp_shard, int64_t tp, int64_t ep, int64_t etp = 1, int64_t dpr = 1) {
+  LayoutConfig l;
+  l.world = world, l.dp_replicate = dpr, l.dp_shard = dp_shard, l.tp = tp, l.ep = ep, l.etp = etp;
+  return l;
+}
+
+ParamPlan plan_of(const LayoutConfig& l, const ModelConfig& model = {}) {
+  return param_plan(mesh::Mesh(l, model.layers), model, {});
+}
+
+const ParamEntry& at(const ParamPlan& p, std::string_view name) { return p[p.index(name)]; }
+
+// fsdp 2 x tp 2, ep 2: every entry FSDP-sharded; the dense linears split over tp on their TP
+// dimension, the routed experts over ep (dim 0) then etp; storage over each family's home group.
+TEST(ParamPlan, FsdpTpEpEntries) {
+  const ParamPlan p = plan_of(layout(4, 2, 2, 2));
+  ASSERT_EQ(p.size(), param_specs(ModelConfig{}).size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    SCOPED_TRACE(p[i].spec.name);
+    EXPECT_EQ(p.index(p[i].spec.name), i);
+    EXPECT_EQ(p[i].sharding, DpSharding::fsdp);
+    EXPECT_EQ(p[i].grad, p[i].param);
+    EXPECT_EQ(p[i].optimizer, p[i].param);
+    EXPECT_FALSE(p[i].pair_synced);
+    EXPECT_TRUE(p[i].stages.empty());
+  }
+  const ParamEntry& wq = at(p, "layers.0.attn.wq");
+  EXPECT_EQ(mesh::layout_str(wq.param), "(Replicate, Shard(0), Replicate, Shard(1))");
+  EXPECT_EQ(wq.mp, (std::vector<MpSplit>{{1, MeshDim::tp}}));
+  EXPECT_EQ(wq.home, GroupKind::dense_dp);
+  EXPECT_EQ(wq.param_storage, (Storage{true, GroupKind::dp_shard, GroupKind::dense_replicate}));
+  EXPECT_EQ(at(p, "layers.0.attn.wo").mp, (std::vector<MpSplit>{{0, MeshDim::tp}}));
+  EXPECT_TRUE(at(p, "layers.0.ln1.weight").mp.empty());
+  EXPECT_TRUE(at(p, "layers.1.moe.router.gate").mp.empty());
+  EXPECT_EQ(at(p, "embed.weight").mp, (std::vector<MpSplit>{{0, MeshDim::tp}}));
+  const ParamEntry& w2 = at(p, "layers.1.moe.experts.w2");
+  EXPECT_EQ(w2.mp, (std::vector<MpSplit>{{0, MeshDim::ep}, {1, MeshDim::etp}}));
+  EXPECT_EQ(w2.home, GroupKind::edp);
+  EXPECT_EQ(w2.param_storage, (Storage{true, GroupKind::edp_shard, GroupKind::dp_replicate}));
+  EXPECT_EQ(w2.optimizer_storage, w2.param_storage);
+  // the router's gradient is summed over tp: the entry carries its family's reduction
+  EXPECT_TRUE(at(p, "layers.1.moe.router.gate").reduction.tp_sum);
+  EXPECT_FALSE(wq.reduction.tp_sum);
+}
+
+// A rank's chunks: each split's size and this rank's coordinate on its mesh dimension.
+TEST(ParamPlan, MpChunksAreTheRanksCoordinates) {
+  const LayoutConfig l = layout(8, 4, 2, 2, 2);
+  const mesh::Mesh m(l);
+  const ParamPlan p = plan_of(l);
+  const ParamEntry& w1 = at(p, "layers.1.moe.experts.w1");
+  for (int r = 0; r < 8; ++r) {
+    const std::vector<MpChunk> c = mp_chunks(w1, m, r);
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0].dim, 0);
+    EXPECT_EQ(c[0].n, 2);
+    EXPECT_EQ(c[0].i, m.coord(MeshDim::ep, r));
+    EXPECT_EQ(c[1].dim, 2);
+    EXPECT_EQ(c[1].i, m.coord(MeshDim::etp, r));
+    const std::vector<MpChunk> t = mp_chunks(at(p, "lm_head.weight"), m, r);
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t[0].dim, 1);
+    EXPECT_EQ(t[0].i, m.coord(MeshDim::tp, r));
+  }
+}
+
+// layout.dp_sharding per family: the mode read off the placements, the parameter whole over the
+// home group, the gradient (zero2) and the optimizer state (zero1, zero2) FSDP's pieces.
+TEST(ParamPlan, DpShardingModesFromThePlacements) {
+  LayoutConfig l = layout(4, 4, 1, 2);
+  l.dp_sharding = DpSharding::zero2, l.expert_dp_sharding = DpSharding::zero1;
+  const mesh::Mesh m(l);
+  const ParamPlan p = plan_of(l);
+  const ParamEntry& wq = at(p, "layers.0.attn.wq");
+  EXPECT_EQ(wq.sharding, DpSharding::zero2);
+  EXPECT_TRUE(wq.zero() && wq.zero2());
+  EXPECT_EQ(wq.param, mesh::param_placements(m, wq.spec).param);
+  EXPECT_EQ(wq.grad, mesh::fsdp_layout(m, wq.spec));
+  EXPECT_EQ(wq.optimizer, mesh::fsdp_layout(m, wq.spec));
+  EXPECT_EQ(wq.param_storage, (Storage{false, GroupKind::dp_shard, GroupKind::dense_dp}));
+  EXPECT_EQ(wq.optimizer_storage, (Storage{true, GroupKind::dp_shard, GroupKind::dense_replicate}));
+  const ParamEntry& w1 = at(p, "layers.1.moe.experts.w1");
+  EXPECT_EQ(w1.sharding, DpSharding::zero1);
+  EXPECT_TRUE(w1.zero() && !w1.zero2());
+  EXPECT_EQ(w1.grad, w1.param);
+  EXPECT_EQ(w1.optimizer, mesh::fsdp_layout(m, w1.spec));
+  EXPECT_EQ(w1.param_storage, (Storage{false, GroupKind::edp_shard, GroupKind::edp}));
+  l.dp_sharding = DpSharding::ddp;
+  const ParamPlan all_ddp = plan_of(l);
+  const ParamEntry& ddp = at(all_ddp, "layers.0.attn.wq");
+  EXPECT_EQ(ddp.sharding, DpSharding::ddp);
+  EXPECT_FALSE(ddp.zero());
+  EXPECT_EQ(ddp.optimizer, ddp.param);
+  EXPECT_EQ(ddp.optimizer_storage, ddp.param_storage);
+}
+
+// Pipeline parallel with tied embeddings: embed.weight on the first and the last stage, synced
+// over that pair once; untied, or with one stage, no entry is.
+TEST(ParamPlan, TiedEmbeddingPairSync) {
+  LayoutConfig l = layout(4, 2, 1, 1);
+  l.pp = 2;
+  ModelConfig c;
+  c.layers = 4, c.dense_layers = 1, c.tie_embeddings = true;
+  const ParamPlan p = plan_of(l, c);
+  for (const ParamEntry& e : p.entries) EXPECT_EQ(e.pair_synced, e.spec.name == "embed.weight") << e.spec.name;
+  const ParamEntry& emb = at(p, "embed.weight");
+  EXPECT_EQ(emb.stages, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(emb.pair, (PairSync{0, 1, 1, false}));
+  EXPECT_EQ(at(p, "final_ln.weight").stages, (std::vector<int64_t>{1}));
+  EXPECT_FALSE(p.has("lm_head.weight"));
+  EXPECT_THROW((void)p.index("lm_head.weight"), Error);
+  c.tie_embeddings = false;
+  for (const ParamEntry& e : plan_of(l, c).entries) EXPECT_FALSE(e.pair_synced) << e.spec.name;
+  c.tie_embeddings = true;
+  for (const ParamEntry& e : plan_of(layout(4, 4, 1, 1), c).entries) EXPECT_FALSE(e.pair_synced) << e.spec.name;
+}
+
+TEST(ParamPlan, PrecisionStoragePoints) {
+  const ParamPlan p = param_plan(mesh::Mesh(layout(1, 1, 1, 1)), ModelConfig{}, parse_precision("bf16", "$"));
+  for (const ParamEntry& e : p.entries) {
+    EXPECT_EQ(e.master, DType::f32) << e.spec.name;
+    EXPECT_EQ(e.compute_copy, Low::bf16) << e.spec.name;
+    EXPECT_EQ(e.reduction.dp_dtype, Low::none) << e.spec.name;  // fp32 reductions under bf16
+  }
+}
+
+// ---- the bug zoo's mutations of entries --------------------------------------------------
+
+// The entries a mutation changes (by name), the other fields compared whole.
+std::set<std::string> changed(const ParamPlan& a, const ParamPlan& b) {
+  std::set<std::string> out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const ParamEntry &x = a[i], &y = b[i];
+    if (!(x.reduction == y.reduction) || x.pair_synced != y.pair_synced || !(x.pair == y.pair) ||
+        x.reduced_before_last_micro != y.reduced_before_last_micro || x.param != y.param || x.grad != y.grad ||
+        x.optimizer != y.optimizer || x.mp != y.mp || !(x.param_storage == y.param_storage))
+      out.insert(x.spec.name);
+  }
+  return out;
+}
+
+ParamPlan mutated(ParamPlan p, std::string_view name) {
+  EXPECT_TRUE(apply_mutation(p, name)) << name;
+  return p;
+}
+
+TEST(ParamPlanMutation, PairSyncMutationsChangeTheTiedEntryOnly) {
+  LayoutConfig l = layout(4, 2, 1, 1);
+  l.pp = 2;
+  ModelConfig c;
+  c.layers = 4, c.dense_layers = 1, c.tie_embeddings = true;
+  const ParamPlan ok = plan_of(l, c);
+  const std::set<std::string> emb = {"embed.weight"};
+  const ParamPlan none = mutated(ok, "pp_tied_embedding_not_synced");
+  EXPECT_EQ(changed(ok, none), emb);
+  EXPECT_EQ(at(none, "embed.weight").pair.times, 0);
+  const ParamPlan twice = mutated(ok, "pp_embedding_synced_twice");
+  EXPECT_EQ(changed(ok, twice), emb);
+  EXPECT_EQ(at(twice, "embed.weight").pair.times, 2);
+  const ParamPlan late = mutated(ok, "pp_embedding_synced_after_dp");
+  EXPECT_EQ(changed(ok, late), emb);
+  EXPECT_TRUE(at(late, "embed.weight").pair.adds_unreduced);
+  // nothing to break without a tied pair
+  EXPECT_TRUE(changed(plan_of(layout(4, 2, 2, 1)), mutated(plan_of(layout(4, 2, 2, 1)), "pp_embedding_synced_twice"))
+                  .empty());
+}
+
+TEST(ParamPlanMutation, Zero2ReduceIncompleteMarksTheZero2Entries) {
+  LayoutConfig l = layout(4, 4, 1, 2);
+  l.dp_sharding = DpSharding::zero2;  // the experts stay fsdp
+  const ParamPlan ok = plan_of(l);
+  const ParamPlan bad = mutated(ok, "zero2_reduce_incomplete");
+  for (const ParamEntry& e : bad.entries)
+    EXPECT_EQ(e.reduced_before_last_micro, e.spec.family != Family::routed_experts) << e.spec.name;
+  EXPECT_EQ(changed(ok, bad).size(), ok.size() - 3);  // every entry but the MoE layer's w1, w3, w2
+  EXPECT_TRUE(changed(plan_of(layout(4, 4, 1, 2)), mutated(plan_of(layout(4, 4, 1, 2)), "zero2_reduce_incomplete"))
+                  .empty());
+}
+
+// A family rule's mutation (reduction_plan.h) reaches every entry of its family, and only those.
+TEST(ParamPlanMutation, FamilyMutationsReachEveryEntryOfTheFamily) {
+  LayoutConfig l = layout(4, 2, 2, 2);
+  l.sp = true;
+  const ParamPlan ok = plan_of(l);
+  const ParamPlan bad = mutated(ok, "clip_skips_experts");
+  for (const ParamEntry& e : bad.entries)
+    EXPECT_EQ(e.reduction.clip, e.spec.family != Family::routed_experts) << e.spec.name;
+  std::set<std::string> ln;
+  for (const ParamEntry& e : ok.entries)
+    if (e.spec.family == Family::layernorm) ln.insert(e.spec.name);
+  EXPECT_EQ(changed(ok, mutated(ok, "sp_layernorm_not_summed")), ln);
+  EXPECT_FALSE(mutated(ok, "sp_layernorm_not_summed").families[Family::layernorm].tp_sum);
+}
+
+TEST(ParamPlanMutation, EveryMutationIsAZooInjectionAndOthersAreNone) {
+  for (std::string_view name : param_plan_mutations()) EXPECT_NO_THROW(find_injection(name)) << name;
+  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 4);
+  for (std::string_view name : {"grad_accum_in_bf16", "tokens_per_expert_local", "bias_update_sign", "nonsense"}) {
+    ParamPlan p = plan_of(layout(4, 2, 2, 2));
+    EXPECT_FALSE(apply_mutation(p, name)) << name;
+  }
+}
+
+TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {
+  if (!injected_names().empty()) GTEST_SKIP() << "PARITY_INJECT is set";
+  const ParamPlan ok = plan_of(layout(4, 2, 2, 2));
+  EXPECT_TRUE(changed(ok, with_injected(ok)).empty());
+}
+
+// The family table (what explain printed before the plan) names each family's reduction.
+TEST(ParamPlan, FamilyTableNamesEachFamilysReduction) {
+  LayoutConfig l = layout(4, 2, 2, 2);
+  l.sp = true;
+  const std::string t = plan_table(plan_of(l));
+  EXPECT_NE(t.find("| layernorm | sum over tp | dense_dp | sum | fp64, fp64 | first replica | yes |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| routed_experts | - | edp | sum | -, fp64 | first replica | yes |"), std::string::npos) << t;
+  EXPECT_EQ(t.find("shared_experts"), std::string::npos) << t;
+}
+
+// layout.dp_sharding: the family table says each family's mode (the experts' their own).
+TEST(ParamPlan, FamilyTableSaysTheShardingMode) {
+  LayoutConfig l = layout(4, 4, 1, 2);
+  l.dp_sharding = DpSharding::zero2, l.expert_dp_sharding = DpSharding::ddp;
+  const std::string t = plan_table(plan_of(l));
+  EXPECT_NE(t.find("| attention | - | dense_dp | sum (zero2: reduce-scatter; optimizer on the shard, all-gather) |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| routed_experts | - | edp | sum (ddp: all-reduce) |"), std::string::npos) << t;
+}
+
+// The table: one row per parameter, its placements, splits, storage and reductions in order.
+TEST(ParamPlan, TableRowPerParameter) {
+  LayoutConfig l = layout(4, 4, 1, 2);
+  l.dp_sharding = DpSharding::zero2;
+  const std::string t = param_table(plan_of(l));
+  EXPECT_NE(t.find("| layers.0.attn.wq | (Replicate, Replicate, Replicate, Shard(1)) | "
+                   "(Replicate, Shard(0), Replicate, Shard(1)) | (Replicate, Shard(0), Replicate, Shard(1)) | "
+                   "dim 1 / tp | "
+                   "whole over dense_dp; shard over dp_shard, x dense_replicate | 1. dense_dp sum (zero2: "),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| layers.1.moe.experts.w1 | (Replicate, StridedShard(0, 2), Shard(0), Shard(2)) | = | = | "
+                   "dim 0 / ep, dim 2 / etp | shard over edp_shard, x dp_replicate | 1. edp sum | first replica, "
+                   "clipped | fp64, fp64 |"),
+            std::string::npos)
+      << t;
+}
+
+}  // namespace
+}  // namespace parity::param_plan_test
