@@ -56,6 +56,9 @@ TEST(Coverage, ModesAreReadFromTheDegrees) {
   LayoutConfig pp2 = layout(1, 2, 1, 1, 1);
   pp2.pp = 2, pp2.world = 4;
   EXPECT_EQ(modes_of(pp2), (V{Mode::fsdp, Mode::pp}));
+  LayoutConfig cp2 = layout(1, 2, 2, 2, 1, true);  // fsdp2_cp2_tp2_sp_ep2
+  cp2.cp = 2, cp2.world = 8;
+  EXPECT_EQ(modes_of(cp2), (V{Mode::fsdp, Mode::sp, Mode::tp2ep, Mode::cp}));
 }
 
 // The pipeline schedule takes a value only where pp > 1, the data-parallel sharding only where
@@ -147,8 +150,9 @@ TEST(Coverage, OrderCountsOnlyWhereTheExpertGroupsDiffer) {
 }
 
 // Every pair whose value depends on the layout (the four uneven flags, the order, the pipeline
-// schedule and the data-parallel sharding) occurs in some valid layout up to world 16 (pp 1 or 2), over every etp that
-// tiles and both rank orders, with a model whose sizes are uneven under any degree > 1. So no pair is impossible (the
+// schedule and the data-parallel sharding) occurs in some valid layout up to world 16 (pp and cp 1 or 2), over
+// every etp that tiles and both rank orders, with a model whose sizes are uneven under any degree > 1. So no pair
+// is impossible (the
 // other options take their value from the model alone; the generator test below finds a witness for every pair).
 // Restricted to the layouts main allowed before issue 17 (etp 1 or tp, megatron order), expert_hidden%etp=uneven x
 // tp2ep and x cross-lane do not occur: that was the old "impossible pair" rule.
@@ -172,34 +176,35 @@ TEST(Coverage, EveryLayoutDependentPairOccursInAValidLayout) {
     return true;
   };
   for (int64_t pp : {1, 2})
-    for (int64_t dpr = 1; pp * dpr <= 16; ++dpr)
-      for (int64_t dps = 1; pp * dpr * dps <= 16; ++dps)
-        for (int64_t tp : {1, 2, 4, 8})
-          for (int64_t ep : {1, 2, 4, 8})
-            for (int64_t etp : {1, 2, 4, 8, 16})
-              for (bool sp : {false, true})
-                for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
-                  s.layout = layout(dpr, dps, tp, ep, etp, sp, order);
-                  s.layout.pp = pp, s.layout.world *= pp;
-                  if (s.layout.world > 16) continue;
-                  const bool old = (etp == 1 || etp == tp) && order == RankOrder::megatron && pp == 1;
-                  if (!record(s, old)) continue;
-                  ++layouts;
-                  for (PpSchedule k : {PpSchedule::gpipe, PpSchedule::interleaved}) {
-                    if (pp == 1) break;
-                    Scenario t = s;
-                    t.layout.pp_schedule = k, t.layout.pp_virtual = k == PpSchedule::interleaved ? 2 : 1;
-                    t.model.layers = 4, t.model.microbatches = 2, t.model.batch = 8 * dpr * dps;
-                    EXPECT_TRUE(record(t, false)) << pp_schedule_name(k);
+    for (int64_t cp : {1, 2})
+      for (int64_t dpr = 1; pp * cp * dpr <= 16; ++dpr)
+        for (int64_t dps = 1; pp * cp * dpr * dps <= 16; ++dps)
+          for (int64_t tp : {1, 2, 4, 8})
+            for (int64_t ep : {1, 2, 4, 8})
+              for (int64_t etp : {1, 2, 4, 8, 16})
+                for (bool sp : {false, true})
+                  for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+                    s.layout = layout(dpr, dps, tp, ep, etp, sp, order);
+                    s.layout.pp = pp, s.layout.cp = cp, s.layout.world *= pp * cp;
+                    if (s.layout.world > 16) continue;
+                    const bool old = (etp == 1 || etp == tp) && order == RankOrder::megatron && pp == 1 && cp == 1;
+                    if (!record(s, old)) continue;
+                    ++layouts;
+                    for (PpSchedule k : {PpSchedule::gpipe, PpSchedule::interleaved}) {
+                      if (pp == 1) break;
+                      Scenario t = s;
+                      t.layout.pp_schedule = k, t.layout.pp_virtual = k == PpSchedule::interleaved ? 2 : 1;
+                      t.model.layers = 4, t.model.microbatches = 2, t.model.batch = 8 * dpr * dps;
+                      EXPECT_TRUE(record(t, false)) << pp_schedule_name(k);
+                    }
+                    for (DpSharding d : {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2}) {
+                      if (dps == 1) break;
+                      Scenario t = s;
+                      t.layout.dp_sharding = t.layout.expert_dp_sharding = d;
+                      EXPECT_TRUE(record(t, false)) << dp_sharding_name(d);
+                    }
                   }
-                  for (DpSharding d : {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2}) {
-                    if (dps == 1) break;
-                    Scenario t = s;
-                    t.layout.dp_sharding = t.layout.expert_dp_sharding = d;
-                    EXPECT_TRUE(record(t, false)) << dp_sharding_name(d);
-                  }
-                }
-  EXPECT_GT(layouts, 600);
+  EXPECT_GT(layouts, 1000);
   for (Option o : {Option::vocab_uneven, Option::mlp_uneven, Option::expert_uneven, Option::shared_uneven,
                    Option::order})
     for (Mode m : all_modes()) EXPECT_TRUE(seen.count({o, 0, m})) << pair_name({o, 0, m}) << " occurs in no layout";

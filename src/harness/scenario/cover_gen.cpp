@@ -190,7 +190,9 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
         opts[k].apply(t);
         for (size_t later = oi + 1; pass == 1 && later < all_options().size(); ++later)  // keep the others' choices
           choices(all_options()[later].option)[static_cast<size_t>(c.chosen[later])].apply(t);
-        if (k > 0 && inert(t)) continue;
+        // a target's own settings may be inert for now: the repair below makes them act
+        const bool targeted = target != nullptr && (info.option == target->a || info.option == target->b);
+        if (k > 0 && !targeted && inert(t)) continue;
         // the layouts as the choices left them (schedule and sharding are layout options)
         const std::vector<LayoutConfig*> tl = layouts_of(t);
         if (target != nullptr && (info.option == target->a || info.option == target->b) &&
@@ -232,6 +234,12 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
     for (size_t oi = 0; oi < all_options().size(); ++oi)
       choices(all_options()[oi].option)[static_cast<size_t>(c.chosen[oi])].apply(fresh);
     s = fresh;
+  }
+  // a target of top_k 1 with route_norm gives the router a gradient only through the aux loss
+  const size_t aux = static_cast<size_t>(Option::aux);
+  if (target != nullptr && inert(s) && s.model.top_k == 1 && c.chosen[aux] == 0) {
+    c.chosen[aux] = 1;
+    choices(Option::aux)[1].apply(s);
   }
   for (int k : c.chosen) c.changes += k != 0;
   fit_batch(s);
@@ -338,25 +346,27 @@ std::vector<LayoutConfig> candidate_layouts() {
   for (int64_t pp : {1, 2})
     for (int64_t dpr : {1, 2, 4, 8})
       for (int64_t dps : {1, 2, 4, 8})
-        for (int64_t tp : {1, 2, 4})
-          for (int64_t ep : {1, 2, 4})
-            for (int64_t etp : {1, 2, 4, 8})
-              for (bool sp : {false, true})
-                for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
-                  Scenario s = base;
-                  s.layout = LayoutConfig{.world = pp * dpr * dps * tp, .pp = pp, .dp_replicate = dpr,
-                                          .dp_shard = dps, .tp = tp, .ep = ep, .etp = etp, .sp = sp, .order = order};
-                  if (s.layout.world < 2 || s.layout.world > 8) continue;
-                  try {
-                    validate_scenario(s);  // etp must tile the world
-                  } catch (const ConfigError&) {
-                    continue;
+        for (int64_t cp : {1, 2})
+          for (int64_t tp : {1, 2, 4})
+            for (int64_t ep : {1, 2, 4})
+              for (int64_t etp : {1, 2, 4, 8})
+                for (bool sp : {false, true})
+                  for (RankOrder order : {RankOrder::megatron, RankOrder::deepspeed}) {
+                    Scenario s = base;
+                    s.layout = LayoutConfig{.world = pp * dpr * dps * cp * tp, .pp = pp, .dp_replicate = dpr,
+                                            .dp_shard = dps, .tp = tp, .ep = ep, .etp = etp, .cp = cp, .sp = sp,
+                                            .order = order};
+                    if (s.layout.world < 2 || s.layout.world > 8) continue;
+                    try {
+                      validate_scenario(s);  // etp must tile the world; cp (times tp under sp) divide seq
+                    } catch (const ConfigError&) {
+                      continue;
+                    }
+                    // deepspeed only where its expert groups differ from megatron's: elsewhere
+                    // it is the same layout
+                    if (order == RankOrder::deepspeed && option_value(Option::order, s, s.layout) < 0) continue;
+                    out.push_back(s.layout);
                   }
-                  // deepspeed only where its expert groups differ from megatron's: elsewhere
-                  // it is the same layout
-                  if (order == RankOrder::deepspeed && option_value(Option::order, s, s.layout) < 0) continue;
-                  out.push_back(s.layout);
-                }
   return out;
 }
 
@@ -390,8 +400,11 @@ Proposals propose(const std::vector<Scenario>& shipped) {
     auto consider_all = [&] {
       for (const TensorLayout& a : layouts) {
         consider({&a});
+        // a resume check covers cp through the layout it saves under: resuming into a cp layout
+        // too would cover no pair that the saving side cannot, and doubles the quadratic search
         if (resume_missing)
-          for (const TensorLayout& b : layouts) consider({&a, &b});
+          for (const TensorLayout& b : layouts)
+            if (b.config.cp == 1) consider({&a, &b});
       }
     };
     consider_all();

@@ -26,8 +26,9 @@ Scenario cover_template();
 
 // The layouts proposals use: world 2..8, power-of-two degrees (batch 8 or 16 then splits
 // over every data-parallel degree and micro-batch count), tp <= 4 and ep <= 4 (the
-// template's heads and experts), every etp that tiles the world and every sp the validator
-// allows, under both rank orders (deepspeed only where its expert groups differ).
+// template's heads and experts), cp 1 or 2, every etp that tiles the world and every sp the
+// validator allows, under both rank orders (deepspeed only where its expert groups differ).
+// A resume check resumes into a layout without cp (it covers cp through the one it saves under).
 std::vector<LayoutConfig> candidate_layouts();
 
 struct Proposal {

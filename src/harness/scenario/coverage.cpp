@@ -23,13 +23,14 @@ std::string_view mode_name(Mode m) {
     case Mode::cross_lane: return "cross-lane";
     case Mode::etp: return "etp";
     case Mode::pp: return "pp";
+    case Mode::cp: return "cp";
   }
   return "?";
 }
 
 const std::vector<Mode>& all_modes() {
   static const std::vector<Mode> modes{Mode::fsdp,  Mode::hsdp,       Mode::tp,  Mode::sp, Mode::dp2ep,
-                                       Mode::tp2ep, Mode::cross_lane, Mode::etp, Mode::pp};
+                                       Mode::tp2ep, Mode::cross_lane, Mode::etp, Mode::pp, Mode::cp};
   return modes;
 }
 
@@ -47,6 +48,7 @@ std::vector<Mode> modes_of(const LayoutConfig& l) {
   }
   if (l.etp > 1) out.push_back(Mode::etp);
   if (l.pp > 1) out.push_back(Mode::pp);
+  if (l.cp > 1) out.push_back(Mode::cp);
   std::sort(out.begin(), out.end());
   return out;
 }

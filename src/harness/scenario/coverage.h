@@ -19,9 +19,9 @@ namespace parity::coverage {
 // Folding modes (docs/design/foldings.md), each read from a layout's degrees:
 //   fsdp dp_shard > 1, hsdp dp_replicate > 1, tp tp > 1 without sp, sp,
 //   dp2ep / tp2ep / cross-lane: the EP folding when ep > 1 (mesh::folding), etp etp > 1,
-//   pp pp > 1 (pipeline stages).
-enum class Mode { fsdp, hsdp, tp, sp, dp2ep, tp2ep, cross_lane, etp, pp };
-inline constexpr int kModeCount = 9;
+//   pp pp > 1 (pipeline stages), cp cp > 1 (context parallel: every sequence split over ranks).
+enum class Mode { fsdp, hsdp, tp, sp, dp2ep, tp2ep, cross_lane, etp, pp, cp };
+inline constexpr int kModeCount = 10;
 std::string_view mode_name(Mode m);  // "fsdp", ..., "cross-lane", "etp"
 const std::vector<Mode>& all_modes();
 // The modes a layout exercises, in Mode order; none for world 1.
