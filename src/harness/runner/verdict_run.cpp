@@ -113,7 +113,8 @@ template <class T> class Runner {
   // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
   void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the
-  // taken gradient's normwise error, scale ratio (NaN: nothing taken to compare), far and counted elements
+  // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
+  // compare), far and counted elements
   std::vector<std::array<double, 7>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
   static constexpr size_t kUpdateWidth = 5 + verdict_taken::kWidth;  // per param group: NormSums, far, counted; taken
 };
@@ -417,17 +418,20 @@ std::vector<std::array<double, 7>> Runner<T>::update_ratios(const std::vector<do
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
     NormSums s, k;
-    double far = 0, count = 0, kfar = 0, kcount = 0;
+    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0;
     for (int r = 0; r < world_.size(); ++r) {
       const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
       s.add(NormSums{x[0], x[1], x[2]});
       far += x[3], count += x[4];
       k.add(NormSums{x[5], x[6], x[7]});
-      kfar += x[8], kcount += x[9];
+      kfar += x[8], kcount += x[9], kread += x[10];
     }
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
-    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? k.norm_rel_err() : nan,
-              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount};
+    // what reading the gradient back from the moment may round, taken off its error
+    const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
+    const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? rel : nan, k.ref2 > 0 ? k.scale_ratio() : nan,
+              kfar, kcount};
   }
   return out;
 }
