@@ -113,12 +113,12 @@ TEST(Twin, GradientFloorForTheModelDeadFamiliesAndFewTokens) {
   loud.twin = loud.value = 100.0, loud.from_twin = true;
   EXPECT_EQ(gradient_row_bound(f32, loud, {1024 * 1e-16, 1024, 4096, 4096, 128}).value, 100.0);
   EXPECT_TRUE(gradient_row_bound(f32, loud, {1024 * 1e-16, 1024, 4096, 4096, 128}).from_twin);
-  // few tokens: bf16 only, 2^-7 / tokens when above the floor
+  // few tokens: bf16 only, 2^-6 / tokens when above the floor
   EXPECT_EQ(few_token_floor(f32, 2), 0);
-  EXPECT_DOUBLE_EQ(few_token_floor(b16, 2), 0x1p-8);
+  EXPECT_DOUBLE_EQ(few_token_floor(b16, 2), 0x1p-7);
   const Bound b = measured_bound(b16, Quantity::gradient, 0, 1024);
-  EXPECT_DOUBLE_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 2}).value, 0x1p-8);
-  EXPECT_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 128}).value, b.value);  // 2^-14 < u / 16
+  EXPECT_DOUBLE_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 2}).value, 0x1p-7);
+  EXPECT_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 128}).value, b.value);  // 2^-13 < u / 16
 }
 
 }  // namespace

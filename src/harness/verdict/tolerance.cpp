@@ -136,7 +136,7 @@ constexpr double kFewElements = 256;
 
 double few_token_floor(const Precision& p, double tokens) {
   if (p.store == Low::none || !(tokens > 0)) return 0;
-  return 2 * unit_roundoff(p) / tokens;
+  return 4 * unit_roundoff(p) / tokens;
 }
 
 Bound gradient_row_bound(const Precision& p, Bound b, const GradientScale& s) {
