@@ -17,6 +17,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "harness/runner/dump.h"
+#include "harness/runner/dump_read.h"
+#include "harness/verdict/bounds.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/verdict_root.h"
 
@@ -250,19 +252,43 @@ TEST_F(DumpCompare, RowsAreHeldToTenTimesTheReferencesTwinNoise) {
   fs::remove_all(ref);
   fs::copy(dump_of("ref64", "fp64", true), ref, fs::copy_options::recursive);
   nlohmann::json m = nlohmann::json::parse(std::ifstream(ref / "manifest.json"));
-  m["steps"][1]["noise"]["grad.attention"] = 1e-7;  // from step 1 on: bound 1e-6
+  m["steps"][1]["noise"]["grad.attention"] = 5e-9;  // from step 1 on: bound 5e-8 (fp64's ceiling: 1e-8)
   std::ofstream(ref / "manifest.json") << m.dump(2);
   const std::string got = candidate("noisy");
-  edit(got, step_file(2), "grads.layers.0.attn.wv", [&](auto& v) { for (double& x : v) x *= 1 + 1e-7; });
+  edit(got, step_file(2), "grads.layers.0.attn.wv", [&](auto& v) { for (double& x : v) x *= 1 + 5e-9; });
   const VerdictReport r = compare(got, "", ref);
   const Row& a = row(r, "grad", "attention");
   EXPECT_EQ(a.verdict, RowVerdict::ok) << format_verdict(r);
   EXPECT_EQ(a.bound_from, "twin");
-  EXPECT_DOUBLE_EQ(a.tol, 1e-6);
+  EXPECT_DOUBLE_EQ(a.tol, 5e-8);
   EXPECT_EQ(row(compare(got), "grad", "attention").verdict, RowVerdict::fail);  // the floor: 1e-11
   const VerdictReport floors = compare(got, "", dump_of("cand64", "fp64", false));
   EXPECT_NE(floors.layout.find("floors only"), std::string::npos) << floors.layout;
   for (const Row& x : floors.rows) EXPECT_NE(x.bound_from, "twin") << x.quantity << " " << x.subject;
+}
+
+// A noise no rounding can produce (issue 46: forged to 1e300, a doubled gradient passed) is
+// refused, naming the entry; the ceiling is 1000x the row's floor, at most 0.05.
+TEST_F(DumpCompare, ANoiseAboveWhatRoundingCanProduceIsRefused) {
+  EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("fp64", "p"), kNoiseGrad), 1e-8);
+  EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("fp32", "p"), kNoiseGrad), 0.05);
+  EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("bf16", "p"), kNoiseLoss), 0.05);
+  const fs::path ref = root_dir() / "ref_forged";
+  for (const double forged : {1e300, 2e-8}) {
+    fs::remove_all(ref);
+    fs::copy(dump_of("ref64", "fp64", true), ref, fs::copy_options::recursive);
+    nlohmann::json m = nlohmann::json::parse(std::ifstream(ref / "manifest.json"));
+    m["steps"][1]["noise"]["grad.router"] = forged;
+    std::ofstream(ref / "manifest.json") << m.dump(2);
+    try {
+      compare(dump_of("cand64", "fp64", false), "", ref);
+      FAIL() << "a noise of " << forged << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("$.steps[1].noise.grad.router"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("more than rounding in fp64 can move this row"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -16,6 +14,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safetensors.h"
+#include "harness/runner/dump_read.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
@@ -29,94 +28,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;  // what a reader may hold; a dump of more is refused
 constexpr int64_t kMaxMapBytes = int64_t{16} << 20;
-
-// One dump directory: its manifest, its files by step, its scenario when it records one.
-struct Dump {
-  std::string dir, role;  // role: "reference" or "candidate", for errors
-  json manifest;
-  std::map<int64_t, std::string> files;  // step -> file; -1: the initial parameters
-  std::optional<Scenario> scenario;
-
-  static Dump open(const std::string& dir, const std::string& role) {
-    Dump d{dir, role, {}, {}, {}};
-    const std::string path = dir + "/manifest.json";
-    // The bounded, regular-file reader (core/files.h): a FIFO or /dev/zero is refused at once.
-    const auto text = read_regular_if_exists(path, kMaxManifestBytes, Blame::user_input, "dump manifest");
-    if (!text)
-      throw ConfigError(role, dir + " is not a dump: no manifest.json (write one with `parity dump SCENARIO DIR`, "
-                                    "or parity_torch's Collector)");
-    d.manifest = json::parse(*text, nullptr, false);
-    if (d.manifest.is_discarded() || !d.manifest.is_object())
-      throw ConfigError(path, "not a JSON object");
-    if (d.manifest.value("format", std::string()) != "parity-dump/1")
-      throw ConfigError(path + ": $.format",
-                        "expected \"parity-dump/1\", got " + d.manifest.value("format", json()).dump());
-    if (!d.manifest.contains("files") || !d.manifest["files"].is_array())
-      throw ConfigError(path + ": $.files", "expected an array of {file, step}");
-    for (const json& f : d.manifest["files"]) {
-      if (!f.is_object() || !f.contains("file") || !f["file"].is_string())
-        throw ConfigError(path + ": $.files", "every entry needs a \"file\" name");
-      const int64_t step = f.contains("step") && f["step"].is_number_integer() ? f["step"].get<int64_t>() : -1;
-      d.files[step] = f["file"].get<std::string>();
-    }
-    if (d.manifest.contains("scenario") && d.manifest["scenario"].is_object()) {
-      try {
-        d.scenario = parse_scenario(d.manifest["scenario"], dir);
-      } catch (const ConfigError& e) {
-        throw ConfigError(path + ": $.scenario", e.what());
-      }
-    }
-    return d;
-  }
-
-  SafetensorsFile file(int64_t step) const {
-    const auto it = files.find(step);
-    if (it == files.end()) {
-      std::string have;
-      for (const auto& [t, f] : files)
-        if (t >= 0) have += (have.empty() ? "" : ", ") + std::to_string(t);
-      throw ConfigError(role, dir + " has no " + (step < 0 ? "initial parameters" : "step " + std::to_string(step)) +
-                                  " (its manifest lists steps " + (have.empty() ? "none" : have) +
-                                  "); compare fewer with --steps N");
-    }
-    const std::string path = dir + "/" + it->second;
-    if (!std::filesystem::exists(path))
-      throw ConfigError(role, dir + "/manifest.json lists " +
-                                  (step < 0 ? std::string("the initial parameters") : "step " + std::to_string(step)) +
-                                  " in " + it->second + ", which is missing");
-    return SafetensorsFile::read(path);
-  }
-
-  // The step's recorded noise (bounds.h order); empty when the dump has none.
-  std::vector<double> noise(int64_t step) const {
-    if (!manifest.contains("steps") || !manifest["steps"].is_array()) return {};
-    for (const json& s : manifest["steps"]) {
-      if (!s.is_object() || s.value("step", int64_t{-1}) != step || !s.contains("noise")) continue;
-      std::vector<double> out(kNoiseWidth, std::numeric_limits<double>::quiet_NaN());
-      for (size_t i = 0; i < kNoiseWidth; ++i)
-        if (const auto v = s["noise"].find(noise_name(i)); v != s["noise"].end() && v->is_number())
-          out[i] = v->get<double>();
-      return out;
-    }
-    return {};
-  }
-};
-
-// A tensor of any stored dtype as doubles.
-std::vector<double> doubles(const SafetensorsFile& f, const std::string& name) {
-  auto as = [&](auto x) {
-    const auto t = f.get<decltype(x)>(name);
-    return std::vector<double>(t.data.begin(), t.data.end());
-  };
-  switch (f.dtype(name)) {
-    case DType::f64: return as(double{});
-    case DType::f32: return as(float{});
-    case DType::i64: return as(int64_t{});
-  }
-  return {};
-}
 
 // parity name -> (candidate name, transpose)
 using NameMap = std::map<std::string, std::pair<std::string, bool>>;
@@ -142,6 +54,14 @@ NameMap read_map(const std::string& file, const std::vector<ParamSpec>& specs) {
   return m;
 }
 
+// Tokens, counts and chosen experts are integers (I64); every other tensor a float.
+bool integer_valued(const std::string& name) {
+  const auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return name == "inputs" || name == "targets" || ends(".tokens_per_expert") || ends(".chosen");
+}
+
 // Reads `name` of `f` (step `step` of dump `d`) in parity's layout: `shape`, transposed from
 // (b, a) when asked. Missing tensors and other shapes are bad input, named.
 std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, const std::string& name,
@@ -159,7 +79,8 @@ std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, 
                                   (!transpose && shape.size() == 2 && f.shape(name) == Shape{shape[1], shape[0]}
                                        ? " (stored (out, in)? map it with \"transpose\": true)"
                                        : ""));
-  std::vector<double> v = doubles(f, name);
+  std::vector<double> v = stored_doubles(d, f, where, name, integer_valued(name) ? Stored::integer : Stored::real);
+  if (d.role == "reference") require_finite_reference(d, step, name, v);  // exit 4: nothing to judge against
   if (!transpose || shape.size() != 2) return v;
   std::vector<double> t(v.size());
   const int64_t a = shape[0], b = shape[1];
@@ -184,7 +105,7 @@ class Comparer {
     n_ = fams_.size();
     rows_.push_back(vd::make_row("inputs", "inputs, targets"));
     env_.emplace(c_.precision(), fams_, elements_);
-    const SafetensorsFile R = ref_.file(-1), G = got_.file(-1);
+    const SafetensorsFile R = ref_.file(-1), G = got_.file(-1, &ref_);
     for (size_t p = 0; p < specs_.size(); ++p) {
       ref_before_.push_back(read(ref_, R, -1, specs_[p].name, specs_[p].shape));
       const auto& [cand, tr] = map_.at(specs_[p].name);
@@ -265,8 +186,8 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
 }
 
 StepLine Comparer::step(int64_t t) {
-  const SafetensorsFile R = ref_.file(t), G = got_.file(t);
-  const StepBounds& sb = env_->step(ref_.noise(t));
+  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+  const StepBounds& sb = env_->step(ref_.noise(t, c_.precision()));
   for (size_t g = 0; g < n_; ++g) {
     groups_[g].tol.norm_rel = sb.grad[g].value, groups_[g].far_bound = sb.grad_far[g];
     groups_[n_ + g].tol.norm_rel = sb.param[g].value;
@@ -405,7 +326,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   std::string producer;
   rep.degrees = producer_degrees(got, s.model, producer);
   rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
-  const bool twin = !ref.noise(0).empty();
+  const bool twin = !ref.noise(0, s.model.precision()).empty();
   rep.layout =
       "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
       (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
@@ -421,7 +342,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
 }  // namespace
 
 VerdictReport compare_dumps(const DumpCompareOptions& o) {
-  const Dump ref = Dump::open(o.ref_dir, "reference"), got = Dump::open(o.got_dir, "candidate");
+  Dump ref = Dump::open(o.ref_dir, "reference"), got = Dump::open(o.got_dir, "candidate");
   if (!ref.scenario)
     throw ConfigError("reference", o.ref_dir + "/manifest.json records no scenario ($.scenario): the reference "
                                                  "must be a `parity dump`, whose scenario fixes the model");
@@ -438,6 +359,7 @@ VerdictReport compare_dumps(const DumpCompareOptions& o) {
                                            (b.contains(k) ? b[k].dump() : "absent") + ", the reference's " + v.dump() +
                                            " (dump the reference from the candidate's scenario)");
   }
+  ref.bound_files(ref.scenario->model), got.bound_files(ref.scenario->model);  // no read without bound
   return compare_dumps_impl(o, ref, got);
 }
 
