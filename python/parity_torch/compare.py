@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from .data import micro_batch_sequences
 from .dump import Dump
 from .safetensors import BadFile
 
@@ -83,6 +84,28 @@ def _rel(x, ref):
     return abs(x - ref) / abs(ref) if ref != 0 else abs(x - ref)
 
 
+def _split_check(sequences, cfg):
+    """A Collector's `sequences` (N, 3): (global index, dp rank, micro-batch) per row. Returns (per
+    micro-batch: it holds parity's split's sequences, so its loss part is comparable; the count of
+    sequences missing, duplicated or outside the batch). parity compare names them by index."""
+    M, B = cfg.microbatches, cfg.batch
+    if sequences is None:
+        return [True] * M, 0
+    taken = [0] * B
+    sets = [set() for _ in range(M)]
+    off = 0
+    for g, _, mb in sequences.reshape(-1, 3).tolist():
+        if not 0 <= g < B:
+            off += 1
+            continue
+        taken[g] += 1
+        if 0 <= mb < M:
+            sets[mb].add(g)
+    off += sum(1 for c in taken if c != 1)
+    same = [sets[m] == set(range(*micro_batch_sequences(B, M, m))) for m in range(M)]
+    return same, off
+
+
 def compare(ref_dir, got_dir, tol=None, steps=None):
     """Returns (rows {name: Row}, info dict). tol: relative tolerance of every real-valued row
     (default 1e-10 in fp64, 1e-4 in fp32); tokens, tokens_per_expert and routing are exact."""
@@ -123,11 +146,13 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
         for n in {n for n in set(a) - set(b) if not n.endswith(".select_scores")}:
             absent.add(n)
             b[n] = torch.full_like(a[n], -1 if a[n].dtype == torch.int64 else math.inf)
+        same_micro, split_off = _split_check(b.get("sequences"), ref.scenario.model)
         for n in ("inputs", "targets"):
-            row(n).add(t, int((a[n] != b[n]).sum()), tol)
+            row(n).add(t, int((a[n] != b[n]).sum()) + split_off, tol)
         for n in ("loss", "grad_norm", "clip_coef"):
             row(n).add(t, _rel(b[n], a[n]), tol)
-        row("micro_losses").add(t, max(_rel(x, r) for x, r in zip(b["micro_losses"], a["micro_losses"])), tol)
+        row("micro_losses").add(t, max([_rel(x, r) for m, (x, r) in enumerate(zip(b["micro_losses"], a["micro_losses"]))
+                                        if same_micro[m]] or [0.0]), tol)
         for kind, prefix in (("grad", "grads."), ("param", "params.")):
             for f in fams:
                 names = [n for n in ref.parameters if ref.families[n] == f and n not in missing]

@@ -19,13 +19,15 @@ from .data import MarkovData, dp_sequences
 from .optim import ParityOptimizer, clip_grads
 
 
-def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None):
+def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None, split=None):
     """Trains `steps` steps; records them into out_dir when given. ddp: the model's
     DistributedDataParallel wrapper. data: a MarkovData (default: from the scenario's data_seed);
     tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
     Planted bugs (tests/python/ddp_test.py): bug="average_twice" divides the reduced gradients
     by W once more; bug="counts_per_rank" updates the expert bias from each rank's own tokens per
-    expert (no all_reduce of the counts)."""
+    expert (no all_reduce of the counts). split(step, mb, rank, world) -> the global sequence
+    indices this rank trains in micro-batch mb (any split, tests/python/splits_test.py; default:
+    parity's, data.dp_sequences), handed to the Collector as sequences=."""
     cfg = scenario.model
     net = ddp if ddp is not None else model
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
@@ -40,12 +42,13 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
         total = 0.0
         for mb in range(cfg.microbatches):
             lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, world, rank)
-            x, y = (full[0][lo:hi], full[1][lo:hi]) if full else data.batch(step, lo, hi - lo, cfg.seq)
+            index = list(split(step, mb, rank, world)) if split else list(range(lo, hi))
+            x, y = (full[0][index], full[1][index]) if full else data.sequences(step, index, cfg.seq)
             last = mb == cfg.microbatches - 1
             with net.no_sync() if ddp is not None and not last else contextlib.nullcontext():
                 part = net(x, y)
                 if col:
-                    col.micro(part, x, y)  # collector line 2
+                    col.micro(part, x, y, sequences=index)  # collector line 2
                 (part * world).backward() if world > 1 else part.backward()
             total += float(part.detach())
         if bug == "average_twice":

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "core/safetensors.h"
 #include "harness/runner/dump.h"
 #include "harness/runner/dump_read.h"
+#include "harness/runner/dump_split.h"
 #include "harness/verdict/bounds.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/verdict_root.h"
@@ -265,6 +267,30 @@ TEST_F(DumpCompare, RowsAreHeldToTenTimesTheReferencesTwinNoise) {
   const VerdictReport floors = compare(got, "", dump_of("cand64", "fp64", false));
   EXPECT_NE(floors.layout.find("floors only"), std::string::npos) << floors.layout;
   for (const Row& x : floors.rows) EXPECT_NE(x.bound_from, "twin") << x.quantity << " " << x.subject;
+}
+
+// Any split of the batch is right when each sequence is taken once (issue 46 item 1): the set,
+// not the order; a dropped, duplicated or foreign sequence is named by index, and a
+// micro-batch holding other sequences than parity's is not compared on its loss part.
+TEST(DumpSplit, TheSetIsCheckedNotTheOrder) {
+  auto rows = [](std::initializer_list<std::array<int, 3>> r) {
+    std::vector<double> v;
+    for (const auto& x : r) v.insert(v.end(), {double(x[0]), double(x[1]), double(x[2])});
+    return v;
+  };
+  // B = 5 in 2 micro-batches (parity's: 0..2 | 3..4); W = 2
+  const SplitCheck strided = check_split(rows({{0, 0, 0}, {4, 0, 0}, {2, 0, 1}, {1, 1, 0}, {3, 1, 1}}), 5, 2);
+  EXPECT_EQ(strided.problem, "");
+  EXPECT_EQ(strided.micro_comparable, (std::vector<bool>{false, false}));
+  const SplitCheck shuffled = check_split(rows({{2, 1, 0}, {0, 0, 0}, {1, 0, 0}, {4, 1, 1}, {3, 0, 1}}), 5, 2);
+  EXPECT_EQ(shuffled.problem, "");
+  EXPECT_EQ(shuffled.micro_comparable, (std::vector<bool>{true, true}));
+  EXPECT_EQ(check_split(rows({{0, 0, 0}, {1, 0, 0}, {2, 1, 0}, {3, 1, 1}}), 5, 2).problem,
+            "sequence missing (no rank took it): 4");
+  EXPECT_EQ(check_split(rows({{0, 0, 0}, {1, 0, 0}, {2, 1, 0}, {3, 1, 1}, {4, 0, 1}, {0, 1, 1}}), 5, 2).problem,
+            "sequence taken more than once: 0 (2 times: dp rank 0 micro-batch 0, dp rank 1 micro-batch 1)");
+  EXPECT_EQ(check_split(rows({{0, 0, 0}, {1, 0, 0}, {2, 1, 0}, {3, 1, 1}, {4, 0, 1}, {7, 1, 1}}), 5, 2).problem,
+            "a sequence outside the batch of 5: 7 (dp rank 1 micro-batch 1)");
 }
 
 // A noise no rounding can produce (issue 46: forged to 1e300, a doubled gradient passed) is

@@ -74,3 +74,8 @@ parity_python_test(hostile_dumps python hostile_test.py $<TARGET_FILE:parity>)
 # issue 46 item 3: one diagnosis engine: python3 -m parity_torch.compare runs `parity compare` where
 # the binary is found (--parity, $PARITY_BINARY, PATH) and says it is a smoke check where not
 parity_python_test(one_engine python one_engine_test.py $<TARGET_FILE:parity>)
+# issue 46 item 1: any batch split: DDP W = 2 with DistributedSampler's strided split, a shuffled one and
+# packed micro-batches of other sizes must pass `parity compare` (the set of sequences, not their order);
+# a dropped or a duplicated sequence must fail with root inputs, the sequence named by index
+parity_python_test(splits python splits_test.py $<TARGET_FILE:parity>)
+set_tests_properties(python.splits PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

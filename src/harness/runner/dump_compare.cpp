@@ -15,6 +15,7 @@
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "harness/runner/dump_read.h"
+#include "harness/runner/dump_split.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
@@ -133,6 +134,7 @@ class Comparer {
   std::vector<Row> rows_;         // loss, grad_norm, clip_coef, groups..., routing per layer, inputs
   std::optional<BoundEnvelope> env_;
   std::vector<std::vector<double>> ref_before_, got_before_;  // parameters before the step
+  std::vector<bool> micro_comparable_;  // per micro-batch: the candidate's holds the reference's sequences
 };
 
 void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G) {
@@ -148,11 +150,26 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
     }
   }
   o.compared = n, o.norm_rel = n > 0 ? static_cast<double>(diff) / static_cast<double>(n) : 0.0;
+  // The candidate's split, when it records one: any split, each sequence taken once (dump_split.h)
+  micro_comparable_.assign(static_cast<size_t>(c_.microbatches), true);
+  std::string split;
+  if (G.contains("sequences")) {
+    const std::string where = got_.dir + " step " + std::to_string(t) + " (" + G.path() + ")";
+    if (G.shape("sequences").size() != 2 || G.shape("sequences")[1] != 3)
+      throw ConfigError("candidate", where + ": \"sequences\" has shape " + shape_str(G.shape("sequences")) +
+                                         ", expected (N, 3): (global index, dp rank, micro-batch) per row");
+    SplitCheck sc = check_split(stored_doubles(got_, G, where, "sequences", Stored::integer), c_.batch,
+                                c_.microbatches);
+    micro_comparable_ = std::move(sc.micro_comparable), split = std::move(sc.problem);
+  }
+  if (!split.empty()) o.verdict = RowVerdict::fail, o.detail = split;
   if (diff > 0)
     o.verdict = RowVerdict::fail,
-    o.detail = std::to_string(diff) + " of " + std::to_string(n) +
-               " tokens differ: the candidate trained on other data (another data seed, split of the batch into "
-               "micro-batches or ranks, or order of the sequences)";
+    o.detail += (split.empty() ? "" : "; ") + std::to_string(diff) + " of " + std::to_string(n) +
+                " tokens differ" +
+                (split.empty() ? ": the candidate trained on other data (another data seed, or sequences "
+                                 "recorded at other indices than the ones trained on)"
+                               : "");
   vd::update_row(rows_.back(), t, o);
 }
 
@@ -165,6 +182,7 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   const auto mr = read(ref_, R, t, "micro_losses", {c_.microbatches});
   const auto mg = read(got_, G, t, "micro_losses", {c_.microbatches});
   for (size_t m = 0; m < mr.size(); ++m) {
+    if (!micro_comparable_[m]) continue;  // another split's micro-batch: another part of the loss
     const double err = std::abs(mg[m] - mr[m]) / (mr[m] != 0 ? std::abs(mr[m]) : 1.0);
     line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
     vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value, lr);
