@@ -34,7 +34,10 @@ What it records and from where:
   step's sequences are each taken once (a dropped or duplicated one is named by index).
 - data parallel (torch.distributed initialised): micro-batch losses are summed over the ranks,
   inputs, targets and routing gathered (all_gather_object); gradients and parameters are taken
-  as full tensors: under DDP every rank holds them, and rank 0 writes. A sharded parameter that
+  as full tensors: under DDP every rank holds them, and rank 0 writes. Every rank digests its
+  own gradients and parameters at step() (a collective over the world) and rank 0 records in
+  the manifest's step entry which ranks' copies differ from its own ("replicas"), the replicas
+  row of `parity compare`. A sharded parameter that
   is a DTensor (FSDP2, tensor parallel; torch >= 2.1) is gathered with full_tensor(), a
   collective, so every rank must call grads() and step() (tests/python/torch2_test.py: real
   fully_shard and DTensor TP + SP under torch 2.11). Per-rank shards with their placements are NOT written (parity's dump format holds
@@ -52,6 +55,7 @@ What it records and from where:
   activation recompute (a second forward inside backward) is not supported: the hook would
   record those tokens twice.
 """
+import hashlib
 import json
 import math
 import os
@@ -71,6 +75,13 @@ def _full(t):
     if hasattr(t, "full_tensor"):  # DTensor (FSDP2, TP): gather the global tensor
         t = t.full_tensor()
     return t.detach()
+
+
+def _digest(t):
+    """A tensor's bytes, hashed: two ranks' copies are equal bit for bit or not."""
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest() + str(t.dtype) + str(tuple(t.shape))
 
 
 def _indices(sequences):
@@ -184,6 +195,7 @@ class Collector:
         norm = math.sqrt(norm_sq)
         clip_coef = self._measured_clip(norm_sq)
         params = self._params()
+        replicas = self._replicas(params)  # a collective: every rank of the world
         rows = self._gather(self._rows)
         chosen = {l: self._gather(c) for l, c in self._chosen.items()}
         if self.writer:
@@ -220,8 +232,30 @@ class Collector:
             self._write(step_file(self.t), t, self.t)
             self.steps.append({"step": self.t, "loss": float(micro.sum()), "grad_norm": norm,
                                "clip_coef": clip_coef})
+            if replicas is not None:
+                self.steps[-1]["replicas"] = replicas
         self.t += 1
         self._reset()
+
+    def _replicas(self, params):
+        """Every rank's copies, bit for bit: each rank digests its gradients (after the reduction)
+        and its parameters and expert biases (after the step); rank 0 records, per rank whose
+        copies differ from its own, what differs: {"ranks": W, "tensors": n, "differ": [{"rank",
+        "what": "grads" | "params", "tensors": count, "first": parity name}]}. None without
+        torch.distributed or with one rank."""
+        if not _dist() or dist.get_world_size() == 1:
+            return None
+        mine = [("grads", n, _digest(g)) for n, g in self._grads.items()]
+        mine += [("params", n, _digest(t)) for n, t in params.items()]
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, [d for _, _, d in mine])
+        differ = []
+        for r, theirs in enumerate(every[1:], start=1):
+            for what in ("grads", "params"):
+                off = [n for (w, n, d), e in zip(mine, theirs) if w == what and d != e]
+                if off:
+                    differ.append({"rank": r, "what": what, "tensors": len(off), "first": off[0]})
+        return {"ranks": len(every), "tensors": len(mine), "differ": differ}
 
     def _measured_clip(self, norm_sq):
         params, _ = self._named()

@@ -135,6 +135,8 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
             row(f"{kind} {f}")
     missing = [n for n in ref.parameters if n not in got.families]
     absent = set()
+    replicas = {s.get("step"): s["replicas"] for s in got.manifest.get("steps") or []
+                if isinstance(s, dict) and isinstance(s.get("replicas"), dict)}
     for t in common:
         a, b = ref.step(t), got.step(t)
         for n in ("loss", "grad_norm"):  # a reference that is not finite is no reference
@@ -173,6 +175,12 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
         if moe:
             rel, scale = _norm_sums((b[l + ".moe.expert_bias"], a[l + ".moe.expert_bias"]) for l in moe)
             row("expert_bias").add(t, rel, tol, scale)
+        rec = replicas.get(t)
+        if rec is not None:  # every rank's copies against rank 0's, bit for bit (the Collector's digests)
+            differ = rec.get("differ") or []
+            row("replicas", exact=True).add(t, len(differ), tol, None,
+                                            (f"rank {differ[0]['rank']}'s {differ[0]['what']}: {differ[0]['first']}",
+                                             differ[0]["tensors"]) if differ else None)
     prod = got.manifest.get("producer") or {}
     degrees = {k: int(prod.get(k) or 1) for k in ("tp", "dp", "world")}
     degrees["microbatches"] = ref.scenario.model.microbatches
@@ -209,7 +217,7 @@ def flow_rank(name):
     kind, _, fam = name.partition(" ")
     fam_rank = BACKWARD_ORDER.index(fam) if fam in BACKWARD_ORDER else len(BACKWARD_ORDER)
     fixed = {"inputs": -2, "targets": -1, "loss": 0, "micro_losses": 1, "grad_norm": 30, "clip_coef": 31,
-             "routing": 40, "tokens_per_expert": 41, "expert_bias": 42}
+             "routing": 40, "tokens_per_expert": 41, "expert_bias": 42, "replicas": 60}
     if kind == "grad":
         return 10 + fam_rank
     if kind == "param":

@@ -25,7 +25,8 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
     Planted bugs (tests/python/ddp_test.py): bug="average_twice" divides the reduced gradients
     by W once more; bug="counts_per_rank" updates the expert bias from each rank's own tokens per
-    expert (no all_reduce of the counts). split(step, mb, rank, world) -> the global sequence
+    expert (no all_reduce of the counts); bug="replica_diverges": rank 1's first parameter moves
+    by 1e-6 after step 1's update, a replica updated apart from the others. split(step, mb, rank, world) -> the global sequence
     indices this rank trains in micro-batch mb (any split, tests/python/splits_test.py; default:
     parity's, data.dp_sequences), handed to the Collector as sequences=."""
     cfg = scenario.model
@@ -59,6 +60,9 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
             col.grads()  # collector line 3
         clip_grads(model.parameters(), scenario.optim.clip)
         opt.step()
+        if bug == "replica_diverges" and rank == 1 and step == 1:  # one rank's copy drifts apart
+            with torch.no_grad():
+                next(iter(model.parameters())).mul_(1 + 1e-6)
         model.update_expert_bias(dist.all_reduce if ddp is not None and bug != "counts_per_rank" else None)
         if col:
             col.step()  # collector line 4

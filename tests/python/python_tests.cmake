@@ -35,6 +35,10 @@ parity_python_test(ddp4.tied_sigmoid_clip "python;multiprocess" ddp_test.py $<TA
 # bias): the Collector records the counts the model used (rank 0's); root tokens_per_expert at step 0
 parity_python_test(ddp4.tokens_per_expert_per_rank "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_ep4 4 1e-10 counts_per_rank)
+# issue 46 item 2: every rank collects; a replica updated apart (rank 1, after step 1) must be named by the
+# replicas row at step 1 (rank and tensor), not by the loss a step later
+parity_python_test(ddp4.replica_diverges "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
+                   fsdp4_uneven_b9_mb2 4 1e-10 replica_diverges)
 # an emulated sequence-parallel layout, dp 2 x tp 2, gradients reduced by explicit lists (Megatron's
 # sequence_parallel LayerNorms and router over tp, all over dp), within 1e-10; the planted bug (the
 # router gate left out of the tp all-reduce) must fail with root "grad router at step 0"

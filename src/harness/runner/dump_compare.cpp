@@ -104,7 +104,9 @@ class Comparer {
     fams_ = std::move(v.families), elements_ = std::move(v.elements), group_of_ = std::move(v.group_of);
     groups_ = std::move(v.groups), rows_ = std::move(v.rows);
     n_ = fams_.size();
+    inputs_row_ = rows_.size();
     rows_.push_back(vd::make_row("inputs", "inputs, targets"));
+    if (got_.records_replicas()) rows_.push_back(vd::make_row("replicas", "every rank's copies", 0));
     env_.emplace(c_.precision(), fams_, elements_);
     const SafetensorsFile R = ref_.file(-1), G = got_.file(-1, &ref_);
     for (size_t p = 0; p < specs_.size(); ++p) {
@@ -134,6 +136,7 @@ class Comparer {
   std::vector<Row> rows_;         // loss, grad_norm, clip_coef, groups..., routing per layer, inputs
   std::optional<BoundEnvelope> env_;
   std::vector<std::vector<double>> ref_before_, got_before_;  // parameters before the step
+  size_t inputs_row_ = 0;
   std::vector<bool> micro_comparable_;  // per micro-batch: the candidate's holds the reference's sequences
 };
 
@@ -170,7 +173,7 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
                 (split.empty() ? ": the candidate trained on other data (another data seed, or sequences "
                                  "recorded at other indices than the ones trained on)"
                                : "");
-  vd::update_row(rows_.back(), t, o);
+  vd::update_row(rows_[inputs_row_], t, o);
 }
 
 void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
@@ -303,6 +306,13 @@ StepLine Comparer::step(int64_t t) {
       vd::check_far(o, far[g - n_], count[g - n_], sb.update_far[g - n_], "of the update");
     }
     vd::update_row(rows_[3 + g], t, o);
+  }
+  if (got_.records_replicas()) {  // every rank's copies against rank 0's, bit for bit (dump_split.h)
+    int64_t pairs = 0;
+    const auto [rec, where] = got_.step_record(t, "replicas");
+    const std::vector<std::string> bad = rec.is_null() ? std::vector<std::string>{}
+                                                       : replica_differences(rec, where, pairs);
+    vd::update_row(rows_.back(), t, vd::replicas_outcome(bad, pairs));
   }
   ref_before_ = std::move(rp), got_before_ = std::move(gp);
   return line;

@@ -181,6 +181,22 @@ std::vector<double> Dump::noise(int64_t step, const Precision& p) const {
   return {};
 }
 
+std::pair<json, std::string> Dump::step_record(int64_t step, const std::string& key) const {
+  if (!manifest.contains("steps") || !manifest["steps"].is_array()) return {json(), ""};
+  const json& steps = manifest["steps"];
+  for (size_t k = 0; k < steps.size(); ++k)
+    if (steps[k].is_object() && steps[k].value("step", int64_t{-1}) == step && steps[k].contains(key))
+      return {steps[k][key], dir + "/manifest.json: $.steps[" + std::to_string(k) + "]." + key};
+  return {json(), ""};
+}
+
+bool Dump::records_replicas() const {
+  if (!manifest.contains("steps") || !manifest["steps"].is_array()) return false;
+  for (const json& s : manifest["steps"])
+    if (s.is_object() && s.contains("replicas")) return true;
+  return false;
+}
+
 std::vector<double> stored_doubles(const Dump& d, const SafetensorsFile& f, const std::string& where,
                                    const std::string& name, Stored kind) {
   const DType t = f.dtype(name);

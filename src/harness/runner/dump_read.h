@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -61,6 +62,10 @@ struct Dump {
   // none. Refuses (ConfigError naming $.steps[k].noise.NAME) a value that is not a finite
   // non-negative number or exceeds noise_ceiling(p, i).
   std::vector<double> noise(int64_t step, const Precision& p) const;
+  // The manifest's record `key` of step `step` ($.steps[k].KEY; null when absent) and its JSON
+  // path for errors; whether any step records `key`.
+  std::pair<nlohmann::json, std::string> step_record(int64_t step, const std::string& key) const;
+  bool records_replicas() const;
   // The file path of `step`, as errors name it.
   std::string path_of(int64_t step) const;
 };

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
 #include "model/batch_split.h"
 
 namespace parity {
@@ -65,6 +66,31 @@ SplitCheck check_split(const std::vector<double>& rows, int64_t batch, int64_t m
     bool same = static_cast<int64_t>(have.size()) == want.size();
     for (int64_t g = want.begin; same && g < want.end; ++g) same = have.count(g) != 0;
     out.micro_comparable.push_back(same);
+  }
+  return out;
+}
+
+std::vector<std::string> replica_differences(const nlohmann::json& rec, const std::string& where, int64_t& pairs) {
+  auto count = [&](const nlohmann::json& j, const char* key) {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
+      throw ConfigError(where + "." + key, "expected a count >= 0");
+    return j[key].get<int64_t>();
+  };
+  if (!rec.is_object()) throw ConfigError(where, "expected {\"ranks\", \"tensors\", \"differ\"}");
+  const int64_t ranks = count(rec, "ranks"), tensors = count(rec, "tensors");
+  pairs = ranks > 1 ? (ranks - 1) * tensors : 0;
+  if (!rec.contains("differ") || !rec["differ"].is_array()) throw ConfigError(where + ".differ", "expected an array");
+  std::vector<std::string> out;
+  for (size_t k = 0; k < rec["differ"].size(); ++k) {
+    const nlohmann::json& d = rec["differ"][k];
+    const std::string at = where + ".differ[" + std::to_string(k) + "]";
+    if (!d.is_object() || !d.contains("what") || !d["what"].is_string() || !d.contains("first") ||
+        !d["first"].is_string())
+      throw ConfigError(at, "expected {\"rank\", \"what\", \"tensors\", \"first\"}");
+    const int64_t n = count(d, "tensors");
+    out.push_back("rank " + std::to_string(count(d, "rank")) + "'s " + d["what"].get<std::string>() + " (" +
+                  std::to_string(n) + (n == 1 ? " tensor" : " tensors") + ", first " + d["first"].get<std::string>() +
+                  ")");
   }
   return out;
 }
