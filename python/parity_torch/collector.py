@@ -32,6 +32,8 @@ What it records and from where:
   written at its global index, and the step's `sequences` tensor (N, 3) records every row any
   rank computed as (global index, dp rank, micro-batch): `parity compare` checks that the
   step's sequences are each taken once (a dropped or duplicated one is named by index).
+  `rank_losses` (dp, M) holds each dp rank's own loss part of each micro-batch, so a comparer can
+  tell a per-rank mean loss (each part divided by its own count) from the global one.
 - data parallel (torch.distributed initialised): micro-batch losses are summed over the ranks,
   inputs, targets and routing gathered (all_gather_object); gradients and parameters are taken
   as full tensors: under DDP every rank holds them, and rank 0 writes. Every rank digests its
@@ -196,6 +198,7 @@ class Collector:
         clip_coef = self._measured_clip(norm_sq)
         params = self._params()
         replicas = self._replicas(params)  # a collective: every rank of the world
+        rank_losses = self._gather(list(self._micro))  # each dp rank's own loss parts
         rows = self._gather(self._rows)
         chosen = {l: self._gather(c) for l, c in self._chosen.items()}
         if self.writer:
@@ -211,7 +214,8 @@ class Collector:
                  "loss": micro.sum().reshape(()), "micro_losses": micro,
                  "grad_norm": torch.tensor(norm, dtype=torch.float64),
                  "clip_coef": torch.tensor(clip_coef, dtype=torch.float64),
-                 "sequences": torch.tensor(taken, dtype=torch.int64).reshape(-1, 3)}
+                 "sequences": torch.tensor(taken, dtype=torch.int64).reshape(-1, 3),
+                 "rank_losses": torch.tensor(rank_losses, dtype=torch.float64).reshape(len(rank_losses), -1)}
             t.update({"grads." + n: g for n, g in self._grads.items()})
             t.update({"params." + n: params[n] for n, _, _, _ in self.map})
             for l in sorted(self.moe):

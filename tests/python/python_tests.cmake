@@ -83,3 +83,8 @@ parity_python_test(one_engine python one_engine_test.py $<TARGET_FILE:parity>)
 # a dropped or a duplicated sequence must fail with root inputs, the sequence named by index
 parity_python_test(splits python splits_test.py $<TARGET_FILE:parity>)
 set_tests_properties(python.splits PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46 item 3: the classic signatures on an uneven batch (DDP W = 2, 2 + 1 sequences): a rank's own
+# counts (0.6667 = rank 0's 2 of 3), a per-rank mean loss, clipping before the sync, gradients averaged
+# twice, each named on parity compare's root line (main's binary: "not a clean factor", "1: not a scaling")
+parity_python_test(signatures python signatures_test.py $<TARGET_FILE:parity>)
+set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

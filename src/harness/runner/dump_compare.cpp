@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -118,9 +119,14 @@ class Comparer {
 
   StepLine step(int64_t t);
   std::vector<Row>& rows() { return rows_; }
+  // What the candidate recorded of its split, for the signatures (verdict_signature.h).
+  void split_into(LayoutDegrees& d) const {
+    d.batch = c_.batch, d.rank_sequences = rank_sequences_, d.own_mean_ratio = own_mean_;
+  }
 
  private:
   void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
+  double own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const;
   void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb, StepLine& line,
                const std::vector<double>& ref_sq, const std::vector<double>& got_sq);
 
@@ -137,6 +143,9 @@ class Comparer {
   std::optional<BoundEnvelope> env_;
   std::vector<std::vector<double>> ref_before_, got_before_;  // parameters before the step
   size_t inputs_row_ = 0;
+  std::vector<std::vector<int64_t>> taken_;  // this step's [dp rank][micro-batch] sequences (dump_split.h)
+  std::vector<int64_t> rank_sequences_;      // step 0's per dp rank
+  std::vector<double> own_mean_;             // per step: LayoutDegrees::own_mean_ratio
   std::vector<bool> micro_comparable_;  // per micro-batch: the candidate's holds the reference's sequences
 };
 
@@ -155,6 +164,7 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
   o.compared = n, o.norm_rel = n > 0 ? static_cast<double>(diff) / static_cast<double>(n) : 0.0;
   // The candidate's split, when it records one: any split, each sequence taken once (dump_split.h)
   micro_comparable_.assign(static_cast<size_t>(c_.microbatches), true);
+  taken_.clear();
   std::string split;
   if (G.contains("sequences")) {
     const std::string where = got_.dir + " step " + std::to_string(t) + " (" + G.path() + ")";
@@ -163,7 +173,9 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
                                          ", expected (N, 3): (global index, dp rank, micro-batch) per row");
     SplitCheck sc = check_split(stored_doubles(got_, G, where, "sequences", Stored::integer), c_.batch,
                                 c_.microbatches);
-    micro_comparable_ = std::move(sc.micro_comparable), split = std::move(sc.problem);
+    micro_comparable_ = std::move(sc.micro_comparable), split = std::move(sc.problem), taken_ = std::move(sc.taken);
+    if (rank_sequences_.empty())
+      for (const auto& per_mb : taken_) rank_sequences_.push_back(std::accumulate(per_mb.begin(), per_mb.end(), 0L));
   }
   if (!split.empty()) o.verdict = RowVerdict::fail, o.detail = split;
   if (diff > 0)
@@ -174,6 +186,22 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
                                  "recorded at other indices than the ones trained on)"
                                : "");
   vd::update_row(rows_[inputs_row_], t, o);
+}
+
+// Each (dp rank, micro-batch)'s loss part weighted by its sequences, over the batch and the
+// reference's loss: 1 / pieces when every part was its rank's own mean (NaN: not recorded).
+double Comparer::own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!G.contains("rank_losses") || taken_.empty() || loss_ref == 0) return nan;
+  const Shape sh = G.shape("rank_losses");
+  if (sh.size() != 2 || sh[1] != c_.microbatches || sh[0] < static_cast<int64_t>(taken_.size())) return nan;
+  const std::string where = got_.dir + " step " + std::to_string(t) + " (" + G.path() + ")";
+  const std::vector<double> p = stored_doubles(got_, G, where, "rank_losses", Stored::real);
+  double sum = 0;
+  for (size_t r = 0; r < taken_.size(); ++r)
+    for (size_t m = 0; m < taken_[r].size(); ++m)
+      sum += p[r * static_cast<size_t>(sh[1]) + m] * static_cast<double>(taken_[r][m]);
+  return sum / (static_cast<double>(c_.batch) * loss_ref);
 }
 
 void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
@@ -190,6 +218,7 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
     line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
     vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value, lr);
   }
+  own_mean_.push_back(own_mean_ratio(G, t, lr));
   const double nr = scalar(ref_, R, t, "grad_norm"), ng = scalar(got_, G, t, "grad_norm");
   const double cr = scalar(ref_, R, t, "clip_coef"), cg = scalar(got_, G, t, "clip_coef");
   vd::consider_scalar(norm, ng, nr, 0, "grad_norm", sb.grad_norm.value);
@@ -360,6 +389,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
       (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
   Comparer cmp(ref, got, read_map(o.map_file, param_specs(s.model)));
   for (int64_t t = 0; t < steps; ++t) rep.step_lines.push_back(cmp.step(t));
+  cmp.split_into(rep.degrees);
   rep.rows = cmp.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
     return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);

@@ -40,7 +40,11 @@ SplitCheck check_split(const std::vector<double>& rows, int64_t batch, int64_t m
       continue;
     }
     takers[g].emplace_back(r, mb);
-    if (mb >= 0 && mb < microbatches) micro[static_cast<size_t>(mb)].insert(g);
+    if (mb < 0 || mb >= microbatches || r < 0 || r >= batch) continue;
+    micro[static_cast<size_t>(mb)].insert(g);
+    if (out.taken.size() <= static_cast<size_t>(r))
+      out.taken.resize(static_cast<size_t>(r) + 1, std::vector<int64_t>(static_cast<size_t>(microbatches), 0));
+    ++out.taken[static_cast<size_t>(r)][static_cast<size_t>(mb)];
   }
   for (int64_t g = 0; g < batch; ++g) {
     const auto it = takers.find(g);

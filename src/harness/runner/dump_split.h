@@ -16,6 +16,7 @@ namespace parity {
 struct SplitCheck {
   std::string problem;                 // "" when every sequence is taken once; else the indices named
   std::vector<bool> micro_comparable;  // per micro-batch: it holds parity's split's sequences of that micro-batch
+  std::vector<std::vector<int64_t>> taken;  // [dp rank][micro-batch]: the sequences it computed
 };
 
 // rows: the `sequences` tensor's values, N x 3 row-major; batch and microbatches: the

@@ -9,6 +9,7 @@
 
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict.h"
+#include "harness/verdict/verdict_signature.h"
 
 namespace parity {
 
@@ -200,6 +201,7 @@ RootCause find_root(const VerdictReport& r) {
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
   if (rr.quantity == "param" && root.factor == "not a clean factor")
     if (std::string c = clip_meaning(rr.scale_ratio, r.step_lines, root.step); !c.empty()) root.factor = c;
+  if (std::string sig = signature_meaning(r, root); !sig.empty()) root.factor = sig;  // verdict_signature.h
   // Every row failing at the root's step within a few times its bound, no clean factor: that
   // is rounding the bound fell short of (or a bug as small as rounding), not "a different
   // computation" (docs/verdict.md "The root").
