@@ -21,6 +21,7 @@ Row row(const std::string& q, const std::string& subject, double scale) {
 
 VerdictReport report(std::vector<Row> rows, std::vector<int64_t> ranks) {
   VerdictReport rep;
+  rep.command = "compare";
   rep.degrees.dp = rep.degrees.world = static_cast<int64_t>(ranks.size());
   rep.degrees.batch = 0;
   for (int64_t n : ranks) rep.degrees.batch += n;
@@ -41,6 +42,9 @@ TEST(VerdictSignature, ARanksOwnShareOfAnUnevenBatch) {
   EXPECT_EQ(meaning(report({row("tokens_per_expert", "all MoE layers", 0.5)}, {2, 2})).find("share"),
             std::string::npos);  // an even split: 1/dp says it already
   EXPECT_EQ(meaning(report({row("tokens_per_expert", "all MoE layers", 0.6)}, {})), "not a clean factor");
+  VerdictReport run = report({row("tokens_per_expert", "all MoE layers", 0.6)}, {3, 2});
+  run.command = "run";  // parity's own layouts keep their words
+  EXPECT_EQ(meaning(run), "not a clean factor");
 }
 
 TEST(VerdictSignature, EveryFamilyShrunkWithClipCoefOneIsClippingBeforeTheSync) {

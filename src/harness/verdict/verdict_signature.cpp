@@ -109,7 +109,7 @@ std::string rank_share(const VerdictReport& r, const Row& rr) {
 // Averaged twice before clipping before the sync: an exact 1/dp on every family also leaves the
 // candidate's norm under the clip (clip_coef 1) where the reference clips.
 std::string signature_meaning(const VerdictReport& r, const RootCause& root) {
-  if (!root.found || root.row >= r.rows.size()) return "";
+  if (r.command != "compare" || !root.found || root.row >= r.rows.size()) return "";
   const Row& rr = r.rows[root.row];
   for (const std::string& s :
        {own_mean(r, root, rr), averaged_twice(r, root, rr), clip_before_sync(r, root, rr), rank_share(r, rr)})

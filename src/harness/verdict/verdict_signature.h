@@ -10,7 +10,9 @@
 //   - clipping before the sync: every gradient family shrunk by about one factor (within 25%)
 //     at the root's step while the candidate's clip_coef is 1 and the reference clips;
 //   - gradients averaged twice: every gradient family x 1/dp at the root's step.
-// No process, file or environment: the report's records only (tested on hand-made ones).
+// Read on `parity compare`'s reports only (a framework's run; parity's own layouts and zoo keep
+// their factor words). No process, file or environment: the report's records only (tested on
+// hand-made ones).
 #pragma once
 #include <string>
 
