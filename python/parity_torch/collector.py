@@ -27,10 +27,19 @@ What it records and from where:
   ("tokens_per_expert": "model" or "recount").
 - placement of a rank's rows: micro-batch mb of a step is the mb-th micro() call; its rows are
   the sequences parity's split gives this data-parallel rank (data.dp_sequences: tensor_split
-  into micro-batches, torch.chunk over the ranks), or `sequences=(begin, end)` given to micro().
+  into micro-batches, torch.chunk over the ranks), or the global indices given to micro() as
+  `sequences=` (any split: strided as DistributedSampler's, shuffled, packed). Each row is
+  written at its global index, and the step's `sequences` tensor (N, 3) records every row any
+  rank computed as (global index, dp rank, micro-batch): `parity compare` checks that the
+  step's sequences are each taken once (a dropped or duplicated one is named by index).
+  `rank_losses` (dp, M) holds each dp rank's own loss part of each micro-batch, so a comparer can
+  tell a per-rank mean loss (each part divided by its own count) from the global one.
 - data parallel (torch.distributed initialised): micro-batch losses are summed over the ranks,
   inputs, targets and routing gathered (all_gather_object); gradients and parameters are taken
-  as full tensors: under DDP every rank holds them, and rank 0 writes. A sharded parameter that
+  as full tensors: under DDP every rank holds them, and rank 0 writes. Every rank digests its
+  own gradients and parameters at step() (a collective over the world) and rank 0 records in
+  the manifest's step entry which ranks' copies differ from its own ("replicas"), the replicas
+  row of `parity compare`. A sharded parameter that
   is a DTensor (FSDP2, tensor parallel; torch >= 2.1) is gathered with full_tensor(), a
   collective, so every rank must call grads() and step() (tests/python/torch2_test.py: real
   fully_shard and DTensor TP + SP under torch 2.11). Per-rank shards with their placements are NOT written (parity's dump format holds
@@ -48,6 +57,7 @@ What it records and from where:
   activation recompute (a second forward inside backward) is not supported: the hook would
   record those tokens twice.
 """
+import hashlib
 import json
 import math
 import os
@@ -67,6 +77,22 @@ def _full(t):
     if hasattr(t, "full_tensor"):  # DTensor (FSDP2, TP): gather the global tensor
         t = t.full_tensor()
     return t.detach()
+
+
+def _digest(t):
+    """A tensor's bytes, hashed: two ranks' copies are equal bit for bit or not."""
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+    return hashlib.blake2b(raw, digest_size=16).hexdigest() + str(t.dtype) + str(tuple(t.shape))
+
+
+def _indices(sequences):
+    """The global sequence indices a micro() call names: a (begin, end) tuple is a range."""
+    if isinstance(sequences, tuple) and len(sequences) == 2 and all(isinstance(v, int) for v in sequences):
+        return list(range(sequences[0], sequences[1]))
+    if isinstance(sequences, torch.Tensor):
+        return [int(v) for v in sequences.reshape(-1).tolist()]
+    return [int(v) for v in sequences]
 
 
 def _dist():
@@ -122,18 +148,25 @@ class Collector:
 
     def micro(self, loss_part, inputs, targets, sequences=None):
         """Call once per micro-batch after its forward: this rank's part of the global loss, and the
-        inputs and targets (b, S) it computed; sequences=(begin, end) if your split is not parity's."""
+        inputs and targets (b, S) it computed. sequences: the global indices (0 .. B-1) of the b rows
+        in the order of inputs' rows, a list, range or 1-D tensor (a DistributedSampler's r, r+W, ...;
+        a shuffled or packed split); a tuple (begin, end) is the range begin .. end-1. Default:
+        parity's own split (tensor_split into micro-batches, torch.chunk over the ranks)."""
         mb = len(self._micro)
         if sequences is None:
             sequences = dp_sequences(self.cfg.batch, self.cfg.microbatches, mb, self.dp[1], self.dp[0])
-        if sequences[1] - sequences[0] != inputs.shape[0]:
-            raise ValueError(f"micro-batch {mb}: {inputs.shape[0]} sequences, but parity's split gives this rank "
-                             f"{sequences}: pass sequences=(begin, end)")
+        index = _indices(sequences)
+        if len(index) != inputs.shape[0]:
+            raise ValueError(f"micro-batch {mb}: {inputs.shape[0]} sequences, but sequences= names {len(index)} "
+                             "(the global index of each row of inputs, in order)")
+        bad = [g for g in index if not 0 <= g < self.cfg.batch]
+        if bad:
+            raise ValueError(f"micro-batch {mb}: sequence {bad[0]} is not in the batch (0 .. {self.cfg.batch - 1})")
         self._micro.append(float(loss_part.detach()))
-        self._rows.append((sequences[0], inputs.detach().cpu().clone(), targets.detach().cpu().clone()))
+        self._rows.append((index, self.dp[0], mb, inputs.detach().cpu().clone(), targets.detach().cpu().clone()))
         for l, pend in self._pending.items():
             chosen = torch.cat([c.detach().cpu() for c in pend]) if pend else torch.zeros(0, self.cfg.top_k)
-            self._chosen[l].append((sequences[0], chosen.to(torch.int64)))
+            self._chosen[l].append((index, chosen.to(torch.int64)))
             pend.clear()
 
     def grads(self):
@@ -164,25 +197,33 @@ class Collector:
         norm = math.sqrt(norm_sq)
         clip_coef = self._measured_clip(norm_sq)
         params = self._params()
+        replicas = self._replicas(params)  # a collective: every rank of the world
+        rank_losses = self._gather(list(self._micro))  # each dp rank's own loss parts
         rows = self._gather(self._rows)
         chosen = {l: self._gather(c) for l, c in self._chosen.items()}
         if self.writer:
             inputs = torch.full((B, S), -1, dtype=torch.int64)
             targets = torch.full((B, S), -1, dtype=torch.int64)
+            taken = []  # (global index, dp rank, micro-batch) of every row any rank computed
             for part in rows:
-                for g0, x, y in part:
-                    inputs[g0:g0 + x.shape[0]], targets[g0:g0 + y.shape[0]] = x, y
+                for index, r, mb, x, y in part:
+                    for i, g in enumerate(index):
+                        inputs[g], targets[g] = x[i], y[i]
+                        taken.append((g, r, mb))
             t = {"inputs": inputs, "targets": targets,
                  "loss": micro.sum().reshape(()), "micro_losses": micro,
                  "grad_norm": torch.tensor(norm, dtype=torch.float64),
-                 "clip_coef": torch.tensor(clip_coef, dtype=torch.float64)}
+                 "clip_coef": torch.tensor(clip_coef, dtype=torch.float64),
+                 "sequences": torch.tensor(taken, dtype=torch.int64).reshape(-1, 3),
+                 "rank_losses": torch.tensor(rank_losses, dtype=torch.float64).reshape(len(rank_losses), -1)}
             t.update({"grads." + n: g for n, g in self._grads.items()})
             t.update({"params." + n: params[n] for n, _, _, _ in self.map})
             for l in sorted(self.moe):
                 full = torch.full((B * S, cfg.top_k), -1, dtype=torch.int64)
                 for part in chosen[l]:
-                    for g0, c in part:
-                        full[g0 * S:g0 * S + c.shape[0]] = c
+                    for index, c in part:
+                        for i, g in enumerate(index):
+                            full[g * S:(g + 1) * S] = c[i * S:(i + 1) * S]
                 used = getattr(self.moe[l], "tokens_per_expert", None)
                 if used is not None:  # the counts the model's bias update used (rank 0's)
                     self.counts_from.add("model")
@@ -195,8 +236,30 @@ class Collector:
             self._write(step_file(self.t), t, self.t)
             self.steps.append({"step": self.t, "loss": float(micro.sum()), "grad_norm": norm,
                                "clip_coef": clip_coef})
+            if replicas is not None:
+                self.steps[-1]["replicas"] = replicas
         self.t += 1
         self._reset()
+
+    def _replicas(self, params):
+        """Every rank's copies, bit for bit: each rank digests its gradients (after the reduction)
+        and its parameters and expert biases (after the step); rank 0 records, per rank whose
+        copies differ from its own, what differs: {"ranks": W, "tensors": n, "differ": [{"rank",
+        "what": "grads" | "params", "tensors": count, "first": parity name}]}. None without
+        torch.distributed or with one rank."""
+        if not _dist() or dist.get_world_size() == 1:
+            return None
+        mine = [("grads", n, _digest(g)) for n, g in self._grads.items()]
+        mine += [("params", n, _digest(t)) for n, t in params.items()]
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, [d for _, _, d in mine])
+        differ = []
+        for r, theirs in enumerate(every[1:], start=1):
+            for what in ("grads", "params"):
+                off = [n for (w, n, d), e in zip(mine, theirs) if w == what and d != e]
+                if off:
+                    differ.append({"rank": r, "what": what, "tensors": len(off), "first": off[0]})
+        return {"ranks": len(every), "tensors": len(mine), "differ": differ}
 
     def _measured_clip(self, norm_sq):
         params, _ = self._named()

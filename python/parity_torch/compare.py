@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from .data import micro_batch_sequences
 from .dump import Dump
 from .safetensors import BadFile
 
@@ -83,6 +84,28 @@ def _rel(x, ref):
     return abs(x - ref) / abs(ref) if ref != 0 else abs(x - ref)
 
 
+def _split_check(sequences, cfg):
+    """A Collector's `sequences` (N, 3): (global index, dp rank, micro-batch) per row. Returns (per
+    micro-batch: it holds parity's split's sequences, so its loss part is comparable; the count of
+    sequences missing, duplicated or outside the batch). parity compare names them by index."""
+    M, B = cfg.microbatches, cfg.batch
+    if sequences is None:
+        return [True] * M, 0
+    taken = [0] * B
+    sets = [set() for _ in range(M)]
+    off = 0
+    for g, _, mb in sequences.reshape(-1, 3).tolist():
+        if not 0 <= g < B:
+            off += 1
+            continue
+        taken[g] += 1
+        if 0 <= mb < M:
+            sets[mb].add(g)
+    off += sum(1 for c in taken if c != 1)
+    same = [sets[m] == set(range(*micro_batch_sequences(B, M, m))) for m in range(M)]
+    return same, off
+
+
 def compare(ref_dir, got_dir, tol=None, steps=None):
     """Returns (rows {name: Row}, info dict). tol: relative tolerance of every real-valued row
     (default 1e-10 in fp64, 1e-4 in fp32); tokens, tokens_per_expert and routing are exact."""
@@ -112,6 +135,8 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
             row(f"{kind} {f}")
     missing = [n for n in ref.parameters if n not in got.families]
     absent = set()
+    replicas = {s.get("step"): s["replicas"] for s in got.manifest.get("steps") or []
+                if isinstance(s, dict) and isinstance(s.get("replicas"), dict)}
     for t in common:
         a, b = ref.step(t), got.step(t)
         for n in ("loss", "grad_norm"):  # a reference that is not finite is no reference
@@ -123,11 +148,13 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
         for n in {n for n in set(a) - set(b) if not n.endswith(".select_scores")}:
             absent.add(n)
             b[n] = torch.full_like(a[n], -1 if a[n].dtype == torch.int64 else math.inf)
+        same_micro, split_off = _split_check(b.get("sequences"), ref.scenario.model)
         for n in ("inputs", "targets"):
-            row(n).add(t, int((a[n] != b[n]).sum()), tol)
+            row(n).add(t, int((a[n] != b[n]).sum()) + split_off, tol)
         for n in ("loss", "grad_norm", "clip_coef"):
             row(n).add(t, _rel(b[n], a[n]), tol)
-        row("micro_losses").add(t, max(_rel(x, r) for x, r in zip(b["micro_losses"], a["micro_losses"])), tol)
+        row("micro_losses").add(t, max([_rel(x, r) for m, (x, r) in enumerate(zip(b["micro_losses"], a["micro_losses"]))
+                                        if same_micro[m]] or [0.0]), tol)
         for kind, prefix in (("grad", "grads."), ("param", "params.")):
             for f in fams:
                 names = [n for n in ref.parameters if ref.families[n] == f and n not in missing]
@@ -148,6 +175,12 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
         if moe:
             rel, scale = _norm_sums((b[l + ".moe.expert_bias"], a[l + ".moe.expert_bias"]) for l in moe)
             row("expert_bias").add(t, rel, tol, scale)
+        rec = replicas.get(t)
+        if rec is not None:  # every rank's copies against rank 0's, bit for bit (the Collector's digests)
+            differ = rec.get("differ") or []
+            row("replicas", exact=True).add(t, len(differ), tol, None,
+                                            (f"rank {differ[0]['rank']}'s {differ[0]['what']}: {differ[0]['first']}",
+                                             differ[0]["tensors"]) if differ else None)
     prod = got.manifest.get("producer") or {}
     degrees = {k: int(prod.get(k) or 1) for k in ("tp", "dp", "world")}
     degrees["microbatches"] = ref.scenario.model.microbatches
@@ -184,7 +217,7 @@ def flow_rank(name):
     kind, _, fam = name.partition(" ")
     fam_rank = BACKWARD_ORDER.index(fam) if fam in BACKWARD_ORDER else len(BACKWARD_ORDER)
     fixed = {"inputs": -2, "targets": -1, "loss": 0, "micro_losses": 1, "grad_norm": 30, "clip_coef": 31,
-             "routing": 40, "tokens_per_expert": 41, "expert_bias": 42}
+             "routing": 40, "tokens_per_expert": 41, "expert_bias": 42, "replicas": 60}
     if kind == "grad":
         return 10 + fam_rank
     if kind == "param":

@@ -104,6 +104,12 @@ class MarkovData:
         t = torch.tensor(rows, dtype=torch.int64).reshape(count, seq + 1)
         return t[:, :-1].contiguous(), t[:, 1:].contiguous()
 
+    def sequences(self, step, index, seq):
+        """inputs, targets (len(index), S) of the global sequences `index` of `step`, in that order."""
+        rows = [self.sequence(step, int(g), seq) for g in index]
+        t = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), seq + 1)
+        return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+
     def entropy_floor(self):
         return -sum(p * math.log(p) for p in self.prob)
 

@@ -27,6 +27,8 @@ CONVENTIONS = {  # the words of dump.cpp's conventions(), written by the collect
     "layers.{l}.moe.tokens_per_expert": "(token, slot) assignments per expert over the step",
     "layers.{l}.moe.expert_bias": "after this step's bias update",
     "layers.{l}.moe.chosen": "(B*S, K) chosen experts per token, descending score + bias",
+    "sequences": "(N, 3) int64, a Collector's: (global index, dp rank, micro-batch) of every row a rank computed",
+    "rank_losses": "(dp, M) fp64, a Collector's: each dp rank's own part of each micro-batch's loss",
 }
 
 

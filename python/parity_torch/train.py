@@ -19,13 +19,19 @@ from .data import MarkovData, dp_sequences
 from .optim import ParityOptimizer, clip_grads
 
 
-def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None):
+def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None, split=None):
     """Trains `steps` steps; records them into out_dir when given. ddp: the model's
     DistributedDataParallel wrapper. data: a MarkovData (default: from the scenario's data_seed);
     tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
     Planted bugs (tests/python/ddp_test.py): bug="average_twice" divides the reduced gradients
     by W once more; bug="counts_per_rank" updates the expert bias from each rank's own tokens per
-    expert (no all_reduce of the counts)."""
+    expert (no all_reduce of the counts); bug="replica_diverges": rank 1's first parameter moves
+    by 1e-6 after step 1's update, a replica updated apart from the others; bug="per_rank_mean":
+    each rank's loss part is the mean over its own sequences (DDP's average then right only for
+    equal ranks); bug="clip_before_sync": each rank clips its own gradients before they are
+    averaged. split(step, mb, rank, world) -> the global sequence
+    indices this rank trains in micro-batch mb (any split, tests/python/splits_test.py; default:
+    parity's, data.dp_sequences), handed to the Collector as sequences=."""
     cfg = scenario.model
     net = ddp if ddp is not None else model
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
@@ -40,14 +46,23 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
         total = 0.0
         for mb in range(cfg.microbatches):
             lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, world, rank)
-            x, y = (full[0][lo:hi], full[1][lo:hi]) if full else data.batch(step, lo, hi - lo, cfg.seq)
-            last = mb == cfg.microbatches - 1
+            index = list(split(step, mb, rank, world)) if split else list(range(lo, hi))
+            x, y = (full[0][index], full[1][index]) if full else data.sequences(step, index, cfg.seq)
+            last = mb == cfg.microbatches - 1 and bug != "clip_before_sync"
             with net.no_sync() if ddp is not None and not last else contextlib.nullcontext():
                 part = net(x, y)
+                if bug == "per_rank_mean" and index:  # this rank's own mean, then DDP's average
+                    part = part * cfg.batch / (len(index) * world * cfg.microbatches)
                 if col:
-                    col.micro(part, x, y)  # collector line 2
+                    col.micro(part, x, y, sequences=index)  # collector line 2
                 (part * world).backward() if world > 1 else part.backward()
             total += float(part.detach())
+        if bug == "clip_before_sync":  # each rank clips its own gradients, then they are averaged
+            clip_grads(model.parameters(), scenario.optim.clip)
+            for p in model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad.div_(world)
         if bug == "average_twice":
             for p in model.parameters():
                 if p.grad is not None:
@@ -56,6 +71,9 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
             col.grads()  # collector line 3
         clip_grads(model.parameters(), scenario.optim.clip)
         opt.step()
+        if bug == "replica_diverges" and rank == 1 and step == 1:  # one rank's copy drifts apart
+            with torch.no_grad():
+                next(iter(model.parameters())).mul_(1 + 1e-6)
         model.update_expert_bias(dist.all_reduce if ddp is not None and bug != "counts_per_rank" else None)
         if col:
             col.step()  # collector line 4

@@ -7,7 +7,10 @@ must pass within TOL (1e-10 relative in fp64). Then each planted bug must FAIL, 
   comparison must name the factor, "grad x0.25 at step 0 ... 1/W for W = 4";
 - counts_per_rank: the expert-bias update takes each rank's own tokens per expert (no
   all_reduce of the counts, parity_torch.train's bug="counts_per_rank"); the Collector records
-  the counts the model used (rank 0's), and the root must be "root: tokens_per_expert at step 0".
+  the counts the model used (rank 0's), and the root must be "root: tokens_per_expert at step 0";
+- replica_diverges: rank 1's copy of the first parameter moves by 1e-6 after step 1's update;
+  every rank collects its copies' digests, and the root must be the replicas row at step 1,
+  naming rank 1 and the tensor (before every rank collected: the loss at step 2, a step late).
 
 Usage: ddp_test.py PARITY_BINARY SCENARIO STEPS [TOL [BUG...]]
 Ranks are 4 processes (torch.multiprocessing, start method spawn) meeting at
@@ -33,6 +36,7 @@ DEADLINE_S = 100  # all ranks, all runs (ctest's TIMEOUT is 120)
 BUGS = {
     "average_twice": "gradients averaged twice (divided by W again after DDP's average)",
     "counts_per_rank": "tokens_per_expert not all-reduced (each rank updates its expert bias from its own counts)",
+    "replica_diverges": "rank 1's copy of a parameter updated apart from the others after step 1",
 }
 
 
@@ -52,7 +56,9 @@ def rank_main(rank, port, ref, outs, steps):
 
 
 # What parity compare names as each bug's root (the factor follows it on the line)
-PARITY_ROOT = {"average_twice": "root: grad ", "counts_per_rank": "root: tokens_per_expert all MoE layers at step 0"}
+PARITY_ROOT = {"average_twice": "root: grad ", "counts_per_rank": "root: tokens_per_expert all MoE layers at step 0",
+               "replica_diverges": "root: replicas every rank's copies at step 1, scale - -> copies of the same "
+                                   "elements differ in their bits: rank 1's params (1 tensor, first embed.weight)"}
 
 
 def caught(bug, rows, info, text):
@@ -62,7 +68,8 @@ def caught(bug, rows, info, text):
         check("grad x0.25 at step 0" in note and "W = 4" in note, f"the factor is not named: {note!r}")
         return note
     root = line_starting(text, "root: ")
-    check(root.startswith("root: tokens_per_expert at step 0"), f"the root is not tokens_per_expert: {root!r}")
+    want = "root: replicas at step 1" if bug == "replica_diverges" else "root: tokens_per_expert at step 0"
+    check(root.startswith(want), f"the root is not {want!r}: {root!r}")
     return root
 
 
@@ -89,7 +96,8 @@ def body(tmp):
         check(not bok, f"the planted bug {bug} passed the comparison")
         named.append(caught(bug, brows, binfo, text))
         proot = common.parity_verdict(binary, ref, out, PARITY_ROOT[bug])
-        check("scale 0.250000 -> 1/4 (= 1/dp)" in proot, f"parity compare does not name 1/dp: {proot!r}")
+        if bug != "replica_diverges":
+            check("scale 0.250000 -> 1/4 (= 1/dp)" in proot, f"parity compare does not name 1/dp: {proot!r}")
         named.append("parity compare " + proot)
     return f"DDP W=4 worst {worst.name} {worst.max:.2e} <= {tol:g}; planted bugs caught: " + " | ".join(named)
 

@@ -35,6 +35,10 @@ parity_python_test(ddp4.tied_sigmoid_clip "python;multiprocess" ddp_test.py $<TA
 # bias): the Collector records the counts the model used (rank 0's); root tokens_per_expert at step 0
 parity_python_test(ddp4.tokens_per_expert_per_rank "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_ep4 4 1e-10 counts_per_rank)
+# issue 46 item 2: every rank collects; a replica updated apart (rank 1, after step 1) must be named by the
+# replicas row at step 1 (rank and tensor), not by the loss a step later
+parity_python_test(ddp4.replica_diverges "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
+                   fsdp4_uneven_b9_mb2 4 1e-10 replica_diverges)
 # an emulated sequence-parallel layout, dp 2 x tp 2, gradients reduced by explicit lists (Megatron's
 # sequence_parallel LayerNorms and router over tp, all over dp), within 1e-10; the planted bug (the
 # router gate left out of the tp all-reduce) must fail with root "grad router at step 0"
@@ -74,3 +78,13 @@ parity_python_test(hostile_dumps python hostile_test.py $<TARGET_FILE:parity>)
 # issue 46 item 3: one diagnosis engine: python3 -m parity_torch.compare runs `parity compare` where
 # the binary is found (--parity, $PARITY_BINARY, PATH) and says it is a smoke check where not
 parity_python_test(one_engine python one_engine_test.py $<TARGET_FILE:parity>)
+# issue 46 item 1: any batch split: DDP W = 2 with DistributedSampler's strided split, a shuffled one and
+# packed micro-batches of other sizes must pass `parity compare` (the set of sequences, not their order);
+# a dropped or a duplicated sequence must fail with root inputs, the sequence named by index
+parity_python_test(splits python splits_test.py $<TARGET_FILE:parity>)
+set_tests_properties(python.splits PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46 item 3: the classic signatures on an uneven batch (DDP W = 2, 2 + 1 sequences): a rank's own
+# counts (0.6667 = rank 0's 2 of 3), a per-rank mean loss, clipping before the sync, gradients averaged
+# twice, each named on parity compare's root line (main's binary: "not a clean factor", "1: not a scaling")
+parity_python_test(signatures python signatures_test.py $<TARGET_FILE:parity>)
+set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +15,8 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safetensors.h"
+#include "harness/runner/dump_read.h"
+#include "harness/runner/dump_split.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
@@ -29,94 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;  // what a reader may hold; a dump of more is refused
 constexpr int64_t kMaxMapBytes = int64_t{16} << 20;
-
-// One dump directory: its manifest, its files by step, its scenario when it records one.
-struct Dump {
-  std::string dir, role;  // role: "reference" or "candidate", for errors
-  json manifest;
-  std::map<int64_t, std::string> files;  // step -> file; -1: the initial parameters
-  std::optional<Scenario> scenario;
-
-  static Dump open(const std::string& dir, const std::string& role) {
-    Dump d{dir, role, {}, {}, {}};
-    const std::string path = dir + "/manifest.json";
-    // The bounded, regular-file reader (core/files.h): a FIFO or /dev/zero is refused at once.
-    const auto text = read_regular_if_exists(path, kMaxManifestBytes, Blame::user_input, "dump manifest");
-    if (!text)
-      throw ConfigError(role, dir + " is not a dump: no manifest.json (write one with `parity dump SCENARIO DIR`, "
-                                    "or parity_torch's Collector)");
-    d.manifest = json::parse(*text, nullptr, false);
-    if (d.manifest.is_discarded() || !d.manifest.is_object())
-      throw ConfigError(path, "not a JSON object");
-    if (d.manifest.value("format", std::string()) != "parity-dump/1")
-      throw ConfigError(path + ": $.format",
-                        "expected \"parity-dump/1\", got " + d.manifest.value("format", json()).dump());
-    if (!d.manifest.contains("files") || !d.manifest["files"].is_array())
-      throw ConfigError(path + ": $.files", "expected an array of {file, step}");
-    for (const json& f : d.manifest["files"]) {
-      if (!f.is_object() || !f.contains("file") || !f["file"].is_string())
-        throw ConfigError(path + ": $.files", "every entry needs a \"file\" name");
-      const int64_t step = f.contains("step") && f["step"].is_number_integer() ? f["step"].get<int64_t>() : -1;
-      d.files[step] = f["file"].get<std::string>();
-    }
-    if (d.manifest.contains("scenario") && d.manifest["scenario"].is_object()) {
-      try {
-        d.scenario = parse_scenario(d.manifest["scenario"], dir);
-      } catch (const ConfigError& e) {
-        throw ConfigError(path + ": $.scenario", e.what());
-      }
-    }
-    return d;
-  }
-
-  SafetensorsFile file(int64_t step) const {
-    const auto it = files.find(step);
-    if (it == files.end()) {
-      std::string have;
-      for (const auto& [t, f] : files)
-        if (t >= 0) have += (have.empty() ? "" : ", ") + std::to_string(t);
-      throw ConfigError(role, dir + " has no " + (step < 0 ? "initial parameters" : "step " + std::to_string(step)) +
-                                  " (its manifest lists steps " + (have.empty() ? "none" : have) +
-                                  "); compare fewer with --steps N");
-    }
-    const std::string path = dir + "/" + it->second;
-    if (!std::filesystem::exists(path))
-      throw ConfigError(role, dir + "/manifest.json lists " +
-                                  (step < 0 ? std::string("the initial parameters") : "step " + std::to_string(step)) +
-                                  " in " + it->second + ", which is missing");
-    return SafetensorsFile::read(path);
-  }
-
-  // The step's recorded noise (bounds.h order); empty when the dump has none.
-  std::vector<double> noise(int64_t step) const {
-    if (!manifest.contains("steps") || !manifest["steps"].is_array()) return {};
-    for (const json& s : manifest["steps"]) {
-      if (!s.is_object() || s.value("step", int64_t{-1}) != step || !s.contains("noise")) continue;
-      std::vector<double> out(kNoiseWidth, std::numeric_limits<double>::quiet_NaN());
-      for (size_t i = 0; i < kNoiseWidth; ++i)
-        if (const auto v = s["noise"].find(noise_name(i)); v != s["noise"].end() && v->is_number())
-          out[i] = v->get<double>();
-      return out;
-    }
-    return {};
-  }
-};
-
-// A tensor of any stored dtype as doubles.
-std::vector<double> doubles(const SafetensorsFile& f, const std::string& name) {
-  auto as = [&](auto x) {
-    const auto t = f.get<decltype(x)>(name);
-    return std::vector<double>(t.data.begin(), t.data.end());
-  };
-  switch (f.dtype(name)) {
-    case DType::f64: return as(double{});
-    case DType::f32: return as(float{});
-    case DType::i64: return as(int64_t{});
-  }
-  return {};
-}
 
 // parity name -> (candidate name, transpose)
 using NameMap = std::map<std::string, std::pair<std::string, bool>>;
@@ -142,6 +56,14 @@ NameMap read_map(const std::string& file, const std::vector<ParamSpec>& specs) {
   return m;
 }
 
+// Tokens, counts and chosen experts are integers (I64); every other tensor a float.
+bool integer_valued(const std::string& name) {
+  const auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return name == "inputs" || name == "targets" || ends(".tokens_per_expert") || ends(".chosen");
+}
+
 // Reads `name` of `f` (step `step` of dump `d`) in parity's layout: `shape`, transposed from
 // (b, a) when asked. Missing tensors and other shapes are bad input, named.
 std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, const std::string& name,
@@ -159,7 +81,8 @@ std::vector<double> read(const Dump& d, const SafetensorsFile& f, int64_t step, 
                                   (!transpose && shape.size() == 2 && f.shape(name) == Shape{shape[1], shape[0]}
                                        ? " (stored (out, in)? map it with \"transpose\": true)"
                                        : ""));
-  std::vector<double> v = doubles(f, name);
+  std::vector<double> v = stored_doubles(d, f, where, name, integer_valued(name) ? Stored::integer : Stored::real);
+  if (d.role == "reference") require_finite_reference(d, step, name, v);  // exit 4: nothing to judge against
   if (!transpose || shape.size() != 2) return v;
   std::vector<double> t(v.size());
   const int64_t a = shape[0], b = shape[1];
@@ -182,9 +105,11 @@ class Comparer {
     fams_ = std::move(v.families), elements_ = std::move(v.elements), group_of_ = std::move(v.group_of);
     groups_ = std::move(v.groups), rows_ = std::move(v.rows);
     n_ = fams_.size();
+    inputs_row_ = rows_.size();
     rows_.push_back(vd::make_row("inputs", "inputs, targets"));
+    if (got_.records_replicas()) rows_.push_back(vd::make_row("replicas", "every rank's copies", 0));
     env_.emplace(c_.precision(), fams_, elements_);
-    const SafetensorsFile R = ref_.file(-1), G = got_.file(-1);
+    const SafetensorsFile R = ref_.file(-1), G = got_.file(-1, &ref_);
     for (size_t p = 0; p < specs_.size(); ++p) {
       ref_before_.push_back(read(ref_, R, -1, specs_[p].name, specs_[p].shape));
       const auto& [cand, tr] = map_.at(specs_[p].name);
@@ -194,9 +119,14 @@ class Comparer {
 
   StepLine step(int64_t t);
   std::vector<Row>& rows() { return rows_; }
+  // What the candidate recorded of its split, for the signatures (verdict_signature.h).
+  void split_into(LayoutDegrees& d) const {
+    d.batch = c_.batch, d.rank_sequences = rank_sequences_, d.own_mean_ratio = own_mean_;
+  }
 
  private:
   void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
+  double own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const;
   // grad: this step's grad bounds (sb.grad, widened for a family far below the model's gradient scale)
   void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
                const std::vector<Bound>& grad, StepLine& line, const std::vector<double>& ref_sq,
@@ -214,6 +144,11 @@ class Comparer {
   std::vector<Row> rows_;         // loss, grad_norm, clip_coef, groups..., routing per layer, inputs
   std::optional<BoundEnvelope> env_;
   std::vector<std::vector<double>> ref_before_, got_before_;  // parameters before the step
+  size_t inputs_row_ = 0;
+  std::vector<std::vector<int64_t>> taken_;  // this step's [dp rank][micro-batch] sequences (dump_split.h)
+  std::vector<int64_t> rank_sequences_;      // step 0's per dp rank
+  std::vector<double> own_mean_;             // per step: LayoutDegrees::own_mean_ratio
+  std::vector<bool> micro_comparable_;  // per micro-batch: the candidate's holds the reference's sequences
 };
 
 void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G) {
@@ -229,12 +164,46 @@ void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile
     }
   }
   o.compared = n, o.norm_rel = n > 0 ? static_cast<double>(diff) / static_cast<double>(n) : 0.0;
+  // The candidate's split, when it records one: any split, each sequence taken once (dump_split.h)
+  micro_comparable_.assign(static_cast<size_t>(c_.microbatches), true);
+  taken_.clear();
+  std::string split;
+  if (G.contains("sequences")) {
+    const std::string where = got_.dir + " step " + std::to_string(t) + " (" + G.path() + ")";
+    if (G.shape("sequences").size() != 2 || G.shape("sequences")[1] != 3)
+      throw ConfigError("candidate", where + ": \"sequences\" has shape " + shape_str(G.shape("sequences")) +
+                                         ", expected (N, 3): (global index, dp rank, micro-batch) per row");
+    SplitCheck sc = check_split(stored_doubles(got_, G, where, "sequences", Stored::integer), c_.batch,
+                                c_.microbatches);
+    micro_comparable_ = std::move(sc.micro_comparable), split = std::move(sc.problem), taken_ = std::move(sc.taken);
+    if (rank_sequences_.empty())
+      for (const auto& per_mb : taken_) rank_sequences_.push_back(std::accumulate(per_mb.begin(), per_mb.end(), 0L));
+  }
+  if (!split.empty()) o.verdict = RowVerdict::fail, o.detail = split;
   if (diff > 0)
     o.verdict = RowVerdict::fail,
-    o.detail = std::to_string(diff) + " of " + std::to_string(n) +
-               " tokens differ: the candidate trained on other data (another data seed, split of the batch into "
-               "micro-batches or ranks, or order of the sequences)";
-  vd::update_row(rows_.back(), t, o);
+    o.detail += (split.empty() ? "" : "; ") + std::to_string(diff) + " of " + std::to_string(n) +
+                " tokens differ" +
+                (split.empty() ? ": the candidate trained on other data (another data seed, or sequences "
+                                 "recorded at other indices than the ones trained on)"
+                               : "");
+  vd::update_row(rows_[inputs_row_], t, o);
+}
+
+// Each (dp rank, micro-batch)'s loss part weighted by its sequences, over the batch and the
+// reference's loss: 1 / pieces when every part was its rank's own mean (NaN: not recorded).
+double Comparer::own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (!G.contains("rank_losses") || taken_.empty() || loss_ref == 0) return nan;
+  const Shape sh = G.shape("rank_losses");
+  if (sh.size() != 2 || sh[1] != c_.microbatches || sh[0] < static_cast<int64_t>(taken_.size())) return nan;
+  const std::string where = got_.dir + " step " + std::to_string(t) + " (" + G.path() + ")";
+  const std::vector<double> p = stored_doubles(got_, G, where, "rank_losses", Stored::real);
+  double sum = 0;
+  for (size_t r = 0; r < taken_.size(); ++r)
+    for (size_t m = 0; m < taken_[r].size(); ++m)
+      sum += p[r * static_cast<size_t>(sh[1]) + m] * static_cast<double>(taken_[r][m]);
+  return sum / (static_cast<double>(c_.batch) * loss_ref);
 }
 
 void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
@@ -247,10 +216,12 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   const auto mr = read(ref_, R, t, "micro_losses", {c_.microbatches});
   const auto mg = read(got_, G, t, "micro_losses", {c_.microbatches});
   for (size_t m = 0; m < mr.size(); ++m) {
+    if (!micro_comparable_[m]) continue;  // another split's micro-batch: another part of the loss
     const double err = std::abs(mg[m] - mr[m]) / (mr[m] != 0 ? std::abs(mr[m]) : 1.0);
     line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
     vd::consider_scalar(loss, mg[m], mr[m], 0, "micro-batch " + std::to_string(m), sb.loss.value, lr);
   }
+  own_mean_.push_back(own_mean_ratio(G, t, lr));
   const double nr = scalar(ref_, R, t, "grad_norm"), ng = scalar(got_, G, t, "grad_norm");
   const double cr = scalar(ref_, R, t, "clip_coef"), cg = scalar(got_, G, t, "clip_coef");
   vd::consider_scalar(norm, ng, nr, 0, "grad_norm", sb.grad_norm.value);
@@ -268,8 +239,8 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
 }
 
 StepLine Comparer::step(int64_t t) {
-  const SafetensorsFile R = ref_.file(t), G = got_.file(t);
-  const StepBounds& sb = env_->step(ref_.noise(t));
+  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+  const StepBounds& sb = env_->step(ref_.noise(t, c_.precision()));
   for (size_t g = 0; g < n_; ++g) {
     groups_[g].tol.norm_rel = sb.grad[g].value, groups_[g].far_bound = sb.grad_far[g];
     groups_[n_ + g].tol.norm_rel = sb.param[g].value;
@@ -377,6 +348,13 @@ StepLine Comparer::step(int64_t t) {
     }
     vd::update_row(rows_[3 + g], t, o);
   }
+  if (got_.records_replicas()) {  // every rank's copies against rank 0's, bit for bit (dump_split.h)
+    int64_t pairs = 0;
+    const auto [rec, where] = got_.step_record(t, "replicas");
+    const std::vector<std::string> bad = rec.is_null() ? std::vector<std::string>{}
+                                                       : replica_differences(rec, where, pairs);
+    vd::update_row(rows_.back(), t, vd::replicas_outcome(bad, pairs));
+  }
   ref_before_ = std::move(rp), got_before_ = std::move(gp);
   return line;
 }
@@ -417,12 +395,13 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   std::string producer;
   rep.degrees = producer_degrees(got, s.model, producer);
   rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
-  const bool twin = !ref.noise(0).empty();
+  const bool twin = !ref.noise(0, s.model.precision()).empty();
   rep.layout =
       "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
       (twin ? " (bounds: its rounding twin)" : " (bounds: floors only, the reference records no rounding twin)");
   Comparer cmp(ref, got, read_map(o.map_file, param_specs(s.model)));
   for (int64_t t = 0; t < steps; ++t) rep.step_lines.push_back(cmp.step(t));
+  cmp.split_into(rep.degrees);
   rep.rows = cmp.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
     return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
@@ -433,7 +412,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
 }  // namespace
 
 VerdictReport compare_dumps(const DumpCompareOptions& o) {
-  const Dump ref = Dump::open(o.ref_dir, "reference"), got = Dump::open(o.got_dir, "candidate");
+  Dump ref = Dump::open(o.ref_dir, "reference"), got = Dump::open(o.got_dir, "candidate");
   if (!ref.scenario)
     throw ConfigError("reference", o.ref_dir + "/manifest.json records no scenario ($.scenario): the reference "
                                                  "must be a `parity dump`, whose scenario fixes the model");
@@ -450,6 +429,7 @@ VerdictReport compare_dumps(const DumpCompareOptions& o) {
                                            (b.contains(k) ? b[k].dump() : "absent") + ", the reference's " + v.dump() +
                                            " (dump the reference from the candidate's scenario)");
   }
+  ref.bound_files(ref.scenario->model), got.bound_files(ref.scenario->model);  // no read without bound
   return compare_dumps_impl(o, ref, got);
 }
 

@@ -9,6 +9,7 @@
 
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict.h"
+#include "harness/verdict/verdict_signature.h"
 
 namespace parity {
 
@@ -193,13 +194,16 @@ RootCause find_root(const VerdictReport& r) {
   }
   const Row& rr = r.rows[root.row];
   // A wrong grad norm is read by its parts per family (the row's detail), not its total.
-  // So is a replica that drifted apart: no scale, the groups and ranks that differ.
-  const bool by_detail = (rr.quantity == "grad_norm" || rr.quantity == "replicas") && !rr.detail.empty();
+  // So is a replica that drifted apart: no scale, the groups and ranks that differ; and the
+  // inputs: the sequences a split dropped or took twice, named by index (dump_split.h).
+  const bool by_detail =
+      (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs") && !rr.detail.empty();
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
   if (rr.quantity == "param" && root.factor == "not a clean factor")
     if (std::string c = clip_meaning(rr.scale_ratio, r.step_lines, root.step); !c.empty()) root.factor = c;
+  if (std::string sig = signature_meaning(r, root); !sig.empty()) root.factor = sig;  // verdict_signature.h
   // Every row failing at the root's step within a few times its bound, no clean factor: that
   // is rounding the bound fell short of (or a bug as small as rounding), not "a different
   // computation" (docs/verdict.md "The root").
