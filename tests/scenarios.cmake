@@ -240,3 +240,11 @@ set_tests_properties(verdict.bf16_dim2_live_family_fault_fails PROPERTIES
   PASS_REGULAR_EXPRESSION "root: grad embedding at step 0[^\n]*\n.*exit=1\n")
 set_tests_properties(verdict.bf16_dim2_dead_families_pass verdict.bf16_dim2_live_family_fault_fails PROPERTIES
   LABELS "verdict;multiprocess" TIMEOUT 120)
+# The same model dumped in bf16 and compared with a copy of itself (parity compare): its twin's
+# noise on the router (all cancellation) reaches 3.2, over the ceiling a forged manifest is held
+# to; a genuine reference is accepted, the noise held at the ceiling (it was refused, exit 2).
+set(PARITY_DIM2_DIR ${CMAKE_CURRENT_BINARY_DIR}/dim2_dump)
+add_test(NAME compare.bf16_dim2_reference_is_accepted
+         COMMAND sh -c "rm -rf ${PARITY_DIM2_DIR} && mkdir -p ${PARITY_DIM2_DIR} && $<TARGET_FILE:parity> dump ${PARITY_DIM2_CASE} ${PARITY_DIM2_DIR}/ref --precision bf16 >/dev/null && cp -r ${PARITY_DIM2_DIR}/ref ${PARITY_DIM2_DIR}/got && $<TARGET_FILE:parity> compare ${PARITY_DIM2_DIR}/ref ${PARITY_DIM2_DIR}/got 2>&1; echo exit=$?")
+set_tests_properties(compare.bf16_dim2_reference_is_accepted PROPERTIES
+  PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n" LABELS "verdict;compare" TIMEOUT 120)

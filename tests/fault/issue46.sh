@@ -88,8 +88,8 @@ case $case in
     for t in 0 1; do py "st_edit('c/step_00000$t.safetensors', lambda h, d: scale(h, d, 'grads.', 2.0))"; done
     compare
     want 1 "root: grad head at step 0 .*scale 2\.0"  # held to the real bounds: fails
-    compare r
-    want 2 "r/manifest\.json: \\\$\.steps\[0\]\.noise\.grad\.embedding: 1e\+300 is more than rounding in fp64 can move"
+    compare r  # the forged noise held at its ceiling: the doubled gradients still fail
+    want 1 "root: grad head at step 0 .*scale 2\.0"
     py "manifest('r', lambda m: [s['noise'].update({k: -1 for k in s['noise'] if k.startswith('grad.')}) for s in m['steps']])"
     compare r
     want 2 "noise\.grad\.embedding: expected a finite noise >= 0, got -1"

@@ -2,6 +2,7 @@
 // are the same run, or the same run with one planted change; each change must fail the row it
 // touches and be named as the root, with its factor.
 #include "harness/runner/dump_compare.h"
+#include "harness/runner/dump_read.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -293,9 +294,10 @@ TEST(DumpSplit, TheSetIsCheckedNotTheOrder) {
             "a sequence outside the batch of 5: 7 (dp rank 1 micro-batch 1)");
 }
 
-// A noise no rounding can produce (issue 46: forged to 1e300, a doubled gradient passed) is
-// refused, naming the entry; the ceiling is 1000x the row's floor, at most 0.05.
-TEST_F(DumpCompare, ANoiseAboveWhatRoundingCanProduceIsRefused) {
+// A noise no rounding can produce (issue 46: forged to 1e300, a doubled gradient passed) is held
+// at the ceiling, 1000x the row's floor, at most 0.05 (a genuine twin's noise on a family that is
+// all cancellation reached 3.2 in bf16: refusing it refused a correct reference, issue 41).
+TEST_F(DumpCompare, ANoiseAboveWhatRoundingCanProduceIsHeldAtTheCeiling) {
   EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("fp64", "p"), kNoiseGrad), 1e-8);
   EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("fp32", "p"), kNoiseGrad), 0.05);
   EXPECT_DOUBLE_EQ(noise_ceiling(parse_precision("bf16", "p"), kNoiseLoss), 0.05);
@@ -306,14 +308,10 @@ TEST_F(DumpCompare, ANoiseAboveWhatRoundingCanProduceIsRefused) {
     nlohmann::json m = nlohmann::json::parse(std::ifstream(ref / "manifest.json"));
     m["steps"][1]["noise"]["grad.router"] = forged;
     std::ofstream(ref / "manifest.json") << m.dump(2);
-    try {
-      compare(dump_of("cand64", "fp64", false), "", ref);
-      FAIL() << "a noise of " << forged << " was accepted";
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("$.steps[1].noise.grad.router"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("more than rounding in fp64 can move this row"), std::string::npos)
-          << e.what();
-    }
+    const Precision p = parse_precision("fp64", "p");
+    const std::vector<double> n = Dump::open(ref.string(), "reference").noise(1, p);
+    ASSERT_EQ(n.size(), kNoiseWidth);
+    EXPECT_DOUBLE_EQ(n[kNoiseGrad + static_cast<size_t>(Family::router)], noise_ceiling(p, kNoiseGrad)) << forged;
   }
 }
 

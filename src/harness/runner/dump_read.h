@@ -10,9 +10,9 @@
 //     reinterpreted;
 //   - no file is read past a bound from the reference's model (twice what a step of that
 //     model holds, plus 16 MiB), so a 100 GiB sparse file is refused with its size;
-//   - the reference's recorded noise (the bounds) is finite, non-negative and plausible: a
-//     rounding twin cannot move a row by more than noise_ceiling (below); a forged 1e300 is
-//     refused instead of letting a doubled gradient pass;
+//   - the reference's recorded noise (the bounds) is finite and non-negative, and held at
+//     noise_ceiling (below): a forged 1e300 cannot let a doubled gradient pass, and a genuine
+//     twin's noise on a family that is all cancellation is not refused;
 //   - a reference value that is not finite is the reference's own divergence (DivergedError,
 //     exit 4), not a verdict on the candidate.
 // A damaged file, a refused entry, a wrong dtype: ConfigError (exit 2) naming the dump's role,
@@ -60,7 +60,7 @@ struct Dump {
   SafetensorsFile file(int64_t step, const Dump* other = nullptr) const;
   // The step's recorded noise (bounds.h order, NaN: not measured); empty when the dump has
   // none. Refuses (ConfigError naming $.steps[k].noise.NAME) a value that is not a finite
-  // non-negative number or exceeds noise_ceiling(p, i).
+  // non-negative number; holds one above noise_ceiling(p, i) at the ceiling.
   std::vector<double> noise(int64_t step, const Precision& p) const;
   // The manifest's record `key` of step `step` ($.steps[k].KEY; null when absent) and its JSON
   // path for errors; whether any step records `key`.
