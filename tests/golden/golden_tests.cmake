@@ -28,7 +28,7 @@ foreach(file ${PARITY_GOLDEN_SCENARIOS})
   set_tests_properties(golden.${name} PROPERTIES LABELS golden TIMEOUT 180 ENVIRONMENT "${PARITY_GOLDEN_ENV}")
 endforeach()
 
-# The figures through gnuplot itself: a group of 30 drawn, gnuplot silent on its script (skipped,
+# The figures through gnuplot itself: a group of 34 (every pw* and pp* scenario) drawn, gnuplot silent on its script (skipped,
 # exit 77, without gnuplot).
 add_test(NAME golden.plot_renders COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/golden/plot_renders.sh $<TARGET_FILE:parity>
                                           ${PROJECT_SOURCE_DIR})
