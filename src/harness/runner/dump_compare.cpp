@@ -242,7 +242,7 @@ StepLine Comparer::step(int64_t t) {
   const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
   const StepBounds& sb = env_->step(ref_.noise(t, c_.precision()));
   for (size_t g = 0; g < n_; ++g) {
-    groups_[g].tol.norm_rel = sb.grad[g].value, groups_[g].far_bound = sb.grad_far[g];
+    groups_[g].far_bound = sb.grad_far[g];  // the grad rows' bounds: below, widened for the model
     groups_[n_ + g].tol.norm_rel = sb.param[g].value;
   }
   if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
