@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <map>
 #include <functional>
 #include <bit>
@@ -20,6 +21,8 @@
 #include <cstring>
 #include <cstdint>
 #include <system_error>
+#include <thread>
+#include <exception>
 
 #include "comm/launch.h"
 #include "comm/sim/sim_world.h"
@@ -302,9 +305,31 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   }
 };
 
+// Baseline step t+1 runs while the twin measures step t in a thread of its own (the twin's
+// step needs only the baseline's record of t and its parameters before and after t, copied):
+// the two take turns no more, so the ranks get step t after about one baseline step instead of
+// a baseline step and a twin step. Each computes what it did in turn, in its own precision
+// scope and jitter sequence (both per thread and set per step): the same bits.
+template <class T> struct TwinJob {
+  StepRecord<T> record;
+  std::vector<Tensor<T>> before, after;
+  std::vector<Buffer<T>> bias_before, bias_after;
+  std::thread thread;
+  std::exception_ptr error;
+  bool running = false;
+};
+
+template <class T> void finish(TwinJob<T>& job) {
+  if (!job.running) return;
+  job.thread.join();
+  job.running = false;
+  if (job.error) std::rethrow_exception(job.error);
+}
+
 template <class T> void produce(const Scenario& s, unsigned char* base, const std::atomic<bool>& stop) {
   auto* h = reinterpret_cast<Header*>(base);
   const Geometry g(s, sizeof(T));
+  TwinJob<T> job;
   try {
     BaselineRun<T> run(s);
     TwinRun<T> twin(s);  // beside the baseline, once per host
@@ -312,11 +337,10 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
     put_tensors(at, run.model().params.tensors);
     put_bias(at, run.model().expert_bias, g);
     publish(h, 0);
-    for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
-      const std::vector<Tensor<T>> before = run.model().params.tensors;
-      if (!s.trajectory) twin.start_from(before, run.model().expert_bias);  // step-local
-      StepRecord<T> r = run.step(t, KeepGrads::yes);
-      r.noise = twin.step(t, r, before, run.model().params.tensors, run.model().expert_bias);
+    // writes the twin's finished step into its block and publishes it
+    auto write = [&](TwinJob<T>& j) {
+      StepRecord<T>& r = j.record;
+      const int64_t t = r.step;
       // the block of step t - kRing is reused: wait until every rank is past it
       for (unsigned spins = 0; !stop.load(); ++spins) {
         int64_t slowest = INT64_MAX;
@@ -330,15 +354,53 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       put(at, sc, 5);
       put(at, r.micro_losses.data(), r.micro_losses.size());
       put_tensors(at, r.grads->tensors);
-      put_tensors(at, run.model().params.tensors);
-      put_bias(at, run.model().expert_bias, g);
+      put_tensors(at, j.after);
+      put_bias(at, j.bias_after, g);
       for (const auto& v : r.tokens_per_expert) put(at, v.data(), v.size());
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
       put(at, r.noise.data(), kNoiseWidth);
       publish(h, t + 1);
+    };
+    for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
+      std::vector<Tensor<T>> before = run.model().params.tensors;
+      std::vector<Buffer<T>> bias_before = run.model().expert_bias;
+      std::optional<StepRecord<T>> r;
+      try {
+        r.emplace(run.step(t, KeepGrads::yes));
+      } catch (...) {  // a diverged step t: step t - 1 is published first, as when the two took turns
+        finish(job);
+        if (t > 0) write(job);
+        throw;
+      }
+      finish(job);  // the twin's step t - 1
+      if (t > 0) write(job);
+      job.record = std::move(*r), job.before = std::move(before), job.bias_before = std::move(bias_before);
+      job.after = run.model().params.tensors, job.bias_after = run.model().expert_bias;
+      auto measure = [&s, &twin, &job] {
+        try {
+          if (!s.trajectory) twin.start_from(job.before, job.bias_before);  // step-local
+          job.record.noise = twin.step(job.record.step, job.record, job.before, job.after, job.bias_after);
+        } catch (...) {
+          job.error = std::current_exception();
+        }
+      };
+      // on a GPU the two would share the device's stream and handles: in turn there, as where
+      // no thread can be made
+      bool beside = s.layout.device == Device::cpu;
+      if (beside) try {
+          job.thread = std::thread(measure);
+        } catch (const std::system_error&) {
+          beside = false;
+        }
+      if (!beside) measure();
+      job.running = beside;
+      if (!beside && job.error) std::rethrow_exception(job.error);
     }
+    finish(job);
+    if (s.steps > 0 && !stop.load()) write(job);
   } catch (const std::exception& e) {
+    if (job.running) job.thread.join();
     std::strncpy(h->error, e.what(), kErrorBytes - 1);
     h->error_code = exit_code::of(e);
     publish(h, kFailed);
