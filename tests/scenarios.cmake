@@ -124,9 +124,11 @@ set_tests_properties(verdict.fault.scale_grad_router verdict.fault.scale_param_l
 
 # Issue 41, the step-local verdict (docs/verdict.md "Step-local and trajectory"): fsdp2 with
 # data_seed 97196 in bf16. Free-running (--trajectory), Adam (eps 1e-8) compounds one-ulp
-# differences until grad attention is 1.9x over its floor at step 3, and the root line says
-# "at rounding level", not "a different computation"; the default continues every step from
-# the baseline's state, and passes. A "verdict" key a file may give is checked (exit 2).
+# differences: with the twin's storage jitter at 4 ulps grad attention was 1.9x over its floor at
+# step 3 (the root said "at rounding level"); at 8 (core/precision.h kJitterUlps) the twin sees
+# that growth and the trajectory passes too (PARITY_TWIN_JITTER=4 fails it again). The default
+# continues every step from the baseline's state, and passes. A "verdict" key a file may give is
+# checked (exit 2).
 set(PARITY_SEED97196 ${CMAKE_CURRENT_BINARY_DIR}/fsdp2_seed97196.json)
 file(READ ${PARITY_SCENARIO_DIR}/fsdp2.json PARITY_SEED_TEXT)
 string(JSON PARITY_SEED_TEXT SET "${PARITY_SEED_TEXT}" data_seed 97196)
@@ -140,13 +142,13 @@ add_test(NAME verdict.step_local.seed97196_bf16_passes
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_SEED97196} --precision bf16 2>&1; echo exit=$?")
 set_tests_properties(verdict.step_local.seed97196_bf16_passes PROPERTIES
   PASS_REGULAR_EXPRESSION "world 2[^\n]*, step-local, 10 steps, adam[^\n]*\n.*verdict: PASS[^\n]*\n.*exit=0\n")
-add_test(NAME verdict.trajectory.seed97196_bf16_at_rounding_level
+add_test(NAME verdict.trajectory.seed97196_bf16_passes
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_SEED97196} --precision bf16 --trajectory 2>&1; echo exit=$?")
 add_test(NAME verdict.trajectory.from_the_file
          COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_BINARY_DIR}/fsdp2_seed97196_trajectory.json --precision bf16 2>&1; echo exit=$?")
-foreach(t verdict.trajectory.seed97196_bf16_at_rounding_level verdict.trajectory.from_the_file)
+foreach(t verdict.trajectory.seed97196_bf16_passes verdict.trajectory.from_the_file)
   set_tests_properties(${t} PROPERTIES PASS_REGULAR_EXPRESSION
-    "world 2[^\n]*, trajectory, 10 steps[^\n]*\n.*\nFAIL +grad +attention [^\n]*\n.*root: grad attention at step 3 [^\n]*-> at rounding level: 1\\.9x the bound[^\n]*\n.*exit=1\n")
+    "world 2[^\n]*, trajectory, 10 steps[^\n]*\n.*\nok +grad +attention [^\n]*\n.*verdict: PASS[^\n]*\n.*exit=0\n")
 endforeach()
 add_test(NAME verdict.mode_bad_value_is_refused
          COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_BINARY_DIR}/bad_verdict_mode.json 2>&1; echo exit=$?")
@@ -161,7 +163,7 @@ foreach(name fsdp2 hsdp2x2 fsdp2_tp2_mb2 zero2_dp4_ep2)
     PASS_REGULAR_EXPRESSION "bf16-reduce-bf16, [^\n]*step-local[^\n]*\n.*verdict: PASS[^\n]*\n.*exit=0\n")
   set_property(TEST verdict.bf16_reduce_bf16.${name} APPEND PROPERTY LABELS "verdict;multiprocess")
 endforeach()
-set_tests_properties(verdict.step_local.seed97196_bf16_passes verdict.trajectory.seed97196_bf16_at_rounding_level
+set_tests_properties(verdict.step_local.seed97196_bf16_passes verdict.trajectory.seed97196_bf16_passes
   verdict.trajectory.from_the_file verdict.mode_bad_value_is_refused PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
 
 # --lr reaches the ranks exactly: 1e-9 once became "0.000000" (std::to_string), which every
@@ -240,6 +242,33 @@ set_tests_properties(verdict.bf16_dim2_live_family_fault_fails PROPERTIES
   PASS_REGULAR_EXPRESSION "root: grad embedding at step 0[^\n]*\n.*exit=1\n")
 set_tests_properties(verdict.bf16_dim2_dead_families_pass verdict.bf16_dim2_live_family_fault_fails PROPERTIES
   LABELS "verdict;multiprocess" TIMEOUT 120)
+# Issue 41, two false alarms of ci/calibrate (seeds 9898, 9393), kept as cases. The first: Adam
+# moves an embedding element whose gradient sits near eps by a few percent of lr on a rounding-level
+# gradient difference (param embedding 2.2x its floor at step 0, then at step 1 through the moments
+# it left); the param row now allows the update the gradients taken explain (verdict_taken.h
+# explained_update), and a parameter scaled by 1.001 still fails there. The second: tp 2, sgd,
+# 43 steps, grad shared_experts 1.8x its floor at step 6 with the twin 20x under it; the twin's
+# storage jitter (core/precision.h kJitterUlps 4 -> 8) sees the layout's flips, and a gradient
+# x 1.002 still fails at step 0.
+set(PARITY_EPS_CASE ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_adam_eps_embedding.json)
+set(PARITY_TP2_CASE ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_tp2_flips.json)
+add_test(NAME verdict.bf16_adam_eps_explained_pass
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_EPS_CASE} --precision bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_adam_eps_explained_pass PROPERTIES
+  PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+add_test(NAME verdict.bf16_adam_eps_param_fault_fails
+         COMMAND sh -c "PARITY_FAULT=scale_param:embedding:1.001 $<TARGET_FILE:parity> run ${PARITY_EPS_CASE} --precision bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_adam_eps_param_fault_fails PROPERTIES
+  PASS_REGULAR_EXPRESSION "root: param embedding at step 0[^\n]*\n.*exit=1\n")
+add_test(NAME verdict.bf16_tp2_flips_pass
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_TP2_CASE} --precision bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_tp2_flips_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+add_test(NAME verdict.bf16_tp2_grad_fault_fails
+         COMMAND sh -c "PARITY_FAULT=scale_grad:shared_experts:1.002 $<TARGET_FILE:parity> run ${PARITY_TP2_CASE} --precision bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_tp2_grad_fault_fails PROPERTIES
+  PASS_REGULAR_EXPRESSION "root: grad shared_experts at step 0[^\n]*\n.*exit=1\n")
+set_tests_properties(verdict.bf16_adam_eps_explained_pass verdict.bf16_adam_eps_param_fault_fails
+  verdict.bf16_tp2_flips_pass verdict.bf16_tp2_grad_fault_fails PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
 # The same model dumped in bf16 and compared with a copy of itself (parity compare): its twin's
 # noise on the router (all cancellation) reaches 3.2, over the ceiling a forged manifest is held
 # to; a genuine reference is accepted, the noise held at the ceiling (it was refused, exit 2).

@@ -24,38 +24,26 @@ template <class T> void Optimizer<T>::step(ParamSet<T>& params, const ParamSet<T
   }
 }
 
+template <class T> StepConstants<T> step_constants(const OptimConfig& cfg, int64_t t) {
+  StepConstants<T> c;
+  c.kind = cfg.kind;
+  c.lr = static_cast<T>(cfg.lr), c.wd = static_cast<T>(cfg.weight_decay), c.mu = static_cast<T>(cfg.momentum);
+  c.b1 = static_cast<T>(cfg.beta1), c.b2 = static_cast<T>(cfg.beta2), c.eps = static_cast<T>(cfg.eps);
+  c.bc1 = T(1) - static_cast<T>(std::pow(cfg.beta1, static_cast<double>(t)));
+  c.bc2 = T(1) - static_cast<T>(std::pow(cfg.beta2, static_cast<double>(t)));
+  c.first = t == 1;
+  return c;
+}
+
 template <class T> void Optimizer<T>::step_buffer(T* w, const T* g, T* m, T* v, int64_t n) const {
-  const T lr = static_cast<T>(cfg_.lr), wd = static_cast<T>(cfg_.weight_decay);
-  if (cfg_.kind == OptimKind::sgd) {
-    const T mu = static_cast<T>(cfg_.momentum);
+  const StepConstants<T> c = step_constants<T>(cfg_, t_);
 #if PARITY_HAVE_CUDA
-    if (on_cuda()) return cuda::sgd_step(w, g, m, n, lr, wd, mu, t_ == 1);
-#endif
-    for (int64_t i = 0; i < n; ++i) {
-      T d = g[i];
-      if (wd != T(0)) d = d + wd * w[i];
-      m[i] = t_ == 1 ? d : mu * m[i] + d;  // buf = g on the first step
-      w[i] = w[i] - lr * m[i];
-    }
-    return;
+  if (on_cuda()) {
+    if (c.kind == OptimKind::sgd) return cuda::sgd_step(w, g, m, n, c.lr, c.wd, c.mu, c.first);
+    return cuda::adam_step(w, g, m, v, n, c.lr, c.wd, c.b1, c.b2, c.eps, c.bc1, c.bc2, c.kind == OptimKind::adamw);
   }
-  const T b1 = static_cast<T>(cfg_.beta1), b2 = static_cast<T>(cfg_.beta2), eps = static_cast<T>(cfg_.eps);
-  const T bc1 = T(1) - static_cast<T>(std::pow(cfg_.beta1, static_cast<double>(t_)));
-  const T bc2 = T(1) - static_cast<T>(std::pow(cfg_.beta2, static_cast<double>(t_)));
-  const bool decoupled = cfg_.kind == OptimKind::adamw;
-#if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::adam_step(w, g, m, v, n, lr, wd, b1, b2, eps, bc1, bc2, decoupled);
 #endif
-  for (int64_t i = 0; i < n; ++i) {
-    T gi = g[i];
-    if (decoupled)
-      w[i] = w[i] - lr * wd * w[i];
-    else if (wd != T(0))
-      gi = gi + wd * w[i];
-    m[i] = b1 * m[i] + (T(1) - b1) * gi;
-    v[i] = b2 * v[i] + (T(1) - b2) * gi * gi;
-    w[i] = w[i] - lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + eps);
-  }
+  for (int64_t i = 0; i < n; ++i) c.apply(w[i], g[i], m[i], v ? v + i : nullptr);
 }
 
 template <class T> double sum_of_squares(const T* x, int64_t n) {
@@ -103,6 +91,7 @@ template <class T> void expert_bias_update(T* bias, const int64_t* counts, int64
 
 #define PARITY_INSTANTIATE(T)                                                \
   template class Optimizer<T>;                                               \
+  template StepConstants<T> step_constants<T>(const OptimConfig&, int64_t);  \
   template double sum_of_squares<T>(const ParamSet<T>&);                     \
   template double sum_of_squares<T>(const T*, int64_t);                      \
   template void scale_grads<T>(ParamSet<T>&, double);                        \

@@ -3,6 +3,7 @@
 // dtype T, element by element, so a rank stepping its shard computes the same bits as the
 // one-device run stepping the full tensor.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +11,34 @@
 #include "model/params.h"
 
 namespace parity {
+
+// One element of one step, exactly as the step's CPU loop computes it: the parameter w and its
+// moment(s) m (sgd: the momentum buffer) and v (adam, adamw; nullptr for sgd) updated in place from
+// the (already clipped) gradient g. The verdict replays it on single elements (the update a
+// gradient explains: harness/runner/verdict_taken.h), so it is the one host implementation.
+template <class T> struct StepConstants {
+  OptimKind kind = OptimKind::sgd;
+  T lr{}, wd{}, mu{}, b1{}, b2{}, eps{}, bc1{}, bc2{};
+  bool first = false;  // sgd: the buffer takes the gradient as it is on the first step
+  void apply(T& w, T g, T& m, T* v) const {
+    if (kind == OptimKind::sgd) {
+      T d = g;
+      if (wd != T(0)) d = d + wd * w;
+      m = first ? d : mu * m + d;
+      w = w - lr * m;
+      return;
+    }
+    if (kind == OptimKind::adamw)
+      w = w - lr * wd * w;
+    else if (wd != T(0))
+      g = g + wd * w;
+    m = b1 * m + (T(1) - b1) * g;
+    *v = b2 * *v + (T(1) - b2) * g * g;
+    w = w - lr * (m / bc1) / (std::sqrt(*v / bc2) + eps);
+  }
+};
+// The constants of step t (counted from 1) under cfg.
+template <class T> StepConstants<T> step_constants(const OptimConfig& cfg, int64_t t);
 
 template <class T> class Optimizer {
  public:

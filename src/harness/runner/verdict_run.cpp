@@ -114,8 +114,8 @@ template <class T> class Runner {
   void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the
   // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
-  // compare), far and counted elements
-  std::vector<std::array<double, 7>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  // compare), far and counted elements, and the update its difference explains (verdict_taken.h), absolute
+  std::vector<std::array<double, 8>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
   static constexpr size_t kUpdateWidth = 5 + verdict_taken::kWidth;  // per param group: NormSums, far, counted; taken
 };
 
@@ -319,7 +319,13 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     for (int r = 0; r < world_.size(); ++r)
       parts.push_back(
           vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
-    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine(parts));
+    const vd::GroupStep sums = vd::combine(parts);
+    if (g >= n_fam_ && g < 2 * n_fam_ && !sc_.trajectory) {  // param rows: and what the gradients taken explain
+      const double x = upd[g - n_fam_][7], ref = std::sqrt(sums.once.ref2);
+      bounds_[3 + g] = with_explained(bounds_[3 + g], ref > 0 ? x / ref : x);
+      groups_[g].tol.norm_rel = bounds_[3 + g].value;
+    }
+    vd::Outcome o = vd::group_outcome(groups_[g], sums);
     o.bound = bounds_[3 + g];
     if (g < n_fam_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
       std::vector<size_t> members;
@@ -414,26 +420,26 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 7>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+std::vector<std::array<double, 8>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
                                                              size_t at) const {
-  std::vector<std::array<double, 7>> out(n_fam_);
+  std::vector<std::array<double, 8>> out(n_fam_);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
     NormSums s, k;
-    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0;
+    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0, kexpl = 0;
     for (int r = 0; r < world_.size(); ++r) {
       const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
       s.add(NormSums{x[0], x[1], x[2]});
       far += x[3], count += x[4];
       k.add(NormSums{x[5], x[6], x[7]});
-      kfar += x[8], kcount += x[9], kread += x[10];
+      kfar += x[8], kcount += x[9], kread += x[10], kexpl += x[11];
     }
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
     // what reading the gradient back from the moment may round, taken off its error
     const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
     const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
     out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? rel : nan, k.ref2 > 0 ? k.scale_ratio() : nan,
-              kfar, kcount};
+              kfar, kcount, std::sqrt(kexpl)};
   }
   return out;
 }

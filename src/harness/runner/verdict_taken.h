@@ -21,6 +21,7 @@
 #include "mesh/placement.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "optim/optimizer.h"
 
 namespace parity::verdict_taken {
 
@@ -30,17 +31,26 @@ struct Moments {
   std::vector<std::vector<int64_t>> idx;
   std::vector<char> counted;
   std::vector<std::vector<double>> before;
+  std::vector<std::vector<double>> v_before;  // adam's second moment before the step (empty: none, or zeros)
+  int64_t steps_before = 0;                   // the optimizer's steps taken before this one ("optim.step")
+  // This rank's moments after the last compared step, and its replay of the baseline's
+  // (explained_update) where the layout carried its own unchanged into this step; elsewhere (the
+  // first compared step, a resumed run's first, state changed between steps) the replay starts
+  // from the layout's own, so nothing of a state carried wrong is explained.
+  std::vector<std::vector<double>> m_after, v_after, shadow_m, shadow_v;
 };
 
 // The entry "optim.m.NAME" of each parameter in `st`, as its local tensor (nullptr: none).
+// which: "m" or "v" (adam's second moment).
 template <class T>
 std::vector<const Tensor<T>*> first_moments(const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
-                                            std::vector<mesh::TensorLayout>* layouts = nullptr) {
+                                            std::vector<mesh::TensorLayout>* layouts = nullptr,
+                                            const char* which = "m") {
   std::vector<const Tensor<T>*> out(specs.size(), nullptr);
   if (layouts) layouts->assign(specs.size(), mesh::TensorLayout{});
   for (size_t p = 0; p < specs.size(); ++p)
     for (const ckpt::StateEntry& e : st.entries())
-      if (e.name == "optim.m." + specs[p].name)
+      if (e.name == std::string("optim.") + which + "." + specs[p].name)
         if (auto* t = std::get_if<Tensor<T>*>(&e.local)) {
           out[p] = *t;
           if (layouts) (*layouts)[p] = e.layout;
@@ -64,6 +74,38 @@ void before_step(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
   mo.before.assign(specs.size(), {});
   for (size_t p = 0; p < specs.size(); ++p)
     if (m[p]) mo.before[p].assign(m[p]->data.begin(), m[p]->data.end());
+  const std::vector<const Tensor<T>*> v = first_moments<T>(st, specs, nullptr, "v");
+  mo.v_before.assign(specs.size(), {});
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (v[p]) mo.v_before[p].assign(v[p]->data.begin(), v[p]->data.end());
+  mo.steps_before = 0;
+  for (const ckpt::StateEntry& e : st.entries())
+    if (auto* t = std::get_if<Tensor<int64_t>*>(&e.local); t && e.name == "optim.step" && !(*t)->data.empty())
+      mo.steps_before = (*t)->data[0];
+}
+
+// The update a gradient explains: the parameter's step from the layout's moments (m0, v0) and the
+// gradient it took, g, against the baseline's step from its moments (sm, sv) and its gradient r,
+// both from the baseline's parameter w0, by the optimizer's own arithmetic (optim/optimizer.h
+// StepConstants; the layout's step count for both, so a count carried wrong stays unexplained).
+// Adam divides each element by its own sqrt(v) + eps, so an element whose gradient sits near eps
+// moves by up to lr where its gradient moved by a rounding that is nothing next to its family's,
+// and its moments carry that into later steps: one such element of an embedding put a bf16 param
+// row at 1.5x to 2.2x its floor with the gradient taken equal to rounding (issue 41). The
+// baseline's moments are this rank's replay of them (Moments::shadow_*): they differ from the
+// layout's only by the gradients taken before, each judged at its step.
+template <class T> struct Replayed {
+  double dw = 0;  // the layout's step less the baseline's
+  T m{}, v{};     // the baseline's moments after its step
+};
+template <class T>
+Replayed<T> explained_update(const StepConstants<T>& c, T w0, double m0, double v0, double g, double sm, double sv,
+                             double r) {
+  T w1 = w0, m1 = static_cast<T>(m0), v1 = static_cast<T>(v0);
+  T w2 = w0, m2 = static_cast<T>(sm), v2 = static_cast<T>(sv);
+  c.apply(w1, static_cast<T>(g), m1, &v1);
+  c.apply(w2, static_cast<T>(r), m2, &v2);
+  return {static_cast<double>(w1) - static_cast<double>(w2), m2, v2};
 }
 
 // After the step: per family group, the sums (diff2, ref2, dot) of the taken gradient against
@@ -73,19 +115,24 @@ void before_step(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
 // moment may round (4 units of T's roundoff x (|m_t| + b1 |m_(t-1)|) / (1 - b1) per element:
 // where the gradient is small next to its moment, late in a run, d is a difference of nearly
 // equal values; an element within it is not far), over this rank's counted elements.
-inline constexpr size_t kWidth = 6;
+// The seventh: the sum of squares of the update the taken gradient's difference explains
+// (explained_update, from this rank's moments before the step and the baseline's parameters), which
+// a param row allows beside its bound (docs/verdict.md "Bounds").
+inline constexpr size_t kWidth = 7;
 template <class T>
-void append_sums(const Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
+void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
                  const OptimConfig& o, double clip_ref, const std::vector<Tensor<T>>& base_grads,
                  const std::vector<Tensor<T>>& base_before, const std::vector<size_t>& group_of_param,
                  size_t groups, std::vector<double>& out) {
-  const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs);
+  const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs), va = first_moments<T>(st, specs, nullptr, "v");
+  for (auto* w : {&mo.m_after, &mo.v_after, &mo.shadow_m, &mo.shadow_v}) w->resize(specs.size());
   const bool sgd = o.kind == OptimKind::sgd;
   // the optimizer's own constants, in T (optim/optimizer.cpp)
   const auto b = static_cast<T>(sgd ? o.momentum : o.beta1);
   const double keep = static_cast<double>(b), take = sgd ? 1.0 : static_cast<double>(T(1) - b);
   const double u = static_cast<double>(std::numeric_limits<T>::epsilon()) / 2;
   const double wd = o.kind == OptimKind::adamw ? 0.0 : o.weight_decay;
+  const StepConstants<T> step = step_constants<T>(o, mo.steps_before + 1);
   std::vector<double> s(kWidth * groups, 0.0), sq(groups, 0.0), n(groups, 0.0);
   auto ref = [&](size_t p, size_t j) {
     return clip_ref * static_cast<double>(base_grads[p].ptr()[j]) + wd * static_cast<double>(base_before[p].ptr()[j]);
@@ -104,6 +151,7 @@ void append_sums(const Moments& mo, const ckpt::ShardedState& st, const std::vec
     const size_t g = group_of_param[p];
     const double rms = gradient_magnitude(n[g] > 0 ? std::sqrt(sq[g] / n[g]) : 0.0, model_rms);
     double* acc = s.data() + kWidth * g;
+    std::vector<double> next_m(mo.idx[p].size()), next_v(mo.idx[p].size());
     for (size_t i = 0; i < mo.idx[p].size(); ++i) {
       const auto j = static_cast<size_t>(mo.idx[p][i]);
       const double mt = static_cast<double>(m[p]->data[i]), m0 = zero ? 0.0 : mo.before[p][i];
@@ -111,7 +159,24 @@ void append_sums(const Moments& mo, const ckpt::ShardedState& st, const std::vec
       const double e = 4 * u * (std::abs(mt) + keep * std::abs(m0)) / take;  // reading d back
       acc[0] += (d - r) * (d - r), acc[1] += r * r, acc[2] += d * r;
       acc[3] += std::abs(d - r) > e && is_far(d, r, rms), acc[4] += 1, acc[5] += e * e;
+      // the update their difference explains (explained_update), the gradients without the weight
+      // decay the optimizer adds itself; then this step's moments, the layout's and the baseline's
+      const T w0 = base_before[p].ptr()[j];
+      const double v0 = mo.v_before[p].size() == mo.idx[p].size() ? mo.v_before[p][i] : 0.0;
+      const bool carried = mo.m_after[p].size() == mo.idx[p].size() && mo.m_after[p][i] == m0 &&
+                           mo.v_after[p][i] == v0;
+      const double sm = carried ? mo.shadow_m[p][i] : m0, sv = carried ? mo.shadow_v[p][i] : v0;
+      const Replayed<T> x = explained_update<T>(step, w0, m0, v0, d - wd * static_cast<double>(w0), sm, sv,
+                                                r - wd * static_cast<double>(w0));
+      acc[6] += x.dw * x.dw;
+      next_m[i] = static_cast<double>(x.m), next_v[i] = static_cast<double>(x.v);
     }
+    mo.shadow_m[p] = std::move(next_m), mo.shadow_v[p] = std::move(next_v);
+    mo.m_after[p].assign(m[p]->data.begin(), m[p]->data.end());
+    if (va[p] && va[p]->data.size() == mo.idx[p].size())
+      mo.v_after[p].assign(va[p]->data.begin(), va[p]->data.end());
+    else
+      mo.v_after[p].assign(mo.idx[p].size(), 0.0);
   }
   out.insert(out.end(), s.begin(), s.end());
 }

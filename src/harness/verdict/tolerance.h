@@ -54,7 +54,21 @@ struct Bound {
   double floor = 0;        // the row's floor (noise_floor, widened for few elements): a twin that saw no noise gets it
   double twin = 0;         // kTwinFactor x the twin's noise, before the floor (NaN: not measured)
   double widened = 1;      // the floor raised for the model (tolerance.h gradient_row_bound): from "model"
+  double explained = 0;    // param rows: the update the taken gradient's difference explains, added (with_explained)
 };
+// A param row's bound beside the update its gradient explains (harness/runner/verdict_taken.h
+// explained_update: the optimizer's step from the gradient the layout took against its step from
+// the baseline's, from the same parameters and moments, normwise over the family's parameters).
+// That difference is the gradient's, judged by the grad row and the taken measure against the
+// gradient's bounds; what the param row judges is the rest: the step itself (its state, its
+// arithmetic, what it was applied to). Adam amplifies a gradient element near eps up to lr, so a
+// rounding-level gradient difference moved parameters past their floor (issue 41).
+inline Bound with_explained(Bound b, double explained) {
+  if (!(explained > 0)) return b;
+  b.explained = explained;
+  b.value += explained;
+  return b;
+}
 // A gradient family whose baseline gradient is far below the model's gradient scale is all
 // cancellation (a dim-2 model's LayerNorm passes almost nothing back: its attention and experts
 // get gradients 1e-6 to 1e-11 of the head's), and its relative error is the rounding of the terms

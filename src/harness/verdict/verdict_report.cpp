@@ -156,6 +156,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"far_bound", row.far_bound},
                     {"taken", row.taken},
                     {"taken_bound", row.taken_bound},
+                    {"explained", row.explained},
                     {"scale_ratio", json_number(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},

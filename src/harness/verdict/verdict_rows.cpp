@@ -239,7 +239,7 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
     if (o.bound.value > 0 || row.quantity != "routing") row.tol = o.bound.value;
     row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : o.bound.widened > 1 ? "model" : "floor")
                                        : "exact";
-    row.floor = o.bound.floor, row.twin = o.bound.twin;
+    row.floor = o.bound.floor, row.twin = o.bound.twin, row.explained = o.bound.explained;
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
     row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
     row.taken = o.taken, row.taken_bound = o.taken_bound;

@@ -1,0 +1,98 @@
+// The update a gradient explains (harness/runner/verdict_taken.h explained_update), against
+// Adam's and sgd's update written out here from their definitions (docs/design/model.md), not
+// through optim/.
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/runner/verdict_taken.h"
+#include "optim/optimizer.h"
+
+namespace parity {
+namespace {
+
+OptimConfig adam(double eps) {
+  OptimConfig o;
+  o.kind = OptimKind::adam;
+  o.lr = 1e-3, o.beta1 = 0.9, o.beta2 = 0.999, o.eps = eps, o.weight_decay = 0;
+  return o;
+}
+
+// Adam's step t from moments (m, v) and gradient g: the parameter's change.
+double adam_change(const OptimConfig& o, int t, double m, double v, double g) {
+  m = o.beta1 * m + (1 - o.beta1) * g;
+  v = o.beta2 * v + (1 - o.beta2) * g * g;
+  const double mh = m / (1 - std::pow(o.beta1, t)), vh = v / (1 - std::pow(o.beta2, t));
+  return -o.lr * mh / (std::sqrt(vh) + o.eps);
+}
+
+TEST(ExplainedUpdate, TheSameGradientAndMomentsExplainNothing) {
+  const OptimConfig o = adam(1e-8);
+  const auto c = step_constants<double>(o, 3);
+  const auto x = verdict_taken::explained_update<double>(c, 0.25, 1e-3, 1e-6, 2e-3, 1e-3, 1e-6, 2e-3);
+  EXPECT_EQ(x.dw, 0.0);
+}
+
+// An element whose gradient sits near eps: at step 1 Adam moves it by lr g / (|g| + eps), so a
+// gradient of 1.0e-8 against 1.3e-8 (a difference no family's bound would see) moves it by
+// 0.065 lr; far from eps (1e-3 against 1.3e-3) the same ratio moves it by 2.3e-6 lr.
+TEST(ExplainedUpdate, AdamNearEpsTurnsATinyGradientDifferenceIntoAFractionOfLr) {
+  const OptimConfig o = adam(1e-8);
+  const auto c = step_constants<double>(o, 1);
+  const double w0 = 0.5;
+  const auto near = verdict_taken::explained_update<double>(c, w0, 0, 0, 1.0e-8, 0, 0, 1.3e-8);
+  const double want = adam_change(o, 1, 0, 0, 1.0e-8) - adam_change(o, 1, 0, 0, 1.3e-8);
+  EXPECT_NEAR(near.dw, want, 1e-15);
+  EXPECT_NEAR(std::abs(near.dw) / o.lr, 1.3 / 2.3 - 0.5, 1e-6);
+  const auto far = verdict_taken::explained_update<double>(c, w0, 0, 0, 1.0e-3, 0, 0, 1.3e-3);
+  EXPECT_LT(std::abs(far.dw), 1e-5 * o.lr);  // 1e-8 / 1e-3 - 1e-8 / 1.3e-3
+  // the baseline's moments after its step: its replay
+  EXPECT_NEAR(near.m, (1 - o.beta1) * 1.3e-8, 1e-22);
+  EXPECT_NEAR(near.v, (1 - o.beta2) * 1.3e-8 * 1.3e-8, 1e-30);
+}
+
+// Moments that differ (the layout's carried from gradients it took earlier) explain the update
+// they give: the layout steps from its own, the baseline from its replay.
+TEST(ExplainedUpdate, MomentsLeftByEarlierGradientsAreExplained) {
+  const OptimConfig o = adam(1e-8);
+  const auto c = step_constants<double>(o, 2);
+  const double m_layout = 1e-9, v_layout = 1e-18, m_base = 1.3e-9, v_base = 1.69e-18, g = 2e-9;
+  const auto x = verdict_taken::explained_update<double>(c, 0.5, m_layout, v_layout, g, m_base, v_base, g);
+  const double want = adam_change(o, 2, m_layout, v_layout, g) - adam_change(o, 2, m_base, v_base, g);
+  EXPECT_NEAR(x.dw, want, 1e-15);
+  EXPECT_GT(std::abs(x.dw), 1e-3 * o.lr);
+}
+
+// sgd is linear: the explained update is lr x the gradients' difference, momentum included.
+TEST(ExplainedUpdate, SgdIsLrTimesTheDifference) {
+  OptimConfig o;
+  o.kind = OptimKind::sgd, o.lr = 0.01, o.momentum = 0.9;
+  const auto c = step_constants<double>(o, 4);
+  const auto x = verdict_taken::explained_update<double>(c, 1.0, 0.5, 0, 0.25, 0.5, 0, 0.125);
+  EXPECT_NEAR(x.dw, -0.01 * (0.25 - 0.125), 1e-16);
+  EXPECT_NEAR(x.m, 0.9 * 0.5 + 0.125, 1e-16);
+}
+
+// The element step the verdict replays is the optimizer's own: the same bits as step_buffer.
+TEST(ExplainedUpdate, StepConstantsApplyIsTheOptimizersStep) {
+  for (OptimKind k : {OptimKind::sgd, OptimKind::adam, OptimKind::adamw}) {
+    OptimConfig o = adam(1e-8);
+    o.kind = k, o.momentum = 0.9, o.weight_decay = 0.01;
+    Optimizer<float> opt(o, {});
+    opt.set_steps(2);
+    opt.begin_step();
+    std::vector<float> w{0.5f, -0.25f, 1e-3f}, g{1e-8f, 3e-2f, -2e-5f}, m{1e-9f, 2e-3f, -1e-6f}, v{1e-18f, 1e-6f, 4e-12f};
+    std::vector<float> w2 = w, m2 = m, v2 = v;
+    opt.step_buffer(w.data(), g.data(), m.data(), k == OptimKind::sgd ? nullptr : v.data(), 3);
+    const auto c = step_constants<float>(o, 3);
+    for (size_t i = 0; i < 3; ++i) {
+      c.apply(w2[i], g[i], m2[i], &v2[i]);
+      EXPECT_EQ(w[i], w2[i]);
+      EXPECT_EQ(m[i], m2[i]);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace parity
