@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/checkpoint.h"
 #include "harness/runner/verdict_taken.h"
+#include "mesh/layout_config.h"
+#include "mesh/mesh.h"
 #include "optim/optimizer.h"
 
-namespace parity {
+namespace parity::verdict_taken_test {  // one namespace per file: the tests build as unity batches
 namespace {
 
 OptimConfig adam(double eps) {
@@ -82,7 +85,8 @@ TEST(ExplainedUpdate, StepConstantsApplyIsTheOptimizersStep) {
     Optimizer<float> opt(o, {});
     opt.set_steps(2);
     opt.begin_step();
-    std::vector<float> w{0.5f, -0.25f, 1e-3f}, g{1e-8f, 3e-2f, -2e-5f}, m{1e-9f, 2e-3f, -1e-6f}, v{1e-18f, 1e-6f, 4e-12f};
+    std::vector<float> w{0.5f, -0.25f, 1e-3f}, g{1e-8f, 3e-2f, -2e-5f}, m{1e-9f, 2e-3f, -1e-6f};
+    std::vector<float> v{1e-18f, 1e-6f, 4e-12f};
     std::vector<float> w2 = w, m2 = m, v2 = v;
     opt.step_buffer(w.data(), g.data(), m.data(), k == OptimKind::sgd ? nullptr : v.data(), 3);
     const auto c = step_constants<float>(o, 3);
@@ -94,5 +98,67 @@ TEST(ExplainedUpdate, StepConstantsApplyIsTheOptimizersStep) {
   }
 }
 
+
+// The replay of the baseline's moments goes on only where the layout's moments before a step are
+// what its own step left: written wrong after an update, or changed between steps, they start the
+// replay from the layout's own, and what they do to the update stays unexplained.
+struct OneParam {
+  std::vector<ParamSpec> specs{{"w", Shape{4}, Family::head}};
+  Tensor<double> m{Shape{4}}, v{Shape{4}};
+  Tensor<int64_t> count{Shape{}, std::vector<int64_t>{0}};
+  ckpt::ShardedState st;
+  std::vector<Tensor<double>> w0{Tensor<double>(Shape{4}, std::vector<double>{0.5, -0.5, 0.25, 1.0})};
+  OneParam() {
+    st.add("optim.m.w", Shape{4}, mesh::replicated(mesh::View::dense), m);
+    st.add("optim.v.w", Shape{4}, mesh::replicated(mesh::View::dense), v);
+    st.add("optim.step", Shape{}, mesh::replicated(mesh::View::dense), count);
+  }
+  // the layout's optimizer: one step of its own from g
+  void step_layout(const OptimConfig& o, const std::vector<double>& g) {
+    const auto c = step_constants<double>(o, count.data[0] + 1);
+    for (size_t i = 0; i < 4; ++i) {
+      double w = w0[0].data[i];
+      c.apply(w, g[i], m.data[i], &v.data[i]);
+    }
+    ++count.data[0];
+  }
+  // the explained update's sum of squares of this step (append_sums' seventh)
+  double explained(verdict_taken::Moments& mo, const mesh::Mesh& mesh, const OptimConfig& o,
+                   const std::vector<double>& g, const std::vector<double>& r) {
+    verdict_taken::before_step<double>(mo, st, specs, mesh, 0);
+    step_layout(o, g);
+    std::vector<Tensor<double>> base{Tensor<double>(Shape{4}, r)};
+    std::vector<double> out;
+    verdict_taken::append_sums<double>(mo, st, specs, o, 1.0, base, w0, w0, {0}, 1, out);
+    return out.at(6);
+  }
+};
+
+TEST(ExplainedUpdate, MomentsChangedBetweenStepsAreNotExplained) {
+  LayoutConfig l;
+  const mesh::Mesh mesh(l);
+  const OptimConfig o = adam(1e-8);
+  const std::vector<double> g1{1e-8, 2e-8, 3e-3, -1e-8}, r1{1.3e-8, 2e-8, 3e-3, -0.7e-8}, g2{1e-9, -1e-8, 2e-3, 5e-9};
+  // carried: step 2's difference is its moments' (left by step 1's gradients), and it is explained
+  OneParam a;
+  verdict_taken::Moments ma;
+  a.explained(ma, mesh, o, g1, r1);
+  const double carried = a.explained(ma, mesh, o, g2, g2);
+  EXPECT_GT(std::sqrt(carried), 1e-3 * o.lr);
+  // the same, with v doubled between the steps: the replay starts from the layout's own, and
+  // the same gradient explains nothing
+  OneParam b;
+  verdict_taken::Moments mb;
+  b.explained(mb, mesh, o, g1, r1);
+  for (double& x : b.v.data) x *= 2;
+  EXPECT_EQ(b.explained(mb, mesh, o, g2, g2), 0.0);
+  // and an m moved by one part in 1e3
+  OneParam c;
+  verdict_taken::Moments mc;
+  c.explained(mc, mesh, o, g1, r1);
+  for (double& x : c.m.data) x *= 1.001;
+  EXPECT_EQ(c.explained(mc, mesh, o, g2, g2), 0.0);
+}
+
 }  // namespace
-}  // namespace parity
+}  // namespace parity::verdict_taken_test

@@ -114,8 +114,9 @@ template <class T> class Runner {
   void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the
   // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
-  // compare), far and counted elements, and the update its difference explains (verdict_taken.h), absolute
-  std::vector<std::array<double, 8>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
+  // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
+  // elements that update makes far
+  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
   static constexpr size_t kUpdateWidth = 5 + verdict_taken::kWidth;  // per param group: NormSums, far, counted; taken
 };
 
@@ -341,7 +342,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     }
     if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
       if (!std::isnan(upd[g - n_fam_][0])) o.scale_ratio = upd[g - n_fam_][0];
-      vd::check_far(o, upd[g - n_fam_][1], upd[g - n_fam_][2], far_bounds_[g - n_fam_], "of the update");
+      const auto& u = upd[g - n_fam_];  // beside its bound, the far elements the gradients taken explain
+      const double far_explained = !sc_.trajectory && u[6] > 0 ? u[8] / u[6] : 0.0;
+      vd::check_far(o, u[1], u[2], far_bounds_[g - n_fam_] + far_explained, "of the update");
       // its far elements where reductions keep fp32: under bf16-reduce-bf16 the gradient taken is a
       // bf16 reduction's result, every element of it rounded by the policy (cp2_tp2: 35% far, 2 of 500)
       const auto& k = upd[g - n_fam_];
@@ -420,26 +423,26 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 8>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
+std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
                                                              size_t at) const {
-  std::vector<std::array<double, 8>> out(n_fam_);
+  std::vector<std::array<double, 9>> out(n_fam_);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
     NormSums s, k;
-    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0, kexpl = 0;
+    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0, kexpl = 0, kexfar = 0;
     for (int r = 0; r < world_.size(); ++r) {
       const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
       s.add(NormSums{x[0], x[1], x[2]});
       far += x[3], count += x[4];
       k.add(NormSums{x[5], x[6], x[7]});
-      kfar += x[8], kcount += x[9], kread += x[10], kexpl += x[11];
+      kfar += x[8], kcount += x[9], kread += x[10], kexpl += x[11], kexfar += x[12];
     }
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
     // what reading the gradient back from the moment may round, taken off its error
     const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
     const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
     out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? rel : nan, k.ref2 > 0 ? k.scale_ratio() : nan,
-              kfar, kcount, std::sqrt(kexpl)};
+              kfar, kcount, std::sqrt(kexpl), kexfar};
   }
   return out;
 }
@@ -481,7 +484,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
     if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
     verdict_state::append_digests(st, state_keys_, mine);
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
-                                  *before_base_, group_of_param_, n_fam_, taken);
+                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken);
   }
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   add_update_sums(p, taken, mine);  // last: fold() finds them at the end of each rank's part

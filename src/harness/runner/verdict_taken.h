@@ -7,6 +7,7 @@
 // enters the moment (sgd, adam; not adamw's). The moments are this rank's own (the step-local
 // verdict never overwrites them), read before and after the step, so d is this step's alone.
 #pragma once
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -33,11 +34,14 @@ struct Moments {
   std::vector<std::vector<double>> before;
   std::vector<std::vector<double>> v_before;  // adam's second moment before the step (empty: none, or zeros)
   int64_t steps_before = 0;                   // the optimizer's steps taken before this one ("optim.step")
-  // This rank's moments after the last compared step, and its replay of the baseline's
-  // (explained_update) where the layout carried its own unchanged into this step; elsewhere (the
-  // first compared step, a resumed run's first, state changed between steps) the replay starts
-  // from the layout's own, so nothing of a state carried wrong is explained.
-  std::vector<std::vector<double>> m_after, v_after, shadow_m, shadow_v;
+  // The moments this rank's optimizer should have left after the last compared step (its own
+  // before it, stepped with the gradient it took: explained_update), within what reading that
+  // gradient back rounds (m_tol, v_tol), and this rank's replay of the baseline's. Where the
+  // layout's moments before this step are those, the replay goes on; elsewhere (the first
+  // compared step, a resumed run's first, moments written wrong after an update or changed
+  // between steps) it starts from the layout's own, so nothing of a state carried wrong is
+  // explained.
+  std::vector<std::vector<double>> m_after, v_after, m_tol, v_tol, shadow_m, shadow_v;
 };
 
 // The entry "optim.m.NAME" of each parameter in `st`, as its local tensor (nullptr: none).
@@ -97,6 +101,7 @@ void before_step(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
 template <class T> struct Replayed {
   double dw = 0;  // the layout's step less the baseline's
   T m{}, v{};     // the baseline's moments after its step
+  T lm{}, lv{};   // the layout's, as its step from its own and g leaves them
 };
 template <class T>
 Replayed<T> explained_update(const StepConstants<T>& c, T w0, double m0, double v0, double g, double sm, double sv,
@@ -105,7 +110,7 @@ Replayed<T> explained_update(const StepConstants<T>& c, T w0, double m0, double 
   T w2 = w0, m2 = static_cast<T>(sm), v2 = static_cast<T>(sv);
   c.apply(w1, static_cast<T>(g), m1, &v1);
   c.apply(w2, static_cast<T>(r), m2, &v2);
-  return {static_cast<double>(w1) - static_cast<double>(w2), m2, v2};
+  return {static_cast<double>(w1) - static_cast<double>(w2), m2, v2, m1, v1};
 }
 
 // After the step: per family group, the sums (diff2, ref2, dot) of the taken gradient against
@@ -117,15 +122,18 @@ Replayed<T> explained_update(const StepConstants<T>& c, T w0, double m0, double 
 // equal values; an element within it is not far), over this rank's counted elements.
 // The seventh: the sum of squares of the update the taken gradient's difference explains
 // (explained_update, from this rank's moments before the step and the baseline's parameters), which
-// a param row allows beside its bound (docs/verdict.md "Bounds").
-inline constexpr size_t kWidth = 7;
+// a param row allows beside its bound (docs/verdict.md "Bounds"); the eighth: how many elements
+// that update alone makes far (tolerance.h is_far, against the baseline's update and its rms),
+// which its far bound allows.
+inline constexpr size_t kWidth = 8;
 template <class T>
 void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
                  const OptimConfig& o, double clip_ref, const std::vector<Tensor<T>>& base_grads,
-                 const std::vector<Tensor<T>>& base_before, const std::vector<size_t>& group_of_param,
-                 size_t groups, std::vector<double>& out) {
-  const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs), va = first_moments<T>(st, specs, nullptr, "v");
-  for (auto* w : {&mo.m_after, &mo.v_after, &mo.shadow_m, &mo.shadow_v}) w->resize(specs.size());
+                 const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_after,
+                 const std::vector<size_t>& group_of_param, size_t groups, std::vector<double>& out) {
+  const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs);
+  for (auto* w : {&mo.m_after, &mo.v_after, &mo.m_tol, &mo.v_tol, &mo.shadow_m, &mo.shadow_v})
+    w->resize(specs.size());
   const bool sgd = o.kind == OptimKind::sgd;
   // the optimizer's own constants, in T (optim/optimizer.cpp)
   const auto b = static_cast<T>(sgd ? o.momentum : o.beta1);
@@ -137,9 +145,14 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
   auto ref = [&](size_t p, size_t j) {
     return clip_ref * static_cast<double>(base_grads[p].ptr()[j]) + wd * static_cast<double>(base_before[p].ptr()[j]);
   };
+  auto upd = [&](size_t p, size_t j) {  // the baseline's update
+    return static_cast<double>(base_after[p].ptr()[j]) - static_cast<double>(base_before[p].ptr()[j]);
+  };
+  std::vector<double> usq(groups, 0.0);
   for (size_t p = 0; p < specs.size() && p < base_grads.size() && p < base_before.size(); ++p)
     for (size_t j = 0; j < static_cast<size_t>(base_grads[p].numel()); ++j)
-      sq[group_of_param[p]] += ref(p, j) * ref(p, j), n[group_of_param[p]] += 1;
+      sq[group_of_param[p]] += ref(p, j) * ref(p, j), n[group_of_param[p]] += 1,
+          usq[group_of_param[p]] += p < base_after.size() ? upd(p, j) * upd(p, j) : 0.0;
   double model_sq = 0, model_n = 0;  // a family far below the model's gradient (tolerance.h gradient_magnitude)
   for (size_t g = 0; g < groups; ++g) model_sq += sq[g], model_n += n[g];
   const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
@@ -150,8 +163,11 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
     const bool zero = mo.before[p].size() != mo.idx[p].size();  // not yet allocated: zeros
     const size_t g = group_of_param[p];
     const double rms = gradient_magnitude(n[g] > 0 ? std::sqrt(sq[g] / n[g]) : 0.0, model_rms);
+    const double urms = n[g] > 0 ? std::sqrt(usq[g] / n[g]) : 0.0;
     double* acc = s.data() + kWidth * g;
-    std::vector<double> next_m(mo.idx[p].size()), next_v(mo.idx[p].size());
+    // the baseline's moments (replayed), the layout's expected, their tolerances
+    std::array<std::vector<double>, 6> next;
+    for (auto& x : next) x.resize(mo.idx[p].size());
     for (size_t i = 0; i < mo.idx[p].size(); ++i) {
       const auto j = static_cast<size_t>(mo.idx[p][i]);
       const double mt = static_cast<double>(m[p]->data[i]), m0 = zero ? 0.0 : mo.before[p][i];
@@ -163,20 +179,22 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
       // decay the optimizer adds itself; then this step's moments, the layout's and the baseline's
       const T w0 = base_before[p].ptr()[j];
       const double v0 = mo.v_before[p].size() == mo.idx[p].size() ? mo.v_before[p][i] : 0.0;
-      const bool carried = mo.m_after[p].size() == mo.idx[p].size() && mo.m_after[p][i] == m0 &&
-                           mo.v_after[p][i] == v0;
+      const bool carried = mo.m_after[p].size() == mo.idx[p].size() &&
+                           std::abs(mo.m_after[p][i] - m0) <= mo.m_tol[p][i] &&
+                           std::abs(mo.v_after[p][i] - v0) <= mo.v_tol[p][i];
       const double sm = carried ? mo.shadow_m[p][i] : m0, sv = carried ? mo.shadow_v[p][i] : v0;
       const Replayed<T> x = explained_update<T>(step, w0, m0, v0, d - wd * static_cast<double>(w0), sm, sv,
                                                 r - wd * static_cast<double>(w0));
       acc[6] += x.dw * x.dw;
-      next_m[i] = static_cast<double>(x.m), next_v[i] = static_cast<double>(x.v);
+      if (p < base_after.size()) acc[7] += is_far(upd(p, j) + x.dw, upd(p, j), urms);
+      next[0][i] = static_cast<double>(x.m), next[1][i] = static_cast<double>(x.v);
+      next[2][i] = static_cast<double>(x.lm), next[3][i] = static_cast<double>(x.lv);
+      const double lm = std::abs(next[2][i]), dd = std::abs(d - wd * static_cast<double>(w0));
+      next[4][i] = 4 * u * (lm + std::abs(m0)) + e, next[5][i] = 4 * u * next[3][i] + 2 * (1 - o.beta2) * (dd + e) * e;
     }
-    mo.shadow_m[p] = std::move(next_m), mo.shadow_v[p] = std::move(next_v);
-    mo.m_after[p].assign(m[p]->data.begin(), m[p]->data.end());
-    if (va[p] && va[p]->data.size() == mo.idx[p].size())
-      mo.v_after[p].assign(va[p]->data.begin(), va[p]->data.end());
-    else
-      mo.v_after[p].assign(mo.idx[p].size(), 0.0);
+    mo.shadow_m[p] = std::move(next[0]), mo.shadow_v[p] = std::move(next[1]);
+    mo.m_after[p] = std::move(next[2]), mo.v_after[p] = std::move(next[3]);
+    mo.m_tol[p] = std::move(next[4]), mo.v_tol[p] = std::move(next[5]);
   }
   out.insert(out.end(), s.begin(), s.end());
 }
