@@ -100,6 +100,7 @@ template <class T> class Runner {
   std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   double route_tie_ = 0;                    // this step's absolute near-tie gap
+  double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
   std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
   Timings time_;
   // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
@@ -304,8 +305,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   double model_sq = 0, model_n = 0;
   for (size_t g = 0; g < n_fam_; ++g)
     model_sq += fam_sq[static_cast<size_t>(group_family_[g])], model_n += group_elements_[g];
+  model_sq_peak_ = std::max(model_sq_peak_, model_sq);  // the model's gradient scale: its largest so far
   for (size_t g = 0; g < n_fam_; ++g) {
-    const GradientScale gs{fam_sq[static_cast<size_t>(group_family_[g])], group_elements_[g], model_sq, model_n,
+    const GradientScale gs{fam_sq[static_cast<size_t>(group_family_[g])], group_elements_[g], model_sq_peak_, model_n,
                            static_cast<double>(sc_.model.batch * sc_.model.seq)};
     bounds_[3 + g] = gradient_row_bound(sc_.model.precision(), bounds_[3 + g], gs);
     groups_[g].tol.norm_rel = bounds_[3 + g].value;
