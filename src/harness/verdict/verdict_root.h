@@ -21,7 +21,7 @@ struct LayoutDegrees {
   int64_t microbatches = 1;                             // a loss scaled per micro-batch
   int64_t cp = 1;                                       // context parallel (a sum over cp dropped)
   int64_t pp = 1;                                       // pipeline stages (a sum over the stages repeated)
-  // What a collected run records of its split (`parity compare`, harness/runner/dump_split.h;
+  // What a collected run records of its split (`parity compare`, harness/verdict/dump_split.h;
   // verdict_signature.h reads them): the batch and each dp rank's sequences at step 0 (empty:
   // not recorded), and per step the loss parts of every (rank, micro-batch) weighted by their
   // sequences, sum p * b / (B * reference loss) (NaN: not recorded): 1 / pieces when each

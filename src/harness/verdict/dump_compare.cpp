@@ -1,6 +1,6 @@
 // `parity compare` (dump_compare.h): two dumps' steps side by side, row by row as `parity run`
 // folds them (harness/verdict), with world 1 and every tensor full.
-#include "harness/runner/dump_compare.h"
+#include "harness/verdict/dump_compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,8 +15,8 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safetensors.h"
-#include "harness/runner/dump_read.h"
-#include "harness/runner/dump_split.h"
+#include "harness/verdict/dump_read.h"
+#include "harness/verdict/dump_split.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
