@@ -21,6 +21,7 @@
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
+#include "harness/verdict/verdict_wire.h"
 #include "model/params.h"
 
 namespace parity {
@@ -96,7 +97,8 @@ double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::
 }
 
 // The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
-// Runner with world 1: each element counted once, no replicas).
+// Runner with world 1: each element counted once, no replicas), from the same per-family sums
+// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums).
 class Comparer {
  public:
   Comparer(const Dump& ref, const Dump& got, NameMap map)
@@ -281,8 +283,7 @@ StepLine Comparer::step(int64_t t) {
   }
   const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
   std::vector<int64_t> tensor_id(n_, 0);
-  std::vector<NormSums> upd(n_);
-  std::vector<double> far(n_, 0.0), count(n_, 0.0);
+  std::vector<verdict_wire::UpdateSums> upd(n_);
   std::vector<std::string> names;
   for (size_t p = 0; p < specs_.size(); ++p) {
     const size_t g = group_of_[p];
@@ -299,9 +300,7 @@ StepLine Comparer::step(int64_t t) {
     const double prms = fam_n[g] > 0 ? std::sqrt(par_sq[g] / fam_n[g]) : 0.0;
     for (size_t i = 0; i < rp[p].size(); ++i) {
       sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
-      const double x = gp[p][i] - got_before_[p][i], r = rp[p][i] - ref_before_[p][i];
-      upd[g].diff2 += (x - r) * (x - r), upd[g].ref2 += r * r, upd[g].dot += x * r;
-      far[g] += is_far(x, r, urms), count[g] += 1;
+      upd[g].add(gp[p][i] - got_before_[p][i], rp[p][i] - ref_before_[p][i], urms);
     }
   }
   scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
@@ -343,8 +342,9 @@ StepLine Comparer::step(int64_t t) {
       o.flow = fw.pos, o.flow_tensor = fw.tensor;
     }
     if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
-      if (upd[g - n_].ref2 > 0) o.scale_ratio = upd[g - n_].scale_ratio();
-      vd::check_far(o, far[g - n_], count[g - n_], sb.update_far[g - n_], "of the update");
+      const verdict_wire::UpdateSums& u = upd[g - n_];
+      if (u.update.ref2 > 0) o.scale_ratio = u.update.scale_ratio();
+      vd::check_far(o, u.far, u.count, sb.update_far[g - n_], "of the update");
     }
     vd::update_row(rows_[3 + g], t, o);
   }
