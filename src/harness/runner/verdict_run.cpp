@@ -578,8 +578,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.precision = precision_name(s.model.precision());
   rep.backend = std::string(comm::backend_name(world.backend()));
-  rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
-                 s.layout.world, s.model.microbatches, s.layout.cp, s.layout.pp};
+  rep.degrees = layout_factors(s.layout, s.model.microbatches);
   rep.layout = describe_layout(s.layout, LayoutText::report), rep.world = world.size(), rep.steps = s.steps;
   rep.fault = vd::fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())

@@ -22,6 +22,7 @@
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
 #include "harness/verdict/verdict_wire.h"
+#include "mesh/layout_config.h"
 #include "model/params.h"
 
 namespace parity {
@@ -360,19 +361,19 @@ StepLine Comparer::step(int64_t t) {
 }
 
 // The candidate's layout, as its producer recorded it (parity_torch's Collector: world, dp;
-// any of tp, ep, etp, cp, pp): the degrees a wrong factor is named by.
+// any of tp, ep, etp, cp, pp): the degrees a wrong factor is named by, each a factor word of
+// the degree table (mesh/layout_config.h), read in the table's order.
 LayoutDegrees producer_degrees(const Dump& got, const ModelConfig& c, std::string& desc) {
-  LayoutDegrees d;
-  d.microbatches = c.microbatches;
   const json p = got.manifest.value("producer", json::object());
   desc = p.is_object() ? p.value("name", std::string("an unnamed producer")) : "an unnamed producer";
-  if (!p.is_object()) return d;
-  const std::pair<const char*, int64_t*> keys[] = {{"world", &d.world}, {"dp", &d.dp}, {"tp", &d.tp}, {"ep", &d.ep},
-                                                   {"etp", &d.etp},     {"cp", &d.cp}, {"pp", &d.pp}};
-  for (const auto& [k, v] : keys)
+  std::map<std::string, int64_t, std::less<>> values;
+  for (const Degree& d : layout_degrees()) {
+    const std::string k(d.factor);
+    if (!p.is_object() || k.empty() || values.count(k)) continue;
     if (p.contains(k) && p[k].is_number_integer() && p[k].get<int64_t>() > 1)
-      *v = p[k].get<int64_t>(), desc += std::string(", ") + k + " " + std::to_string(*v);
-  return d;
+      values[k] = p[k].get<int64_t>(), desc += ", " + k + " " + std::to_string(values[k]);
+  }
+  return named_factors(values, c.microbatches);
 }
 
 VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, const Dump& got) {
@@ -394,7 +395,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   rep.precision = precision_name(s.model.precision()), rep.backend = "dumps";
   std::string producer;
   rep.degrees = producer_degrees(got, s.model, producer);
-  rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
+  rep.world = static_cast<int>(rep.degrees.of("world")), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
   const bool twin = !ref.noise(0, s.model.precision()).empty();
   rep.layout =
       "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +
