@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <span>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "model/batch_split.h"
@@ -24,9 +25,11 @@ namespace parity {
 template <class T> struct ParallelRun<T>::Impl {
   // pp_embedding_synced_after_dp (a zoo mutation): each tied entry's partner gradient before its DP reduction
   using Partners = std::vector<std::pair<size_t, Tensor<T>>>;
-  Impl(const Scenario& s, comm::Communicator& w)
+  Impl(const Scenario& s, comm::Communicator& w, const ValidLayout* valid)
       : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
-    (void)validate(s.layout, s.model);  // validate_scenario ran it too: a scenario built in code
+    if (valid == nullptr) (void)validate(s.layout, s.model);  // a scenario built in code
+    else if (layout_json(valid->config(), LayoutRecord::scenario) != layout_json(s.layout, LayoutRecord::scenario))
+      throw std::logic_error("ParallelRun: the validated layout is not the scenario's");
     plan = with_injected(param_plan(mesh, s.model, s.model.precision()));  // the zoo's bugs read here, once
     for (const ParamEntry& e : plan.entries) {  // the readers' vectors (the verdict's, the checkpoint's)
       specs.push_back(e.spec);
@@ -331,8 +334,9 @@ template <class T> void ParallelRun<T>::Impl::run_pipeline(std::vector<PMicro<T>
   }
 }
 
-template <class T> ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world)
-    : impl_(std::make_unique<Impl>(s, world)) {}
+template <class T>
+ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world, const ValidLayout* valid)
+    : impl_(std::make_unique<Impl>(s, world, valid)) {}
 template <class T> ParallelRun<T>::~ParallelRun() = default;
 
 template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const RouteOracle* oracle) {

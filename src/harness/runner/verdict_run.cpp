@@ -50,7 +50,7 @@ template <class T> class Runner {
         clock_(std::make_shared<CommClock>()),
         timed_(timed_communicator(world, clock_)),
         base_(make_baseline_source<T>(s, local_slot(world.rank()), o.baseline_file)),
-        par_(s, *timed_),
+        par_(s, *timed_, o.valid),
         rank_(world.rank()) {
     build_groups();
     *clock_ = CommClock{};  // from here on: the steps' communication only
