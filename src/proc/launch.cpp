@@ -216,6 +216,7 @@ class Launcher {
   void reap();
   void stop_all(int sig);
   void summarise() const;
+  int outcome() const;  // the exit code, once every rank is reaped
   void note_mpi_line(std::string_view line);
   bool blame_mpi_stopped(const Child& mpirun, int st);
   void blame_mpi_hang(clock::time_point now);
@@ -532,6 +533,11 @@ int Launcher::run() {
   // A rank killed before its groups' members all mapped their shared-memory segment leaves
   // the name behind (comm/gloo/shm_communicator.h); the segments are named by that pid.
   for (const auto& c : children_) remove_shm_segments_of(c.pid);
+  return outcome();
+}
+
+// The launch's exit code (core/exit_codes.h), once every rank is reaped, with the summary.
+int Launcher::outcome() const {
   if (interrupted_by_) {
     summarise();
     return 128 + interrupted_by_;
