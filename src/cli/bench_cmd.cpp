@@ -32,7 +32,7 @@ struct BenchOptions {
 };
 
 struct CommBenchCli {
-  comm::LaunchOptions launch;  // -n, --log-dir (add_launch_options)
+  proc::LaunchOptions launch;  // -n, --log-dir (add_launch_options)
   RunRequest request;
   double timeout_s = 60;
 };

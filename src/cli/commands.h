@@ -35,7 +35,7 @@ std::string version_text();
 std::string build_commit();
 
 // The whole command line, as `main` runs it (argv[0] the program): the exit code. A rank
-// started by fork alone (comm/launch.h, LaunchOptions::in_process) runs its argv through it.
+// started by fork alone (proc/launch.h, LaunchOptions::in_process) runs its argv through it.
 int run_cli(int argc, char** argv);
 
 }  // namespace parity::cli

@@ -1,4 +1,4 @@
-// `parity compare REF GOT`: the option table; the job is harness/runner/dump_compare.h.
+// `parity compare REF GOT`: the option table; the job is harness/verdict/dump_compare.h.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "cli/numbers.h"
 #include "core/files.h"
-#include "harness/runner/dump_compare.h"
+#include "harness/verdict/dump_compare.h"
 
 namespace parity::cli {
 

@@ -9,14 +9,14 @@
 #include "cli/numbers.h"
 #include "cli/numbers.h"
 #include "cli/self.h"
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 namespace parity::cli {
 
 namespace {
 
 struct LaunchCli {
-  comm::LaunchOptions opts;
+  proc::LaunchOptions opts;
   std::string backend = "gloo";
   double timeout_s = 60, grace_s = -1, deadline_s = 0;
   bool no_prefix = false;
@@ -54,7 +54,7 @@ Command add_launch_command(CLI::App& app) {
             o->opts.prefix_output = !o->no_prefix;
             const std::string& first = o->command.front();
             const bool subcommand = first.find('/') == std::string::npos && is_parity_subcommand(first);
-            return comm::launch_main(o->opts, subcommand ? self_command(o->command) : o->command);
+            return proc::launch_main(o->opts, subcommand ? self_command(o->command) : o->command);
           }};
 }
 

@@ -46,7 +46,7 @@ CLI::Validator precision_choice() {
 
 CLI::Validator steps_choice() { return integer_in(1, kMaxSteps); }
 
-void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s) {
+void add_launch_options(CLI::App& sub, proc::LaunchOptions& opts, std::string& backend, double& timeout_s) {
   sub.add_option("-n,--nproc", opts.nproc, "Number of rank processes")->required()->check(positive_integer());
   sub.add_option("--backend", backend, "gloo, mpi or nccl")
       ->check(process_backend_choice())
@@ -57,7 +57,7 @@ void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& b
   sub.add_option("--log-dir", opts.log_dir, "Also write each rank's output to DIR/rank<r>.log");
 }
 
-void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s) {
+void finish_launch_options(proc::LaunchOptions& opts, const std::string& backend, double timeout_s) {
   opts.backend = comm::parse_backend(backend);
   opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
 }

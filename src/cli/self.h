@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "harness/runner/launch_run.h"
 
 namespace parity::cli {
@@ -23,8 +23,8 @@ std::vector<std::string> self_command(const std::vector<std::string>& args);
 // Throws IoError naming `what` when it cannot start.
 pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, const std::string& what);
 // -n, --backend, --timeout, --log-dir on `sub`; finish_launch_options converts after parsing.
-void add_launch_options(CLI::App& sub, comm::LaunchOptions& opts, std::string& backend, double& timeout_s);
-void finish_launch_options(comm::LaunchOptions& opts, const std::string& backend, double timeout_s);
+void add_launch_options(CLI::App& sub, proc::LaunchOptions& opts, std::string& backend, double& timeout_s);
+void finish_launch_options(proc::LaunchOptions& opts, const std::string& backend, double timeout_s);
 // The names --backend and --device take, checked when the command line is parsed (exit 2, the
 // option named): the layout's enums (mesh/layout_config.h) are parsed from them at the edge.
 CLI::Validator backend_choice();  // gloo, mpi, nccl, sim (threads of this process: comm/sim/sim_world.h)
@@ -32,7 +32,7 @@ CLI::Validator process_backend_choice();  // gloo, mpi, nccl: a rank per process
 CLI::Validator device_choice();     // cpu, cuda (gpu: cuda's other name)
 CLI::Validator precision_choice();  // fp64, fp32, bf16, bf16-reduce-bf16 (an empty name refused)
 CLI::Validator steps_choice();      // [1, kMaxSteps] (harness/scenario/scenario.h)
-// --nnodes, --node-rank, --master: one launcher per host (comm/launch.h, docs/multihost.md).
+// --nnodes, --node-rank, --master: one launcher per host (proc/launch.h, docs/multihost.md).
 void add_node_options(CLI::App& sub, int& nnodes, int& node_rank, std::string& master);
 
 }  // namespace parity::cli

@@ -29,7 +29,7 @@ void name_out_of_memory();
 
 // The kernel's count of processes its OOM killer has killed (/proc/vmstat oom_kill, every
 // cgroup's included); -1 when unknown. A rank killed by SIGKILL while it rose was most likely
-// one of them (comm/launch.cpp says so).
+// one of them (proc/launch.cpp says so).
 int64_t oom_kill_count();
 
 // "; the kernel's OOM killer killed N process(es) during the run (out of memory: /proc/vmstat

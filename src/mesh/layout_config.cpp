@@ -1,5 +1,6 @@
 #include "mesh/layout_config.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 #include <vector>
@@ -59,17 +60,39 @@ std::string_view pp_schedule_name(PpSchedule s) { return name_in(kSchedules, s);
 
 const std::vector<Degree>& layout_degrees() {
   static const std::vector<Degree> table = {
-      {"world", &LayoutConfig::world, false, ""},
-      {"dp_replicate", &LayoutConfig::dp_replicate, false, "dpr"},
-      {"dp_shard", &LayoutConfig::dp_shard, false, "dps"},
-      {"tp", &LayoutConfig::tp, false, "tp"},
-      {"ep", &LayoutConfig::ep, false, ""},
-      {"etp", &LayoutConfig::etp, false, ""},
-      {"cp", &LayoutConfig::cp, true, "cp"},  // cp and the pipeline keys came later: older files have none
-      {"pp", &LayoutConfig::pp, true, "pp"},
-      {"pp_virtual", &LayoutConfig::pp_virtual, true, ""},
+      {"world", &LayoutConfig::world, false, "", "world", 5},
+      {"dp_replicate", &LayoutConfig::dp_replicate, false, "dpr", "dp", 3},
+      {"dp_shard", &LayoutConfig::dp_shard, false, "dps", "dp", 3},
+      {"tp", &LayoutConfig::tp, false, "tp", "tp", 0},
+      {"ep", &LayoutConfig::ep, false, "", "ep", 1},
+      {"etp", &LayoutConfig::etp, false, "", "etp", 2},
+      {"cp", &LayoutConfig::cp, true, "cp", "cp", 4},  // cp and the pipeline keys came later: older files have none
+      {"pp", &LayoutConfig::pp, true, "pp", "pp", 7},
+      {"pp_virtual", &LayoutConfig::pp_virtual, true, "", "", -1},
   };
   return table;
+}
+
+const std::vector<std::string_view>& factor_words() {
+  static const std::vector<std::string_view> words = [] {
+    std::vector<const Degree*> rows;
+    for (const Degree& d : layout_degrees())
+      if (!d.factor.empty()) rows.push_back(&d);
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Degree* a, const Degree* b) { return a->factor_order < b->factor_order; });
+    std::vector<std::string_view> out;
+    for (const Degree* d : rows)
+      if (std::find(out.begin(), out.end(), d->factor) == out.end()) out.push_back(d->factor);
+    return out;
+  }();
+  return words;
+}
+
+int64_t factor_value(const LayoutConfig& l, std::string_view word) {
+  int64_t v = 1;
+  for (const Degree& d : layout_degrees())
+    if (d.factor == word) v *= l.*d.field;
+  return v;
 }
 
 const std::vector<Degree>& world_factors() {

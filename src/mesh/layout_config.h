@@ -103,15 +103,28 @@ struct LayoutConfig {
 // One row per degree of LayoutConfig, in the records' order (world, dp_replicate, dp_shard, tp,
 // ep, etp, cp, pp, pp_virtual). Every list of degrees reads it: the codec (both records' keys),
 // check_structure's ">= 1" and world's product, the full, report and brief words' dense part,
-// the checkpoint check (ckpt/verify.cpp, through mesh_differences), coverage's memo key. A new
-// degree is a field above and a row here (and, for a factor of world, a place in world_factors).
+// the checkpoint check (ckpt/verify.cpp, through mesh_differences), coverage's memo key, the
+// factors a verdict names a wrong scale by (harness/verdict/verdict_root.h) and the degrees
+// `parity compare` reads from a producer's record. A new degree is a field above and a row here
+// (and, for a factor of world, a place in world_factors).
 struct Degree {
   std::string_view key;           // the JSON key in both records, and the degree's name in messages
   int64_t LayoutConfig::*field;
   bool omitted_when_one = false;  // written only where it is not 1 (keys newer than the first files)
   std::string_view brief;         // its word in the brief form ("dps"); "" for a degree that is no factor of world
+  // The verdict's word for a wrong scale of this size ("2 (= tp)"), and a producer record's key
+  // (`parity compare`); "" for none. dp_replicate and dp_shard name one factor, dp, their product.
+  std::string_view factor;
+  int factor_order = -1;  // the factors' order in the verdict's words: a tie reads "2 (= ep) or 2 (= dp)"
 };
 const std::vector<Degree>& layout_degrees();
+// The micro-batches, a factor the verdict names too (the model's, not the layout's): its place
+// among the factor_order of the rows.
+inline constexpr int kMicrobatchesFactorOrder = 6;
+// The distinct factor words of the table, in factor_order ("tp", "ep", "etp", "dp", "cp",
+// "world", "pp"), and one's value in a layout: the product of its rows' degrees.
+const std::vector<std::string_view>& factor_words();
+int64_t factor_value(const LayoutConfig& l, std::string_view word);
 // The degrees whose product is world, in the order the words and the rule write them (pp,
 // dp_replicate, dp_shard, cp, tp: outermost first): rows of layout_degrees().
 const std::vector<Degree>& world_factors();

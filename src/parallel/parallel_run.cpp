@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <span>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "model/batch_split.h"
@@ -24,9 +25,11 @@ namespace parity {
 template <class T> struct ParallelRun<T>::Impl {
   // pp_embedding_synced_after_dp (a zoo mutation): each tied entry's partner gradient before its DP reduction
   using Partners = std::vector<std::pair<size_t, Tensor<T>>>;
-  Impl(const Scenario& s, comm::Communicator& w)
+  Impl(const Scenario& s, comm::Communicator& w, const ValidLayout* valid)
       : sc(s), world(w), mesh(s.layout, s.model.layers), data(s.model.vocab, s.data_seed) {
-    (void)validate(s.layout, s.model);  // validate_scenario ran it too: a scenario built in code
+    if (valid == nullptr) (void)validate(s.layout, s.model);  // a scenario built in code
+    else if (layout_json(valid->config(), LayoutRecord::scenario) != layout_json(s.layout, LayoutRecord::scenario))
+      throw std::logic_error("ParallelRun: the validated layout is not the scenario's");
     plan = with_injected(param_plan(mesh, s.model, s.model.precision()));  // the zoo's bugs read here, once
     for (const ParamEntry& e : plan.entries) {  // the readers' vectors (the verdict's, the checkpoint's)
       specs.push_back(e.spec);
@@ -119,6 +122,12 @@ template <class T> struct ParallelRun<T>::Impl {
   void reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out);
   void sync_pairs(std::vector<Tensor<T>>& out, Partners& partners);
   void step_optimizer(std::vector<Tensor<T>>& grads);
+  // The step's grad norm (and its parts per family) and the world's tokens per expert, in one
+  // allreduce; counts: this rank's on entry, the world's on return.
+  void norm_and_counts(RankStepRecord<T>& out, std::vector<int64_t>& counts);
+  // Clips, steps the optimizer, updates the expert bias from the world's counts; records the
+  // parameters, the counts and the biases after the step.
+  void apply_update(RankStepRecord<T>& out, const std::vector<int64_t>& counts);
 };
 
 // zero1 / zero2: each parameter's optimizer shard, its FSDP piece (the plan's optimizer
@@ -325,8 +334,9 @@ template <class T> void ParallelRun<T>::Impl::run_pipeline(std::vector<PMicro<T>
   }
 }
 
-template <class T> ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world)
-    : impl_(std::make_unique<Impl>(s, world)) {}
+template <class T>
+ParallelRun<T>::ParallelRun(const Scenario& s, comm::Communicator& world, const ValidLayout* valid)
+    : impl_(std::make_unique<Impl>(s, world, valid)) {}
 template <class T> ParallelRun<T>::~ParallelRun() = default;
 
 template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const RouteOracle* oracle) {
@@ -378,42 +388,53 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   }
   for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
   I.reduce_grads(out.grads);
-  // [squared norm per family | tokens per expert] in one world allreduce: the counts travel
-  // as doubles, exact below 2^53. The parts per family let the verdict say which family a
-  // wrong norm comes from.
+  I.norm_and_counts(out, counts);
+  I.apply_update(out, counts);
+  I.model->route_oracle = nullptr;  // it points into the caller's step record
+  return out;
+}
+
+// [squared norm per family | tokens per expert] in one world allreduce: the counts travel
+// as doubles, exact below 2^53. The parts per family let the verdict say which family a
+// wrong norm comes from.
+template <class T>
+void ParallelRun<T>::Impl::norm_and_counts(RankStepRecord<T>& out, std::vector<int64_t>& counts) {
   std::vector<double> sqv(kFamilyCount, 0.0);
-  for (size_t p = 0; p < I.specs.size(); ++p)
-    if (I.counts_in_norm(p))
-      sqv[static_cast<size_t>(I.specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
+  for (size_t p = 0; p < specs.size(); ++p)
+    if (counts_in_norm(p))
+      sqv[static_cast<size_t>(specs[p].family)] += sum_of_squares(out.grads[p].ptr(), out.grads[p].numel());
   const std::vector<int64_t> local_counts = counts;
   double local_sq = 0;  // this rank's part (the plan's norm_summed false: a bug)
   for (size_t f = 0; f < kFamilyCount; ++f) local_sq += sqv[f];
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
-  I.world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
+  world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + kFamilyCount]);
   if (injected("tokens_per_expert_local")) counts = local_counts;  // bug zoo (core/inject.h)
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;
   for (double part : out.norm_sq_by_family) sq += part;
-  out.grad_norm = std::sqrt(I.plan.families.norm_summed ? sq : local_sq);
-  out.clip_coef = clip_coefficient(out.grad_norm, I.sc.optim.clip);
+  out.grad_norm = std::sqrt(plan.families.norm_summed ? sq : local_sq);
+  out.clip_coef = clip_coefficient(out.grad_norm, sc.optim.clip);
+}
+
+template <class T>
+void ParallelRun<T>::Impl::apply_update(RankStepRecord<T>& out, const std::vector<int64_t>& counts) {
+  const ModelConfig& c = sc.model;
   std::vector<Tensor<T>> step_grads = out.grads;
   const T coef = static_cast<T>(out.clip_coef);
   if (out.clip_coef != 1.0)
     for (size_t p = 0; p < step_grads.size(); ++p)
-      if (I.entry(p).clip)
+      if (entry(p).clip)
         for (auto& x : step_grads[p].data) x *= coef;
-  I.step_optimizer(step_grads);
-  for (const auto& p : I.model->params) out.params.push_back(p.local);
+  step_optimizer(step_grads);
+  for (const auto& p : model->params) out.params.push_back(p.local);
   for (int64_t l = 0; l < c.moe_layers(); ++l) {
     out.tokens_per_expert.emplace_back(counts.begin() + l * c.experts, counts.begin() + (l + 1) * c.experts);
     if (c.bias_rate > 0)  // bug zoo (core/inject.h): the update's sign flipped
-      expert_bias_update(I.model->expert_bias[static_cast<size_t>(l)].data(), out.tokens_per_expert.back().data(),
+      expert_bias_update(model->expert_bias[static_cast<size_t>(l)].data(), out.tokens_per_expert.back().data(),
                          c.experts, injected("bias_update_sign") ? -c.bias_rate : c.bias_rate);
   }
-  out.expert_bias = I.model->expert_bias;
-  I.model->route_oracle = nullptr;  // it points into the caller's step record
-  return out;
+  out.expert_bias = model->expert_bias;
 }
 
 template <class T> const mesh::Mesh& ParallelRun<T>::mesh() const { return impl_->mesh; }

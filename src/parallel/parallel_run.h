@@ -46,8 +46,10 @@ template <class T> struct RankStepRecord {
 template <class T> class ParallelRun {
  public:
   // Collective over `world` (every rank constructs it). Throws ConfigError naming the
-  // field and rule when the layout cannot run this model.
-  ParallelRun(const Scenario& s, comm::Communicator& world);
+  // field and rule when the layout cannot run this model. valid: the proof that s.layout met
+  // the rules (a run request's validation, harness/runner/run_request.h), checked no more; null
+  // for a scenario built in code, which is validated here.
+  ParallelRun(const Scenario& s, comm::Communicator& world, const ValidLayout* valid = nullptr);
   ~ParallelRun();
 
   // oracle: the baseline's routing of step t (model/route_oracle.h), or null to route freely.

@@ -1,12 +1,12 @@
 // The collective save and load across real rank processes: ckpt_worker under
-// comm::launch_main (gloo). One launch per layout; each load counts #wrong over all ranks.
+// proc::launch_main (gloo). One launch per layout; each load counts #wrong over all ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <sstream>
 
 #include "ckpt_helpers.h"
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 namespace parity::ckpt {
 namespace {
@@ -17,7 +17,7 @@ class AcrossRanks : public Scratch {
  protected:
   int launch(int n, const std::vector<std::string>& args, std::vector<std::string> env = {},
              std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    comm::LaunchOptions o;
+    proc::LaunchOptions o;
     o.nproc = n;
     o.timeout = timeout;
     o.grace = std::chrono::seconds(1);
@@ -28,7 +28,7 @@ class AcrossRanks : public Scratch {
     std::filesystem::create_directories(o.store_root);
     std::vector<std::string> cmd{PARITY_CKPT_WORKER};
     cmd.insert(cmd.end(), args.begin(), args.end());
-    const int rc = comm::launch_main(o, cmd);
+    const int rc = proc::launch_main(o, cmd);
     log_ = testing_log(n);
     return rc;
   }

@@ -2,7 +2,7 @@
 # binaries exist.
 #   test_ckpt    in-process: checksum, chunk geometry, every rank of a layout played by one
 #                process (save_all / load_rank) across layout pairs, faults, crash recovery;
-#                and the multi-process cases, which launch ckpt_worker through comm::launch_main
+#                and the multi-process cases, which launch ckpt_worker through proc::launch_main
 #   ckpt_worker  the rank process: save / load / resave of the synthetic state
 set(PARITY_CKPT_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_executable(ckpt_worker ${PARITY_CKPT_TEST_DIR}/ckpt_worker.cpp)

@@ -1,5 +1,5 @@
 // ckpt_worker: the rank process of the multi-process checkpoint tests (under
-// comm::launch_main or `parity launch`). Exit code is the verdict: 0 ok, 1 failed.
+// proc::launch_main or `parity launch`). Exit code is the verdict: 0 ok, 1 failed.
 //
 //   ckpt_worker save   DIR LAYOUT SALT          save the synthetic state (ckpt/synthetic.h)
 //   ckpt_worker load   DIR LAYOUT SALT          load into LAYOUT; every element must be

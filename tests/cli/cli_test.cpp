@@ -182,7 +182,7 @@ TEST(Cli, DumpOfThreeStepsIsCompleteAndDescribedByItsManifest) {
   fs::remove_all(d);
 }
 
-// One host, gloo, the CPU: the ranks start by fork alone (comm/launch.h in_process) unless
+// One host, gloo, the CPU: the ranks start by fork alone (proc/launch.h in_process) unless
 // PARITY_RANK_START=exec. Both give the same report, every value but the timings, and the
 // launcher's last line says which way the ranks started; any other value is bad input.
 TEST(Cli, RanksStartedByForkAndByExecGiveTheSameReport) {

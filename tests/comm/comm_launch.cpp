@@ -1,5 +1,5 @@
 // comm_launch: a thin stand-in for `parity launch` used by the comm tests (the CLI wires
-// the same comm::launch_main with CLI11).
+// the same proc::launch_main with CLI11).
 //   comm_launch [-n N] [--backend B] [--timeout-ms T] [--grace-ms G] [--log-dir D]
 //               [--store-root S] -- COMMAND ARGS...
 #include <cstring>
@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   using namespace parity::comm;
+  using namespace parity::proc;
   LaunchOptions o;
   std::vector<std::string> cmd;
   try {

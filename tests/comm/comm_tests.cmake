@@ -1,7 +1,7 @@
 # Multi-process comm tests (issue 3). Included from tests/CMakeLists.txt after the
 # per-directory test binaries exist.
 #   comm_worker  the rank process: collective checks, properties, fault modes
-#   comm_launch  a stand-in for `parity launch` (same comm::launch_main)
+#   comm_launch  a stand-in for `parity launch` (same proc::launch_main)
 # test_comm (GoogleTest, in-process) launches comm_worker through launch_main; the ctest
 # entries below run it under comm_launch and under a plain mpirun.
 set(PARITY_COMM_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})

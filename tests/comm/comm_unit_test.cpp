@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/leftovers.h"
+#include "proc/leftovers.h"
 #include "comm/world.h"
 #include "comm_checks.h"
 #include "core/device.h"
@@ -21,6 +21,8 @@
 #endif
 
 namespace parity::comm::testing {
+
+using namespace parity::proc;
 namespace {
 
 void clear_rank_env() {
@@ -126,7 +128,7 @@ TEST(Launcher, RefusesMoreRanksThanThePerHostCap) {
 }
 
 // A directory of a launcher that is gone is removed; one whose launcher runs (this process),
-// and a name of another prefix, are kept (comm/leftovers.h).
+// and a name of another prefix, are kept (proc/leftovers.h).
 TEST(Leftovers, OnlyDirectoriesOfLaunchersThatAreGoneAreSwept) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("parity-leftovers-test-" + std::to_string(getpid()));

@@ -1,4 +1,4 @@
-// Helpers for test_comm: run comm_worker under comm::launch_main in a scratch directory
+// Helpers for test_comm: run comm_worker under proc::launch_main in a scratch directory
 // and collect what the ranks wrote.
 #pragma once
 #include <dirent.h>
@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 namespace parity::comm::testing {
+
+using namespace parity::proc;
 
 struct LaunchResult {
   int code = -1;

@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "core/error.h"
 
 using namespace parity;
 using namespace parity::comm;
+using namespace parity::proc;
 
 namespace {
 

@@ -1,8 +1,8 @@
-// `parity compare` (harness/runner/dump_compare.h): a reference dump against candidates that
+// `parity compare` (harness/verdict/dump_compare.h): a reference dump against candidates that
 // are the same run, or the same run with one planted change; each change must fail the row it
 // touches and be named as the root, with its factor.
-#include "harness/runner/dump_compare.h"
-#include "harness/runner/dump_read.h"
+#include "harness/verdict/dump_compare.h"
+#include "harness/verdict/dump_read.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,8 +19,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "harness/runner/dump.h"
-#include "harness/runner/dump_read.h"
-#include "harness/runner/dump_split.h"
+#include "harness/verdict/dump_read.h"
+#include "harness/verdict/dump_split.h"
 #include "harness/verdict/bounds.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/verdict_root.h"

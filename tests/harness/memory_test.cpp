@@ -96,7 +96,7 @@ TEST(Memory, RefusalsSayWhatAndHowMuch) {
   EXPECT_EQ(bytes_str(1.5 * GiB), "1.5 GiB");
 }
 
-// The per-host cap (comm/launch.h kMaxRanksPerHost): a ConfigError at the layout's JSON path,
+// The per-host cap (proc/launch.h kMaxRanksPerHost): a ConfigError at the layout's JSON path,
 // prefixed by the scenario file; over --nnodes hosts the share per host counts.
 TEST(Memory, WorldAboveThePerHostCapNamesItsJsonPath) {
   Scenario s;

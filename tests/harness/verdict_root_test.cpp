@@ -6,9 +6,12 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "harness/verdict/verdict.h"
 #include "harness/verdict/verdict_flow.h"
+#include "mesh/layout_config.h"
 
 namespace parity::verdict_root_test {  // one namespace per file: the tests build as unity batches
 namespace {
@@ -21,7 +24,7 @@ Row row(const std::string& q, const std::string& subject, int64_t step, double s
 
 TEST(VerdictRoot, EarliestStepThenDataFlowOrder) {
   VerdictReport rep;
-  rep.degrees = {2, 2, 1, 4, 8};
+  rep.degrees = named_factors({{"tp", 2}, {"ep", 2}, {"etp", 1}, {"dp", 4}, {"world", 8}}, 1);
   rep.rows = {row("param", "router", 0, 1.3), row("loss", "", 1, 1.01), row("grad", "attention", 0, 1.2),
               row("grad", "router", 0, 0.686), row("grad_norm", "", 0, 1.0001), row("routing", "layer 1", 2, NAN),
               row("grad", "head", 3, 1.0, RowVerdict::near_tie)};
@@ -39,7 +42,7 @@ TEST(VerdictRoot, EarliestStepThenDataFlowOrder) {
 }
 
 TEST(VerdictRoot, NamesCleanFactorsByTheLayoutsDegrees) {
-  const LayoutDegrees d{4, 2, 1, 2, 8};
+  const LayoutDegrees d = named_factors({{"tp", 4}, {"ep", 2}, {"dp", 2}, {"world", 8}}, 1);
   EXPECT_EQ(factor_meaning(4.0, d).rfind("4 (= tp)", 0), 0u) << factor_meaning(4.0, d);
   EXPECT_EQ(factor_meaning(0.25, d).rfind("1/4 (= 1/tp)", 0), 0u) << factor_meaning(0.25, d);
   EXPECT_EQ(factor_meaning(2.0, d).rfind("2 (= ep) or 2 (= dp)", 0), 0u) << factor_meaning(2.0, d);
@@ -64,7 +67,7 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
     return r;
   };
   VerdictReport rep;
-  rep.degrees = {1, 1, 1, 2, 2};
+  rep.degrees = named_factors({{"dp", 2}, {"world", 2}}, 1);
   rep.rows = {graded("grad", "attention", 0.99999, 4.6e-4, 2.4e-4, 0.063, 0.05),
               graded("param", "attention", 1.00002, 1.3e-3, 1e-3, 0.01, 0.05)};
   RootCause root = find_root(rep);
@@ -95,7 +98,7 @@ TEST(VerdictRoot, ARowFarOverItsBoundNamesTheRootOverAWeakEcho) {
     return r;
   };
   VerdictReport rep;
-  rep.degrees = {1, 2, 1, 4, 8};
+  rep.degrees = named_factors({{"ep", 2}, {"dp", 4}, {"world", 8}}, 1);
   rep.rows = {graded("loss", "", 0, 1.00002, 9.8e-6, 1e-6), graded("grad", "router", 0, 2.48, 2.3, 2e-3),
               graded("grad", "attention", 0, 1.0009, 7.6e-3, 1e-3), graded("param", "router", 0, 0.59, 0.12, 1e-4)};
   RootCause root = find_root(rep);
@@ -115,7 +118,7 @@ TEST(VerdictRoot, ARowFarOverItsBoundNamesTheRootOverAWeakEcho) {
 // A parameter row whose update is off by the step's clip coefficient names it.
 TEST(VerdictRoot, NamesTheClipCoefficient) {
   VerdictReport rep;
-  rep.degrees = {4, 2, 2, 1, 4};
+  rep.degrees = named_factors({{"tp", 4}, {"ep", 2}, {"etp", 2}, {"world", 4}}, 1);
   Row r = row("param", "routed_experts", 0, 2.708618);
   rep.rows = {r};
   StepLine line;
@@ -182,9 +185,29 @@ TEST(VerdictRoot, GradientRowsAreOrderedByTheirFirstWrongTensor) {
 
 // A sum over cp dropped or doubled reads as cp.
 TEST(VerdictRoot, NamesTheContextParallelDegree) {
-  LayoutDegrees d;
-  d.cp = 2;
+  const LayoutDegrees d = named_factors({{"cp", 2}}, 1);
   EXPECT_EQ(factor_meaning(0.5, d).rfind("1/2 (= 1/cp)", 0), 0u) << factor_meaning(0.5, d);
+}
+
+// The factors are the degree table's (mesh/layout_config.h): every factor word of it is named,
+// a layout's dp is dp_replicate x dp_shard, and a tie is worded in the table's factor order,
+// the micro-batches between world and pp (the reports' words do not move).
+TEST(VerdictRoot, TheFactorsAreTheDegreeTables) {
+  for (const std::string_view w : factor_words()) {
+    const std::string word(w);
+    EXPECT_EQ(factor_meaning(3.0, named_factors({{word, 3}}, 1)).rfind("3 (= " + word + ")", 0), 0u) << word;
+  }
+  LayoutConfig l;
+  l.world = 16, l.dp_replicate = 2, l.dp_shard = 2, l.tp = 2, l.ep = 2, l.etp = 2, l.cp = 1, l.pp = 2;
+  const LayoutDegrees d = layout_factors(l, 2);
+  std::vector<std::string> words;
+  for (const auto& [name, v] : d.factors) words.push_back(name + "=" + std::to_string(v));
+  EXPECT_EQ(words, (std::vector<std::string>{"tp=2", "ep=2", "etp=2", "dp=4", "cp=1", "world=16", "microbatches=2",
+                                             "pp=2"}));
+  EXPECT_EQ(d.of("dp"), 4);
+  EXPECT_EQ(d.of("no such degree"), 1);
+  EXPECT_EQ(factor_meaning(2.0, d).rfind("2 (= tp) or 2 (= ep) or 2 (= etp) or 2 (= microbatches) or 2 (= pp)", 0), 0u)
+      << factor_meaning(2.0, d);
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ Row row(const std::string& q, const std::string& subject, double scale) {
 VerdictReport report(std::vector<Row> rows, std::vector<int64_t> ranks) {
   VerdictReport rep;
   rep.command = "compare";
-  rep.degrees.dp = rep.degrees.world = static_cast<int64_t>(ranks.size());
+  const auto dp = static_cast<int64_t>(ranks.size());
+  rep.degrees = named_factors({{"dp", dp}, {"world", dp}}, 1);
   rep.degrees.batch = 0;
   for (int64_t n : ranks) rep.degrees.batch += n;
   rep.degrees.rank_sequences = std::move(ranks);

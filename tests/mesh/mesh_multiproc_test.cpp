@@ -1,4 +1,4 @@
-// redistribute across real ranks: mesh_worker under comm::launch_main (gloo), every rank
+// redistribute across real ranks: mesh_worker under proc::launch_main (gloo), every rank
 // running the same RapidCheck cases. The mpi backend runs under mpirun (mesh_tests.cmake).
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 namespace parity::mesh {
 namespace {
@@ -21,7 +21,7 @@ struct Launched {
 Launched launch(int n, int cases) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "parity-mesh-test-XXXXXX").string();
   const std::string root = mkdtemp(tmpl.data());
-  comm::LaunchOptions o;
+  proc::LaunchOptions o;
   o.nproc = n;
   o.backend = comm::Backend::gloo;
   o.timeout = std::chrono::seconds(30);
@@ -30,7 +30,7 @@ Launched launch(int n, int cases) {
   o.mpirun = PARITY_MPIRUN;
   std::filesystem::create_directories(o.store_root);
   Launched r;
-  r.code = comm::launch_main(o, {PARITY_MESH_WORKER, "props", std::to_string(cases)});
+  r.code = proc::launch_main(o, {PARITY_MESH_WORKER, "props", std::to_string(cases)});
   std::ifstream log(o.log_dir + "/rank0.log");
   std::stringstream ss;
   ss << log.rdbuf();

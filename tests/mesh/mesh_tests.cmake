@@ -1,7 +1,7 @@
 # Multi-process mesh tests (issue 4): redistribute across real ranks. Included from
 # tests/CMakeLists.txt after the per-directory test binaries exist.
 #   mesh_worker  the rank process: RapidCheck cases of redistribute, the same on every rank
-# test_mesh launches mesh_worker through comm::launch_main (gloo); the ctest entries below run
+# test_mesh launches mesh_worker through proc::launch_main (gloo); the ctest entries below run
 # it under the real `parity launch` (gloo, 8 ranks) and under a plain mpirun (mpi backend).
 set(PARITY_MESH_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 add_executable(mesh_worker ${PARITY_MESH_TEST_DIR}/mesh_worker.cpp)

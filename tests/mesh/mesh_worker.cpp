@@ -1,4 +1,4 @@
-// mesh_worker: the rank process of the multi-process mesh test (under comm::launch_main,
+// mesh_worker: the rank process of the multi-process mesh test (under proc::launch_main,
 // `parity launch` or mpirun). Exit code is the verdict: 0 every case passed, 1 otherwise.
 //
 //   mesh_worker props CASES   RapidCheck: redistribute(A -> B) of rank r's local under A is

@@ -1,5 +1,5 @@
 // Activation recompute (layout.recompute, parallel/recompute.h) across real ranks:
-// recompute_worker under comm::launch_main (gloo). Each layout runs under recompute none,
+// recompute_worker under proc::launch_main (gloo). Each layout runs under recompute none,
 // full, attention and mlp, and every fp64 number of every step (losses, grad norm, gradient
 // and parameter shards, expert bias, token counts, routing) must be the same bytes; the
 // layers must hold fewer bytes for the backward with recompute; and a changed saved input
@@ -14,7 +14,7 @@
 #include <vector>
 #include <unistd.h>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 namespace parity {
 namespace {
@@ -27,7 +27,7 @@ struct Launched {
 Launched launch(int n, const std::vector<std::string>& args) {
   std::string tmpl = (std::filesystem::temp_directory_path() / "parity-recompute-test-XXXXXX").string();
   const std::string root = mkdtemp(tmpl.data());
-  comm::LaunchOptions o;
+  proc::LaunchOptions o;
   o.nproc = n;
   o.backend = comm::Backend::gloo;
   o.timeout = std::chrono::seconds(120);
@@ -38,7 +38,7 @@ Launched launch(int n, const std::vector<std::string>& args) {
   std::vector<std::string> argv{PARITY_RECOMPUTE_WORKER};
   argv.insert(argv.end(), args.begin(), args.end());
   Launched r;
-  r.code = comm::launch_main(o, argv);
+  r.code = proc::launch_main(o, argv);
   std::ifstream log(o.log_dir + "/rank0.log");
   std::stringstream ss;
   ss << log.rdbuf();

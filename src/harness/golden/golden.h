@@ -159,6 +159,7 @@ Curves baseline_curves(const Scenario& s, std::vector<double>* bound = nullptr);
 struct CurvesCheckpoint {
   int64_t save_at = -1;
   std::string ckpt_dir, resume_dir;
+  const ValidLayout* valid = nullptr;  // the run request's proof that the layout met the rules (ParallelRun)
 };
 Curves layout_curves(const Scenario& s, comm::Communicator& world, const CurvesCheckpoint& ck = {});
 

@@ -70,7 +70,7 @@ template <class T> Curves baseline_curves_t(const Scenario& s, std::vector<doubl
 template <class T> Curves layout_curves_t(const Scenario& s, comm::Communicator& world, const CurvesCheckpoint& ck) {
   Curves c;
   c.moe_layers = moe_layer_ids(s.model);
-  ParallelRun<T> run(s, world);
+  ParallelRun<T> run(s, world, ck.valid);
   const nlohmann::json model = scenario_to_json(s)["model"], identity = checkpoint_run(s);
   if (!ck.resume_dir.empty()) {
     c.start_step = ParallelRunState<T>(run, world).load(ck.resume_dir, model, identity).step;

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "core/clock.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -76,11 +76,11 @@ std::string shared_baseline_path() {
   return (dir / ("parity-baseline-" + std::to_string(::getpid()) + "-" + std::to_string(seq++) + ".bin")).string();
 }
 
-// Whether the ranks start by fork alone (comm/launch.h, LaunchOptions::in_process): every
+// Whether the ranks start by fork alone (proc/launch.h, LaunchOptions::in_process): every
 // rank on this host, gloo, the CPU (mpirun starts mpi's ranks; a CUDA context does not
 // survive a fork; across hosts each launcher's store client may hold a thread), and
 // PARITY_RANK_START not "exec" (the old way: fork + exec of `parity rank FILE`).
-bool fork_started(const comm::LaunchOptions& lo, Device device) {
+bool fork_started(const proc::LaunchOptions& lo, Device device) {
   const char* v = knob("PARITY_RANK_START");
   const std::string how = v != nullptr ? v : "";
   if (!how.empty() && how != "fork" && how != "exec")
@@ -98,7 +98,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   }
   if (r.scenario) req.inject = injected_names();  // an unknown PARITY_INJECT / --inject name likewise
   const int64_t world = r.world();
-  comm::LaunchOptions lo;
+  proc::LaunchOptions lo;
   if (world % r.nnodes != 0)
     throw ConfigError("--nnodes", "the layout's " + std::to_string(world) + " ranks do not split evenly over " +
                                       std::to_string(r.nnodes) + " hosts");
@@ -144,7 +144,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
     sl.t0_s = static_cast<double>(req.launch_t0_ns) * 1e-9;
     rc = launch_sim(req, sl);  // the request the ranks would read: its fault, bugs and baseline
   } else {
-    rc = comm::launch_main(lo, command);
+    rc = proc::launch_main(lo, command);
   }
   if (baseline) baseline->stop();
   if (!verdict) return rc;

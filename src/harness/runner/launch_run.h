@@ -4,7 +4,7 @@
 // `parity rank FILE` (rank_main.h). One baseline per host is trained here beside a verdict's
 // ranks (shared_baseline.h). Ranks start by fork alone where they can (every rank on this
 // host, gloo, the CPU; PARITY_RANK_START=exec forces fork + exec), else fork + exec, or
-// mpirun for backend mpi (comm/launch.h).
+// mpirun for backend mpi (proc/launch.h).
 #pragma once
 #include <functional>
 #include <string>
@@ -21,7 +21,7 @@ struct RankStart {
   std::function<int(const std::vector<std::string>& argv)> in_process;
 };
 
-// Starts the request's ranks and waits for them: the exit code of comm::launch_main (core/
+// Starts the request's ranks and waits for them: the exit code of proc::launch_main (core/
 // exit_codes.h). `checks` runs after the request's own checks (the hosts split the world
 // evenly, the device exists) and before anything starts. A verdict prints its "time to
 // verdict" line.

@@ -86,6 +86,7 @@ int verdict_job(const RunRequest& r, const RankSide& side) {
   if (!r.fault.empty()) vo.fault = parse_fault(r.fault);
   vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume;
   vo.baseline_file = side.baseline_file;
+  vo.valid = r.valid ? &*r.valid : nullptr;
   if (world->size() != s.layout.world)
     throw ConfigError("$.layout.world", "the scenario asks for " + std::to_string(s.layout.world) +
                                             " ranks but this run has " + std::to_string(world->size()));
@@ -109,7 +110,7 @@ int curves_job(const RunRequest& r, const RankSide& side) {
   auto clock = std::make_shared<CommClock>();
   const auto timed = timed_communicator(*world, clock);
   const double cpu0 = process_usage().cpu_s;
-  const Curves c = layout_curves(s, *timed, {r.save_at, r.ckpt, r.resume});
+  const Curves c = layout_curves(s, *timed, {r.save_at, r.ckpt, r.resume, r.valid ? &*r.valid : nullptr});
   const ProcessUsage u = process_usage();
   const std::vector<double> mine{std::max(0.0, u.cpu_s - cpu0 - clock->cpu_seconds), u.peak_rss_mib};
   std::vector<double> all(2 * static_cast<size_t>(world->size()));

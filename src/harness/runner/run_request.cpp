@@ -16,7 +16,7 @@
 namespace parity {
 
 Scenario resolve_scenario(const std::string& path, const Overrides& o) {
-  Scenario s = load_scenario(path);
+  Scenario s = load_scenario(path, Rules::defer);  // validated once, below, with the overrides
   if (o.steps >= 0) s.steps = o.steps;
   if (!o.precision.empty()) s.model.set_precision(parse_precision(o.precision, "--precision"));
   if (!o.backend.empty()) s.layout.backend = comm::parse_backend(o.backend);
@@ -147,7 +147,8 @@ RunRequest parse_request(const nlohmann::json& j) {
   }
   if (rd.find("scenario") == nullptr) throw ConfigError("$.scenario", "required key is missing");
   try {
-    r.scenario = parse_scenario(*rd.find("scenario"), "");
+    r.scenario = parse_scenario(*rd.find("scenario"), "", Rules::defer);
+    r.valid = validate_scenario(*r.scenario);  // once in a rank: ParallelRun takes it (run_request.h)
   } catch (const ConfigError& e) {
     throw ConfigError("$.scenario" + e.path().substr(e.path().rfind('$', 0) == 0 ? 1 : 0), e.rule());
   }

@@ -64,6 +64,10 @@ struct RunRequest {
   int64_t launch_t0_ns = 0;
   std::string baseline_file;
 
+  // A rank's proof that scenario->layout met the rules: read_request's validation (not written;
+  // a request built in memory has none). ParallelRun takes it and checks nothing again.
+  std::optional<ValidLayout> valid;
+
   // The launch (not written to the file: the launcher's own).
   double timeout_s = 60;   // per collective
   double deadline_s = 0;   // wall clock of the launch (0: none)

@@ -24,7 +24,7 @@
 #include <thread>
 #include <exception>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "comm/sim/sim_world.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
@@ -45,7 +45,7 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
 constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a file: one host's, or a simulated world's
-static_assert(kMaxConsumers >= comm::kMaxRanksPerHost);
+static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
 constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
 constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank

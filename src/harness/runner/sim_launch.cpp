@@ -168,12 +168,12 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
           }
         std::fflush(stdout);
         std::fflush(stderr);
-        std::_Exit(3);
+        std::_Exit(exit_code::infrastructure);
       }
     }
   }
   for (pthread_t t : threads) pthread_join(t, nullptr);
-  if (deadline_passed) return 3;
+  if (deadline_passed) return exit_code::infrastructure;
   if (ends->first_failed < 0) return 0;
   return ends->first_code;
 }

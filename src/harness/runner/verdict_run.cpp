@@ -26,11 +26,13 @@
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
 #include "harness/verdict/verdict_state.h"
+#include "harness/verdict/verdict_wire.h"
 #include "parallel/parallel_run.h"
 
 namespace parity {
 
 namespace vd = verdict_detail;
+using verdict_wire::Section;
 
 namespace {
 
@@ -48,7 +50,7 @@ template <class T> class Runner {
         clock_(std::make_shared<CommClock>()),
         timed_(timed_communicator(world, clock_)),
         base_(make_baseline_source<T>(s, local_slot(world.rank()), o.baseline_file)),
-        par_(s, *timed_),
+        par_(s, *timed_, o.valid),
         rank_(world.rank()) {
     build_groups();
     *clock_ = CommClock{};  // from here on: the steps' communication only
@@ -68,13 +70,16 @@ template <class T> class Runner {
   void build_groups();
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                    const std::vector<Tensor<T>>& ref);
-  std::vector<double> local_part(const StepRecord<T>& b, const RankStepRecord<T>& p);
+  // This rank's part of the step (verdict_wire.h): every section, in order.
+  std::vector<double> part(const StepRecord<T>& b, const RankStepRecord<T>& p);
+  // Its sections from scalars to routes.
+  void local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out);
+  // Every rank's part on every rank (on rank 0 alone in a simulated world).
+  std::vector<double> exchange(const std::vector<double>& mine);
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
-  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride,
+  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
                    const std::vector<double>& fam_sq);
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
-  // Per rank, before the micro losses: loss, grad_norm, clip_coef, grad_norm^2 per family.
-  static constexpr size_t kScalars = 3 + kFamilyCount;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
   void continue_from_baseline();
@@ -110,6 +115,7 @@ template <class T> class Runner {
   std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
   verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
   bool keyed_ = false;
+  verdict_wire::Layout wire_;  // a rank's part of a step (made at the first step, with the state's entries)
   verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
   // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
   void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
@@ -117,8 +123,9 @@ template <class T> class Runner {
   // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
   // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
   // elements that update makes far
-  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all, size_t stride, size_t at) const;
-  static constexpr size_t kUpdateWidth = 5 + verdict_taken::kWidth;  // per param group: NormSums, far, counted; taken
+  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
+  // per param group in Section::updates: UpdateSums, then the taken gradient's sums
+  static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
 };
 
 template <class T> void Runner<T>::build_groups() {
@@ -214,12 +221,16 @@ template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecor
 }
 
 
-// This rank's part: scalars (loss, grad_norm, clip_coef, norm^2 per family, micro losses), every group's sums,
-// every MoE layer's routing.
-template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
-  std::vector<double> out{p.loss, p.grad_norm, p.clip_coef};
+// This rank's part from Section::scalars to Section::routes: loss, grad_norm, clip_coef, norm^2 per family,
+// micro losses, every group's sums, every MoE layer's routing.
+template <class T>
+void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out) {
+  wire_.expect(out, Section::scalars);
+  out.insert(out.end(), {p.loss, p.grad_norm, p.clip_coef});
+  wire_.expect(out, Section::family_norm_sq);
   for (size_t f = 0; f < kFamilyCount; ++f)
     out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
+  wire_.expect(out, Section::micro_losses);
   for (size_t m = 0; m < b.micro_losses.size(); ++m)
     out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
   std::vector<vd::LocalSums> acc(groups_.size());
@@ -244,7 +255,9 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
                  static_cast<double>(bb[e]), rank_ == 0);
     }
   }
+  wire_.expect(out, Section::groups);
   for (const auto& s : acc) s.pack(out);
+  wire_.expect(out, Section::routes);
   const double tie = tolerance_for(c.dtype, Quantity::routing_score).elem_rel;
   for (size_t l = 0; l < L; ++l) {
     static const std::vector<int64_t> none;
@@ -255,11 +268,10 @@ template <class T> std::vector<double> Runner<T>::local_part(const StepRecord<T>
     rl.followed = l < p.followed.size() ? static_cast<double>(p.followed[l]) : 0.0;
     rl.pack(out);
   }
-  return out;
 }
 
 template <class T>
-StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, size_t stride,
+StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
                             const std::vector<double>& fam_sq) {
   StepLine line{t, b.loss, b.loss, 0, 0, 0, b.clip_coef, b.clip_coef, 0};
   vd::Outcome loss, norm, clip;
@@ -270,36 +282,39 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   };
   const double lt = bounds_[0].value, nt = bounds_[1].value;
   for (int r = 0; r < world_.size(); ++r) {
-    const double* x = all.data() + static_cast<size_t>(r) * stride;
-    consider(loss, x[0], b.loss, r, "loss", lt);
-    if (r == 0 || std::abs(x[0] - b.loss) > std::abs(line.loss_diff)) line.loss = x[0], line.loss_diff = x[0] - b.loss;
+    const double* x = wire_.of(all, r, Section::scalars);
+    const double* micro = wire_.of(all, r, Section::micro_losses);
+    const double got = x[verdict_wire::kLoss];
+    consider(loss, got, b.loss, r, "loss", lt);
+    if (r == 0 || std::abs(got - b.loss) > std::abs(line.loss_diff)) line.loss = got, line.loss_diff = got - b.loss;
     for (size_t m = 0; m < b.micro_losses.size(); ++m) {
-      const double ref = b.micro_losses[m], err = std::abs(x[kScalars + m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
+      const double ref = b.micro_losses[m], err = std::abs(micro[m] - ref) / (ref != 0 ? std::abs(ref) : 1.0);
       line.micro_rel = std::max(line.micro_rel, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
       // relative to the step's loss: the micro-batches' losses are its parts, and one bf16
       // flip that moves the step's loss by its whole bound moves one part M times as much
-      consider(loss, x[kScalars + m], ref, r, "micro-batch " + std::to_string(m), lt, b.loss);
+      consider(loss, micro[m], ref, r, "micro-batch " + std::to_string(m), lt, b.loss);
     }
-    consider(norm, x[1], b.grad_norm, r, "grad_norm", nt);
-    consider(clip, x[2], b.clip_coef, r, "clip_coef", nt);
-    if (r == 0) line.clip_coef = x[2];
+    consider(norm, x[verdict_wire::kGradNorm], b.grad_norm, r, "grad_norm", nt);
+    consider(clip, x[verdict_wire::kClipCoef], b.clip_coef, r, "clip_coef", nt);
+    if (r == 0) line.clip_coef = x[verdict_wire::kClipCoef];
   }
   line.grad_norm_rel = norm.norm_rel;
   const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
-  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, all.data() + 3, group_family_, grad_bounds))
+  const double* got_sq = wire_.of(all, 0, Section::family_norm_sq);  // the same on every rank
+  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, got_sq, group_family_, grad_bounds))
     norm.verdict = RowVerdict::fail;
   loss.bound = bounds_[0], norm.bound = bounds_[1], clip.bound = bounds_[2];
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
-    rows_[1].detail = vd::norm_by_family(fam_sq, all.data() + 3, group_family_, grad_bounds, bounds_[1].value);
+    rows_[1].detail = vd::norm_by_family(fam_sq, got_sq, group_family_, grad_bounds, bounds_[1].value);
   vd::update_row(rows_[2], t, clip);
   return line;
 }
 
 template <class T>
 void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
-  const size_t stride = all.size() / static_cast<size_t>(world_.size());
+  wire_.expect_whole(all, world_.size());
   // a grad row's floor for its model: few tokens, a family far below the model's gradient (tolerance.h)
   const std::vector<double> fam_sq = family_norm_sq(b);
   double model_sq = 0, model_n = 0;
@@ -312,16 +327,14 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     bounds_[3 + g] = gradient_row_bound(sc_.model.precision(), bounds_[3 + g], gs);
     groups_[g].tol.norm_rel = bounds_[3 + g].value;
   }
-  StepLine line = scalars(t, b, all, stride, fam_sq);
-  const size_t g0 = kScalars + b.micro_losses.size();
-  const auto upd = update_ratios(all, stride, stride - kUpdateWidth * n_fam_);
+  StepLine line = scalars(t, b, all, fam_sq);
+  const auto upd = update_ratios(all);
   std::vector<std::string> replica_bad;
   int64_t replica_pairs = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<vd::LocalSums> parts;
     for (int r = 0; r < world_.size(); ++r)
-      parts.push_back(
-          vd::LocalSums::unpack(all.data() + static_cast<size_t>(r) * stride + g0 + g * vd::LocalSums::kWidth));
+      parts.push_back(vd::LocalSums::unpack(wire_.of(all, r, Section::groups) + g * vd::LocalSums::kWidth));
     const vd::GroupStep sums = vd::combine(parts);
     if (g >= n_fam_ && g < 2 * n_fam_ && !sc_.trajectory) {  // param rows: and what the gradients taken explain
       const double x = upd[g - n_fam_][7], ref = std::sqrt(sums.once.ref2);
@@ -337,9 +350,8 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
         names.push_back(par_.specs()[q].name);
         if (group_of_param_[q] == g) members.push_back(q);
       }
-      const size_t at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size();
-      const auto fw = verdict_flow::first_wrong(all, stride, at, world_.size(), members, names, sc_.model.layers,
-                                                o.bound.value);
+      const auto fw = verdict_flow::first_wrong(all, wire_.stride(), wire_.at(Section::tensors), world_.size(),
+                                                members, names, sc_.model.layers, o.bound.value);
       o.flow = fw.pos, o.flow_tensor = fw.tensor;
     }
     if (g >= n_fam_ && g < 2 * n_fam_) {  // param rows: scale and far elements read on the update
@@ -359,23 +371,18 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
       replica_bad.push_back(groups_[g].quantity + " " + groups_[g].subject + " on ranks " +
                             std::to_string(o.replica_a) + " and " + std::to_string(o.replica_b));
   }
-  const size_t state_at = stride - kUpdateWidth * n_fam_ - verdict_flow::kTensorWidth * idx_.size() -
-                          verdict_state::kWidth * state_keys_.names.size();
-  for (std::string& d :
-       verdict_state::differing(all, stride, state_at, world_.size(), state_keys_.names, replica_pairs))
+  for (std::string& d : verdict_state::differing(all, wire_.stride(), wire_.at(Section::state), world_.size(),
+                                                 state_keys_.names, replica_pairs))
     replica_bad.push_back(std::move(d));
   vd::update_row(rows_.back(), t, vd::replicas_outcome(replica_bad, replica_pairs));
-  const size_t r0 = g0 + groups_.size() * vd::LocalSums::kWidth;
-  const ModelConfig& c = sc_.model;
-  const size_t n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
-  const size_t c0 = r0 + L * vd::RouteLocal::kWidth;  // then per layer, how often this rank reported each token
+  const size_t n = wire_.counts().tokens, L = wire_.counts().moe_layers;
   for (size_t l = 0; l < L; ++l) {
     std::vector<vd::RouteLocal> parts;
-    std::vector<int64_t> cov(n, 0);
+    std::vector<int64_t> cov(n, 0);  // how often the ranks reported each token
     for (int r = 0; r < world_.size(); ++r) {
-      const double* x = all.data() + static_cast<size_t>(r) * stride;
-      parts.push_back(vd::RouteLocal::unpack(x + r0 + l * vd::RouteLocal::kWidth));
-      for (size_t i = 0; i < n; ++i) cov[i] += static_cast<int64_t>(x[c0 + l * n + i]);
+      parts.push_back(vd::RouteLocal::unpack(wire_.of(all, r, Section::routes) + l * vd::RouteLocal::kWidth));
+      const double* reported = wire_.of(all, r, Section::coverage) + l * n;
+      for (size_t i = 0; i < n; ++i) cov[i] += static_cast<int64_t>(reported[i]);
     }
     Row& row = rows_[3 + groups_.size() + l];
     vd::Outcome o = vd::routing_outcome(parts, cov, row.subject);
@@ -386,13 +393,12 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   rep.step_lines.push_back(line);
 }
 
-// Per param group, over the elements this rank counts: NormSums of (after - before) against
-// the baseline's (after - before), three doubles per group appended to out.
+// Per param group, over the elements this rank counts: the UpdateSums of (after - before) against
+// the baseline's (after - before), then the taken gradient's sums, appended to out (Section::updates).
 template <class T>
 void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken,
                                 std::vector<double>& out) {
-  std::vector<NormSums> u(n_fam_);
-  std::vector<double> far(n_fam_, 0.0), count(n_fam_, 0.0);
+  std::vector<verdict_wire::UpdateSums> u(n_fam_);
   const auto& ref_after = base_->params();
   std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
   for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
@@ -404,7 +410,6 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
     const size_t g = group_of_param_[q];
-    NormSums& s = u[g];
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
     const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
     const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
@@ -412,12 +417,11 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
       const auto j = idx_[q][i];
       const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
       const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
-      s.diff2 += (x - r) * (x - r), s.ref2 += r * r, s.dot += x * r;
-      far[g] += is_far(x, r, rms), count[g] += 1;
+      u[g].add(x, r, rms);
     }
   }
   for (size_t g = 0; g < n_fam_; ++g) {
-    out.insert(out.end(), {u[g].diff2, u[g].ref2, u[g].dot, far[g], count[g]});
+    u[g].pack(out);
     out.insert(out.end(), taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * g),
                taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * (g + 1)));
   }
@@ -425,28 +429,82 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all, size_t stride,
-                                                             size_t at) const {
+std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all) const {
   std::vector<std::array<double, 9>> out(n_fam_);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
-    NormSums s, k;
-    double far = 0, count = 0, kfar = 0, kcount = 0, kread = 0, kexpl = 0, kexfar = 0;
+    verdict_wire::UpdateSums u;
+    NormSums k;
+    double kfar = 0, kcount = 0, kread = 0, kexpl = 0, kexfar = 0;
     for (int r = 0; r < world_.size(); ++r) {
-      const double* x = all.data() + static_cast<size_t>(r) * stride + at + kUpdateWidth * g;
-      s.add(NormSums{x[0], x[1], x[2]});
-      far += x[3], count += x[4];
-      k.add(NormSums{x[5], x[6], x[7]});
-      kfar += x[8], kcount += x[9], kread += x[10], kexpl += x[11], kexfar += x[12];
+      const double* x = wire_.of(all, r, Section::updates) + kUpdateWidth * g;
+      u.add(verdict_wire::UpdateSums::unpack(x));
+      x += verdict_wire::UpdateSums::kWidth;  // the taken gradient's sums (verdict_taken.h)
+      k.add(NormSums{x[0], x[1], x[2]});
+      kfar += x[3], kcount += x[4], kread += x[5], kexpl += x[6], kexfar += x[7];
     }
+    const NormSums& s = u.update;
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
     // what reading the gradient back from the moment may round, taken off its error
     const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
     const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
-    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, far, count, taken ? rel : nan, k.ref2 > 0 ? k.scale_ratio() : nan,
-              kfar, kcount, std::sqrt(kexpl), kexfar};
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, u.far, u.count, taken ? rel : nan,
+              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount, std::sqrt(kexpl), kexfar};
   }
   return out;
+}
+
+// This rank's part of step t (verdict_wire.h), section by section: the scalars to the routes
+// (local_part), the tokens it reported, the optimizer state's digests (the replicas row), each
+// gradient tensor's sums (the first wrong tensor), the update's and the taken gradient's sums.
+template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
+  ParallelRunState<T> view(par_, *timed_);
+  const ckpt::ShardedState st = view.state();
+  const ModelConfig& c = sc_.model;
+  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  if (!keyed_) {
+    state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
+    wire_ = verdict_wire::Layout({b.micro_losses.size(), groups_.size(), L, n, state_keys_.names.size(),
+                                  idx_.size(), n_fam_, verdict_taken::kWidth});
+  }
+  std::vector<double> mine;
+  local_part(b, p, mine);
+  wire_.expect(mine, Section::coverage);
+  const size_t c0 = mine.size();
+  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
+  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
+    for (int64_t id : p.token_ids[l])
+      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  wire_.expect(mine, Section::state);
+  verdict_state::append_digests(st, state_keys_, mine);
+  std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
+  verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors, *before_base_,
+                                base_->params(), group_of_param_, n_fam_, taken);
+  wire_.expect(mine, Section::tensors);
+  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
+  wire_.expect(mine, Section::updates);
+  add_update_sums(p, taken, mine);
+  wire_.expect_whole(mine, 1);
+  return mine;
+}
+
+// The step's one reduction: every rank's sums on every rank (the rows are folded everywhere), or,
+// in a simulated world, on rank 0 alone (an alltoallv to rank 0): there W ranks share one
+// process, and W copies of W ranks' sums would be the world's largest allocation. The
+// verdict is rank 0's either way (it prints the table and writes the report).
+template <class T> std::vector<double> Runner<T>::exchange(const std::vector<double>& mine) {
+  const bool root_only = world_.backend() == comm::Backend::sim && world_.size() > 1;
+  const size_t w = static_cast<size_t>(world_.size());
+  std::vector<double> all(root_only && rank_ != 0 ? 0 : mine.size() * w);
+  if (root_only) {
+    std::vector<int64_t> send(w, 0), recv(w, rank_ == 0 ? static_cast<int64_t>(mine.size()) : 0);
+    send[0] = static_cast<int64_t>(mine.size());
+    world_.alltoallv(std::span<const double>(mine), std::span<const int64_t>(send), std::span<double>(all),
+                     std::span<const int64_t>(recv));
+  } else {
+    world_.allgather(std::span<const double>(mine), std::span<double>(all));
+  }
+  return all;
 }
 
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
@@ -471,45 +529,13 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.parallel += seconds_since(t0);
   t0 = Clock::now();
   apply_fault(p);
-  std::vector<double> mine = local_part(b, p);
-  const ModelConfig& c = sc_.model;
-  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
-  const size_t c0 = mine.size();
-  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
-  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
-    for (int64_t id : p.token_ids[l])
-      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
-  std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
-  {  // the optimizer state's digests (the replicas row), then each gradient tensor's sums
-    ParallelRunState<T> view(par_, *timed_);
-    const ckpt::ShardedState st = view.state();
-    if (!keyed_) state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
-    verdict_state::append_digests(st, state_keys_, mine);
-    verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
-                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken);
-  }
-  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
-  add_update_sums(p, taken, mine);  // last: fold() finds them at the end of each rank's part
+  const std::vector<double> mine = part(b, p);
   time_.compare += seconds_since(t0);
   t0 = Clock::now();
-  // The step's one reduction: every rank's sums on every rank (the rows are folded everywhere), or,
-  // in a simulated world, on rank 0 alone (an alltoallv to rank 0): there W ranks share one
-  // process, and W copies of W ranks' sums would be the world's largest allocation. The
-  // verdict is rank 0's either way (it prints the table and writes the report).
-  const bool root_only = world_.backend() == comm::Backend::sim && world_.size() > 1;
-  const size_t w = static_cast<size_t>(world_.size());
-  std::vector<double> all(root_only && rank_ != 0 ? 0 : mine.size() * w);
-  if (root_only) {
-    std::vector<int64_t> send(w, 0), recv(w, rank_ == 0 ? static_cast<int64_t>(mine.size()) : 0);
-    send[0] = static_cast<int64_t>(mine.size());
-    world_.alltoallv(std::span<const double>(mine), std::span<const int64_t>(send), std::span<double>(all),
-                     std::span<const int64_t>(recv));
-  } else {
-    world_.allgather(std::span<const double>(mine), std::span<double>(all));
-  }
+  const std::vector<double> all = exchange(mine);
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
-  if (!root_only || rank_ == 0) fold(t, b, all, rep);
+  if (!all.empty()) fold(t, b, all, rep);  // every rank, or rank 0 alone (exchange)
   if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
 }
@@ -563,8 +589,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.scenario = s.name, rep.dtype = std::string(dtype_name(s.model.dtype));
   rep.precision = precision_name(s.model.precision());
   rep.backend = std::string(comm::backend_name(world.backend()));
-  rep.degrees = {s.layout.tp,    s.layout.ep, s.layout.etp, s.layout.dp_replicate * s.layout.dp_shard,
-                 s.layout.world, s.model.microbatches, s.layout.cp, s.layout.pp};
+  rep.degrees = layout_factors(s.layout, s.model.microbatches);
   rep.layout = describe_layout(s.layout, LayoutText::report), rep.world = world.size(), rep.steps = s.steps;
   rep.fault = vd::fault_desc(o.fault);
   if (const std::string inj = injected_names(); !inj.empty())

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "mesh/layout_config.h"
 #include "harness/verdict/verdict.h"
 #include "mesh/run_config.h"
 
@@ -26,6 +27,7 @@ struct VerdictOptions {
   int64_t save_at = -1;
   std::string ckpt_dir, resume_dir;
   std::string baseline_file;  // the host's shared baseline (the run request's); "": train our own
+  const ValidLayout* valid = nullptr;  // the request's proof that the layout met the rules (ParallelRun)
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/launch.h"
+#include "proc/launch.h"
 #include "comm/sim/sim_world.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -116,7 +116,7 @@ void require_memory(const Scenario& s, const LayoutConfig& layout, const std::st
 }
 
 void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& what) {
-  const int64_t cap = comm::kMaxRanksPerHost, hosts = std::max(nnodes, 1);
+  const int64_t cap = proc::kMaxRanksPerHost, hosts = std::max(nnodes, 1);
   for (const auto& [path, layout] : {std::pair{"$.layout.world", &s.layout},
                                      std::pair{"$.resume.layout.world", s.resume ? &s.resume->layout : nullptr}}) {
     if (layout == nullptr || (layout->world + hosts - 1) / hosts <= cap) continue;

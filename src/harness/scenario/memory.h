@@ -55,7 +55,7 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim);
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what);
 
 // ConfigError (exit 2) "<what>: $.layout.world: ..." when the layout puts more ranks on one host
-// (world / nnodes, rounded up) than the per-host cap (comm/launch.h kMaxRanksPerHost); the same
+// (world / nnodes, rounded up) than the per-host cap (proc/launch.h kMaxRanksPerHost); the same
 // for a resume check's $.resume.layout.world. Checked before anything starts (once: exit 1,
 // "shared baseline: 512 ranks on one host", no JSON path).
 void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& what);

@@ -189,7 +189,7 @@ json parse_json_strict(const std::string& text) {
 
 }  // namespace
 
-Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
+Scenario parse_scenario(const nlohmann::json& j, const std::string& name, Rules rules) {
   ObjectReader top(j, "$", kTopKeys);
   Scenario s;
   s.name = name;
@@ -212,7 +212,7 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name) {
     s.resume.emplace();
     parse_resume(ObjectReader(*r, "$.resume", kResumeKeys), *s.resume);
   }
-  validate_scenario(s);
+  if (rules == Rules::check) (void)validate_scenario(s);
   return s;
 }
 
@@ -240,7 +240,7 @@ std::vector<std::string> scenario_files(const std::vector<std::string>& paths) {
   return out;
 }
 
-Scenario parse_scenario_text(const std::string& text, const std::string& name) {
+Scenario parse_scenario_text(const std::string& text, const std::string& name, Rules rules) {
   if (const std::string problem = json_limits_problem(text, kScenarioLimits); !problem.empty())
     throw ConfigError("$", "refused before parsing: " + problem + " (docs/scenario.md, Limits)");
   json j;
@@ -249,14 +249,14 @@ Scenario parse_scenario_text(const std::string& text, const std::string& name) {
   } catch (const json::exception& e) {  // parse errors, and numbers that overflow a double
     throw ConfigError("$", "invalid JSON: " + printable(json_parse_message(e)));
   }
-  return parse_scenario(j, name);
+  return parse_scenario(j, name, rules);
 }
 
-Scenario load_scenario(const std::string& path) {
+Scenario load_scenario(const std::string& path, Rules rules) {
   const std::string shown = printable(path, 4096);  // a file name may hold anything but '/' and NUL
   try {
     const std::string text = read_text(path);
-    Scenario s = parse_scenario_text(text, std::filesystem::path(path).stem().string());
+    Scenario s = parse_scenario_text(text, std::filesystem::path(path).stem().string(), rules);
     // A file's name names its golden file and logs (golden/NAME.json, NAME.log): "" would be
     // golden/.json, a hidden file every such scenario would share. (A scenario built in code,
     // and its JSON round trip, may have none: it has no golden.)
@@ -304,7 +304,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   return out;
 }
 
-void validate_scenario(const Scenario& s) {
+ValidLayout validate_scenario(const Scenario& s) {
   require_config(s.name.size() <= kMaxNameBytes, "$.name",
           "must be at most " + std::to_string(kMaxNameBytes) + " bytes, got " + std::to_string(s.name.size()));
   require_config(s.name.find_first_of("/\\") == std::string::npos && is_printable(s.name), "$.name",
@@ -317,8 +317,9 @@ void validate_scenario(const Scenario& s) {
   validate_model(s.model);
   validate_optim(s.optim);
   check_plausible_size(s.model, s.optim);
-  (void)validate(s.layout, s.model);
+  ValidLayout valid = validate(s.layout, s.model);
   if (s.resume) validate_resume(*s.resume, s);
+  return valid;
 }
 
 }  // namespace parity

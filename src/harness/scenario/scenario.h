@@ -24,7 +24,11 @@ inline constexpr int64_t kMaxSteps = 1000000;
 // Reads, parses and validates a scenario file. The name defaults to the file stem and
 // Scenario::source is set to `path`. Errors name the file first:
 // "scenarios/x.json: $.model.heads: must divide model.dim (16), got 3".
-Scenario load_scenario(const std::string& path);
+// Whether a parse checks the rules (validate_scenario) or leaves them to its caller, which
+// validates once after its own changes (resolve_scenario: the command line's overrides; a
+// rank's read_request, which keeps the ValidLayout).
+enum class Rules { check, defer };
+Scenario load_scenario(const std::string& path, Rules rules = Rules::check);
 
 // The scenario files `paths` name: a file as given, a directory's *.json (top level only,
 // sorted). ConfigError when a path does not exist or a directory holds no *.json.
@@ -32,11 +36,11 @@ std::vector<std::string> scenario_files(const std::vector<std::string>& paths);
 
 // Checks kScenarioLimits, parses and validates the text of a scenario file (load_scenario
 // without the file). Errors name the JSON path; "$" for the document as a whole.
-Scenario parse_scenario_text(const std::string& text, const std::string& name);
+Scenario parse_scenario_text(const std::string& text, const std::string& name, Rules rules = Rules::check);
 
 // Parses and validates a JSON document already in memory. `name` is used when the document
 // has no "name" key. Errors name the JSON path: "$.model.heads: ...".
-Scenario parse_scenario(const nlohmann::json& j, const std::string& name);
+Scenario parse_scenario(const nlohmann::json& j, const std::string& name, Rules rules = Rules::check);
 
 // Every field, defaults included, in the schema's shape: parse_scenario(scenario_to_json(s),
 // "") reproduces s (except Scenario::source, which is where a file was read from).
@@ -50,6 +54,6 @@ nlohmann::json checkpoint_run(const Scenario& s);
 
 // Checks every range and cross-field rule of the schema (model sizes, optimizer
 // hyper-parameters, layout degrees). Throws ConfigError naming the JSON path of the field.
-void validate_scenario(const Scenario& s);
+ValidLayout validate_scenario(const Scenario& s);  // returns the main layout's proof
 
 }  // namespace parity

@@ -2,7 +2,7 @@
 // twin's noise (harness/runner/twin.h measures it) folded into an envelope, the largest noise
 // of each row up to the step (rounding grows as the parameters drift apart), and each row held
 // to tolerance.h's measured_bound of it. `parity run` (harness/runner/verdict_run) and `parity
-// compare` (harness/runner/dump_compare) both take their bounds from here.
+// compare` (harness/verdict/dump_compare) both take their bounds from here.
 #pragma once
 #include <cstddef>
 #include <string>

@@ -10,6 +10,7 @@
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict.h"
 #include "harness/verdict/verdict_signature.h"
+#include "mesh/layout_config.h"
 
 namespace parity {
 
@@ -43,6 +44,34 @@ int data_flow_rank(const std::string& quantity, const std::string& subject) {
   return 70;
 }
 
+int64_t LayoutDegrees::of(std::string_view word) const {
+  for (const auto& [name, v] : factors)
+    if (name == word) return v;
+  return 1;
+}
+
+LayoutDegrees named_factors(const std::map<std::string, int64_t, std::less<>>& values, int64_t microbatches) {
+  LayoutDegrees d;
+  bool micro = false;
+  const auto add_micro = [&] { d.factors.emplace_back(LayoutDegrees::kMicrobatches, microbatches), micro = true; };
+  for (const std::string_view w : factor_words()) {
+    const Degree* row = nullptr;  // its first row, for its factor_order
+    for (const Degree& r : layout_degrees())
+      if (r.factor == w && row == nullptr) row = &r;
+    if (!micro && row->factor_order > kMicrobatchesFactorOrder) add_micro();
+    const auto v = values.find(w);
+    d.factors.emplace_back(std::string(w), v == values.end() ? 1 : v->second);
+  }
+  if (!micro) add_micro();
+  return d;
+}
+
+LayoutDegrees layout_factors(const LayoutConfig& l, int64_t microbatches) {
+  std::map<std::string, int64_t, std::less<>> values;
+  for (const std::string_view w : factor_words()) values[std::string(w)] = factor_value(l, w);
+  return named_factors(values, microbatches);
+}
+
 std::string factor_meaning(double s, const LayoutDegrees& d) {
   if (std::isnan(s)) return "no scale ratio";
   if (std::fabs(s) < 1e-3) return "0: missing (a term or a reduction dropped)";
@@ -50,20 +79,11 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   if (near(s, -1.0)) return "-1: sign flipped";
   // named degrees and their inverses; 2 and 1/2 also when no degree is 2
   std::vector<std::pair<double, std::string>> cands;
-  auto add = [&](int64_t v, const char* name) {
+  for (const auto& [name, v] : d.factors)
     if (v > 1) {
       cands.push_back({static_cast<double>(v), std::to_string(v) + " (= " + name + ")"});
       cands.push_back({1.0 / static_cast<double>(v), "1/" + std::to_string(v) + " (= 1/" + name + ")"});
     }
-  };
-  add(d.tp, "tp");
-  add(d.ep, "ep");
-  add(d.etp, "etp");
-  add(d.dp, "dp");
-  add(d.cp, "cp");
-  add(d.world, "world");
-  add(d.microbatches, "microbatches");
-  add(d.pp, "pp");
   std::string named;
   for (const auto& [v, name] : cands)
     if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;

@@ -5,7 +5,10 @@
 // parameters, and from step 1 on everything differs.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -14,14 +17,18 @@ namespace parity {
 
 struct VerdictReport;
 
+struct LayoutConfig;
+
 // The degrees a clean wrong factor is compared with (a reduction over the wrong group
 // scales by that group's size).
 struct LayoutDegrees {
-  int64_t tp = 1, ep = 1, etp = 1, dp = 1, world = 1;  // dp = dp_replicate * dp_shard
-  int64_t microbatches = 1;                             // a loss scaled per micro-batch
-  int64_t cp = 1;                                       // context parallel (a sum over cp dropped)
-  int64_t pp = 1;                                       // pipeline stages (a sum over the stages repeated)
-  // What a collected run records of its split (`parity compare`, harness/runner/dump_split.h;
+  // Each factor word of the layout's degree table (mesh/layout_config.h factor_words: tp, ep,
+  // etp, dp = dp_replicate x dp_shard, cp, world, pp) and the micro-batches (a loss scaled per
+  // micro-batch), in the order a tie is worded ("2 (= ep) or 2 (= dp)"), with its value.
+  std::vector<std::pair<std::string, int64_t>> factors;
+  int64_t of(std::string_view word) const;  // 1 where not named
+  static constexpr std::string_view kMicrobatches = "microbatches";
+  // What a collected run records of its split (`parity compare`, harness/verdict/dump_split.h;
   // verdict_signature.h reads them): the batch and each dp rank's sequences at step 0 (empty:
   // not recorded), and per step the loss parts of every (rank, micro-batch) weighted by their
   // sequences, sum p * b / (B * reference loss) (NaN: not recorded): 1 / pieces when each
@@ -30,6 +37,11 @@ struct LayoutDegrees {
   std::vector<int64_t> rank_sequences{};
   std::vector<double> own_mean_ratio{};
 };
+
+// A layout's factors (each word's value: mesh/layout_config.h factor_value).
+LayoutDegrees layout_factors(const LayoutConfig& l, int64_t microbatches);
+// Factors from each word's value (a producer's record; a word absent is 1), in the table's order.
+LayoutDegrees named_factors(const std::map<std::string, int64_t, std::less<>>& values, int64_t microbatches);
 
 struct RootCause {
   bool found = false;

@@ -53,7 +53,8 @@ std::string own_mean(const VerdictReport& r, const RootCause& root, const Row& r
   const double k = d.own_mean_ratio[static_cast<size_t>(root.step)];
   const double rel = std::max(1e-9, 100 * rr.tol);
   const int64_t ranks = static_cast<int64_t>(d.rank_sequences.size());
-  for (const int64_t pieces : {ranks * d.microbatches, ranks, d.microbatches, int64_t{1}}) {
+  const int64_t micro = d.of(LayoutDegrees::kMicrobatches);
+  for (const int64_t pieces : {ranks * micro, ranks, micro, int64_t{1}}) {
     if (!std::isfinite(k) || !close_to(k, 1.0 / static_cast<double>(pieces), rel)) continue;
     return "each rank's loss part is the mean over its own sequences (divided by its count, not by the global "
            "batch): the parts weighted by each rank's sequences give the reference's loss / " +
@@ -80,9 +81,10 @@ std::string clip_before_sync(const VerdictReport& r, const RootCause& root, cons
 
 std::string averaged_twice(const VerdictReport& r, const RootCause& root, const Row& rr) {
   const LayoutDegrees& d = r.degrees;
-  if (rr.quantity != "grad" || d.dp < 2) return "";
+  const int64_t dp = d.of("dp");
+  if (rr.quantity != "grad" || dp < 2) return "";
   const std::vector<const Row*> g = every_grad_at(r, root.step);
-  const double w = 1.0 / static_cast<double>(d.dp);
+  const double w = 1.0 / static_cast<double>(dp);
   if (g.empty() || !std::all_of(g.begin(), g.end(), [&](const Row* x) { return close_to(x->scale_ratio, w, 2e-3); }))
     return "";
   const std::string named = factor_meaning(rr.scale_ratio, d);  // "1/4 (= 1/dp) or ...: averaged where ..."

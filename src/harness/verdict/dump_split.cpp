@@ -1,5 +1,5 @@
 // A candidate's batch split checked as a set (dump_split.h).
-#include "harness/runner/dump_split.h"
+#include "harness/verdict/dump_split.h"
 
 #include <map>
 #include <set>

@@ -1,14 +1,16 @@
-#include "comm/launch_env.h"
+#include "proc/launch_env.h"
 
 #include <unistd.h>
 
 #include <cstring>
 
-#include "comm/leftovers.h"
+#include "proc/leftovers.h"
 
 extern char** environ;
 
-namespace parity::comm {
+namespace parity::proc {
+
+using comm::Backend;
 
 int global_rank(const LaunchOptions& o, int local) { return o.node_rank * o.nproc + local; }
 
@@ -69,4 +71,4 @@ std::vector<std::string> rank_argv(const LaunchOptions& o, const std::vector<std
   return argv;
 }
 
-}  // namespace parity::comm
+}  // namespace parity::proc

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-namespace parity::comm {
+namespace parity::proc {
 
 class MpiRankWatch {
  public:
@@ -59,4 +59,4 @@ class MpiRankWatch {
   std::map<pid_t, Seen> ranks_;
 };
 
-}  // namespace parity::comm
+}  // namespace parity::proc

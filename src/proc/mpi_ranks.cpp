@@ -1,4 +1,4 @@
-#include "comm/mpi_ranks.h"
+#include "proc/mpi_ranks.h"
 
 #include <signal.h>
 
@@ -12,7 +12,9 @@
 
 #include "comm/diagnose.h"
 
-namespace parity::comm {
+namespace parity::proc {
+
+using comm::proc_stat_fields;
 
 namespace {
 
@@ -95,4 +97,4 @@ void MpiRankWatch::kill_survivors() const {
   }
 }
 
-}  // namespace parity::comm
+}  // namespace parity::proc

@@ -20,7 +20,7 @@
 #include <sys/types.h>
 #include <vector>
 
-namespace parity::comm {
+namespace parity::proc {
 
 // A process's identity that survives pid reuse: "pid start-time" (/proc/<pid>/stat field 22);
 // "" when it does not run.
@@ -50,4 +50,4 @@ std::string make_mpi_shm_dir(const std::string& fallback);
 // same name the user set is replaced, so the sweep can prove whose the files are.
 void mpi_dirs_env(std::vector<std::string>& env, const std::string& shm_dir, const std::string& store_dir);
 
-}  // namespace parity::comm
+}  // namespace parity::proc

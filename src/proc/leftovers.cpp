@@ -1,4 +1,4 @@
-#include "comm/leftovers.h"
+#include "proc/leftovers.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,10 @@
 #include "core/error.h"
 #include "core/resources.h"
 
-namespace parity::comm {
+namespace parity::proc {
+
+using comm::proc_stat_fields;
+using comm::remove_stale_shm_segments;
 
 namespace {
 constexpr char kShmRoot[] = "/dev/shm";
@@ -96,4 +99,4 @@ void mpi_dirs_env(std::vector<std::string>& env, const std::string& shm_dir, con
   }
 }
 
-}  // namespace parity::comm
+}  // namespace parity::proc

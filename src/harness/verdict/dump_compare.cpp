@@ -1,6 +1,6 @@
 // `parity compare` (dump_compare.h): two dumps' steps side by side, row by row as `parity run`
 // folds them (harness/verdict), with world 1 and every tensor full.
-#include "harness/runner/dump_compare.h"
+#include "harness/verdict/dump_compare.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,12 +15,14 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/safetensors.h"
-#include "harness/runner/dump_read.h"
-#include "harness/runner/dump_split.h"
+#include "harness/verdict/dump_read.h"
+#include "harness/verdict/dump_split.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
+#include "harness/verdict/verdict_wire.h"
+#include "mesh/layout_config.h"
 #include "model/params.h"
 
 namespace parity {
@@ -96,7 +98,8 @@ double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::
 }
 
 // The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
-// Runner with world 1: each element counted once, no replicas).
+// Runner with world 1: each element counted once, no replicas), from the same per-family sums
+// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums).
 class Comparer {
  public:
   Comparer(const Dump& ref, const Dump& got, NameMap map)
@@ -281,8 +284,7 @@ StepLine Comparer::step(int64_t t) {
   }
   const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
   std::vector<int64_t> tensor_id(n_, 0);
-  std::vector<NormSums> upd(n_);
-  std::vector<double> far(n_, 0.0), count(n_, 0.0);
+  std::vector<verdict_wire::UpdateSums> upd(n_);
   std::vector<std::string> names;
   for (size_t p = 0; p < specs_.size(); ++p) {
     const size_t g = group_of_[p];
@@ -299,9 +301,7 @@ StepLine Comparer::step(int64_t t) {
     const double prms = fam_n[g] > 0 ? std::sqrt(par_sq[g] / fam_n[g]) : 0.0;
     for (size_t i = 0; i < rp[p].size(); ++i) {
       sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
-      const double x = gp[p][i] - got_before_[p][i], r = rp[p][i] - ref_before_[p][i];
-      upd[g].diff2 += (x - r) * (x - r), upd[g].ref2 += r * r, upd[g].dot += x * r;
-      far[g] += is_far(x, r, urms), count[g] += 1;
+      upd[g].add(gp[p][i] - got_before_[p][i], rp[p][i] - ref_before_[p][i], urms);
     }
   }
   scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
@@ -343,8 +343,9 @@ StepLine Comparer::step(int64_t t) {
       o.flow = fw.pos, o.flow_tensor = fw.tensor;
     }
     if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
-      if (upd[g - n_].ref2 > 0) o.scale_ratio = upd[g - n_].scale_ratio();
-      vd::check_far(o, far[g - n_], count[g - n_], sb.update_far[g - n_], "of the update");
+      const verdict_wire::UpdateSums& u = upd[g - n_];
+      if (u.update.ref2 > 0) o.scale_ratio = u.update.scale_ratio();
+      vd::check_far(o, u.far, u.count, sb.update_far[g - n_], "of the update");
     }
     vd::update_row(rows_[3 + g], t, o);
   }
@@ -360,19 +361,19 @@ StepLine Comparer::step(int64_t t) {
 }
 
 // The candidate's layout, as its producer recorded it (parity_torch's Collector: world, dp;
-// any of tp, ep, etp, cp, pp): the degrees a wrong factor is named by.
+// any of tp, ep, etp, cp, pp): the degrees a wrong factor is named by, each a factor word of
+// the degree table (mesh/layout_config.h), read in the table's order.
 LayoutDegrees producer_degrees(const Dump& got, const ModelConfig& c, std::string& desc) {
-  LayoutDegrees d;
-  d.microbatches = c.microbatches;
   const json p = got.manifest.value("producer", json::object());
   desc = p.is_object() ? p.value("name", std::string("an unnamed producer")) : "an unnamed producer";
-  if (!p.is_object()) return d;
-  const std::pair<const char*, int64_t*> keys[] = {{"world", &d.world}, {"dp", &d.dp}, {"tp", &d.tp}, {"ep", &d.ep},
-                                                   {"etp", &d.etp},     {"cp", &d.cp}, {"pp", &d.pp}};
-  for (const auto& [k, v] : keys)
+  std::map<std::string, int64_t, std::less<>> values;
+  for (const Degree& d : layout_degrees()) {
+    const std::string k(d.factor);
+    if (!p.is_object() || k.empty() || values.count(k)) continue;
     if (p.contains(k) && p[k].is_number_integer() && p[k].get<int64_t>() > 1)
-      *v = p[k].get<int64_t>(), desc += std::string(", ") + k + " " + std::to_string(*v);
-  return d;
+      values[k] = p[k].get<int64_t>(), desc += ", " + k + " " + std::to_string(values[k]);
+  }
+  return named_factors(values, c.microbatches);
 }
 
 VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, const Dump& got) {
@@ -394,7 +395,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   rep.precision = precision_name(s.model.precision()), rep.backend = "dumps";
   std::string producer;
   rep.degrees = producer_degrees(got, s.model, producer);
-  rep.world = static_cast<int>(rep.degrees.world), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
+  rep.world = static_cast<int>(rep.degrees.of("world")), rep.steps = steps, rep.optim = vd::optim_desc(s.optim);
   const bool twin = !ref.noise(0, s.model.precision()).empty();
   rep.layout =
       "candidate " + o.got_dir + " (" + producer + ") against reference " + o.ref_dir +

@@ -30,7 +30,7 @@
 
 #include "comm/communicator.h"
 
-namespace parity::comm {
+namespace parity::proc {
 
 // After the first rank fails (dies, exits non-zero, or names a peer that did not answer),
 // the others get this long to print their own view before they are stopped: the cause is
@@ -44,8 +44,8 @@ inline constexpr int kMaxRanksPerHost = 256;
 
 struct LaunchOptions {
   int nproc = 1;                                        // -n, --nproc: ranks on this host, [1, kMaxRanksPerHost]
-  Backend backend = Backend::gloo;                      // --backend gloo|mpi|nccl
-  std::chrono::milliseconds timeout = kDefaultTimeout;  // --timeout: per-collective timeout
+  comm::Backend backend = comm::Backend::gloo;          // --backend gloo|mpi|nccl
+  std::chrono::milliseconds timeout = comm::kDefaultTimeout;  // --timeout: per-collective timeout
   std::chrono::milliseconds grace{-1};                  // --grace: after the first failure (default kDefaultGrace)
   std::chrono::milliseconds kill_after{2000};           // SIGTERM -> SIGKILL delay
   std::chrono::milliseconds deadline{0};                // --deadline: wall clock for the whole run (0: none)
@@ -78,4 +78,4 @@ std::pair<std::string, int> parse_master(const std::string& s);
 // command) before starting anything; never exits.
 int launch_main(const LaunchOptions& opts, const std::vector<std::string>& command);
 
-}  // namespace parity::comm
+}  // namespace parity::proc

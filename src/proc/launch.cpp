@@ -1,4 +1,4 @@
-#include "comm/launch.h"
+#include "proc/launch.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,15 +21,20 @@
 
 #include "comm/diagnose.h"
 #include "comm/gloo/shm_communicator.h"
-#include "comm/launch_env.h"
-#include "comm/leftovers.h"
-#include "comm/mpi_ranks.h"
+#include "proc/launch_env.h"
+#include "proc/leftovers.h"
+#include "proc/mpi_ranks.h"
 #include "core/error.h"
+#include "core/exit_codes.h"
 #include "core/resources.h"
 
 extern char** environ;
 
-namespace parity::comm {
+namespace parity::proc {
+
+using comm::Backend;
+using comm::proc_stat_fields;
+using comm::remove_shm_segments_of;
 
 namespace {
 
@@ -136,10 +141,11 @@ std::string proc_state(pid_t pid) {
   }
 }
 
-int exit_code(int status) {
+// A wait status as a shell reports it: the exit code, or 128 + the signal.
+int status_code(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
+  return exit_code::parity_broken;
 }
 
 // The child's half of a fork-started rank (LaunchOptions::in_process): the launcher's
@@ -210,6 +216,7 @@ class Launcher {
   void reap();
   void stop_all(int sig);
   void summarise() const;
+  int outcome() const;  // the exit code, once every rank is reaped
   void note_mpi_line(std::string_view line);
   bool blame_mpi_stopped(const Child& mpirun, int st);
   void blame_mpi_hang(clock::time_point now);
@@ -261,8 +268,8 @@ class Launcher {
   std::string mpi_how_;
   bool mpi_signal_ = false;
   int64_t oom_before_ = oom_kill_count();
-  std::string mpi_shm_;                        // OpenMPI's segments go here (comm/leftovers.h)
-  std::optional<MpiRankWatch> mpi_watch_;      // mpirun's children, for blame (comm/mpi_ranks.h)
+  std::string mpi_shm_;                        // OpenMPI's segments go here (proc/leftovers.h)
+  std::optional<MpiRankWatch> mpi_watch_;      // mpirun's children, for blame (proc/mpi_ranks.h)
   std::optional<clock::time_point> mpi_sign_;  // the first line of a failure through mpirun
   std::optional<MpiRankWatch::Stopped> mpi_stopped_, mpi_reported_;  // blamed; named stopped by a rank
 };
@@ -405,7 +412,7 @@ void Launcher::reap() {
 }
 
 // Backend mpi: mpirun failed, and by now it has continued and ended every rank; a rank seen
-// stopped until the failure began (comm/mpi_ranks.h) is named, not the one mpirun reports
+// stopped until the failure began (proc/mpi_ranks.h) is named, not the one mpirun reports
 // (that one timed out waiting on it).
 bool Launcher::blame_mpi_stopped(const Child& c, int st) {
   if (mpi_watch_) mpi_stopped_ = mpi_watch_->stopped_at(mpi_sign_.value_or(clock::now()), ms(1500));
@@ -526,26 +533,32 @@ int Launcher::run() {
   // A rank killed before its groups' members all mapped their shared-memory segment leaves
   // the name behind (comm/gloo/shm_communicator.h); the segments are named by that pid.
   for (const auto& c : children_) remove_shm_segments_of(c.pid);
+  return outcome();
+}
+
+// The launch's exit code (core/exit_codes.h), once every rank is reaped, with the summary.
+int Launcher::outcome() const {
   if (interrupted_by_) {
     summarise();
     return 128 + interrupted_by_;
   }
   if (deadline_passed_) {
     summarise();
-    return 3;  // infrastructure failed (core/exit_codes.h): the run did not end in time
+    return exit_code::infrastructure;  // the run did not end in time
   }
   if (first_failed_ < 0) return 0;
   summarise();
-  if (o_.backend == Backend::mpi && mpi_signal_) return 3;  // a rank died: infrastructure failed
-  if (blamed_stopped_) return 3;  // a rank hung (stopped): infrastructure failed
+  if (o_.backend == Backend::mpi && mpi_signal_) return exit_code::infrastructure;  // a rank died
+  if (blamed_stopped_) return exit_code::infrastructure;  // a rank hung (stopped)
   for (const auto& c : children_)
     if (c.rank == first_failed_) {
       const int st = *c.status;
-      if (WIFSIGNALED(st)) return 3;  // a rank died (kill -9, a crash): infrastructure failed
-      if (o_.backend == Backend::mpi && WEXITSTATUS(st) > 128) return 3;  // mpirun: a rank killed by a signal
-      return exit_code(st) == 0 ? 1 : exit_code(st);
+      if (WIFSIGNALED(st)) return exit_code::infrastructure;  // a rank died (kill -9, a crash)
+      if (o_.backend == Backend::mpi && WEXITSTATUS(st) > 128)
+        return exit_code::infrastructure;  // mpirun: a rank killed by a signal
+      return status_code(st) == 0 ? exit_code::parity_broken : status_code(st);
     }
-  return 1;
+  return exit_code::parity_broken;
 }
 
 }  // namespace
@@ -586,4 +599,4 @@ int launch_main(const LaunchOptions& opts, const std::vector<std::string>& comma
   return l.run();
 }
 
-}  // namespace parity::comm
+}  // namespace parity::proc

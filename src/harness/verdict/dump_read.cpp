@@ -1,5 +1,5 @@
 // Reading a dump without trusting it (dump_read.h).
-#include "harness/runner/dump_read.h"
+#include "harness/verdict/dump_read.h"
 
 #include <sys/stat.h>
 
