@@ -60,6 +60,7 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   add(d.ep, "ep");
   add(d.etp, "etp");
   add(d.dp, "dp");
+  if (d.cp > 1) add(d.dp * d.cp, "dense_dp");  // the dense parameters' DP group holds the cp ranks
   add(d.cp, "cp");
   add(d.world, "world");
   add(d.microbatches, "microbatches");
