@@ -30,7 +30,8 @@ bool adam(const Scenario& s) { return s.optim.kind != OptimKind::sgd; }
 
 const Need tp2 = need([](const Scenario& s) { return s.layout.tp >= 2; }, "tp >= 2",
                       [](const Scenario& s) { return "tp " + num(s.layout.tp); });
-const Need sp = need([](const Scenario& s) { return s.layout.sp; }, "sequence parallel", [](auto&) { return "sp off"; });
+const Need sp =
+    need([](const Scenario& s) { return s.layout.sp; }, "sequence parallel", [](auto&) { return "sp off"; });
 const Need no_sp = need([](const Scenario& s) { return !s.layout.sp; }, "tp without sequence parallel (each lane "
                         "routing its share of the replicated tokens)", [](auto&) { return "sp on"; });
 const Need moe = need(is_moe, "an MoE layer", [](auto&) { return "every layer dense"; });
@@ -74,7 +75,9 @@ const Need tp_summed = need([](const Scenario& s) { return s.layout.sp || is_moe
                             [](auto&) { return "dense, sp off"; });
 // loss_mean_of_rank_means is right when every rank holds B / (M·dp) sequences.
 const Need uneven = need(
-    [](const Scenario& s) { return s.model.batch % (s.model.microbatches * s.layout.dp_replicate * s.layout.dp_shard); },
+    [](const Scenario& s) {
+      return s.model.batch % (s.model.microbatches * s.layout.dp_replicate * s.layout.dp_shard) != 0;
+    },
     "a batch that does not split evenly over micro-batches x dp_replicate x dp_shard",
     [](const Scenario& s) { return "batch " + num(s.model.batch) + " splits evenly"; });
 struct Entry {
@@ -141,7 +144,8 @@ const Entry& entry(const Injection& bug) {
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
 }
 
 // One alternative of the registry's factor: the "(= name)" part where it names a degree.

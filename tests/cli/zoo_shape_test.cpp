@@ -46,13 +46,15 @@ TEST(ZooShape, InItsOwnShapeTheExpectationIsTheRegistrys) {
       EXPECT_NE(std::find(roots.begin(), roots.end(), r), roots.end()) << b.name << ": " << r;
     bool found = false;
     for (const std::string& f : alternatives(zoo_factor_in(b, s)))
-      for (const std::string& reg : alternatives(std::string(b.factor))) found = found || reg.find(f) != std::string::npos;
+      for (const std::string& reg : alternatives(std::string(b.factor)))
+        found = found || reg.find(f) != std::string::npos;
     EXPECT_TRUE(found) << b.name << ": " << zoo_factor_in(b, s) << " against " << b.factor;
   }
 }
 
 TEST(ZooShape, FactorsFollowTheShape) {
-  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/scale/llama3_405b_like_tp8_pp16_cp2_dp2.json");
+  const Scenario s =
+      load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/scale/llama3_405b_like_tp8_pp16_cp2_dp2.json");
   EXPECT_EQ(zoo_factor_in(find_injection("norm_counts_replicas"), s), "layernorm x16");  // tp 8 x cp 2 replicas
   EXPECT_EQ(zoo_factor_in(find_injection("router_grad_averaged"), s), "(= 1/tp)");     // "1/2 (= 1/tp)" at tp 2
 }
