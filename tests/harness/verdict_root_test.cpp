@@ -187,5 +187,16 @@ TEST(VerdictRoot, NamesTheContextParallelDegree) {
   EXPECT_EQ(factor_meaning(0.5, d).rfind("1/2 (= 1/cp)", 0), 0u) << factor_meaning(0.5, d);
 }
 
+// The dense parameters' DP group holds the cp ranks: a factor of dp x cp names it (the zoo at
+// scale: dp_averaged_twice with dp 2 x cp 2 and 4 micro-batches read "1/4 (= 1/microbatches)").
+TEST(VerdictRoot, NamesTheDenseDataParallelGroupUnderContextParallel) {
+  LayoutDegrees d;
+  d.dp = 2, d.cp = 2, d.microbatches = 4;
+  EXPECT_EQ(factor_meaning(0.25, d).rfind("1/4 (= 1/dense_dp) or 1/4 (= 1/microbatches)", 0), 0u)
+      << factor_meaning(0.25, d);
+  d.dp = 1;  // the group is cp's alone: named once, as cp
+  EXPECT_EQ(factor_meaning(0.5, d).find("dense_dp"), std::string::npos) << factor_meaning(0.5, d);
+}
+
 }  // namespace
 }  // namespace parity::verdict_root_test

@@ -60,8 +60,8 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   add(d.ep, "ep");
   add(d.etp, "etp");
   add(d.dp, "dp");
-  if (d.cp > 1) add(d.dp * d.cp, "dense_dp");  // the dense parameters' DP group holds the cp ranks
   add(d.cp, "cp");
+  if (d.dp > 1 && d.cp > 1) add(d.dp * d.cp, "dense_dp");  // the dense parameters' DP group holds the cp ranks
   add(d.world, "world");
   add(d.microbatches, "microbatches");
   add(d.pp, "pp");
