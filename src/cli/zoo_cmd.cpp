@@ -24,7 +24,14 @@ Command add_zoo_command(CLI::App& app) {
   sub->add_option("names", o->names, "Bugs to run (default: all)");
   sub->add_option("-j,--jobs", o->jobs, "Bugs run at once (default: the number of CPUs); the table keeps its order")
       ->check(positive_integer());
-  sub->add_option("--scenarios", o->scenarios, "Directory of the scenarios the bugs name (default: scenarios)");
+  CLI::Option* scenarios =
+      sub->add_option("--scenarios", o->scenarios, "Directory of the scenarios the bugs name (default: scenarios)");
+  sub->add_option("--set", o->set,
+                  "Run every bug in every scenario of directory DIR (scenarios/scale: production shapes) instead of "
+                  "its own: a row per pair, caught and named, or \"cannot act\" with what the shape lacks")
+      ->excludes(scenarios);
+  sub->add_flag("--check-cannot", o->check_cannot,
+                "With --set, run the pairs where a bug cannot act too: each must pass (the bug changed nothing)");
   sub->add_option("--out", o->out, "Keep every report and log in DIR (default: a temporary directory)");
   sub->add_option("--precision", o->precision,
                   "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16) instead of its "

@@ -31,7 +31,8 @@ const std::vector<Knob>& knobs() {
       {"PARITY_SHM_SPIN", "about 20 us", "spin iterations before a shared-memory wait yields"},
       {"PARITY_SHM_YIELDS", "10", "sched_yield calls before a shared-memory wait sleeps"},
       {"PARITY_COMM_TRACE", "unset: none", "R: world rank R prints every collective it takes part in (docs/comm.md)"},
-      {"PARITY_SIM_FAULT", "unset: none", "throw@R:N or stall@R:N: rank R of a simulated world fails at collective N"},
+      {"PARITY_SIM_FAULT", "unset: none",
+       "throw@R:N or stall@R:N: rank R of a simulated world fails at collective N; late@R:MS: it ends MS ms late"},
       // checkpoints (test hooks and the save lock)
       {"PARITY_CKPT_CRASH", "unset: none", "RANK:POINT: that rank exits at that point of a save (test hook)"},
       {"PARITY_CKPT_NO_EXCHANGE", "unset", "set: a save skips its exchange step (test hook)"},

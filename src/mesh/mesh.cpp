@@ -218,22 +218,36 @@ int Mesh::rank_at(View v, int64_t lin) const {
   return static_cast<int>(order_rank(layout_, v, lin));
 }
 
+// The members are the ranks whose coordinates equal `rank`'s outside `dims`: walked as an
+// odometer over the free coordinates (the last fastest), the stage outermost, which is the order
+// of their linear index (coordinate order). O(group size), not O(world): every rank builds its
+// groups, so a walk over the world cost O(W^2) per world (a 4096-rank simulated world's set-up
+// outlasted its first collective's timeout).
 Group Mesh::group_over(View v, const std::vector<MeshDim>& dims, int rank) const {
-  const std::vector<int64_t> mine = coords(v, rank);
+  std::vector<int64_t> c = coords(v, rank);
+  const auto& vd = view_dims(v);
   std::vector<size_t> free;
   bool over_stages = false;  // pp: the group spans the stages
   for (MeshDim d : dims)
     if (d == MeshDim::pp) over_stages = true;
     else free.push_back(index_in_view(v, d));
-  Group g;  // walking the linear index gives the members in coordinate order, the stage outermost
-  for (int64_t lin = 0; lin < world_; ++lin) {
-    const int r = rank_at(v, lin);
-    if (!over_stages && stage(r) != stage(rank)) continue;
-    const std::vector<int64_t> c = coords(v, r);
-    bool same = true;
-    for (size_t i = 0; i < c.size(); ++i)
-      if (std::find(free.begin(), free.end(), i) == free.end() && c[i] != mine[i]) same = false;
-    if (same) g.push_back(r);
+  std::sort(free.begin(), free.end());
+  free.erase(std::unique(free.begin(), free.end()), free.end());
+  Group g;
+  const int first = over_stages ? 0 : stage(rank), last = over_stages ? stages() - 1 : stage(rank);
+  for (int st = first; st <= last; ++st) {
+    for (size_t i : free) c[i] = 0;
+    for (bool more = true; more;) {
+      g.push_back(rank_of(v, c, st));
+      more = false;
+      for (size_t k = free.size(); k-- > 0;) {
+        if (++c[free[k]] < size(vd[free[k]])) {
+          more = true;
+          break;
+        }
+        c[free[k]] = 0;
+      }
+    }
   }
   return g;
 }

@@ -210,5 +210,15 @@ TEST(VerdictRoot, TheFactorsAreTheDegreeTables) {
       << factor_meaning(2.0, d);
 }
 
+// The dense parameters' DP group holds the cp ranks: a factor of dp x cp names it (the zoo at
+// scale: dp_averaged_twice with dp 2 x cp 2 and 4 micro-batches read "1/4 (= 1/microbatches)").
+TEST(VerdictRoot, NamesTheDenseDataParallelGroupUnderContextParallel) {
+  LayoutDegrees d = named_factors({{"dp", 2}, {"cp", 2}}, 4);
+  EXPECT_EQ(factor_meaning(0.25, d).rfind("1/4 (= 1/dense_dp) or 1/4 (= 1/microbatches)", 0), 0u)
+      << factor_meaning(0.25, d);
+  d = named_factors({{"dp", 1}, {"cp", 2}}, 4);  // the group is cp's alone: named once, as cp
+  EXPECT_EQ(factor_meaning(0.5, d).find("dense_dp"), std::string::npos) << factor_meaning(0.5, d);
+}
+
 }  // namespace
 }  // namespace parity::verdict_root_test

@@ -502,10 +502,15 @@ SimFault parse_sim_fault(const std::string& spec) {
   const std::string r = at == std::string::npos || colon == std::string::npos || colon < at
                             ? "" : spec.substr(at + 1, colon - at - 1);
   const std::string n = colon == std::string::npos ? "" : spec.substr(colon + 1);
-  if ((kind != "throw" && kind != "stall") || !digits(r) || !digits(n) || std::stoll(n) < 1)
+  if ((kind != "throw" && kind != "stall" && kind != "late") || !digits(r) || !digits(n) || std::stoll(n) < 1)
     throw ConfigError("PARITY_SIM_FAULT", "expected throw@RANK:N or stall@RANK:N (world rank RANK, at its N-th "
-                                          "collective, N >= 1), got '" + spec.substr(0, 64) + "'");
-  f.rank = std::stoi(r), f.at = std::stoull(n), f.stall = kind == "stall";
+                                          "collective, N >= 1) or late@RANK:MS (it ends MS ms after its work), "
+                                          "got '" + spec.substr(0, 64) + "'");
+  f.rank = std::stoi(r);
+  if (kind == "late")
+    f.late_ms = std::stoull(n);
+  else
+    f.at = std::stoull(n), f.stall = kind == "stall";
   return f;
 }
 

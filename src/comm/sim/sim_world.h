@@ -46,12 +46,15 @@ void sim_rank_ended(SimWorld& world, int rank, int code, const std::string& erro
 // A fault to see the failures named (PARITY_SIM_FAULT, read by the launcher): world rank `rank`,
 // at its `at`-th collective (counted over all its groups, from 1), throws CommError (`stall`
 // false) or never returns from computing (`stall` true: a rank stuck outside any collective).
+// `late_ms` > 0 instead: the rank ends that many ms after its work is done (a rank slow to
+// return, as 1024 threads on 2 loaded cores are; the launcher's own business, no collective's).
 struct SimFault {
   int rank = -1;
   uint64_t at = 0;
   bool stall = false;
+  uint64_t late_ms = 0;
 };
-// "throw@R:N" or "stall@R:N"; ConfigError naming PARITY_SIM_FAULT otherwise.
+// "throw@R:N", "stall@R:N" or "late@R:MS"; ConfigError naming PARITY_SIM_FAULT otherwise.
 SimFault parse_sim_fault(const std::string& spec);
 void set_sim_fault(SimWorld& world, const SimFault& f);
 

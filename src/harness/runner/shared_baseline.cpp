@@ -201,17 +201,57 @@ DecodedStep<T> decode_once(const std::string& file, int64_t t, bool need_rec,
   return d;
 }
 
+// A file's mapping, unmapped when its last holder lets go.
+struct FileMap {
+  unsigned char* base = nullptr;
+  size_t bytes = 0;
+  ino_t ino = 0;  // the file's, when it was mapped
+  FileMap(unsigned char* b, size_t n, ino_t i) : base(b), bytes(n), ino(i) {}
+  FileMap(const FileMap&) = delete;
+  FileMap& operator=(const FileMap&) = delete;
+  ~FileMap() { ::munmap(base, bytes); }
+};
+
+// One mapping of a shared baseline file per process, while some reader holds it: the threads of
+// a simulated world share it (each used to map the whole file itself, so a 4096-rank world's
+// address space held 4096 mappings of it and passed a 24 GB `ulimit -v`). A process rank maps
+// it once, as before. Keyed by the file's device and inode; null when it cannot be opened or mapped.
+std::shared_ptr<FileMap> map_once(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<FileMap>> maps;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < kHeader) {
+    ::close(fd);
+    return nullptr;
+  }
+  const auto bytes = static_cast<size_t>(st.st_size);
+  std::lock_guard<std::mutex> lk(mu);
+  std::weak_ptr<FileMap>& slot = maps[{st.st_dev, st.st_ino}];
+  if (std::shared_ptr<FileMap> m = slot.lock(); m && m->bytes == bytes) {
+    ::close(fd);
+    return m;
+  }
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return nullptr;
+  auto map = std::make_shared<FileMap>(static_cast<unsigned char*>(m), bytes, st.st_ino);
+  slot = map;
+  for (auto it = maps.begin(); it != maps.end();) it = it->second.expired() ? maps.erase(it) : std::next(it);
+  return map;
+}
+
 template <class T> class SharedBaseline final : public BaselineSource<T> {
  public:
-  SharedBaseline(const Scenario& s, const unsigned char* base, size_t bytes, int slot, std::string file)
-      : g_(s, sizeof(T)), base_(base), bytes_(bytes), slot_(slot), file_(std::move(file)) {
+  SharedBaseline(const Scenario& s, std::shared_ptr<FileMap> map, int slot, std::string file)
+      : g_(s, sizeof(T)), map_(std::move(map)), base_(map_->base), slot_(slot), file_(std::move(file)) {
     wait_for(0);
     cur_ = decode_once<T>(file_, -1, false, [&] {
              const unsigned char* at = base_ + kHeader;
              return DecodedStep<T>{nullptr, read_state(at)};
            }).state;
   }
-  ~SharedBaseline() override { ::munmap(const_cast<unsigned char*>(base_), bytes_); }
 
   std::shared_ptr<const StepRecord<T>> step(int64_t t) override {
     wait_for(t + 1);
@@ -266,8 +306,8 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     std::atomic_ref<int64_t>(h->next[slot_]).store(next, std::memory_order_release);
   }
   Geometry g_;
+  std::shared_ptr<FileMap> map_;  // this process's one mapping of the file
   const unsigned char* base_;
-  size_t bytes_;
   int slot_;
   std::string file_;
   std::shared_ptr<const BaselineState<T>> cur_;
@@ -422,26 +462,16 @@ std::string baseline_key(const Scenario& s) {
 
 template <class T>
 std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& path) {
-  if (!path.empty()) {
-    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);  // read-write: a reader posts its next step
-    struct stat st {};
-    if (fd >= 0 && ::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= kHeader) {
-      void* m = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (m != MAP_FAILED) {
-        const auto* h = static_cast<const Header*>(m);
-        const Geometry g(s, sizeof(T));
-        if (std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 && h->elem == static_cast<int64_t>(sizeof(T)) &&
-            h->key == baseline_key(s) && h->block_bytes == static_cast<int64_t>(g.block_bytes()) && slot >= 0 &&
-            slot < h->consumers)
-          return std::make_unique<SharedBaseline<T>>(s, static_cast<const unsigned char*>(m),
-                                                     static_cast<size_t>(st.st_size), slot,
-                                                     std::string(path) + "@" + std::to_string(st.st_ino));
-        ::munmap(m, static_cast<size_t>(st.st_size));  // another scenario's: train our own
-      }
-    } else if (fd >= 0) {
-      ::close(fd);
+  if (std::shared_ptr<FileMap> m = path.empty() ? nullptr : map_once(path)) {
+    const auto* h = reinterpret_cast<const Header*>(m->base);
+    const Geometry g(s, sizeof(T));
+    if (std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 && h->elem == static_cast<int64_t>(sizeof(T)) &&
+        h->key == baseline_key(s) && h->block_bytes == static_cast<int64_t>(g.block_bytes()) && slot >= 0 &&
+        slot < h->consumers) {
+      const std::string file = std::string(path) + "@" + std::to_string(m->ino);
+      return std::make_unique<SharedBaseline<T>>(s, std::move(m), slot, file);
     }
+    // another scenario's: train our own (the mapping goes with its last holder)
   }
   return std::make_unique<LocalBaseline<T>>(s);
 }

@@ -28,12 +28,13 @@ struct SimLaunch {
 
 // Refuses what a simulated world cannot do (ConfigError, exit 2): --nnodes, --log-dir, a CUDA
 // device, a comm bench, a world over comm::kMaxSimRanks; and a malformed PARITY_SIM_FAULT
-// (throw@RANK:N, stall@RANK:N: comm/sim/sim_world.h SimFault).
+// (throw@RANK:N, stall@RANK:N, late@RANK:MS: comm/sim/sim_world.h SimFault).
 void check_sim_request(const RunRequest& r);
 
 // Runs the ranks and waits: 0 when every rank returned 0; else the first failing rank's code
-// (3 when the deadline passed, or a rank did not return within `grace` of the first failure:
-// the process then ends at once with 3, since a thread cannot be killed).
+// (3 when the deadline passed, or a rank did not return within `grace` of the first rank that
+// ended broken: the process then ends at once with 3, since a thread cannot be killed). A
+// verdict's FAIL (exit 1) is no broken end: the others are waited for as after a PASS.
 int launch_sim(const RunRequest& r, const SimLaunch& how);
 
 }  // namespace parity

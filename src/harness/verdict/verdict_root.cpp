@@ -79,11 +79,16 @@ std::string factor_meaning(double s, const LayoutDegrees& d) {
   if (near(s, -1.0)) return "-1: sign flipped";
   // named degrees and their inverses; 2 and 1/2 also when no degree is 2
   std::vector<std::pair<double, std::string>> cands;
-  for (const auto& [name, v] : d.factors)
-    if (v > 1) {
-      cands.push_back({static_cast<double>(v), std::to_string(v) + " (= " + name + ")"});
-      cands.push_back({1.0 / static_cast<double>(v), "1/" + std::to_string(v) + " (= 1/" + name + ")"});
-    }
+  auto add = [&](int64_t v, const std::string& name) {
+    if (v <= 1) return;
+    cands.push_back({static_cast<double>(v), std::to_string(v) + " (= " + name + ")"});
+    cands.push_back({1.0 / static_cast<double>(v), "1/" + std::to_string(v) + " (= 1/" + name + ")"});
+  };
+  for (const auto& [name, v] : d.factors) {
+    add(v, name);
+    // the dense parameters' DP group holds the cp ranks
+    if (name == "cp" && v > 1 && d.of("dp") > 1) add(d.of("dp") * v, "dense_dp");
+  }
   std::string named;
   for (const auto& [v, name] : cands)
     if (near(s, v) && named.find(name) == std::string::npos) named += (named.empty() ? "" : " or ") + name;

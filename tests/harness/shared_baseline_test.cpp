@@ -1,0 +1,51 @@
+// The host's shared baseline file (src/harness/runner/shared_baseline.h) read by several ranks
+// of one process, as the threads of a simulated world read it: they share one mapping of the
+// file (issue 50: each used to map it, and at W = 4096 the mappings alone passed a 24 GB
+// `ulimit -v`), and every reader gets the same records.
+#include "harness/runner/shared_baseline.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness/scenario/scenario.h"
+
+namespace parity {
+namespace {
+
+// The lines of /proc/self/maps that map `path`.
+int mappings_of(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find(path) != std::string::npos;
+  return n;
+}
+
+TEST(SharedBaselineFile, TheReadersOfOneProcessShareOneMapping) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
+  s.steps = 2;
+  const std::string path = ::testing::TempDir() + "parity-shared-base-" + std::to_string(::getpid());
+  constexpr int kReaders = 6;
+  BaselineProducer producer(s, path, kReaders, 0);
+  producer.start();
+  std::vector<std::unique_ptr<BaselineSource<double>>> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.push_back(make_baseline_source<double>(s, r, path));
+    ASSERT_TRUE(readers.back()->shared()) << "reader " << r << " trained its own";
+  }
+  EXPECT_EQ(mappings_of(path), 2);  // the producer's, and the readers' one
+  for (int64_t t = 0; t < s.steps; ++t) {
+    const auto first = readers[0]->step(t);
+    for (int r = 1; r < kReaders; ++r) EXPECT_EQ(readers[static_cast<size_t>(r)]->step(t)->loss, first->loss);
+  }
+  readers.clear();
+  EXPECT_EQ(mappings_of(path), 1);  // unmapped with its last reader
+}
+
+}  // namespace
+}  // namespace parity
