@@ -28,6 +28,10 @@ const std::vector<Injection>& injections() {
        "LayerNorm gradients not summed over the TP group under sequence parallel: each lane keeps its own "
        "sequence chunk's part",
        "tp2_sp.json", "grad layernorm", 0, "not a clean factor"},
+      {"sp_rmsnorm_not_summed", "parallel/reduction_plan.cpp (a plan mutation), TP reduction under SP",
+       "RMSNorm weight gradients not summed over the TP group under sequence parallel (issue 47: the norm "
+       "Llama / Qwen models use; replicated weights whose gradient is a partial sum per lane)",
+       "tp2_sp_rmsnorm.json", "grad layernorm", 0, "not a clean factor"},
       {"expert_grads_times_tp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
        "check do not",
