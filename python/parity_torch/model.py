@@ -43,6 +43,8 @@ def name_map(cfg):
         p = f"layers.{l}"
         out += [(f"{p}.ln1.{x}", f"{p}.ln1.{x}", False, "layernorm") for x in norm_parts]
         out += [(f"{p}.attn.{w}", f"{p}.attn.{w}.weight", True, "attention") for w in ("wq", "wk", "wv", "wo")]
+        if cfg.qk_norm == "rmsnorm":
+            out += [(f"{p}.attn.{w}.weight",) * 2 + (False, "layernorm") for w in ("q_norm", "k_norm")]
         out += [(f"{p}.ln2.{x}", f"{p}.ln2.{x}", False, "layernorm") for x in norm_parts]
         if not cfg.is_moe(l):
             ffn(f"{p}.mlp", "dense_mlp", False)
@@ -86,10 +88,12 @@ class SwiGLU(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads, dtype):
+    def __init__(self, d, heads, dtype, qk_norm=False):
         super().__init__()
         self.heads = heads
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(4))
+        if qk_norm:  # model.qk_norm: each head of q and k RMS-normalised over Dh (Qwen3 / OLMo 2)
+            self.q_norm, self.k_norm = RMSNorm(d // heads, 1e-5, dtype), RMSNorm(d // heads, 1e-5, dtype)
 
     def forward(self, x):  # (b, S, D), causal
         b, s, d = x.shape
@@ -99,6 +103,8 @@ class Attention(nn.Module):
         q, k, v = (w(x) for w in (self.wq, self.wk, self.wv))
         local = q.shape[-1] // dh
         q, k, v = (t.view(b, s, local, dh).transpose(1, 2) for t in (q, k, v))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -226,7 +232,7 @@ class Block(nn.Module):
     def __init__(self, cfg, layer, dtype):
         super().__init__()
         self.ln1 = make_norm(cfg, dtype)
-        self.attn = Attention(cfg.dim, cfg.heads, dtype)
+        self.attn = Attention(cfg.dim, cfg.heads, dtype, cfg.qk_norm == "rmsnorm")
         self.ln2 = make_norm(cfg, dtype)
         if cfg.is_moe(layer):
             self.moe = MoE(cfg, layer, dtype)

@@ -32,6 +32,7 @@ class ModelConfig:
     bias_rate: float = 0.0
     tie_embeddings: bool = False
     norm: str = "layernorm"  # or "rmsnorm" (issue 47)
+    qk_norm: str = "off"  # or "rmsnorm"
 
     def is_moe(self, layer):
         return layer >= self.dense_layers

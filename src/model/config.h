@@ -28,6 +28,7 @@ struct ModelConfig {
   double bias_rate = 0.0;  // 0 = no expert-bias update
   bool tie_embeddings = false;
   NormKind norm = NormKind::layernorm;  // every norm of the model: ln1, ln2, final_ln
+  bool qk_norm = false;  // RMSNorm of each head of q and k before attention (Qwen3, OLMo 2)
   DType dtype = DType::f64;  // the compute dtype: accumulations, master weights, optimizer state
   Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
   Low reduce = Low::none;    // and the dtype of its gradient reductions

@@ -22,6 +22,7 @@ template <class T> struct LayerRefs {
   T *ln1w, *ln1b, *wq, *wk, *wv, *wo, *ln2w, *ln2b;
   T *w1 = nullptr, *w3 = nullptr, *w2 = nullptr;  // dense MLP or routed experts
   T *gate = nullptr, *sw1 = nullptr, *sw3 = nullptr, *sw2 = nullptr;
+  T *qn = nullptr, *kn = nullptr;  // the QK-norm weights (Dh) under model.qk_norm
 };
 
 template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c, int64_t l) {
@@ -30,6 +31,7 @@ template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c,
   const bool bias = c.norm == NormKind::layernorm;  // RMSNorm has no bias
   LayerRefs<T> r{at(".ln1.weight"), bias ? at(".ln1.bias") : nullptr, at(".attn.wq"), at(".attn.wk"),
                  at(".attn.wv"),    at(".attn.wo"),  at(".ln2.weight"), bias ? at(".ln2.bias") : nullptr};
+  if (c.qk_norm) r.qn = at(".attn.q_norm.weight"), r.kn = at(".attn.k_norm.weight");
   const std::string ffn = c.is_moe(l) ? ".moe.experts" : ".mlp";
   r.w1 = at(ffn + ".w1");
   r.w3 = at(ffn + ".w3");
@@ -47,6 +49,7 @@ template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c,
 
 template <class T> struct RefLayerCache {
   Buffer<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
+  Buffer<T> q_raw, k_raw, rq, rk;  // QK-norm: q and k before it, its rstd per (token, head)
   FfnCache<T> mlp;
   MoeCache<T> moe;
 };
@@ -68,6 +71,12 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
   matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, D);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * D);  // storage points (core/precision.h)
+  if (c.qk_norm) {  // each head's q and k RMS-normalised over Dh: rows (n * H, Dh)
+    L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
+    L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.rq = zeros<T>(n * H), L.rk = zeros<T>(n * H);
+    rmsnorm_forward(L.q_raw.data(), w.qn, n * H, Dh, L.q.data(), L.rq.data());
+    rmsnorm_forward(L.k_raw.data(), w.kn, n * H, Dh, L.k.data(), L.rk.data());
+  }
   L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
   for (int64_t q = 0; q < nseq; ++q)
     attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
@@ -106,6 +115,12 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     const int64_t o = q * S * D;
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * H * S * S,
                        datt.data() + o, S, H, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+  }
+  if (c.qk_norm) {  // through the QK-norm: dq, dk of the raw projections
+    auto dq_raw = zeros<T>(n * D), dk_raw = zeros<T>(n * D);
+    rmsnorm_backward(L.q_raw.data(), w.qn, L.rq.data(), dq.data(), n * H, Dh, dq_raw.data(), g.qn);
+    rmsnorm_backward(L.k_raw.data(), w.kn, L.rk.data(), dk.data(), n * H, Dh, dk_raw.data(), g.kn);
+    dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
   auto da = zeros<T>(n * D);
   matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);

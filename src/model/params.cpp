@@ -58,6 +58,9 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     add_norm(out, c, p + ".ln1");
     for (const char* w : {"wq", "wk", "wv"}) out.push_back({p + ".attn." + w, {D, D}, Family::attention, 0.02});
     out.push_back({p + ".attn.wo", {D, D}, Family::attention, out_std});
+    if (c.qk_norm)  // per-head RMSNorm weights (Dh), shared by the heads: norm weights (parallel/param_plan.cpp)
+      for (const char* w : {"q_norm", "k_norm"})
+        out.push_back({p + ".attn." + w + ".weight", {c.head_dim()}, Family::layernorm, 0.0, 1.0});
     add_norm(out, c, p + ".ln2");
     if (!c.is_moe(l)) {
       add_ffn(out, p + ".mlp", {}, D, c.mlp_hidden, Family::dense_mlp, out_std);

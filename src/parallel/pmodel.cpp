@@ -130,6 +130,12 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   matmul_forward(L.a_full.data(), w(P.wk).ptr(), L.k.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(P.wv).ptr(), L.v.data(), n, D, Dl);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
+  if (c.qk_norm) {  // each of this lane's heads RMS-normalised over Dh: rows (n * Hl, Dh), as the model's
+    L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
+    L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.rq = zeros<T>(n * Hl), L.rk = zeros<T>(n * Hl);
+    rmsnorm_forward(L.q_raw.data(), w(P.qn).ptr(), n * Hl, Dh, L.q.data(), L.rq.data());
+    rmsnorm_forward(L.k_raw.data(), w(P.kn).ptr(), n * Hl, Dh, L.k.data(), L.rk.data());
+  }
   if (m.cp_.size > 1) {
     cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
   } else {
@@ -157,6 +163,12 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     const int64_t o = q * S * Dl;
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
                        datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+  }
+  if (c.qk_norm) {  // through the QK-norm; its weights' gradient is this lane's heads' part (param_plan.cpp)
+    auto dq_raw = zeros<T>(n * Dl), dk_raw = zeros<T>(n * Dl);
+    rmsnorm_backward(L.q_raw.data(), w(P.qn).ptr(), L.rq.data(), dq.data(), n * Hl, Dh, dq_raw.data(), g(P.qn));
+    rmsnorm_backward(L.k_raw.data(), w(P.kn).ptr(), L.rk.data(), dk.data(), n * Hl, Dh, dk_raw.data(), g(P.kn));
+    dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
   auto da = zeros<T>(n * D);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
@@ -276,6 +288,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     L.ln1_w = at(".ln1.weight"), L.ln2_w = at(".ln2.weight");
     if (ln_bias) L.ln1_b = at(".ln1.bias"), L.ln2_b = at(".ln2.bias");
     L.wq = at(".attn.wq"), L.wk = at(".attn.wk"), L.wv = at(".attn.wv"), L.wo = at(".attn.wo");
+    if (s.model.qk_norm) L.qn = at(".attn.q_norm.weight"), L.kn = at(".attn.k_norm.weight");
     const bool moe = s.model.is_moe(l);
     L.w1 = at(moe ? ".moe.experts.w1" : ".mlp.w1"), L.w3 = at(moe ? ".moe.experts.w3" : ".mlp.w3");
     L.w2 = at(moe ? ".moe.experts.w2" : ".mlp.w2");

@@ -66,6 +66,7 @@ struct LayerParams {
   size_t ln1_w = 0, ln1_b = kNoParam, wq = 0, wk = 0, wv = 0, wo = 0, ln2_w = 0, ln2_b = kNoParam;
   size_t w1 = 0, w3 = 0, w2 = 0;  // the dense MLP's, or the routed experts' in an MoE layer
   size_t gate = 0, sw1 = 0, sw3 = 0, sw2 = 0;  // an MoE layer's router and shared experts (when it has them)
+  size_t qn = kNoParam, kn = kNoParam;         // the QK-norm weights (model.qk_norm)
   std::vector<size_t> all;        // every parameter of the layer, registry order: its FSDP unit
 };
 

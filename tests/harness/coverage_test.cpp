@@ -100,6 +100,9 @@ TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
   EXPECT_EQ(option_value(Option::norm, s, s.layout), 0);  // layernorm, the default (issue 47)
   s.model.norm = NormKind::rmsnorm;
   EXPECT_EQ(option_value(Option::norm, s, s.layout), 1);
+  EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 0);
+  s.model.qk_norm = true;
+  EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 1);
 }
 
 TEST(Coverage, ResumeCountsBothLayoutsAndWorldOneNone) {

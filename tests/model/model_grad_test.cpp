@@ -49,6 +49,9 @@ std::vector<Case> cases() {
   ModelConfig rms = base_config();  // issue 47: RMSNorm in every norm (no bias), tied head
   rms.norm = NormKind::rmsnorm, rms.tie_embeddings = true;
   out.push_back({"rmsnorm_tied", rms});
+  ModelConfig qk = base_config();  // issue 47: per-head RMSNorm of q and k (Dh 3 over 2 heads)
+  qk.qk_norm = true, qk.norm = NormKind::rmsnorm;
+  out.push_back({"qk_norm_rmsnorm", qk});
   return out;
 }
 

@@ -27,6 +27,18 @@ TEST(Params, RegistryHasEveryModelMdParameterOnce) {
   for (const auto& s : param_specs(c)) EXPECT_NE(s.name, "lm_head.weight");
 }
 
+// issue 47: model.qk_norm adds q_norm and k_norm (Dh, init 1) after each layer's attn.wo.
+TEST(Params, QkNormAddsTwoHeadSizedWeightsPerLayer) {
+  ModelConfig c;
+  c.layers = 2, c.dim = 8, c.heads = 2, c.qk_norm = true;
+  const auto specs = param_specs(c);
+  ParamSet<double> p = ParamSet<double>::initialised(specs, 1);
+  EXPECT_EQ(p["layers.1.attn.q_norm.weight"].data, std::vector<double>(4, 1.0));
+  EXPECT_EQ(p.index("layers.0.attn.k_norm.weight"), p.index("layers.0.attn.wo") + 2);
+  c.qk_norm = false;
+  EXPECT_EQ(specs.size(), param_specs(c).size() + 4);
+}
+
 // issue 47: RMSNorm's norms have a weight (init 1, the layernorm family) and no bias.
 TEST(Params, RmsNormHasWeightsAndNoBias) {
   ModelConfig c;

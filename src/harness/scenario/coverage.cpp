@@ -77,6 +77,7 @@ const std::vector<OptionInfo>& all_options() {
       {Option::schedule, "schedule", {"gpipe", "1f1b", "interleaved"}, false},
       {Option::dp_sharding, "dp_sharding", {"ddp", "zero1", "zero2"}, false},
       {Option::norm, "norm", {"layernorm", "rmsnorm"}, false},
+      {Option::qk_norm, "qk_norm", {"off", "rmsnorm"}, false},
   };
   return options;
 }
@@ -153,6 +154,7 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
       if (l.dp_shard <= 1 || l.dp_sharding == DpSharding::fsdp) return -1;
       return l.dp_sharding == DpSharding::ddp ? 0 : l.dp_sharding == DpSharding::zero1 ? 1 : 2;
     case Option::norm: return m.norm == NormKind::rmsnorm ? 1 : 0;
+    case Option::qk_norm: return m.qk_norm ? 1 : 0;
   }
   return -1;
 }

@@ -53,8 +53,9 @@ enum class Option {
   schedule,       // gpipe; 1f1b; interleaved: layout.pp_schedule where pp > 1
   dp_sharding,    // ddp; zero1; zero2: layout.dp_sharding where dp_shard > 1 and it is not fsdp
   norm,           // layernorm; rmsnorm: model.norm
+  qk_norm,        // off; rmsnorm: model.qk_norm
 };
-inline constexpr int kOptionCount = 22;
+inline constexpr int kOptionCount = 23;
 
 struct OptionInfo {
   Option option;
