@@ -42,6 +42,11 @@ template <class T>
 void layernorm_backward(const T* x, const T* w, const T* mean, const T* rstd, const T* dy, int64_t n, int64_t D,
                         T* dx, T* dw, T* db);
 
+// rmsnorm.cu
+template <class T> void rmsnorm_forward(const T* x, const T* w, int64_t n, int64_t D, T* y, T* rstd);
+template <class T>
+void rmsnorm_backward(const T* x, const T* w, const T* rstd, const T* dy, int64_t n, int64_t D, T* dx, T* dw);
+
 // swiglu.cu
 template <class T> void swiglu_forward(const T* a, const T* b, int64_t n, T* h);
 template <class T> void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* db);

@@ -9,7 +9,8 @@ as grouped-GEMM MoE code keeps them. `name_map(cfg)` lists, in parity's registry
 
     parity name                    torch name                         transpose
     embed.weight                   embed.weight                       no   (V, D) both
-    layers.{l}.ln1.weight / .bias  layers.{l}.ln1.weight / .bias      no   (also ln2, final_ln)
+    layers.{l}.ln1.weight / .bias  layers.{l}.ln1.weight / .bias      no   (also ln2, final_ln; no .bias
+                                                                           under model.norm rmsnorm)
     layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D)
     layers.{l}.mlp.w1|w3|w2        layers.{l}.mlp.w1|w3|w2.weight     yes  (D, F) <-> (F, D)
     layers.{l}.moe.router.gate     layers.{l}.moe.router.gate.weight  yes  (D, E) <-> (E, D)
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 def name_map(cfg):
     """[(parity name, torch name, transpose, family)] in parity's registry order (model/params.cpp)."""
     out = [("embed.weight", "embed.weight", False, "embedding")]
+    norm_parts = ("weight",) if cfg.norm == "rmsnorm" else ("weight", "bias")  # RMSNorm has no bias
 
     def ffn(prefix, fam, grouped):
         for w in ("w1", "w3", "w2"):
@@ -39,9 +41,11 @@ def name_map(cfg):
 
     for l in range(cfg.layers):
         p = f"layers.{l}"
-        out += [(f"{p}.ln1.{x}", f"{p}.ln1.{x}", False, "layernorm") for x in ("weight", "bias")]
+        out += [(f"{p}.ln1.{x}", f"{p}.ln1.{x}", False, "layernorm") for x in norm_parts]
         out += [(f"{p}.attn.{w}", f"{p}.attn.{w}.weight", True, "attention") for w in ("wq", "wk", "wv", "wo")]
-        out += [(f"{p}.ln2.{x}", f"{p}.ln2.{x}", False, "layernorm") for x in ("weight", "bias")]
+        if cfg.qk_norm == "rmsnorm":
+            out += [(f"{p}.attn.{w}.weight",) * 2 + (False, "layernorm") for w in ("q_norm", "k_norm")]
+        out += [(f"{p}.ln2.{x}", f"{p}.ln2.{x}", False, "layernorm") for x in norm_parts]
         if not cfg.is_moe(l):
             ffn(f"{p}.mlp", "dense_mlp", False)
             continue
@@ -49,7 +53,7 @@ def name_map(cfg):
         ffn(f"{p}.moe.experts", "routed_experts", True)
         if cfg.shared_experts > 0:
             ffn(f"{p}.moe.shared", "shared_experts", False)
-    out += [(f"final_ln.{x}", f"final_ln.{x}", False, "layernorm") for x in ("weight", "bias")]
+    out += [(f"final_ln.{x}", f"final_ln.{x}", False, "layernorm") for x in norm_parts]
     if not cfg.tie_embeddings:
         out.append(("lm_head.weight", "lm_head.weight", True, "head"))
     return out
@@ -84,10 +88,12 @@ class SwiGLU(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads, dtype):
+    def __init__(self, d, heads, dtype, qk_norm=False):
         super().__init__()
         self.heads = heads
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(4))
+        if qk_norm:  # model.qk_norm: each head of q and k RMS-normalised over Dh (Qwen3 / OLMo 2)
+            self.q_norm, self.k_norm = RMSNorm(d // heads, 1e-5, dtype), RMSNorm(d // heads, 1e-5, dtype)
 
     def forward(self, x):  # (b, S, D), causal
         b, s, d = x.shape
@@ -97,6 +103,8 @@ class Attention(nn.Module):
         q, k, v = (w(x) for w in (self.wq, self.wk, self.wv))
         local = q.shape[-1] // dh
         q, k, v = (t.view(b, s, local, dh).transpose(1, 2) for t in (q, k, v))
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -199,12 +207,33 @@ class MoE(nn.Module):
         return out.view(b, s, d)
 
 
+class RMSNorm(nn.Module):
+    """y = (x * rstd) * weight, rstd = 1 / sqrt(mean(x^2) + eps) over the last dimension: parity's
+    ops/rmsnorm.cpp (torch 1.13 has no nn.RMSNorm). No centring, no bias."""
+
+    def __init__(self, d, eps, dtype):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d, dtype=dtype))
+
+    def forward(self, x):
+        rstd = 1.0 / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + self.eps)
+        return (x * rstd) * self.weight
+
+
+def make_norm(cfg, dtype):
+    """The scenario's model.norm: nn.LayerNorm or RMSNorm, eps 1e-5 both (docs/model.md)."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.dim, 1e-5, dtype)
+    return nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+
+
 class Block(nn.Module):
     def __init__(self, cfg, layer, dtype):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
-        self.attn = Attention(cfg.dim, cfg.heads, dtype)
-        self.ln2 = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+        self.ln1 = make_norm(cfg, dtype)
+        self.attn = Attention(cfg.dim, cfg.heads, dtype, cfg.qk_norm == "rmsnorm")
+        self.ln2 = make_norm(cfg, dtype)
         if cfg.is_moe(layer):
             self.moe = MoE(cfg, layer, dtype)
         else:
@@ -223,7 +252,7 @@ class ReferenceModel(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab, cfg.dim, dtype=dtype)
         self.layers = nn.ModuleList(Block(cfg, l, dtype) for l in range(cfg.layers))
-        self.final_ln = nn.LayerNorm(cfg.dim, eps=1e-5, dtype=dtype)
+        self.final_ln = make_norm(cfg, dtype)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab, bias=False, dtype=dtype)
 
     def moe_layers(self):

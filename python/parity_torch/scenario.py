@@ -31,6 +31,8 @@ class ModelConfig:
     aux_alpha: float = 0.0
     bias_rate: float = 0.0
     tie_embeddings: bool = False
+    norm: str = "layernorm"  # or "rmsnorm" (issue 47)
+    qk_norm: str = "off"  # or "rmsnorm"
 
     def is_moe(self, layer):
         return layer >= self.dense_layers

@@ -28,6 +28,14 @@ const std::vector<Injection>& injections() {
        "LayerNorm gradients not summed over the TP group under sequence parallel: each lane keeps its own "
        "sequence chunk's part",
        "tp2_sp.json", "grad layernorm", 0, "not a clean factor"},
+      {"sp_rmsnorm_not_summed", "parallel/reduction_plan.cpp (a plan mutation), TP reduction under SP",
+       "RMSNorm weight gradients not summed over the TP group under sequence parallel (issue 47: the norm "
+       "Llama / Qwen models use; replicated weights whose gradient is a partial sum per lane)",
+       "tp2_sp_rmsnorm.json", "grad layernorm", 0, "not a clean factor"},
+      {"qk_norm_not_summed_tp", "parallel/param_plan.cpp (a plan mutation), TP reduction of the QK-norm weights",
+       "the QK-norm weights' gradients not summed over the TP group: every lane normalises only its own heads, "
+       "so each keeps its heads' part (issue 47: replicated like a norm weight, partial like the router)",
+       "tp2_qknorm.json", "grad layernorm", 0, "not a clean factor"},
       {"expert_grads_times_tp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
        "check do not",

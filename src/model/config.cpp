@@ -4,6 +4,8 @@ namespace parity {
 
 std::string_view score_name(Score s) { return s == Score::softmax ? "softmax" : "sigmoid"; }
 
+std::string_view norm_name(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
+
 std::string_view optim_name(OptimKind k) {
   switch (k) {
     case OptimKind::sgd: return "sgd";

@@ -8,6 +8,7 @@
 
 #include "core/precision.h"
 #include "core/tensor.h"
+#include "ops/norm.h"    // NormKind, the model's normalisation (an op)
 #include "ops/router.h"  // Score, the router's scoring function (an op)
 
 namespace parity {
@@ -26,6 +27,8 @@ struct ModelConfig {
   double aux_alpha = 0.0;  // 0 = no sequence-wise balance loss
   double bias_rate = 0.0;  // 0 = no expert-bias update
   bool tie_embeddings = false;
+  NormKind norm = NormKind::layernorm;  // every norm of the model: ln1, ln2, final_ln
+  bool qk_norm = false;  // RMSNorm of each head of q and k before attention (Qwen3, OLMo 2)
   DType dtype = DType::f64;  // the compute dtype: accumulations, master weights, optimizer state
   Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
   Low reduce = Low::none;    // and the dtype of its gradient reductions
@@ -51,6 +54,7 @@ struct OptimConfig {
 };
 
 std::string_view score_name(Score s);
+std::string_view norm_name(NormKind k);
 std::string_view optim_name(OptimKind k);
 
 }  // namespace parity

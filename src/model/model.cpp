@@ -9,7 +9,7 @@
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
-#include "ops/layernorm.h"
+#include "ops/norm.h"
 #include "ops/matmul.h"
 #include "ops/swiglu.h"
 
@@ -22,13 +22,16 @@ template <class T> struct LayerRefs {
   T *ln1w, *ln1b, *wq, *wk, *wv, *wo, *ln2w, *ln2b;
   T *w1 = nullptr, *w3 = nullptr, *w2 = nullptr;  // dense MLP or routed experts
   T *gate = nullptr, *sw1 = nullptr, *sw3 = nullptr, *sw2 = nullptr;
+  T *qn = nullptr, *kn = nullptr;  // the QK-norm weights (Dh) under model.qk_norm
 };
 
 template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c, int64_t l) {
   const std::string pre = "layers." + std::to_string(l);
   auto at = [&](const std::string& s) { return p[pre + s].ptr(); };
-  LayerRefs<T> r{at(".ln1.weight"), at(".ln1.bias"), at(".attn.wq"), at(".attn.wk"),
-                 at(".attn.wv"),    at(".attn.wo"),  at(".ln2.weight"), at(".ln2.bias")};
+  const bool bias = c.norm == NormKind::layernorm;  // RMSNorm has no bias
+  LayerRefs<T> r{at(".ln1.weight"), bias ? at(".ln1.bias") : nullptr, at(".attn.wq"), at(".attn.wk"),
+                 at(".attn.wv"),    at(".attn.wo"),  at(".ln2.weight"), bias ? at(".ln2.bias") : nullptr};
+  if (c.qk_norm) r.qn = at(".attn.q_norm.weight"), r.kn = at(".attn.k_norm.weight");
   const std::string ffn = c.is_moe(l) ? ".moe.experts" : ".mlp";
   r.w1 = at(ffn + ".w1");
   r.w3 = at(ffn + ".w3");
@@ -46,6 +49,7 @@ template <class T> LayerRefs<T> layer_refs(ParamSet<T>& p, const ModelConfig& c,
 
 template <class T> struct RefLayerCache {
   Buffer<T> h_in, a, m1, r1, q, k, v, att, probs, h_mid, bn, m2, r2;  // see layer_forward
+  Buffer<T> q_raw, k_raw, rq, rk;  // QK-norm: q and k before it, its rstd per (token, head)
   FfnCache<T> mlp;
   MoeCache<T> moe;
 };
@@ -61,12 +65,18 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   L.h_in = copy_of(h, n * D);
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
-  layernorm_forward(h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
+  norm_forward(c.norm, h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
   L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.v = zeros<T>(n * D);
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
   matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
   matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, D);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * D);  // storage points (core/precision.h)
+  if (c.qk_norm) {  // each head's q and k RMS-normalised over Dh: rows (n * H, Dh)
+    L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
+    L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.rq = zeros<T>(n * H), L.rk = zeros<T>(n * H);
+    rmsnorm_forward(L.q_raw.data(), w.qn, n * H, Dh, L.q.data(), L.rq.data());
+    rmsnorm_forward(L.k_raw.data(), w.kn, n * H, Dh, L.k.data(), L.rk.data());
+  }
   L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
   for (int64_t q = 0; q < nseq; ++q)
     attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
@@ -76,7 +86,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   add_into(h, o.data(), n * D);
   L.h_mid = copy_of(h, n * D);
   L.bn = zeros<T>(n * D), L.m2 = zeros<T>(n), L.r2 = zeros<T>(n);
-  layernorm_forward(h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
+  norm_forward(c.norm, h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
   auto f = zeros<T>(n * D);  // (n, D)
   if (w.gate)
     moe_forward(c, moe_weights(w, bias, follow), L.bn.data(), n, f.data(), L.moe);
@@ -96,7 +106,7 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
                  MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});
   else
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
-  layernorm_backward(L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
+  norm_backward(c.norm, L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
 
   auto datt = zeros<T>(n * D);
   matmul_backward(L.att.data(), w.wo, dh, datt.data(), g.wo, n, D, D);
@@ -106,11 +116,17 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * H * S * S,
                        datt.data() + o, S, H, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
   }
+  if (c.qk_norm) {  // through the QK-norm: dq, dk of the raw projections
+    auto dq_raw = zeros<T>(n * D), dk_raw = zeros<T>(n * D);
+    rmsnorm_backward(L.q_raw.data(), w.qn, L.rq.data(), dq.data(), n * H, Dh, dq_raw.data(), g.qn);
+    rmsnorm_backward(L.k_raw.data(), w.kn, L.rk.data(), dk.data(), n * H, Dh, dk_raw.data(), g.kn);
+    dq = std::move(dq_raw), dk = std::move(dk_raw);
+  }
   auto da = zeros<T>(n * D);
   matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);
   matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, D);
   matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, D);
-  layernorm_backward(L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
+  norm_backward(c.norm, L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
 }
 
 
@@ -161,8 +177,9 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   }
   // head: logits (n, V) = LN(h) · W, W (D, V) = lm_head or embed^T
   auto hf = zeros<T>(n * D), mf = zeros<T>(n), rf = zeros<T>(n);
-  layernorm_forward(h.data(), P["final_ln.weight"].ptr(), P["final_ln.bias"].ptr(), n, D, hf.data(),
-                    mf.data(), rf.data());
+  const bool ln_bias = c.norm == NormKind::layernorm;  // RMSNorm has no bias
+  norm_forward(c.norm, h.data(), P["final_ln.weight"].ptr(), ln_bias ? P["final_ln.bias"].ptr() : nullptr, n, D,
+               hf.data(), mf.data(), rf.data());
   Buffer<T> head_t;
   const T* head = nullptr;
   if (c.tie_embeddings) {
@@ -191,8 +208,8 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
     matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), grads["lm_head.weight"].ptr(), n, D, V);
   }
   auto dh = zeros<T>(n * D);
-  layernorm_backward(h.data(), P["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
-                     grads["final_ln.weight"].ptr(), grads["final_ln.bias"].ptr());
+  norm_backward(c.norm, h.data(), P["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
+                grads["final_ln.weight"].ptr(), ln_bias ? grads["final_ln.bias"].ptr() : nullptr);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     layer_backward(c, layer_refs(P, c, l), layer_refs(grads, c, l), bias, n, caches[static_cast<size_t>(l)],

@@ -25,9 +25,10 @@ std::string_view family_name(Family f) {
 
 namespace {
 
-void add_layernorm(std::vector<ParamSpec>& out, const std::string& prefix, int64_t D) {
-  out.push_back({prefix + ".weight", {D}, Family::layernorm, 0.0, 1.0});
-  out.push_back({prefix + ".bias", {D}, Family::layernorm, 0.0, 0.0});
+// A norm's weight, and its bias under LayerNorm (RMSNorm has none); both in the layernorm family.
+void add_norm(std::vector<ParamSpec>& out, const ModelConfig& c, const std::string& prefix) {
+  out.push_back({prefix + ".weight", {c.dim}, Family::layernorm, 0.0, 1.0});
+  if (c.norm == NormKind::layernorm) out.push_back({prefix + ".bias", {c.dim}, Family::layernorm, 0.0, 0.0});
 }
 
 // w1, w3 (in, hidden) and w2 (hidden, in), with an optional leading expert dimension.
@@ -54,10 +55,13 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
   out.back().also_head = c.tie_embeddings;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
-    add_layernorm(out, p + ".ln1", D);
+    add_norm(out, c, p + ".ln1");
     for (const char* w : {"wq", "wk", "wv"}) out.push_back({p + ".attn." + w, {D, D}, Family::attention, 0.02});
     out.push_back({p + ".attn.wo", {D, D}, Family::attention, out_std});
-    add_layernorm(out, p + ".ln2", D);
+    if (c.qk_norm)  // per-head RMSNorm weights (Dh), shared by the heads: norm weights (parallel/param_plan.cpp)
+      for (const char* w : {"q_norm", "k_norm"})
+        out.push_back({p + ".attn." + w + ".weight", {c.head_dim()}, Family::layernorm, 0.0, 1.0});
+    add_norm(out, c, p + ".ln2");
     if (!c.is_moe(l)) {
       add_ffn(out, p + ".mlp", {}, D, c.mlp_hidden, Family::dense_mlp, out_std);
       continue;
@@ -66,7 +70,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     add_ffn(out, p + ".moe.experts", {c.experts}, D, c.expert_hidden, Family::routed_experts, out_std);
     if (c.shared_experts > 0) add_ffn(out, p + ".moe.shared", {}, D, c.shared_hidden, Family::shared_experts, out_std);
   }
-  add_layernorm(out, "final_ln", D);
+  add_norm(out, c, "final_ln");
   if (!c.tie_embeddings) out.push_back({"lm_head.weight", {D, c.vocab}, Family::head, 0.02});
   return out;
 }

@@ -52,6 +52,20 @@ std::vector<MpSplit> mp_splits(const ParamSpec& spec, const mesh::TensorLayout& 
   return out;
 }
 
+bool is_qk_norm(const ParamSpec& spec) {
+  return spec.name.ends_with(".attn.q_norm.weight") || spec.name.ends_with(".attn.k_norm.weight");
+}
+
+// An entry's reductions: its family's rule (reduction_plan.h), except the QK-norm weights
+// (model.qk_norm, issue 47): replicated over TP as every norm weight, but each lane normalises
+// only its own heads, so their gradient is a partial sum over the TP lanes with or without SP
+// (the router's case, not LayerNorm's): summed over tp wherever tp > 1.
+FamilyReduction entry_reduction(const ReductionPlan& families, const ParamSpec& spec) {
+  FamilyReduction r = families[spec.family];
+  if (is_qk_norm(spec)) r.tp_sum = families.tp > 1;
+  return r;
+}
+
 }  // namespace
 
 size_t ParamPlan::index(std::string_view name) const {
@@ -73,7 +87,7 @@ ParamPlan param_plan(const mesh::Mesh& m, const ModelConfig& model, const Precis
     e.home = home_dp_group(spec.family);
     e.param_storage = storage_of(e.param, e.home), e.optimizer_storage = storage_of(e.optimizer, e.home);
     e.stages = e.param.stages;
-    e.reduction = plan.families[spec.family];
+    e.reduction = entry_reduction(plan.families, spec);
     // tied embeddings held by the first and the last stage: their gradients summed over the pair
     e.pair_synced = spec.also_head && e.stages.size() == 2;
     if (e.pair_synced) e.pair = {e.stages.front(), e.stages.back(), 1, false};
@@ -96,7 +110,7 @@ const std::vector<std::string_view>& param_plan_mutations() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> n = plan_mutations();
     for (std::string_view e : {"pp_tied_embedding_not_synced", "pp_embedding_synced_twice",
-                               "pp_embedding_synced_after_dp", "zero2_reduce_incomplete"})
+                               "pp_embedding_synced_after_dp", "zero2_reduce_incomplete", "qk_norm_not_summed_tp"})
       n.push_back(e);
     return n;
   }();
@@ -105,7 +119,12 @@ const std::vector<std::string_view>& param_plan_mutations() {
 
 bool apply_mutation(ParamPlan& plan, std::string_view name) {
   if (apply_mutation(plan.families, name)) {
-    for (ParamEntry& e : plan.entries) e.reduction = plan.families[e.spec.family];
+    for (ParamEntry& e : plan.entries) e.reduction = entry_reduction(plan.families, e.spec);
+    return true;
+  }
+  if (name == "qk_norm_not_summed_tp") {  // the QK-norm weights left out of the TP sum: each lane keeps its heads' part
+    for (ParamEntry& e : plan.entries)
+      if (is_qk_norm(e.spec)) e.reduction.tp_sum = false;
     return true;
   }
   if (name == "pp_tied_embedding_not_synced") {  // the all-reduce over the pair left out

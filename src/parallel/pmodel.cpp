@@ -9,7 +9,7 @@
 #include "ops/elementwise.h"
 
 #include "ops/attention.h"
-#include "ops/layernorm.h"
+#include "ops/norm.h"
 #include "ops/matmul.h"
 #include "ops/swiglu.h"
 #include "mesh/param_layout.h"
@@ -65,6 +65,9 @@ template <class T> struct ParallelModel<T>::Impl {
     return m.gathered_[q];
   }
   T* g(size_t q) const { return m.mp_grads[q].ptr(); }
+  // A parameter the model may not have (kNoParam: a norm's bias under RMSNorm): null then.
+  const T* w_or_null(size_t q) const { return q == kNoParam ? nullptr : w(q).ptr(); }
+  T* g_or_null(size_t q) const { return q == kNoParam ? nullptr : g(q); }
   int64_t local_dim(size_t q, size_t d) const { return m.params[q].mp_shape()[d]; }
   Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, chunk.seq, W); }
   Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, chunk.seq, W); }
@@ -119,14 +122,20 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh;
   L.h_in = h;
   L.a_res = zeros<T>(n_res * D), L.m1 = zeros<T>(n_res), L.r1 = zeros<T>(n_res);
-  layernorm_forward(h.data(), w(P.ln1_w).ptr(), w(P.ln1_b).ptr(), n_res, D, L.a_res.data(),
-                    L.m1.data(), L.r1.data());
+  norm_forward(c.norm, h.data(), w(P.ln1_w).ptr(), w_or_null(P.ln1_b), n_res, D, L.a_res.data(), L.m1.data(),
+               L.r1.data());
   L.a_full = full(L.a_res, D);
   L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.v = zeros<T>(n * Dl);
   matmul_forward(L.a_full.data(), w(P.wq).ptr(), L.q.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(P.wk).ptr(), L.k.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(P.wv).ptr(), L.v.data(), n, D, Dl);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
+  if (c.qk_norm) {  // each of this lane's heads RMS-normalised over Dh: rows (n * Hl, Dh), as the model's
+    L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
+    L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.rq = zeros<T>(n * Hl), L.rk = zeros<T>(n * Hl);
+    rmsnorm_forward(L.q_raw.data(), w(P.qn).ptr(), n * Hl, Dh, L.q.data(), L.rq.data());
+    rmsnorm_forward(L.k_raw.data(), w(P.kn).ptr(), n * Hl, Dh, L.k.data(), L.rk.data());
+  }
   if (m.cp_.size > 1) {
     cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
   } else {
@@ -155,13 +164,19 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
                        datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
   }
+  if (c.qk_norm) {  // through the QK-norm; its weights' gradient is this lane's heads' part (param_plan.cpp)
+    auto dq_raw = zeros<T>(n * Dl), dk_raw = zeros<T>(n * Dl);
+    rmsnorm_backward(L.q_raw.data(), w(P.qn).ptr(), L.rq.data(), dq.data(), n * Hl, Dh, dq_raw.data(), g(P.qn));
+    rmsnorm_backward(L.k_raw.data(), w(P.kn).ptr(), L.rk.data(), dk.data(), n * Hl, Dh, dk_raw.data(), g(P.kn));
+    dq = std::move(dq_raw), dk = std::move(dk_raw);
+  }
   auto da = zeros<T>(n * D);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
   matmul_backward(L.a_full.data(), w(P.wk).ptr(), dk.data(), da.data(), g(P.wk), n, D, Dl);
   matmul_backward(L.a_full.data(), w(P.wv).ptr(), dv.data(), da.data(), g(P.wv), n, D, Dl);
   Buffer<T> da_res = to_res(std::move(da), D);
-  layernorm_backward(L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
-                     dh.data(), g(P.ln1_w), g(P.ln1_b));
+  norm_backward(c.norm, L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
+                dh.data(), g(P.ln1_w), g_or_null(P.ln1_b));
 }
 
 template <class T> PMoeWeights<T> ParallelModel<T>::Impl::moe_weights(const LayerParams& P, int64_t l) const {
@@ -183,8 +198,8 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, 
                                                LayerCache<T>& L) const {
   const int64_t D = c.dim;
   L.bn_res = zeros<T>(n_res * D), L.m2 = zeros<T>(n_res), L.r2 = zeros<T>(n_res);
-  layernorm_forward(h.data(), w(P.ln2_w).ptr(), w(P.ln2_b).ptr(), n_res, D, L.bn_res.data(),
-                    L.m2.data(), L.r2.data());
+  norm_forward(c.norm, h.data(), w(P.ln2_w).ptr(), w_or_null(P.ln2_b), n_res, D, L.bn_res.data(), L.m2.data(),
+               L.r2.data());
   Buffer<T> f;
   if (c.is_moe(l)) {
     pmoe_forward(chunk, m.tp_, m.cp_, m.ep_, moe_weights(P, l), L.bn_res, b, f, L.moe);
@@ -218,8 +233,8 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P,
                  g(P.w2));
     dbn_res = to_res(std::move(dbn), D);
   }
-  layernorm_backward(L.h_mid.data(), w(P.ln2_w).ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
-                     dh.data(), g(P.ln2_w), g(P.ln2_b));
+  norm_backward(c.norm, L.h_mid.data(), w(P.ln2_w).ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
+                dh.data(), g(P.ln2_w), g_or_null(P.ln2_b));
 }
 
 template <class T>
@@ -261,15 +276,19 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   }
   gathered_.resize(plan.size()), is_gathered_.assign(plan.size(), 0);
   // the weights by index: names looked up here, once
-  emb_ = plan.index("embed.weight"), final_w_ = plan.index("final_ln.weight"), final_b_ = plan.index("final_ln.bias");
-  outer_ = {emb_, final_w_, final_b_};
+  const bool ln_bias = s.model.norm == NormKind::layernorm;  // RMSNorm has no bias
+  emb_ = plan.index("embed.weight"), final_w_ = plan.index("final_ln.weight");
+  outer_ = {emb_, final_w_};
+  if (ln_bias) final_b_ = plan.index("final_ln.bias"), outer_.push_back(final_b_);
   if (plan.has("lm_head.weight")) head_ = plan.index("lm_head.weight"), outer_.push_back(head_);
   for (int64_t l = 0; l < s.model.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     const auto at = [&](const char* what) { return plan.index(p + what); };
     LayerParams L;
-    L.ln1_w = at(".ln1.weight"), L.ln1_b = at(".ln1.bias"), L.ln2_w = at(".ln2.weight"), L.ln2_b = at(".ln2.bias");
+    L.ln1_w = at(".ln1.weight"), L.ln2_w = at(".ln2.weight");
+    if (ln_bias) L.ln1_b = at(".ln1.bias"), L.ln2_b = at(".ln2.bias");
     L.wq = at(".attn.wq"), L.wk = at(".attn.wk"), L.wv = at(".attn.wv"), L.wo = at(".attn.wo");
+    if (s.model.qk_norm) L.qn = at(".attn.q_norm.weight"), L.kn = at(".attn.k_norm.weight");
     const bool moe = s.model.is_moe(l);
     L.w1 = at(moe ? ".moe.experts.w1" : ".mlp.w1"), L.w3 = at(moe ? ".moe.experts.w3" : ".mlp.w3");
     L.w2 = at(moe ? ".moe.experts.w2" : ".mlp.w2");
@@ -340,8 +359,8 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   if (!last) return;
   // head: logits (n, Vl) = LN(h) · W, W (D, Vl) = lm_head's columns or embed's rows^T
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
-  layernorm_forward(h.data(), I.w(final_w_).ptr(), I.w(final_b_).ptr(), n_res, D, hf.data(), mf.data(),
-                    rf.data());
+  norm_forward(c.norm, h.data(), I.w(final_w_).ptr(), I.w_or_null(final_b_), n_res, D, hf.data(), mf.data(),
+               rf.data());
   Buffer<T> hf_full = I.full(hf, D);
   Buffer<T> head = c.tie_embeddings ? transpose(I.w(emb_).ptr(), Vl, D) : I.w(head_).data;
   auto logits = zeros<T>(n * Vl);
@@ -370,8 +389,8 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   }
   Buffer<T> dhf_res = I.to_res(std::move(dhf), D);
   auto dh = zeros<T>(n_res * D);
-  layernorm_backward(h.data(), I.w(final_w_).ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
-                     dh.data(), I.g(final_w_), I.g(final_b_));
+  norm_backward(c.norm, h.data(), I.w(final_w_).ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
+                dh.data(), I.g(final_w_), I.g_or_null(final_b_));
   h = std::move(dh);  // the backward starts from here
 }
 

@@ -60,10 +60,13 @@ template <class T> struct PMicro {
 
 // A transformer layer's parameters as indices of the plan (registry order), looked up by name
 // once at construction: the forward and the backward read weights by index.
+// kNoParam: a parameter the model has not (a norm's bias under RMSNorm).
+inline constexpr size_t kNoParam = static_cast<size_t>(-1);
 struct LayerParams {
-  size_t ln1_w = 0, ln1_b = 0, wq = 0, wk = 0, wv = 0, wo = 0, ln2_w = 0, ln2_b = 0;
+  size_t ln1_w = 0, ln1_b = kNoParam, wq = 0, wk = 0, wv = 0, wo = 0, ln2_w = 0, ln2_b = kNoParam;
   size_t w1 = 0, w3 = 0, w2 = 0;  // the dense MLP's, or the routed experts' in an MoE layer
   size_t gate = 0, sw1 = 0, sw3 = 0, sw2 = 0;  // an MoE layer's router and shared experts (when it has them)
+  size_t qn = kNoParam, kn = kNoParam;         // the QK-norm weights (model.qk_norm)
   std::vector<size_t> all;        // every parameter of the layer, registry order: its FSDP unit
 };
 
@@ -114,7 +117,7 @@ template <class T> class ParallelModel {
   CpContext cp_;
   EpContext ep_;
   std::vector<LayerParams> layer_;     // per model layer
-  size_t emb_ = 0, final_w_ = 0, final_b_ = 0, head_ = 0;  // head_: lm_head's, unless tied
+  size_t emb_ = 0, final_w_ = 0, final_b_ = kNoParam, head_ = 0;  // head_: lm_head's, unless tied
   std::vector<size_t> outer_;          // the embedding, final LayerNorm and head: their FSDP unit
   std::vector<Tensor<T>> gathered_;    // per parameter: its compute copy, gathered in this step
   std::vector<char> is_gathered_;      // per parameter

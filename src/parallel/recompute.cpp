@@ -49,7 +49,7 @@ template <class T> int64_t held_bytes(const LayerCache<T>& L) {
   int64_t n = 0;
   for (const Buffer<T>* b :
        {&L.h_in, &L.a_res, &L.m1, &L.r1, &L.a_full, &L.q, &L.k, &L.v, &L.att, &L.probs, &L.h_mid, &L.cp_attn.k_full,
-        &L.cp_attn.v_full, &L.cp_attn.probs, &L.bn_res, &L.m2, &L.r2, &L.bn_full})
+        &L.cp_attn.v_full, &L.cp_attn.probs, &L.bn_res, &L.m2, &L.r2, &L.bn_full, &L.q_raw, &L.k_raw, &L.rq, &L.rk})
     n += bytes(*b);
   return n + bytes(L.mlp) + bytes(L.moe) + bytes(L.routed);
 }

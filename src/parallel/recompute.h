@@ -27,6 +27,7 @@ namespace parity {
 template <class T> struct LayerCache {
   // attention block: h_in (its input) ... h_mid (its output, the FFN block's input)
   Buffer<T> h_in, a_res, m1, r1, a_full, q, k, v, att, probs, h_mid;
+  Buffer<T> q_raw, k_raw, rq, rk;  // QK-norm (model.qk_norm): q, k before it and its rstd per (token, head)
   CpAttentionCache<T> cp_attn;  // context parallel only
   // FFN block
   Buffer<T> bn_res, m2, r2, bn_full;

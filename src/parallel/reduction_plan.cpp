@@ -60,15 +60,18 @@ const std::vector<std::string_view>& plan_mutations() {
   static const std::vector<std::string_view> names = {
       "sp_layernorm_not_summed", "tp_reduce_in_bf16",    "router_grad_averaged", "router_grad_summed_replicas",
       "dp_reduce_in_bf16",       "expert_grads_over_dense_dp", "expert_grads_times_tp", "dp_averaged_twice",
-      "norm_counts_replicas",    "norm_drops_experts",   "norm_not_allreduced",  "clip_skips_experts"};
+      "norm_counts_replicas",    "norm_drops_experts",   "norm_not_allreduced",  "clip_skips_experts",
+      "sp_rmsnorm_not_summed"};
   return names;
 }
 
 bool apply_mutation(ReductionPlan& plan, std::string_view name) {
   FamilyReduction& router = plan[Family::router];
   FamilyReduction& experts = plan[Family::routed_experts];
-  if (name == "sp_layernorm_not_summed") {
-    // LayerNorm gradients not summed over TP under SP: each lane keeps its chunk's part
+  if (name == "sp_layernorm_not_summed" || name == "sp_rmsnorm_not_summed") {
+    // the norms' gradients not summed over TP under SP: each lane keeps its chunk's part
+    // (the layernorm family holds the norm weights, RMSNorm's included: one rule, two zoo
+    // entries, each with a scenario of its norm)
     plan[Family::layernorm].tp_sum = false;
   } else if (name == "tp_reduce_in_bf16") {
     // the TP all-reduce in bf16 whatever the policy (pytorch#190626: FSDP2's reduce_dtype not

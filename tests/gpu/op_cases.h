@@ -22,6 +22,7 @@
 #include "ops/layernorm.h"
 #include "ops/matmul.h"
 #include "ops/permute.h"
+#include "ops/rmsnorm.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
 #include "optim/optimizer.h"
@@ -155,6 +156,18 @@ template <class T> void layernorm_bwd(OpCtx<T>& c) {
   layernorm_forward(x, w, b, n, D, y, mean, rstd);
   layernorm_backward(x, w, mean, rstd, dy, n, D, c.grad("dx", n * D), c.grad("dw", D), c.grad("db", D));
 }
+template <class T> void rmsnorm_fwd(OpCtx<T>& c) {
+  const int64_t n = c.s, D = c.s + 3;
+  const T *x = c.in(n * D), *w = c.in(D);
+  rmsnorm_forward(x, w, n, D, c.out("y", n * D), c.out("rstd", n));
+}
+template <class T> void rmsnorm_bwd(OpCtx<T>& c) {
+  const int64_t n = c.s, D = c.s + 3;
+  const T *x = c.in(n * D), *w = c.in(D), *dy = c.in(n * D);
+  T *y = c.out("y", n * D), *rstd = c.out("rstd", n);
+  rmsnorm_forward(x, w, n, D, y, rstd);
+  rmsnorm_backward(x, w, rstd, dy, n, D, c.grad("dx", n * D), c.grad("dw", D));
+}
 template <class T> void swiglu_fwd(OpCtx<T>& c) {
   const int64_t n = 5 * c.s;
   const T *a = c.in(n, -8, 8), *b = c.in(n);
@@ -274,6 +287,8 @@ inline const std::vector<OpCase>& op_cases() {
       PARITY_CASE("attention_rows_backward", attention_rows_bwd),
       PARITY_CASE("layernorm_forward", layernorm_fwd),
       PARITY_CASE("layernorm_backward", layernorm_bwd),
+      PARITY_CASE("rmsnorm_forward", rmsnorm_fwd),
+      PARITY_CASE("rmsnorm_backward", rmsnorm_bwd),
       PARITY_CASE("swiglu_forward", swiglu_fwd),
       PARITY_CASE("swiglu_backward", swiglu_bwd),
       PARITY_CASE2("router_softmax_forward", scores_fwd, Score::softmax),

@@ -97,6 +97,12 @@ TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
   s.model.dense_layers = s.model.layers;                                          // no MoE layer
   EXPECT_EQ(option_value(Option::shared, s, s.layout), -1);
   EXPECT_EQ(option_value(Option::dtype, s, s.layout), 1);
+  EXPECT_EQ(option_value(Option::norm, s, s.layout), 0);  // layernorm, the default (issue 47)
+  s.model.norm = NormKind::rmsnorm;
+  EXPECT_EQ(option_value(Option::norm, s, s.layout), 1);
+  EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 0);
+  s.model.qk_norm = true;
+  EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 1);
 }
 
 TEST(Coverage, ResumeCountsBothLayoutsAndWorldOneNone) {

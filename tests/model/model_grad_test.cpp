@@ -1,6 +1,6 @@
 // The whole model's hand-written backward against fp64 finite differences, on tiny
 // configs covering dense and MoE layers, the shared expert, the aux loss, tied and untied
-// heads, softmax and sigmoid scores, route_norm on and off.
+// heads, softmax and sigmoid scores, route_norm on and off, LayerNorm and RMSNorm.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +46,12 @@ std::vector<Case> cases() {
   ModelConfig dense = base_config();
   dense.dense_layers = 2, dense.layers = 2, dense.heads = 3;
   out.push_back({"all_dense_three_heads", dense});
+  ModelConfig rms = base_config();  // issue 47: RMSNorm in every norm (no bias), tied head
+  rms.norm = NormKind::rmsnorm, rms.tie_embeddings = true;
+  out.push_back({"rmsnorm_tied", rms});
+  ModelConfig qk = base_config();  // issue 47: per-head RMSNorm of q and k (Dh 3 over 2 heads)
+  qk.qk_norm = true, qk.norm = NormKind::rmsnorm;
+  out.push_back({"qk_norm_rmsnorm", qk});
   return out;
 }
 

@@ -27,6 +27,33 @@ TEST(Params, RegistryHasEveryModelMdParameterOnce) {
   for (const auto& s : param_specs(c)) EXPECT_NE(s.name, "lm_head.weight");
 }
 
+// issue 47: model.qk_norm adds q_norm and k_norm (Dh, init 1) after each layer's attn.wo.
+TEST(Params, QkNormAddsTwoHeadSizedWeightsPerLayer) {
+  ModelConfig c;
+  c.layers = 2, c.dim = 8, c.heads = 2, c.qk_norm = true;
+  const auto specs = param_specs(c);
+  ParamSet<double> p = ParamSet<double>::initialised(specs, 1);
+  EXPECT_EQ(p["layers.1.attn.q_norm.weight"].data, std::vector<double>(4, 1.0));
+  EXPECT_EQ(p.index("layers.0.attn.k_norm.weight"), p.index("layers.0.attn.wo") + 2);
+  c.qk_norm = false;
+  EXPECT_EQ(specs.size(), param_specs(c).size() + 4);
+}
+
+// issue 47: RMSNorm's norms have a weight (init 1, the layernorm family) and no bias.
+TEST(Params, RmsNormHasWeightsAndNoBias) {
+  ModelConfig c;
+  c.layers = 2, c.dim = 8, c.norm = NormKind::rmsnorm;
+  const auto specs = param_specs(c);
+  c.norm = NormKind::layernorm;
+  EXPECT_EQ(specs.size() + 5, param_specs(c).size());  // ln1, ln2 per layer and final_ln lose their bias
+  ParamSet<double> p = ParamSet<double>::initialised(specs, 1);
+  for (const char* w : {"layers.0.ln1.weight", "layers.1.ln2.weight", "final_ln.weight"}) {
+    EXPECT_EQ(p[w].data, std::vector<double>(8, 1.0)) << w;
+    EXPECT_EQ(specs[static_cast<size_t>(p.index(w))].family, Family::layernorm) << w;
+  }
+  for (const auto& s : specs) EXPECT_EQ(s.name.find(".bias"), std::string::npos) << s.name;
+}
+
 TEST(Params, ShapesAndInitScalesFollowModelMd) {
   ModelConfig c;
   c.layers = 2, c.dim = 8, c.experts = 3, c.expert_hidden = 5;

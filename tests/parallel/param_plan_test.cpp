@@ -214,11 +214,34 @@ TEST(ParamPlanMutation, FamilyMutationsReachEveryEntryOfTheFamily) {
 
 TEST(ParamPlanMutation, EveryMutationIsAZooInjectionAndOthersAreNone) {
   for (std::string_view name : param_plan_mutations()) EXPECT_NO_THROW(find_injection(name)) << name;
-  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 4);
+  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 5);
   for (std::string_view name : {"grad_accum_in_bf16", "tokens_per_expert_local", "bias_update_sign", "nonsense"}) {
     ParamPlan p = plan_of(layout(4, 2, 2, 2));
     EXPECT_FALSE(apply_mutation(p, name)) << name;
   }
+}
+
+// issue 47: the QK-norm weights are replicated over tp (as every norm weight) but summed over it
+// with or without SP (each lane normalises its own heads); LayerNorm's only under SP. Their zoo
+// bug takes exactly them out of the sum, and the LayerNorm bug leaves them in.
+TEST(ParamPlan, QkNormWeightsAreReplicatedAndSummedOverTp) {
+  ModelConfig c;
+  c.qk_norm = true;
+  const ParamPlan ok = plan_of(layout(4, 2, 2, 2), c);
+  const std::set<std::string> qk = {"layers.0.attn.q_norm.weight", "layers.0.attn.k_norm.weight",
+                                    "layers.1.attn.q_norm.weight", "layers.1.attn.k_norm.weight"};
+  for (const std::string& n : qk) {
+    EXPECT_TRUE(at(ok, n).mp.empty()) << n;
+    EXPECT_EQ(at(ok, n).spec.shape, Shape{c.head_dim()}) << n;
+    EXPECT_TRUE(at(ok, n).reduction.tp_sum) << n;
+  }
+  EXPECT_FALSE(at(ok, "layers.0.ln1.weight").reduction.tp_sum);  // no SP: complete on every lane
+  EXPECT_EQ(changed(ok, mutated(ok, "qk_norm_not_summed_tp")), qk);
+  LayoutConfig sp = layout(4, 2, 2, 2);
+  sp.sp = true;
+  const ParamPlan with_sp = plan_of(sp, c);
+  for (const std::string& n : qk) EXPECT_TRUE(at(mutated(with_sp, "sp_layernorm_not_summed"), n).reduction.tp_sum);
+  for (const std::string& n : qk) EXPECT_FALSE(at(plan_of(layout(2, 2, 1, 1), c), n).reduction.tp_sum);  // tp 1
 }
 
 TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {

@@ -151,7 +151,8 @@ TEST(ReductionPlanMutation, EachChangesExactlyItsEntries) {
       {"norm_counts_replicas", kEvery},
       {"norm_drops_experts", experts},
       {"norm_not_allreduced", {}},
-      {"clip_skips_experts", experts}};
+      {"clip_skips_experts", experts},
+      {"sp_rmsnorm_not_summed", {Family::layernorm}}};
   ASSERT_EQ(expect.size(), plan_mutations().size());
   for (const auto& [name, families] : expect) {
     SCOPED_TRACE(std::string(name));
@@ -163,6 +164,7 @@ TEST(ReductionPlanMutation, EachChangesExactlyItsEntries) {
 
 TEST(ReductionPlanMutation, EachSetsItsValue) {
   EXPECT_FALSE(mutated("sp_layernorm_not_summed")[Family::layernorm].tp_sum);
+  EXPECT_FALSE(mutated("sp_rmsnorm_not_summed")[Family::layernorm].tp_sum);
   EXPECT_EQ(mutated("tp_reduce_in_bf16")[Family::router].tp_dtype, Low::bf16);
   EXPECT_EQ(mutated("router_grad_averaged")[Family::router].tp_scale, 0.5);
   EXPECT_TRUE(mutated("router_grad_summed_replicas")[Family::router].tp_sum_again);
@@ -179,8 +181,8 @@ TEST(ReductionPlanMutation, EachSetsItsValue) {
 
 TEST(ReductionPlanMutation, ChangesNothingWhereTheLayoutHasNothingToBreak) {
   const ReductionPlan ok = plan_of(layout(4, 1, 4, 1, false));  // no tp, no ep
-  for (std::string_view name : {"sp_layernorm_not_summed", "tp_reduce_in_bf16", "router_grad_averaged",
-                                "router_grad_summed_replicas", "expert_grads_over_dense_dp"}) {
+  for (std::string_view name : {"sp_layernorm_not_summed", "sp_rmsnorm_not_summed", "tp_reduce_in_bf16",
+                                "router_grad_averaged", "router_grad_summed_replicas", "expert_grads_over_dense_dp"}) {
     ReductionPlan p = ok;
     apply_mutation(p, name);
     EXPECT_TRUE(changed(ok, p).empty()) << name;

@@ -254,6 +254,8 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   m.mlp_hidden = draw_hidden();
   draw_moe(m, fit.ep, spec.need_moe);
   m.tie_embeddings = draw_bool();
+  m.norm = pick<NormKind>({NormKind::layernorm, NormKind::rmsnorm});  // issue 47
+  m.qk_norm = draw_bool();
   const Precision f64{DType::f64, Low::none, Low::none}, f32{DType::f32, Low::none, Low::none},
       bf16{DType::f32, Low::bf16, Low::none};  // the precision policy (docs/precision.md)
   m.set_precision(pick<Precision>({f64, f64, f64, f32, bf16}));

@@ -6,7 +6,7 @@ integer rows exact. Then each planted mutant of the model must FAIL the same com
 check can fail. Prints the table (per family the largest error over the steps).
 
 Usage: one_device_test.py PARITY_BINARY SCENARIO STEPS PRECISION TOL [MUTANT...]
-  MUTANT: ln_eps (LayerNorm eps 1e-6), bias_in_weights (route weights from s + expert_bias),
+  MUTANT: ln_eps (LayerNorm's or RMSNorm's eps 1e-6), bias_in_weights (route weights from s + expert_bias),
           aux_local_batch (aux loss over the micro-batch's sequences, not the global B)
 """
 import io
@@ -18,13 +18,13 @@ import torch
 import common
 from common import check
 from parity_torch import Dump, ReferenceModel, compare, report, train
-from parity_torch.model import MoE
+from parity_torch.model import MoE, RMSNorm
 
 
 def plant(model, mutant):
     if mutant == "ln_eps":
         for m in model.modules():
-            if isinstance(m, torch.nn.LayerNorm):
+            if isinstance(m, (torch.nn.LayerNorm, RMSNorm)):
                 m.eps = 1e-6
     elif mutant == "bias_in_weights":
         for m in model.moe_layers():

@@ -27,6 +27,19 @@ parity_python_test(one_device.tiny.fp64 python one_device_test.py $<TARGET_FILE:
                    aux_local_batch)
 parity_python_test(one_device.adamw_topk_all.fp64 python one_device_test.py $<TARGET_FILE:parity>
                    pw_ds_pp2_interleaved2_zero1_dp2_tp2_sp_ep2_etp2_mixed 10 fp64 1e-12)
+# issue 47: RMSNorm (no bias) against the dump, and with the norm's eps planted wrong; then RMSNorm
+# with tied embeddings, sigmoid scores, top-1, aux loss, expert bias, sgd + clip, fp32 dump
+parity_python_test(one_device.rmsnorm.fp64 python one_device_test.py $<TARGET_FILE:parity> tp2_sp_rmsnorm 10 fp64
+                   1e-12 ln_eps)
+parity_python_test(one_device.rmsnorm.fp32 python one_device_test.py $<TARGET_FILE:parity> tp2_sp_rmsnorm 10 fp32
+                   1e-4)
+parity_python_test(one_device.rmsnorm_tied_sigmoid.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   pw_pp2_gpipe_zero1_dp2_tp2_ep4_rmsnorm_mixed 10 fp64 1e-12 ln_eps bias_in_weights)
+# issue 47: QK-norm (per-head RMSNorm of q and k), LayerNorm elsewhere; then with RMSNorm, tied, sigmoid, top-1
+parity_python_test(one_device.qk_norm.fp64 python one_device_test.py $<TARGET_FILE:parity> tp2_qknorm 10 fp64 1e-12
+                   ln_eps)
+parity_python_test(one_device.qk_norm_mixed.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   pw_pp2_gpipe_zero1_dp2_tp2_ep4_qknorm_mixed 10 fp64 1e-12)
 # DDP over gloo, W = 4, fp64 within 1e-10, and the planted bug (gradients averaged twice) named x0.25
 parity_python_test(ddp4.uneven_b9_mb2 "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_uneven_b9_mb2 4 1e-10)

@@ -122,6 +122,11 @@ const std::vector<Choice>& choices(Option o) {
         {"ddp", [](Scenario& s) { set_sharding(s, DpSharding::ddp); }},
         {"zero1", [](Scenario& s) { set_sharding(s, DpSharding::zero1); }},
         {"zero2", [](Scenario& s) { set_sharding(s, DpSharding::zero2); }}}},
+      {Option::norm,
+       {{"", [](Scenario& s) { s.model.norm = NormKind::layernorm; }},
+        {"rmsnorm", [](Scenario& s) { s.model.norm = NormKind::rmsnorm; }}}},
+      {Option::qk_norm,
+       {{"", [](Scenario& s) { s.model.qk_norm = false; }}, {"qknorm", [](Scenario& s) { s.model.qk_norm = true; }}}},
   };
   return table.at(o);
 }
@@ -455,7 +460,8 @@ std::string scenario_file_text(const Scenario& s) {
   out["model"] = in_order(j["model"], {"vocab", "dim", "layers", "dense_layers", "heads", "seq", "batch",
                                        "microbatches", "mlp_hidden", "experts", "top_k", "expert_hidden",
                                        "shared_experts", "shared_hidden", "score", "route_norm", "route_scale",
-                                       "aux_alpha", "bias_rate", "tie_embeddings"});
+                                       "aux_alpha", "bias_rate", "tie_embeddings", "norm",
+                                       "qk_norm"});
   out["optim"] = in_order(j["optim"], {"kind", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "clip"});
   out["layout"] = layout(j["layout"]);
   if (j.contains("resume"))

@@ -76,6 +76,8 @@ const std::vector<OptionInfo>& all_options() {
       {Option::route_scale, "route_scale", {"1", "other"}, true},
       {Option::schedule, "schedule", {"gpipe", "1f1b", "interleaved"}, false},
       {Option::dp_sharding, "dp_sharding", {"ddp", "zero1", "zero2"}, false},
+      {Option::norm, "norm", {"layernorm", "rmsnorm"}, false},
+      {Option::qk_norm, "qk_norm", {"off", "rmsnorm"}, false},
   };
   return options;
 }
@@ -151,6 +153,8 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
     case Option::dp_sharding:
       if (l.dp_shard <= 1 || l.dp_sharding == DpSharding::fsdp) return -1;
       return l.dp_sharding == DpSharding::ddp ? 0 : l.dp_sharding == DpSharding::zero1 ? 1 : 2;
+    case Option::norm: return m.norm == NormKind::rmsnorm ? 1 : 0;
+    case Option::qk_norm: return m.qk_norm ? 1 : 0;
   }
   return -1;
 }

@@ -52,8 +52,10 @@ enum class Option {
   route_scale,    // 1; other
   schedule,       // gpipe; 1f1b; interleaved: layout.pp_schedule where pp > 1
   dp_sharding,    // ddp; zero1; zero2: layout.dp_sharding where dp_shard > 1 and it is not fsdp
+  norm,           // layernorm; rmsnorm: model.norm
+  qk_norm,        // off; rmsnorm: model.qk_norm
 };
-inline constexpr int kOptionCount = 21;
+inline constexpr int kOptionCount = 23;
 
 struct OptionInfo {
   Option option;

@@ -50,8 +50,9 @@ MemoryEstimate estimate_memory(const ModelConfig& m, const OptimConfig& o, const
 
   MemoryEstimate est;
   // Parameters (model/params.cpp's registry): embedding, head, layer norms, attention, FFNs.
-  est.parameters = V * D * (m.tie_embeddings ? 1 : 2) + 2 * D + L * (4 * D * D + 4 * D) + dense * 3 * D * F +
-                   moe * (D * E + E * 3 * D * Fe + shared * 3 * D * Fs);
+  const double norm = m.norm == NormKind::rmsnorm ? 1 : 2;  // a norm's vectors: weight, and LayerNorm's bias
+  est.parameters = V * D * (m.tie_embeddings ? 1 : 2) + norm * D + L * (4 * D * D + 2 * norm * D) +
+                   dense * 3 * D * F + moe * (D * E + E * 3 * D * Fe + shared * 3 * D * Fs);
   // Activations kept for the backward pass of one micro-batch (model/model.cpp, model/moe.cpp):
   // per layer about nine (n, D) buffers and the attention probabilities, the FFN hidden states,
   // the routed copies of each token, and the logits with their gradient.

@@ -39,6 +39,8 @@ void parse_model(const ObjectReader& r, ModelConfig& m) {
   r.read("aux_alpha", m.aux_alpha);
   r.read("bias_rate", m.bias_rate);
   r.read("tie_embeddings", m.tie_embeddings);
+  r.read_enum("norm", m.norm, {"layernorm", "rmsnorm"}, {NormKind::layernorm, NormKind::rmsnorm});
+  r.read_enum("qk_norm", m.qk_norm, {"off", "rmsnorm"}, {false, true});
 }
 
 void parse_optim(const ObjectReader& r, OptimConfig& o) {
@@ -57,7 +59,7 @@ const std::vector<std::string> kModelKeys = {
     "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
     "microbatches", "dense_layers", "mlp_hidden", "experts", "top_k", "expert_hidden",
     "shared_experts", "shared_hidden", "score", "route_norm", "route_scale", "aux_alpha",
-    "bias_rate", "tie_embeddings"};
+    "bias_rate", "tie_embeddings", "norm", "qk_norm"};
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
                                              "beta2", "eps", "weight_decay", "clip"};
 // ---- validation ------------------------------------------------------------------------
@@ -289,6 +291,10 @@ nlohmann::json scenario_to_json(const Scenario& s) {
                 {"score", std::string(score_name(m.score))}, {"route_norm", m.route_norm},
                 {"route_scale", m.route_scale}, {"aux_alpha", m.aux_alpha},
                 {"bias_rate", m.bias_rate}, {"tie_embeddings", m.tie_embeddings}};
+  // the model options of issue 47 only where they leave their default, so that every file,
+  // dump and checkpoint written before them reads back the same words
+  if (m.norm != NormKind::layernorm) model["norm"] = std::string(norm_name(m.norm));
+  if (m.qk_norm) model["qk_norm"] = "rmsnorm";
   json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},
                 {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
                 {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
