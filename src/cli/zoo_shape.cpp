@@ -56,6 +56,8 @@ const Need bias = need([](const Scenario& s) { return s.model.bias_rate > 0 && s
                        "the expert-bias update (bias_rate > 0, top_k < experts)", [](auto&) { return "none"; });
 const Need clip = need([](const Scenario& s) { return s.optim.clip > 0; }, "gradient clipping (optim.clip > 0)",
                        [](auto&) { return "clip 0"; });
+const Need qknorm = need([](const Scenario& s) { return s.model.qk_norm; }, "QK-norm (model.qk_norm rmsnorm)",
+                         [](auto&) { return "qk_norm off"; });
 const Need adam_state = need(adam, "an optimizer with moments (adam, adamw)", [](auto&) { return "sgd"; });
 const Need resume = need([](const Scenario& s) { return s.resume.has_value(); }, "a save-and-resume phase",
                          [](auto&) { return "none"; });
@@ -95,6 +97,8 @@ const std::vector<Entry>& entries() {
       {"norm_drops_experts", {moe}},
       {"router_grad_averaged", {moe, tp2}},
       {"sp_layernorm_not_summed", {tp2, sp}},
+      {"sp_rmsnorm_not_summed", {tp2, sp}},  // the norm family's rule: LayerNorm's weights as well as RMSNorm's
+      {"qk_norm_not_summed_tp", {tp2, qknorm}},
       {"expert_grads_times_tp", {moe, tp2}},
       {"dp_averaged_twice", {dp2}, "(= 1/dp)|(= 1/dense_dp)"},  // the dense DP group holds the cp ranks
       {"adam_step_not_restored", {resume, adam_state}},
