@@ -365,5 +365,33 @@ TEST(VerdictReportTable, FailingRowsComeFirstAndTheExitCodeIsTheVerdict) {
   EXPECT_EQ(r.exit_code(), 0);
 }
 
+// A row whose bound reached kLooseBound at some step is named beside the verdict, with its largest
+// bound and that step (update_row keeps them): a PASS says what it could not see.
+TEST(VerdictReportTable, ARowTooLooseToSeeAScaleIsNamed) {
+  VerdictReport r;
+  r.scenario = "x", r.dtype = "bf16", r.backend = "gloo", r.layout = "world 2", r.world = 2, r.steps = 3;
+  r.step_lines.push_back(StepLine{});
+  Row loose, tight;
+  loose.quantity = "grad", loose.subject = "router";
+  tight.quantity = "grad", tight.subject = "head";
+  for (int64_t t = 0; t < 3; ++t) {
+    vd::Outcome o;
+    o.bound.value = t == 1 ? 1.25 : 0.01;
+    vd::update_row(loose, t, o);
+    o.bound.value = 0.01;
+    vd::update_row(tight, t, o);
+  }
+  EXPECT_EQ(loose.loosest, 1.25);
+  EXPECT_EQ(loose.loosest_step, 1);
+  r.rows = {loose, tight};
+  const std::string t = format_verdict(r);
+  EXPECT_NE(t.find("loose rows (a bound of 0.5 or more"), std::string::npos) << t;
+  EXPECT_NE(t.find("): grad router 1.2 at step 1\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("grad head 0.01"), std::string::npos) << t;
+  EXPECT_EQ(verdict_json(r)["rows"][0]["loosest"], 1.25);
+  r.rows = {tight};
+  EXPECT_EQ(format_verdict(r).find("loose rows"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace parity::verdict_test

@@ -232,6 +232,7 @@ void check_taken(Outcome& o, double rel, double scale, double bound, double far,
 
 void update_row(Row& row, int64_t step, const Outcome& o) {
   if (o.verdict == RowVerdict::fail) ++row.bad_steps;
+  if (o.bound.value > row.loosest) row.loosest = o.bound.value, row.loosest_step = step;
   const bool worse = static_cast<int>(o.verdict) < static_cast<int>(row.verdict);
   // among ok steps: the one that came closest to its bound
   auto closeness = [](double err, double bound) { return bound > 0 ? err / bound : err; };
