@@ -107,3 +107,8 @@ set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" P
 # shard offset and a Partial gradient recorded as Replicate must each fail with root "shards at step 0", named
 parity_python_test(shards python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 2)
 set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46 item 6: bf16 in parity_torch: parity's bf16 policy (precision.py: bf16 storage points, fp32 masters,
+# gradients and reductions) on one process and DDP W = 2 must pass `parity compare` against a `parity dump
+# --precision bf16` reference; the planted bug no_fp32_master must fail with root "param ... rounded to bf16"
+parity_python_test(bf16 python bf16_test.py $<TARGET_FILE:parity> fsdp4_uneven_b9_mb2 10)
+set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
