@@ -226,7 +226,8 @@ def train_flat(model, scn, steps, out):
     total = sum(sizes)
     piece = (total + w - 1) // w
     with torch.no_grad():
-        flat = torch.cat([named[t].reshape(-1) for t in tnames] + [torch.zeros(piece * w - total, dtype=scn.torch_dtype)])
+        pad = [torch.zeros(piece * w - total, dtype=scn.torch_dtype)]
+        flat = torch.cat([named[t].reshape(-1) for t in tnames] + pad)
     shard = torch.nn.Parameter(flat[r * piece:(r + 1) * piece].clone())
     spans, start = {}, 0
     for t, n in zip(tnames, sizes):
@@ -292,7 +293,8 @@ ROOTS = {
                            "differs from rank 1 (dp 0, tp 1", "summed over dp", "the step took it unsummed"),
     "wrong_offset": ("root: shards at step 0", "params.layers.0.attn.wq: rank 1 (dp 0, tp 1; dp Replicate, tp column: "
                      "dim 0 8..15) holds the reference's dim 0 7..14: a wrong shard offset"),
-    "partial_as_reduced": ("root: shards at step 0", "grads.final_ln.bias: rank 1 (dp 0, tp 1; dp Replicate, tp Replicate",
+    "partial_as_reduced": ("root: shards at step 0",
+                           "grads.final_ln.bias: rank 1 (dp 0, tp 1; dp Replicate, tp Replicate",
                            "summed over tp", "a Partial tensor recorded as Replicate"),
 }
 
@@ -310,6 +312,7 @@ def body(tmp):
     for out, mode, bug in outs[:2]:
         print(f"--- {mode}: the correct layout" + (" (PARITY_SHARDS_TEST_BREAK: the bug planted)" if broken else ""))
         common.parity_verdict(binary, ref, out)
+    common.smoke_refuses(ref, outs[0][0], "a sharded candidate")  # the smoke check cannot judge it: exit 2
     for out, mode, bug in outs[2:]:
         print(f"--- planted bug: {bug}")
         code, text, root = common.parity_compare(binary, ref, out)
