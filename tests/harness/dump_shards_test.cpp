@@ -102,6 +102,20 @@ TEST(DumpShards, AShardOfAnotherShapeIsRefused) {
   }
 }
 
+// A mesh whose ranks do not each hold their own coordinates is bad input, named.
+TEST(DumpShards, AMeshWithTwoRanksAtOneCoordinateIsRefused) {
+  Dump d;
+  d.dir = "mem", d.role = "candidate";
+  d.manifest = {{"mesh", {{"dims", {"tp"}}, {"shape", {2}}, {"ranks", {{0}, {0}}}}}, {"placements", json::object()}};
+  try {
+    (void)ShardPlan::read(d);
+    FAIL() << "a mesh with two ranks at one coordinate was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("$.mesh.ranks: ranks 0 and 1 have the same coordinates"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Partial over tp, Replicate over dp: the tp parts are summed; copies over dp that differ are
 // named, and "summed over dp" when their sum is the reference (each a part: not reduced).
 TEST(DumpShards, PartialIsSummedAndCopiesThatArePartsAreNamed) {

@@ -107,6 +107,11 @@ ShardPlan ShardPlan::read(const Dump& d) {
     for (size_t k = 0; k < p.sizes_.size(); ++k)
       if (p.coords_[r].size() != p.sizes_.size() || p.coords_[r][k] < 0 || p.coords_[r][k] >= p.sizes_[k])
         throw ConfigError(d.role, where + ": $.mesh.ranks[" + std::to_string(r) + "] is not a coordinate of the mesh");
+  std::map<std::vector<int64_t>, size_t> seen;  // every coordinate held by one rank: a copy's representative exists
+  for (size_t r = 0; r < p.coords_.size(); ++r)
+    if (auto [it, fresh] = seen.emplace(p.coords_[r], r); !fresh)
+      throw ConfigError(d.role, where + ": $.mesh.ranks: ranks " + std::to_string(it->second) + " and " +
+                                    std::to_string(r) + " have the same coordinates");
   p.placements_ = m["placements"];
   return p;
 }
