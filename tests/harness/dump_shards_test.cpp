@@ -158,6 +158,10 @@ TEST(DumpShards, AWrongOffsetAndAFlatGapAreNamed) {
   (void)assemble(ShardPlan::read(y.d).load(y.d, y.f, "mem", "params.w", "w", stored), gaps);
   ASSERT_EQ(gaps.size(), 1u);
   EXPECT_EQ(gaps[0], "no rank's flat piece holds element 3");
+  Fixture z = make(mesh, {{"stored", stored}, {"flat", {{0, 4}, {4, 4}}}}, {{{4}, {0, 1, 2, 3}}, {{4}, {3, 4, 5, 6}}});
+  const ShardedTensor flat = ShardPlan::read(z.d).load(z.d, z.f, "mem", "params.w", "w", stored);
+  EXPECT_EQ(misplaced(flat.shards[1], stored, full),
+            "rank 1 (tp 1; flat 4..7) holds the reference's elements 3..6: a wrong shard offset");
 }
 
 }  // namespace
