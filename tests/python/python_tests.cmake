@@ -104,7 +104,8 @@ set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" P
 # issue 46 item 5: sharded tensors as they are: a hand-sharded Megatron TP + SP run (dp 2 x tp 2: column / row
 # shards, Partial LayerNorm and router gradients) and an FSDP-style flat-shard run (dp 4), each rank's shards
 # collected with their placements, must pass `parity compare`; a TP shard's gradient not summed over dp, a wrong
-# shard offset and a Partial gradient recorded as Replicate must each fail with root "shards at step 0", named
+# shard offset, a Partial gradient recorded as Replicate and a flat piece's offset recorded one element early must
+# each fail with root "shards at step 0", named
 parity_python_test(shards python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 2)
 set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
 # issue 46 item 6: bf16 in parity_torch: parity's bf16 policy (precision.py: bf16 storage points, fp32 masters,

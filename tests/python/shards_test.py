@@ -30,7 +30,10 @@ The correct runs must PASS `parity compare`. Each planted bug must FAIL with the
   root "shards at step 0", naming params.layers.0.attn.wq, rank 1, "a wrong shard offset";
 - partial_as_reduced: the sequence-parallel gradients recorded {"tp": "Replicate"} (as if reduced)
   while still Partial: root "shards at step 0", naming grads.final_ln.bias, rank 1 against rank 0,
-  "summed over tp" and "a Partial tensor recorded as Replicate".
+  "summed over tp" and "a Partial tensor recorded as Replicate";
+- flat_wrong_offset (the flat run): rank 1 records the offset of its piece that starts inside a
+  tensor one element early (its data right): root "shards at step 0", the overlap and the gap it
+  leaves and "a wrong shard offset" named (rank 1's piece of layers.0.mlp.w1 holds elements 312..511).
 PARITY_SHARDS_TEST_BREAK=1 runs the correct TP layout with the shard of bug 1 (the break test:
 the PASS assertion must then fail).
 
@@ -52,7 +55,7 @@ WORLD, TP = 4, 2
 DP = WORLD // TP
 RANK_TIMEOUT_S = 60
 DEADLINE_S = 200
-BUGS = ("tp_grad_not_summed", "wrong_offset", "partial_as_reduced")
+BUGS = ("tp_grad_not_summed", "wrong_offset", "partial_as_reduced")  # and flat_wrong_offset, on the flat run
 
 
 def _gather_cat(x, group, dim=1):
@@ -217,7 +220,7 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
     col.close()
 
 
-def train_flat(model, scn, steps, out):
+def train_flat(model, scn, steps, out, bug=None):
     """ZeRO-3 / FSDP1 by hand: rank r holds piece r of the flat parameter."""
     cfg, r, w = scn.model, dist.get_rank(), WORLD
     named = dict(model.named_parameters())
@@ -234,7 +237,8 @@ def train_flat(model, scn, steps, out):
         a, b = max(start, r * piece), min(start + n, (r + 1) * piece)
         spans[t] = (a - start, b - a, a - r * piece) if b > a else (0, 0, 0)  # in the tensor, numel, in the piece
         start += n
-    placements = {t: {"flat": (off, n)} for t, (off, n, _) in spans.items()}
+    lie = -1 if bug == "flat_wrong_offset" and r == 1 else 0  # the bug: rank 1 records an offset one too early
+    placements = {t: {"flat": (off + lie if off > 0 else off, n)} for t, (off, n, _) in spans.items()}
     local = lambda v: {t: v[at:at + n] for t, (_, n, at) in spans.items()}  # noqa: E731
     data = MarkovData(cfg.vocab, scn.data_seed)
     opt = ParityOptimizer.from_config([shard], scn.optim)
@@ -279,7 +283,7 @@ def rank_main(rank, port, ref, outs, steps):
         model = ReferenceModel(d.scenario.model, d.scenario.torch_dtype)
         model.load_parity_state(d.init())
         if mode == "flat":
-            train_flat(model, d.scenario, steps, out)
+            train_flat(model, d.scenario, steps, out, bug)
         else:
             train_tp(model, d.scenario, steps, out, (tp_groups[dp_rank], dp_groups[tp_rank]), (dp_rank, DP),
                      (tp_rank, TP), bug)
@@ -293,6 +297,7 @@ ROOTS = {
                            "differs from rank 1 (dp 0, tp 1", "summed over dp", "the step took it unsummed"),
     "wrong_offset": ("root: shards at step 0", "params.layers.0.attn.wq: rank 1 (dp 0, tp 1; dp Replicate, tp column: "
                      "dim 0 8..15) holds the reference's dim 0 7..14: a wrong shard offset"),
+    "flat_wrong_offset": ("root: shards at step 0", ": rank 1 (dp 1; flat ", "a wrong shard offset"),
     "partial_as_reduced": ("root: shards at step 0",
                            "grads.final_ln.bias: rank 1 (dp 0, tp 1; dp Replicate, tp Replicate",
                            "summed over tp", "a Partial tensor recorded as Replicate"),
@@ -307,6 +312,7 @@ def body(tmp):
     outs = [(os.path.join(tmp, "tp"), "tp", "tp_grad_not_summed" if broken else None),
             (os.path.join(tmp, "flat"), "flat", None)]
     outs += [(os.path.join(tmp, b), "tp", b) for b in BUGS]
+    outs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset"))
     common.spawn_ranks(rank_main, (common.free_port(), ref, outs, steps), WORLD, tmp, DEADLINE_S)
     said = []
     for out, mode, bug in outs[:2]:
