@@ -132,6 +132,27 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
   EXPECT_EQ(u.sum_ref, 1.25);
 }
 
+// Under a 16-bit reduction policy an element may move by what its reduction's roundings allow
+// (tolerance.h kReduceRounding x the sum of its |partials|): within it, not far; beyond it, far; the
+// counted elements' squared allowances travel with the sums and add over ranks.
+TEST(VerdictGroups, AReductionsAllowanceWidensFarAndTravelsWithTheSums) {
+  const double ref = 1.0, moved = 1.0 + 0x1p-7;  // one bf16 ulp: far by kFarRel alone
+  EXPECT_TRUE(is_far(moved, ref, 0.0));
+  EXPECT_FALSE(is_far(moved, ref, 0.0, kReduceRounding * 1.0));  // partials of |sum| 1: 4u = 2^-6 > 2^-7
+  EXPECT_TRUE(is_far(1.1, ref, 0.0, kReduceRounding * 1.0));      // a 10% error is a bug's
+  std::vector<vd::LocalSums> parts(2);
+  parts[0].add(0, 0, moved, ref, true, 0.0, 0.5);
+  parts[0].add(0, 1, moved, ref, false, 0.0, 7.0);  // another rank's copy: not counted
+  parts[1].add(0, 2, 1.1, ref, true, 0.0, kReduceRounding);
+  std::vector<double> buf;
+  parts[1].pack(buf);
+  ASSERT_EQ(buf.size(), vd::LocalSums::kWidth);
+  EXPECT_EQ(vd::LocalSums::unpack(buf.data()).allow2, kReduceRounding * kReduceRounding);
+  const vd::GroupStep g = vd::combine(parts);
+  EXPECT_EQ(g.allow2, 0.25 + kReduceRounding * kReduceRounding);
+  EXPECT_EQ(g.far, 1.0);  // the 10% element only
+}
+
 // The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount
 // (2^-9 relative) stays within a loose normwise bound but fails on its far elements, once
 // there are enough of them; the same moves on a handful of elements say nothing.

@@ -157,6 +157,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"taken", row.taken},
                     {"taken_bound", row.taken_bound},
                     {"explained", row.explained},
+                    {"reduction", row.reduction},
                     {"scale_ratio", json_number(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},
