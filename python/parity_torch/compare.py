@@ -110,6 +110,12 @@ def compare(ref_dir, got_dir, tol=None, steps=None):
     """Returns (rows {name: Row}, info dict). tol: relative tolerance of every real-valued row
     (default 1e-10 in fp64, 1e-4 in fp32); tokens, tokens_per_expert and routing are exact."""
     ref, got = Dump(ref_dir), Dump(got_dir)
+    if ref.scenario.precision == "bf16":  # bf16 rounding needs the bounds the reference's twin measured
+        raise BadFile(f"{ref_dir}: a bf16 reference: this smoke check has fixed tolerances; bf16 is judged by "
+                      "`parity compare` (the bounds its rounding twin measured)")
+    if "placements" in got.manifest:  # shards are assembled and judged by parity compare (dump_shards.h)
+        raise BadFile(f"{got_dir}: a sharded candidate (its manifest has placements): `parity compare` assembles "
+                      "and judges shards; this smoke check reads full tensors only")
     if ref.scenario.dtype not in DEFAULT_TOL and tol is None:
         raise BadFile(f"{ref_dir}: a {ref.scenario.dtype} reference: this smoke check knows fp64 and fp32 (give --tol, "
                       "or use `parity compare`)")

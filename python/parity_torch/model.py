@@ -64,6 +64,10 @@ def buffer_map(cfg):
     return [(f"layers.{l}.moe.expert_bias",) * 2 for l in range(cfg.dense_layers, cfg.layers)]
 
 
+def _keep(t):
+    return t
+
+
 def to_parity(t, transpose):
     """A torch tensor in parity's layout (contiguous, detached)."""
     t = t.detach()
@@ -127,7 +131,9 @@ class GroupedExperts(nn.Module):
         self.w2 = nn.Parameter(torch.zeros(e, f, d, dtype=dtype))
 
     def forward(self, x, e):
-        return (F.silu(x @ self.w1[e]) * (x @ self.w3[e])) @ self.w2[e]
+        s = getattr(self, "store", _keep)  # bf16 storage points (precision.py), or none
+        a, b = s(x @ self.w1[e]), s(x @ self.w3[e])
+        return s(F.silu(a) * b) @ self.w2[e]
 
 
 def topk_select(value, k):
@@ -265,7 +271,7 @@ class ReferenceModel(nn.Module):
         for block in self.layers:
             h = block(h)
         h = self.final_ln(h)
-        logits = h @ self.embed.weight.t() if self.lm_head is None else self.lm_head(h)
+        logits = getattr(self, "store", _keep)(h @ self.embed.weight.t()) if self.lm_head is None else self.lm_head(h)
         return logits if targets is None else self.loss_of(logits, targets)
 
     def loss(self, inputs, targets):

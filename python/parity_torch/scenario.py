@@ -60,6 +60,7 @@ class Scenario:
     dtype: str = "fp64"
     name: str = ""
     raw: dict = None  # the JSON object it was read from
+    precision: str = ""  # fp64, fp32 or bf16 (fp32 compute, bf16 storage: precision.py); "": dtype's
 
     @property
     def torch_dtype(self):
@@ -78,17 +79,17 @@ def parse_scenario(obj):
     """A Scenario from a scenario's JSON object (a file's, or a dump manifest's "scenario")."""
     dtype = obj.get("dtype", "fp64")
     precision = obj.get("precision")
-    if precision is not None and precision not in ("fp64", "fp32"):
-        raise ValueError(f"precision {precision!r}: parity_torch computes fp64 or fp32 only "
-                         "(dump the reference with `parity dump --precision fp64` or fp32)")
+    if precision is not None and precision not in ("fp64", "fp32", "bf16"):
+        raise ValueError(f"precision {precision!r}: parity_torch computes fp64, fp32 or bf16 (fp32 compute, "
+                         "bf16 storage, fp32 reductions; dump the reference with `parity dump --precision bf16`)")
     if precision is not None:
-        dtype = precision
+        dtype = "fp32" if precision == "bf16" else precision
     if dtype not in ("fp64", "fp32"):
         raise ValueError(f"dtype {dtype!r}: expected fp64 or fp32")
     return Scenario(model=_section(ModelConfig, obj.get("model", {}), "$.model"),
                     optim=_section(OptimConfig, obj.get("optim", {}), "$.optim"),
                     steps=obj.get("steps", 10), seed=obj.get("seed", 1234), data_seed=obj.get("data_seed", 5678),
-                    dtype=dtype, name=obj.get("name", ""), raw=obj)
+                    dtype=dtype, name=obj.get("name", ""), raw=obj, precision=precision or dtype)
 
 
 def load_scenario(path):

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from .collector import Collector
 from .data import MarkovData, dp_sequences
 from .optim import ParityOptimizer, clip_grads
+from .precision import bf16_params, bf16_storage
 
 
 def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None, split=None):
@@ -31,7 +32,11 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     equal ranks); bug="clip_before_sync": each rank clips its own gradients before they are
     averaged. split(step, mb, rank, world) -> the global sequence
     indices this rank trains in micro-batch mb (any split, tests/python/splits_test.py; default:
-    parity's, data.dp_sequences), handed to the Collector as sequences=."""
+    parity's, data.dp_sequences), handed to the Collector as sequences=. A bf16 scenario
+    (precision "bf16") trains with parity's bf16 policy (precision.py): storage points on the
+    model, the parameters' compute copy rounded for the step's forwards and backwards, fp32
+    masters, gradients and DDP reductions; bug="no_fp32_master" leaves the parameters rounded,
+    so the update lands on bf16 values."""
     cfg = scenario.model
     net = ddp if ddp is not None else model
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
@@ -43,20 +48,12 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     for step in range(steps):
         opt.zero_grad(set_to_none=False)
         full = tokens(step) if tokens is not None else None
-        total = 0.0
-        for mb in range(cfg.microbatches):
-            lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, world, rank)
-            index = list(split(step, mb, rank, world)) if split else list(range(lo, hi))
-            x, y = (full[0][index], full[1][index]) if full else data.sequences(step, index, cfg.seq)
-            last = mb == cfg.microbatches - 1 and bug != "clip_before_sync"
-            with net.no_sync() if ddp is not None and not last else contextlib.nullcontext():
-                part = net(x, y)
-                if bug == "per_rank_mean" and index:  # this rank's own mean, then DDP's average
-                    part = part * cfg.batch / (len(index) * world * cfg.microbatches)
-                if col:
-                    col.micro(part, x, y, sequences=index)  # collector line 2
-                (part * world).backward() if world > 1 else part.backward()
-            total += float(part.detach())
+        bf16 = scenario.precision == "bf16"
+        if bf16:
+            bf16_storage(model)
+        compute_copy = bf16_params(model, masters=bug != "no_fp32_master") if bf16 else contextlib.nullcontext()
+        with compute_copy:
+            total = _micro_batches(net, model, scenario, step, full, data, col, split, bug, rank, world, ddp)
         if bug == "clip_before_sync":  # each rank clips its own gradients, then they are averaged
             clip_grads(model.parameters(), scenario.optim.clip)
             for p in model.parameters():
@@ -81,3 +78,22 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     if col:
         col.close()  # collector line 5
     return losses
+
+
+def _micro_batches(net, model, scenario, step, full, data, col, split, bug, rank, world, ddp):
+    """One step's forwards and backwards; returns the sum of this rank's loss parts."""
+    cfg, total = scenario.model, 0.0
+    for mb in range(cfg.microbatches):
+        lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, world, rank)
+        index = list(split(step, mb, rank, world)) if split else list(range(lo, hi))
+        x, y = (full[0][index], full[1][index]) if full else data.sequences(step, index, cfg.seq)
+        last = mb == cfg.microbatches - 1 and bug != "clip_before_sync"
+        with net.no_sync() if ddp is not None and not last else contextlib.nullcontext():
+            part = net(x, y)
+            if bug == "per_rank_mean" and index:  # this rank's own mean, then DDP's average
+                part = part * cfg.batch / (len(index) * world * cfg.microbatches)
+            if col:
+                col.micro(part, x, y, sequences=index)  # collector line 2
+            (part * world).backward() if world > 1 else part.backward()
+        total += float(part.detach())
+    return total

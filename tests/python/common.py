@@ -57,6 +57,15 @@ def parity_verdict(binary, ref, got, root_prefix=None):
     return root
 
 
+def smoke_refuses(ref, got, why):
+    """`python3 -m parity_torch.compare --smoke REF GOT` must refuse (exit 2, saying `why`): what the
+    smoke check cannot judge it must not pass or fail."""
+    r = subprocess.run([sys.executable, "-m", "parity_torch.compare", "--smoke", ref, got], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 2 and why in r.stdout, f"the smoke check on {got}: exit {r.returncode}, expected 2 "
+                                                 f"saying {why!r}: {r.stdout[-300:]!r}")
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

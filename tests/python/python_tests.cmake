@@ -101,3 +101,15 @@ set_tests_properties(python.splits PROPERTIES LABELS "python;multiprocess" PROCE
 # twice, each named on parity compare's root line (main's binary: "not a clean factor", "1: not a scaling")
 parity_python_test(signatures python signatures_test.py $<TARGET_FILE:parity>)
 set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46 item 5: sharded tensors as they are: a hand-sharded Megatron TP + SP run (dp 2 x tp 2: column / row
+# shards, Partial LayerNorm and router gradients) and an FSDP-style flat-shard run (dp 4), each rank's shards
+# collected with their placements, must pass `parity compare`; a TP shard's gradient not summed over dp, a wrong
+# shard offset, a Partial gradient recorded as Replicate and a flat piece's offset recorded one element early must
+# each fail with root "shards at step 0", named
+parity_python_test(shards python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 2)
+set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46 item 6: bf16 in parity_torch: parity's bf16 policy (precision.py: bf16 storage points, fp32 masters,
+# gradients and reductions) on one process and DDP W = 2 must pass `parity compare` against a `parity dump
+# --precision bf16` reference; the planted bug no_fp32_master must fail with root "param ... rounded to bf16"
+parity_python_test(bf16 python bf16_test.py $<TARGET_FILE:parity> fsdp4_uneven_b9_mb2 10)
+set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

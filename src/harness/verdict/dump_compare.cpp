@@ -16,6 +16,7 @@
 #include "core/files.h"
 #include "core/safetensors.h"
 #include "harness/verdict/dump_read.h"
+#include "harness/verdict/dump_shards.h"
 #include "harness/verdict/dump_split.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
@@ -110,17 +111,28 @@ class Comparer {
     n_ = fams_.size();
     inputs_row_ = rows_.size();
     rows_.push_back(vd::make_row("inputs", "inputs, targets"));
+    replicas_row_ = rows_.size();
     if (got_.records_replicas()) rows_.push_back(vd::make_row("replicas", "every rank's copies", 0));
+    shards_row_ = rows_.size();
+    if (plan_.any()) rows_.push_back(vd::make_row("shards", "", 0));
     env_.emplace(c_.precision(), fams_, elements_);
+    grad_bound_.assign(n_, 0.0);
     const SafetensorsFile R = ref_.file(-1), G = got_.file(-1, &ref_);
     for (size_t p = 0; p < specs_.size(); ++p) {
       ref_before_.push_back(read(ref_, R, -1, specs_[p].name, specs_[p].shape));
-      const auto& [cand, tr] = map_.at(specs_[p].name);
-      got_before_.push_back(read(got_, G, -1, cand, specs_[p].shape, tr));
+      got_before_.push_back(candidate(G, -1, "", p, ref_before_.back()));
     }
+    init_problems_ = std::move(shard_problems_);
   }
 
   StepLine step(int64_t t);
+  // The candidate's tensor of parameter p (prefix "grads.", "params.", "" for the initial
+  // parameters) in parity's layout: read whole, or its shards assembled (dump_shards.h), their
+  // findings kept for the shards row; `ref`: the reference's, for the findings.
+  std::vector<double> candidate(const SafetensorsFile& G, int64_t t, const std::string& prefix, size_t p,
+                                const std::vector<double>& ref);
+  // The shards row at step t (a sharded gradient's worst shard goes on its failing row's flow_tensor).
+  void shards_row(int64_t t);
   std::vector<Row>& rows() { return rows_; }
   // What the candidate recorded of its split, for the signatures (verdict_signature.h).
   void split_into(LayoutDegrees& d) const {
@@ -152,7 +164,79 @@ class Comparer {
   std::vector<int64_t> rank_sequences_;      // step 0's per dp rank
   std::vector<double> own_mean_;             // per step: LayoutDegrees::own_mean_ratio
   std::vector<bool> micro_comparable_;  // per micro-batch: the candidate's holds the reference's sequences
+  ShardPlan plan_ = ShardPlan::read(got_);  // the candidate's placements (dump_shards.h)
+  size_t replicas_row_ = 0, shards_row_ = 0;
+  std::vector<double> grad_bound_;  // per grad group, this step's (the twin's, before widening): copies summed
+  std::vector<std::string> shard_problems_, init_problems_;  // this step's, the initial parameters'
+  struct Copies {  // a Replicate tensor whose copies differ: the first named, their sum's error
+    std::string first;
+    std::string summed;  // the Replicate dims over which the copies' sum is the reference's
+    size_t param = 0;
+  };
+  std::map<std::string, Copies> copies_;             // by key, this step
+  std::map<size_t, std::string> worst_shard_;        // a sharded gradient's worst shard, this step
+  int64_t shards_seen_ = 0;
 };
+
+std::vector<double> Comparer::candidate(const SafetensorsFile& G, int64_t t, const std::string& prefix, size_t p,
+                                        const std::vector<double>& ref) {
+  const auto& [cand, tr] = map_.at(specs_[p].name);
+  const std::string key = (prefix.empty() ? "params." : prefix) + cand, name = prefix + cand;
+  if (!plan_.sharded(key)) return read(got_, G, t, name, specs_[p].shape, tr);
+  const std::string where =
+      got_.dir + (t < 0 ? " initial parameters" : " step " + std::to_string(t)) + " (" + G.path() + ")";
+  if (tr) throw ConfigError("candidate", where + ": \"" + key + "\" is sharded and mapped with \"transpose\": give "
+                                                 "its placement \"transposed\": true instead");
+  const ShardedTensor st = plan_.load(got_, G, where, key, name, specs_[p].shape);
+  std::vector<std::string> gaps;
+  std::vector<double> v = assemble(st, gaps);
+  for (const std::string& g : gaps) shard_problems_.push_back(key + ": " + g);
+  shards_seen_ += static_cast<int64_t>(st.shards.size());
+  const std::vector<double> rs = to_stored(st, ref);
+  if (t < 0)  // the initial parameters are the reference's bit for bit: a shard elsewhere is misplaced
+    for (const Shard& s : st.shards)
+      if (std::string m = s.copy_of < 0 ? misplaced(s, st.stored, rs) : ""; !m.empty())
+        shard_problems_.push_back(key + ": " + m);
+  std::string summed;  // a gradient's copies summed against its row's bound (set by step() before the reads)
+  const std::vector<std::string> differ = copies_differ(st, rs, grad_bound_[group_of_[p]], summed);
+  if (!differ.empty())
+    copies_[key] = {differ.front() + (differ.size() > 1 ? " (and " + std::to_string(differ.size() - 1) + " more)" : ""),
+                    summed, p};
+  if (prefix == "grads.") {
+    const std::string w = worst_shard(st, rs, to_stored(st, v), 0.0);
+    if (!w.empty()) worst_shard_[p] = w;
+  }
+  return v;
+}
+
+void Comparer::shards_row(int64_t t) {
+  if (!plan_.any()) return;
+  std::vector<std::string> bad = t == 0 ? init_problems_ : std::vector<std::string>{};
+  bad.insert(bad.end(), shard_problems_.begin(), shard_problems_.end());
+  for (const auto& [key, c] : copies_) {
+    std::string d = key + ": " + c.first;
+    const bool grads = key.rfind("grads.", 0) == 0;
+    if (grads && !c.summed.empty()) {  // each copy its own part: a sum not taken, or not yet
+      const bool params_too = copies_.count("params." + key.substr(6)) > 0;
+      d += "; summed over " + c.summed + ", the copies are the reference's gradient: each holds its own part, " +
+           std::string(params_too ? "and the parameters' copies differ too: the step took it unsummed (a gradient "
+                                    "not reduced over the Replicate dims)"
+                                  : "and the parameters' copies agree: the step was right, the gradient was recorded "
+                                    "before its reduction (a Partial tensor recorded as Replicate: record it Partial)");
+    }
+    bad.push_back(d);
+  }
+  vd::Outcome o;
+  o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
+  o.compared = shards_seen_, o.norm_rel = static_cast<double>(bad.size());
+  if (!bad.empty()) {
+    o.verdict = RowVerdict::fail;
+    for (size_t i = 0; i < bad.size() && i < 3; ++i) o.detail += (i ? "; " : "") + bad[i];
+    if (bad.size() > 3) o.detail += "; and " + std::to_string(bad.size() - 3) + " more";
+  }
+  vd::update_row(rows_[shards_row_], t, o);
+  shard_problems_.clear(), copies_.clear(), shards_seen_ = 0;
+}
 
 void Comparer::inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G) {
   vd::Outcome o;
@@ -247,6 +331,7 @@ StepLine Comparer::step(int64_t t) {
   for (size_t g = 0; g < n_; ++g) {
     groups_[g].far_bound = sb.grad_far[g];  // the grad rows' bounds: below, widened for the model
     groups_[n_ + g].tol.norm_rel = sb.param[g].value;
+    grad_bound_[g] = sb.grad[g].value;
   }
   if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
   StepLine line;
@@ -260,11 +345,10 @@ StepLine Comparer::step(int64_t t) {
   // parameters after the step, the update)
   std::vector<double> fam_sq(n_, 0.0), fam_n(n_, 0.0), upd_sq(n_, 0.0), par_sq(n_, 0.0);
   for (size_t p = 0; p < specs_.size(); ++p) {
-    const auto& [cand, tr] = map_.at(specs_[p].name);
     rg[p] = read(ref_, R, t, "grads." + specs_[p].name, specs_[p].shape);
-    gg[p] = read(got_, G, t, "grads." + cand, specs_[p].shape, tr);
+    gg[p] = candidate(G, t, "grads.", p, rg[p]);
     rp[p] = read(ref_, R, t, "params." + specs_[p].name, specs_[p].shape);
-    gp[p] = read(got_, G, t, "params." + cand, specs_[p].shape, tr);
+    gp[p] = candidate(G, t, "params.", p, rp[p]);
     const size_t g = group_of_[p], f = static_cast<size_t>(specs_[p].family);
     for (size_t i = 0; i < rg[p].size(); ++i) {
       ref_sq[f] += rg[p][i] * rg[p][i], got_sq[f] += gg[p][i] * gg[p][i];
@@ -341,6 +425,8 @@ StepLine Comparer::step(int64_t t) {
       const auto fw = verdict_flow::first_wrong(tensor_sums, tensor_sums.size(), 0, 1, members, names, c_.layers,
                                                 o.bound.value);
       o.flow = fw.pos, o.flow_tensor = fw.tensor;
+      for (size_t q : members)  // a sharded first wrong tensor: its worst shard, by rank and placement
+        if (specs_[q].name == fw.tensor && worst_shard_.count(q)) o.flow_tensor += ", " + worst_shard_.at(q);
     }
     if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
       const verdict_wire::UpdateSums& u = upd[g - n_];
@@ -349,12 +435,14 @@ StepLine Comparer::step(int64_t t) {
     }
     vd::update_row(rows_[3 + g], t, o);
   }
+  shards_row(t);
+  worst_shard_.clear();
   if (got_.records_replicas()) {  // every rank's copies against rank 0's, bit for bit (dump_split.h)
     int64_t pairs = 0;
     const auto [rec, where] = got_.step_record(t, "replicas");
     const std::vector<std::string> bad = rec.is_null() ? std::vector<std::string>{}
                                                        : replica_differences(rec, where, pairs);
-    vd::update_row(rows_.back(), t, vd::replicas_outcome(bad, pairs));
+    vd::update_row(rows_[replicas_row_], t, vd::replicas_outcome(bad, pairs));
   }
   ref_before_ = std::move(rp), got_before_ = std::move(gp);
   return line;

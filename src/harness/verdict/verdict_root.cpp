@@ -31,7 +31,8 @@ bool near(double x, double c) { return std::fabs(x - c) <= 2e-3 * std::fabs(c); 
 }  // namespace
 
 int data_flow_rank(const std::string& quantity, const std::string& subject) {
-  if (quantity == "inputs") return -1;  // parity compare: the data itself (everything downstream follows)
+  if (quantity == "inputs") return -2;  // parity compare: the data itself (everything downstream follows)
+  if (quantity == "shards") return -1;  // parity compare: a shard not where its placement puts it (dump_shards.h)
   if (quantity == "loss") return 0;
   if (quantity == "grad") return 10 + family_rank(subject);
   if (quantity == "grad_norm") return 30;
@@ -222,7 +223,8 @@ RootCause find_root(const VerdictReport& r) {
   // So is a replica that drifted apart: no scale, the groups and ranks that differ; and the
   // inputs: the sequences a split dropped or took twice, named by index (dump_split.h).
   const bool by_detail =
-      (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs") && !rr.detail.empty();
+      (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs" || rr.quantity == "shards") &&
+      !rr.detail.empty();
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;

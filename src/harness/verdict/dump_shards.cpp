@@ -1,0 +1,334 @@
+// Sharded tensors in a collected dump (dump_shards.h).
+#include "harness/verdict/dump_shards.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+
+namespace parity {
+
+using nlohmann::json;
+
+namespace {
+
+struct Place {
+  enum Kind { shard, replicate, partial } kind = replicate;
+  int64_t dim = 0;
+  std::string word;  // as recorded: "Shard(1)", "column", ...
+};
+
+Place parse_place(const json& v, const Shape& stored, bool transposed, const std::string& where) {
+  if (!v.is_string()) throw ConfigError("candidate", where + ": a placement is a string (Shard(d), Replicate, ...)");
+  Place p;
+  p.word = v.get<std::string>();
+  const auto nd = static_cast<int64_t>(stored.size());
+  if (p.word == "Replicate" || p.word == "Replicate()") return p;
+  if (p.word == "Partial" || p.word == "Partial()" || p.word == "Partial(sum)") return p.kind = Place::partial, p;
+  p.kind = Place::shard;
+  if (p.word == "column" || p.word == "row") {
+    if (nd != 2) throw ConfigError("candidate", where + ": \"" + p.word + "\" splits a 2-D weight, not a " +
+                                                    std::to_string(nd) + "-D tensor (use Shard(d))");
+    // column: the output features; an nn.Linear stores (out, in) (transposed to parity's (in, out))
+    p.dim = (p.word == "column") == transposed ? 0 : 1;
+    return p;
+  }
+  int64_t d = -1;
+  char tail = 0;
+  if (std::sscanf(p.word.c_str(), "Shard(%ld%c", &d, &tail) != 2 || tail != ')' || d < 0 || d >= nd)
+    throw ConfigError("candidate", where + ": placement \"" + p.word + "\" is not Shard(d) with 0 <= d < " +
+                                       std::to_string(nd) + ", Replicate, Partial, column or row");
+  p.dim = d;
+  return p;
+}
+
+// The flat indices of a box of `stored`, row-major.
+std::vector<int64_t> box_index(const std::vector<std::pair<int64_t, int64_t>>& box, const Shape& stored) {
+  std::vector<int64_t> out{0};
+  for (size_t d = 0; d < box.size(); ++d) {
+    std::vector<int64_t> next;
+    for (int64_t base : out)
+      for (int64_t i = box[d].first; i < box[d].second; ++i) next.push_back(base * stored[d] + i);
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::string box_words(const std::vector<std::pair<int64_t, int64_t>>& box, const Shape& stored) {
+  std::string s;
+  for (size_t d = 0; d < box.size(); ++d)
+    if (box[d].first != 0 || box[d].second != stored[d])
+      s += (s.empty() ? "" : ", ") + std::string("dim ") + std::to_string(d) + " " + std::to_string(box[d].first) +
+           ".." + std::to_string(box[d].second - 1);
+  return s.empty() ? "whole" : s;
+}
+
+double normwise(const std::vector<double>& got, const std::vector<double>& ref, double* scale = nullptr) {
+  double d2 = 0, r2 = 0, dot = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    d2 += (got[i] - ref[i]) * (got[i] - ref[i]), r2 += ref[i] * ref[i], dot += got[i] * ref[i];
+  if (scale) *scale = r2 > 0 ? dot / r2 : std::nan("");
+  return r2 > 0 ? std::sqrt(d2 / r2) : std::sqrt(d2);
+}
+
+std::vector<double> gather_at(const std::vector<double>& v, const std::vector<int64_t>& index) {
+  std::vector<double> out(index.size());
+  for (size_t i = 0; i < index.size(); ++i) out[i] = v[static_cast<size_t>(index[i])];
+  return out;
+}
+
+}  // namespace
+
+ShardPlan ShardPlan::read(const Dump& d) {
+  ShardPlan p;
+  const json& m = d.manifest;
+  if (!m.contains("placements")) return p;
+  const std::string where = d.dir + "/manifest.json";
+  if (!m["placements"].is_object() || !m.contains("mesh") || !m["mesh"].is_object())
+    throw ConfigError(d.role, where + ": $.placements needs an object and $.mesh {dims, shape, ranks}");
+  const json& mesh = m["mesh"];
+  try {
+    p.dims_ = mesh.at("dims").get<std::vector<std::string>>();
+    p.sizes_ = mesh.at("shape").get<std::vector<int64_t>>();
+    p.coords_ = mesh.at("ranks").get<std::vector<std::vector<int64_t>>>();
+  } catch (const json::exception&) {
+    throw ConfigError(d.role, where + ": $.mesh needs dims (names), shape (sizes) and ranks (each rank's coordinates)");
+  }
+  int64_t world = 1;
+  for (int64_t s : p.sizes_) world *= s;
+  if (p.dims_.size() != p.sizes_.size() || world < 1 || static_cast<int64_t>(p.coords_.size()) != world)
+    throw ConfigError(d.role, where + ": $.mesh: " + std::to_string(p.dims_.size()) + " dims, " +
+                                  std::to_string(p.sizes_.size()) + " sizes, " + std::to_string(p.coords_.size()) +
+                                  " ranks: expected as many ranks as the sizes' product (" + std::to_string(world) +
+                                  ")");
+  for (size_t r = 0; r < p.coords_.size(); ++r)
+    for (size_t k = 0; k < p.sizes_.size(); ++k)
+      if (p.coords_[r].size() != p.sizes_.size() || p.coords_[r][k] < 0 || p.coords_[r][k] >= p.sizes_[k])
+        throw ConfigError(d.role, where + ": $.mesh.ranks[" + std::to_string(r) + "] is not a coordinate of the mesh");
+  std::map<std::vector<int64_t>, size_t> seen;  // every coordinate held by one rank: a copy's representative exists
+  for (size_t r = 0; r < p.coords_.size(); ++r)
+    if (auto [it, fresh] = seen.emplace(p.coords_[r], r); !fresh)
+      throw ConfigError(d.role, where + ": $.mesh.ranks: ranks " + std::to_string(it->second) + " and " +
+                                    std::to_string(r) + " have the same coordinates");
+  p.placements_ = m["placements"];
+  return p;
+}
+
+std::string ShardPlan::rank_words(int64_t r) const {
+  std::string s = "rank " + std::to_string(r) + " (";
+  for (size_t k = 0; k < dims_.size(); ++k)
+    s += (k ? ", " : "") + dims_[k] + " " + std::to_string(coords_[static_cast<size_t>(r)][k]);
+  return s;
+}
+
+ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std::string& where, const std::string& key,
+                              const std::string& name, const Shape& shape) const {
+  const json& spec = placements_.at(key);
+  const std::string at = where + ": $.placements[\"" + key + "\"]";
+  ShardedTensor t;
+  try {
+    t.stored = spec.at("stored").get<Shape>();
+    t.transposed = spec.value("transposed", false);
+  } catch (const json::exception&) {
+    throw ConfigError(d.role, at + " needs \"stored\" (the full shape as the shards hold it)");
+  }
+  Shape want = shape;
+  if (t.transposed && want.size() == 2) std::swap(want[0], want[1]);
+  if (t.stored != want || (t.transposed && shape.size() != 2))
+    throw ConfigError(d.role, at + ": stored " + shape_str(t.stored) + (t.transposed ? " transposed" : "") +
+                                  " is not parity's " + shape_str(shape));
+  const bool flat = spec.contains("flat");
+  std::vector<Place> places;
+  if (!flat) {
+    if (!spec.contains("placements") || !spec["placements"].is_array() || spec["placements"].size() != dims_.size())
+      throw ConfigError(d.role, at + ": expected \"placements\", one per mesh dim (" + std::to_string(dims_.size()) +
+                                    "), or \"flat\"");
+    for (const json& v : spec["placements"]) places.push_back(parse_place(v, t.stored, t.transposed, at));
+  } else if (!spec["flat"].is_array() || spec["flat"].size() != coords_.size()) {
+    throw ConfigError(d.role, at + ": \"flat\" holds one [offset, numel] per rank (" + std::to_string(coords_.size()) +
+                                  ")");
+  }
+  std::map<std::vector<int64_t>, int64_t> rep_at;  // representative's coordinates -> its shard
+  std::vector<std::vector<int64_t>> rep_of(coords_.size());  // a copy's representative's coordinates
+  for (size_t r = 0; r < coords_.size(); ++r) {
+    Shard s;
+    s.rank = static_cast<int64_t>(r), s.coords = coords_[r];
+    std::string how;
+    if (flat) {
+      const json& piece = spec["flat"][r];
+      if (!piece.is_array() || piece.size() != 2 || !piece[0].is_number_integer() || !piece[1].is_number_integer())
+        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: expected [offset, numel]");
+      const int64_t off = piece[0].get<int64_t>(), n = piece[1].get<int64_t>();
+      if (off < 0 || n < 0 || off + n > numel(t.stored))
+        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: [" + std::to_string(off) + ", " +
+                                      std::to_string(n) + "] is outside the tensor's " +
+                                      std::to_string(numel(t.stored)) + " elements");
+      s.flat_offset = off;
+      for (int64_t i = 0; i < n; ++i) s.index.push_back(off + i);
+      how = "flat " + std::to_string(off) + ".." + std::to_string(off + n - 1);
+    } else {
+      t.replicate.assign(dims_.size(), "");
+      for (size_t k = 0; k < places.size(); ++k)
+        if (places[k].kind == Place::replicate) t.replicate[k] = dims_[k];
+      for (int64_t len : t.stored) s.box.emplace_back(0, len);
+      std::vector<int64_t> rep = coords_[r];
+      for (size_t k = 0; k < places.size(); ++k) {
+        const Place& p = places[k];
+        how += (how.empty() ? "" : ", ") + dims_[k] + " " + p.word;
+        if (p.kind == Place::replicate && rep[k] != 0)
+          rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
+        if (p.kind != Place::shard) continue;
+        auto& [lo, hi] = s.box[static_cast<size_t>(p.dim)];
+        const int64_t len = hi - lo, cs = (len + sizes_[k] - 1) / sizes_[k], i = coords_[r][k];
+        const int64_t a = lo + std::min(i * cs, len), b = lo + std::min((i + 1) * cs, len);
+        lo = a, hi = b;
+      }
+      s.index = box_index(s.box, t.stored);
+      how += ": " + box_words(s.box, t.stored);
+      if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
+      else rep_of[r] = rep;
+    }
+    s.where = rank_words(s.rank) + "; " + how + ")";
+    const std::string stored_name = name + "@" + std::to_string(r);
+    if (!f.contains(stored_name))
+      throw ConfigError(d.role, where + " has no shard \"" + stored_name + "\" (" + s.where + ")");
+    const Shape got = f.shape(stored_name);
+    if (numel(got) != static_cast<int64_t>(s.index.size()) ||
+        (!flat && got != [&] { Shape w; for (auto [lo, hi] : s.box) w.push_back(hi - lo); return w; }()))
+      throw ConfigError(d.role, where + ": shard \"" + stored_name + "\" has shape " + shape_str(got) + ", but " +
+                                    s.where + " gives " + std::to_string(s.index.size()) + " elements");
+    s.values = stored_doubles(d, f, where, stored_name, Stored::real);
+    t.shards.push_back(std::move(s));
+  }
+  for (size_t r = 0; r < rep_of.size(); ++r)
+    if (!rep_of[r].empty()) t.shards[r].copy_of = rep_at.at(rep_of[r]);
+  return t;
+}
+
+std::vector<double> assemble_stored(const ShardedTensor& t, std::vector<std::string>& gaps) {
+  std::vector<double> v(static_cast<size_t>(numel(t.stored)), 0.0);
+  std::vector<int64_t> held(v.size(), -1);  // flat pieces: the rank holding each element
+  for (const Shard& s : t.shards) {
+    if (s.copy_of >= 0) continue;
+    for (size_t i = 0; i < s.index.size(); ++i) {
+      const auto e = static_cast<size_t>(s.index[i]);
+      v[e] += s.values[i];
+      if (s.flat_offset < 0) continue;
+      if (held[e] >= 0 && gaps.size() < 4)
+        gaps.push_back("flat pieces overlap at element " + std::to_string(e) + ": " +
+                       t.shards[static_cast<size_t>(held[e])].where + " and " + s.where);
+      held[e] = s.rank;
+    }
+  }
+  if (!t.shards.empty() && t.shards[0].flat_offset >= 0)
+    for (size_t e = 0; e < held.size(); ++e)
+      if (held[e] < 0) {
+        gaps.push_back("no rank's flat piece holds element " + std::to_string(e));
+        break;
+      }
+  return v;
+}
+
+std::vector<double> assemble(const ShardedTensor& t, std::vector<std::string>& gaps) {
+  std::vector<double> s = assemble_stored(t, gaps);
+  if (!t.transposed) return s;
+  const int64_t a = t.stored[0], b = t.stored[1];  // stored (a, b) -> parity (b, a)
+  std::vector<double> out(s.size());
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) out[static_cast<size_t>(j * a + i)] = s[static_cast<size_t>(i * b + j)];
+  return out;
+}
+
+std::vector<double> to_stored(const ShardedTensor& t, const std::vector<double>& p) {
+  if (!t.transposed) return p;
+  const int64_t a = t.stored[0], b = t.stored[1];
+  std::vector<double> out(p.size());
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) out[static_cast<size_t>(i * b + j)] = p[static_cast<size_t>(j * a + i)];
+  return out;
+}
+
+std::vector<std::string> copies_differ(const ShardedTensor& t, const std::vector<double>& ref_stored, double bound,
+                                       std::string& summed) {
+  std::vector<std::string> out;
+  for (const Shard& s : t.shards)
+    if (s.copy_of >= 0 && s.values != t.shards[static_cast<size_t>(s.copy_of)].values)
+      out.push_back(s.where + " differs from " + t.shards[static_cast<size_t>(s.copy_of)].where +
+                    " though Replicate over " + s.replicate_over);
+  summed.clear();
+  if (out.empty()) return out;
+  for (size_t k = 0; k < t.replicate.size(); ++k) {  // along one Replicate dim: each line of copies summed
+    if (t.replicate[k].empty()) continue;
+    bool differ = false, all_match = true;
+    for (const Shard& rep : t.shards) {
+      if (rep.copy_of >= 0) continue;
+      std::vector<double> sum(rep.values.size(), 0.0);
+      bool line_differs = false;
+      for (const Shard& s : t.shards) {
+        bool on_line = s.copy_of == rep.rank || &s == &rep;
+        for (size_t j = 0; on_line && j < s.coords.size(); ++j)
+          if (j != k && s.coords[j] != rep.coords[j]) on_line = false;
+        if (!on_line) continue;
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += s.values[i];
+        line_differs = line_differs || s.values != rep.values;
+      }
+      if (!line_differs) continue;
+      differ = true;
+      all_match = all_match && normwise(sum, gather_at(ref_stored, rep.index)) <= bound;
+    }
+    if (differ && all_match) summed += (summed.empty() ? "" : ", ") + t.replicate[k];
+  }
+  return out;
+}
+
+std::string misplaced(const Shard& s, const Shape& stored, const std::vector<double>& ref_stored) {
+  if (s.values == gather_at(ref_stored, s.index) || s.values.empty()) return "";
+  const auto match = [&](const std::vector<int64_t>& index) { return s.values == gather_at(ref_stored, index); };
+  if (s.flat_offset >= 0) {
+    const auto n = static_cast<int64_t>(s.values.size()), total = static_cast<int64_t>(ref_stored.size());
+    for (int64_t off = 0; off + n <= total; ++off) {
+      if (ref_stored[static_cast<size_t>(off)] != s.values[0]) continue;  // the first element first: one pass
+      std::vector<int64_t> index(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) index[static_cast<size_t>(i)] = off + i;
+      if (off != s.flat_offset && match(index))
+        return s.where + " holds the reference's elements " + std::to_string(off) + ".." + std::to_string(off + n - 1) +
+               ": a wrong shard offset";
+    }
+    return "";
+  }
+  for (size_t d = 0; d < s.box.size(); ++d) {  // slide the box along each split dim
+    const int64_t len = s.box[d].second - s.box[d].first;
+    if (len == stored[d]) continue;
+    for (int64_t lo = 0; lo + len <= stored[d]; ++lo) {
+      if (lo == s.box[d].first) continue;
+      auto box = s.box;
+      box[d] = {lo, lo + len};
+      int64_t first = 0;  // the box's first element, checked before the whole box: one pass over the offsets
+      for (size_t k = 0; k < box.size(); ++k) first = first * stored[k] + box[k].first;
+      if (ref_stored[static_cast<size_t>(first)] != s.values[0]) continue;
+      if (match(box_index(box, stored)))
+        return s.where + " holds the reference's " + box_words(box, stored) + ": a wrong shard offset";
+    }
+  }
+  return "";
+}
+
+std::string worst_shard(const ShardedTensor& t, const std::vector<double>& ref_stored,
+                        const std::vector<double>& got_stored, double bound) {
+  double worst = bound, scale = 0;
+  const Shard* at = nullptr;
+  for (const Shard& s : t.shards) {
+    if (s.copy_of >= 0) continue;
+    double sc = 0;
+    const double e = normwise(gather_at(got_stored, s.index), gather_at(ref_stored, s.index), &sc);
+    if (e > worst || std::isnan(e)) worst = e, scale = sc, at = &s;
+  }
+  if (!at) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ": normwise %.3g, scale %.4g", worst, scale);
+  return "worst shard " + at->where + buf;
+}
+
+}  // namespace parity
