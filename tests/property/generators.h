@@ -256,6 +256,10 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   m.tie_embeddings = draw_bool();
   m.norm = pick<NormKind>({NormKind::layernorm, NormKind::rmsnorm});  // issue 47
   m.qk_norm = draw_bool();
+  if (m.head_dim() % 2 == 0 && draw_bool()) {  // rope pairs a head's columns: Dh even
+    m.position = Position::rope;
+    m.rope_theta = pick<double>({10000.0, 10.0});
+  }
   const Precision f64{DType::f64, Low::none, Low::none}, f32{DType::f32, Low::none, Low::none},
       bf16{DType::f32, Low::bf16, Low::none};  // the precision policy (docs/precision.md)
   m.set_precision(pick<Precision>({f64, f64, f64, f32, bf16}));

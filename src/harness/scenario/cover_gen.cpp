@@ -127,6 +127,9 @@ const std::vector<Choice>& choices(Option o) {
         {"rmsnorm", [](Scenario& s) { s.model.norm = NormKind::rmsnorm; }}}},
       {Option::qk_norm,
        {{"", [](Scenario& s) { s.model.qk_norm = false; }}, {"qknorm", [](Scenario& s) { s.model.qk_norm = true; }}}},
+      {Option::position,
+       {{"", [](Scenario& s) { s.model.position = Position::none; }},
+        {"rope", [](Scenario& s) { s.model.position = Position::rope; }}}},
   };
   return table.at(o);
 }
@@ -461,7 +464,7 @@ std::string scenario_file_text(const Scenario& s) {
                                        "microbatches", "mlp_hidden", "experts", "top_k", "expert_hidden",
                                        "shared_experts", "shared_hidden", "score", "route_norm", "route_scale",
                                        "aux_alpha", "bias_rate", "tie_embeddings", "norm",
-                                       "qk_norm"});
+                                       "qk_norm", "position", "rope_theta"});
   out["optim"] = in_order(j["optim"], {"kind", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "clip"});
   out["layout"] = layout(j["layout"]);
   if (j.contains("resume"))

@@ -54,8 +54,9 @@ enum class Option {
   dp_sharding,    // ddp; zero1; zero2: layout.dp_sharding where dp_shard > 1 and it is not fsdp
   norm,           // layernorm; rmsnorm: model.norm
   qk_norm,        // off; rmsnorm: model.qk_norm
+  position,       // none; rope: model.position
 };
-inline constexpr int kOptionCount = 23;
+inline constexpr int kOptionCount = 24;
 
 struct OptionInfo {
   Option option;
