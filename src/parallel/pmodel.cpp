@@ -71,12 +71,17 @@ template <class T> struct ParallelModel<T>::Impl {
   T* g_or_null(size_t q) const { return q == kNoParam ? nullptr : g(q); }
   int64_t local_dim(size_t q, size_t d) const { return m.params[q].mp_shape()[d]; }
   // model.position rope: the rotation of this rank's q and k rows (b sequences of chunk.seq rows,
-  // Hl heads) by their GLOBAL positions, the context-parallel chunk's offset added. The bug zoo
-  // (core/inject.h) rope_local_positions_cp: every chunk rotated as if it began the sequence.
+  // Hl heads) by their GLOBAL positions (the context-parallel chunk's, in its order). The bug zoo
+  // (core/inject.h): rope_local_positions_cp, every chunk rotated as if it began the sequence;
+  // rope_contiguous_positions_balanced_cp, the contiguous order's positions under the balanced one.
   Rope<T> rope(int64_t Hl) const {
-    static const bool local_bug = injected("rope_local_positions_cp");
-    const int64_t p0 = local_bug ? 0 : m.cp_.offset(c.seq);
-    return Rope<T>(rope_positions(b, chunk.seq, p0), Hl, c.head_dim(), c.rope_theta);
+    static const bool local_bug = injected("rope_local_positions_cp"),
+                      chunk_bug = injected("rope_contiguous_positions_balanced_cp");
+    const int64_t Sc = chunk.seq;
+    std::vector<int64_t> pos = local_bug ? rope_positions(b, Sc, 0)
+                               : chunk_bug ? rope_positions(b, Sc, m.cp_.rank * Sc)
+                                           : m.cp_.positions(b, c.seq);
+    return Rope<T>(pos, Hl, c.head_dim(), c.rope_theta);
   }
   // The bug zoo's qk_norm_after_rope: the rotation before the QK-norm instead of after it.
   bool rope_first() const {
@@ -281,7 +286,8 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     world_ = &world.group(stage);
   }
   tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
-  cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp)};
+  cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp),
+         s.layout.cp_order == CpOrder::balanced};
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};

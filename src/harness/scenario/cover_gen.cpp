@@ -26,6 +26,12 @@ std::vector<LayoutConfig*> layouts_of(Scenario& s) {
   return out;
 }
 
+// The chunk order of every context-parallel layout (cp 1 keeps the default: nothing to order).
+void set_cp_order(Scenario& s, CpOrder o) {
+  for (LayoutConfig* l : layouts_of(s))
+    if (l->cp > 1) l->cp_order = o;
+}
+
 // The schedule of every pipelined layout; interleaved runs 2 model chunks per stage over 4
 // layers (one per chunk under pp 2) and needs micro-batches a multiple of pp (2 in every
 // candidate).
@@ -130,6 +136,9 @@ const std::vector<Choice>& choices(Option o) {
       {Option::position,
        {{"", [](Scenario& s) { s.model.position = Position::none; }},
         {"rope", [](Scenario& s) { s.model.position = Position::rope; }}}},
+      {Option::cp_order,
+       {{"", [](Scenario& s) { set_cp_order(s, CpOrder::contiguous); }},
+        {"balanced", [](Scenario& s) { set_cp_order(s, CpOrder::balanced); }}}},
   };
   return table.at(o);
 }
@@ -456,7 +465,7 @@ std::string scenario_file_text(const Scenario& s) {
   };
   auto layout = [&](const nlohmann::json& l) {
     return in_order(l, {"world", "pp", "pp_schedule", "pp_virtual", "pp_layers", "dp_replicate", "dp_shard", "tp",
-                        "ep", "etp", "cp", "sp", "order", "recompute", "fsdp_dim", "dp_sharding",
+                        "ep", "etp", "cp", "cp_order", "sp", "order", "recompute", "fsdp_dim", "dp_sharding",
                         "expert_dp_sharding", "backend", "device"});
   };
   ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype", "precision"});

@@ -79,6 +79,7 @@ const std::vector<OptionInfo>& all_options() {
       {Option::norm, "norm", {"layernorm", "rmsnorm"}, false},
       {Option::qk_norm, "qk_norm", {"off", "rmsnorm"}, false},
       {Option::position, "position", {"none", "rope"}, false},
+      {Option::cp_order, "cp_order", {"contiguous", "balanced"}, false},
   };
   return options;
 }
@@ -157,6 +158,9 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
     case Option::norm: return m.norm == NormKind::rmsnorm ? 1 : 0;
     case Option::qk_norm: return m.qk_norm ? 1 : 0;
     case Option::position: return m.position == Position::rope ? 1 : 0;
+    case Option::cp_order:
+      if (l.cp <= 1) return -1;
+      return l.cp_order == CpOrder::balanced ? 1 : 0;
   }
   return -1;
 }

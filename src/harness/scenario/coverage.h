@@ -55,8 +55,9 @@ enum class Option {
   norm,           // layernorm; rmsnorm: model.norm
   qk_norm,        // off; rmsnorm: model.qk_norm
   position,       // none; rope: model.position
+  cp_order,       // contiguous; balanced: layout.cp_order where cp > 1
 };
-inline constexpr int kOptionCount = 24;
+inline constexpr int kOptionCount = 25;
 
 struct OptionInfo {
   Option option;
