@@ -288,7 +288,8 @@ std::string proposal_name(const Candidate& c) {
   std::string options;
   for (size_t o = 0; o < c.chosen.size(); ++o) {
     const Option opt = all_options()[o].option;
-    if (opt == Option::schedule || opt == Option::dp_sharding) continue;  // the layout's stem says them
+    if (opt == Option::schedule || opt == Option::dp_sharding || opt == Option::cp_order)
+      continue;  // the layout's stem says them
     if (c.chosen[o] != 0) options += std::string("_") + choices(opt)[c.chosen[o]].suffix;
   }
   // long lists of options make unreadable file names: past 64 bytes the file says what differs
