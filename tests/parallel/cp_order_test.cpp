@@ -34,8 +34,8 @@ TEST(CpOrder, BalancedGivesRankRChunksRAndTheirMirror) {
   EXPECT_EQ(ctx(1, 2, false).positions(2, S), (std::vector<int64_t>{4, 5, 6, 7, 4, 5, 6, 7}));
   const std::vector<CpBlock> b = ctx(1, 4, true).blocks(16);  // eight chunks of 2: chunks 1 and 6
   ASSERT_EQ(b.size(), 2u);
-  EXPECT_EQ(b[0].row, 0), EXPECT_EQ(b[0].rows, 2), EXPECT_EQ(b[0].pos, 2);
-  EXPECT_EQ(b[1].row, 2), EXPECT_EQ(b[1].rows, 2), EXPECT_EQ(b[1].pos, 12);
+  EXPECT_EQ((std::vector<int64_t>{b[0].row, b[0].rows, b[0].pos}), (std::vector<int64_t>{0, 2, 2}));
+  EXPECT_EQ((std::vector<int64_t>{b[1].row, b[1].rows, b[1].pos}), (std::vector<int64_t>{2, 2, 12}));
 }
 
 TEST(CpOrder, SlicesTakeTheRanksPositions) {
