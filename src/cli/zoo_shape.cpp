@@ -134,8 +134,9 @@ const std::vector<Entry>& entries() {
       {"aux_stats_per_cp_chunk", {moe, aux, cp2}},
       // the dropped part of dK, dV: a wrong computation, whose ratio may come out near 1
       {"cp_kv_grad_local", {cp2}, "not a clean factor|not a scaling"},
-      {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling"},
-      {"rope_contiguous_positions_balanced_cp", {cp_balanced, rope}, "not a clean factor|not a scaling"},
+      {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling|no scale ratio"},
+      {"rope_contiguous_positions_balanced_cp", {cp_balanced, rope},
+       "not a clean factor|not a scaling|no scale ratio"},
       {"qk_norm_after_rope", {qknorm, rope}, "not a clean factor|not a scaling"},
       // the first TP-summed gradient: LayerNorm's under SP, else the router's
       {"tp_reduce_in_bf16", {tp2, tp_summed, fp32_reduce}, "", "grad layernorm|grad router"},

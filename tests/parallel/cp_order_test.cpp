@@ -56,7 +56,8 @@ TEST(CpOrder, SlicesTakeTheRanksPositions) {
       for (size_t i = 0; i < pos.size(); ++i) {
         const int64_t g = static_cast<int64_t>(i) / c.chunk(S) * S + pos[i];  // sequence, position
         EXPECT_EQ(mine[i], 100 + g) << "row " << i;
-        for (int64_t w = 0; w < W; ++w) EXPECT_EQ(rows[i * W + static_cast<size_t>(w)], static_cast<double>(10 * g + w));
+        for (int64_t w = 0; w < W; ++w)
+          EXPECT_EQ(rows[i * W + static_cast<size_t>(w)], static_cast<double>(10 * g + w));
       }
     }
 }
