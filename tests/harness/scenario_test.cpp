@@ -145,6 +145,16 @@ TEST(Scenario, PositionWrittenOnlyUnderRope) {
   EXPECT_NE(msg.find("(3) must be even"), std::string::npos) << msg;
 }
 
+// model.kv_heads: GQA / MQA are not built, so anything but heads is refused by name; heads itself
+// (multi-head attention) is accepted and not written back.
+TEST(Scenario, KvHeadsOtherThanHeadsIsRefused) {
+  expect_refused("/model/kv_heads", 1, "$.model.kv_heads",
+                 "grouped-query attention (kv_heads < heads) is not implemented yet: must equal model.heads (2), "
+                 "got 1");
+  const Scenario s = parse_scenario(tiny_with("/model/kv_heads", 2), "t");
+  EXPECT_FALSE(scenario_to_json(s)["model"].contains("kv_heads"));
+}
+
 TEST(Scenario, RoundTripKeepsEveryField) {
   const Scenario s = all_fields_changed();
   const json j = scenario_to_json(s);
