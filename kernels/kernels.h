@@ -47,6 +47,11 @@ template <class T> void rmsnorm_forward(const T* x, const T* w, int64_t n, int64
 template <class T>
 void rmsnorm_backward(const T* x, const T* w, const T* rstd, const T* dy, int64_t n, int64_t D, T* dx, T* dw);
 
+// rope.cu (ops/rope.h): x, y (n, H*Dh), cos, sin (n, Dh/2) the host's table; y may be x.
+template <class T> void rope_forward(const T* x, const T* cos, const T* sin, int64_t n, int64_t H, int64_t Dh, T* y);
+template <class T>
+void rope_backward(const T* dy, const T* cos, const T* sin, int64_t n, int64_t H, int64_t Dh, T* dx);
+
 // swiglu.cu
 template <class T> void swiglu_forward(const T* a, const T* b, int64_t n, T* h);
 template <class T> void swiglu_backward(const T* a, const T* b, const T* dh, int64_t n, T* da, T* db);

@@ -91,10 +91,25 @@ class SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+def rope(x, theta):
+    """Rotary positions (model.position rope, parity's ops/rope.h), written here from the
+    formula: x (b, h, S, Dh) at positions 0 .. S-1; column f of a head pairs with f + Dh/2
+    (rotate_half) and turns by pos / theta^(2f/Dh), the angles in fp64, cos / sin rounded to
+    x's dtype once."""
+    s, dh = x.shape[-2], x.shape[-1]
+    half = dh // 2
+    inv_freq = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=torch.float64, device=x.device) / dh)
+    angle = torch.arange(s, dtype=torch.float64, device=x.device)[:, None] * inv_freq[None, :]  # (S, Dh/2)
+    c, sn = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * c - x2 * sn, x2 * c + x1 * sn), dim=-1)
+
+
 class Attention(nn.Module):
-    def __init__(self, d, heads, dtype, qk_norm=False):
+    def __init__(self, d, heads, dtype, qk_norm=False, rope_theta=None):
         super().__init__()
         self.heads = heads
+        self.rope_theta = rope_theta  # None: no position but the causal mask
         self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(4))
         if qk_norm:  # model.qk_norm: each head of q and k RMS-normalised over Dh (Qwen3 / OLMo 2)
             self.q_norm, self.k_norm = RMSNorm(d // heads, 1e-5, dtype), RMSNorm(d // heads, 1e-5, dtype)
@@ -109,6 +124,8 @@ class Attention(nn.Module):
         q, k, v = (t.view(b, s, local, dh).transpose(1, 2) for t in (q, k, v))
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope_theta is not None:  # after the QK-norm (Qwen3's order)
+            q, k = rope(q, self.rope_theta), rope(k, self.rope_theta)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -238,7 +255,8 @@ class Block(nn.Module):
     def __init__(self, cfg, layer, dtype):
         super().__init__()
         self.ln1 = make_norm(cfg, dtype)
-        self.attn = Attention(cfg.dim, cfg.heads, dtype, cfg.qk_norm == "rmsnorm")
+        self.attn = Attention(cfg.dim, cfg.heads, dtype, cfg.qk_norm == "rmsnorm",
+                              cfg.rope_theta if cfg.position == "rope" else None)
         self.ln2 = make_norm(cfg, dtype)
         if cfg.is_moe(layer):
             self.moe = MoE(cfg, layer, dtype)

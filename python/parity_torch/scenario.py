@@ -33,6 +33,8 @@ class ModelConfig:
     tie_embeddings: bool = False
     norm: str = "layernorm"  # or "rmsnorm" (issue 47)
     qk_norm: str = "off"  # or "rmsnorm"
+    position: str = "none"  # or "rope" (issue 47)
+    rope_theta: float = 10000.0
 
     def is_moe(self, layer):
         return layer >= self.dense_layers

@@ -58,6 +58,11 @@ const Need clip = need([](const Scenario& s) { return s.optim.clip > 0; }, "grad
                        [](auto&) { return "clip 0"; });
 const Need qknorm = need([](const Scenario& s) { return s.model.qk_norm; }, "QK-norm (model.qk_norm rmsnorm)",
                          [](auto&) { return "qk_norm off"; });
+const Need rope = need([](const Scenario& s) { return s.model.position == Position::rope; },
+                       "rotary positions (model.position rope)", [](auto&) { return "position none"; });
+const Need cp_balanced = need([](const Scenario& s) { return s.layout.cp_order == CpOrder::balanced; },
+                              "the load-balanced cp order (layout.cp_order balanced, cp > 1)",
+                              [](auto&) { return "cp_order contiguous"; });
 const Need adam_state = need(adam, "an optimizer with moments (adam, adamw)", [](auto&) { return "sgd"; });
 const Need resume = need([](const Scenario& s) { return s.resume.has_value(); }, "a save-and-resume phase",
                          [](auto&) { return "none"; });
@@ -129,6 +134,10 @@ const std::vector<Entry>& entries() {
       {"aux_stats_per_cp_chunk", {moe, aux, cp2}},
       // the dropped part of dK, dV: a wrong computation, whose ratio may come out near 1
       {"cp_kv_grad_local", {cp2}, "not a clean factor|not a scaling"},
+      {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling|no scale ratio"},
+      {"rope_contiguous_positions_balanced_cp", {cp_balanced, rope},
+       "not a clean factor|not a scaling|no scale ratio"},
+      {"qk_norm_after_rope", {qknorm, rope}, "not a clean factor|not a scaling"},
       // the first TP-summed gradient: LayerNorm's under SP, else the router's
       {"tp_reduce_in_bf16", {tp2, tp_summed, fp32_reduce}, "", "grad layernorm|grad router"},
       {"dp_reduce_in_bf16", {dp2, fp32_reduce}},

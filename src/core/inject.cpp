@@ -151,6 +151,20 @@ const std::vector<Injection>& injections() {
        "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",
        "cp2_dense.json", "grad attention", 0, "not a clean factor"},
+      {"rope_local_positions_cp", "parallel/pmodel.cpp, rotary positions under context parallel",
+       "under context parallel each rank rotates its chunk's q and k with local positions 0 .. S/cp - 1 instead "
+       "of the chunk's global positions (issue 47: the rope offset of a sequence split over ranks forgotten)",
+       "cp2_rope.json", "loss all micro-batches|grad attention|routing layers.1", 0,
+       "not a clean factor|not a scaling|no scale ratio"},
+      {"rope_contiguous_positions_balanced_cp", "parallel/pmodel.cpp, rotary positions under context parallel",
+       "under the load-balanced cp order (rank r holds chunks r and 2cp-1-r of 2cp) each rank rotates its rows "
+       "with the contiguous order's positions r*S/cp + i: rope positions off by a chunk (issue 47)",
+       "cp2_balanced_rope.json", "loss all micro-batches|grad attention|routing layers.1", 0,
+       "not a clean factor|not a scaling|no scale ratio"},
+      {"qk_norm_after_rope", "parallel/pmodel.cpp, the order of QK-norm and rotary positions",
+       "the rotary embedding applied to q and k before the per-head RMSNorm instead of after it (issue 47: "
+       "Qwen3 normalises, then rotates; the norm's weights do not commute with the rotation)",
+       "tp2_qknorm_rope.json", "grad layernorm", 0, "not a clean factor|not a scaling"},
       // Precision faults (issue 24): each rounds to bf16 where the scenario's policy keeps fp32.
       {"tp_reduce_in_bf16",
        "parallel/reduction_plan.cpp (a plan mutation), TP reduction of TP-replicated parameters",

@@ -33,6 +33,7 @@ constexpr Names<Recompute, 4> kRecomputes = {{{"none", Recompute::none},
                                               {"full", Recompute::full},
                                               {"attention", Recompute::attention},
                                               {"mlp", Recompute::mlp}}};
+constexpr Names<CpOrder, 2> kCpOrders = {{{"contiguous", CpOrder::contiguous}, {"balanced", CpOrder::balanced}}};
 constexpr Names<PpSchedule, 3> kSchedules = {
     {{"gpipe", PpSchedule::gpipe}, {"1f1b", PpSchedule::one_f_one_b}, {"interleaved", PpSchedule::interleaved}}};
 
@@ -57,6 +58,7 @@ std::string_view order_name(RankOrder o) { return name_in(kOrders, o); }
 std::string_view dp_sharding_name(DpSharding s) { return name_in(kShardings, s); }
 std::string_view recompute_name(Recompute r) { return name_in(kRecomputes, r); }
 std::string_view pp_schedule_name(PpSchedule s) { return name_in(kSchedules, s); }
+std::string_view cp_order_name(CpOrder o) { return name_in(kCpOrders, o); }
 
 const std::vector<Degree>& layout_degrees() {
   static const std::vector<Degree> table = {
@@ -129,7 +131,7 @@ std::vector<std::string> record_keys(std::vector<std::string> after_degrees) {
 
 const std::vector<std::string> kScenarioKeys =
     record_keys({"pp_layers", "pp_schedule", "sp", "order", "recompute", "backend", "device", "fsdp_dim",
-                 "dp_sharding", "expert_dp_sharding"});
+                 "dp_sharding", "expert_dp_sharding", "cp_order"});
 // pp's split decides where every layer's elements live; its schedule does not
 const std::vector<std::string> kCheckpointKeys = [] {
   std::vector<std::string> keys;
@@ -164,6 +166,7 @@ LayoutConfig read_layout(const json& j, const std::string& path, LayoutRecord re
   if (!scenario) return l;
   read_named(r, "pp_schedule", l.pp_schedule, kSchedules);
   r.read("sp", l.sp);
+  read_named(r, "cp_order", l.cp_order, kCpOrders);
   read_named(r, "recompute", l.recompute, kRecomputes);
   if (const json* f = r.find("fsdp_dim")) l.fsdp_dim = parse_fsdp_dim(*f, r.at("fsdp_dim"));
   r.read_enum("backend", l.backend, {"gloo", "mpi", "nccl", "sim"},
@@ -184,6 +187,7 @@ ordered_json layout_json(const LayoutConfig& l, LayoutRecord record) {
   if (l.order != RankOrder::megatron) j["order"] = std::string(order_name(l.order));
   if (record == LayoutRecord::checkpoint) return j;
   j["sp"] = l.sp;
+  if (l.cp_order != CpOrder::contiguous) j["cp_order"] = std::string(cp_order_name(l.cp_order));  // older files: none
   if (l.recompute != Recompute::none) j["recompute"] = std::string(recompute_name(l.recompute));
   j["backend"] = std::string(comm::backend_name(l.backend));
   if (l.device != Device::cpu) j["device"] = std::string(device_name(l.device));
@@ -228,7 +232,7 @@ std::string pipeline_words(const LayoutConfig& l) {
 std::string describe_layout(const LayoutConfig& l, LayoutText form) {
   const std::string pipeline = pipeline_words(l);
   const std::string order = l.order == RankOrder::megatron ? "" : ", " + std::string(order_name(l.order)) + " order";
-  const std::string sharding = sharding_words(l);
+  const std::string sharding = sharding_words(l) + (l.cp_order == CpOrder::balanced ? ", cp balanced" : "");
   const std::string recompute =
       l.recompute == Recompute::none ? "" : ", recompute " + std::string(recompute_name(l.recompute));
   if (form == LayoutText::full || form == LayoutText::report) {
@@ -264,7 +268,7 @@ std::string describe_layout(const LayoutConfig& l, LayoutText form) {
     parts.push_back("hsdp" + s(l.dp_replicate) + "x" + s(l.dp_shard) + (mode == "fsdp" ? "" : "_" + mode));
   else if (l.dp_shard > 1)
     parts.push_back(mode == "fsdp" || mode == "ddp" ? mode + s(l.dp_shard) : mode + "_dp" + s(l.dp_shard));
-  if (l.cp > 1) parts.push_back("cp" + s(l.cp));
+  if (l.cp > 1) parts.push_back("cp" + s(l.cp) + (l.cp_order == CpOrder::balanced ? "_balanced" : ""));
   if (l.tp > 1) parts.push_back("tp" + s(l.tp));
   if (l.sp) parts.push_back("sp");
   if (l.ep > 1) parts.push_back("ep" + s(l.ep));
@@ -379,6 +383,12 @@ void validate_cp(const LayoutConfig& l, const ModelConfig& m, const std::string&
     require_config(m.seq % (l.cp * l.tp) == 0, p + "sp",
             "sequence parallel with context parallel requires layout.cp*layout.tp (" + s(l.cp) + "*" + s(l.tp) +
                 ") to divide model.seq (" + s(m.seq) + ")");
+  if (l.cp_order == CpOrder::balanced) {
+    require_config(l.cp > 1, p + "cp_order", "balanced needs context parallel (layout.cp > 1), got cp " + s(l.cp));
+    require_config(m.seq % (2 * l.cp) == 0, p + "cp_order",
+                   "balanced cuts every sequence into 2*layout.cp (" + s(2 * l.cp) +
+                       ") chunks: it must divide model.seq (" + s(m.seq) + ")");
+  }
 }
 
 }  // namespace parity

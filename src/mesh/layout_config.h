@@ -75,6 +75,13 @@ std::string_view dp_sharding_name(DpSharding s);  // "fsdp", "ddp", "zero1", "ze
 enum class PpSchedule { gpipe, one_f_one_b, interleaved };
 std::string_view pp_schedule_name(PpSchedule s);  // "gpipe", "1f1b", "interleaved"
 
+// Context parallel's chunk order (layout.cp_order, docs/parallel.md "Context parallel"):
+//   contiguous  rank r holds positions [r·S/cp, (r+1)·S/cp) of every sequence (the default)
+//   balanced    Megatron's load-balanced order: the sequence cut into 2·cp chunks of S/(2·cp),
+//               rank r holding chunks r and 2·cp-1-r (each rank's causal attention work equal)
+enum class CpOrder { contiguous, balanced };
+std::string_view cp_order_name(CpOrder o);  // "contiguous", "balanced"
+
 // World size and parallel degrees; the one-device baseline is world 1 with every degree 1.
 struct LayoutConfig {
   int64_t world = 1;
@@ -89,6 +96,7 @@ struct LayoutConfig {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
   int64_t ep = 1, etp = 1;
   int64_t cp = 1;  // context parallel: each sequence split into cp chunks (docs/parallel.md)
+  CpOrder cp_order = CpOrder::contiguous;
   bool sp = false;
   Recompute recompute = Recompute::none;  // a training option of the layout: it moves no element
   RankOrder order = RankOrder::megatron;
@@ -204,7 +212,8 @@ ValidLayout validate(const LayoutConfig& layout, const ModelConfig& model, const
 void validate_pp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 // The layers [begin, end) of each virtual stage v (v in [0, pp * pp_virtual)), on stage v % pp.
 std::vector<std::pair<int64_t, int64_t>> pp_stage_layers(const LayoutConfig& layout, int64_t layers);
-// validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does.
+// validate_layout's context-parallel rules: cp divides model.seq; with sp, cp*tp does; the
+// balanced order needs cp > 1 and 2*cp dividing model.seq.
 void validate_cp(const LayoutConfig& layout, const ModelConfig& model, const std::string& prefix = "$.layout.");
 
 }  // namespace parity

@@ -14,6 +14,9 @@
 namespace parity {
 
 enum class OptimKind { sgd, adam, adamw };
+// Where a position enters attention: nowhere but the causal mask (none), or a rotary embedding
+// of q and k by each token's global position (rope: ops/rope.h).
+enum class Position { none, rope };
 
 struct ModelConfig {
   int64_t vocab = 64, dim = 16, layers = 2, heads = 2;
@@ -29,6 +32,8 @@ struct ModelConfig {
   bool tie_embeddings = false;
   NormKind norm = NormKind::layernorm;  // every norm of the model: ln1, ln2, final_ln
   bool qk_norm = false;  // RMSNorm of each head of q and k before attention (Qwen3, OLMo 2)
+  Position position = Position::none;
+  double rope_theta = 10000.0;  // the rotary base (ops/rope.h's kRopeThetaDefault), read under rope only
   DType dtype = DType::f64;  // the compute dtype: accumulations, master weights, optimizer state
   Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
   Low reduce = Low::none;    // and the dtype of its gradient reductions
@@ -55,6 +60,7 @@ struct OptimConfig {
 
 std::string_view score_name(Score s);
 std::string_view norm_name(NormKind k);
+std::string_view position_name(Position p);
 std::string_view optim_name(OptimKind k);
 
 }  // namespace parity

@@ -11,6 +11,7 @@
 #include "ops/embedding.h"
 #include "ops/norm.h"
 #include "ops/matmul.h"
+#include "ops/rope.h"
 #include "ops/swiglu.h"
 
 namespace parity {
@@ -77,6 +78,10 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
     rmsnorm_forward(L.q_raw.data(), w.qn, n * H, Dh, L.q.data(), L.rq.data());
     rmsnorm_forward(L.k_raw.data(), w.kn, n * H, Dh, L.k.data(), L.rk.data());
   }
+  if (c.position == Position::rope) {  // q and k rotated by position, after the QK-norm (Qwen3's order)
+    const Rope<T> rope(rope_positions(nseq, S, 0), H, Dh, c.rope_theta);
+    rope.apply(L.q), rope.apply(L.k);
+  }
   L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
   for (int64_t q = 0; q < nseq; ++q)
     attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
@@ -115,6 +120,10 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     const int64_t o = q * S * D;
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * H * S * S,
                        datt.data() + o, S, H, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+  }
+  if (c.position == Position::rope) {  // back through the rotation
+    const Rope<T> rope(rope_positions(nseq, S, 0), H, Dh, c.rope_theta);
+    dq = rope.undo(dq), dk = rope.undo(dk);
   }
   if (c.qk_norm) {  // through the QK-norm: dq, dk of the raw projections
     auto dq_raw = zeros<T>(n * D), dk_raw = zeros<T>(n * D);

@@ -1,6 +1,8 @@
 // Context parallel (Megatron's cp, torchtitan's CP): every sequence of a micro-batch is split
 // into cp contiguous chunks, rank cp_r holding positions [cp_r·S/cp, (cp_r+1)·S/cp) of each
-// of its sequences. A local buffer is (b, S/cp, W) row-major, the full one (b, S, W).
+// of its sequences; under layout.cp_order balanced (Megatron's load-balanced order) into 2·cp
+// chunks of S/(2·cp), rank cp_r holding chunks cp_r and 2·cp-1-cp_r, in that order. A local
+// buffer is (b, S/cp, W) row-major, the full one (b, S, W) in global position order.
 //
 // Everything per token (embedding, LayerNorm, projections, MLPs, routing, experts, the head
 // and cross-entropy) runs on the chunk unchanged. Two things need the whole sequence:
@@ -19,11 +21,33 @@
 
 namespace parity {
 
+// A run of a rank's local rows that holds consecutive global positions: rows [row, row + rows)
+// at positions [pos, pos + rows).
+struct CpBlock {
+  int64_t row, rows, pos;
+};
+
 struct CpContext {
   comm::Communicator* cp = nullptr;
   int64_t rank = 0, size = 1;
-  int64_t chunk(int64_t S) const { return S / size; }          // positions per rank
-  int64_t offset(int64_t S) const { return rank * (S / size); }  // this rank's first global position
+  bool balanced = false;                                // layout.cp_order balanced
+  int64_t chunk(int64_t S) const { return S / size; }  // positions per rank
+  // Rank r's blocks of a sequence of S positions (this rank's by default): one block of S/cp
+  // contiguous, two of S/(2·cp) balanced.
+  std::vector<CpBlock> blocks(int64_t S, int64_t r) const {
+    if (!balanced) return {{0, S / size, r * (S / size)}};
+    const int64_t half = S / (2 * size);
+    return {{0, half, r * half}, {half, half, (2 * size - 1 - r) * half}};
+  }
+  std::vector<CpBlock> blocks(int64_t S) const { return blocks(S, rank); }
+  // The global position of this rank's local row i (0 <= i < S/cp).
+  int64_t position(int64_t S, int64_t i) const {
+    for (const CpBlock& k : blocks(S))
+      if (i >= k.row && i < k.row + k.rows) return k.pos + (i - k.row);
+    return -1;
+  }
+  // The global positions of b sequences' local rows (b·S/cp), row q·S/cp + i at position(S, i).
+  std::vector<int64_t> positions(int64_t b, int64_t S) const;
 };
 
 // (b, S/cp, W) local -> (b, S, W), every rank's chunk in place. Identity for cp 1.

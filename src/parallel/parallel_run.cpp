@@ -155,13 +155,13 @@ template <class T> void ParallelRun<T>::Impl::build_zero(uint64_t seed) {
 template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0) {
   const int64_t S = sc.model.seq, K = sc.model.top_k;
   const bool split = tp.sp && tp.size > 1;
-  const CpContext& cp = model->cp();  // this rank's chunk of each sequence starts at cp.offset(S)
-  const int64_t Sc = cp.chunk(S), Sl = split ? Sc / tp.size : Sc, off = cp.offset(S) + (split ? tp.rank * Sl : 0);
+  const CpContext& cp = model->cp();  // the global position of each row of this rank's chunk: cp.position
+  const int64_t Sc = cp.chunk(S), Sl = split ? Sc / tp.size : Sc, lane0 = split ? tp.rank * Sl : 0;
   for (size_t l = 0; l < r.chosen.size(); ++l) {
     const auto n = static_cast<int64_t>(r.chosen[l].size()) / K;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = r.first_row[l] + i;  // row of the residual view
-      out.token_ids[l].push_back((g0 + t / Sl) * S + off + t % Sl);
+      out.token_ids[l].push_back((g0 + t / Sl) * S + cp.position(S, lane0 + t % Sl));
     }
     out.chosen[l].insert(out.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
   }

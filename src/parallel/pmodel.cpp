@@ -11,6 +11,7 @@
 #include "ops/attention.h"
 #include "ops/norm.h"
 #include "ops/matmul.h"
+#include "ops/rope.h"
 #include "ops/swiglu.h"
 #include "mesh/param_layout.h"
 #include "parallel/pmoe.h"
@@ -69,6 +70,24 @@ template <class T> struct ParallelModel<T>::Impl {
   const T* w_or_null(size_t q) const { return q == kNoParam ? nullptr : w(q).ptr(); }
   T* g_or_null(size_t q) const { return q == kNoParam ? nullptr : g(q); }
   int64_t local_dim(size_t q, size_t d) const { return m.params[q].mp_shape()[d]; }
+  // model.position rope: the rotation of this rank's q and k rows (b sequences of chunk.seq rows,
+  // Hl heads) by their GLOBAL positions (the context-parallel chunk's, in its order). The bug zoo
+  // (core/inject.h): rope_local_positions_cp, every chunk rotated as if it began the sequence;
+  // rope_contiguous_positions_balanced_cp, the contiguous order's positions under the balanced one.
+  Rope<T> rope(int64_t Hl) const {
+    static const bool local_bug = injected("rope_local_positions_cp"),
+                      chunk_bug = injected("rope_contiguous_positions_balanced_cp");
+    const int64_t Sc = chunk.seq;
+    std::vector<int64_t> pos = local_bug ? rope_positions(b, Sc, 0)
+                               : chunk_bug ? rope_positions(b, Sc, m.cp_.rank * Sc)
+                                           : m.cp_.positions(b, c.seq);
+    return Rope<T>(pos, Hl, c.head_dim(), c.rope_theta);
+  }
+  // The bug zoo's qk_norm_after_rope: the rotation before the QK-norm instead of after it.
+  bool rope_first() const {
+    static const bool bug = injected("qk_norm_after_rope");
+    return bug && c.qk_norm && c.position == Position::rope;
+  }
   Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, chunk.seq, W); }
   Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, chunk.seq, W); }
 
@@ -130,11 +149,19 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   matmul_forward(L.a_full.data(), w(P.wk).ptr(), L.k.data(), n, D, Dl);
   matmul_forward(L.a_full.data(), w(P.wv).ptr(), L.v.data(), n, D, Dl);
   for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
+  if (rope_first()) {
+    const Rope<T> r = rope(Hl);
+    r.apply(L.q), r.apply(L.k);
+  }
   if (c.qk_norm) {  // each of this lane's heads RMS-normalised over Dh: rows (n * Hl, Dh), as the model's
     L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
     L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.rq = zeros<T>(n * Hl), L.rk = zeros<T>(n * Hl);
     rmsnorm_forward(L.q_raw.data(), w(P.qn).ptr(), n * Hl, Dh, L.q.data(), L.rq.data());
     rmsnorm_forward(L.k_raw.data(), w(P.kn).ptr(), n * Hl, Dh, L.k.data(), L.rk.data());
+  }
+  if (c.position == Position::rope && !rope_first()) {  // after the QK-norm, as the model's
+    const Rope<T> r = rope(Hl);
+    r.apply(L.q), r.apply(L.k);
   }
   if (m.cp_.size > 1) {
     cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
@@ -164,11 +191,19 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
                        datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
   }
+  if (c.position == Position::rope && !rope_first()) {  // back through the rotation
+    const Rope<T> r = rope(Hl);
+    dq = r.undo(dq), dk = r.undo(dk);
+  }
   if (c.qk_norm) {  // through the QK-norm; its weights' gradient is this lane's heads' part (param_plan.cpp)
     auto dq_raw = zeros<T>(n * Dl), dk_raw = zeros<T>(n * Dl);
     rmsnorm_backward(L.q_raw.data(), w(P.qn).ptr(), L.rq.data(), dq.data(), n * Hl, Dh, dq_raw.data(), g(P.qn));
     rmsnorm_backward(L.k_raw.data(), w(P.kn).ptr(), L.rk.data(), dk.data(), n * Hl, Dh, dk_raw.data(), g(P.kn));
     dq = std::move(dq_raw), dk = std::move(dk_raw);
+  }
+  if (rope_first()) {
+    const Rope<T> r = rope(Hl);
+    dq = r.undo(dq), dk = r.undo(dk);
   }
   auto da = zeros<T>(n * D);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
@@ -251,7 +286,8 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     world_ = &world.group(stage);
   }
   tp_ = {&mesh::comm_group(world, m, GroupKind::tp), m.coord(MeshDim::tp, r), m.size(MeshDim::tp), s.layout.sp};
-  cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp)};
+  cp_ = {&mesh::comm_group(world, m, GroupKind::cp), m.coord(MeshDim::cp, r), m.size(MeshDim::cp),
+         s.layout.cp_order == CpOrder::balanced};
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};

@@ -103,9 +103,9 @@ std::vector<int64_t> routed_token_ids(const ModelConfig& c, const TpContext& tp,
                                       const PMoeCache<T>& k, int64_t g0) {
   const int64_t S = c.seq * cp.size, Sc = c.seq;
   const bool split = tp.sp && tp.size > 1;
-  const int64_t Sl = split ? Sc / tp.size : Sc, off = cp.offset(S) + (split ? tp.rank * Sl : 0);
+  const int64_t Sl = split ? Sc / tp.size : Sc, lane0 = split ? tp.rank * Sl : 0;  // this lane's first chunk row
   std::vector<int64_t> ids;
-  for (int64_t t = k.t0; t < k.t1; ++t) ids.push_back((g0 + t / Sl) * S + off + t % Sl);
+  for (int64_t t = k.t0; t < k.t1; ++t) ids.push_back((g0 + t / Sl) * S + cp.position(S, lane0 + t % Sl));
   return ids;
 }
 

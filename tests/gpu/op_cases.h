@@ -23,6 +23,7 @@
 #include "ops/matmul.h"
 #include "ops/permute.h"
 #include "ops/rmsnorm.h"
+#include "ops/rope.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
 #include "optim/optimizer.h"
@@ -168,6 +169,23 @@ template <class T> void rmsnorm_bwd(OpCtx<T>& c) {
   rmsnorm_forward(x, w, n, D, y, rstd);
   rmsnorm_backward(x, w, rstd, dy, n, D, c.grad("dx", n * D), c.grad("dw", D));
 }
+// rope: the table is the host's (ops/rope.h), read by both sides; positions 0, 2, 4, ...
+template <class T> void rope_fwd(OpCtx<T>& c) {
+  const int64_t n = c.s, H = 2, Dh = 2 * c.s + 2, F = Dh / 2;
+  const T* x = c.in(n * H * Dh);
+  const auto pos = rope_positions(1, n, 0);
+  T *cs = c.out("cos", n * F), *sn = c.out("sin", n * F);
+  rope_table(pos.data(), n, Dh, 7.0, cs, sn);
+  rope_forward(x, cs, sn, n, H, Dh, c.out("y", n * H * Dh));
+}
+template <class T> void rope_bwd(OpCtx<T>& c) {
+  const int64_t n = c.s, H = 2, Dh = 2 * c.s + 2, F = Dh / 2;
+  const T* dy = c.in(n * H * Dh);
+  const auto pos = rope_positions(1, n, 3);
+  T *cs = c.out("cos", n * F), *sn = c.out("sin", n * F);
+  rope_table(pos.data(), n, Dh, 7.0, cs, sn);
+  rope_backward(dy, cs, sn, n, H, Dh, c.grad("dx", n * H * Dh));
+}
 template <class T> void swiglu_fwd(OpCtx<T>& c) {
   const int64_t n = 5 * c.s;
   const T *a = c.in(n, -8, 8), *b = c.in(n);
@@ -289,6 +307,8 @@ inline const std::vector<OpCase>& op_cases() {
       PARITY_CASE("layernorm_backward", layernorm_bwd),
       PARITY_CASE("rmsnorm_forward", rmsnorm_fwd),
       PARITY_CASE("rmsnorm_backward", rmsnorm_bwd),
+      PARITY_CASE("rope_forward", rope_fwd),
+      PARITY_CASE("rope_backward", rope_bwd),
       PARITY_CASE("swiglu_forward", swiglu_fwd),
       PARITY_CASE("swiglu_backward", swiglu_bwd),
       PARITY_CASE2("router_softmax_forward", scores_fwd, Score::softmax),

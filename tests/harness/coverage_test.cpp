@@ -103,6 +103,9 @@ TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
   EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 0);
   s.model.qk_norm = true;
   EXPECT_EQ(option_value(Option::qk_norm, s, s.layout), 1);
+  EXPECT_EQ(option_value(Option::position, s, s.layout), 0);
+  s.model.position = Position::rope;
+  EXPECT_EQ(option_value(Option::position, s, s.layout), 1);
 }
 
 TEST(Coverage, ResumeCountsBothLayoutsAndWorldOneNone) {

@@ -74,7 +74,7 @@ Scenario all_fields_changed() {
   m.expert_hidden = 20, m.shared_experts = 1, m.shared_hidden = 12;
   m.score = Score::sigmoid, m.route_norm = false, m.route_scale = 2.5;
   m.aux_alpha = 0.1, m.bias_rate = 1.0 / 3.0, m.tie_embeddings = true, m.dtype = DType::f32;
-  m.norm = NormKind::rmsnorm, m.qk_norm = true;
+  m.norm = NormKind::rmsnorm, m.qk_norm = true, m.position = Position::rope, m.rope_theta = 500000.0;
   OptimConfig& o = s.optim;
   o.kind = OptimKind::adamw, o.lr = 0.1 + 0.2, o.momentum = 0.5, o.beta1 = 0.8, o.beta2 = 0.95;
   o.eps = 1e-12, o.weight_decay = 0.01, o.clip = 1.0;
@@ -121,6 +121,38 @@ TEST(Scenario, NormWrittenOnlyAwayFromItsDefault) {
   s.model.qk_norm = true;
   EXPECT_EQ(scenario_to_json(s)["model"]["qk_norm"], "rmsnorm");
   EXPECT_TRUE(parse_scenario(scenario_to_json(s), "x").model.qk_norm);
+}
+
+// issue 47: model.position is written only under rope, with its rope_theta; an odd head size
+// (rope pairs a head's columns), a non-positive base and an unknown kind are refused.
+TEST(Scenario, PositionWrittenOnlyUnderRope) {
+  Scenario s;
+  EXPECT_FALSE(scenario_to_json(s)["model"].contains("position"));
+  EXPECT_FALSE(scenario_to_json(s)["model"].contains("rope_theta"));
+  s.model.position = Position::rope, s.model.rope_theta = 123.5;
+  const json j = scenario_to_json(s);
+  EXPECT_EQ(j["model"]["position"], "rope");
+  EXPECT_EQ(j["model"]["rope_theta"], 123.5);
+  const Scenario back = parse_scenario(j, "x");
+  EXPECT_EQ(back.model.position, Position::rope);
+  EXPECT_EQ(back.model.rope_theta, 123.5);
+  expect_refused("/model/position", "alibi", "$.model.position", R"(expected one of "none", "rope")");
+  expect_refused("/model/rope_theta", 0.0, "$.model.rope_theta", "must be > 0");
+  json odd = tiny_with("/model/position", "rope");
+  odd["model"]["dim"] = 6, odd["model"]["heads"] = 2;
+  const std::string msg = config_error([&] { parse_scenario(odd, "t"); });
+  EXPECT_NE(msg.find("$.model.position: rope pairs the columns of each head"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(3) must be even"), std::string::npos) << msg;
+}
+
+// model.kv_heads: GQA / MQA are not built, so anything but heads is refused by name; heads itself
+// (multi-head attention) is accepted and not written back.
+TEST(Scenario, KvHeadsOtherThanHeadsIsRefused) {
+  expect_refused("/model/kv_heads", 1, "$.model.kv_heads",
+                 "grouped-query attention (kv_heads < heads) is not implemented yet: must equal model.heads (2), "
+                 "got 1");
+  const Scenario s = parse_scenario(tiny_with("/model/kv_heads", 2), "t");
+  EXPECT_FALSE(scenario_to_json(s)["model"].contains("kv_heads"));
 }
 
 TEST(Scenario, RoundTripKeepsEveryField) {

@@ -153,5 +153,30 @@ TEST(MeshCp, RefusedLayouts) {
   expect_refused(zero, m, "$.layout.cp", "must be >= 1, got 0");
 }
 
+// issue 47: layout.cp_order balanced needs cp > 1 and 2*cp chunks of every sequence; it is written
+// (scenario record only: it moves no parameter, so a checkpoint's mesh leaves it out) and named
+// only where it is not the default.
+TEST(MeshCp, BalancedOrderRulesWordsAndCodec) {
+  ModelConfig m;  // seq 8
+  LayoutConfig one = lcp(2, 1, 1, 1);
+  one.cp_order = CpOrder::balanced;
+  expect_refused(one, m, "$.layout.cp_order", "balanced needs context parallel (layout.cp > 1), got cp 1");
+  LayoutConfig four = lcp(1, 4, 1, 1);
+  four.cp_order = CpOrder::balanced;
+  EXPECT_NO_THROW(validate_layout(four, m));  // 8 chunks of 1
+  m.seq = 12;
+  expect_refused(four, m, "$.layout.cp_order", "2*layout.cp (8) chunks: it must divide model.seq (12)");
+  LayoutConfig l = lcp(1, 2, 2, 1);
+  EXPECT_EQ(layout_json(l, LayoutRecord::scenario).count("cp_order"), 0u);
+  const std::string full = describe_layout(l, LayoutText::full);
+  l.cp_order = CpOrder::balanced;
+  EXPECT_EQ(describe_layout(l, LayoutText::full), full + ", cp balanced");
+  EXPECT_EQ(describe_layout(l, LayoutText::stem), "cp2_balanced_tp2_etp1");
+  EXPECT_EQ(layout_json(l, LayoutRecord::scenario)["cp_order"], "balanced");
+  EXPECT_EQ(layout_json(l, LayoutRecord::checkpoint).count("cp_order"), 0u);
+  EXPECT_EQ(read_layout(layout_json(l, LayoutRecord::scenario), "$.layout", LayoutRecord::scenario).cp_order,
+            CpOrder::balanced);
+}
+
 }  // namespace
 }  // namespace parity::mesh

@@ -52,6 +52,12 @@ std::vector<Case> cases() {
   ModelConfig qk = base_config();  // issue 47: per-head RMSNorm of q and k (Dh 3 over 2 heads)
   qk.qk_norm = true, qk.norm = NormKind::rmsnorm;
   out.push_back({"qk_norm_rmsnorm", qk});
+  ModelConfig rope = base_config();  // issue 47: rotary positions, one head of Dh 6, a small base
+  rope.position = Position::rope, rope.rope_theta = 10.0, rope.heads = 1;
+  out.push_back({"rope_one_head_theta10", rope});
+  ModelConfig qkr = base_config();  // issue 47: QK-norm, then rope (Qwen3's order), three heads of Dh 2
+  qkr.qk_norm = true, qkr.norm = NormKind::rmsnorm, qkr.position = Position::rope, qkr.heads = 3;
+  out.push_back({"qk_norm_rope_three_heads", qkr});
   return out;
 }
 

@@ -179,7 +179,9 @@ inline LayoutConfig draw_layout(Folding f, bool want_tp, bool allow_one = false)
   ls = keep_rank(ls, [](const LayoutConfig& l) { return static_cast<int64_t>(l.order); }, order_raw);
   LayoutConfig l = ls.front();
   l.sp = l.tp > 1 && sp;
-  return with_cp(l, cp_raw);
+  l = with_cp(l, cp_raw);
+  if (l.cp > 1 && draw_bool()) l.cp_order = CpOrder::balanced;  // issue 47: Megatron's load-balanced chunks
+  return l;
 }
 
 // Uniform over the four modes at every size (pick), so that the first cases of a short CI
@@ -217,7 +219,7 @@ inline void draw_moe(ModelConfig& m, int64_t ep, bool need_moe) {
 struct Fit {
   int64_t tp = 1, sp_tp = 1, dp = 1, ep = 1;
   bool sp = false;
-  int64_t seq = 1;  // seq's multiple: cp, times tp under SP
+  int64_t seq = 1;  // seq's multiple: cp, times tp under SP; 2·cp under the balanced order
 };
 
 inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
@@ -226,6 +228,7 @@ inline Fit fit_of(const std::vector<LayoutConfig>& ls) {
     f.tp = std::lcm(f.tp, l.tp), f.dp = std::lcm(f.dp, l.dp_replicate * l.dp_shard), f.ep = std::lcm(f.ep, l.ep);
     if (l.sp) f.sp = true, f.sp_tp = std::lcm(f.sp_tp, l.tp);
     f.seq = std::lcm(f.seq, l.cp * (l.sp ? l.tp : 1));
+    if (l.cp_order == CpOrder::balanced) f.seq = std::lcm(f.seq, 2 * l.cp);
   }
   return f;
 }
@@ -256,6 +259,10 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   m.tie_embeddings = draw_bool();
   m.norm = pick<NormKind>({NormKind::layernorm, NormKind::rmsnorm});  // issue 47
   m.qk_norm = draw_bool();
+  if (m.head_dim() % 2 == 0 && draw_bool()) {  // rope pairs a head's columns: Dh even
+    m.position = Position::rope;
+    m.rope_theta = pick<double>({10000.0, 10.0});
+  }
   const Precision f64{DType::f64, Low::none, Low::none}, f32{DType::f32, Low::none, Low::none},
       bf16{DType::f32, Low::bf16, Low::none};  // the precision policy (docs/precision.md)
   m.set_precision(pick<Precision>({f64, f64, f64, f32, bf16}));

@@ -7,7 +7,8 @@ check can fail. Prints the table (per family the largest error over the steps).
 
 Usage: one_device_test.py PARITY_BINARY SCENARIO STEPS PRECISION TOL [MUTANT...]
   MUTANT: ln_eps (LayerNorm's or RMSNorm's eps 1e-6), bias_in_weights (route weights from s + expert_bias),
-          aux_local_batch (aux loss over the micro-batch's sequences, not the global B)
+          aux_local_batch (aux loss over the micro-batch's sequences, not the global B),
+          rope_theta (the rotary base doubled), rope_before_qk_norm (q, k rotated, then normalised)
 """
 import io
 import os
@@ -18,7 +19,7 @@ import torch
 import common
 from common import check
 from parity_torch import Dump, ReferenceModel, compare, report, train
-from parity_torch.model import MoE, RMSNorm
+from parity_torch.model import MoE, RMSNorm, rope
 
 
 def plant(model, mutant):
@@ -26,6 +27,16 @@ def plant(model, mutant):
         for m in model.modules():
             if isinstance(m, (torch.nn.LayerNorm, RMSNorm)):
                 m.eps = 1e-6
+    elif mutant == "rope_theta":
+        for m in model.modules():
+            if getattr(m, "rope_theta", None) is not None:
+                m.rope_theta = 2 * m.rope_theta
+    elif mutant == "rope_before_qk_norm":
+        for m in model.modules():
+            if getattr(m, "rope_theta", None) is not None and hasattr(m, "q_norm"):
+                theta, m.rope_theta = m.rope_theta, None
+                for norm in (m.q_norm, m.k_norm):
+                    norm.forward = lambda x, n=norm, t=theta: RMSNorm.forward(n, rope(x, t))
     elif mutant == "bias_in_weights":
         for m in model.moe_layers():
             m.route_weights = lambda s, ch, m=m: MoE.route_weights(m, s + m.expert_bias, ch)

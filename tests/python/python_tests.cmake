@@ -40,6 +40,16 @@ parity_python_test(one_device.qk_norm.fp64 python one_device_test.py $<TARGET_FI
                    ln_eps)
 parity_python_test(one_device.qk_norm_mixed.fp64 python one_device_test.py $<TARGET_FILE:parity>
                    pw_pp2_gpipe_zero1_dp2_tp2_ep4_qknorm_mixed 10 fp64 1e-12)
+# issue 47: rotary positions (theta planted doubled must fail), QK-norm then rope (the order planted
+# the other way round must fail, as the zoo's qk_norm_after_rope), RMSNorm + QK-norm + rope with sigmoid
+# scores, tied, sgd + clip (a resume file whose layouts hold cp balanced), and rope in fp32: fp64 within 1e-13
+parity_python_test(one_device.rope.fp64 python one_device_test.py $<TARGET_FILE:parity> cp2_rope 10 fp64 1e-13
+                   rope_theta)
+parity_python_test(one_device.rope.fp32 python one_device_test.py $<TARGET_FILE:parity> cp2_rope 10 fp32 1e-4)
+parity_python_test(one_device.qk_norm_rope.fp64 python one_device_test.py $<TARGET_FILE:parity> tp2_qknorm_rope 10
+                   fp64 1e-13 rope_before_qk_norm rope_theta)
+parity_python_test(one_device.rope_mixed.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   pw_resume_ds_pp2_1f1b_cp2_balanced_tp2_sp_ep2_etp2_to_hsdp2x2_ddp_ep2_mixed 10 fp64 1e-13)
 # DDP over gloo, W = 4, fp64 within 1e-10, and the planted bug (gradients averaged twice) named x0.25
 parity_python_test(ddp4.uneven_b9_mb2 "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_uneven_b9_mb2 4 1e-10)

@@ -26,6 +26,12 @@ std::vector<LayoutConfig*> layouts_of(Scenario& s) {
   return out;
 }
 
+// The chunk order of every context-parallel layout (cp 1 keeps the default: nothing to order).
+void set_cp_order(Scenario& s, CpOrder o) {
+  for (LayoutConfig* l : layouts_of(s))
+    if (l->cp > 1) l->cp_order = o;
+}
+
 // The schedule of every pipelined layout; interleaved runs 2 model chunks per stage over 4
 // layers (one per chunk under pp 2) and needs micro-batches a multiple of pp (2 in every
 // candidate).
@@ -127,6 +133,12 @@ const std::vector<Choice>& choices(Option o) {
         {"rmsnorm", [](Scenario& s) { s.model.norm = NormKind::rmsnorm; }}}},
       {Option::qk_norm,
        {{"", [](Scenario& s) { s.model.qk_norm = false; }}, {"qknorm", [](Scenario& s) { s.model.qk_norm = true; }}}},
+      {Option::position,
+       {{"", [](Scenario& s) { s.model.position = Position::none; }},
+        {"rope", [](Scenario& s) { s.model.position = Position::rope; }}}},
+      {Option::cp_order,
+       {{"", [](Scenario& s) { set_cp_order(s, CpOrder::contiguous); }},
+        {"balanced", [](Scenario& s) { set_cp_order(s, CpOrder::balanced); }}}},
   };
   return table.at(o);
 }
@@ -276,7 +288,8 @@ std::string proposal_name(const Candidate& c) {
   std::string options;
   for (size_t o = 0; o < c.chosen.size(); ++o) {
     const Option opt = all_options()[o].option;
-    if (opt == Option::schedule || opt == Option::dp_sharding) continue;  // the layout's stem says them
+    if (opt == Option::schedule || opt == Option::dp_sharding || opt == Option::cp_order)
+      continue;  // the layout's stem says them
     if (c.chosen[o] != 0) options += std::string("_") + choices(opt)[c.chosen[o]].suffix;
   }
   // long lists of options make unreadable file names: past 64 bytes the file says what differs
@@ -453,7 +466,7 @@ std::string scenario_file_text(const Scenario& s) {
   };
   auto layout = [&](const nlohmann::json& l) {
     return in_order(l, {"world", "pp", "pp_schedule", "pp_virtual", "pp_layers", "dp_replicate", "dp_shard", "tp",
-                        "ep", "etp", "cp", "sp", "order", "recompute", "fsdp_dim", "dp_sharding",
+                        "ep", "etp", "cp", "cp_order", "sp", "order", "recompute", "fsdp_dim", "dp_sharding",
                         "expert_dp_sharding", "backend", "device"});
   };
   ordered out = in_order(j, {"name", "steps", "seed", "data_seed", "dtype", "precision"});
@@ -461,7 +474,7 @@ std::string scenario_file_text(const Scenario& s) {
                                        "microbatches", "mlp_hidden", "experts", "top_k", "expert_hidden",
                                        "shared_experts", "shared_hidden", "score", "route_norm", "route_scale",
                                        "aux_alpha", "bias_rate", "tie_embeddings", "norm",
-                                       "qk_norm"});
+                                       "qk_norm", "position", "rope_theta"});
   out["optim"] = in_order(j["optim"], {"kind", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "clip"});
   out["layout"] = layout(j["layout"]);
   if (j.contains("resume"))

@@ -78,6 +78,8 @@ const std::vector<OptionInfo>& all_options() {
       {Option::dp_sharding, "dp_sharding", {"ddp", "zero1", "zero2"}, false},
       {Option::norm, "norm", {"layernorm", "rmsnorm"}, false},
       {Option::qk_norm, "qk_norm", {"off", "rmsnorm"}, false},
+      {Option::position, "position", {"none", "rope"}, false},
+      {Option::cp_order, "cp_order", {"contiguous", "balanced"}, false},
   };
   return options;
 }
@@ -155,6 +157,10 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
       return l.dp_sharding == DpSharding::ddp ? 0 : l.dp_sharding == DpSharding::zero1 ? 1 : 2;
     case Option::norm: return m.norm == NormKind::rmsnorm ? 1 : 0;
     case Option::qk_norm: return m.qk_norm ? 1 : 0;
+    case Option::position: return m.position == Position::rope ? 1 : 0;
+    case Option::cp_order:
+      if (l.cp <= 1) return -1;
+      return l.cp_order == CpOrder::balanced ? 1 : 0;
   }
   return -1;
 }

@@ -54,8 +54,10 @@ enum class Option {
   dp_sharding,    // ddp; zero1; zero2: layout.dp_sharding where dp_shard > 1 and it is not fsdp
   norm,           // layernorm; rmsnorm: model.norm
   qk_norm,        // off; rmsnorm: model.qk_norm
+  position,       // none; rope: model.position
+  cp_order,       // contiguous; balanced: layout.cp_order where cp > 1
 };
-inline constexpr int kOptionCount = 23;
+inline constexpr int kOptionCount = 25;
 
 struct OptionInfo {
   Option option;
