@@ -19,6 +19,7 @@
 #include "core/inject.h"
 #include "harness/runner/baseline.h"
 #include "harness/runner/shared_baseline.h"
+#include "harness/runner/trace_run.h"
 #include "harness/runner/twin.h"
 #include "harness/runner/verdict_taken.h"
 #include "harness/scenario/scenario.h"
@@ -65,6 +66,9 @@ template <class T> class Runner {
     return time_;
   }
   std::vector<Row>& rows() { return rows_; }
+  // issue 45: step t runs traced, on the baseline and the layout (trace_run.h); its result
+  void trace_at(int64_t t) { trace_at_ = t; }
+  const trace_verdict::Result& traced() const { return traced_; }
 
  private:
   void build_groups();
@@ -82,6 +86,12 @@ template <class T> class Runner {
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
+  // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
+  double trace_param_bound() const {
+    double b = 0;
+    for (size_t g = 0; sc_.trajectory && g < n_fam_; ++g) b = std::max(b, bounds_[3 + n_fam_ + g].value);
+    return b;
+  }
   void continue_from_baseline();
 
   const Scenario& sc_;
@@ -126,6 +136,8 @@ template <class T> class Runner {
   std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
   // per param group in Section::updates: UpdateSums, then the taken gradient's sums
   static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
+  int64_t trace_at_ = -1;
+  trace_verdict::Result traced_;
 };
 
 template <class T> void Runner<T>::build_groups() {
@@ -509,6 +521,8 @@ template <class T> std::vector<double> Runner<T>::exchange(const std::vector<dou
 
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   before_base_ = base_->params_handle();
+  std::optional<TracedStep<T>> traced;  // the traced step (trace_run.h)
+  if (t == trace_at_) traced.emplace(TracedStep<T>{base_->expert_bias(), {}});
   before_local_.clear();
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
@@ -525,7 +539,11 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
     ParallelRunState<T> view(par_, *timed_);
     verdict_taken::before_step<T>(moments_, view.state(), par_.specs(), par_.mesh(), world_.world_rank());
   }
-  RankStepRecord<T> p = par_.step(t, &oracle);
+  RankStepRecord<T> p;
+  {
+    const trace::Scope tracing(traced ? &traced->layout : nullptr);
+    p = par_.step(t, &oracle);
+  }
   time_.parallel += seconds_since(t0);
   t0 = Clock::now();
   apply_fault(p);
@@ -536,6 +554,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
   if (!all.empty()) fold(t, b, all, rep);  // every rank, or rank 0 alone (exchange)
+  if (traced) traced_ = traced->fold(sc_, world_, par_.mesh(), b, *before_base_, trace_param_bound());
   if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
 }
@@ -615,6 +634,15 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     }
     if (t >= s.steps) break;
     run.step(t, rep);
+  }
+  if (const int64_t tt = step_to_trace(world, run.rows(), o.trace); tt >= 0 && o.resume_dir.empty()) {
+    VerdictOptions again_o = o;  // a baseline of its own: the host's shared one has recycled its steps' blocks
+    again_o.baseline_file.clear();
+    Runner<T> again(s, world, again_o);  // the first failing step again, traced (harness/runner/trace_run.h)
+    again.trace_at(tt);
+    VerdictReport scratch;
+    for (int64_t t = 0; t <= tt; ++t) again.step(t, scratch);
+    rep.trace_root = again.traced().found ? again.traced().root : "", rep.trace_lines = again.traced().lines;
   }
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {

@@ -117,6 +117,7 @@ std::string format_verdict(const VerdictReport& r) {
     fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
   }
   out += root_line(r, find_root(r));
+  for (const std::string& line : r.trace_lines) out += line + "\n";  // the traced step (trace_verdict.h)
   if (r.command == "run") out += timings_str("time rank 0:", r.rank0) + timings_str("slowest rank:", r.slowest);
   if (!r.compared())
     out += "verdict: nothing compared: the run starts at step " + std::to_string(r.first_step) +
@@ -178,6 +179,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"fault", r.fault},
           {"passed", r.passed()},
           {"root", root_json(r, find_root(r))},
+          {"trace", {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}}},
           {"step_table", steps},
           {"rows", rows},
           {"command", r.command},
