@@ -4,6 +4,8 @@
 #include <optional>
 #include <span>
 
+#include "core/error.h"
+#include "core/knobs.h"
 #include "core/precision.h"
 #include "harness/runner/twin.h"
 #include "harness/verdict/tolerance.h"
@@ -39,6 +41,30 @@ trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<
   return out;
 }
 
+// PARITY_TRACE_PLANT=SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX (a test hook, core/knobs.h): on world rank
+// RANK, local element INDEX of its RECORD-th record of that key (its micro-batches in the order it ran
+// them) is moved by 1, after the layout's step and before the compare, as PARITY_FAULT moves a report.
+void plant(trace::Recorder& rec, int rank) {
+  const char* spec = knob("PARITY_TRACE_PLANT");
+  if (spec == nullptr) return;
+  std::vector<std::string> f;
+  for (std::string s = spec;;) {
+    const size_t c = s.find(':');
+    f.push_back(s.substr(0, c));
+    if (c == std::string::npos) break;
+    s = s.substr(c + 1);
+  }
+  if (f.size() != 6)
+    throw ConfigError("PARITY_TRACE_PLANT", "SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX, got " + std::string(spec));
+  if (std::stoi(f[3]) != rank) return;
+  trace::Key k{trace::Site::embed, std::stoll(f[1]), f[2] == "bwd" ? trace::Dir::bwd : trace::Dir::fwd};
+  for (int i = 0; i < trace::kSites; ++i)
+    if (trace::site_name(static_cast<trace::Site>(i)) == f[0]) k.site = static_cast<trace::Site>(i);
+  int64_t n = std::stoll(f[4]);
+  for (trace::Entry& e : rec.entries)
+    if (e.key == k && n-- == 0) e.data.at(static_cast<size_t>(std::stoll(f[5]))) += 1;
+}
+
 template <class T>
 trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
                                           const StepRecord<T>& b, const std::vector<Tensor<T>>& params,
@@ -46,12 +72,15 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
   const RouteOracle routes{&b.chosen, &b.select_scores, 0, 0, true};  // as the layout follows them
   const trace::Recorder base = baseline_trace<T>(s, b.step, params, bias, routes, false);
   const trace::Recorder twin = baseline_trace<T>(s, b.step, params, bias, routes, true);
-  return trace_fold(s, world, m, base, twin, layout, param_bound);
+  if (knob("PARITY_TRACE_PLANT") == nullptr) return trace_fold(s, world, m, base, twin, layout, param_bound);
+  trace::Recorder planted = layout;
+  plant(planted, world.rank());
+  return trace_fold(s, world, m, base, twin, planted, param_bound);
 }
 
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                const trace::Recorder& mine, const ModelConfig& c) {
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers};
+  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
   std::vector<std::vector<double>> full(keys.size());  // the baseline's full tensor of the step, per key
   const auto key_index = [&](const trace::Key& k) {
     for (size_t i = 0; i < keys.size(); ++i)
@@ -113,7 +142,7 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
   std::vector<double> all(own.size() * static_cast<size_t>(world.size()));
   world.allgather(std::span<const double>(own), std::span<double>(all));
   const std::vector<double> noise = trace_sums(keys, base, twin, c);  // the twin's distance, per key
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers};
+  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
   std::vector<double> bounds;
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto n = trace_verdict::Sums::unpack(noise.data() + k * trace_verdict::Sums::kWidth);

@@ -635,13 +635,14 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     if (t >= s.steps) break;
     run.step(t, rep);
   }
-  if (const int64_t tt = step_to_trace(world, run.rows(), o.trace); tt >= 0 && o.resume_dir.empty()) {
+  if (const int64_t tt = step_to_trace(world, run.rows(), o.trace); tt >= 0) {
     VerdictOptions again_o = o;  // a baseline of its own: the host's shared one has recycled its steps' blocks
     again_o.baseline_file.clear();
     Runner<T> again(s, world, again_o);  // the first failing step again, traced (harness/runner/trace_run.h)
-    again.trace_at(tt);
+    again.trace_at(std::max(tt, rep.first_step));
     VerdictReport scratch;
-    for (int64_t t = 0; t <= tt; ++t) again.step(t, scratch);
+    for (int64_t t = o.resume_dir.empty() ? 0 : again.resume(o.resume_dir); t <= std::max(tt, rep.first_step); ++t)
+      again.step(t, scratch);
     rep.trace_root = again.traced().found ? again.traced().root : "", rep.trace_lines = again.traced().lines;
   }
   rep.rows = run.rows();

@@ -99,6 +99,9 @@ Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<do
                                           num("%.2g", worst_ok) + " of its bound");
   if (!out.found) out.lines.push_back("  no traced tensor over its bound");
   for (const std::string& u : unmapped) out.lines.push_back("  not mapped: " + u);
+  if (shape.moe_layers > 0)  // issue 45's EP dispatch mapping (rows back to (token, k) by the dispatch plan): not built
+    out.lines.push_back("  not traced: inside an MoE block (router scores, dispatched rows, each expert's output, the "
+                        "combine, the shared expert): compared at its output, ffn_out, on every layout");
   return out;
 }
 

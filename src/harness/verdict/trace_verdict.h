@@ -26,7 +26,7 @@ struct Sums {
 
 // What names a key's elements: the step's shape.
 struct StepShape {
-  int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0;
+  int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
   int64_t cols(trace::Site s) const { return s == trace::Site::logits ? vocab : dim; }
   double elements(trace::Site s) const { return static_cast<double>(batch * seq * cols(s)); }
 };
