@@ -164,7 +164,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"compared", row.compared},
                     {"worst", worst_json(row.worst)},
                     {"detail", row.detail}});
-  return {{"scenario", r.scenario},
+  nlohmann::json out{{"scenario", r.scenario},
           {"dtype", r.dtype},
           {"precision", r.precision},
           {"backend", r.backend},
@@ -179,12 +179,14 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"fault", r.fault},
           {"passed", r.passed()},
           {"root", root_json(r, find_root(r))},
-          {"trace", {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}}},
           {"step_table", steps},
           {"rows", rows},
           {"command", r.command},
           {"time_rank0", timings_json(r.rank0)},
           {"time_slowest", timings_json(r.slowest)}};
+  if (!r.trace_lines.empty())  // the traced step (trace_verdict.h): only where one ran
+    out["trace"] = {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}};
+  return out;
 }
 
 }  // namespace parity
