@@ -78,7 +78,8 @@ TEST(TraceMapping, ContextParallelChunks) {
 // cp x sp: cp rank 1's chunk (positions 4..7), of it tp lane 1's half (6, 7).
 TEST(TraceMapping, ContextAndSequenceParallel) {
   expect_named(traced("cp2_tp2_sp", "h_mid:0:fwd:3:0:49"),
-               "layer 0 h_mid, forward, micro-batch 0, rank 3 (cp 1, tp 1), element [sequence 1, position 7, column 1]");
+               "layer 0 h_mid, forward, micro-batch 0, rank 3 (cp 1, tp 1), element [sequence 1, position 7, "
+               "column 1]");
 }
 
 // dp, micro-batches and an uneven split: batch 9 in 2 micro-batches (0..4, 5..8) over 4 ranks:
