@@ -39,7 +39,8 @@ struct RunOptions {
 
 RunRequest request_of(const RunOptions& o, bool timeout_given) {
   RunRequest r;
-  r.scenario = resolve_scenario(o.scenario, o.over);
+  // a rank (--as-rank) keeps the check's proof: ParallelRun takes it instead of checking again
+  r.scenario = resolve_scenario(o.scenario, o.over, o.as_rank ? &r.valid : nullptr);
   if (o.as_rank) r.scenario->resume.reset();  // a rank runs one phase; the launcher checked the whole file
   r.report = o.report, r.save_at = o.save_at, r.ckpt = o.ckpt, r.resume = o.resume, r.trace = o.trace;
   r.timeout_s = o.timeout_s, r.deadline_s = o.deadline_s, r.log_dir = o.log_dir;

@@ -116,6 +116,14 @@ template <class T> struct ParallelRun<T>::Impl {
   }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
+  // Under a policy that reduces gradients in 16 bits: reduce_grads run on the absolute values of
+  // this rank's gradients, nothing rounded: per reduced element, the sum of the |partials| it is
+  // made of (RankStepRecord::grad_magnitude). The gradients are left as they were.
+  std::vector<Tensor<T>> reduction_magnitude();
+  bool magnitude_pass = false;  // reduce_grads rounds nothing (reduction_magnitude)
+  void round_entry(Low low, T* x, int64_t n) const {
+    if (!magnitude_pass) round_to(low, x, n);
+  }
   // reduce_grads' steps, in order (each entry's reductions, param_plan.h)
   void reduce_tp();
   Partners partners_before_dp();
@@ -170,12 +178,24 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   reduce_tp();
   out.assign(specs.size(), {});
   for (size_t p = 0; p < specs.size(); ++p) {
-    round_to(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
+    round_entry(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
     if (!model->held(p)) out[p] = Tensor<T>(Shape(specs[p].shape.size(), 0));  // another stage's
   }
   Partners partners = partners_before_dp();
   for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) reduce_dp(unit, out);  // home groups
   sync_pairs(out, partners);
+}
+
+template <class T> std::vector<Tensor<T>> ParallelRun<T>::Impl::reduction_magnitude() {
+  std::vector<Tensor<T>> kept = model->mp_grads;
+  for (auto& g : model->mp_grads)
+    for (T& x : g.data) x = std::abs(x);
+  magnitude_pass = true;
+  std::vector<Tensor<T>> mag;
+  reduce_grads(mag);
+  magnitude_pass = false;
+  model->mp_grads = std::move(kept);
+  return mag;
 }
 
 // 1. TP: every TP-summed gradient in one flat all-reduce, rounded to its dtype before and after.
@@ -190,7 +210,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_tp() {
   const auto round_flat = [&] {
     int64_t at = 0;
     for (size_t p : tp_sum) {
-      round_to(entry(p).tp_dtype, flat.data() + at, model->mp_grads[p].numel());
+      round_entry(entry(p).tp_dtype, flat.data() + at, model->mp_grads[p].numel());
       at += model->mp_grads[p].numel();
     }
   };
@@ -242,7 +262,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_dp(mesh::GroupKind unit, st
   for (size_t i = 0; i < which.size(); ++i) {
     const FamilyReduction& e = entry(which[i]);
     Tensor<T>& g = red[i];
-    round_to(e.dp_dtype, g.ptr(), g.numel());
+    round_entry(e.dp_dtype, g.ptr(), g.numel());
     // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
     // EDP result summed over the EP peers too, whose other experts get added in.
     if (e.dp_group != unit) {
@@ -264,7 +284,7 @@ template <class T> void ParallelRun<T>::Impl::sync_pairs(std::vector<Tensor<T>>&
     Tensor<T>& g = out[p];  // the reduced gradient, or this rank's shard of it: the same piece on both
     for (int k = 0; k < e.pair.times; ++k)
       pair(e.pair.first, e.pair.last).allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-    round_to(entry(p).dp_dtype, g.ptr(), g.numel());
+    round_entry(entry(p).dp_dtype, g.ptr(), g.numel());
   }
   for (auto& [p, partner] : partners) {  // this rank's reduced piece plus the partner's unreduced values there
     const Tensor<T> add = zero2(p)                             ? zero[p]->piece(partner)  // the gradient is a shard
@@ -387,6 +407,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
   for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
+  if (c.reduce != Low::none) out.grad_magnitude = I.reduction_magnitude();
   I.reduce_grads(out.grads);
   I.norm_and_counts(out, counts);
   I.apply_update(out, counts);

@@ -30,6 +30,11 @@ template <class T> struct RankStepRecord {
   // grad_layouts()[p], a shard under zero2), i.e. the elements mesh::global_indices() names.
   // grads: reduced, accumulated, before clipping.
   std::vector<Tensor<T>> grads, params;  // params: after the optimizer step
+  // Under a policy that reduces gradients in 16 bits (bf16-reduce-bf16), per parameter and laid
+  // out as grads: the sum of the absolute partials each reduced element was made of (the step's
+  // reductions run again on absolute values, nothing rounded), what bounds the policy's roundings
+  // (harness/verdict/tolerance.h kReduceRounding). Empty under any other policy.
+  std::vector<Tensor<T>> grad_magnitude;
   // Per MoE layer: global counts (identical on every rank) and the bias after its update.
   std::vector<std::vector<int64_t>> tokens_per_expert;
   std::vector<Buffer<T>> expert_bias;

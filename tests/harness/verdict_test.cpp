@@ -132,6 +132,27 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
   EXPECT_EQ(u.sum_ref, 1.25);
 }
 
+// Under a 16-bit reduction policy an element may move by what its reduction's roundings allow
+// (tolerance.h kReduceRounding x the sum of its |partials|): within it, not far; beyond it, far; the
+// counted elements' squared allowances travel with the sums and add over ranks.
+TEST(VerdictGroups, AReductionsAllowanceWidensFarAndTravelsWithTheSums) {
+  const double ref = 1.0, moved = 1.0 + 0x1p-7;  // one bf16 ulp: far by kFarRel alone
+  EXPECT_TRUE(is_far(moved, ref, 0.0));
+  EXPECT_FALSE(is_far(moved, ref, 0.0, kReduceRounding * 1.0));  // partials of |sum| 1: 4u = 2^-6 > 2^-7
+  EXPECT_TRUE(is_far(1.1, ref, 0.0, kReduceRounding * 1.0));      // a 10% error is a bug's
+  std::vector<vd::LocalSums> parts(2);
+  parts[0].add(0, 0, moved, ref, true, 0.0, 0.5);
+  parts[0].add(0, 1, moved, ref, false, 0.0, 7.0);  // another rank's copy: not counted
+  parts[1].add(0, 2, 1.1, ref, true, 0.0, kReduceRounding);
+  std::vector<double> buf;
+  parts[1].pack(buf);
+  ASSERT_EQ(buf.size(), vd::LocalSums::kWidth);
+  EXPECT_EQ(vd::LocalSums::unpack(buf.data()).allow2, kReduceRounding * kReduceRounding);
+  const vd::GroupStep g = vd::combine(parts);
+  EXPECT_EQ(g.allow2, 0.25 + kReduceRounding * kReduceRounding);
+  EXPECT_EQ(g.far, 1.0);  // the 10% element only
+}
+
 // The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount
 // (2^-9 relative) stays within a loose normwise bound but fails on its far elements, once
 // there are enough of them; the same moves on a handful of elements say nothing.
@@ -342,6 +363,34 @@ TEST(VerdictReportTable, FailingRowsComeFirstAndTheExitCodeIsTheVerdict) {
   EXPECT_EQ(j["rows"][0]["worst"]["index"], (std::vector<int64_t>{3, 1}));
   r.rows = {good};
   EXPECT_EQ(r.exit_code(), 0);
+}
+
+// A row whose bound reached kLooseBound at some step is named beside the verdict, with its largest
+// bound and that step (update_row keeps them): a PASS says what it could not see.
+TEST(VerdictReportTable, ARowTooLooseToSeeAScaleIsNamed) {
+  VerdictReport r;
+  r.scenario = "x", r.dtype = "bf16", r.backend = "gloo", r.layout = "world 2", r.world = 2, r.steps = 3;
+  r.step_lines.push_back(StepLine{});
+  Row loose, tight;
+  loose.quantity = "grad", loose.subject = "router";
+  tight.quantity = "grad", tight.subject = "head";
+  for (int64_t t = 0; t < 3; ++t) {
+    vd::Outcome o;
+    o.bound.value = t == 1 ? 1.25 : 0.01;
+    vd::update_row(loose, t, o);
+    o.bound.value = 0.01;
+    vd::update_row(tight, t, o);
+  }
+  EXPECT_EQ(loose.loosest, 1.25);
+  EXPECT_EQ(loose.loosest_step, 1);
+  r.rows = {loose, tight};
+  const std::string t = format_verdict(r);
+  EXPECT_NE(t.find("loose rows (a bound of 0.5 or more"), std::string::npos) << t;
+  EXPECT_NE(t.find("): grad router 1.2 at step 1\n"), std::string::npos) << t;
+  EXPECT_EQ(t.find("grad head 0.01"), std::string::npos) << t;
+  EXPECT_EQ(verdict_json(r)["rows"][0]["loosest"], 1.25);
+  r.rows = {tight};
+  EXPECT_EQ(format_verdict(r).find("loose rows"), std::string::npos);
 }
 
 }  // namespace

@@ -116,6 +116,9 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                                std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
   const bool sim = lo.backend == comm::Backend::sim;
   if (sim) check_sim_request(r);
+  // A simulated world's ranks read this very request: validated once here, its proof shared by every
+  // rank thread (a rank process validates what it reads, run_request.cpp).
+  if (sim && r.scenario && !req.valid) req.valid = validate_scenario(*r.scenario);
   if (checks) checks();
   // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.

@@ -15,7 +15,7 @@
 
 namespace parity {
 
-Scenario resolve_scenario(const std::string& path, const Overrides& o) {
+Scenario resolve_scenario(const std::string& path, const Overrides& o, std::optional<ValidLayout>* proof) {
   Scenario s = load_scenario(path, Rules::defer);  // validated once, below, with the overrides
   if (o.steps >= 0) s.steps = o.steps;
   if (!o.precision.empty()) s.model.set_precision(parse_precision(o.precision, "--precision"));
@@ -37,7 +37,8 @@ Scenario resolve_scenario(const std::string& path, const Overrides& o) {
   if (o.lr >= 0) s.optim.lr = o.lr;
   if (o.trajectory) s.trajectory = true;
   try {
-    validate_scenario(s);  // the schema and the runner's rules (validate), both layouts
+    ValidLayout v = validate_scenario(s);  // the schema and the runner's rules (validate), both layouts
+    if (proof) proof->emplace(std::move(v));
   } catch (const ConfigError& e) {
     throw ConfigError(printable(path, 4096) + ": " + e.path(), e.rule());
   }

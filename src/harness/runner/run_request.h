@@ -35,7 +35,8 @@ struct Overrides {
 
 // The scenario file with `o` applied (to the resume layout too, where the key is the
 // layout's), checked once as a whole: ConfigError (exit 2) names the file and the JSON path.
-Scenario resolve_scenario(const std::string& path, const Overrides& o);
+// proof: where given, the main layout's proof of that check (a rank that runs it: RunRequest::valid).
+Scenario resolve_scenario(const std::string& path, const Overrides& o, std::optional<ValidLayout>* proof = nullptr);
 
 struct RunRequest {
   RankJob job = RankJob::verdict;

@@ -1,5 +1,6 @@
 // The verdict's step loop (verdict.h): baseline and layout side by side in every rank, one
-// allgather of every group's sums per step, rows folded over the steps.
+// allgather of every group's sums per step, rows folded over the steps. The runner is declared in
+// verdict_runner.h; this rank's part of a step (the sums it contributes) is verdict_part.cpp.
 #include "harness/runner/verdict_run.h"
 
 #include <algorithm>
@@ -12,133 +13,17 @@
 #include <span>
 
 #include "ckpt/training_state.h"
-#include "comm/rank_env.h"
 #include "core/clock.h"
-#include "optim/optimizer.h"
 #include "core/error.h"
 #include "core/inject.h"
-#include "harness/runner/baseline.h"
-#include "harness/runner/shared_baseline.h"
-#include "harness/runner/trace_run.h"
 #include "harness/runner/twin.h"
-#include "harness/runner/verdict_taken.h"
+#include "harness/runner/verdict_runner.h"
 #include "harness/scenario/scenario.h"
-#include "harness/runner/comm_clock.h"
-#include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
-#include "harness/verdict/verdict_state.h"
-#include "harness/verdict/verdict_wire.h"
-#include "parallel/parallel_run.h"
+#include "optim/optimizer.h"
 
 namespace parity {
-
-namespace vd = verdict_detail;
-using verdict_wire::Section;
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// This rank's place among the readers of its host's shared baseline: its local rank.
-int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
-
-template <class T> class Runner {
- public:
-  Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
-      : sc_(s),
-        world_(world),
-        opt_(o),
-        clock_(std::make_shared<CommClock>()),
-        timed_(timed_communicator(world, clock_)),
-        base_(make_baseline_source<T>(s, local_slot(world.rank()), o.baseline_file)),
-        par_(s, *timed_, o.valid),
-        rank_(world.rank()) {
-    build_groups();
-    *clock_ = CommClock{};  // from here on: the steps' communication only
-  }
-
-  void step(int64_t t, VerdictReport& rep);
-  // The layout loads `dir`; the baseline replays the steps before the saved one. Returns it.
-  int64_t resume(const std::string& dir);
-  void save(const std::string& dir, int64_t done);
-  Timings& time() {
-    time_.layout_comm = clock_->seconds, time_.layout_comm_calls = static_cast<double>(clock_->calls);
-    return time_;
-  }
-  std::vector<Row>& rows() { return rows_; }
-  // issue 45: step t runs traced, on the baseline and the layout (trace_run.h); its result
-  void trace_at(int64_t t) { trace_at_ = t; }
-  const trace_verdict::Result& traced() const { return traced_; }
-
- private:
-  void build_groups();
-  void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
-                   const std::vector<Tensor<T>>& ref);
-  // This rank's part of the step (verdict_wire.h): every section, in order.
-  std::vector<double> part(const StepRecord<T>& b, const RankStepRecord<T>& p);
-  // Its sections from scalars to routes.
-  void local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out);
-  // Every rank's part on every rank (on rank 0 alone in a simulated world).
-  std::vector<double> exchange(const std::vector<double>& mine);
-  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
-  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
-                   const std::vector<double>& fam_sq);
-  std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
-  void apply_fault(RankStepRecord<T>& p) const;
-  void set_bounds(const std::vector<double>& noise);
-  // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
-  double trace_param_bound() const {
-    double b = 0;
-    for (size_t g = 0; sc_.trajectory && g < n_fam_; ++g) b = std::max(b, bounds_[3 + n_fam_ + g].value);
-    return b;
-  }
-  void continue_from_baseline();
-
-  const Scenario& sc_;
-  comm::Communicator& world_;
-  VerdictOptions opt_;
-  std::shared_ptr<CommClock> clock_;
-  std::unique_ptr<comm::Communicator> timed_;  // the world the layout runs on, timed
-  std::unique_ptr<BaselineSource<T>> base_;  // trained here, or the host's shared one
-  ParallelRun<T> par_;
-  int rank_;
-  std::vector<vd::GroupSpec> groups_;
-  std::vector<size_t> group_of_param_;      // per parameter: its family's index among the grad groups
-  size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
-  std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
-  std::vector<char> counted_;               // per parameter: counted_copy on this rank
-  std::vector<std::vector<int64_t>> gidx_;  // the same for the reduced gradients (grad_layouts: zero2 shards them)
-  std::vector<char> gcounted_;
-  std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
-  std::vector<Family> group_family_;        // per grad group (and its param group): the family
-  std::vector<double> group_elements_;      // per grad group: the family's global element count
-  std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
-  std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
-  double route_tie_ = 0;                    // this step's absolute near-tie gap
-  double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
-  std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
-  Timings time_;
-  // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
-  // ratio of a param row is taken on the update, after - before, where a 2x gradient under
-  // SGD shows as 2 (on the parameters themselves it is 1.000...).
-  std::vector<Tensor<T>> before_local_;
-  std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
-  verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
-  bool keyed_ = false;
-  verdict_wire::Layout wire_;  // a rank's part of a step (made at the first step, with the state's entries)
-  verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
-  // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
-  void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
-  // per param group: the update's scale ratio, its far elements, its counted elements, and the
-  // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
-  // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
-  // elements that update makes far
-  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
-  // per param group in Section::updates: UpdateSums, then the taken gradient's sums
-  static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
-  int64_t trace_at_ = -1;
-  trace_verdict::Result traced_;
-};
+namespace verdict_runner {
 
 template <class T> void Runner<T>::build_groups() {
   const auto& specs = par_.specs();
@@ -190,97 +75,6 @@ template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
       for (T& x : ts[i].data) x = static_cast<T>(static_cast<double>(x) * opt_.fault->factor);
 }
 
-// Every local element against the baseline's element of the same global index.
-template <class T>
-void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
-                            const std::vector<Tensor<T>>& ref) {
-  std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
-  // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
-  // that is all but zero next to its family, a gradient that vanishes, has no far elements)
-  std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
-  double all_sq = 0, all_n = 0;  // gradients: a family far below the model's scale (tolerance.h gradient_magnitude)
-  for (size_t p = 0; p < ref.size(); ++p) {
-    const double q = sum_of_squares(ref[p].ptr(), ref[p].numel()), n = static_cast<double>(ref[p].numel());
-    sq[group_of_param_[p]] += q, cnt[group_of_param_[p]] += n, all_sq += q, all_n += n;
-  }
-  const double all_rms = offset == 0 && all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
-  for (size_t p = 0; p < ref.size(); ++p) {
-    const size_t g = group_of_param_[p];
-    const int64_t tensor_id = pos[g]++;
-    vd::LocalSums& s = acc[offset + g];
-    const auto& idx = offset == 0 ? gidx_[p] : idx_[p];  // offset 0: the gradients
-    const char counted = offset == 0 ? gcounted_[p] : counted_[p];
-    if (p >= got.size() || got[p].data.size() != idx.size()) {
-      s.shape_bad += 1;
-      continue;
-    }
-    const T* r = ref[p].ptr();
-    const T* x = got[p].ptr();
-    const double rms = gradient_magnitude(cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0, all_rms);
-    for (size_t i = 0; i < idx.size(); ++i)
-      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
-  }
-}
-
-// Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
-// same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
-template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
-  std::vector<double> ref(kFamilyCount, 0.0);
-  const auto& specs = b.grads->specs;
-  for (size_t p = 0; p < specs.size(); ++p)
-    ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
-  return ref;
-}
-
-
-// This rank's part from Section::scalars to Section::routes: loss, grad_norm, clip_coef, norm^2 per family,
-// micro losses, every group's sums, every MoE layer's routing.
-template <class T>
-void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out) {
-  wire_.expect(out, Section::scalars);
-  out.insert(out.end(), {p.loss, p.grad_norm, p.clip_coef});
-  wire_.expect(out, Section::family_norm_sq);
-  for (size_t f = 0; f < kFamilyCount; ++f)
-    out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
-  wire_.expect(out, Section::micro_losses);
-  for (size_t m = 0; m < b.micro_losses.size(); ++m)
-    out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
-  std::vector<vd::LocalSums> acc(groups_.size());
-  add_tensors(acc, 0, p.grads, b.grads->tensors);
-  add_tensors(acc, n_fam_, p.params, base_->params());
-  const ModelConfig& c = sc_.model;
-  const auto L = static_cast<size_t>(c.moe_layers());
-  if (L > 0) {
-    vd::LocalSums& tpe = acc[2 * n_fam_];
-    vd::LocalSums& bias = acc[2 * n_fam_ + 1];
-    for (size_t l = 0; l < L; ++l) {
-      const auto& bt = b.tokens_per_expert[l];
-      const auto& bb = base_->expert_bias()[l];
-      const bool tpe_ok = l < p.tokens_per_expert.size() && p.tokens_per_expert[l].size() == bt.size();
-      const bool bias_ok = l < p.expert_bias.size() && p.expert_bias[l].size() == bb.size();
-      tpe.shape_bad += tpe_ok ? 0 : 1, bias.shape_bad += bias_ok ? 0 : 1;
-      for (size_t e = 0; tpe_ok && e < bt.size(); ++e)
-        tpe.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.tokens_per_expert[l][e]),
-                static_cast<double>(bt[e]), rank_ == 0);
-      for (size_t e = 0; bias_ok && e < bb.size(); ++e)
-        bias.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.expert_bias[l][e]),
-                 static_cast<double>(bb[e]), rank_ == 0);
-    }
-  }
-  wire_.expect(out, Section::groups);
-  for (const auto& s : acc) s.pack(out);
-  wire_.expect(out, Section::routes);
-  const double tie = tolerance_for(c.dtype, Quantity::routing_score).elem_rel;
-  for (size_t l = 0; l < L; ++l) {
-    static const std::vector<int64_t> none;
-    const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
-    const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
-    vd::RouteLocal rl =
-        vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_);
-    rl.followed = l < p.followed.size() ? static_cast<double>(p.followed[l]) : 0.0;
-    rl.pack(out);
-  }
-}
 
 template <class T>
 StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
@@ -339,6 +133,7 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     bounds_[3 + g] = gradient_row_bound(sc_.model.precision(), bounds_[3 + g], gs);
     groups_[g].tol.norm_rel = bounds_[3 + g].value;
   }
+  add_reduction_allowance(all, fam_sq);
   StepLine line = scalars(t, b, all, fam_sq);
   const auto upd = update_ratios(all);
   std::vector<std::string> replica_bad;
@@ -405,99 +200,23 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   rep.step_lines.push_back(line);
 }
 
-// Per param group, over the elements this rank counts: the UpdateSums of (after - before) against
-// the baseline's (after - before), then the taken gradient's sums, appended to out (Section::updates).
 template <class T>
-void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken,
-                                std::vector<double>& out) {
-  std::vector<verdict_wire::UpdateSums> u(n_fam_);
-  const auto& ref_after = base_->params();
-  std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
-  for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
-    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
-      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>((*before_base_)[q].ptr()[j]);
-      usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
-    }
-  for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
-    if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
-      continue;
-    const size_t g = group_of_param_[q];
-    const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
-    const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
-    const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
-    for (size_t i = 0; i < idx_[q].size(); ++i) {
-      const auto j = idx_[q][i];
-      const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
-      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
-      u[g].add(x, r, rms);
-    }
-  }
+void Runner<T>::add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq) {
+  if (sc_.model.reduce == Low::none) return;  // nothing reduced in 16 bits: every allowance is 0
+  double allow2 = 0, ref2 = 0;
   for (size_t g = 0; g < n_fam_; ++g) {
-    u[g].pack(out);
-    out.insert(out.end(), taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * g),
-               taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * (g + 1)));
+    double a2 = 0;
+    for (int r = 0; r < world_.size(); ++r)
+      a2 += vd::LocalSums::unpack(wire_.of(all, r, Section::groups) + g * vd::LocalSums::kWidth).allow2;
+    const double f2 = fam_sq[static_cast<size_t>(group_family_[g])];
+    allow2 += a2, ref2 += f2;
+    // relative to the family's norm, absolute where it is zero (as the row's error is)
+    bounds_[3 + g] = with_reduction(bounds_[3 + g], f2 > 0 ? std::sqrt(a2 / f2) : std::sqrt(a2));
+    groups_[g].tol.norm_rel = bounds_[3 + g].value;
   }
-}
-
-// The world's update ratio per param group (NaN where the baseline did not move).
-template <class T>
-std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all) const {
-  std::vector<std::array<double, 9>> out(n_fam_);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (size_t g = 0; g < n_fam_; ++g) {
-    verdict_wire::UpdateSums u;
-    NormSums k;
-    double kfar = 0, kcount = 0, kread = 0, kexpl = 0, kexfar = 0;
-    for (int r = 0; r < world_.size(); ++r) {
-      const double* x = wire_.of(all, r, Section::updates) + kUpdateWidth * g;
-      u.add(verdict_wire::UpdateSums::unpack(x));
-      x += verdict_wire::UpdateSums::kWidth;  // the taken gradient's sums (verdict_taken.h)
-      k.add(NormSums{x[0], x[1], x[2]});
-      kfar += x[3], kcount += x[4], kread += x[5], kexpl += x[6], kexfar += x[7];
-    }
-    const NormSums& s = u.update;
-    const bool taken = k.ref2 > 0 || k.diff2 > 0;
-    // what reading the gradient back from the moment may round, taken off its error
-    const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
-    const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
-    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, u.far, u.count, taken ? rel : nan,
-              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount, std::sqrt(kexpl), kexfar};
-  }
-  return out;
-}
-
-// This rank's part of step t (verdict_wire.h), section by section: the scalars to the routes
-// (local_part), the tokens it reported, the optimizer state's digests (the replicas row), each
-// gradient tensor's sums (the first wrong tensor), the update's and the taken gradient's sums.
-template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
-  ParallelRunState<T> view(par_, *timed_);
-  const ckpt::ShardedState st = view.state();
-  const ModelConfig& c = sc_.model;
-  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
-  if (!keyed_) {
-    state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
-    wire_ = verdict_wire::Layout({b.micro_losses.size(), groups_.size(), L, n, state_keys_.names.size(),
-                                  idx_.size(), n_fam_, verdict_taken::kWidth});
-  }
-  std::vector<double> mine;
-  local_part(b, p, mine);
-  wire_.expect(mine, Section::coverage);
-  const size_t c0 = mine.size();
-  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
-  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
-    for (int64_t id : p.token_ids[l])
-      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
-  wire_.expect(mine, Section::state);
-  verdict_state::append_digests(st, state_keys_, mine);
-  std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
-  verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors, *before_base_,
-                                base_->params(), group_of_param_, n_fam_, taken);
-  wire_.expect(mine, Section::tensors);
-  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
-  wire_.expect(mine, Section::updates);
-  add_update_sums(p, taken, mine);
-  wire_.expect_whole(mine, 1);
-  return mine;
+  // the grad norm moves by at most the norm of what its elements may move (and the clip coefficient with it)
+  const double rel = ref2 > 0 ? std::sqrt(allow2 / ref2) : std::sqrt(allow2);
+  bounds_[1] = with_reduction(bounds_[1], rel), bounds_[2] = with_reduction(bounds_[2], rel);
 }
 
 // The step's one reduction: every rank's sums on every rank (the rows are folded everywhere), or,
@@ -601,7 +320,11 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
   time_.parallel += seconds_since(t0);
 }
 
-}  // namespace
+}  // namespace verdict_runner
+
+using verdict_runner::Runner;
+namespace vd = verdict_detail;
+using Clock = std::chrono::steady_clock;
 
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
   VerdictReport rep;

@@ -85,6 +85,9 @@ struct Row {
   double far = 0, far_bound = 0;  // tensor rows: the fraction of far elements at `step`, its bound
   double taken = 0, taken_bound = 0;  // param rows: the gradient the optimizer took at `step`, its bound
   double explained = 0;  // param rows: the update the taken gradient explains, in tol (tolerance.h with_explained)
+  double reduction = 0;  // grad rows: what 16-bit reductions may move, in tol (tolerance.h with_reduction)
+  double loosest = 0;    // the largest bound over the steps (tolerance.h kLooseBound: the report names it)
+  int64_t loosest_step = -1;
   int64_t step = -1;     // the step shown
   int64_t bad_steps = 0;  // steps over the bound
   int64_t compared = -1;  // elements compared at `step` (tokens for routing, copies for replicas); -1: a scalar

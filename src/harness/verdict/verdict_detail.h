@@ -68,14 +68,17 @@ struct LocalSums {
 
   double far = 0, counted_n = 0;  // counted elements that are far (tolerance.h is_far), and all counted
   double sum_got = 0, sum_ref = 0;  // the counted elements' plain sums (a count's scale: its total's ratio)
+  double allow2 = 0;  // the counted elements' squared allowances (tolerance.h kReduceRounding), summed
   // Replicas (docs/verdict.md "Replicas, bit for bit"): a digest of the global indices this
   // rank holds (its shard's identity) and of the bits of its values, in its local order.
   // Ranks with the same key hold the same elements and must hold the same bits.
   uint64_t key = kDigestSeed, bits = kDigestSeed;
   static constexpr uint64_t kDigestSeed = 0x243f6a8885a308d3ull;
-  static constexpr size_t kWidth = 18;
-  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor)
-  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0);
+  static constexpr size_t kWidth = 19;
+  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor); allow:
+  // what the policy's 16-bit reductions may move the element by (is_far's allow)
+  void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0,
+           double allow = 0);
   void pack(std::vector<double>& out) const;
   static LocalSums unpack(const double* in);
 };
@@ -90,6 +93,7 @@ struct GroupStep {
   int64_t shape_bad = 0;
   double far = 0, counted_n = 0;
   double sum_got = 0, sum_ref = 0;
+  double allow2 = 0;
   int replica_a = -1, replica_b = -1;  // two ranks holding the same elements with different bits
   int64_t replica_pairs = 0;           // ranks compared bit for bit with another holder of their elements
 };

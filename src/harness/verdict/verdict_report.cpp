@@ -40,6 +40,18 @@ std::string row_line(const Row& r) {
   return s + "\n";
 }
 
+// The rows whose bound reached kLooseBound at some step: a scale of 1.5 would pass there.
+std::string loose_line(const std::vector<Row>& rows) {
+  std::string names;
+  for (const Row& r : rows)
+    if (r.loosest >= kLooseBound && r.quantity != "routing")
+      names += (names.empty() ? "" : ", ") + r.quantity + (r.subject.empty() ? "" : " " + r.subject) + " " +
+               verdict_detail::fmt("%.2g", r.loosest) + " at step " + std::to_string(r.loosest_step);
+  if (names.empty()) return "";
+  return "loose rows (a bound of " + verdict_detail::fmt("%.2g", kLooseBound) +
+         " or more: a scale of 1.5 passes their normwise check there): " + names + "\n";
+}
+
 std::string timings_str(const char* who, const Timings& t) {
   char buf[400];
   std::snprintf(buf, sizeof buf,
@@ -118,6 +130,7 @@ std::string format_verdict(const VerdictReport& r) {
   }
   out += root_line(r, find_root(r));
   for (const std::string& line : r.trace_lines) out += line + "\n";  // the traced step (trace_verdict.h)
+  out += loose_line(r.rows);
   if (r.command == "run") out += timings_str("time rank 0:", r.rank0) + timings_str("slowest rank:", r.slowest);
   if (!r.compared())
     out += "verdict: nothing compared: the run starts at step " + std::to_string(r.first_step) +
@@ -158,6 +171,8 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"taken", row.taken},
                     {"taken_bound", row.taken_bound},
                     {"explained", row.explained},
+                    {"reduction", row.reduction},
+                    {"loosest", row.loosest},
                     {"scale_ratio", json_number(row.scale_ratio)},
                     {"step", row.step},
                     {"bad_steps", row.bad_steps},

@@ -86,13 +86,14 @@ double as_double(uint64_t h) { return digest_as_double(h); }
 uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
 }  // namespace
 
-void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms) {
+void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms,
+                    double allow) {
   key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
   bits = mix(bits, bits_of(g));
   const double d = g - r;
   if (counted)
-    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms),
-        sum_got += g, sum_ref += r;
+    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms, allow),
+        sum_got += g, sum_ref += r, allow2 += allow * allow;
   all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
   double err = std::abs(d);
   if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
@@ -104,7 +105,7 @@ void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, b
 
 void LocalSums::pack(std::vector<double>& out) const {
   out.insert(out.end(), {once.diff2, once.ref2, once.dot, all.diff2, all.ref2, all.dot, max_err, tensor, flat, got,
-                         ref, shape_bad, far, counted_n, as_double(key), as_double(bits), sum_got, sum_ref});
+                         ref, shape_bad, far, counted_n, as_double(key), as_double(bits), sum_got, sum_ref, allow2});
 }
 
 LocalSums LocalSums::unpack(const double* in) {
@@ -114,7 +115,7 @@ LocalSums LocalSums::unpack(const double* in) {
   s.max_err = in[6], s.tensor = in[7], s.flat = in[8], s.got = in[9], s.ref = in[10], s.shape_bad = in[11];
   s.far = in[12], s.counted_n = in[13];
   s.key = as_digest(in[14]), s.bits = as_digest(in[15]);
-  s.sum_got = in[16], s.sum_ref = in[17];
+  s.sum_got = in[16], s.sum_ref = in[17], s.allow2 = in[18];
   return s;
 }
 
@@ -138,6 +139,7 @@ GroupStep combine(const std::vector<LocalSums>& parts) {
     g.all.add(p.all);
     g.shape_bad += static_cast<int64_t>(p.shape_bad);
     g.far += p.far, g.counted_n += p.counted_n, g.sum_got += p.sum_got, g.sum_ref += p.sum_ref;
+    g.allow2 += p.allow2;
     if (p.max_err > g.max_err) {
       g.max_err = p.max_err, g.tensor = static_cast<int64_t>(p.tensor), g.flat = static_cast<int64_t>(p.flat);
       g.rank = static_cast<int>(r), g.got = p.got, g.ref = p.ref;
@@ -230,6 +232,7 @@ void check_taken(Outcome& o, double rel, double scale, double bound, double far,
 
 void update_row(Row& row, int64_t step, const Outcome& o) {
   if (o.verdict == RowVerdict::fail) ++row.bad_steps;
+  if (o.bound.value > row.loosest) row.loosest = o.bound.value, row.loosest_step = step;
   const bool worse = static_cast<int>(o.verdict) < static_cast<int>(row.verdict);
   // among ok steps: the one that came closest to its bound
   auto closeness = [](double err, double bound) { return bound > 0 ? err / bound : err; };
@@ -240,6 +243,7 @@ void update_row(Row& row, int64_t step, const Outcome& o) {
     row.bound_from = o.bound.value > 0 ? (o.bound.from_twin ? "twin" : o.bound.widened > 1 ? "model" : "floor")
                                        : "exact";
     row.floor = o.bound.floor, row.twin = o.bound.twin, row.explained = o.bound.explained;
+    row.reduction = o.bound.reduction;
     row.norm_rel = o.norm_rel, row.scale_ratio = o.scale_ratio, row.step = step;
     row.far = o.far, row.far_bound = o.far_bound, row.compared = o.compared;
     row.taken = o.taken, row.taken_bound = o.taken_bound;

@@ -1,0 +1,210 @@
+// This rank's part of a verdict step (verdict_wire.h): every local element of its gradients and
+// parameters against the baseline's of the same global index, the updates and the gradients the
+// optimizer took, packed section by section for the step's one exchange (verdict_run.cpp folds them).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <span>
+
+#include "ckpt/training_state.h"
+#include "harness/runner/verdict_runner.h"
+#include "harness/verdict/tolerance.h"
+#include "harness/verdict/verdict_flow.h"
+
+namespace parity::verdict_runner {
+
+// Every local element against the baseline's element of the same global index.
+template <class T>
+void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                            const std::vector<Tensor<T>>& ref, const std::vector<Tensor<T>>& mag) {
+  std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
+  // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
+  // that is all but zero next to its family, a gradient that vanishes, has no far elements)
+  std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
+  double all_sq = 0, all_n = 0;  // gradients: a family far below the model's scale (tolerance.h gradient_magnitude)
+  for (size_t p = 0; p < ref.size(); ++p) {
+    const double q = sum_of_squares(ref[p].ptr(), ref[p].numel()), n = static_cast<double>(ref[p].numel());
+    sq[group_of_param_[p]] += q, cnt[group_of_param_[p]] += n, all_sq += q, all_n += n;
+  }
+  const double all_rms = offset == 0 && all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
+  for (size_t p = 0; p < ref.size(); ++p) {
+    const size_t g = group_of_param_[p];
+    const int64_t tensor_id = pos[g]++;
+    vd::LocalSums& s = acc[offset + g];
+    const auto& idx = offset == 0 ? gidx_[p] : idx_[p];  // offset 0: the gradients
+    const char counted = offset == 0 ? gcounted_[p] : counted_[p];
+    if (p >= got.size() || got[p].data.size() != idx.size()) {
+      s.shape_bad += 1;
+      continue;
+    }
+    const T* r = ref[p].ptr();
+    const T* x = got[p].ptr();
+    const double rms = gradient_magnitude(cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0, all_rms);
+    const T* a = p < mag.size() && mag[p].data.size() == idx.size() ? mag[p].ptr() : nullptr;
+    for (size_t i = 0; i < idx.size(); ++i)
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms,
+            a ? kReduceRounding * static_cast<double>(a[i]) : 0.0);
+  }
+}
+
+// Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
+// same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
+template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
+  std::vector<double> ref(kFamilyCount, 0.0);
+  const auto& specs = b.grads->specs;
+  for (size_t p = 0; p < specs.size(); ++p)
+    ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
+  return ref;
+}
+
+
+// This rank's part from Section::scalars to Section::routes: loss, grad_norm, clip_coef, norm^2 per family,
+// micro losses, every group's sums, every MoE layer's routing.
+template <class T>
+void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out) {
+  wire_.expect(out, Section::scalars);
+  out.insert(out.end(), {p.loss, p.grad_norm, p.clip_coef});
+  wire_.expect(out, Section::family_norm_sq);
+  for (size_t f = 0; f < kFamilyCount; ++f)
+    out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
+  wire_.expect(out, Section::micro_losses);
+  for (size_t m = 0; m < b.micro_losses.size(); ++m)
+    out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
+  std::vector<vd::LocalSums> acc(groups_.size());
+  add_tensors(acc, 0, p.grads, b.grads->tensors, p.grad_magnitude);
+  add_tensors(acc, n_fam_, p.params, base_->params());
+  const ModelConfig& c = sc_.model;
+  const auto L = static_cast<size_t>(c.moe_layers());
+  if (L > 0) {
+    vd::LocalSums& tpe = acc[2 * n_fam_];
+    vd::LocalSums& bias = acc[2 * n_fam_ + 1];
+    for (size_t l = 0; l < L; ++l) {
+      const auto& bt = b.tokens_per_expert[l];
+      const auto& bb = base_->expert_bias()[l];
+      const bool tpe_ok = l < p.tokens_per_expert.size() && p.tokens_per_expert[l].size() == bt.size();
+      const bool bias_ok = l < p.expert_bias.size() && p.expert_bias[l].size() == bb.size();
+      tpe.shape_bad += tpe_ok ? 0 : 1, bias.shape_bad += bias_ok ? 0 : 1;
+      for (size_t e = 0; tpe_ok && e < bt.size(); ++e)
+        tpe.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.tokens_per_expert[l][e]),
+                static_cast<double>(bt[e]), rank_ == 0);
+      for (size_t e = 0; bias_ok && e < bb.size(); ++e)
+        bias.add(static_cast<int64_t>(l), static_cast<int64_t>(e), static_cast<double>(p.expert_bias[l][e]),
+                 static_cast<double>(bb[e]), rank_ == 0);
+    }
+  }
+  wire_.expect(out, Section::groups);
+  for (const auto& s : acc) s.pack(out);
+  wire_.expect(out, Section::routes);
+  const double tie = tolerance_for(c.dtype, Quantity::routing_score).elem_rel;
+  for (size_t l = 0; l < L; ++l) {
+    static const std::vector<int64_t> none;
+    const auto& ids = l < p.token_ids.size() ? p.token_ids[l] : none;
+    const auto& ch = l < p.chosen.size() ? p.chosen[l] : none;
+    vd::RouteLocal rl =
+        vd::compare_routes(ids, ch, b.chosen[l], b.select_scores[l], c.top_k, c.experts, tie, route_tie_);
+    rl.followed = l < p.followed.size() ? static_cast<double>(p.followed[l]) : 0.0;
+    rl.pack(out);
+  }
+}
+
+// Per param group, over the elements this rank counts: the UpdateSums of (after - before) against
+// the baseline's (after - before), then the taken gradient's sums, appended to out (Section::updates).
+template <class T>
+void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken,
+                                std::vector<double>& out) {
+  std::vector<verdict_wire::UpdateSums> u(n_fam_);
+  const auto& ref_after = base_->params();
+  std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
+  for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
+    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
+      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>((*before_base_)[q].ptr()[j]);
+      usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
+    }
+  for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
+    if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
+      continue;
+    const size_t g = group_of_param_[q];
+    const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
+    const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
+    const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
+    for (size_t i = 0; i < idx_[q].size(); ++i) {
+      const auto j = idx_[q][i];
+      const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
+      const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
+      u[g].add(x, r, rms);
+    }
+  }
+  for (size_t g = 0; g < n_fam_; ++g) {
+    u[g].pack(out);
+    out.insert(out.end(), taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * g),
+               taken.begin() + static_cast<std::ptrdiff_t>(verdict_taken::kWidth * (g + 1)));
+  }
+}
+
+// The world's update ratio per param group (NaN where the baseline did not move).
+template <class T>
+std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all) const {
+  std::vector<std::array<double, 9>> out(n_fam_);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t g = 0; g < n_fam_; ++g) {
+    verdict_wire::UpdateSums u;
+    NormSums k;
+    double kfar = 0, kcount = 0, kread = 0, kexpl = 0, kexfar = 0;
+    for (int r = 0; r < world_.size(); ++r) {
+      const double* x = wire_.of(all, r, Section::updates) + kUpdateWidth * g;
+      u.add(verdict_wire::UpdateSums::unpack(x));
+      x += verdict_wire::UpdateSums::kWidth;  // the taken gradient's sums (verdict_taken.h)
+      k.add(NormSums{x[0], x[1], x[2]});
+      kfar += x[3], kcount += x[4], kread += x[5], kexpl += x[6], kexfar += x[7];
+    }
+    const NormSums& s = u.update;
+    const bool taken = k.ref2 > 0 || k.diff2 > 0;
+    // what reading the gradient back from the moment may round, taken off its error
+    const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
+    const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
+    out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, u.far, u.count, taken ? rel : nan,
+              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount, std::sqrt(kexpl), kexfar};
+  }
+  return out;
+}
+
+// This rank's part of step t (verdict_wire.h), section by section: the scalars to the routes
+// (local_part), the tokens it reported, the optimizer state's digests (the replicas row), each
+// gradient tensor's sums (the first wrong tensor), the update's and the taken gradient's sums.
+template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, const RankStepRecord<T>& p) {
+  ParallelRunState<T> view(par_, *timed_);
+  const ckpt::ShardedState st = view.state();
+  const ModelConfig& c = sc_.model;
+  const auto n = static_cast<size_t>(c.batch * c.seq), L = static_cast<size_t>(c.moe_layers());
+  if (!keyed_) {
+    state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
+    wire_ = verdict_wire::Layout({b.micro_losses.size(), groups_.size(), L, n, state_keys_.names.size(),
+                                  idx_.size(), n_fam_, verdict_taken::kWidth});
+  }
+  std::vector<double> mine;
+  local_part(b, p, mine);
+  wire_.expect(mine, Section::coverage);
+  const size_t c0 = mine.size();
+  mine.resize(c0 + L * n, 0.0);  // per layer (n): how often this rank reported each token
+  for (size_t l = 0; l < L && l < p.token_ids.size(); ++l)
+    for (int64_t id : p.token_ids[l])
+      if (id >= 0 && static_cast<size_t>(id) < n) mine[c0 + l * n + static_cast<size_t>(id)] += 1;
+  wire_.expect(mine, Section::state);
+  verdict_state::append_digests(st, state_keys_, mine);
+  std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
+  verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors, *before_base_,
+                                base_->params(), group_of_param_, n_fam_, taken);
+  wire_.expect(mine, Section::tensors);
+  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
+  wire_.expect(mine, Section::updates);
+  add_update_sums(p, taken, mine);
+  wire_.expect_whole(mine, 1);
+  return mine;
+}
+
+// The runner's members defined here (run_verdict instantiates those of verdict_run.cpp).
+template class Runner<float>;
+template class Runner<double>;
+
+}  // namespace parity::verdict_runner

@@ -1,0 +1,137 @@
+// The verdict's runner (verdict_run.cpp, verdict_part.cpp): baseline and layout side by side
+// in every rank, one allgather of every group's sums per step, rows folded over the steps.
+// Internal to harness/runner: run_verdict (verdict_run.h) is the entrance.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/rank_env.h"
+#include "harness/runner/baseline.h"
+#include "harness/runner/comm_clock.h"
+#include "harness/runner/shared_baseline.h"
+#include "harness/runner/trace_run.h"
+#include "harness/runner/verdict_run.h"
+#include "harness/runner/verdict_taken.h"
+#include "harness/verdict/bounds.h"
+#include "harness/verdict/verdict_detail.h"
+#include "harness/verdict/verdict_state.h"
+#include "harness/verdict/verdict_wire.h"
+#include "parallel/parallel_run.h"
+
+namespace parity::verdict_runner {
+
+namespace vd = verdict_detail;
+using verdict_wire::Section;
+using Clock = std::chrono::steady_clock;
+
+// This rank's place among the readers of its host's shared baseline: its local rank.
+inline int local_slot(int world_rank) { return comm::local_rank_or(world_rank); }
+
+template <class T> class Runner {
+ public:
+  Runner(const Scenario& s, comm::Communicator& world, const VerdictOptions& o)
+      : sc_(s),
+        world_(world),
+        opt_(o),
+        clock_(std::make_shared<CommClock>()),
+        timed_(timed_communicator(world, clock_)),
+        base_(make_baseline_source<T>(s, local_slot(world.rank()), o.baseline_file)),
+        par_(s, *timed_, o.valid),
+        rank_(world.rank()) {
+    build_groups();
+    *clock_ = CommClock{};  // from here on: the steps' communication only
+  }
+
+  void step(int64_t t, VerdictReport& rep);
+  // The layout loads `dir`; the baseline replays the steps before the saved one. Returns it.
+  int64_t resume(const std::string& dir);
+  void save(const std::string& dir, int64_t done);
+  Timings& time() {
+    time_.layout_comm = clock_->seconds, time_.layout_comm_calls = static_cast<double>(clock_->calls);
+    return time_;
+  }
+  std::vector<Row>& rows() { return rows_; }
+  // issue 45: step t runs traced, on the baseline and the layout (trace_run.h); its result
+  void trace_at(int64_t t) { trace_at_ = t; }
+  const trace_verdict::Result& traced() const { return traced_; }
+
+ private:
+  void build_groups();
+  // mag: per tensor, what bounds a 16-bit reduction's roundings (RankStepRecord::grad_magnitude), or empty
+  void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
+                   const std::vector<Tensor<T>>& ref, const std::vector<Tensor<T>>& mag = {});
+  // Each grad row's bound and the grad norm's, with what the policy's 16-bit reductions may move
+  // (tolerance.h with_reduction), from every rank's allowances in `all`.
+  void add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq);
+  // This rank's part of the step (verdict_wire.h): every section, in order.
+  std::vector<double> part(const StepRecord<T>& b, const RankStepRecord<T>& p);
+  // Its sections from scalars to routes.
+  void local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out);
+  // Every rank's part on every rank (on rank 0 alone in a simulated world).
+  std::vector<double> exchange(const std::vector<double>& mine);
+  void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
+  StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
+                   const std::vector<double>& fam_sq);
+  std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
+  void apply_fault(RankStepRecord<T>& p) const;
+  void set_bounds(const std::vector<double>& noise);
+  // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
+  double trace_param_bound() const {
+    double b = 0;
+    for (size_t g = 0; sc_.trajectory && g < n_fam_; ++g) b = std::max(b, bounds_[3 + n_fam_ + g].value);
+    return b;
+  }
+  void continue_from_baseline();
+
+  const Scenario& sc_;
+  comm::Communicator& world_;
+  VerdictOptions opt_;
+  std::shared_ptr<CommClock> clock_;
+  std::unique_ptr<comm::Communicator> timed_;  // the world the layout runs on, timed
+  std::unique_ptr<BaselineSource<T>> base_;  // trained here, or the host's shared one
+  ParallelRun<T> par_;
+  int rank_;
+  std::vector<vd::GroupSpec> groups_;
+  std::vector<size_t> group_of_param_;      // per parameter: its family's index among the grad groups
+  size_t n_fam_ = 0;                        // grad groups [0, n_fam), param groups [n_fam, 2 n_fam)
+  std::vector<std::vector<int64_t>> idx_;   // per parameter: global_indices on this rank
+  std::vector<char> counted_;               // per parameter: counted_copy on this rank
+  std::vector<std::vector<int64_t>> gidx_;  // the same for the reduced gradients (grad_layouts: zero2 shards them)
+  std::vector<char> gcounted_;
+  std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
+  std::vector<Family> group_family_;        // per grad group (and its param group): the family
+  std::vector<double> group_elements_;      // per grad group: the family's global element count
+  std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
+  std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
+  double route_tie_ = 0;                    // this step's absolute near-tie gap
+  double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
+  std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
+  Timings time_;
+  // Parameters before the step (this rank's shards, the baseline's full tensors): the scale
+  // ratio of a param row is taken on the update, after - before, where a 2x gradient under
+  // SGD shows as 2 (on the parameters themselves it is 1.000...).
+  std::vector<Tensor<T>> before_local_;
+  std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
+  verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
+  bool keyed_ = false;
+  verdict_wire::Layout wire_;  // a rank's part of a step (made at the first step, with the state's entries)
+  verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
+  // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
+  void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
+  // per param group: the update's scale ratio, its far elements, its counted elements, and the
+  // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
+  // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
+  // elements that update makes far
+  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
+  // per param group in Section::updates: UpdateSums, then the taken gradient's sums
+  static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
+  int64_t trace_at_ = -1;
+  trace_verdict::Result traced_;
+};
+
+}  // namespace parity::verdict_runner
