@@ -32,6 +32,7 @@ struct RunOptions {
   bool as_rank = false;
   int64_t save_at = -1;      // --save-at K (with --ckpt DIR)
   std::string ckpt, resume;  // --ckpt DIR, --resume DIR
+  bool trace = false;        // --trace
   int nnodes = 1, node_rank = 0;  // --nnodes, --node-rank, --master: this host's share of the ranks
   std::string master;
 };
@@ -41,7 +42,7 @@ RunRequest request_of(const RunOptions& o, bool timeout_given) {
   // a rank (--as-rank) keeps the check's proof: ParallelRun takes it instead of checking again
   r.scenario = resolve_scenario(o.scenario, o.over, o.as_rank ? &r.valid : nullptr);
   if (o.as_rank) r.scenario->resume.reset();  // a rank runs one phase; the launcher checked the whole file
-  r.report = o.report, r.save_at = o.save_at, r.ckpt = o.ckpt, r.resume = o.resume;
+  r.report = o.report, r.save_at = o.save_at, r.ckpt = o.ckpt, r.resume = o.resume, r.trace = o.trace;
   r.timeout_s = o.timeout_s, r.deadline_s = o.deadline_s, r.log_dir = o.log_dir;
   if (o.as_rank && timeout_given) r.rank_timeout_s = o.timeout_s;  // over PARITY_COMM_TIMEOUT_MS
   r.nnodes = o.nnodes, r.node_rank = o.node_rank, r.master = o.master;
@@ -103,6 +104,10 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--resume", o->resume,
                   "Load the training state from DIR (saved under any layout) and continue from its step; the\n"
                   "baseline replays the steps before it without comparing");
+  sub->add_flag("--trace", o->trace,
+                "Trace the verdict's step even when it passes (step 0; a failing verdict traces its first failing\n"
+                "step anyway): the root names the first activation or activation gradient that diverges\n"
+                "(docs/verdict.md \"The trace\")");
   sub->add_flag("--trajectory", o->over.trajectory,
                 "World > 1: compare free-running trajectories (the layout never continues from the baseline's\n"
                 "state; for bugs that only show across steps). Default: step-local (docs/verdict.md)");

@@ -14,6 +14,8 @@ const std::vector<Knob>& knobs() {
       {"PARITY_FAULT", "unset: none", "scale what a layout reports, KIND:FAMILY:FACTOR[@RANK] (docs/verdict.md)"},
       {"PARITY_TWIN_JITTER", "the built-in ulps", "the rounding twin's input jitter in ulps of fp32 (measuring)"},
       {"PARITY_SHARED_BASELINE", "1", "0: every rank trains its own baseline instead of one per host"},
+      {"PARITY_TRACE_PLANT", "unset: none",
+       "SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX: +1 on one element of one traced shard (test hook; docs/verdict.md)"},
       // the launch and the rendezvous
       {"PARITY_RANK_START", "fork", "fork or exec: how a one-host gloo CPU launch starts its ranks"},
       {"PARITY_BACKEND", "gloo", "a rank's backend when its launcher does not say (gloo, mpi, nccl)"},

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/moe.h"
+#include "model/trace.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -62,11 +63,13 @@ template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bia
 // h (n, D) in place: h += Attn(LN1(h)); h += FFN-or-MoE(LN2(h)).
 template <class T>
 void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, int64_t n, T* h, RefLayerCache<T>& L,
-                   const RouteFollow& follow) {
+                   const RouteFollow& follow, int64_t l) {
+  using trace::Dir, trace::Site;
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   L.h_in = copy_of(h, n * D);
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
   norm_forward(c.norm, h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
+  trace::record(Site::ln1, l, Dir::fwd, L.a.data(), n, D);
   L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.v = zeros<T>(n * D);
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
   matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
@@ -86,35 +89,47 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   for (int64_t q = 0; q < nseq; ++q)
     attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
                       L.att.data() + q * S * D, L.probs.data() + q * H * S * S);
+  for (auto [s, x] : {std::pair{Site::q, &L.q}, {Site::k, &L.k}, {Site::v, &L.v}, {Site::attn, &L.att}})
+    trace::record(s, l, Dir::fwd, x->data(), n, D);
   auto o = zeros<T>(n * D);  // (n, D)
   matmul_forward(L.att.data(), w.wo, o.data(), n, D, D);
+  trace::record(Site::attn_out, l, Dir::fwd, o.data(), n, D);
   add_into(h, o.data(), n * D);
   L.h_mid = copy_of(h, n * D);
+  trace::record(Site::h_mid, l, Dir::fwd, h, n, D);
   L.bn = zeros<T>(n * D), L.m2 = zeros<T>(n), L.r2 = zeros<T>(n);
   norm_forward(c.norm, h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
+  trace::record(Site::ln2, l, Dir::fwd, L.bn.data(), n, D);
   auto f = zeros<T>(n * D);  // (n, D)
   if (w.gate)
     moe_forward(c, moe_weights(w, bias, follow), L.bn.data(), n, f.data(), L.moe);
   else
     ffn_forward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, f.data(), L.mlp);
+  trace::record(Site::ffn_out, l, Dir::fwd, f.data(), n, D);
   add_into(h, f.data(), n * D);
+  trace::record(Site::h_out, l, Dir::fwd, h, n, D);
 }
 
 // dh (n, D) in place: from d(layer output) to d(layer input); parameter grads +=.
 template <class T>
 void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs<T>& g, const T* bias, int64_t n,
-                    const RefLayerCache<T>& L, T* dh) {
+                    const RefLayerCache<T>& L, T* dh, int64_t l) {
+  using trace::Dir, trace::Site;
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
+  trace::record(Site::h_out, l, Dir::bwd, dh, n, D);
   auto dbn = zeros<T>(n * D);
   if (w.gate)
     moe_backward(c, moe_weights(w, bias), L.bn.data(), n, L.moe, dh, dbn.data(),
                  MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});
   else
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
+  trace::record(Site::ln2, l, Dir::bwd, dbn.data(), n, D);
   norm_backward(c.norm, L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
+  trace::record(Site::h_mid, l, Dir::bwd, dh, n, D);
 
   auto datt = zeros<T>(n * D);
   matmul_backward(L.att.data(), w.wo, dh, datt.data(), g.wo, n, D, D);
+  trace::record(Site::attn, l, Dir::bwd, datt.data(), n, D);
   auto dq = zeros<T>(n * D), dk = zeros<T>(n * D), dv = zeros<T>(n * D);
   for (int64_t q = 0; q < nseq; ++q) {
     const int64_t o = q * S * D;
@@ -131,10 +146,13 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     rmsnorm_backward(L.k_raw.data(), w.kn, L.rk.data(), dk.data(), n * H, Dh, dk_raw.data(), g.kn);
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
+  for (auto [s, x] : {std::pair{Site::v, &dv}, {Site::k, &dk}, {Site::q, &dq}})
+    trace::record(s, l, Dir::bwd, x->data(), n, D);
   auto da = zeros<T>(n * D);
   matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);
   matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, D);
   matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, D);
+  trace::record(Site::ln1, l, Dir::bwd, da.data(), n, D);
   norm_backward(c.norm, L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
 }
 
@@ -169,12 +187,14 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   MicroResult res;
   auto h = zeros<T>(n * D);  // (n, D) residual stream
   embedding_forward(inputs, n, P["embed.weight"].ptr(), V, D, h.data());
+  trace::micro(route_first_token / c.seq, b);  // the baseline: one rank, every position and column
+  trace::record(trace::Site::embed, -1, trace::Dir::fwd, h.data(), n, D);
   std::vector<RefLayerCache<T>> caches(static_cast<size_t>(c.layers));
   for (int64_t l = 0; l < c.layers; ++l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     auto& L = caches[static_cast<size_t>(l)];
     const RouteFollow follow{route_oracle, l - c.dense_layers, route_first_token};
-    layer_forward(c, layer_refs(P, c, l), bias, n, h.data(), L, follow);
+    layer_forward(c, layer_refs(P, c, l), bias, n, h.data(), L, follow, l);
     if (!c.is_moe(l)) continue;
     res.aux += L.moe.aux;
     res.chosen.push_back(L.moe.chosen);
@@ -189,6 +209,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   const bool ln_bias = c.norm == NormKind::layernorm;  // RMSNorm has no bias
   norm_forward(c.norm, h.data(), P["final_ln.weight"].ptr(), ln_bias ? P["final_ln.bias"].ptr() : nullptr, n, D,
                hf.data(), mf.data(), rf.data());
+  trace::record(trace::Site::final_ln, c.layers, trace::Dir::fwd, hf.data(), n, D);
   Buffer<T> head_t;
   const T* head = nullptr;
   if (c.tie_embeddings) {
@@ -200,6 +221,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   auto logits = zeros<T>(n * V), losses = zeros<T>(n);
   matmul_forward(hf.data(), head, logits.data(), n, D, V);
   to_storage(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
+  trace::record(trace::Site::logits, c.layers, trace::Dir::fwd, logits.data(), n, V);
   const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
   res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
   res.loss = res.ce + res.aux;
@@ -207,6 +229,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
 
   auto dlogits = zeros<T>(n * V);
   cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens), dlogits.data());
+  trace::record(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits.data(), n, V);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {
     auto dhead = zeros<T>(D * V);
@@ -216,14 +239,16 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   } else {
     matmul_backward(hf.data(), head, dlogits.data(), dhf.data(), grads["lm_head.weight"].ptr(), n, D, V);
   }
+  trace::record(trace::Site::final_ln, c.layers, trace::Dir::bwd, dhf.data(), n, D);
   auto dh = zeros<T>(n * D);
   norm_backward(c.norm, h.data(), P["final_ln.weight"].ptr(), mf.data(), rf.data(), dhf.data(), n, D, dh.data(),
                 grads["final_ln.weight"].ptr(), ln_bias ? grads["final_ln.bias"].ptr() : nullptr);
   for (int64_t l = c.layers - 1; l >= 0; --l) {
     const T* bias = c.is_moe(l) ? expert_bias[static_cast<size_t>(l - c.dense_layers)].data() : nullptr;
     layer_backward(c, layer_refs(P, c, l), layer_refs(grads, c, l), bias, n, caches[static_cast<size_t>(l)],
-                   dh.data());
+                   dh.data(), l);
   }
+  trace::record(trace::Site::embed, -1, trace::Dir::bwd, dh.data(), n, D);
   embedding_backward(inputs, n, dh.data(), V, D, grads["embed.weight"].ptr());
   return res;
 }

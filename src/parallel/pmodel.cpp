@@ -14,6 +14,7 @@
 #include "ops/rope.h"
 #include "ops/swiglu.h"
 #include "mesh/param_layout.h"
+#include "model/trace.h"
 #include "parallel/pmoe.h"
 #include "parallel/recompute.h"
 
@@ -90,6 +91,16 @@ template <class T> struct ParallelModel<T>::Impl {
   }
   Buffer<T> full(const Buffer<T>& res, int64_t W) const { return tp_to_full(m.tp_, res, b, chunk.seq, W); }
   Buffer<T> to_res(Buffer<T> part, int64_t W) const { return tp_sum_to_res(m.tp_, std::move(part), b, chunk.seq, W); }
+  // A traced tensor (model/trace.h) of `cols` columns, [col0, col0 + cols) of full (-1: all).
+  void rec(trace::Site s, int64_t l, trace::Dir d, const Buffer<T>& x, int64_t cols,
+           trace::Rows rows = trace::Rows::stream, int64_t col0 = 0, int64_t full = -1) const {
+    trace::record(s, l, d, x.data(), static_cast<int64_t>(x.size()) / cols, cols, rows, col0, full);
+  }
+  // This lane's heads of a projection's output: columns from wq's own offset (a column split over tp).
+  void rec_heads(trace::Site s, int64_t l, trace::Dir d, const Buffer<T>& x, size_t q) const {
+    rec(s, l, d, x, local_dim(q, 1), trace::Rows::chunk, m.params[q].mp_offset(1), c.dim);
+  }
+  int64_t layer_of(const LayerParams& P) const { return &P - m.layer_.data(); }
 
   void attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const;
   void attention_backward_block(const LayerParams& P, Buffer<T>& dh, const LayerCache<T>& L) const;
@@ -122,12 +133,14 @@ template <class T> void test_hook(int64_t l, Buffer<T>& saved) {
 
 template <class T>
 void ParallelModel<T>::Impl::recompute_attention(int64_t l, const LayerParams& P, LayerCache<T>& L) const {
+  const trace::Pause no_trace;  // recorded in the forward
   Buffer<T> h = L.h_in;
   test_hook(l, h);
   attention_forward_block(P, h, L);  // L.h_in, L.h_mid: the values they held
 }
 
 template <class T> void ParallelModel<T>::Impl::recompute_ffn(int64_t l, const LayerParams& P, LayerCache<T>& L) const {
+  const trace::Pause no_trace;  // recorded in the forward
   Buffer<T> h = L.h_mid;
   if (m.recompute_ != Recompute::full) test_hook(l, h);  // full: the hook changed the layer's input
   ffn_forward_block(l, P, h, L);
@@ -138,11 +151,13 @@ template <class T> void ParallelModel<T>::Impl::recompute_ffn(int64_t l, const L
 
 template <class T>
 void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const {
-  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh;
+  using trace::Dir, trace::Site;
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh, l = layer_of(P);
   L.h_in = h;
   L.a_res = zeros<T>(n_res * D), L.m1 = zeros<T>(n_res), L.r1 = zeros<T>(n_res);
   norm_forward(c.norm, h.data(), w(P.ln1_w).ptr(), w_or_null(P.ln1_b), n_res, D, L.a_res.data(), L.m1.data(),
                L.r1.data());
+  rec(Site::ln1, l, Dir::fwd, L.a_res, D);
   L.a_full = full(L.a_res, D);
   L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.v = zeros<T>(n * Dl);
   matmul_forward(L.a_full.data(), w(P.wq).ptr(), L.q.data(), n, D, Dl);
@@ -171,19 +186,28 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
       attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dl, L.v.data() + q * S * Dl, S, Hl, Dh,
                         L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
   }
+  for (auto [s, x, q] : {std::tuple{Site::q, &L.q, P.wq}, {Site::k, &L.k, P.wk}, {Site::v, &L.v, P.wv},
+                        {Site::attn, &L.att, P.wq}})
+    rec_heads(s, l, Dir::fwd, *x, q);
   auto o = zeros<T>(n * D);
   matmul_forward(L.att.data(), w(P.wo).ptr(), o.data(), n, Dl, D);
-  add_into(h, to_res(std::move(o), D));
+  const Buffer<T> o_res = to_res(std::move(o), D);  // the row-parallel partial sums, reduced
+  rec(Site::attn_out, l, Dir::fwd, o_res, D);
+  add_into(h, o_res);
   L.h_mid = h;
+  rec(Site::h_mid, l, Dir::fwd, h, D);
 }
 
 template <class T>
 void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buffer<T>& dh,
                                                       const LayerCache<T>& L) const {
-  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh;
+  using trace::Dir, trace::Site;
+  const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh, l = layer_of(P);
+  rec(Site::h_mid, l, Dir::bwd, dh, D);
   Buffer<T> dout = full(dh, D);
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(P.wo).ptr(), dout.data(), datt.data(), g(P.wo), n, Dl, D);
+  rec_heads(Site::attn, l, Dir::bwd, datt, P.wq);
   auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
   if (m.cp_.size > 1) cp_attention_backward(m.cp_, L.q, L.cp_attn, datt, b, S, Hl, Dh, dq, dk, dv);
   for (int64_t q = 0; q < b && m.cp_.size == 1; ++q) {
@@ -205,11 +229,14 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     const Rope<T> r = rope(Hl);
     dq = r.undo(dq), dk = r.undo(dk);
   }
+  for (auto [s, x, q] : {std::tuple{Site::v, &dv, P.wv}, {Site::k, &dk, P.wk}, {Site::q, &dq, P.wq}})
+    rec_heads(s, l, Dir::bwd, *x, q);
   auto da = zeros<T>(n * D);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
   matmul_backward(L.a_full.data(), w(P.wk).ptr(), dk.data(), da.data(), g(P.wk), n, D, Dl);
   matmul_backward(L.a_full.data(), w(P.wv).ptr(), dv.data(), da.data(), g(P.wv), n, D, Dl);
   Buffer<T> da_res = to_res(std::move(da), D);
+  rec(Site::ln1, l, Dir::bwd, da_res, D);
   norm_backward(c.norm, L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,
                 dh.data(), g(P.ln1_w), g_or_null(P.ln1_b));
 }
@@ -235,6 +262,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, 
   L.bn_res = zeros<T>(n_res * D), L.m2 = zeros<T>(n_res), L.r2 = zeros<T>(n_res);
   norm_forward(c.norm, h.data(), w(P.ln2_w).ptr(), w_or_null(P.ln2_b), n_res, D, L.bn_res.data(), L.m2.data(),
                L.r2.data());
+  rec(trace::Site::ln2, l, trace::Dir::fwd, L.bn_res, D);
   Buffer<T> f;
   if (c.is_moe(l)) {
     pmoe_forward(chunk, m.tp_, m.cp_, m.ep_, moe_weights(P, l), L.bn_res, b, f, L.moe);
@@ -245,13 +273,16 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, 
                 w(P.w2).ptr(), part.data(), L.mlp);
     f = to_res(std::move(part), D);
   }
+  rec(trace::Site::ffn_out, l, trace::Dir::fwd, f, D);
   add_into(h, f);
+  rec(trace::Site::h_out, l, trace::Dir::fwd, h, D);
 }
 
 template <class T>
 void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P, Buffer<T>& dh,
                                                 const LayerCache<T>& L) const {
   const int64_t D = c.dim;
+  rec(trace::Site::h_out, l, trace::Dir::bwd, dh, D);
   auto dbn_res = zeros<T>(n_res * D);
   if (c.is_moe(l)) {
     PMoeWeights<T> wt = moe_weights(P, l);
@@ -268,6 +299,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P,
                  g(P.w2));
     dbn_res = to_res(std::move(dbn), D);
   }
+  rec(trace::Site::ln2, l, trace::Dir::bwd, dbn_res, D);
   norm_backward(c.norm, L.h_mid.data(), w(P.ln2_w).ptr(), L.m2.data(), L.r2.data(), dbn_res.data(), n_res, D,
                 dh.data(), g(P.ln2_w), g_or_null(P.ln2_b));
 }
@@ -355,6 +387,7 @@ template <class T> typename ParallelModel<T>::Impl ParallelModel<T>::impl_for(co
   ModelConfig chunk = cfg_;
   chunk.seq = cp_.chunk(cfg_.seq);
   route_g0 = u.g0;
+  trace::micro(u.g0, u.b, {tp_.rank, tp_.size, cp_.rank, cp_.size, tp_.sp, cp_.balanced});  // this rank's shards (model/trace.h)
   return Impl{*this, cfg_, u.b, u.b * chunk.seq, u.b * stream_rows(), chunk};
 }
 
@@ -380,6 +413,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
     auto e_part = zeros<T>(n * D);
     vp_embedding_forward(u.inputs.data(), n, emb.ptr(), v0, Vl, D, e_part.data());
     h = I.to_res(std::move(e_part), D);
+    I.rec(trace::Site::embed, -1, trace::Dir::fwd, h, D);
   }
   for (int64_t l = split_[static_cast<size_t>(v)].first; l < split_[static_cast<size_t>(v)].second; ++l) {
     const LayerParams& P = layer_[static_cast<size_t>(l)];
@@ -397,11 +431,13 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   auto hf = zeros<T>(n_res * D), mf = zeros<T>(n_res), rf = zeros<T>(n_res);
   norm_forward(c.norm, h.data(), I.w(final_w_).ptr(), I.w_or_null(final_b_), n_res, D, hf.data(), mf.data(),
                rf.data());
+  I.rec(trace::Site::final_ln, c.layers, trace::Dir::fwd, hf, D);
   Buffer<T> hf_full = I.full(hf, D);
   Buffer<T> head = c.tie_embeddings ? transpose(I.w(emb_).ptr(), Vl, D) : I.w(head_).data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
   to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
+  I.rec(trace::Site::logits, c.layers, trace::Dir::fwd, logits, Vl, trace::Rows::chunk, v0, c.vocab);
   VpCeCache<T> ce;
   // bug zoo (core/inject.h): under pipeline parallel the last stage normalises its loss per
   // micro-batch while the other stages' load-balancing terms keep the global count
@@ -415,6 +451,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
                             dlogits.data());
   if (injected("cross_entropy_in_bf16"))  // bug zoo (core/inject.h): softmax and its gradient in bf16
     round_to(Low::bf16, dlogits.data(), n * Vl);
+  I.rec(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits, Vl, trace::Rows::chunk, v0, c.vocab);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {
     auto dhead = zeros<T>(D * Vl);
@@ -424,6 +461,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
     matmul_backward(hf_full.data(), head.data(), dlogits.data(), dhf.data(), I.g(head_), n, D, Vl);
   }
   Buffer<T> dhf_res = I.to_res(std::move(dhf), D);
+  I.rec(trace::Site::final_ln, c.layers, trace::Dir::bwd, dhf_res, D);
   auto dh = zeros<T>(n_res * D);
   norm_backward(c.norm, h.data(), I.w(final_w_).ptr(), mf.data(), rf.data(), dhf_res.data(), n_res, D,
                 dh.data(), I.g(final_w_), I.g_or_null(final_b_));
@@ -447,6 +485,7 @@ template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v
   }
   if (v != 0) return;
   const ShardedParam<T>& ep = params[emb_];
+  I.rec(trace::Site::embed, -1, trace::Dir::bwd, dh, D);
   Buffer<T> dh_full = I.full(dh, D);
   vp_embedding_backward(u.inputs.data(), n, dh_full.data(), ep.mp_offset(0), ep.mp_shape()[0], D, I.g(emb_));
 }

@@ -34,17 +34,6 @@ struct Normwise {
 
 double rel(double x, double r) { return std::abs(x - r) / (r != 0 ? std::abs(r) : 1.0); }
 
-// One ulp of T up or down, the sign from a counter hash of (tensor, element).
-template <class T> void perturb(std::vector<Tensor<T>>& ts, uint64_t seed) {
-  uint64_t k = 0x2545f4914f6cdd1dull ^ (seed * 0x9e3779b97f4a7c15ull);
-  for (auto& t : ts)
-    for (T& x : t.data) {
-      k ^= k >> 12, k ^= k << 25, k ^= k >> 27;
-      const bool up = ((k * 0x9e3779b97f4a7c15ull) >> 63) != 0;
-      x = std::nextafter(x, up ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity());
-    }
-}
-
 // Under a 16-bit gradient reduction (twin.h), per family: the parameters after step t had the
 // twin's gradient deviation from the baseline been kTwinFactor times as large, from the twin's
 // state before the step, against the baseline's parameters, normwise, over kTwinFactor. Adam
@@ -151,6 +140,18 @@ std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>
 }
 
 }  // namespace
+
+template <class T> void perturb(std::vector<Tensor<T>>& ts, uint64_t seed) {
+  uint64_t k = 0x2545f4914f6cdd1dull ^ (seed * 0x9e3779b97f4a7c15ull);
+  for (auto& t : ts)
+    for (T& x : t.data) {
+      k ^= k >> 12, k ^= k << 25, k ^= k >> 27;
+      const bool up = ((k * 0x9e3779b97f4a7c15ull) >> 63) != 0;
+      x = std::nextafter(x, up ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity());
+    }
+}
+template void perturb<float>(std::vector<Tensor<float>>&, uint64_t);
+template void perturb<double>(std::vector<Tensor<double>>&, uint64_t);
 
 Scenario twin_scenario(const Scenario& s) {
   Scenario t = s;

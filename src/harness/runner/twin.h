@@ -33,6 +33,10 @@ namespace parity {
 // A step's noise (kNoiseWidth values, harness/verdict/bounds.h names them): what the verdict's
 // rows measure, twin against baseline.
 
+// Every element of ts moved one ulp of T up or down, the sign from a counter hash of (seed, element):
+// the twin's parameters (also the traced step's twin, harness/runner/trace_run.h).
+template <class T> void perturb(std::vector<Tensor<T>>& ts, uint64_t seed);
+
 // The twin's scenario: s with one sequence per micro-batch.
 Scenario twin_scenario(const Scenario& s);
 

@@ -240,6 +240,8 @@ template <class T> std::vector<double> Runner<T>::exchange(const std::vector<dou
 
 template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   before_base_ = base_->params_handle();
+  std::optional<TracedStep<T>> traced;  // the traced step (trace_run.h)
+  if (t == trace_at_) traced.emplace(TracedStep<T>{base_->expert_bias(), {}});
   before_local_.clear();
   for (const Tensor<T>* q : par_.training_refs().params) before_local_.push_back(*q);
   auto t0 = Clock::now();
@@ -256,7 +258,11 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
     ParallelRunState<T> view(par_, *timed_);
     verdict_taken::before_step<T>(moments_, view.state(), par_.specs(), par_.mesh(), world_.world_rank());
   }
-  RankStepRecord<T> p = par_.step(t, &oracle);
+  RankStepRecord<T> p;
+  {
+    const trace::Scope tracing(traced ? &traced->layout : nullptr);
+    p = par_.step(t, &oracle);
+  }
   time_.parallel += seconds_since(t0);
   t0 = Clock::now();
   apply_fault(p);
@@ -267,6 +273,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   time_.compare_comm += seconds_since(t0);
   t0 = Clock::now();
   if (!all.empty()) fold(t, b, all, rep);  // every rank, or rank 0 alone (exchange)
+  if (traced) traced_ = traced->fold(sc_, world_, par_.mesh(), b, *before_base_, trace_param_bound());
   if (!sc_.trajectory) continue_from_baseline();  // compared above, every piece it overwrites
   time_.compare += seconds_since(t0);
 }
@@ -350,6 +357,16 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     }
     if (t >= s.steps) break;
     run.step(t, rep);
+  }
+  if (const int64_t tt = step_to_trace(world, run.rows(), o.trace); tt >= 0) {
+    VerdictOptions again_o = o;  // a baseline of its own: the host's shared one has recycled its steps' blocks
+    again_o.baseline_file.clear();
+    Runner<T> again(s, world, again_o);  // the first failing step again, traced (harness/runner/trace_run.h)
+    again.trace_at(std::max(tt, rep.first_step));
+    VerdictReport scratch;
+    for (int64_t t = o.resume_dir.empty() ? 0 : again.resume(o.resume_dir); t <= std::max(tt, rep.first_step); ++t)
+      again.step(t, scratch);
+    rep.trace_root = again.traced().found ? again.traced().root : "", rep.trace_lines = again.traced().lines;
   }
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {

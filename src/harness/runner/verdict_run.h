@@ -28,6 +28,7 @@ struct VerdictOptions {
   std::string ckpt_dir, resume_dir;
   std::string baseline_file;  // the host's shared baseline (the run request's); "": train our own
   const ValidLayout* valid = nullptr;  // the request's proof that the layout met the rules (ParallelRun)
+  bool trace = false;  // --trace: trace the first failing step, or step 0 of a passing run (trace_run.h)
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot

@@ -2,6 +2,7 @@
 // in every rank, one allgather of every group's sums per step, rows folded over the steps.
 // Internal to harness/runner: run_verdict (verdict_run.h) is the entrance.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "harness/runner/baseline.h"
 #include "harness/runner/comm_clock.h"
 #include "harness/runner/shared_baseline.h"
+#include "harness/runner/trace_run.h"
 #include "harness/runner/verdict_run.h"
 #include "harness/runner/verdict_taken.h"
 #include "harness/verdict/bounds.h"
@@ -54,6 +56,9 @@ template <class T> class Runner {
     return time_;
   }
   std::vector<Row>& rows() { return rows_; }
+  // issue 45: step t runs traced, on the baseline and the layout (trace_run.h); its result
+  void trace_at(int64_t t) { trace_at_ = t; }
+  const trace_verdict::Result& traced() const { return traced_; }
 
  private:
   void build_groups();
@@ -75,6 +80,12 @@ template <class T> class Runner {
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
+  // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
+  double trace_param_bound() const {
+    double b = 0;
+    for (size_t g = 0; sc_.trajectory && g < n_fam_; ++g) b = std::max(b, bounds_[3 + n_fam_ + g].value);
+    return b;
+  }
   void continue_from_baseline();
 
   const Scenario& sc_;
@@ -119,6 +130,8 @@ template <class T> class Runner {
   std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
   // per param group in Section::updates: UpdateSums, then the taken gradient's sums
   static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
+  int64_t trace_at_ = -1;
+  trace_verdict::Result traced_;
 };
 
 }  // namespace parity::verdict_runner

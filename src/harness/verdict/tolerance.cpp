@@ -161,4 +161,10 @@ Bound measured_bound(const Precision& p, Quantity q, double noise, double elemen
   return {floor, false, floor, twin};
 }
 
+Bound trace_bound(const Precision& p, double elements, double noise, double param_bound, bool step_local) {
+  Bound b = measured_bound(p, Quantity::gradient, noise, elements, step_local);
+  if (param_bound > b.value) b.value = param_bound, b.from_twin = true;
+  return b;
+}
+
 }  // namespace parity

@@ -141,5 +141,12 @@ double noise_floor(const Precision& p, Quantity q, bool step_local = false);
 // elements: the row's element count (a tensor family; 0 for a scalar): below 256 the floor
 // grows as sqrt(256 / elements), since a few elements do not average their errors.
 Bound measured_bound(const Precision& p, Quantity q, double noise, double elements = 0, bool step_local = false);
+// A traced activation or the gradient arriving at it (issue 45, harness/verdict/trace_verdict.h):
+// kTwinFactor x the traced twin's noise on it (the baseline's step traced again with the rounding
+// twin's one-ulp parameters and jittered storage points, routing held: harness/runner/trace_run.h),
+// never below the gradient's floor for its elements (an activation carries one step's rounding from
+// equal parameters, as a gradient does), and at least `param_bound` (the trajectory verdict: the
+// parameters have drifted by up to the step's param row bound before it, and the activations with them).
+Bound trace_bound(const Precision& p, double elements, double noise, double param_bound, bool step_local);
 
 }  // namespace parity

@@ -134,6 +134,9 @@ struct VerdictReport {
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
   LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)
+  // The traced step (harness/runner/trace_run.h): the first diverging tensor ("" none) and the trace's table
+  std::string trace_root;
+  std::vector<std::string> trace_lines;
   Timings rank0, slowest;
   std::string command = "run";  // the report's first word: "run", or "compare" (two dumps, no ranks, no timings)
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)

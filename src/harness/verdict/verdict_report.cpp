@@ -129,6 +129,7 @@ std::string format_verdict(const VerdictReport& r) {
     fail += row.verdict == RowVerdict::fail, tie += row.verdict == RowVerdict::near_tie;
   }
   out += root_line(r, find_root(r));
+  for (const std::string& line : r.trace_lines) out += line + "\n";  // the traced step (trace_verdict.h)
   out += loose_line(r.rows);
   if (r.command == "run") out += timings_str("time rank 0:", r.rank0) + timings_str("slowest rank:", r.slowest);
   if (!r.compared())
@@ -178,7 +179,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
                     {"compared", row.compared},
                     {"worst", worst_json(row.worst)},
                     {"detail", row.detail}});
-  return {{"scenario", r.scenario},
+  nlohmann::json out{{"scenario", r.scenario},
           {"dtype", r.dtype},
           {"precision", r.precision},
           {"backend", r.backend},
@@ -198,6 +199,9 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"command", r.command},
           {"time_rank0", timings_json(r.rank0)},
           {"time_slowest", timings_json(r.slowest)}};
+  if (!r.trace_lines.empty())  // the traced step (trace_verdict.h): only where one ran
+    out["trace"] = {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}};
+  return out;
 }
 
 }  // namespace parity

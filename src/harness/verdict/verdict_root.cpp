@@ -270,6 +270,10 @@ std::string root_line(const VerdictReport& r, const RootCause& root) {
                     std::to_string(root.step) +
                     (row.flow_tensor.empty() ? "" : " (first wrong in the backward pass: " + row.flow_tensor + ")") +
                     ", scale " + scale + " -> " + root.factor;
+  if (!r.trace_root.empty())  // the traced step (harness/verdict/trace_verdict.h)
+    out += "; enters at " + r.trace_root;
+  else if (!r.trace_lines.empty())
+    out += "; no traced tensor diverges (it enters after the backward: a reduction, the optimizer, a report)";
   if (!root.same_step.empty()) {
     out += "; also first failing at step " + std::to_string(root.step) + ":";
     for (size_t i : root.same_step)

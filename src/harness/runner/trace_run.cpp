@@ -1,0 +1,166 @@
+#include "harness/runner/trace_run.h"
+
+#include <cmath>
+#include <optional>
+#include <span>
+
+#include "core/error.h"
+#include "core/knobs.h"
+#include "core/precision.h"
+#include "harness/runner/twin.h"
+#include "harness/verdict/tolerance.h"
+#include "model/batch_split.h"
+#include "model/data.h"
+#include "model/model.h"
+
+namespace parity {
+
+template <class T>
+trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<T>> params,
+                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes, bool twin) {
+  const ModelConfig& c = s.model;
+  const PrecisionScope policy(c.precision());
+  std::optional<JitterScope> jitter;
+  if (twin) perturb(params, 0), jitter.emplace();
+  Model<T> model(c, s.seed);
+  for (size_t p = 0; p < params.size() && p < model.params.tensors.size(); ++p)
+    model.params.tensors[p] = std::move(params[p]);
+  model.expert_bias = bias;
+  model.route_oracle = &routes;
+  const MarkovData data(c.vocab, s.data_seed);
+  std::vector<int64_t> in(static_cast<size_t>(c.batch * c.seq)), tg(in.size());
+  data.batch(t, 0, c.batch, c.seq, in.data(), tg.data());
+  trace::Recorder out;
+  const trace::Scope on(&out);
+  for (int64_t mb = 0; mb < c.microbatches; ++mb) {  // as the baseline runs them (harness/runner/baseline.cpp)
+    const SeqRange seqs = micro_batch_sequences(c.batch, c.microbatches, mb);
+    const int64_t off = seqs.begin * c.seq;
+    model.route_first_token = off;
+    model.forward_backward(in.data() + off, tg.data() + off, seqs.size());
+  }
+  return out;
+}
+
+// PARITY_TRACE_PLANT=SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX (a test hook, core/knobs.h): on world rank
+// RANK, local element INDEX of its RECORD-th record of that key (its micro-batches in the order it ran
+// them) is moved by 1, after the layout's step and before the compare, as PARITY_FAULT moves a report.
+void plant(trace::Recorder& rec, int rank) {
+  const char* spec = knob("PARITY_TRACE_PLANT");
+  if (spec == nullptr) return;
+  std::vector<std::string> f;
+  for (std::string s = spec;;) {
+    const size_t c = s.find(':');
+    f.push_back(s.substr(0, c));
+    if (c == std::string::npos) break;
+    s = s.substr(c + 1);
+  }
+  if (f.size() != 6)
+    throw ConfigError("PARITY_TRACE_PLANT", "SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX, got " + std::string(spec));
+  if (std::stoi(f[3]) != rank) return;
+  trace::Key k{trace::Site::embed, std::stoll(f[1]), f[2] == "bwd" ? trace::Dir::bwd : trace::Dir::fwd};
+  for (int i = 0; i < trace::kSites; ++i)
+    if (trace::site_name(static_cast<trace::Site>(i)) == f[0]) k.site = static_cast<trace::Site>(i);
+  int64_t n = std::stoll(f[4]);
+  for (trace::Entry& e : rec.entries)
+    if (e.key == k && n-- == 0) e.data.at(static_cast<size_t>(std::stoll(f[5]))) += 1;
+}
+
+template <class T>
+trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
+                                          const StepRecord<T>& b, const std::vector<Tensor<T>>& params,
+                                          double param_bound) const {
+  const RouteOracle routes{&b.chosen, &b.select_scores, 0, 0, true};  // as the layout follows them
+  const trace::Recorder base = baseline_trace<T>(s, b.step, params, bias, routes, false);
+  const trace::Recorder twin = baseline_trace<T>(s, b.step, params, bias, routes, true);
+  if (knob("PARITY_TRACE_PLANT") == nullptr) return trace_fold(s, world, m, base, twin, layout, param_bound);
+  trace::Recorder planted = layout;
+  plant(planted, world.rank());
+  return trace_fold(s, world, m, base, twin, planted, param_bound);
+}
+
+std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+                               const trace::Recorder& mine, const ModelConfig& c) {
+  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  std::vector<std::vector<double>> full(keys.size());  // the baseline's full tensor of the step, per key
+  const auto key_index = [&](const trace::Key& k) {
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == k) return i;
+    return keys.size();
+  };
+  for (const trace::Entry& e : base.entries) {
+    const size_t k = key_index(e.key);
+    if (k == keys.size()) continue;
+    auto& f = full[k];
+    if (f.empty()) f.assign(static_cast<size_t>(shape.elements(e.key.site)), 0.0);
+    for (size_t i = 0; i < e.data.size(); ++i)
+      f[static_cast<size_t>(trace::global_index(e, static_cast<int64_t>(i), c.seq))] = e.data[i];
+  }
+  std::vector<trace_verdict::Sums> sums(keys.size());
+  for (const trace::Entry& e : mine.entries) {
+    const size_t k = key_index(e.key);
+    if (k == keys.size() || full[k].empty()) continue;
+    for (size_t i = 0; i < e.data.size(); ++i) {
+      const int64_t j = trace::global_index(e, static_cast<int64_t>(i), c.seq);
+      if (j < 0 || static_cast<size_t>(j) >= full[k].size()) continue;  // a placement off the tensor: not counted
+      sums[k].add(e.data[i], full[k][static_cast<size_t>(j)], j);
+    }
+  }
+  std::vector<double> out;
+  for (const auto& s : sums) s.pack(out);
+  return out;
+}
+
+int64_t step_to_trace(comm::Communicator& world, const std::vector<Row>& rows, bool always) {
+  double first = -1;
+  for (const Row& r : rows)
+    if (r.verdict == RowVerdict::fail && r.step >= 0 && (first < 0 || static_cast<double>(r.step) < first))
+      first = static_cast<double>(r.step);
+  if (first < 0 && always) first = 0;
+  std::vector<double> v{first};
+  world.allreduce(std::span<double>(v), comm::ReduceOp::max);
+  return static_cast<int64_t>(v[0]);
+}
+
+std::string rank_coords(const mesh::Mesh& m, int rank) {
+  std::string out;
+  const auto add = [&](std::string_view name, int64_t size, int64_t coord) {
+    if (size > 1) out += (out.empty() ? "" : ", ") + std::string(name) + " " + std::to_string(coord);
+  };
+  add("pp", m.stages(), m.stage(rank));
+  for (mesh::MeshDim d : {mesh::MeshDim::dp_replicate, mesh::MeshDim::dp_shard, mesh::MeshDim::cp, mesh::MeshDim::tp,
+                          mesh::MeshDim::ep, mesh::MeshDim::etp})
+    add(mesh::dim_name(d), m.size(d), m.coord(d, rank));
+  return out;
+}
+
+trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
+                                 const trace::Recorder& base, const trace::Recorder& twin,
+                                 const trace::Recorder& mine, double param_bound) {
+  const ModelConfig& c = s.model;
+  const std::vector<trace::Key> keys = trace::flow_keys(c.layers);
+  const std::vector<double> own = trace_sums(keys, base, mine, c);
+  std::vector<double> all(own.size() * static_cast<size_t>(world.size()));
+  world.allgather(std::span<const double>(own), std::span<double>(all));
+  const std::vector<double> noise = trace_sums(keys, base, twin, c);  // the twin's distance, per key
+  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  std::vector<double> bounds;
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const auto n = trace_verdict::Sums::unpack(noise.data() + k * trace_verdict::Sums::kWidth);
+    const double rel = n.ref2 > 0 ? std::sqrt(n.diff2 / n.ref2) : std::sqrt(n.diff2);
+    bounds.push_back(trace_bound(c.precision(), shape.elements(keys[k].site), rel, param_bound, !s.trajectory).value);
+  }
+  std::vector<std::string> coords;
+  for (int r = 0; r < world.size(); ++r) coords.push_back(rank_coords(m, r));
+  return trace_verdict::first_diverging(keys, all, world.size(), bounds, coords, shape,
+                                        layout_factors(s.layout, c.microbatches));
+}
+
+#define PARITY_INSTANTIATE(T)                                                                              \
+  template trace::Recorder baseline_trace<T>(const Scenario&, int64_t, std::vector<Tensor<T>>,               \
+                                             const std::vector<Buffer<T>>&, const RouteOracle&, bool);      \
+  template struct TracedStep<T>;
+PARITY_INSTANTIATE(float)
+PARITY_INSTANTIATE(double)
+#undef PARITY_INSTANTIATE
+
+}  // namespace parity

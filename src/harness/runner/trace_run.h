@@ -1,0 +1,62 @@
+// The traced step of a verdict (issue 45, docs/verdict.md "The trace"): when a verdict fails (or
+// with --trace), its first failing step is run again with tracing on, on the baseline and on the
+// layout, and the first traced tensor (model/trace.h) over its bound names where the failure
+// enters. The layout's step records its shards while it runs (a trace::Scope around
+// ParallelRun::step); the baseline's records come from a one-device model given the baseline's
+// parameters and expert biases before the step; each rank sums its shards against the baseline's
+// full tensors through the canonical mapping (trace::global_index), one allgather carries the
+// sums, and harness/verdict/trace_verdict.h names the first over its bound.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "harness/runner/baseline.h"
+#include "harness/verdict/trace_verdict.h"
+#include "harness/verdict/verdict.h"
+#include "mesh/mesh.h"
+#include "mesh/run_config.h"
+#include "model/route_oracle.h"
+#include "model/trace.h"
+
+namespace parity {
+
+// The baseline's records of step t: the one-device model from `params` (registry order) and
+// `bias` (per MoE layer), every micro-batch of the step, routed as `routes` says (the baseline's
+// record of the step: the routing the layout follows, model/route_oracle.h). With `twin`: the
+// rounding twin's (twin.h): every parameter one ulp off, the storage points jittered.
+template <class T>
+trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<T>> params,
+                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes, bool twin);
+
+// The traced step on one rank: the baseline's expert biases before it, the layout's records.
+template <class T> struct TracedStep {
+  std::vector<Buffer<T>> bias;
+  trace::Recorder layout;  // under a trace::Scope around the layout's step
+  // Collective over `world`: the baseline and its twin traced from `params` (before step b.step), each
+  // key's bound from the twin's noise (tolerance.h trace_bound), every rank's sums folded.
+  // param_bound: the step's largest param row bound under the trajectory verdict, else 0.
+  trace_verdict::Result fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
+                             const StepRecord<T>& b, const std::vector<Tensor<T>>& params, double param_bound) const;
+};
+
+// This rank's sums (trace_verdict::Sums, packed) of `mine` against `base`, per key of `keys`.
+std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+                               const trace::Recorder& mine, const ModelConfig& c);
+
+// Collective over `world`: every rank's sums, folded, the bounds from the twin's noise per key.
+trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
+                                 const trace::Recorder& base, const trace::Recorder& twin,
+                                 const trace::Recorder& mine, double param_bound);
+
+// Collective over `world`: the step to trace, the same on every rank (a simulated world folds its
+// rows on rank 0 alone): the earliest failing row's step, or with `always` (--trace) step 0 of a
+// passing verdict; -1: none. Without a failure and --trace, tracing costs this one allreduce.
+int64_t step_to_trace(comm::Communicator& world, const std::vector<Row>& rows, bool always);
+
+// A rank's coordinates in words, the degrees above 1: "dp_shard 1, tp 0".
+std::string rank_coords(const mesh::Mesh& m, int rank);
+
+}  // namespace parity

@@ -1,0 +1,47 @@
+// The trace's verdict (issue 45, docs/verdict.md "The trace"): every rank's sums of its traced
+// shards (model/trace.h) against the baseline's full tensors, key by key in data-flow order, and
+// the first key over its bound: the tensor where a failure enters, with the micro-batch, the rank
+// and the element that differ most. Records and arithmetic only (the runner's side, which runs
+// the two models traced and exchanges the sums: harness/runner/trace_run.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/verdict/verdict_root.h"
+#include "model/trace.h"
+
+namespace parity::trace_verdict {
+
+// One rank's sums of one key: normwise, the scale ratio's terms, the elements compared, and the
+// element with the largest |x - ref| (its flat index in the full tensor of the step).
+struct Sums {
+  double diff2 = 0, ref2 = 0, xr = 0, count = 0;
+  double worst = -1, worst_index = -1, worst_got = 0, worst_ref = 0;
+  static constexpr size_t kWidth = 8;
+  void add(double x, double ref, int64_t index);
+  void pack(std::vector<double>& out) const;
+  static Sums unpack(const double* p);
+};
+
+// What names a key's elements: the step's shape.
+struct StepShape {
+  int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
+  int64_t cols(trace::Site s) const { return s == trace::Site::logits ? vocab : dim; }
+  double elements(trace::Site s) const { return static_cast<double>(batch * seq * cols(s)); }
+};
+
+struct Result {
+  bool found = false;              // a key over its bound
+  std::string root;                // "layer 1 attn_out, forward, micro-batch 0, rank 3 (tp 1): x2.000 ..."
+  std::vector<std::string> lines;  // the trace's table: the keys compared, the first over its bound, the unmapped
+};
+
+// all: per rank, keys.size() Sums packed (kWidth each), in the keys' order; bounds: per key;
+// coords: per rank, its coordinates in words ("dp_shard 1, tp 0"). A key that no rank traced,
+// or whose ranks traced fewer elements than its full tensor, is named as not mapped, never passed.
+Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<double>& all, int world,
+                       const std::vector<double>& bounds, const std::vector<std::string>& coords,
+                       const StepShape& shape, const LayoutDegrees& degrees);
+
+}  // namespace parity::trace_verdict

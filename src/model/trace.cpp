@@ -1,0 +1,63 @@
+#include "model/trace.h"
+
+#include <array>
+
+namespace parity::trace {
+
+std::string site_name(Site s) {
+  static const std::array<const char*, kSites> names{"embed",    "ln1", "q",       "k",     "v",
+                                                     "attn",     "attn_out", "h_mid", "ln2", "ffn_out",
+                                                     "h_out",    "final_ln", "logits"};
+  return names[static_cast<size_t>(s)];
+}
+
+std::string key_name(const Key& k, int64_t layers) {
+  const bool in_layer = k.layer >= 0 && k.layer < layers;
+  return (in_layer ? "layer " + std::to_string(k.layer) + " " : std::string()) + site_name(k.site) + ", " +
+         (k.dir == Dir::fwd ? "forward" : "backward");
+}
+
+std::vector<Key> flow_keys(int64_t layers) {
+  static constexpr std::array kLayer{Site::ln1,   Site::q,   Site::k,       Site::v,     Site::attn,
+                                     Site::attn_out, Site::h_mid, Site::ln2, Site::ffn_out, Site::h_out};
+  // the backward's gradients in the order it computes them (attn_out's is h_mid's, ffn_out's h_out's)
+  static constexpr std::array kBack{Site::h_out, Site::ln2, Site::h_mid, Site::attn, Site::v, Site::k, Site::q,
+                                    Site::ln1};
+  std::vector<Key> out{{Site::embed, -1, Dir::fwd}};
+  for (int64_t l = 0; l < layers; ++l)
+    for (Site s : kLayer) out.push_back({s, l, Dir::fwd});
+  out.push_back({Site::final_ln, layers, Dir::fwd});
+  out.push_back({Site::logits, layers, Dir::fwd});
+  out.push_back({Site::logits, layers, Dir::bwd});
+  out.push_back({Site::final_ln, layers, Dir::bwd});
+  for (int64_t l = layers - 1; l >= 0; --l)
+    for (Site s : kBack) out.push_back({s, l, Dir::bwd});
+  out.push_back({Site::embed, -1, Dir::bwd});
+  return out;
+}
+
+// The rows: the micro-batch's sequences [g0, g0 + b), each holding npos = n_rows / b positions: this
+// rank's context-parallel chunk (rank cp_rank's, parallel/cp_ops.h CpContext::blocks: contiguous, or
+// under the balanced order blocks cp_rank and 2 cp - 1 - cp_rank of S / (2 cp) positions each), and of
+// it, for the residual stream under sequence parallel, tp lane tp_rank's part (parallel/tp_ops.h).
+void global_token(const Entry& e, int64_t r, int64_t S, int64_t& g, int64_t& s) {
+  const int64_t npos = e.n_rows / e.b;
+  const Placement& p = e.place;
+  int64_t row = r % npos;  // the row in this rank's chunk
+  if (e.rows == Rows::stream && p.sp && p.tp > 1) row += p.tp_rank * npos;
+  g = e.g0 + r / npos;
+  if (!p.cp_balanced || p.cp < 2) {
+    s = p.cp_rank * (S / p.cp) + row;
+    return;
+  }
+  const int64_t half = S / (2 * p.cp);
+  s = row < half ? p.cp_rank * half + row : (2 * p.cp - 1 - p.cp_rank) * half + (row - half);
+}
+
+int64_t global_index(const Entry& e, int64_t i, int64_t S) {
+  int64_t g = 0, s = 0;
+  global_token(e, i / e.cols, S, g, s);
+  return (g * S + s) * e.full_cols + e.col0 + i % e.cols;
+}
+
+}  // namespace parity::trace

@@ -1,0 +1,137 @@
+// The traced step (issue 45, docs/verdict.md "The trace") through the binary: for each layout degree
+// the canonical mapping places (model/trace.h global_index), a one-element change planted in one
+// rank's traced shard (PARITY_TRACE_PLANT: SITE:LAYER:DIR:RANK:RECORD:INDEX, +1 on local element
+// INDEX of that rank's RECORD-th record of the key) must be named with its tensor, micro-batch,
+// rank and global element, and nothing before it in the data flow. The expected element is worked
+// out here by hand from each scenario's shape (dim 16, seq 8, vocab 64, 4 heads): a mapping that
+// misplaces a shard names another element, or an earlier tensor whose every element moved.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/parity_cmd.h"
+
+namespace parity {
+namespace {
+
+using test::parity_cmd;
+
+std::string traced(const std::string& scenario, const std::string& plant, const std::string& extra = "") {
+  if (plant.empty())
+    unsetenv("PARITY_TRACE_PLANT");
+  else
+    setenv("PARITY_TRACE_PLANT", plant.c_str(), 1);
+  const test::Result r = parity_cmd("run " + std::string(PARITY_SOURCE_DIR) + "/scenarios/" + scenario +
+                                    ".json --backend sim --steps 1 --trace " + extra);
+  unsetenv("PARITY_TRACE_PLANT");
+  EXPECT_EQ(r.code, plant.empty() && extra.empty() ? 0 : r.code) << r.out;
+  return r.out;
+}
+
+// The first diverging line names exactly `what`, and its element is the planted one: the layout's
+// value is the baseline's + 1 (a partial sum compared before its reduction, or an element placed
+// wrong, reads another difference).
+void expect_named(const std::string& out, const std::string& what) {
+  const std::string head = "  first diverging: " + what + " ";
+  const size_t at = out.find(head);
+  ASSERT_NE(at, std::string::npos) << "expected " << what << "\n" << out;
+  const std::string rest = out.substr(at + head.size());
+  const size_t against = rest.find(" against ");
+  ASSERT_NE(against, std::string::npos) << out;
+  const double got = std::stod(rest.substr(0, against)), ref = std::stod(rest.substr(against + 9));
+  EXPECT_NEAR(got - ref, 1.0, 1e-4) << "got " << got << " ref " << ref << "\n" << out;
+}
+
+// tp: q's columns are this lane's heads, from wq's column offset (8 of 16 on lane 1).
+TEST(TraceMapping, TensorParallelColumns) {
+  // rank 1's local row 10 (sequence 1, position 2), local column 3 -> global column 8 + 3
+  expect_named(traced("tp2", "q:0:fwd:1:0:83"),
+               "layer 0 q, forward, micro-batch 0, rank 1 (tp 1, etp 1), element [sequence 1, position 2, column 11]");
+}
+
+// tp: wo's row-parallel partial sums are compared after their reduction (every lane holds the sum).
+TEST(TraceMapping, TensorParallelRowsComparedAfterTheirReduction) {
+  expect_named(traced("tp2", "attn_out:0:fwd:1:0:163"),
+               "layer 0 attn_out, forward, micro-batch 0, rank 1 (tp 1, etp 1), element [sequence 1, position 2, "
+               "column 3]");
+}
+
+// tp: the vocabulary-parallel logits, lane 1 holding columns 32..63.
+TEST(TraceMapping, VocabParallelLogits) {
+  expect_named(traced("tp2", "logits:2:fwd:1:0:325"),
+               "logits, forward, micro-batch 0, rank 1 (tp 1, etp 1), element [sequence 1, position 2, column 37]");
+}
+
+// sp: lane 1 holds positions 4..7 of every sequence of the residual stream.
+TEST(TraceMapping, SequenceParallelChunks) {
+  expect_named(traced("tp2_sp", "ln1:1:fwd:1:0:83"),
+               "layer 1 ln1, forward, micro-batch 0, rank 1 (tp 1, etp 1), element [sequence 1, position 5, column 3]");
+}
+
+// cp: rank 1 holds positions 4..7 (the gradient arriving at k, reduce-scattered back to its owner).
+TEST(TraceMapping, ContextParallelChunks) {
+  expect_named(traced("cp2", "k:0:bwd:1:0:98"),
+               "layer 0 k, backward, micro-batch 0, rank 1 (cp 1), element [sequence 1, position 6, column 2]");
+}
+
+// cp in the load-balanced order (layout.cp_order balanced, issue 47): rank 1 holds blocks 1 and 2 of
+// S / (2 cp) = 2 positions (2, 3 and 4, 5); its chunk's row 2 is position 4, not the contiguous order's 6.
+TEST(TraceMapping, ContextParallelBalancedOrder) {
+  expect_named(traced("cp2_balanced_rope", "k:0:bwd:1:0:98"),
+               "layer 0 k, backward, micro-batch 0, rank 1 (cp 1), element [sequence 1, position 4, column 2]");
+}
+
+// cp x sp: cp rank 1's chunk (positions 4..7), of it tp lane 1's half (6, 7).
+TEST(TraceMapping, ContextAndSequenceParallel) {
+  expect_named(traced("cp2_tp2_sp", "h_mid:0:fwd:3:0:49"),
+               "layer 0 h_mid, forward, micro-batch 0, rank 3 (cp 1, tp 1), element [sequence 1, position 7, "
+               "column 1]");
+}
+
+// dp, micro-batches and an uneven split: batch 9 in 2 micro-batches (0..4, 5..8) over 4 ranks:
+// rank 2 holds sequence 4 in micro-batch 0 and 7 in micro-batch 1; rank 3 none in micro-batch 0
+// (no record) and 8 in micro-batch 1.
+TEST(TraceMapping, DataParallelMicroBatchesAndUnevenSplit) {
+  expect_named(traced("fsdp4_uneven_b9_mb2", "ffn_out:0:fwd:2:1:52"),
+               "layer 0 ffn_out, forward, micro-batch 1, rank 2 (dp_shard 2), element [sequence 7, position 3, "
+               "column 4]");
+  expect_named(traced("fsdp4_uneven_b9_mb2", "ln2:1:bwd:3:0:80"),
+               "layer 1 ln2, backward, micro-batch 1, rank 3 (dp_shard 3), element [sequence 8, position 5, column 0]");
+}
+
+// pp: stage 1 holds layers 2 and 3; its third backward of layer 3 is micro-batch 2 (sequences 4, 5).
+TEST(TraceMapping, PipelineStages) {
+  expect_named(traced("pp2_1f1b", "attn:3:bwd:1:2:149"),
+               "layer 3 attn, backward, micro-batch 2, rank 1 (pp 1), element [sequence 5, position 1, column 5]");
+}
+
+// ep: the MoE block compared at its output (rank 3 holds sequences 6, 7); inside it nothing is
+// mapped yet, and the trace says so.
+TEST(TraceMapping, ExpertParallelAtTheBlockOutputAndWhatIsNotMapped) {
+  const std::string out = traced("fsdp4_ep2", "ffn_out:1:fwd:3:0:143");
+  expect_named(out, "layer 1 ffn_out, forward, micro-batch 0, rank 3 (dp_shard 3, ep 1), element [sequence 7, "
+                    "position 0, column 15]");
+  EXPECT_NE(out.find("not traced: inside an MoE block"), std::string::npos) << out;
+}
+
+// A clean layout traced: every tensor within its bound, every element placed (no "not mapped").
+TEST(Trace, CleanLayoutTracedPasses) {
+  for (const char* s : {"cp2_tp2_sp", "fsdp4_uneven_b9_mb2", "pp2_1f1b", "bf16_tp2_sp"}) {
+    const std::string out = traced(s, "");
+    EXPECT_NE(out.find("  no traced tensor over its bound"), std::string::npos) << s << "\n" << out;
+    EXPECT_EQ(out.find("not mapped"), std::string::npos) << s << "\n" << out;
+  }
+}
+
+// A failing verdict traces its first failing step by itself, and the root line names where the bug
+// enters: the cp attention backward that keeps its own queries' part of dK, dV (docs/zoo.md).
+TEST(Trace, FailingVerdictNamesTheOpOnItsRootLine) {
+  const test::Result r = parity_cmd("run " + std::string(PARITY_SOURCE_DIR) +
+                                    "/scenarios/cp2_dense.json --backend sim --steps 1 --inject cp_kv_grad_local");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("; enters at layer 1 v, backward, micro-batch 0, rank "), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace parity

@@ -1,0 +1,75 @@
+// The trace's verdict on hand-made sums (harness/verdict/trace_verdict.h): the first key over its
+// bound in data-flow order is named with the rank that holds its worst element; a key traced on
+// fewer elements than its full tensor is named "not mapped", never passed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/verdict/trace_verdict.h"
+
+namespace parity {
+namespace {
+
+using trace_verdict::Sums;
+
+const trace_verdict::StepShape kShape{2, 1, 4, 8, 16, 1, 0};  // batch 2, seq 4, dim 8, vocab 16, 1 layer
+
+// Every rank's sums: each key fully traced on rank 0, equal to the baseline (ref 1 everywhere).
+std::vector<Sums> clean(const std::vector<trace::Key>& keys) {
+  std::vector<Sums> s(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k)
+    for (int64_t i = 0; i < static_cast<int64_t>(kShape.elements(keys[k].site)); ++i) s[k].add(1.0, 1.0, i);
+  return s;
+}
+
+std::vector<double> packed(const std::vector<std::vector<Sums>>& ranks) {
+  std::vector<double> out;
+  for (const auto& r : ranks)
+    for (const Sums& s : r) s.pack(out);
+  return out;
+}
+
+trace_verdict::Result verdict(const std::vector<std::vector<Sums>>& ranks, const std::vector<trace::Key>& keys) {
+  return trace_verdict::first_diverging(keys, packed(ranks), static_cast<int>(ranks.size()),
+                                        std::vector<double>(keys.size(), 1e-11), {"tp 0", "tp 1"}, kShape, {});
+}
+
+size_t index_of(const std::vector<trace::Key>& keys, trace::Key k) {
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i] == k) return i;
+  return keys.size();
+}
+
+TEST(TraceVerdict, FirstOverItsBoundInDataFlowOrderWithItsRankAndElement) {
+  const auto keys = trace::flow_keys(1);
+  std::vector<std::vector<Sums>> ranks{clean(keys), std::vector<Sums>(keys.size())};
+  // rank 1 holds a second copy of layer 0's v and of the logits' gradient, each one element off
+  const size_t v = index_of(keys, {trace::Site::v, 0, trace::Dir::fwd});
+  const size_t dl = index_of(keys, {trace::Site::logits, 1, trace::Dir::bwd});
+  ranks[1][dl].add(3.0, 1.0, 17);
+  ranks[1][v].add(1.5, 1.0, 8 * 5 + 2);  // token 5 (sequence 1, position 1), column 2
+  const auto r = verdict(ranks, keys);
+  ASSERT_TRUE(r.found);
+  EXPECT_EQ(r.root.rfind("layer 0 v, forward, micro-batch 0, rank 1 (tp 1), element [sequence 1, position 1, "
+                         "column 2] 1.5 against 1:",
+                         0),
+            0u)
+      << r.root;
+}
+
+TEST(TraceVerdict, AKeyTracedOnFewerElementsThanItsTensorIsNotMappedNeverPassed) {
+  const auto keys = trace::flow_keys(1);
+  std::vector<Sums> one = clean(keys);
+  const size_t q = index_of(keys, {trace::Site::q, 0, trace::Dir::bwd});
+  one[q] = Sums{};
+  for (int64_t i = 0; i < 40; ++i) one[q].add(1.0, 1.0, i);  // 40 of 64
+  const auto r = verdict({one}, keys);
+  EXPECT_FALSE(r.found);
+  bool named = false;
+  for (const auto& l : r.lines) named |= l == "  not mapped: layer 0 q, backward (40 of 64 elements traced)";
+  EXPECT_TRUE(named) << testing::PrintToString(r.lines);
+}
+
+}  // namespace
+}  // namespace parity
