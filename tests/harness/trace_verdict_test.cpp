@@ -68,7 +68,7 @@ TEST(TraceVerdict, AKeyTracedOnFewerElementsThanItsTensorIsNotMappedNeverPassed)
   EXPECT_FALSE(r.found);
   bool named = false;
   for (const auto& l : r.lines) named |= l == "  not mapped: layer 0 q, backward (40 of 64 elements traced)";
-  EXPECT_TRUE(named) << testing::PrintToString(r.lines);
+  EXPECT_TRUE(named) << ::testing::PrintToString(r.lines);
 }
 
 }  // namespace
