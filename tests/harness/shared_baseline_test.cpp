@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,23 @@ TEST(SharedBaselineFile, TheReadersOfOneProcessShareOneMapping) {
   }
   readers.clear();
   EXPECT_EQ(mappings_of(path), 1);  // unmapped with its last reader
+}
+
+// A step read once is released to the producer, whose ring may reuse its block: asking for it
+// again is refused, never answered with whatever step the block holds now (issue 45's traced
+// re-run got step 8's record for step 0).
+TEST(SharedBaselineFile, AStepReleasedIsNotReadAgain) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
+  s.steps = 3;
+  const std::string path = ::testing::TempDir() + "parity-shared-again-" + std::to_string(::getpid());
+  BaselineProducer producer(s, path, 1, 0);
+  producer.start();
+  auto reader = make_baseline_source<double>(s, 0, path);
+  ASSERT_TRUE(reader->shared());
+  (void)reader->step(0);
+  (void)reader->step(1);
+  EXPECT_THROW((void)reader->step(0), std::logic_error);
+  EXPECT_NO_THROW((void)reader->step(2));
 }
 
 }  // namespace

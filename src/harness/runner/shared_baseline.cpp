@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <mutex>
 #include <memory>
 #include <optional>
@@ -254,6 +255,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   }
 
   std::shared_ptr<const StepRecord<T>> step(int64_t t) override {
+    not_released(t);
     wait_for(t + 1);
     const DecodedStep<T> d = decode_once<T>(file_, t, true, [&] { return decode_step(t); });
     cur_ = d.state;
@@ -267,6 +269,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   }
   void skip_to(int64_t t) override {
     if (t == 0) return;
+    not_released(t - 1);
     wait_for(t);  // the parameters after step t - 1
     cur_ = decode_once<T>(file_, t - 1, false, [&] {
              const unsigned char* at = block(t - 1) + 8 * (5 + static_cast<size_t>(g_.M)) + g_.tensors();
@@ -301,10 +304,21 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     return base_ + kHeader + g_.init_bytes() + static_cast<size_t>(t % kRing) * g_.block_bytes();
   }
   // This rank no longer needs the blocks before step `next`: the producer may reuse them.
-  void release(int64_t next) const {
+  void release(int64_t next) {
     auto* h = reinterpret_cast<Header*>(const_cast<unsigned char*>(base_));
     std::atomic_ref<int64_t>(h->next[slot_]).store(next, std::memory_order_release);
+    released_ = std::max(released_, next);
   }
+  // A step's block released is the producer's to reuse: the ring's slot may already hold step t +
+  // kRing, and reading it would hand this rank another step's record without a word (issue 45's
+  // traced re-run asked for step 0 again and got step 8's routing). Refused instead.
+  void not_released(int64_t t) const {
+    if (t < released_)
+      throw std::logic_error("shared baseline: step " + std::to_string(t) + " asked for again after this rank " +
+                             "released it (its block of the ring of " + std::to_string(kRing) +
+                             " may hold another step now); read each step once, in order");
+  }
+  int64_t released_ = 0;  // the blocks before it are released (release)
   Geometry g_;
   std::shared_ptr<FileMap> map_;  // this process's one mapping of the file
   const unsigned char* base_;
