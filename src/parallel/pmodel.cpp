@@ -387,7 +387,8 @@ template <class T> typename ParallelModel<T>::Impl ParallelModel<T>::impl_for(co
   ModelConfig chunk = cfg_;
   chunk.seq = cp_.chunk(cfg_.seq);
   route_g0 = u.g0;
-  trace::micro(u.g0, u.b, {tp_.rank, tp_.size, cp_.rank, cp_.size, tp_.sp, cp_.balanced});  // this rank's shards (model/trace.h)
+  // this rank's shards (model/trace.h)
+  trace::micro(u.g0, u.b, {tp_.rank, tp_.size, cp_.rank, cp_.size, tp_.sp, cp_.balanced});
   return Impl{*this, cfg_, u.b, u.b * chunk.seq, u.b * stream_rows(), chunk};
 }
 
