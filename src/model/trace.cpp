@@ -37,21 +37,18 @@ std::vector<Key> flow_keys(int64_t layers) {
 }
 
 // The rows: the micro-batch's sequences [g0, g0 + b), each holding npos = n_rows / b positions: this
-// rank's context-parallel chunk (rank cp_rank's, parallel/cp_ops.h CpContext::blocks: contiguous, or
-// under the balanced order blocks cp_rank and 2 cp - 1 - cp_rank of S / (2 cp) positions each), and of
-// it, for the residual stream under sequence parallel, tp lane tp_rank's part (parallel/tp_ops.h).
+// rank's context-parallel chunk (Placement::blocks: contiguous, or the load-balanced order's two
+// blocks, parallel/cp_ops.h), and of it, for the residual stream under sequence parallel, tp lane
+// tp_rank's part (parallel/tp_ops.h).
 void global_token(const Entry& e, int64_t r, int64_t S, int64_t& g, int64_t& s) {
   const int64_t npos = e.n_rows / e.b;
   const Placement& p = e.place;
   int64_t row = r % npos;  // the row in this rank's chunk
   if (e.rows == Rows::stream && p.sp && p.tp > 1) row += p.tp_rank * npos;
   g = e.g0 + r / npos;
-  if (!p.cp_balanced || p.cp < 2) {
-    s = p.cp_rank * (S / p.cp) + row;
-    return;
-  }
-  const int64_t half = S / (2 * p.cp);
-  s = row < half ? p.cp_rank * half + row : (2 * p.cp - 1 - p.cp_rank) * half + (row - half);
+  s = p.cp_rank * (S / p.cp) + row;
+  for (const Placement::Block& k : p.blocks)
+    if (row >= k.row && row < k.row + k.rows) s = k.pos + (row - k.row);
 }
 
 int64_t global_index(const Entry& e, int64_t i, int64_t S) {

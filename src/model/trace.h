@@ -32,7 +32,13 @@ enum class Rows : uint8_t { stream, chunk };
 struct Placement {
   int64_t tp_rank = 0, tp = 1, cp_rank = 0, cp = 1;
   bool sp = false;
-  bool cp_balanced = false;  // layout.cp_order balanced: the chunk is blocks cp_rank and 2 cp - 1 - cp_rank
+  // This rank's context-parallel chunk as blocks of rows: (first row, rows, first global position),
+  // parallel/cp_ops.h CpContext::blocks (contiguous, or the load-balanced order's two); empty: one
+  // contiguous chunk, rank cp_rank's.
+  struct Block {
+    int64_t row = 0, rows = 0, pos = 0;
+  };
+  std::vector<Block> blocks;
 };
 
 // Which tensor: the site of one layer in one direction.

@@ -387,8 +387,11 @@ template <class T> typename ParallelModel<T>::Impl ParallelModel<T>::impl_for(co
   ModelConfig chunk = cfg_;
   chunk.seq = cp_.chunk(cfg_.seq);
   route_g0 = u.g0;
-  // this rank's shards (model/trace.h)
-  trace::micro(u.g0, u.b, {tp_.rank, tp_.size, cp_.rank, cp_.size, tp_.sp, cp_.balanced});
+  if (trace::active()) {  // this rank's shards (model/trace.h); untraced, nothing
+    trace::Placement place{tp_.rank, tp_.size, cp_.rank, cp_.size, tp_.sp, {}};
+    for (const CpBlock& k : cp_.blocks(cfg_.seq)) place.blocks.push_back({k.row, k.rows, k.pos});
+    trace::micro(u.g0, u.b, place);
+  }
   return Impl{*this, cfg_, u.b, u.b * chunk.seq, u.b * stream_rows(), chunk};
 }
 
