@@ -81,9 +81,9 @@ struct Bound {
 };
 // A grad row's (and the grad norm's) bound beside what the policy's 16-bit reductions may move
 // (kReduceRounding): `allowed`, relative to the family's norm like the bound. The bound is the
-// larger of the twin's (its three twins round partial sums over sequences as data-parallel ranks
-// do: kTwinFactor x that noise covers a layout whose partials are sequences) and the floor plus
-// `allowed` (what no twin measured: partials over tokens, or a batch of one sequence).
+// larger of the twin's (which rounds its gradient once, as the baseline does: its noise is the
+// policy's storage points) and the floor plus `allowed` (what the layout's reductions may round:
+// the twin measures none of it).
 inline Bound with_reduction(Bound b, double allowed) {
   if (!(allowed > 0)) return b;
   b.reduction = allowed;
