@@ -22,6 +22,7 @@
 #include "core/files.h"
 #include "core/inject.h"
 #include "core/precision.h"
+#include "harness/runner/run_flow.h"
 #include "harness/scenario/scenario.h"
 
 namespace parity::cli {
@@ -83,17 +84,21 @@ Job make_job(const Case& c, const ZooOptions& o, const std::string& dir) {
 Outcome judge(const Case& c, const JobEnd& end, const std::string& dir) {
   Outcome r;
   r.seconds = end.seconds, r.rc = end.rc;
-  std::string text;
-  try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
-    text = read_regular_if_exists(report_path(c, dir), int64_t{64} << 20, Blame::damaged_data, "zoo report")
-               .value_or("");
-  } catch (const Error&) {
-  }
-  const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
-  if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
-    r.root = root_text(rep["root"]);
-    r.step = rep["root"].value("step", int64_t{-1});
-    r.factor = rep["root"].value("factor", "");
+  // The first root the run names: a resume check's phase 1 (its own report, run_flow.h
+  // phase1_report) where that failed, else phase 2's (a bug of the checkpoint acts only there).
+  for (const std::string& path : {phase1_report(report_path(c, dir)), report_path(c, dir)}) {
+    std::string text;
+    try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
+      text = read_regular_if_exists(path, int64_t{64} << 20, Blame::damaged_data, "zoo report").value_or("");
+    } catch (const Error&) {
+    }
+    const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
+    if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
+      r.root = root_text(rep["root"]);
+      r.step = rep["root"].value("step", int64_t{-1});
+      r.factor = rep["root"].value("factor", "");
+      break;
+    }
   }
   const Injection& bug = *c.bug;
   if (r.rc != 0 && r.rc != 1)

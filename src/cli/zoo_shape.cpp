@@ -90,15 +90,15 @@ const Need uneven = need(
 struct Entry {
   std::string_view bug;
   std::vector<Need> needs;
-  std::string_view factor = {};  // "" the registry's, with the rule of zoo_factor_in; {tp}, {tp*cp} replaced
+  std::string_view factor = {};  // "" the registry's, with the rule of zoo_factor_in; {tp}, {tp*cp*dpr} replaced
   std::string_view root = {};    // "" the registry's
 };
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> all = {
-      // every replica counted: LayerNorm's are the TP lanes' and, under cp (FSDP shards over dp_shard
-      // only), the cp ranks' too
-      {"norm_counts_replicas", {tp2}, "layernorm x{tp*cp}"},
+      // every replica counted: LayerNorm's are the TP lanes' and, as FSDP shards over dp_shard only,
+      // the cp ranks' and HSDP's replicas' too
+      {"norm_counts_replicas", {tp2}, "layernorm x{tp*cp*dpr}"},
       {"norm_drops_experts", {moe}},
       {"router_grad_averaged", {moe, tp2}},
       {"sp_layernorm_not_summed", {tp2, sp}},
@@ -190,7 +190,7 @@ std::string zoo_factor_in(const Injection& bug, const Scenario& s) {
     }
   }
   replace_all(f, "{tp}", num(s.layout.tp));
-  replace_all(f, "{tp*cp}", num(s.layout.tp * s.layout.cp));
+  replace_all(f, "{tp*cp*dpr}", num(s.layout.tp * s.layout.cp * s.layout.dp_replicate));
   return f;
 }
 
