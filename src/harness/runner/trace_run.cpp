@@ -78,9 +78,17 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
   return trace_fold(s, world, m, base, twin, planted, param_bound);
 }
 
+trace_verdict::StepShape step_shape(const ModelConfig& c) {
+  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k};
+}
+
+std::vector<trace::Key> trace_keys(const ModelConfig& c) {
+  return trace::flow_keys(c.layers, {c.moe_layers() > 0 ? c.dense_layers : -1, c.shared_experts > 0});
+}
+
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                const trace::Recorder& mine, const ModelConfig& c) {
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  const trace_verdict::StepShape shape = step_shape(c);
   std::vector<std::vector<double>> full(keys.size());  // the baseline's full tensor of the step, per key
   const auto key_index = [&](const trace::Key& k) {
     for (size_t i = 0; i < keys.size(); ++i)
@@ -137,12 +145,12 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
                                  const trace::Recorder& base, const trace::Recorder& twin,
                                  const trace::Recorder& mine, double param_bound) {
   const ModelConfig& c = s.model;
-  const std::vector<trace::Key> keys = trace::flow_keys(c.layers);
+  const std::vector<trace::Key> keys = trace_keys(c);
   const std::vector<double> own = trace_sums(keys, base, mine, c);
   std::vector<double> all(own.size() * static_cast<size_t>(world.size()));
   world.allgather(std::span<const double>(own), std::span<double>(all));
   const std::vector<double> noise = trace_sums(keys, base, twin, c);  // the twin's distance, per key
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  const trace_verdict::StepShape shape = step_shape(c);
   std::vector<double> bounds;
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto n = trace_verdict::Sums::unpack(noise.data() + k * trace_verdict::Sums::kWidth);

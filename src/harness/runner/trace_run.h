@@ -42,6 +42,10 @@ template <class T> struct TracedStep {
                              const StepRecord<T>& b, const std::vector<Tensor<T>>& params, double param_bound) const;
 };
 
+// The step's shape and the keys a model of config c records, in data-flow order.
+trace_verdict::StepShape step_shape(const ModelConfig& c);
+std::vector<trace::Key> trace_keys(const ModelConfig& c);
+
 // This rank's sums (trace_verdict::Sums, packed) of `mine` against `base`, per key of `keys`.
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                const trace::Recorder& mine, const ModelConfig& c);

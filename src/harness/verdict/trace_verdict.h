@@ -27,7 +27,14 @@ struct Sums {
 // What names a key's elements: the step's shape.
 struct StepShape {
   int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
-  int64_t cols(trace::Site s) const { return s == trace::Site::logits ? vocab : dim; }
+  int64_t experts = 0, top_k = 0;
+  int64_t cols(trace::Site s) const {
+    using trace::Site;
+    if (s == Site::logits) return vocab;
+    if (s == Site::router || s == Site::scores) return experts;
+    if (s == Site::route_w) return top_k;
+    return s == Site::experts ? top_k * dim : dim;
+  }
   double elements(trace::Site s) const { return static_cast<double>(batch * seq * cols(s)); }
 };
 
