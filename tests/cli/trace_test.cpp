@@ -190,5 +190,28 @@ TEST(Trace, MoeBugsNamedAtTheirOp) {
   EXPECT_NE(aux.out.find("; enters at layer 1 scores, backward, micro-batch 0, rank "), std::string::npos) << aux.out;
 }
 
+// `parity explain --trace`: each rank's traced tensors and where they land. fsdp4_tp2_ep2_etp2's rank 5
+// (dp_shard 2: sequences 4, 5; tp lane 1): the residual stream whole, its heads' columns 8-15, the
+// vocabulary's 32-63, and inside the MoE block the rows it routes: chunk(16, 2, 1) = sequence 5.
+TEST(TraceExplain, PlacementsPerRank) {
+  const test::Result r =
+      parity_cmd("explain " + std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4_tp2_ep2_etp2.json --trace");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const std::string who = "| rank 5 (dp_shard 2, tp 1, ep 0, etp 1) | 0 | ";
+  for (const std::string& row :
+       {who + "4-5 | 0-7 | all | embed fwd+bwd; ln1 L0-1 fwd+bwd; attn_out L0-1 fwd; h_mid L0-1 fwd+bwd; ln2 L0-1 "
+              "fwd+bwd; ffn_out L0-1 fwd; h_out L0-1 fwd+bwd; final_ln fwd+bwd; shared L1 fwd |",
+        who + "4-5 | 0-7 | 8-15 of 16 | q L0-1 fwd+bwd; k L0-1 fwd+bwd; v L0-1 fwd+bwd; attn L0-1 fwd+bwd |",
+        who + "5 | 0-7 | all | router L1 fwd+bwd; scores L1 fwd+bwd; route_w L1 fwd+bwd; experts L1 fwd+bwd; "
+              "combine L1 fwd |",
+        who + "4-5 | 0-7 | 32-63 of 64 | logits fwd+bwd |"})
+    EXPECT_NE(r.out.find(row + "\n"), std::string::npos) << row << "\n" << r.out;
+  // cp x sp: cp rank 1's chunk (positions 4-7), of it tp lane 1's stream rows 6-7
+  const test::Result cp =
+      parity_cmd("explain " + std::string(PARITY_SOURCE_DIR) + "/scenarios/cp2_tp2_sp.json --trace");
+  EXPECT_NE(cp.out.find("| rank 3 (cp 1, tp 1) | 0 | 0-"), std::string::npos) << cp.out;
+  EXPECT_NE(cp.out.find(" | 6-7 | all | embed fwd+bwd; ln1 L0-"), std::string::npos) << cp.out;
+}
+
 }  // namespace
 }  // namespace parity

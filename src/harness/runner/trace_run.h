@@ -60,6 +60,12 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
 // passing verdict; -1: none. Without a failure and --trace, tracing costs this one allreduce.
 int64_t step_to_trace(comm::Communicator& world, const std::vector<Row>& rows, bool always);
 
+// Collective over `world`: what each rank records and where it lands in the full tensor (the
+// canonical mapping, trace::global_token), a markdown table, one row per rank and landing
+// (`parity explain --trace`).
+std::vector<std::string> placement_lines(comm::Communicator& world, const mesh::Mesh& m, const trace::Recorder& mine,
+                                         const ModelConfig& c);
+
 // A rank's coordinates in words, the degrees above 1: "dp_shard 1, tp 0".
 std::string rank_coords(const mesh::Mesh& m, int rank);
 

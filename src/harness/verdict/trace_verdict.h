@@ -42,6 +42,7 @@ struct Result {
   bool found = false;              // a key over its bound
   std::string root;                // "layer 1 attn_out, forward, micro-batch 0, rank 3 (tp 1): x2.000 ..."
   std::vector<std::string> lines;  // the trace's table: the keys compared, the first over its bound, the unmapped
+  std::vector<std::string> placements;  // what each rank records and where it lands (trace_run.h placement_lines)
 };
 
 // all: per rank, keys.size() Sums packed (kWidth each), in the keys' order; bounds: per key;
