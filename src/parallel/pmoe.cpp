@@ -97,6 +97,13 @@ template <class T> Buffer<T> aux_whole_sequences_backward(const ModelConfig& c, 
   return gather ? cp_slice(cp, ds_full, b, L, E) : ds_full;
 }
 
+// The bug zoo's combine_weights_twice_ep (core/inject.h): on EP rank 1 the combine weights the experts'
+// outputs by w·w, the routing weights applied twice, in the forward only (the backward's are right).
+bool combine_twice(const EpContext& ep) {
+  static const bool bug = injected("combine_weights_twice_ep");
+  return bug && ep.ep->size() > 1 && ep.ep->rank() == 1;
+}
+
 // The global token id of each routed row [t0, t1) of this rank (ParallelRun::report_tokens
 // names the same ones): c.seq is this rank's chunk of each sequence.
 template <class T>
@@ -168,7 +175,12 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
   ep_dispatch_forward(c, ep, wt.experts, k.x_d.data(), k.chosen.data(), n_d, k.dispatch);
   rec(c, tp, wt, k, trace::Site::experts, trace::Dir::fwd, k.dispatch.y.data(), K * D);  // at (token, slot)
   auto out_d = zeros<T>(n_d * D);
-  combine_forward(k.dispatch.y.data(), k.w.data(), n_d, K, D, out_d.data());
+  Buffer<T> twice;  // bug zoo only
+  if (combine_twice(ep)) {
+    twice = k.w;
+    for (size_t i = 0; i < twice.size(); ++i) twice[i] *= k.w[i];
+  }
+  combine_forward(k.dispatch.y.data(), twice.empty() ? k.w.data() : twice.data(), n_d, K, D, out_d.data());
   rec(c, tp, wt, k, trace::Site::combine, trace::Dir::fwd, out_d.data(), D);
   out_res = split_copies(tp) ? gather_dispatch(tp, out_d, n, b, S, D) : out_d;
   if (c.shared_experts > 0) {

@@ -177,7 +177,8 @@ TEST(Trace, FailingVerdictNamesTheOpOnItsRootLine) {
 }
 
 // Inside the MoE block: the EP dispatch's off-by-one counts enter at the experts' outputs (rows sent to
-// the wrong expert), the aux loss's statistics over one lane's chunks at the scores' gradient.
+// the wrong expert), the aux loss's statistics over one lane's chunks at the scores' gradient, the
+// combine's weights applied twice on one EP rank at the combine.
 TEST(Trace, MoeBugsNamedAtTheirOp) {
   const std::string dir = std::string(PARITY_SOURCE_DIR) + "/scenarios/";
   const test::Result ep = parity_cmd("run " + dir + "fsdp4_ep2.json --backend sim --steps 1 --inject "
@@ -188,6 +189,13 @@ TEST(Trace, MoeBugsNamedAtTheirOp) {
                                       "aux_stats_per_lane");
   EXPECT_EQ(aux.code, 1) << aux.out;
   EXPECT_NE(aux.out.find("; enters at layer 1 scores, backward, micro-batch 0, rank "), std::string::npos) << aux.out;
+  // a forward-only bug on one EP rank (the combine's weights applied twice): named at the combine, on that rank
+  const test::Result comb = parity_cmd("run " + dir + "fsdp4_ep2.json --backend sim --steps 1 --inject "
+                                       "combine_weights_twice_ep");
+  EXPECT_EQ(comb.code, 1) << comb.out;
+  EXPECT_NE(comb.out.find("; enters at layer 1 combine, forward, micro-batch 0, rank 1 (dp_shard 1, ep 1)"),
+            std::string::npos)
+      << comb.out;
 }
 
 // `parity explain --trace`: each rank's traced tensors and where they land. fsdp4_tp2_ep2_etp2's rank 5
