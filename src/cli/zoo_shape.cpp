@@ -135,6 +135,7 @@ const std::vector<Entry>& entries() {
       {"pp_grads_wiped_per_microbatch", {pp2, mb2}},
       {"ckpt_v_from_m_buffer", {resume, adam_state}, "", "", true},
       {"aux_stats_per_cp_chunk", {moe, aux, cp2}, "not a clean factor|not a scaling"},
+      {"combine_weights_twice_ep", {moe, ep2}},
       // the dropped part of dK, dV: a wrong computation, whose ratio may come out near 1
       {"cp_kv_grad_local", {cp2}, "not a clean factor|not a scaling"},
       {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling|no scale ratio"},

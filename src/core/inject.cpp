@@ -147,6 +147,13 @@ const std::vector<Injection>& injections() {
        "under context parallel the load-balancing statistics (token fractions, mean scores) taken over each "
        "cp rank's own sequence chunk instead of the whole sequence gathered over cp, and each rank's loss added",
        "cp2.json", "loss all micro-batches", 0, "not a clean factor"},
+      {"combine_weights_twice_ep", "parallel/pmoe.cpp, the MoE combine under EP",
+       "on one EP rank the combine weights each expert's output by its routing weight squared (the weights "
+       "applied twice, as a route_scale applied again after the dispatch would), in the forward only (issue 45: "
+       "a forward bug named at its op, layer L combine). Under bf16 and fp32 the loss moves within its bound "
+       "and the rows read the gradients' change as bf16 rounding (a misreading of the verdict's, docs/zoo.md); "
+       "the trace names layer 1 combine, forward, under every policy",
+       "fsdp4_ep2.json", "loss all micro-batches|grad head", 0, "not a|rounded to bf16"},
       {"cp_kv_grad_local", "parallel/cp_ops.cpp, attention backward across cp",
        "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",

@@ -119,8 +119,8 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   trace::record(Site::h_out, l, Dir::bwd, dh, n, D);
   auto dbn = zeros<T>(n * D);
   if (w.gate)
-    moe_backward(c, moe_weights(w, bias), L.bn.data(), n, L.moe, dh, dbn.data(),
-                 MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});
+    moe_backward(c, moe_weights(w, bias, RouteFollow{nullptr, l - c.dense_layers, 0}), L.bn.data(), n, L.moe, dh,
+                 dbn.data(), MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});  // the layer: traces
   else
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
   trace::record(Site::ln2, l, Dir::bwd, dbn.data(), n, D);
