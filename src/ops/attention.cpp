@@ -1,6 +1,5 @@
 #include "ops/attention.h"
 
-#include "core/error.h"
 #include "core/precision.h"
 
 #include "core/device.h"
@@ -10,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <vector>
 
 namespace parity {
@@ -36,29 +34,15 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
   attention_forward_rows(q, k, v, Sq, q0, Sk, AttnHeads{H, H, Dh}, out, probs);
 }
 
-namespace {
-
-// The CUDA kernels take G = H only (kernels/attention.cu); a grouped-query call on the device is refused.
-void check_device_heads([[maybe_unused]] const AttnHeads& hd) {
-#if PARITY_HAVE_CUDA
-  if (on_cuda() && hd.G != hd.H)
-    throw Error("attention: the CUDA kernel takes kv_heads = heads only (got " + std::to_string(hd.G) + " of " +
-                std::to_string(hd.H) + ")");
-#endif
-}
-
-}  // namespace
-
 // Query row i sits at global position gi = q0 + i and sees keys j <= gi; query head h reads
 // the columns ck = (h / group) * Dh of k and v.
 template <class T>
 void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, AttnHeads hd,
                             T* out, T* probs) {
   const int64_t H = hd.H, Dh = hd.Dh, W = H * Dh, Wk = hd.G * Dh;  // row strides of q, out and of k, v
-  check_device_heads(hd);
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
-    cuda::attention_forward_rows(q, k, v, Sq, q0, Sk, H, Dh, out, probs);
+    cuda::attention_forward_rows(q, k, v, Sq, q0, Sk, H, hd.G, Dh, out, probs);
     to_storage(out, Sq * W);  // the kernel has finished: the host rounds the (managed) output
     return;
   }
@@ -146,9 +130,8 @@ template <class T>
 void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
                              int64_t Sk, AttnHeads hd, T* dq, T* dk, T* dv) {
   const int64_t H = hd.H, Dh = hd.Dh, W = H * Dh, Wk = hd.G * Dh;
-  check_device_heads(hd);
 #if PARITY_HAVE_CUDA
-  if (on_cuda()) return cuda::attention_backward_rows(q, k, v, probs, dout, Sq, q0, Sk, H, Dh, dq, dk, dv);
+  if (on_cuda()) return cuda::attention_backward_rows(q, k, v, probs, dout, Sq, q0, Sk, H, hd.G, Dh, dq, dk, dv);
 #endif
   const T scale = Dh > 0 ? T(1) / std::sqrt(T(Dh)) : T(1);  // Dh = 0: no columns, probs uniform
   std::vector<T> dS(static_cast<size_t>(Sq * Sk));  // (Sq, Sk), one head
