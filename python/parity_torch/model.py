@@ -11,7 +11,7 @@ as grouped-GEMM MoE code keeps them. `name_map(cfg)` lists, in parity's registry
     embed.weight                   embed.weight                       no   (V, D) both
     layers.{l}.ln1.weight / .bias  layers.{l}.ln1.weight / .bias      no   (also ln2, final_ln; no .bias
                                                                            under model.norm rmsnorm)
-    layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D)
+    layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D); wk, wv (D, kv_heads*Dh)
     layers.{l}.mlp.w1|w3|w2        layers.{l}.mlp.w1|w3|w2.weight     yes  (D, F) <-> (F, D)
     layers.{l}.moe.router.gate     layers.{l}.moe.router.gate.weight  yes  (D, E) <-> (E, D)
     layers.{l}.moe.experts.w1|w3|w2 layers.{l}.moe.experts.w1|w3|w2   no   (E, D, F), (E, F, D)
