@@ -58,6 +58,9 @@ const Need clip = need([](const Scenario& s) { return s.optim.clip > 0; }, "grad
                        [](auto&) { return "clip 0"; });
 const Need qknorm = need([](const Scenario& s) { return s.model.qk_norm; }, "QK-norm (model.qk_norm rmsnorm)",
                          [](auto&) { return "qk_norm off"; });
+const Need kv_shared = need([](const Scenario& s) { return s.model.kv() < s.layout.tp; },
+                            "KV heads replicated over tp (model.kv_heads < layout.tp)",
+                            [](const Scenario& s) { return "kv_heads " + num(s.model.kv()) + " >= tp"; });
 const Need rope = need([](const Scenario& s) { return s.model.position == Position::rope; },
                        "rotary positions (model.position rope)", [](auto&) { return "position none"; });
 const Need cp_balanced = need([](const Scenario& s) { return s.layout.cp_order == CpOrder::balanced; },
@@ -106,6 +109,9 @@ const std::vector<Entry>& entries() {
       {"sp_rmsnorm_not_summed", {tp2, sp}},  // the norm family's rule: LayerNorm's weights as well as RMSNorm's
       // a few elements of the norm family, their partial sums: a ratio near 1
       {"qk_norm_not_summed_tp", {tp2, qknorm}, "not a clean factor|not a scaling"},
+      // wk, wv's part of the attention family, wrong: no clean factor of the family's row
+      {"kv_grad_not_summed_shared", {kv_shared}, "not a clean factor|not a scaling"},
+      {"kv_grad_summed_tp_times", {kv_shared}, "not a clean factor|not a scaling"},
       {"expert_grads_times_tp", {moe, tp2}},
       {"dp_averaged_twice", {dp2}, "(= 1/dp)|(= 1/dense_dp)"},  // the dense DP group holds the cp ranks
       {"adam_step_not_restored", {resume, adam_state}, "", "", true},

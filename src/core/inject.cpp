@@ -36,6 +36,15 @@ const std::vector<Injection>& injections() {
        "the QK-norm weights' gradients not summed over the TP group: every lane normalises only its own heads, "
        "so each keeps its heads' part (issue 47: replicated like a norm weight, partial like the router)",
        "tp2_qknorm.json", "grad layernorm", 0, "not a clean factor"},
+      {"kv_grad_not_summed_shared", "parallel/param_plan.cpp (a plan mutation), TP reduction of shared KV heads",
+       "grouped-query attention with fewer KV heads than TP lanes: each KV head (wk, wv columns) is replicated "
+       "over the lanes whose query heads share it, and its gradient is left unsummed over them: each lane keeps "
+       "its own query heads' part (issue 47)",
+       "tp4_gqa2.json", "grad attention", 0, "not a clean factor"},
+      {"kv_grad_summed_tp_times", "parallel/param_plan.cpp (a plan mutation), TP reduction of shared KV heads",
+       "grouped-query attention with fewer KV heads than TP lanes: the shared KV heads' gradient, once summed "
+       "over the sharing lanes, is all-reduced over tp again: every wk, wv gradient x tp (issue 47)",
+       "tp4_gqa2.json", "grad attention", 0, "not a clean factor"},
       {"expert_grads_times_tp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
        "check do not",
