@@ -38,6 +38,9 @@ template <class T> void Runner<T>::build_groups() {
     counted_.push_back(parity::counted_copy(mesh, par_.layouts()[p], world_.world_rank()) ? 1 : 0);
     gidx_.push_back(mesh::global_indices(mesh, par_.grad_layouts()[p], specs[p].shape, world_.world_rank()));
     gcounted_.push_back(parity::counted_copy(mesh, par_.grad_layouts()[p], world_.world_rank()) ? 1 : 0);
+    const size_t g = group_of_param_[p];
+    groups_[g].copies = std::max(groups_[g].copies, parity::copies_of(mesh, par_.grad_layouts()[p]));
+    groups_[n_fam_ + g].copies = std::max(groups_[n_fam_ + g].copies, parity::copies_of(mesh, par_.layouts()[p]));
   }
 }
 

@@ -56,6 +56,9 @@ Fault parse_fault(std::string_view spec);
 // coordinate 0 holds the value itself). Each element of the global tensor has exactly one
 // such holder.
 bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank);
+// How many ranks hold each element of a tensor under l: the product of its Replicate (and Partial)
+// dimensions' sizes, times the pipeline stages that hold it.
+double copies_of(const mesh::Mesh& m, const mesh::TensorLayout& l);
 
 enum class RowVerdict { fail, near_tie, ok };  // the order rows are printed in
 std::string_view row_verdict_name(RowVerdict v);  // "FAIL", "near-tie", "ok"

@@ -41,6 +41,9 @@ struct GroupSpec {
   double far_bound = 1;  // the fraction of far elements allowed (tolerance.h kFarRel)
   std::vector<std::string> names;  // per tensor
   std::vector<Shape> shapes;       // per tensor, global
+  // The most copies any of its tensors has (copies_of): where every copy agrees, the error over every
+  // copy is the counted one reweighted by the copies, at most sqrt(copies) times it
+  double copies = 1;
 };
 
 // What a model's verdict compares: a grad and a param group per family the model has (in the

@@ -59,6 +59,15 @@ bool counted_copy(const mesh::Mesh& m, const mesh::TensorLayout& l, int rank) {
   return mesh::first_replica(m, l, rank) && mesh::partial_root(m, l, rank);
 }
 
+double copies_of(const mesh::Mesh& m, const mesh::TensorLayout& l) {
+  const std::vector<int64_t> sizes = m.sizes(l.view);
+  double c = l.stages.size() > 1 ? static_cast<double>(l.stages.size()) : 1.0;
+  for (size_t i = 0; i < l.placements.size() && i < sizes.size(); ++i)
+    if (l.placements[i].kind == mesh::PlacementKind::replicate || l.placements[i].kind == mesh::PlacementKind::partial)
+      c *= static_cast<double>(sizes[i]);
+  return c;
+}
+
 std::string_view row_verdict_name(RowVerdict v) {
   switch (v) {
     case RowVerdict::fail: return "FAIL";
@@ -182,7 +191,9 @@ Outcome group_outcome(const GroupSpec& g, const GroupStep& s) {
   const bool finite = std::isfinite(s.max_err) || s.max_err < 0;
   if (!(o.norm_rel <= g.tol.norm_rel)) {
     o.verdict = RowVerdict::fail;
-  } else if (!(all_rel <= g.tol.norm_rel)) {  // the counted copy agrees, another replica does not
+  } else if (!(all_rel <= std::sqrt(g.copies) * g.tol.norm_rel)) {  // the counted copy agrees, a replica does not
+    // (every copy agreeing, all_rel <= sqrt(copies) x the counted error: kv_heads 1 under tp 2 replicates wv
+    // inside the attention family, whose explained update read 4.3e-3 over every copy, 3.7e-3 counted)
     o.verdict = RowVerdict::fail;
     o.detail = "replicas disagree: normwise error over every copy " + fmt("%.3e", all_rel) +
                " (the counted copies: " + fmt("%.3e", o.norm_rel) + ")";
