@@ -88,6 +88,15 @@ add_test(NAME sim.zoo_at_scale.cannot_act_listed_with_reason
 set_tests_properties(sim.zoo_at_scale.cannot_act_listed_with_reason PROPERTIES LABELS "sim;zoo" TIMEOUT 60
   PASS_REGULAR_EXPRESSION
   "\naux_coef_per_microbatch +mixtral_like_ep8_tp8_dp16.json +cannot act +-  in this shape: needs micro-batches >= 2 \\(here 1\\)\ndp_averaged_twice +mixtral_like_ep8_tp8_dp16.json +ok +[0-9.]+s  grad head at step 0: 1/16 \\(= 1/dp\\)[^\n]*\n\ncannot act in any scenario of the set: aux_coef_per_microbatch\nzoo verdict over [^ ]*: PASS: 2 pairs \\(2 bugs x 1 scenarios\\): 1 caught with their root named, 1 cannot act in their shape, 0 escaped")
+# A resume shape with HSDP replicas (the Qwen3-MoE-like one, 64 ranks): the root judged is the first the
+# run names (phase 1's, where the bug acts from step 0), and LayerNorm's replicas counted are tp x cp x
+# dp_replicate (16); before, the zoo read phase 2's root (step 1) and expected x8: MISNAMED.
+add_test(NAME sim.zoo_at_scale.resume_shape_first_root_and_hsdp_replicas
+         COMMAND $<TARGET_FILE:parity> zoo -j 2 norm_counts_replicas
+                 --set ${PROJECT_SOURCE_DIR}/scenarios/scale/qwen3_moe_like_hsdp2x4_cp2_tp4_sp_ep16.json)
+set_tests_properties(sim.zoo_at_scale.resume_shape_first_root_and_hsdp_replicas PROPERTIES LABELS "sim;zoo"
+  TIMEOUT 180 PASS_REGULAR_EXPRESSION
+  "\nnorm_counts_replicas +qwen3_moe_like_hsdp2x4_cp2_tp4_sp_ep16.json +ok +[0-9.]+s  grad_norm at step 0: [^\n]*layernorm x16[^\n]*\n.*zoo verdict over [^ ]*: PASS: 1 pairs")
 add_test(NAME sim.zoo_at_scale.check_cannot_needs_a_set
          COMMAND sh -c "$<TARGET_FILE:parity> zoo --check-cannot dp_averaged_twice 2>&1; echo exit=$?")
 set_tests_properties(sim.zoo_at_scale.check_cannot_needs_a_set PROPERTIES LABELS "sim;zoo" PASS_REGULAR_EXPRESSION

@@ -22,6 +22,7 @@
 #include "core/files.h"
 #include "core/inject.h"
 #include "core/precision.h"
+#include "harness/runner/run_flow.h"
 #include "harness/scenario/scenario.h"
 
 namespace parity::cli {
@@ -65,6 +66,7 @@ struct Case {
   std::string factor;    // what the root's factor must contain (alternatives "A|B")
   std::string cannot;    // "" the bug can act here; else why not (then run only under --check-cannot)
   bool run = true;
+  int64_t step = 0;      // the step the root must name
 };
 
 std::string report_path(const Case& c, const std::string& dir) { return dir + "/" + c.key + ".report.json"; }
@@ -83,26 +85,29 @@ Job make_job(const Case& c, const ZooOptions& o, const std::string& dir) {
 Outcome judge(const Case& c, const JobEnd& end, const std::string& dir) {
   Outcome r;
   r.seconds = end.seconds, r.rc = end.rc;
-  std::string text;
-  try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
-    text = read_regular_if_exists(report_path(c, dir), int64_t{64} << 20, Blame::damaged_data, "zoo report")
-               .value_or("");
-  } catch (const Error&) {
+  // The first root the run names: a resume check's phase 1 (its own report, run_flow.h
+  // phase1_report) where that failed, else phase 2's (a bug of the checkpoint acts only there).
+  for (const std::string& path : {phase1_report(report_path(c, dir)), report_path(c, dir)}) {
+    std::string text;
+    try {  // the bounded, regular-file reader (core/files.h); a report that is not one reads as none
+      text = read_regular_if_exists(path, int64_t{64} << 20, Blame::damaged_data, "zoo report").value_or("");
+    } catch (const Error&) {
+    }
+    const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
+    if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
+      r.root = root_text(rep["root"]);
+      r.step = rep["root"].value("step", int64_t{-1});
+      r.factor = rep["root"].value("factor", "");
+      break;
+    }
   }
-  const nlohmann::json rep = nlohmann::json::parse(text, nullptr, false);
-  if (rep.is_object() && rep.contains("root") && rep["root"].is_object()) {
-    r.root = root_text(rep["root"]);
-    r.step = rep["root"].value("step", int64_t{-1});
-    r.factor = rep["root"].value("factor", "");
-  }
-  const Injection& bug = *c.bug;
   if (r.rc != 0 && r.rc != 1)
     r.verdict = "ERROR (exit " + std::to_string(r.rc) + ")";
   else if (!c.cannot.empty())  // a pair the shape table says the bug cannot act in: it must change nothing
     r.verdict = r.rc == 0 ? "no effect" : "ACTS";
   else if (r.rc == 0)
     r.verdict = "ESCAPED";
-  else if (!any_of_alternatives(c.root, [&](std::string_view a) { return r.root == a; }) || r.step != bug.step ||
+  else if (!any_of_alternatives(c.root, [&](std::string_view a) { return r.root == a; }) || r.step != c.step ||
            !any_of_alternatives(c.factor, [&](std::string_view a) { return r.factor.find(a) != std::string::npos; }))
     r.verdict = "MISNAMED";
   else
@@ -133,14 +138,14 @@ void print_row(const Case& c, const Outcome& r, const std::string& dir) {
                 r.verdict == "no effect" ? "" : ("; log " + dir + "/" + c.key + ".log").c_str());
   else if (r.verdict != "ok")
     std::printf("\n    expected %s at step %lld, factor containing \"%s\"; log %s/%s.log", c.root.c_str(),
-                static_cast<long long>(b.step), c.factor.c_str(), dir.c_str(), c.key.c_str());
+                static_cast<long long>(c.step), c.factor.c_str(), dir.c_str(), c.key.c_str());
   std::printf("\n");
   std::fflush(stdout);
 }
 
 ZooResult result(const Case& c, const Outcome& r, const ZooOptions& o, const std::string& dir) {
   const Injection& b = *c.bug;
-  const std::string expected = c.cannot.empty() ? c.root + " at step " + std::to_string(b.step) +
+  const std::string expected = c.cannot.empty() ? c.root + " at step " + std::to_string(c.step) +
                                                       ", factor containing \"" + c.factor + "\""
                                                 : "no effect (cannot act in this shape)";
   const std::string named = r.root.empty() ? "" : r.root + " at step " + std::to_string(r.step) + ": " + r.factor;
@@ -166,7 +171,7 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
         cannot = zoo_cannot_act(*b, s);
       }
       cases.push_back({b, file, std::string(b->scenario), std::string(b->name), std::string(b->root),
-                       std::string(b->factor), cannot, cannot.empty()});
+                       std::string(b->factor), cannot, cannot.empty(), b->step});
     }
     return cases;
   }
@@ -180,7 +185,8 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
     for (const auto& [file, s] : set) {
       const std::string stem = fs::path(file).stem().string(), cannot = zoo_cannot_act(*b, s);
       cases.push_back({b, file, fs::path(file).filename().string(), std::string(b->name) + "@" + stem,
-                       zoo_root_in(*b, s), zoo_factor_in(*b, s), cannot, cannot.empty() || o.check_cannot});
+                       zoo_root_in(*b, s), zoo_factor_in(*b, s), cannot, cannot.empty() || o.check_cannot,
+                       zoo_step_in(*b, s)});
     }
   return cases;
 }

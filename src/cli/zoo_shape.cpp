@@ -93,25 +93,28 @@ const Need uneven = need(
 struct Entry {
   std::string_view bug;
   std::vector<Need> needs;
-  std::string_view factor = {};  // "" the registry's, with the rule of zoo_factor_in; {tp}, {tp*cp} replaced
+  std::string_view factor = {};  // "" the registry's, with the rule of zoo_factor_in; {tp}, {tp*cp*dpr} replaced
   std::string_view root = {};    // "" the registry's
+  bool at_resume = false;        // acts at the resume (phase 2's first step): the shape's save_at
 };
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> all = {
-      // every replica counted: LayerNorm's are the TP lanes' and, under cp (FSDP shards over dp_shard
-      // only), the cp ranks' too
-      {"norm_counts_replicas", {tp2}, "layernorm x{tp*cp}"},
+      // every replica counted: LayerNorm's are the TP lanes' and, as FSDP shards over dp_shard only,
+      // the cp ranks' and HSDP's replicas' too
+      {"norm_counts_replicas", {tp2}, "layernorm x{tp*cp*dpr}"},
       {"norm_drops_experts", {moe}},
       {"router_grad_averaged", {moe, tp2}},
       {"sp_layernorm_not_summed", {tp2, sp}},
       {"sp_rmsnorm_not_summed", {tp2, sp}},  // the norm family's rule: LayerNorm's weights as well as RMSNorm's
-      {"qk_norm_not_summed_tp", {tp2, qknorm}},
+      // a few elements of the norm family, their partial sums: a ratio near 1
+      {"qk_norm_not_summed_tp", {tp2, qknorm}, "not a clean factor|not a scaling"},
       {"expert_grads_times_tp", {moe, tp2}},
       {"dp_averaged_twice", {dp2}, "(= 1/dp)|(= 1/dense_dp)"},  // the dense DP group holds the cp ranks
-      {"adam_step_not_restored", {resume, adam_state}},
+      {"adam_step_not_restored", {resume, adam_state}, "", "", true},
       {"bias_update_sign", {moe, bias}},
-      {"aux_coef_per_microbatch", {moe, aux, mb2}},
+      // a small aux_alpha moves the loss by a ratio near 1
+      {"aux_coef_per_microbatch", {moe, aux, mb2}, "not a clean factor|not a scaling"},
       {"norm_not_allreduced", {world2}},
       {"micro_loss_scaling", {mb2}},
       {"loss_mean_of_rank_means", {uneven}},
@@ -119,12 +122,12 @@ const std::vector<Entry>& entries() {
       {"router_grad_summed_replicas", {moe, tp2}},
       {"gather_backward_drops_peers", {moe, tp2, no_sp}},
       {"aux_stats_per_lane", {moe, aux, tp2, sp}},
-      {"vocab_ce_max_wrong_group", {tp2}},
+      {"vocab_ce_max_wrong_group", {tp2}, "not a clean factor|not a scaling"},  // the loss moves by a ratio near 1
       {"alltoallv_counts_off_by_one", {moe, ep2}},
       // acts wherever ep > 1 (parallel_run.cpp sums the EDP result over the EP peers), also where the
       // dense DP group is the expert DP group (ep folded over tp): --check-cannot showed it
       {"expert_grads_over_dense_dp", {moe, ep2}},
-      {"strided_saved_as_shard", {resume}},
+      {"strided_saved_as_shard", {resume}, "", "", true},
       {"clip_skips_experts", {moe, clip}},
       {"optim_state_replica_drift", {replicas, adam_state}},
       {"zero2_reduce_incomplete", {zero2, mb2, pp1}},
@@ -133,8 +136,8 @@ const std::vector<Entry>& entries() {
       {"pp_embedding_synced_after_dp", {pp2, tied, dp2}},
       {"pp_loss_per_microbatch_last_stage", {pp2, mb2}},
       {"pp_grads_wiped_per_microbatch", {pp2, mb2}},
-      {"ckpt_v_from_m_buffer", {resume, adam_state}},
-      {"aux_stats_per_cp_chunk", {moe, aux, cp2}},
+      {"ckpt_v_from_m_buffer", {resume, adam_state}, "", "", true},
+      {"aux_stats_per_cp_chunk", {moe, aux, cp2}, "not a clean factor|not a scaling"},
       // the dropped part of dK, dV: a wrong computation, whose ratio may come out near 1
       {"cp_kv_grad_local", {cp2}, "not a clean factor|not a scaling"},
       {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling|no scale ratio"},
@@ -197,13 +200,25 @@ std::string zoo_factor_in(const Injection& bug, const Scenario& s) {
     }
   }
   replace_all(f, "{tp}", num(s.layout.tp));
-  replace_all(f, "{tp*cp}", num(s.layout.tp * s.layout.cp));
+  replace_all(f, "{tp*cp*dpr}", num(s.layout.tp * s.layout.cp * s.layout.dp_replicate));
   return f;
 }
 
-std::string zoo_root_in(const Injection& bug, const Scenario&) {
+int64_t zoo_step_in(const Injection& bug, const Scenario& s) {
+  return entry(bug).at_resume && s.resume ? s.resume->save_at : bug.step;
+}
+
+std::string zoo_root_in(const Injection& bug, const Scenario& s) {
   const std::string_view r = entry(bug).root;
-  return std::string(r.empty() ? bug.root : r);
+  std::string root(r.empty() ? bug.root : r);
+  // tied embeddings: no head family; the embedding is the head (the verdict's root ranks it first)
+  if (s.model.tie_embeddings) {
+    replace_all(root, "grad head", "grad embedding");
+    replace_all(root, "param head", "param embedding");
+  }
+  // QK-norm: its weights (the norm family) take dQ and dK before wq and wk do
+  if (s.model.qk_norm) replace_all(root, "grad attention", "grad attention|grad layernorm");
+  return root;
 }
 
 bool zoo_shape_known(std::string_view bug) {

@@ -28,6 +28,10 @@ std::string zoo_factor_in(const Injection& bug, const Scenario& s);
 // or where the first quantity it changes depends on the shape, the alternatives.
 std::string zoo_root_in(const Injection& bug, const Scenario& s);
 
+// The step the bug's root must name in s: the registry's, or for a bug of the checkpoint (it acts
+// in a resume check's phase 2) the step s resumes at (its save_at).
+int64_t zoo_step_in(const Injection& bug, const Scenario& s);
+
 // Whether `bug` has an entry here (the unit test asks it of every injection).
 bool zoo_shape_known(std::string_view bug);
 

@@ -68,9 +68,6 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   rec.select_scores.resize(static_cast<size_t>(c.moe_layers()));
 
   model_.grads.zero();
-  // set_reduce_partials: the gradient's partial sums (each micro-batch's goes to one of them)
-  const int64_t k = c.reduce != Low::none ? std::min(partials_, c.microbatches) : 1;
-  std::vector<ParamSet<T>> part(static_cast<size_t>(k > 1 ? k : 0), ParamSet<T>::zeros(model_.grads.specs));
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
     const SeqRange seqs = micro_batch_sequences(c.batch, c.microbatches, mb);  // sizes may differ by one
     const int64_t off = seqs.begin * S;
@@ -85,18 +82,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
       rec.chosen[l].insert(rec.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
       rec.select_scores[l].insert(rec.select_scores[l].end(), r.select_scores[l].begin(), r.select_scores[l].end());
     }
-    if (k > 1) {  // this micro-batch's gradient into its partial sum
-      const auto into = static_cast<size_t>(interleaved_ ? mb % k : mb * k / c.microbatches);
-      for (size_t p = 0; p < part[into].tensors.size(); ++p)
-        add_into(part[into].tensors[p].ptr(), model_.grads.tensors[p].ptr(), model_.grads.tensors[p].numel());
-      model_.grads.zero();
-    }
   }
-  for (auto& ps : part)  // each rank's partial sum, rounded as a 16-bit reduction's input, added in order
-    for (size_t p = 0; p < ps.tensors.size(); ++p) {
-      round_to(c.reduce, ps.tensors[p].ptr(), ps.tensors[p].numel());
-      add_into(model_.grads.tensors[p].ptr(), ps.tensors[p].ptr(), ps.tensors[p].numel());
-    }
   // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros

@@ -69,12 +69,6 @@ template <class T> class BaselineRun {
   Model<T>& model() { return model_; }
   const Optimizer<T>& optimizer() const { return opt_; }
   const LossScaler& scaler() const { return scaler_; }  // fp16: the next step's scale
-  // Under a policy that reduces gradients in 16 bits: the step's gradient is the sum of k
-  // partial sums, each rounded to the reduce dtype, added in the compute dtype and rounded
-  // again: what k data-parallel ranks hand a bf16 reduction. Micro-batch m goes to partial
-  // m * k / M (contiguous runs) or m % k (interleaved). 1 (the default): one term, rounded
-  // once (the baseline). The rounding twins take 2 and 4 (harness/runner/twin.h).
-  void set_reduce_partials(int64_t k, bool interleaved) { partials_ = k < 1 ? 1 : k, interleaved_ = interleaved; }
 
   // Checkpoints (ckpt/training_state.h names every piece) under the W = 1 mesh, every
   // tensor whole: save() writes the seed checkpoint any layout can start from (step
@@ -94,8 +88,6 @@ template <class T> class BaselineRun {
   mesh::Mesh mesh_;                       // world 1
   std::vector<mesh::TensorLayout> layouts_;     // per parameter under mesh_
   std::unique_ptr<TrainingState<T>> training_;  // built on first use
-  int64_t partials_ = 1;
-  bool interleaved_ = false;
 };
 
 }  // namespace parity

@@ -88,7 +88,12 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
                            double whole = std::numeric_limits<double>::quiet_NaN()) {
     vd::consider_scalar(o, got, ref, r, name, tol, whole);
   };
-  const double lt = bounds_[0].value, nt = bounds_[1].value;
+  const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
+  const double* got_sq = wire_.of(all, 0, Section::family_norm_sq);  // the same on every rank
+  // the grad norm's and the clip coefficient's bounds beside what the families' own gradients move them by
+  const double explained = vd::norm_explained_by_families(fam_sq, got_sq, group_family_, grad_bounds);
+  const Bound nb = with_explained(bounds_[1], explained), cb = with_explained(bounds_[2], explained);
+  const double lt = bounds_[0].value, nt = nb.value;
   for (int r = 0; r < world_.size(); ++r) {
     const double* x = wire_.of(all, r, Section::scalars);
     const double* micro = wire_.of(all, r, Section::micro_losses);
@@ -103,15 +108,13 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
       consider(loss, micro[m], ref, r, "micro-batch " + std::to_string(m), lt, b.loss);
     }
     consider(norm, x[verdict_wire::kGradNorm], b.grad_norm, r, "grad_norm", nt);
-    consider(clip, x[verdict_wire::kClipCoef], b.clip_coef, r, "clip_coef", nt);
+    consider(clip, x[verdict_wire::kClipCoef], b.clip_coef, r, "clip_coef", cb.value);
     if (r == 0) line.clip_coef = x[verdict_wire::kClipCoef];
   }
   line.grad_norm_rel = norm.norm_rel;
-  const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
-  const double* got_sq = wire_.of(all, 0, Section::family_norm_sq);  // the same on every rank
   if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, got_sq, group_family_, grad_bounds))
     norm.verdict = RowVerdict::fail;
-  loss.bound = bounds_[0], norm.bound = bounds_[1], clip.bound = bounds_[2];
+  loss.bound = bounds_[0], norm.bound = nb, clip.bound = cb;
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())

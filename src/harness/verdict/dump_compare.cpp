@@ -311,13 +311,14 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   own_mean_.push_back(own_mean_ratio(G, t, lr));
   const double nr = scalar(ref_, R, t, "grad_norm"), ng = scalar(got_, G, t, "grad_norm");
   const double cr = scalar(ref_, R, t, "clip_coef"), cg = scalar(got_, G, t, "clip_coef");
-  vd::consider_scalar(norm, ng, nr, 0, "grad_norm", sb.grad_norm.value);
-  vd::consider_scalar(clip, cg, cr, 0, "clip_coef", sb.grad_norm.value);
+  const Bound nb = with_explained(sb.grad_norm, vd::norm_explained_by_families(ref_sq, got_sq.data(), fams_, grad));
+  vd::consider_scalar(norm, ng, nr, 0, "grad_norm", nb.value);
+  vd::consider_scalar(clip, cg, cr, 0, "clip_coef", nb.value);
   line.loss = lg, line.loss_ref = lr, line.loss_diff = lg - lr, line.grad_norm_rel = norm.norm_rel;
   line.clip_coef = cg, line.clip_ref = cr;
   if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, grad))
     norm.verdict = RowVerdict::fail;
-  loss.bound = sb.loss, norm.bound = clip.bound = sb.grad_norm;
+  loss.bound = sb.loss, norm.bound = clip.bound = nb;
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())

@@ -75,14 +75,15 @@ struct Bound {
   double floor = 0;        // the row's floor (noise_floor, widened for few elements): a twin that saw no noise gets it
   double twin = 0;         // kTwinFactor x the twin's noise, before the floor (NaN: not measured)
   double widened = 1;      // the floor raised for the model (tolerance.h gradient_row_bound): from "model"
-  double explained = 0;    // param rows: the update the taken gradient's difference explains, added (with_explained)
+  double explained = 0;    // param rows: the update the taken gradient's difference explains; grad_norm and
+                           // clip_coef: what the families' gradients move the norm by; added (with_explained)
   double reduction = 0;    // grad rows: what a 16-bit reduction's roundings may move, added (with_reduction)
 };
 // A grad row's (and the grad norm's) bound beside what the policy's 16-bit reductions may move
 // (kReduceRounding): `allowed`, relative to the family's norm like the bound. The bound is the
-// larger of the twin's (its three twins round partial sums over sequences as data-parallel ranks
-// do: kTwinFactor x that noise covers a layout whose partials are sequences) and the floor plus
-// `allowed` (what no twin measured: partials over tokens, or a batch of one sequence).
+// larger of the twin's (which rounds its gradient once, as the baseline does: its noise is the
+// policy's storage points) and the floor plus `allowed` (what the layout's reductions may round:
+// the twin measures none of it).
 inline Bound with_reduction(Bound b, double allowed) {
   if (!(allowed > 0)) return b;
   b.reduction = allowed;
@@ -96,6 +97,8 @@ inline Bound with_reduction(Bound b, double allowed) {
 // gradient's bounds; what the param row judges is the rest: the step itself (its state, its
 // arithmetic, what it was applied to). Adam amplifies a gradient element near eps up to lr, so a
 // rounding-level gradient difference moved parameters past their floor (issue 41).
+// The grad norm's row (and the clip coefficient's) takes the same: what its families' gradients,
+// each within its row's bound, move the norm by (verdict_detail.h norm_explained_by_families).
 inline Bound with_explained(Bound b, double explained) {
   if (!(explained > 0)) return b;
   b.explained = explained;

@@ -14,7 +14,9 @@ namespace parity::verdict_flow {
 
 // Where a parameter's gradient is produced in the backward pass (lower: earlier); -1 for
 // a name the model does not use.
-int64_t backward_position(const std::string& name, int64_t layers);
+// tied: the model ties its embeddings (no lm_head tensor): the embedding's gradient starts with the
+// head's, first.
+int64_t backward_position(const std::string& name, int64_t layers, bool tied = false);
 
 // Per tensor p: the normwise sums (diff^2, ref^2) over the elements this rank counts,
 // appended to out (2 doubles per tensor). idx[p]: the global indices of p's local elements.

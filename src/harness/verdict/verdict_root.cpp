@@ -178,14 +178,19 @@ static std::string clip_meaning(double scale, const std::vector<StepLine>& lines
 // Gradient rows that know their first wrong tensor are ordered by its place in the backward
 // pass (verdict_flow.h), before the family order: an attention-backward bug also makes the
 // LayerNorm upstream of it wrong, and the family order alone ranks LayerNorm first.
-std::pair<int, int64_t> flow_key(const Row& row) {
-  const int rank = data_flow_rank(row.quantity, row.subject);
+// tied: the report has no head family (tied embeddings): the embedding's rows rank as the head's.
+std::pair<int, int64_t> flow_key(const Row& row, bool tied) {
+  const int rank = data_flow_rank(row.quantity, tied && row.subject == "embedding" ? "head" : row.subject);
   if (row.quantity == "grad") return {10, row.flow >= 0 ? row.flow : (int64_t{1} << 40) + rank};
   return {rank, 0};
 }
 
 RootCause find_root(const VerdictReport& r) {
   RootCause root;
+  bool tied = false;  // an embedding family and no head family: the embedding is the head
+  for (const Row& row : r.rows) tied = tied || row.subject == "embedding";
+  for (const Row& row : r.rows) tied = tied && row.subject != "head";
+  const auto flow_key = [tied](const Row& row) { return parity::flow_key(row, tied); };
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const Row& row = r.rows[i];
     if (row.verdict != RowVerdict::fail) continue;

@@ -287,6 +287,14 @@ bool family_norm_off(const std::vector<double>& ref_sq, const double* got_sq, co
   return false;
 }
 
+double norm_explained_by_families(const std::vector<double>& ref_sq, const double* got_sq,
+                                  const std::vector<Family>& groups, const std::vector<Bound>& grad) {
+  if (family_norm_off(ref_sq, got_sq, groups, grad)) return 0;
+  double r = 0, g = 0;
+  for (const Family f : groups) r += ref_sq[static_cast<size_t>(f)], g += got_sq[static_cast<size_t>(f)];
+  return r > 0 ? std::abs(std::sqrt(g) - std::sqrt(r)) / std::sqrt(r) : 0.0;
+}
+
 std::string norm_by_family(const std::vector<double>& ref_sq, const double* got_sq, const std::vector<Family>& groups,
                            const std::vector<Bound>& grad, double norm_bound) {
   std::string off;
