@@ -1,7 +1,9 @@
 // GPU twin of src/ops/attention.cpp: causal attention of a block of query rows of one
 // sequence (attention_forward_rows: queries at global positions [q0, q0 + Sq), keys and
 // values at [0, Sk); q0 = 0, Sq = Sk = S is the whole sequence), each head owning columns
-// [h*Dh, (h+1)*Dh) of the (., W = H*Dh) buffers. Every sum runs in one thread in the CPU's
+// [h*Dh, (h+1)*Dh) of the (., W = H*Dh) buffers of q, out and reading key / value head
+// g = h / (H / G), columns [g*Dh, (g+1)*Dh) of the (., Wk = G*Dh) buffers of k, v (G = H:
+// multi-head; model.kv_heads). Every sum runs in one thread in the CPU's
 // order (scale = 1 / sqrt(Dh) is computed on the host exactly as the CPU does); gi = q0 + i:
 //   forward:  one block per (h, i) row of probs: scores (a thread per j, d order), max, exp,
 //             sum (thread 0 alone, j order, j <= gi), divide, zeros for j > gi; then one thread
@@ -9,8 +11,8 @@
 //   backward: one block per (h, i) row of dS (softmax_grad_head: dP a thread per j in d order,
 //             rowdot by thread 0 in j order) into a device scratch (H, Sq, Sk); one thread per
 //             (i, c) of dq (j from 0);
-//             one thread per (j, c) of dk and dv (block rows i with gi >= j, ascending), each
-//             added to its output once.
+//             one thread per (j, c) of dk and dv: per query head of the key head's group, in
+//             head order, the sum over block rows i with gi >= j (ascending) added once.
 // exp is CUDA's (within 2 ulp): probs, and so out and every gradient, are close to, not
 // bitwise equal to, the CPU's. Everything else is the CPU's arithmetic with -fmad=false.
 #include <cmath>
@@ -38,20 +40,20 @@ inline unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : rows > most ? most : rows);
 }
 
-// probs (H, Sq, Sk): row i of head h per block. q (Sq, W), k (Sk, W). Thread j: the score
+// probs (H, Sq, Sk): row i of head h per block. q (Sq, W), k (Sk, Wk). Thread j: the score
 // (d order) times scale; thread 0: the max (j order); thread j: exp(score - max); thread 0:
 // their sum (j order); thread j: the division, and the zeros for j > gi.
 template <class T>
-__global__ void attn_probs_kernel(const T* q, const T* k, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t Dh,
-                                  T scale, T* probs) {
+__global__ void attn_probs_kernel(const T* q, const T* k, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t G,
+                                  int64_t Dh, T scale, T* probs) {
   __shared__ T row_max, row_sum;
-  const int64_t W = H * Dh;
+  const int64_t W = H * Dh, Wk = G * Dh;
   for (int64_t r = row_first(); r < H * Sq; r += row_stride()) {
-    const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh;
+    const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh, ck = h / (H / G) * Dh;
     T* pr = probs + r * Sk;  // (Sk), row i of head h
     for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) {
       T dot = T(0);
-      for (int64_t d = 0; d < Dh; ++d) dot += q[i * W + c0 + d] * k[j * W + c0 + d];
+      for (int64_t d = 0; d < Dh; ++d) dot += q[i * W + c0 + d] * k[j * Wk + ck + d];
       pr[j] = dot * scale;
     }
     __syncthreads();
@@ -77,16 +79,17 @@ __global__ void attn_probs_kernel(const T* q, const T* k, int64_t Sq, int64_t q0
   }
 }
 
-// out (Sq, W)[i][c] = sum_{j <= gi} probs[h][i][j] * v[j][c] (j order), h = c / Dh.
+// out (Sq, W)[i][c] = sum_{j <= gi} probs[h][i][j] * v[j][cv] (j order), h = c / Dh, cv the
+// same column of h's key / value head.
 template <class T>
-__global__ void attn_out_kernel(const T* probs, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t Dh,
-                                T* out) {
-  const int64_t W = H * Dh;
+__global__ void attn_out_kernel(const T* probs, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t G,
+                                int64_t Dh, T* out) {
+  const int64_t W = H * Dh, Wk = G * Dh;
   for (int64_t e = thread_index(); e < Sq * W; e += thread_count()) {
-    const int64_t i = e / W, c = e % W, h = c / Dh;
+    const int64_t i = e / W, c = e % W, h = c / Dh, cv = h / (H / G) * Dh + c % Dh;  // v's column
     const T* pr = probs + (h * Sq + i) * Sk;  // (Sk)
     T acc = T(0);
-    for (int64_t j = 0; j <= q0 + i; ++j) acc += pr[j] * v[j * W + c];
+    for (int64_t j = 0; j <= q0 + i; ++j) acc += pr[j] * v[j * Wk + cv];
     out[e] = acc;
   }
 }
@@ -96,16 +99,16 @@ __global__ void attn_out_kernel(const T* probs, const T* v, int64_t Sq, int64_t 
 // dS[i][j] = P[i][j] * (dP[j] - rowdot), 0 for j > gi.
 template <class T>
 __global__ void attn_dscores_kernel(const T* probs, const T* v, const T* dout, int64_t Sq, int64_t q0, int64_t Sk,
-                                    int64_t H, int64_t Dh, T* dS) {
+                                    int64_t H, int64_t G, int64_t Dh, T* dS) {
   __shared__ T row_dot;
-  const int64_t W = H * Dh;
+  const int64_t W = H * Dh, Wk = G * Dh;
   for (int64_t r = row_first(); r < H * Sq; r += row_stride()) {
-    const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh;
+    const int64_t h = r / Sq, i = r % Sq, gi = q0 + i, c0 = h * Dh, ck = h / (H / G) * Dh;
     const T* pr = probs + r * Sk;  // (Sk)
     T* dsr = dS + r * Sk;          // (Sk)
     for (int64_t j = threadIdx.x; j <= gi; j += blockDim.x) {
       T dp = T(0);
-      for (int64_t d = 0; d < Dh; ++d) dp += dout[i * W + c0 + d] * v[j * W + c0 + d];
+      for (int64_t d = 0; d < Dh; ++d) dp += dout[i * W + c0 + d] * v[j * Wk + ck + d];
       dsr[j] = dp;
     }
     __syncthreads();
@@ -122,96 +125,102 @@ __global__ void attn_dscores_kernel(const T* probs, const T* v, const T* dout, i
   }
 }
 
-// dq (Sq, W)[i][c] += (sum_{j <= gi} dS[h][i][j] * k[j][c]) * scale (j order from 0).
+// dq (Sq, W)[i][c] += (sum_{j <= gi} dS[h][i][j] * k[j][ck]) * scale (j order from 0), ck the
+// same column of h's key head.
 template <class T>
-__global__ void attn_dq_kernel(const T* dS, const T* k, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t Dh,
-                               T scale, T* dq) {
-  const int64_t W = H * Dh;
+__global__ void attn_dq_kernel(const T* dS, const T* k, int64_t Sq, int64_t q0, int64_t Sk, int64_t H, int64_t G,
+                               int64_t Dh, T scale, T* dq) {
+  const int64_t W = H * Dh, Wk = G * Dh;
   for (int64_t e = thread_index(); e < Sq * W; e += thread_count()) {
-    const int64_t i = e / W, c = e % W, h = c / Dh;
+    const int64_t i = e / W, c = e % W, h = c / Dh, ck = h / (H / G) * Dh + c % Dh;  // k's column
     const T* dsr = dS + (h * Sq + i) * Sk;  // (Sk)
     T acc = T(0);
-    for (int64_t j = 0; j <= q0 + i; ++j) acc += dsr[j] * k[j * W + c];
+    for (int64_t j = 0; j <= q0 + i; ++j) acc += dsr[j] * k[j * Wk + ck];
     dq[e] += acc * scale;
   }
 }
 
-// dk (Sk, W)[j][c] += (sum_{i: gi >= j} dS[h][i][j] * q[i][c]) * scale;
-// dv (Sk, W)[j][c] += sum_{i: gi >= j} P[h][i][j] * dout[i][c]   (block rows i ascending).
+// dk (Sk, Wk)[j][c] += (sum_{i: gi >= j} dS[h][i][j] * q[i][hc]) * scale;
+// dv (Sk, Wk)[j][c] += sum_{i: gi >= j} P[h][i][j] * dout[i][hc]   (block rows i ascending),
+// once per query head h of key head c / Dh, in head order (hc: the same column of head h).
 template <class T>
 __global__ void attn_dkdv_kernel(const T* q, const T* probs, const T* dout, const T* dS, int64_t Sq, int64_t q0,
-                                 int64_t Sk, int64_t H, int64_t Dh, T scale, T* dk, T* dv) {
-  const int64_t W = H * Dh;
-  for (int64_t e = thread_index(); e < Sk * W; e += thread_count()) {
-    const int64_t j = e / W, c = e % W, h = c / Dh;
-    const T* P = probs + h * Sq * Sk;  // (Sq, Sk)
-    const T* dSh = dS + h * Sq * Sk;   // (Sq, Sk)
-    T acc_k = T(0), acc_v = T(0);
-    for (int64_t i = j - q0 > 0 ? j - q0 : 0; i < Sq; ++i) {
-      acc_k += dSh[i * Sk + j] * q[i * W + c];
-      acc_v += P[i * Sk + j] * dout[i * W + c];
+                                 int64_t Sk, int64_t H, int64_t G, int64_t Dh, T scale, T* dk, T* dv) {
+  const int64_t W = H * Dh, Wk = G * Dh, group = H / G;
+  for (int64_t e = thread_index(); e < Sk * Wk; e += thread_count()) {
+    const int64_t j = e / Wk, c = e % Wk, g = c / Dh;
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t hc = h * Dh + c % Dh;
+      const T* P = probs + h * Sq * Sk;  // (Sq, Sk)
+      const T* dSh = dS + h * Sq * Sk;   // (Sq, Sk)
+      T acc_k = T(0), acc_v = T(0);
+      for (int64_t i = j - q0 > 0 ? j - q0 : 0; i < Sq; ++i) {
+        acc_k += dSh[i * Sk + j] * q[i * W + hc];
+        acc_v += P[i * Sk + j] * dout[i * W + hc];
+      }
+      dk[e] += acc_k * scale;
+      dv[e] += acc_v;
     }
-    dk[e] += acc_k * scale;
-    dv[e] += acc_v;
   }
 }
 
 }  // namespace
 
-// q, out (Sq, H*Dh); k, v (Sk, H*Dh); probs (H, Sq, Sk).
+// q, out (Sq, H*Dh); k, v (Sk, G*Dh); probs (H, Sq, Sk).
 template <class T>
 void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
-                            int64_t Dh, T* out, T* probs) {
+                            int64_t G, int64_t Dh, T* out, T* probs) {
   if (Sq <= 0 || H <= 0) return;  // Dh = 0 still writes probs (uniform over j <= gi)
-  const int64_t W = H * Dh;
+  const int64_t W = H * Dh, Wk = G * Dh;
   Stage st;
   const T* d_q = stage_in(st, q, Sq * W);
-  const T* d_k = stage_in(st, k, Sk * W);
-  const T* d_v = stage_in(st, v, Sk * W);
+  const T* d_k = stage_in(st, k, Sk * Wk);
+  const T* d_v = stage_in(st, v, Sk * Wk);
   T* d_out = stage_out(st, out, Sq * W);
   T* d_probs = st.out(probs, H * Sq * Sk);
-  attn_probs_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_q, d_k, Sq, q0, Sk, H, Dh,
+  attn_probs_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_q, d_k, Sq, q0, Sk, H, G, Dh,
                                                                    attention_scale<T>(Dh), d_probs);
   st.launched("attention_forward");
   if (Sq * W > 0) {
-    attn_out_kernel<<<blocks_for(Sq * W), kThreads, 0, stream()>>>(d_probs, d_v, Sq, q0, Sk, H, Dh, d_out);
+    attn_out_kernel<<<blocks_for(Sq * W), kThreads, 0, stream()>>>(d_probs, d_v, Sq, q0, Sk, H, G, Dh, d_out);
     st.launched("attention_forward");
   }
   st.finish();
 }
 
-// q, dout, dq (Sq, H*Dh); k, v, dk, dv (Sk, H*Dh); probs (H, Sq, Sk); dq, dk, dv +=.
+// q, dout, dq (Sq, H*Dh); k, v, dk, dv (Sk, G*Dh); probs (H, Sq, Sk); dq, dk, dv +=.
 template <class T>
 void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
-                             int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv) {
-  const int64_t W = H * Dh;
+                             int64_t Sk, int64_t H, int64_t G, int64_t Dh, T* dq, T* dk, T* dv) {
+  const int64_t W = H * Dh, Wk = G * Dh;
   if (Sq <= 0 || W <= 0) return;  // no gradient element to write
   const T scale = attention_scale<T>(Dh);
   Stage st;
   const T* d_q = st.in(q, Sq * W);
-  const T* d_k = st.in(k, Sk * W);
-  const T* d_v = st.in(v, Sk * W);
+  const T* d_k = st.in(k, Sk * Wk);
+  const T* d_v = st.in(v, Sk * Wk);
   const T* d_probs = st.in(probs, H * Sq * Sk);
   const T* d_dout = st.in(dout, Sq * W);
   T* d_dq = st.out(dq, Sq * W);
-  T* d_dk = st.out(dk, Sk * W);
-  T* d_dv = st.out(dv, Sk * W);
+  T* d_dk = st.out(dk, Sk * Wk);
+  T* d_dv = st.out(dv, Sk * Wk);
   T* dS = st.scratch<T>(H * Sq * Sk);  // (H, Sq, Sk)
-  attn_dscores_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_probs, d_v, d_dout, Sq, q0, Sk, H, Dh, dS);
+  attn_dscores_kernel<<<row_blocks(H * Sq), kRowThreads, 0, stream()>>>(d_probs, d_v, d_dout, Sq, q0, Sk, H, G, Dh,
+                                                                        dS);
   st.launched("attention_backward");
-  attn_dq_kernel<<<blocks_for(Sq * W), kThreads, 0, stream()>>>(dS, d_k, Sq, q0, Sk, H, Dh, scale, d_dq);
+  attn_dq_kernel<<<blocks_for(Sq * W), kThreads, 0, stream()>>>(dS, d_k, Sq, q0, Sk, H, G, Dh, scale, d_dq);
   st.launched("attention_backward");
-  attn_dkdv_kernel<<<blocks_for(Sk * W), kThreads, 0, stream()>>>(d_q, d_probs, d_dout, dS, Sq, q0, Sk, H, Dh, scale,
-                                                                  d_dk, d_dv);
+  attn_dkdv_kernel<<<blocks_for(Sk * Wk), kThreads, 0, stream()>>>(d_q, d_probs, d_dout, dS, Sq, q0, Sk, H, G, Dh,
+                                                                   scale, d_dk, d_dv);
   st.launched("attention_backward");
   st.finish();
 }
 
 #define PARITY_INSTANTIATE(T)                                                                                      \
   template void attention_forward_rows<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t, int64_t, int64_t, \
-                                          T*, T*);                                                                \
+                                          int64_t, T*, T*);                                                       \
   template void attention_backward_rows<T>(const T*, const T*, const T*, const T*, const T*, int64_t, int64_t,       \
-                                           int64_t, int64_t, int64_t, T*, T*, T*);
+                                           int64_t, int64_t, int64_t, int64_t, T*, T*, T*);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE

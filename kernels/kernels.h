@@ -27,13 +27,14 @@ void matmul_backward(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t 
 
 // attention.cu: causal attention of a block of query rows of ONE sequence (ops/attention.h's
 // attention_forward_rows): q, out (Sq, H*Dh) at global positions [q0, q0 + Sq), k, v
-// (Sk, H*Dh), probs (H, Sq, Sk); the whole sequence is q0 = 0, Sq = Sk = S.
+// (Sk, G*Dh) with G key / value heads (G divides H; G = H multi-head), probs (H, Sq, Sk); the
+// whole sequence is q0 = 0, Sq = Sk = S.
 template <class T>
 void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, int64_t H,
-                            int64_t Dh, T* out, T* probs);
+                            int64_t G, int64_t Dh, T* out, T* probs);
 template <class T>
 void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
-                             int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv);
+                             int64_t Sk, int64_t H, int64_t G, int64_t Dh, T* dq, T* dk, T* dv);
 
 // layernorm.cu
 template <class T>

@@ -11,7 +11,7 @@ as grouped-GEMM MoE code keeps them. `name_map(cfg)` lists, in parity's registry
     embed.weight                   embed.weight                       no   (V, D) both
     layers.{l}.ln1.weight / .bias  layers.{l}.ln1.weight / .bias      no   (also ln2, final_ln; no .bias
                                                                            under model.norm rmsnorm)
-    layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D)
+    layers.{l}.attn.wq|wk|wv|wo    layers.{l}.attn.wq|wk|wv|wo.weight yes  (D, D); wk, wv (D, kv_heads*Dh)
     layers.{l}.mlp.w1|w3|w2        layers.{l}.mlp.w1|w3|w2.weight     yes  (D, F) <-> (F, D)
     layers.{l}.moe.router.gate     layers.{l}.moe.router.gate.weight  yes  (D, E) <-> (E, D)
     layers.{l}.moe.experts.w1|w3|w2 layers.{l}.moe.experts.w1|w3|w2   no   (E, D, F), (E, F, D)
@@ -106,11 +106,16 @@ def rope(x, theta):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, heads, dtype, qk_norm=False, rope_theta=None):
+    def __init__(self, d, heads, dtype, qk_norm=False, rope_theta=None, kv_heads=0):
         super().__init__()
         self.heads = heads
         self.rope_theta = rope_theta  # None: no position but the causal mask
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(4))
+        # model.kv_heads (issue 47): wk, wv project to kv_heads heads of Dh; query head h reads key /
+        # value head h // (heads // kv_heads) (0: heads, multi-head attention)
+        kv = (kv_heads or heads) * (d // heads)
+        self.wq, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(2))
+        self.wk, self.wv = (nn.Linear(d, kv, bias=False, dtype=dtype) for _ in range(2))
+        self.kv_repeat = "interleave"  # each KV head repeated for its group of query heads, in place
         if qk_norm:  # model.qk_norm: each head of q and k RMS-normalised over Dh (Qwen3 / OLMo 2)
             self.q_norm, self.k_norm = RMSNorm(d // heads, 1e-5, dtype), RMSNorm(d // heads, 1e-5, dtype)
 
@@ -120,12 +125,19 @@ class Attention(nn.Module):
         # the heads this process holds: all of them, or its share when wq, wk, wv are column
         # parallel (DTensor's ColwiseParallel hands back the local columns)
         q, k, v = (w(x) for w in (self.wq, self.wk, self.wv))
-        local = q.shape[-1] // dh
-        q, k, v = (t.view(b, s, local, dh).transpose(1, 2) for t in (q, k, v))
+        local, local_kv = q.shape[-1] // dh, k.shape[-1] // dh
+        q = q.view(b, s, local, dh).transpose(1, 2)
+        k, v = (t.view(b, s, local_kv, dh).transpose(1, 2) for t in (k, v))
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:  # after the QK-norm (Qwen3's order)
             q, k = rope(q, self.rope_theta), rope(k, self.rope_theta)
+        if local_kv != local:  # grouped-query: key / value head g serves query heads g*group .. (g+1)*group-1
+            group = local // local_kv
+            if self.kv_repeat == "interleave":
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            else:  # "tile": query head h reads h % kv_heads (a planted mutant, tests/python/one_device_test.py)
+                k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
         att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -256,7 +268,7 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = make_norm(cfg, dtype)
         self.attn = Attention(cfg.dim, cfg.heads, dtype, cfg.qk_norm == "rmsnorm",
-                              cfg.rope_theta if cfg.position == "rope" else None)
+                              cfg.rope_theta if cfg.position == "rope" else None, cfg.kv_heads)
         self.ln2 = make_norm(cfg, dtype)
         if cfg.is_moe(layer):
             self.moe = MoE(cfg, layer, dtype)

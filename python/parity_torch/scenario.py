@@ -35,6 +35,7 @@ class ModelConfig:
     qk_norm: str = "off"  # or "rmsnorm"
     position: str = "none"  # or "rope" (issue 47)
     rope_theta: float = 10000.0
+    kv_heads: int = 0  # key / value heads (issue 47); 0: heads
 
     def is_moe(self, layer):
         return layer >= self.dense_layers

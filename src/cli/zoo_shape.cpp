@@ -58,6 +58,9 @@ const Need clip = need([](const Scenario& s) { return s.optim.clip > 0; }, "grad
                        [](auto&) { return "clip 0"; });
 const Need qknorm = need([](const Scenario& s) { return s.model.qk_norm; }, "QK-norm (model.qk_norm rmsnorm)",
                          [](auto&) { return "qk_norm off"; });
+const Need kv_shared = need([](const Scenario& s) { return s.model.kv() < s.layout.tp; },
+                            "KV heads replicated over tp (model.kv_heads < layout.tp)",
+                            [](const Scenario& s) { return "kv_heads " + num(s.model.kv()) + " >= tp"; });
 const Need rope = need([](const Scenario& s) { return s.model.position == Position::rope; },
                        "rotary positions (model.position rope)", [](auto&) { return "position none"; });
 const Need cp_balanced = need([](const Scenario& s) { return s.layout.cp_order == CpOrder::balanced; },
@@ -109,6 +112,9 @@ const std::vector<Entry>& entries() {
       {"sp_rmsnorm_not_summed", {tp2, sp}},  // the norm family's rule: LayerNorm's weights as well as RMSNorm's
       // a few elements of the norm family, their partial sums: a ratio near 1
       {"qk_norm_not_summed_tp", {tp2, qknorm}, "not a clean factor|not a scaling"},
+      // wk, wv's part of the attention family, wrong: no clean factor of the family's row
+      {"kv_grad_not_summed_shared", {kv_shared}, "not a clean factor|not a scaling"},
+      {"kv_grad_summed_tp_times", {kv_shared}, "not a clean factor|not a scaling"},
       {"expert_grads_times_tp", {moe, tp2}},
       {"dp_averaged_twice", {dp2}, "(= 1/dp)|(= 1/dense_dp)"},  // the dense DP group holds the cp ranks
       {"adam_step_not_restored", {resume, adam_state}, "", "", true},
@@ -138,6 +144,7 @@ const std::vector<Entry>& entries() {
       {"pp_grads_wiped_per_microbatch", {pp2, mb2}},
       {"ckpt_v_from_m_buffer", {resume, adam_state}, "", "", true},
       {"aux_stats_per_cp_chunk", {moe, aux, cp2}, "not a clean factor|not a scaling"},
+      {"combine_weights_twice_ep", {moe, ep2}},
       // the dropped part of dK, dV: a wrong computation, whose ratio may come out near 1
       {"cp_kv_grad_local", {cp2}, "not a clean factor|not a scaling"},
       {"rope_local_positions_cp", {cp2, rope}, "not a clean factor|not a scaling|no scale ratio"},

@@ -36,6 +36,15 @@ const std::vector<Injection>& injections() {
        "the QK-norm weights' gradients not summed over the TP group: every lane normalises only its own heads, "
        "so each keeps its heads' part (issue 47: replicated like a norm weight, partial like the router)",
        "tp2_qknorm.json", "grad layernorm", 0, "not a clean factor"},
+      {"kv_grad_not_summed_shared", "parallel/param_plan.cpp (a plan mutation), TP reduction of shared KV heads",
+       "grouped-query attention with fewer KV heads than TP lanes: each KV head (wk, wv columns) is replicated "
+       "over the lanes whose query heads share it, and its gradient is left unsummed over them: each lane keeps "
+       "its own query heads' part (issue 47)",
+       "tp4_gqa2.json", "grad attention", 0, "not a clean factor"},
+      {"kv_grad_summed_tp_times", "parallel/param_plan.cpp (a plan mutation), TP reduction of shared KV heads",
+       "grouped-query attention with fewer KV heads than TP lanes: the shared KV heads' gradient, once summed "
+       "over the sharing lanes, is all-reduced over tp again: every wk, wv gradient x tp (issue 47)",
+       "tp4_gqa2.json", "grad attention", 0, "not a clean factor"},
       {"expert_grads_times_tp", "parallel/reduction_plan.cpp (a plan mutation), expert gradient reduction",
        "the routed experts' gradients come out tp times too large; Adam all but hides it, SGD and the gradient "
        "check do not",
@@ -147,6 +156,13 @@ const std::vector<Injection>& injections() {
        "under context parallel the load-balancing statistics (token fractions, mean scores) taken over each "
        "cp rank's own sequence chunk instead of the whole sequence gathered over cp, and each rank's loss added",
        "cp2.json", "loss all micro-batches", 0, "not a clean factor"},
+      {"combine_weights_twice_ep", "parallel/pmoe.cpp, the MoE combine under EP",
+       "on one EP rank the combine weights each expert's output by its routing weight squared (the weights "
+       "applied twice, as a route_scale applied again after the dispatch would), in the forward only (issue 45: "
+       "a forward bug named at its op, layer L combine). Under bf16 and fp32 the loss moves within its bound "
+       "and the rows read the gradients' change as bf16 rounding (a misreading of the verdict's, docs/zoo.md); "
+       "the trace names layer 1 combine, forward, under every policy",
+       "fsdp4_ep2.json", "loss all micro-batches|grad head", 0, "not a|rounded to bf16"},
       {"cp_kv_grad_local", "parallel/cp_ops.cpp, attention backward across cp",
        "under context parallel each rank keeps its own queries' part of its keys' and values' gradient and drops "
        "the part the later chunks' queries computed (the reduce-scatter of dK, dV left out)",

@@ -309,6 +309,11 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
           "must divide model.experts (" + s(m.experts) + ") so that each EP rank holds whole experts, got " + s(l.ep));
   require_config(m.heads % l.tp == 0, p + "tp",
           "must divide model.heads (" + s(m.heads) + ") so that each TP rank holds whole heads, got " + s(l.tp));
+  // key / value heads: split over the lanes (kv_heads a multiple of tp) or each replicated over
+  // tp / kv_heads lanes (tp a multiple of kv_heads; param_plan.cpp sums their gradient there)
+  require_config(m.kv() % l.tp == 0 || l.tp % m.kv() == 0, p + "tp",
+          "must divide model.kv_heads (" + s(m.kv()) + ": KV heads split over the lanes) or be a multiple of it "
+          "(each KV head replicated over tp / kv_heads lanes), got " + s(l.tp));
   if (l.sp) {
     require_config(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
     require_config(m.seq % l.tp == 0, p + "sp",

@@ -21,11 +21,18 @@ Placement fsdp_placement(int64_t d, int64_t n_right) {
   return n_right > 1 ? Placement::strided_shard(d, n_right) : Placement::shard(d);
 }
 
+// tp_shard_dim under this mesh: a key / value projection with fewer heads than TP lanes is
+// replicated over tp (each lane reads the head its query heads share), not split inside a head.
+int64_t mesh_tp_dim(const Mesh& m, const ParamSpec& spec) {
+  if (spec.kv_heads > 0 && spec.kv_heads < m.size(MeshDim::tp)) return -1;
+  return tp_shard_dim(spec);
+}
+
 // The extent of each dimension in this rank's model-parallel-local tensor (the largest
 // piece: ceil over tp / etp, the experts over ep).
 Shape mp_extents(const Mesh& m, const ParamSpec& spec) {
   Shape out = spec.shape;
-  const int64_t td = tp_shard_dim(spec);
+  const int64_t td = mesh_tp_dim(m, spec);
   const bool routed = spec.family == Family::routed_experts;
   if (td >= 0) {
     const int64_t n = m.size(routed ? MeshDim::etp : MeshDim::tp);
@@ -107,7 +114,7 @@ std::vector<int64_t> param_stages(const Mesh& m, const ParamSpec& spec) {
 }
 
 TensorLayout fsdp_layout(const Mesh& m, const ParamSpec& spec) {
-  const int64_t td = tp_shard_dim(spec);
+  const int64_t td = mesh_tp_dim(m, spec);
   const int64_t fd = fsdp_shard_dim(m, spec);
   const Placement t = td < 0 ? Placement::replicate() : Placement::shard(td);
   if (spec.family == Family::routed_experts) {

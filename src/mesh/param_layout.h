@@ -7,6 +7,7 @@
 //   rowwise linears (attn wo, mlp/shared w2)                    tp Shard(0)
 //   vocab-parallel embedding (V, D)                             tp Shard(0)
 //   LayerNorm weight/bias, router gate                          tp Replicate
+//   attn wk/wv with fewer KV heads than tp (model.kv_heads)      tp Replicate (a head per tp/kv lanes)
 //   FSDP on dp_shard shards the family's FSDP dimension d (layout.fsdp_dim, 0 by default):
 //   Shard(d), or StridedShard(d, tp) when tp > 1 also shards d
 //   dp_replicate: Replicate

@@ -20,6 +20,9 @@ enum class Position { none, rope };
 
 struct ModelConfig {
   int64_t vocab = 64, dim = 16, layers = 2, heads = 2;
+  // Key / value heads (grouped-query attention): 0 means `heads` (multi-head), 1 multi-query,
+  // a divisor of heads between: grouped-query. kv() reads it.
+  int64_t kv_heads = 0;
   int64_t seq = 8, batch = 4, microbatches = 1;
   int64_t dense_layers = 1, mlp_hidden = 32;
   int64_t experts = 4, top_k = 2, expert_hidden = 16;
@@ -42,6 +45,8 @@ struct ModelConfig {
   void set_precision(const Precision& p) { dtype = p.compute, store = p.store, reduce = p.reduce; }
 
   int64_t head_dim() const { return dim / heads; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }  // the key / value heads
+  int64_t kv_dim() const { return kv() * head_dim(); }             // wk's and wv's columns
   int64_t moe_layers() const { return layers - dense_layers; }
   bool is_moe(int64_t layer) const { return layer >= dense_layers; }
   // The largest micro-batch, ceil(batch / microbatches) sequences (model/batch_split.h: the

@@ -70,27 +70,30 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
   norm_forward(c.norm, h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
   trace::record(Site::ln1, l, Dir::fwd, L.a.data(), n, D);
-  L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.v = zeros<T>(n * D);
+  const int64_t G = c.kv(), Dk = c.kv_dim();  // key / value heads and their columns
+  L.q = zeros<T>(n * D), L.k = zeros<T>(n * Dk), L.v = zeros<T>(n * Dk);
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
-  matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, D);
-  matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, D);
-  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * D);  // storage points (core/precision.h)
-  if (c.qk_norm) {  // each head's q and k RMS-normalised over Dh: rows (n * H, Dh)
+  matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, Dk);
+  matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, Dk);
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), static_cast<int64_t>(x->size()));  // storage points
+  if (c.qk_norm) {  // each head's q and k RMS-normalised over Dh: rows (n * H, Dh) and (n * G, Dh)
     L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
-    L.q = zeros<T>(n * D), L.k = zeros<T>(n * D), L.rq = zeros<T>(n * H), L.rk = zeros<T>(n * H);
+    L.q = zeros<T>(n * D), L.k = zeros<T>(n * Dk), L.rq = zeros<T>(n * H), L.rk = zeros<T>(n * G);
     rmsnorm_forward(L.q_raw.data(), w.qn, n * H, Dh, L.q.data(), L.rq.data());
-    rmsnorm_forward(L.k_raw.data(), w.kn, n * H, Dh, L.k.data(), L.rk.data());
+    rmsnorm_forward(L.k_raw.data(), w.kn, n * G, Dh, L.k.data(), L.rk.data());
   }
   if (c.position == Position::rope) {  // q and k rotated by position, after the QK-norm (Qwen3's order)
-    const Rope<T> rope(rope_positions(nseq, S, 0), H, Dh, c.rope_theta);
-    rope.apply(L.q), rope.apply(L.k);
+    const std::vector<int64_t> pos = rope_positions(nseq, S, 0);
+    Rope<T>(pos, H, Dh, c.rope_theta).apply(L.q);
+    Rope<T>(pos, G, Dh, c.rope_theta).apply(L.k);
   }
+  const AttnHeads hd{H, G, Dh};
   L.att = zeros<T>(n * D), L.probs = zeros<T>(nseq * H * S * S);
   for (int64_t q = 0; q < nseq; ++q)
-    attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * D, L.v.data() + q * S * D, S, H, Dh,
+    attention_forward(L.q.data() + q * S * D, L.k.data() + q * S * Dk, L.v.data() + q * S * Dk, S, hd,
                       L.att.data() + q * S * D, L.probs.data() + q * H * S * S);
-  for (auto [s, x] : {std::pair{Site::q, &L.q}, {Site::k, &L.k}, {Site::v, &L.v}, {Site::attn, &L.att}})
-    trace::record(s, l, Dir::fwd, x->data(), n, D);
+  for (auto [s, x] : {std::pair{Site::q, &L.q}, {Site::attn, &L.att}}) trace::record(s, l, Dir::fwd, x->data(), n, D);
+  for (auto [s, x] : {std::pair{Site::k, &L.k}, {Site::v, &L.v}}) trace::record(s, l, Dir::fwd, x->data(), n, Dk);
   auto o = zeros<T>(n * D);  // (n, D)
   matmul_forward(L.att.data(), w.wo, o.data(), n, D, D);
   trace::record(Site::attn_out, l, Dir::fwd, o.data(), n, D);
@@ -119,8 +122,8 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   trace::record(Site::h_out, l, Dir::bwd, dh, n, D);
   auto dbn = zeros<T>(n * D);
   if (w.gate)
-    moe_backward(c, moe_weights(w, bias), L.bn.data(), n, L.moe, dh, dbn.data(),
-                 MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});
+    moe_backward(c, moe_weights(w, bias, RouteFollow{nullptr, l - c.dense_layers, 0}), L.bn.data(), n, L.moe, dh,
+                 dbn.data(), MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});  // the layer: traces
   else
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
   trace::record(Site::ln2, l, Dir::bwd, dbn.data(), n, D);
@@ -130,28 +133,31 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   auto datt = zeros<T>(n * D);
   matmul_backward(L.att.data(), w.wo, dh, datt.data(), g.wo, n, D, D);
   trace::record(Site::attn, l, Dir::bwd, datt.data(), n, D);
-  auto dq = zeros<T>(n * D), dk = zeros<T>(n * D), dv = zeros<T>(n * D);
+  const int64_t G = c.kv(), Dk = c.kv_dim();
+  const AttnHeads hd{H, G, Dh};
+  auto dq = zeros<T>(n * D), dk = zeros<T>(n * Dk), dv = zeros<T>(n * Dk);
   for (int64_t q = 0; q < nseq; ++q) {
-    const int64_t o = q * S * D;
-    attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * H * S * S,
-                       datt.data() + o, S, H, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+    const int64_t o = q * S * D, ok = q * S * Dk;
+    attention_backward(L.q.data() + o, L.k.data() + ok, L.v.data() + ok, L.probs.data() + q * H * S * S,
+                       datt.data() + o, S, hd, dq.data() + o, dk.data() + ok, dv.data() + ok);
   }
   if (c.position == Position::rope) {  // back through the rotation
-    const Rope<T> rope(rope_positions(nseq, S, 0), H, Dh, c.rope_theta);
-    dq = rope.undo(dq), dk = rope.undo(dk);
+    const std::vector<int64_t> pos = rope_positions(nseq, S, 0);
+    dq = Rope<T>(pos, H, Dh, c.rope_theta).undo(dq), dk = Rope<T>(pos, G, Dh, c.rope_theta).undo(dk);
   }
   if (c.qk_norm) {  // through the QK-norm: dq, dk of the raw projections
-    auto dq_raw = zeros<T>(n * D), dk_raw = zeros<T>(n * D);
+    auto dq_raw = zeros<T>(n * D), dk_raw = zeros<T>(n * Dk);
     rmsnorm_backward(L.q_raw.data(), w.qn, L.rq.data(), dq.data(), n * H, Dh, dq_raw.data(), g.qn);
-    rmsnorm_backward(L.k_raw.data(), w.kn, L.rk.data(), dk.data(), n * H, Dh, dk_raw.data(), g.kn);
+    rmsnorm_backward(L.k_raw.data(), w.kn, L.rk.data(), dk.data(), n * G, Dh, dk_raw.data(), g.kn);
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
-  for (auto [s, x] : {std::pair{Site::v, &dv}, {Site::k, &dk}, {Site::q, &dq}})
-    trace::record(s, l, Dir::bwd, x->data(), n, D);
+  trace::record(Site::v, l, Dir::bwd, dv.data(), n, Dk);
+  trace::record(Site::k, l, Dir::bwd, dk.data(), n, Dk);
+  trace::record(Site::q, l, Dir::bwd, dq.data(), n, D);
   auto da = zeros<T>(n * D);
   matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);
-  matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, D);
-  matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, D);
+  matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, Dk);
+  matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, Dk);
   trace::record(Site::ln1, l, Dir::bwd, da.data(), n, D);
   norm_backward(c.norm, L.h_in.data(), w.ln1w, L.m1.data(), L.r1.data(), da.data(), n, D, dh, g.ln1w, g.ln1b);
 }

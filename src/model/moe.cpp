@@ -4,6 +4,7 @@
 #include "ops/aux_loss.h"
 #include "ops/matmul.h"
 #include "ops/router.h"
+#include "model/trace.h"
 
 namespace parity {
 
@@ -41,17 +42,21 @@ void experts_backward(const ModelConfig& c, const MoeWeights<T>& wt, const MoeCa
 
 template <class T>
 void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int64_t n, T* out, MoeCache<T>& cache) {
-  const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq;
+  const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, l = wt.follow.layer + c.dense_layers;
+  using trace::Dir, trace::Site;
   cache.logits = zeros<T>(n * E);
   cache.s = zeros<T>(n * E);
   matmul_forward(x, wt.gate, cache.logits.data(), n, D, E);
   to_storage(cache.logits.data(), n * E);  // a storage point (core/precision.h); scores in the compute dtype
+  trace::record(Site::router, l, Dir::fwd, cache.logits.data(), n, E);
   router_scores_forward(cache.logits.data(), n, E, c.score, cache.s.data());
+  trace::record(Site::scores, l, Dir::fwd, cache.s.data(), n, E);
   cache.chosen.assign(static_cast<size_t>(n * K), 0);
   topk_select(cache.s.data(), wt.expert_bias, n, E, K, cache.chosen.data());
   cache.followed = follow_baseline_routes(wt.follow, nullptr, n, K, E, cache.chosen.data());
   cache.w = zeros<T>(n * K);
   route_weights_forward(cache.s.data(), cache.chosen.data(), n, E, K, c.route_norm, c.route_scale, cache.w.data());
+  trace::record(Site::route_w, l, Dir::fwd, cache.w.data(), n, K);
 
   cache.perm = make_permutation(cache.chosen.data(), n, E, K);
   cache.xg = zeros<T>(n * K * D);
@@ -60,13 +65,16 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
   experts_forward(c, wt, cache);
   cache.y = zeros<T>(n * K * D);
   unpermute_forward(cache.yg.data(), D, cache.perm, cache.y.data());
+  trace::record(Site::experts, l, Dir::fwd, cache.y.data(), n, K * D);
   zero_values(out, n * D);
   combine_forward(cache.y.data(), cache.w.data(), n, K, D, out);
+  trace::record(Site::combine, l, Dir::fwd, out, n, D);
 
   if (c.shared_experts > 0) {
     cache.shared_out = zeros<T>(n * D);
     ffn_forward(x, n, D, c.shared_hidden, wt.shared_w1, wt.shared_w3, wt.shared_w2, cache.shared_out.data(),
                 cache.shared);
+    trace::record(Site::shared, l, Dir::fwd, cache.shared_out.data(), n, D);
     add_into(out, cache.shared_out.data(), n * D);
   }
 
@@ -82,10 +90,13 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
 template <class T>
 void moe_backward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int64_t n, const MoeCache<T>& cache,
                   const T* dout, T* dx, const MoeGrads<T>& g) {
-  const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq;
+  const int64_t D = c.dim, E = c.experts, K = c.top_k, S = c.seq, l = wt.follow.layer + c.dense_layers;
+  using trace::Dir, trace::Site;
   auto dy = zeros<T>(n * K * D);
   auto dw = zeros<T>(n * K);
   combine_backward(cache.y.data(), cache.w.data(), dout, n, K, D, dy.data(), dw.data());
+  trace::record(Site::experts, l, Dir::bwd, dy.data(), n, K * D);
+  trace::record(Site::route_w, l, Dir::bwd, dw.data(), n, K);
   auto dyg = zeros<T>(n * K * D);
   unpermute_backward(dy.data(), D, cache.perm, dyg.data());
   auto dxg = zeros<T>(n * K * D);
@@ -101,8 +112,10 @@ void moe_backward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int
       aux_loss_backward(cache.s.data() + q * S * E, cache.chosen.data() + q * S * K, S, E, K, coef,
                         ds.data() + q * S * E);
   }
+  trace::record(Site::scores, l, Dir::bwd, ds.data(), n, E);
   auto dlogits = zeros<T>(n * E);
   router_scores_backward(cache.s.data(), ds.data(), n, E, c.score, dlogits.data());
+  trace::record(Site::router, l, Dir::bwd, dlogits.data(), n, E);
   matmul_backward(x, wt.gate, dlogits.data(), dx, g.gate, n, D, E);
 
   if (c.shared_experts > 0)

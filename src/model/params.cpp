@@ -56,7 +56,9 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     add_norm(out, c, p + ".ln1");
-    for (const char* w : {"wq", "wk", "wv"}) out.push_back({p + ".attn." + w, {D, D}, Family::attention, 0.02});
+    out.push_back({p + ".attn.wq", {D, D}, Family::attention, 0.02});
+    for (const char* w : {"wk", "wv"})  // kv_heads key / value heads of head_dim columns (model.kv_heads)
+      out.push_back({p + ".attn." + w, {D, c.kv_dim()}, Family::attention, 0.02, 0.0, false, c.kv()});
     out.push_back({p + ".attn.wo", {D, D}, Family::attention, out_std});
     if (c.qk_norm)  // per-head RMSNorm weights (Dh), shared by the heads: norm weights (parallel/param_plan.cpp)
       for (const char* w : {"q_norm", "k_norm"})

@@ -23,6 +23,10 @@ struct ParamSpec {
   double init_std = 0.0;    // > 0: N(0, init_std) from Philox
   double init_value = 0.0;  // used when init_std == 0 (LayerNorm weight 1, biases 0)
   bool also_head = false;   // embed.weight under tie_embeddings: the LM head's weight too
+  // attn.wk / attn.wv: the key / value heads its columns hold (model.kv_heads). TP splits them
+  // into whole heads only: where tp exceeds them each head is replicated over tp / kv_heads
+  // lanes (mesh/param_layout.cpp, parallel/param_plan.cpp). 0: not a key / value projection.
+  int64_t kv_heads = 0;
 };
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c);

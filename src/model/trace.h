@@ -19,13 +19,25 @@ namespace parity::trace {
 // The one list of traced tensors, in the order data flows through a block's forward (enum
 // order); the backward records the gradient arriving at each, in the reverse order. embed is
 // before layer 0, final_ln and logits after the last layer (layer -1 and `layers` in a key).
-enum class Site : uint8_t { embed, ln1, q, k, v, attn, attn_out, h_mid, ln2, ffn_out, h_out, final_ln, logits };
-inline constexpr int kSites = 13;
+// Inside an MoE layer's block (after ln2, before ffn_out in the flow; appended here so that no
+// earlier site's number moves): router (the gate's logits, one column per expert), scores (the
+// router's scores), route_w (each token's K routing weights), experts (each routed expert's output
+// at its (token, slot): the dispatched rows mapped back through the dispatch plan, K·dim columns),
+// combine (the weighted sum of a token's K outputs), shared (the shared expert's output). Their
+// backward: the gradient arriving at experts, route_w, scores and router (combine's and shared's
+// is ffn_out's, h_out's backward).
+enum class Site : uint8_t {
+  embed, ln1, q, k, v, attn, attn_out, h_mid, ln2, ffn_out, h_out, final_ln, logits,
+  router, scores, route_w, experts, combine, shared
+};
+inline constexpr int kSites = 19;
 enum class Dir : uint8_t { fwd, bwd };
 // A record's rows: `stream` the residual stream's (this rank's context-parallel chunk of each
 // sequence, split again over tp lanes under sequence parallel); `chunk` the context-parallel chunk
-// whole (inside a tensor-parallel region: every lane holds every row of it).
-enum class Rows : uint8_t { stream, chunk };
+// whole (inside a tensor-parallel region: every lane holds every row of it); `routed` the rows
+// [row0, row0 + n_rows) of the chunk's b·(S / cp) rows, flat (the MoE block's routing without
+// sequence parallel: tp lane r routes chunk(n, tp, r) of the copies, parallel/pmoe.h).
+enum class Rows : uint8_t { stream, chunk, routed };
 
 // A rank's coordinates that place a record's rows (parallel/pmodel.cpp sets them; the baseline:
 // the defaults, one rank holding everything).
@@ -51,9 +63,15 @@ struct Key {
 std::string site_name(Site s);  // "ln1", "q", "attn_out", ...
 // "layer 1 attn_out, forward" / "final_ln, backward"
 std::string key_name(const Key& k, int64_t layers);
+// Which layers are MoE (from first_moe on; -1: none) and whether their block has a shared expert.
+struct MoeSites {
+  int64_t first_moe = -1;
+  bool shared = false;
+};
 // Every key a model of `layers` layers records, in data-flow order: the forward's, then the
-// backward's (the gradient arriving at each, from the logits back to the embedding).
-std::vector<Key> flow_keys(int64_t layers);
+// backward's (the gradient arriving at each, from the logits back to the embedding); an MoE layer's
+// block adds its own sites between ln2 and ffn_out.
+std::vector<Key> flow_keys(int64_t layers, MoeSites moe = {});
 
 // One record: a (rows, cols) block of the full tensor (B·S, full_cols) of the step.
 struct Entry {
@@ -63,6 +81,7 @@ struct Entry {
   Placement place;
   int64_t n_rows = 0, cols = 0, col0 = 0, full_cols = 0;  // this block's columns [col0, col0 + cols)
   std::vector<double> data;                               // (n_rows, cols) row-major
+  int64_t row0 = 0;                                       // Rows::routed: the first flat row of the chunk
 };
 
 // The canonical mapping: local element i of e -> its flat index in the full (B·S, full_cols)
@@ -120,6 +139,16 @@ template <class T>
 inline void record(Site s, int64_t layer, Dir d, const T* x, int64_t n_rows, int64_t cols, Rows rows = Rows::stream,
                    int64_t col0 = 0, int64_t full_cols = -1) {
   if (Recorder* r = active()) r->add(Key{s, layer, d}, x, n_rows, cols, rows, col0, full_cols);
+}
+// x (n_rows, cols): rows [row0, row0 + n_rows) of this rank's context-parallel chunk, flat over the
+// micro-batch's sequences (Rows::routed), every column.
+template <class T>
+inline void record_routed(Site s, int64_t layer, Dir d, const T* x, int64_t n_rows, int64_t cols, int64_t row0) {
+  Recorder* r = active();
+  if (r == nullptr) return;
+  const size_t before = r->entries.size();
+  r->add(Key{s, layer, d}, x, n_rows, cols, Rows::routed, 0, cols);
+  if (r->entries.size() > before) r->entries.back().row0 = row0;
 }
 
 }  // namespace parity::trace

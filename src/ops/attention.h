@@ -3,6 +3,15 @@
 
 namespace parity {
 
+// The heads of an attention call: H query heads and G key / value heads of Dh columns each, G
+// dividing H. Query head h reads key / value head h / (H / G): G = H is multi-head attention,
+// G = 1 multi-query, between grouped-query (model.kv_heads). q and out are (., H*Dh), k and v
+// (., G*Dh); probs stay (H, ., .).
+struct AttnHeads {
+  int64_t H = 1, G = 1, Dh = 0;
+  int64_t group() const { return G > 0 ? H / G : 1; }  // query heads per key / value head
+};
+
 // Causal multi-head attention core for ONE sequence (projections are done by the caller).
 // q, k, v, out: (S, H*Dh), head h owns columns [h*Dh, (h+1)*Dh).
 // probs (H, S, S): softmax(q k^T / sqrt(Dh)) with j > i masked (saved for the backward;
@@ -27,5 +36,20 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
 template <class T>
 void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
                              int64_t Sk, int64_t H, int64_t Dh, T* dq, T* dk, T* dv);
+
+// The same four with G key / value heads (AttnHeads): the functions above are these with G = H,
+// the same loops and bits. A shared key / value head's dk, dv get each of its query heads' sum
+// added in head order (ascending h).
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, int64_t S, AttnHeads hd, T* out, T* probs);
+template <class T>
+void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t S, AttnHeads hd,
+                        T* dq, T* dk, T* dv);
+template <class T>
+void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int64_t q0, int64_t Sk, AttnHeads hd,
+                            T* out, T* probs);
+template <class T>
+void attention_backward_rows(const T* q, const T* k, const T* v, const T* probs, const T* dout, int64_t Sq, int64_t q0,
+                             int64_t Sk, AttnHeads hd, T* dq, T* dk, T* dv);
 
 }  // namespace parity

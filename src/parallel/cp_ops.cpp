@@ -70,42 +70,42 @@ std::vector<int64_t> cp_slice_tokens(const CpContext& c, const std::vector<int64
 
 template <class T>
 void cp_attention_forward(const CpContext& c, const Buffer<T>& q, const Buffer<T>& k, const Buffer<T>& v, int64_t b,
-                          int64_t S, int64_t H, int64_t Dh, Buffer<T>& out, CpAttentionCache<T>& cache) {
-  const int64_t W = H * Dh, Sc = c.chunk(S);
-  cache.k_full = cp_gather(c, k, b, S, W);
-  cache.v_full = cp_gather(c, v, b, S, W);
+                          int64_t S, AttnHeads hd, Buffer<T>& out, CpAttentionCache<T>& cache) {
+  const int64_t H = hd.H, W = H * hd.Dh, Wk = hd.G * hd.Dh, Sc = c.chunk(S);
+  cache.k_full = cp_gather(c, k, b, S, Wk);
+  cache.v_full = cp_gather(c, v, b, S, Wk);
   out = zeros<T>(b * Sc * W);
   cache.probs = zeros<T>(b * H * Sc * S);  // per sequence and block: (H, block rows, S)
   for (int64_t s = 0; s < b; ++s)
     for (const CpBlock& blk : c.blocks(S))  // each block of consecutive positions: the causal mask at its offset
-      attention_forward_rows(q.data() + (s * Sc + blk.row) * W, cache.k_full.data() + s * S * W,
-                             cache.v_full.data() + s * S * W, blk.rows, blk.pos, S, H, Dh,
+      attention_forward_rows(q.data() + (s * Sc + blk.row) * W, cache.k_full.data() + s * S * Wk,
+                             cache.v_full.data() + s * S * Wk, blk.rows, blk.pos, S, hd,
                              out.data() + (s * Sc + blk.row) * W, cache.probs.data() + (s * Sc + blk.row) * H * S);
 }
 
 template <class T>
 void cp_attention_backward(const CpContext& c, const Buffer<T>& q, const CpAttentionCache<T>& cache,
-                           const Buffer<T>& dout, int64_t b, int64_t S, int64_t H, int64_t Dh, Buffer<T>& dq,
-                           Buffer<T>& dk, Buffer<T>& dv) {
-  const int64_t W = H * Dh, Sc = c.chunk(S);
-  auto dk_full = zeros<T>(b * S * W), dv_full = zeros<T>(b * S * W);  // this chunk's queries' part
+                           const Buffer<T>& dout, int64_t b, int64_t S, AttnHeads hd, Buffer<T>& dq, Buffer<T>& dk,
+                           Buffer<T>& dv) {
+  const int64_t H = hd.H, W = H * hd.Dh, Wk = hd.G * hd.Dh, Sc = c.chunk(S);
+  auto dk_full = zeros<T>(b * S * Wk), dv_full = zeros<T>(b * S * Wk);  // this chunk's queries' part
   for (int64_t s = 0; s < b; ++s)
     for (const CpBlock& blk : c.blocks(S))  // the blocks' parts of dK, dV added in block order
-      attention_backward_rows(q.data() + (s * Sc + blk.row) * W, cache.k_full.data() + s * S * W,
-                              cache.v_full.data() + s * S * W, cache.probs.data() + (s * Sc + blk.row) * H * S,
-                              dout.data() + (s * Sc + blk.row) * W, blk.rows, blk.pos, S, H, Dh,
-                              dq.data() + (s * Sc + blk.row) * W, dk_full.data() + s * S * W,
-                              dv_full.data() + s * S * W);
+      attention_backward_rows(q.data() + (s * Sc + blk.row) * W, cache.k_full.data() + s * S * Wk,
+                              cache.v_full.data() + s * S * Wk, cache.probs.data() + (s * Sc + blk.row) * H * S,
+                              dout.data() + (s * Sc + blk.row) * W, blk.rows, blk.pos, S, hd,
+                              dq.data() + (s * Sc + blk.row) * W, dk_full.data() + s * S * Wk,
+                              dv_full.data() + s * S * Wk);
   // bug zoo (core/inject.h) cp_kv_grad_local: each rank keeps its own queries' part of its
   // keys' gradient and drops what the later chunks' queries sent back
   static const bool local_bug = injected("cp_kv_grad_local");
   if (local_bug && c.size > 1) {
-    add_into(dk, cp_slice(c, dk_full, b, S, W));
-    add_into(dv, cp_slice(c, dv_full, b, S, W));
+    add_into(dk, cp_slice(c, dk_full, b, S, Wk));
+    add_into(dv, cp_slice(c, dv_full, b, S, Wk));
     return;
   }
-  add_into(dk, cp_reduce_scatter(c, dk_full, b, S, W));
-  add_into(dv, cp_reduce_scatter(c, dv_full, b, S, W));
+  add_into(dk, cp_reduce_scatter(c, dk_full, b, S, Wk));
+  add_into(dv, cp_reduce_scatter(c, dv_full, b, S, Wk));
 }
 
 template Buffer<int64_t> cp_gather<int64_t>(const CpContext&, const Buffer<int64_t>&, int64_t, int64_t, int64_t);
@@ -116,9 +116,9 @@ template Buffer<int64_t> cp_slice<int64_t>(const CpContext&, const Buffer<int64_
   template Buffer<T> cp_reduce_scatter<T>(const CpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);          \
   template Buffer<T> cp_slice<T>(const CpContext&, const Buffer<T>&, int64_t, int64_t, int64_t);                   \
   template void cp_attention_forward<T>(const CpContext&, const Buffer<T>&, const Buffer<T>&, const Buffer<T>&,    \
-                                        int64_t, int64_t, int64_t, int64_t, Buffer<T>&, CpAttentionCache<T>&);     \
+                                        int64_t, int64_t, AttnHeads, Buffer<T>&, CpAttentionCache<T>&);            \
   template void cp_attention_backward<T>(const CpContext&, const Buffer<T>&, const CpAttentionCache<T>&,          \
-                                         const Buffer<T>&, int64_t, int64_t, int64_t, int64_t, Buffer<T>&,          \
+                                         const Buffer<T>&, int64_t, int64_t, AttnHeads, Buffer<T>&,                 \
                                          Buffer<T>&, Buffer<T>&);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)

@@ -18,6 +18,7 @@
 
 #include "comm/communicator.h"
 #include "core/buffer.h"
+#include "ops/attention.h"
 
 namespace parity {
 
@@ -58,20 +59,20 @@ Buffer<T> cp_reduce_scatter(const CpContext& c, const Buffer<T>& full, int64_t b
 // (b, S, W) -> (b, S/cp, W): this rank's chunk, no communication.
 template <class T> Buffer<T> cp_slice(const CpContext& c, const Buffer<T>& full, int64_t b, int64_t S, int64_t W);
 
-// Attention of b sequences across the cp group. q (b, S/cp, Hl·Dh) this rank's queries;
-// k, v the same shape, all-gathered inside. out (b, S/cp, Hl·Dh).
+// Attention of b sequences across the cp group, hd = this lane's heads (ops/attention.h). q
+// (b, S/cp, Hl·Dh) this rank's queries; k, v (b, S/cp, Gl·Dh), all-gathered inside. out (b, S/cp, Hl·Dh).
 template <class T> struct CpAttentionCache {
-  Buffer<T> k_full, v_full;  // (b, S, Hl·Dh)
+  Buffer<T> k_full, v_full;  // (b, S, Gl·Dh)
   Buffer<T> probs;           // (b, Hl, S/cp, S)
 };
 template <class T>
 void cp_attention_forward(const CpContext& c, const Buffer<T>& q, const Buffer<T>& k, const Buffer<T>& v, int64_t b,
-                          int64_t S, int64_t H, int64_t Dh, Buffer<T>& out, CpAttentionCache<T>& cache);
-// dq, dk, dv (b, S/cp, Hl·Dh) +=; dk, dv summed over the cp group's queries (reduce-scatter).
+                          int64_t S, AttnHeads hd, Buffer<T>& out, CpAttentionCache<T>& cache);
+// dq (b, S/cp, Hl·Dh), dk, dv (b, S/cp, Gl·Dh) +=; dk, dv summed over the cp group's queries (reduce-scatter).
 template <class T>
 void cp_attention_backward(const CpContext& c, const Buffer<T>& q, const CpAttentionCache<T>& cache,
-                           const Buffer<T>& dout, int64_t b, int64_t S, int64_t H, int64_t Dh, Buffer<T>& dq,
-                           Buffer<T>& dk, Buffer<T>& dv);
+                           const Buffer<T>& dout, int64_t b, int64_t S, AttnHeads hd, Buffer<T>& dq, Buffer<T>& dk,
+                           Buffer<T>& dv);
 
 // This rank's chunk (b, S/cp) of b token sequences (b, S).
 std::vector<int64_t> cp_slice_tokens(const CpContext& c, const std::vector<int64_t>& tokens, int64_t b, int64_t S);

@@ -56,13 +56,21 @@ bool is_qk_norm(const ParamSpec& spec) {
   return spec.name.ends_with(".attn.q_norm.weight") || spec.name.ends_with(".attn.k_norm.weight");
 }
 
-// An entry's reductions: its family's rule (reduction_plan.h), except the QK-norm weights
-// (model.qk_norm, issue 47): replicated over TP as every norm weight, but each lane normalises
-// only its own heads, so their gradient is a partial sum over the TP lanes with or without SP
-// (the router's case, not LayerNorm's): summed over tp wherever tp > 1.
+// A key / value projection replicated over tp (model.kv_heads < tp: mesh/param_layout.cpp).
+bool is_shared_kv(const ParamSpec& spec, int64_t tp) { return spec.kv_heads > 0 && spec.kv_heads < tp; }
+
+// An entry's reductions: its family's rule (reduction_plan.h), except
+// - the QK-norm weights (model.qk_norm, issue 47): replicated over TP as every norm weight, but
+//   each lane normalises only its own heads, so their gradient is a partial sum over the TP
+//   lanes with or without SP (the router's case, not LayerNorm's): summed over tp wherever tp > 1;
+// - wk and wv with fewer KV heads than TP lanes (grouped-query attention): each head is
+//   replicated over the tp / kv_heads lanes whose query heads share it, and each of those lanes
+//   holds its query heads' part of the head's gradient (zero in every other head's columns):
+//   summed over the lanes sharing the head, which the TP all-reduce is (the others add exact 0).
 FamilyReduction entry_reduction(const ReductionPlan& families, const ParamSpec& spec) {
   FamilyReduction r = families[spec.family];
   if (is_qk_norm(spec)) r.tp_sum = families.tp > 1;
+  if (is_shared_kv(spec, families.tp)) r.tp_sum = true, r.tp_sharers = families.tp / spec.kv_heads;
   return r;
 }
 
@@ -110,7 +118,8 @@ const std::vector<std::string_view>& param_plan_mutations() {
   static const std::vector<std::string_view> names = [] {
     std::vector<std::string_view> n = plan_mutations();
     for (std::string_view e : {"pp_tied_embedding_not_synced", "pp_embedding_synced_twice",
-                               "pp_embedding_synced_after_dp", "zero2_reduce_incomplete", "qk_norm_not_summed_tp"})
+                               "pp_embedding_synced_after_dp", "zero2_reduce_incomplete", "qk_norm_not_summed_tp",
+                               "kv_grad_not_summed_shared", "kv_grad_summed_tp_times"})
       n.push_back(e);
     return n;
   }();
@@ -125,6 +134,17 @@ bool apply_mutation(ParamPlan& plan, std::string_view name) {
   if (name == "qk_norm_not_summed_tp") {  // the QK-norm weights left out of the TP sum: each lane keeps its heads' part
     for (ParamEntry& e : plan.entries)
       if (is_qk_norm(e.spec)) e.reduction.tp_sum = false;
+    return true;
+  }
+  // grouped-query attention with KV heads replicated over tp: the sharing lanes' parts of a
+  // head's gradient left unsummed (each lane keeps its own query heads' part), or summed and
+  // then summed over tp again (each head's gradient x tp)
+  if (name == "kv_grad_not_summed_shared" || name == "kv_grad_summed_tp_times") {
+    for (ParamEntry& e : plan.entries)
+      if (is_shared_kv(e.spec, plan.families.tp)) {
+        if (name == "kv_grad_not_summed_shared") e.reduction.tp_sum = false;
+        else e.reduction.tp_sum_again = true;
+      }
     return true;
   }
   if (name == "pp_tied_embedding_not_synced") {  // the all-reduce over the pair left out
@@ -171,7 +191,8 @@ std::string_view entry_norm_name(NormCount n) {
 
 std::string tp_words(const FamilyReduction& e) {
   if (!e.tp_sum) return "-";
-  std::string tp = "sum over tp";
+  std::string tp = e.tp_sharers > 0 ? "sum over the " + std::to_string(e.tp_sharers) + " tp lanes sharing each KV head"
+                                    : "sum over tp";
   if (e.tp_scale != 1.0) tp += " x" + entry_factor(e.tp_scale);
   if (e.tp_sum_again) tp += ", summed again";
   return tp;

@@ -1,5 +1,6 @@
 #include "parallel/pmodel.h"
 
+#include <algorithm>
 #include <span>
 #include <type_traits>
 
@@ -35,7 +36,26 @@ double loss_scale(const ModelConfig& c, int64_t b, const MicroShare& share) {
   return 1.0 / static_cast<double>(c.batch * c.seq);
 }
 
+// Columns [c0, c0 + cols) of a (rows, W) matrix, and their gradient added back.
+template <class T> Buffer<T> take_cols(const T* w, int64_t rows, int64_t W, int64_t c0, int64_t cols) {
+  Buffer<T> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(w + r * W + c0, cols, out.data() + r * cols);
+  return out;
+}
+template <class T> void add_cols(T* g, const Buffer<T>& part, int64_t rows, int64_t W, int64_t c0, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) g[r * W + c0 + j] += part[static_cast<size_t>(r * cols + j)];
+}
+
 }  // namespace
+
+// The key / value columns a lane reads of wk and wv (model.kv_heads): its TP shard whole where
+// they are split over tp, or, where the plan replicates them over tp (fewer KV heads than
+// lanes, mesh/param_layout.cpp), the one head its query heads share: tp_rank / (tp / kv_heads).
+struct KvCols {
+  int64_t c0 = 0, cols = 0;
+  bool shared = false;  // a replicated head: the lane's dk, dv are its query heads' part only
+};
 
 template <class T> struct ParallelModel<T>::Impl {
   ParallelModel<T>& m;
@@ -101,6 +121,31 @@ template <class T> struct ParallelModel<T>::Impl {
     rec(s, l, d, x, local_dim(q, 1), trace::Rows::chunk, m.params[q].mp_offset(1), c.dim);
   }
   int64_t layer_of(const LayerParams& P) const { return &P - m.layer_.data(); }
+  KvCols kv_cols(const LayerParams& P) const {
+    const int64_t local = local_dim(P.wk, 1), Dh = c.head_dim();
+    if (m.tp_.size == 1 || local != c.kv_dim()) return {0, local, false};  // split over tp (or no tp)
+    return {(m.tp_.rank / (m.tp_.size / c.kv())) * Dh, Dh, true};
+  }
+  // k or v = a · W[:, kc] (n, kc.cols), and its backward (W's gradient into kc's columns).
+  void kv_project(const Buffer<T>& a, size_t q, const KvCols& kc, Buffer<T>& out) const {
+    const int64_t D = c.dim, Wd = local_dim(q, 1);
+    if (!kc.shared) return matmul_forward(a.data(), w(q).ptr(), out.data(), n, D, Wd);
+    matmul_forward(a.data(), take_cols(w(q).ptr(), D, Wd, kc.c0, kc.cols).data(), out.data(), n, D, kc.cols);
+  }
+  void kv_project_backward(const Buffer<T>& a, size_t q, const KvCols& kc, const Buffer<T>& dy, Buffer<T>& da) const {
+    const int64_t D = c.dim, Wd = local_dim(q, 1);
+    if (!kc.shared) return matmul_backward(a.data(), w(q).ptr(), dy.data(), da.data(), g(q), n, D, Wd);
+    auto gw = zeros<T>(D * kc.cols);
+    matmul_backward(a.data(), take_cols(w(q).ptr(), D, Wd, kc.c0, kc.cols).data(), dy.data(), da.data(), gw.data(),
+                    n, D, kc.cols);
+    add_cols(g(q), gw, D, Wd, kc.c0, kc.cols);
+  }
+  // A key / value record: this lane's columns of the (., kv_heads·Dh) tensor.
+  void rec_kv(trace::Site s, int64_t l, trace::Dir d, const Buffer<T>& x, const LayerParams& P,
+              const KvCols& kc) const {
+    const int64_t c0 = kc.shared ? kc.c0 : m.params[P.wk].mp_offset(1);
+    rec(s, l, d, x, kc.cols, trace::Rows::chunk, c0, c.kv_dim());
+  }
 
   void attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const;
   void attention_backward_block(const LayerParams& P, Buffer<T>& dh, const LayerCache<T>& L) const;
@@ -159,36 +204,33 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
                L.r1.data());
   rec(Site::ln1, l, Dir::fwd, L.a_res, D);
   L.a_full = full(L.a_res, D);
-  L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.v = zeros<T>(n * Dl);
+  const KvCols kc = kv_cols(P);
+  const int64_t Dkl = kc.cols, Gl = Dkl / Dh;  // this lane's key / value columns and heads
+  L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dkl), L.v = zeros<T>(n * Dkl);
   matmul_forward(L.a_full.data(), w(P.wq).ptr(), L.q.data(), n, D, Dl);
-  matmul_forward(L.a_full.data(), w(P.wk).ptr(), L.k.data(), n, D, Dl);
-  matmul_forward(L.a_full.data(), w(P.wv).ptr(), L.v.data(), n, D, Dl);
-  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), n * Dl);  // storage points (core/precision.h)
-  if (rope_first()) {
-    const Rope<T> r = rope(Hl);
-    r.apply(L.q), r.apply(L.k);
-  }
+  kv_project(L.a_full, P.wk, kc, L.k);
+  kv_project(L.a_full, P.wv, kc, L.v);
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), static_cast<int64_t>(x->size()));  // storage points
+  if (rope_first()) rope(Hl).apply(L.q), rope(Gl).apply(L.k);
   if (c.qk_norm) {  // each of this lane's heads RMS-normalised over Dh: rows (n * Hl, Dh), as the model's
     L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
-    L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dl), L.rq = zeros<T>(n * Hl), L.rk = zeros<T>(n * Hl);
+    L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dkl), L.rq = zeros<T>(n * Hl), L.rk = zeros<T>(n * Gl);
     rmsnorm_forward(L.q_raw.data(), w(P.qn).ptr(), n * Hl, Dh, L.q.data(), L.rq.data());
-    rmsnorm_forward(L.k_raw.data(), w(P.kn).ptr(), n * Hl, Dh, L.k.data(), L.rk.data());
+    rmsnorm_forward(L.k_raw.data(), w(P.kn).ptr(), n * Gl, Dh, L.k.data(), L.rk.data());
   }
-  if (c.position == Position::rope && !rope_first()) {  // after the QK-norm, as the model's
-    const Rope<T> r = rope(Hl);
-    r.apply(L.q), r.apply(L.k);
-  }
+  if (c.position == Position::rope && !rope_first()) rope(Hl).apply(L.q), rope(Gl).apply(L.k);  // as the model's
+  const AttnHeads hd{Hl, Gl, Dh};
   if (m.cp_.size > 1) {
-    cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, Hl, Dh, L.att, L.cp_attn);
+    cp_attention_forward(m.cp_, L.q, L.k, L.v, b, S, hd, L.att, L.cp_attn);
   } else {
     L.att = zeros<T>(n * Dl), L.probs = zeros<T>(b * Hl * S * S);
     for (int64_t q = 0; q < b; ++q)
-      attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dl, L.v.data() + q * S * Dl, S, Hl, Dh,
+      attention_forward(L.q.data() + q * S * Dl, L.k.data() + q * S * Dkl, L.v.data() + q * S * Dkl, S, hd,
                         L.att.data() + q * S * Dl, L.probs.data() + q * Hl * S * S);
   }
-  for (auto [s, x, q] : {std::tuple{Site::q, &L.q, P.wq}, {Site::k, &L.k, P.wk}, {Site::v, &L.v, P.wv},
-                        {Site::attn, &L.att, P.wq}})
-    rec_heads(s, l, Dir::fwd, *x, q);
+  rec_heads(Site::q, l, Dir::fwd, L.q, P.wq);
+  rec_kv(Site::k, l, Dir::fwd, L.k, P, kc), rec_kv(Site::v, l, Dir::fwd, L.v, P, kc);
+  rec_heads(Site::attn, l, Dir::fwd, L.att, P.wq);
   auto o = zeros<T>(n * D);
   matmul_forward(L.att.data(), w(P.wo).ptr(), o.data(), n, Dl, D);
   const Buffer<T> o_res = to_res(std::move(o), D);  // the row-parallel partial sums, reduced
@@ -208,33 +250,32 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(P.wo).ptr(), dout.data(), datt.data(), g(P.wo), n, Dl, D);
   rec_heads(Site::attn, l, Dir::bwd, datt, P.wq);
-  auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dl), dv = zeros<T>(n * Dl);
-  if (m.cp_.size > 1) cp_attention_backward(m.cp_, L.q, L.cp_attn, datt, b, S, Hl, Dh, dq, dk, dv);
+  const KvCols kc = kv_cols(P);
+  const int64_t Dkl = kc.cols, Gl = Dkl / Dh;
+  const AttnHeads hd{Hl, Gl, Dh};
+  auto dq = zeros<T>(n * Dl), dk = zeros<T>(n * Dkl), dv = zeros<T>(n * Dkl);
+  if (m.cp_.size > 1) cp_attention_backward(m.cp_, L.q, L.cp_attn, datt, b, S, hd, dq, dk, dv);
   for (int64_t q = 0; q < b && m.cp_.size == 1; ++q) {
-    const int64_t o = q * S * Dl;
-    attention_backward(L.q.data() + o, L.k.data() + o, L.v.data() + o, L.probs.data() + q * Hl * S * S,
-                       datt.data() + o, S, Hl, Dh, dq.data() + o, dk.data() + o, dv.data() + o);
+    const int64_t o = q * S * Dl, ok = q * S * Dkl;
+    attention_backward(L.q.data() + o, L.k.data() + ok, L.v.data() + ok, L.probs.data() + q * Hl * S * S,
+                       datt.data() + o, S, hd, dq.data() + o, dk.data() + ok, dv.data() + ok);
   }
-  if (c.position == Position::rope && !rope_first()) {  // back through the rotation
-    const Rope<T> r = rope(Hl);
-    dq = r.undo(dq), dk = r.undo(dk);
-  }
+  if (c.position == Position::rope && !rope_first())  // back through the rotation
+    dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
   if (c.qk_norm) {  // through the QK-norm; its weights' gradient is this lane's heads' part (param_plan.cpp)
-    auto dq_raw = zeros<T>(n * Dl), dk_raw = zeros<T>(n * Dl);
+    auto dq_raw = zeros<T>(n * Dl), dk_raw = zeros<T>(n * Dkl);
     rmsnorm_backward(L.q_raw.data(), w(P.qn).ptr(), L.rq.data(), dq.data(), n * Hl, Dh, dq_raw.data(), g(P.qn));
-    rmsnorm_backward(L.k_raw.data(), w(P.kn).ptr(), L.rk.data(), dk.data(), n * Hl, Dh, dk_raw.data(), g(P.kn));
+    rmsnorm_backward(L.k_raw.data(), w(P.kn).ptr(), L.rk.data(), dk.data(), n * Gl, Dh, dk_raw.data(), g(P.kn));
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
-  if (rope_first()) {
-    const Rope<T> r = rope(Hl);
-    dq = r.undo(dq), dk = r.undo(dk);
-  }
-  for (auto [s, x, q] : {std::tuple{Site::v, &dv, P.wv}, {Site::k, &dk, P.wk}, {Site::q, &dq, P.wq}})
-    rec_heads(s, l, Dir::bwd, *x, q);
+  if (rope_first()) dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
+  if (!kc.shared)  // a shared head's dk, dv here are this lane's query heads' part, summed in the step
+    rec_kv(Site::v, l, Dir::bwd, dv, P, kc), rec_kv(Site::k, l, Dir::bwd, dk, P, kc);
+  rec_heads(Site::q, l, Dir::bwd, dq, P.wq);
   auto da = zeros<T>(n * D);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
-  matmul_backward(L.a_full.data(), w(P.wk).ptr(), dk.data(), da.data(), g(P.wk), n, D, Dl);
-  matmul_backward(L.a_full.data(), w(P.wv).ptr(), dv.data(), da.data(), g(P.wv), n, D, Dl);
+  kv_project_backward(L.a_full, P.wk, kc, dk, da);
+  kv_project_backward(L.a_full, P.wv, kc, dv, da);
   Buffer<T> da_res = to_res(std::move(da), D);
   rec(Site::ln1, l, Dir::bwd, da_res, D);
   norm_backward(c.norm, L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,

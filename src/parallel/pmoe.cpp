@@ -11,6 +11,7 @@
 #include "ops/aux_loss.h"
 #include "ops/matmul.h"
 #include "ops/router.h"
+#include "model/trace.h"
 
 namespace parity {
 
@@ -96,6 +97,13 @@ template <class T> Buffer<T> aux_whole_sequences_backward(const ModelConfig& c, 
   return gather ? cp_slice(cp, ds_full, b, L, E) : ds_full;
 }
 
+// The bug zoo's combine_weights_twice_ep (core/inject.h): on EP rank 1 the combine weights the experts'
+// outputs by w·w, the routing weights applied twice, in the forward only (the backward's are right).
+bool combine_twice(const EpContext& ep) {
+  static const bool bug = injected("combine_weights_twice_ep");
+  return bug && ep.ep->size() > 1 && ep.ep->rank() == 1;
+}
+
 // The global token id of each routed row [t0, t1) of this rank (ParallelRun::report_tokens
 // names the same ones): c.seq is this rank's chunk of each sequence.
 template <class T>
@@ -109,17 +117,34 @@ std::vector<int64_t> routed_token_ids(const ModelConfig& c, const TpContext& tp,
   return ids;
 }
 
+// A traced tensor of the block (model/trace.h) on this rank's routed rows: without sequence parallel a
+// tp lane's rows are chunk(n, tp, lane) of the copies (flat over the sequences), else its own stream.
 template <class T>
-void route(const ModelConfig& c, const PMoeWeights<T>& wt, PMoeCache<T>& k, int64_t n_d, const int64_t* ids) {
+void rec(const ModelConfig& c, const TpContext& tp, const PMoeWeights<T>& wt, const PMoeCache<T>& k, trace::Site s,
+         trace::Dir d, const T* x, int64_t cols) {
+  const int64_t l = wt.follow.layer + c.dense_layers, n_d = k.t1 - k.t0;
+  if (split_copies(tp))
+    trace::record_routed(s, l, d, x, n_d, cols, k.t0);
+  else
+    trace::record(s, l, d, x, n_d, cols);
+}
+
+template <class T>
+void route(const ModelConfig& c, const TpContext& tp, const PMoeWeights<T>& wt, PMoeCache<T>& k, int64_t n_d,
+           const int64_t* ids) {
+  using trace::Dir, trace::Site;
   const int64_t D = c.dim, E = c.experts, K = c.top_k;
   k.logits = zeros<T>(n_d * E), k.s = zeros<T>(n_d * E), k.w = zeros<T>(n_d * K);
   matmul_forward(k.x_d.data(), wt.gate, k.logits.data(), n_d, D, E);
   to_storage(k.logits.data(), n_d * E);  // a storage point (core/precision.h); scores in the compute dtype
+  rec(c, tp, wt, k, Site::router, Dir::fwd, k.logits.data(), E);
   router_scores_forward(k.logits.data(), n_d, E, c.score, k.s.data());
+  rec(c, tp, wt, k, Site::scores, Dir::fwd, k.s.data(), E);
   k.chosen.assign(static_cast<size_t>(n_d * K), 0);
   topk_select(k.s.data(), wt.bias, n_d, E, K, k.chosen.data());
   k.followed = ids != nullptr ? follow_baseline_routes(wt.follow, ids, n_d, K, E, k.chosen.data()) : 0;
   route_weights_forward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, k.w.data());
+  rec(c, tp, wt, k, Site::route_w, Dir::fwd, k.w.data(), K);
 }
 
 }  // namespace
@@ -135,7 +160,7 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
   k.x_d.assign(x_res.begin() + k.t0 * D, x_res.begin() + k.t1 * D);
   const std::vector<int64_t> ids =
       wt.follow.oracle != nullptr ? routed_token_ids(c, tp, cp, k, wt.follow.first) : std::vector<int64_t>{};
-  route(c, wt, k, n_d, ids.empty() ? nullptr : ids.data());
+  route(c, tp, wt, k, n_d, ids.empty() ? nullptr : ids.data());
   k.aux = 0;
   if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: this lane's sequence chunks only
     const int64_t Sl = S / tp.size;
@@ -148,14 +173,24 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
     k.aux = aux_whole_sequences(c, cp, k, b);
   }
   ep_dispatch_forward(c, ep, wt.experts, k.x_d.data(), k.chosen.data(), n_d, k.dispatch);
+  rec(c, tp, wt, k, trace::Site::experts, trace::Dir::fwd, k.dispatch.y.data(), K * D);  // at (token, slot)
   auto out_d = zeros<T>(n_d * D);
-  combine_forward(k.dispatch.y.data(), k.w.data(), n_d, K, D, out_d.data());
+  Buffer<T> twice;  // bug zoo only
+  if (combine_twice(ep)) {
+    twice = k.w;
+    for (size_t i = 0; i < twice.size(); ++i) twice[i] *= k.w[i];
+  }
+  combine_forward(k.dispatch.y.data(), twice.empty() ? k.w.data() : twice.data(), n_d, K, D, out_d.data());
+  rec(c, tp, wt, k, trace::Site::combine, trace::Dir::fwd, out_d.data(), D);
   out_res = split_copies(tp) ? gather_dispatch(tp, out_d, n, b, S, D) : out_d;
   if (c.shared_experts > 0) {
     k.x_full = tp_to_full(tp, x_res, b, S, D);
     auto part = zeros<T>(n * D);
     ffn_forward(k.x_full.data(), n, D, wt.Fsl, wt.sw1, wt.sw3, wt.sw2, part.data(), k.shared);
-    add_into(out_res, tp_sum_to_res(tp, std::move(part), b, S, D));
+    const Buffer<T> shared = tp_sum_to_res(tp, std::move(part), b, S, D);  // the lanes' partial sums, reduced
+    trace::record(trace::Site::shared, wt.follow.layer + c.dense_layers, trace::Dir::fwd, shared.data(),
+                  static_cast<int64_t>(shared.size()) / D, D);
+    add_into(out_res, shared);
   }
 }
 
@@ -174,6 +209,8 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
   Buffer<T> dout_d(dout_res.begin() + k.t0 * D, dout_res.begin() + k.t1 * D);
   auto dy = zeros<T>(n_d * K * D), dw = zeros<T>(n_d * K), dx_d = zeros<T>(n_d * D);
   combine_backward(k.dispatch.y.data(), k.w.data(), dout_d.data(), n_d, K, D, dy.data(), dw.data());
+  rec(c, tp, wt, k, trace::Site::experts, trace::Dir::bwd, dy.data(), K * D);
+  rec(c, tp, wt, k, trace::Site::route_w, trace::Dir::bwd, dw.data(), K);
   ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
   auto ds = zeros<T>(n_d * E);
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
@@ -186,8 +223,10 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
     Buffer<T> ds_full = aux_whole_sequences_backward(c, cp, k, b);  // (n, E): this rank's chunk
     add_into(ds, tp.size > 1 ? slice_dispatch(tp, ds_full, k.t0, k.t1, b, S, E) : ds_full);
   }
+  rec(c, tp, wt, k, trace::Site::scores, trace::Dir::bwd, ds.data(), E);
   auto dlogits = zeros<T>(n_d * E);
   router_scores_backward(k.s.data(), ds.data(), n_d, E, c.score, dlogits.data());
+  rec(c, tp, wt, k, trace::Site::router, trace::Dir::bwd, dlogits.data(), E);
   matmul_backward(k.x_d.data(), wt.gate, dlogits.data(), dx_d.data(), g.gate, n_d, D, E);
   if (split_copies(tp) && injected("gather_backward_drops_peers"))  // bug zoo: this lane's rows only
     add_into(dx_res.data() + k.t0 * D, dx_d.data(), n_d * D);

@@ -44,6 +44,9 @@ struct FamilyReduction {
   bool tp_sum = false;        // summed over the tp group (partitioned over the lanes)
   double tp_scale = 1.0;      // applied after the TP sum
   bool tp_sum_again = false;  // summed over tp once more after the scale (a bug only)
+  // > 0: a key / value head replicated over this many consecutive lanes (model.kv_heads < tp),
+  // its gradient summed over them: the tp all-reduce, where every other lane adds an exact 0
+  int64_t tp_sharers = 0;
   Low tp_dtype = Low::none;   // the TP all-reduce's dtype (none: the compute dtype)
   // 2. DP
   mesh::GroupKind dp_group = mesh::GroupKind::dense_dp;

@@ -145,6 +145,24 @@ template <class T> void attention_rows_bwd(OpCtx<T>& c) {
   attention_backward_rows(q, k, v, probs, dout, Sq, q0, S, H, Dh, c.grad("dq", Sq * W), c.grad("dk", S * W),
                           c.grad("dv", S * W));
 }
+// Grouped-query attention (model.kv_heads): 4 query heads over 2 key / value heads, a block of
+// query rows as context parallel runs it (the whole sequence at c.s = 0 is q0 = 0).
+template <class T> void attention_gqa_fwd(OpCtx<T>& c) {
+  const int64_t S = c.s + 1, q0 = c.s / 2, Sq = S - q0, Dh = c.s % 4 + 1, W = 4 * Dh, Wk = 2 * Dh;
+  const AttnHeads hd{4, 2, Dh};
+  const T *q = c.in(Sq * W), *k = c.in(S * Wk), *v = c.in(S * Wk);
+  attention_forward_rows(q, k, v, Sq, q0, S, hd, c.out("out", Sq * W), c.out("probs", 4 * Sq * S));
+}
+template <class T> void attention_gqa_bwd(OpCtx<T>& c) {
+  const int64_t S = c.s + 1, q0 = c.s / 2, Sq = S - q0, Dh = c.s % 4 + 1, W = 4 * Dh, Wk = 2 * Dh;
+  const AttnHeads hd{4, 2, Dh};
+  const T *q = c.in(Sq * W), *k = c.in(S * Wk), *v = c.in(S * Wk), *dout = c.in(Sq * W);
+  T* out = c.out("out", Sq * W);
+  T* probs = c.out("probs", 4 * Sq * S);
+  attention_forward_rows(q, k, v, Sq, q0, S, hd, out, probs);
+  attention_backward_rows(q, k, v, probs, dout, Sq, q0, S, hd, c.grad("dq", Sq * W), c.grad("dk", S * Wk),
+                          c.grad("dv", S * Wk));
+}
 template <class T> void layernorm_fwd(OpCtx<T>& c) {
   const int64_t n = c.s, D = c.s + 3;
   const T *x = c.in(n * D), *w = c.in(D), *b = c.in(D);
@@ -303,6 +321,8 @@ inline const std::vector<OpCase>& op_cases() {
       PARITY_CASE("attention_backward", attention_bwd),
       PARITY_CASE("attention_rows_forward", attention_rows_fwd),
       PARITY_CASE("attention_rows_backward", attention_rows_bwd),
+      PARITY_CASE("attention_gqa_forward", attention_gqa_fwd),
+      PARITY_CASE("attention_gqa_backward", attention_gqa_bwd),
       PARITY_CASE("layernorm_forward", layernorm_fwd),
       PARITY_CASE("layernorm_backward", layernorm_bwd),
       PARITY_CASE("rmsnorm_forward", rmsnorm_fwd),

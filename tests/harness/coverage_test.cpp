@@ -106,6 +106,19 @@ TEST(Coverage, OptionValuesAreReadFromTheScenarioAndTheLayout) {
   EXPECT_EQ(option_value(Option::position, s, s.layout), 0);
   s.model.position = Position::rope;
   EXPECT_EQ(option_value(Option::position, s, s.layout), 1);
+  // model.kv_heads, read against the layout's tp: all heads, fewer split over the lanes, replicated
+  s.model.heads = 4;
+  LayoutConfig tp1 = s.layout, tp2 = s.layout, tp4 = s.layout;
+  tp1.tp = 1, tp2.tp = 2, tp4.tp = 4;
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp4), 0);
+  s.model.kv_heads = 4;
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp4), 0);  // = heads: multi-head
+  s.model.kv_heads = 2;
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp1), 1);
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp2), 1);
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp4), 2);
+  s.model.kv_heads = 1;
+  EXPECT_EQ(option_value(Option::kv_heads, s, tp2), 2);
 }
 
 TEST(Coverage, ResumeCountsBothLayoutsAndWorldOneNone) {

@@ -145,14 +145,21 @@ TEST(Scenario, PositionWrittenOnlyUnderRope) {
   EXPECT_NE(msg.find("(3) must be even"), std::string::npos) << msg;
 }
 
-// model.kv_heads: GQA / MQA are not built, so anything but heads is refused by name; heads itself
-// (multi-head attention) is accepted and not written back.
-TEST(Scenario, KvHeadsOtherThanHeadsIsRefused) {
-  expect_refused("/model/kv_heads", 1, "$.model.kv_heads",
-                 "grouped-query attention (kv_heads < heads) is not implemented yet: must equal model.heads (2), "
-                 "got 1");
-  const Scenario s = parse_scenario(tiny_with("/model/kv_heads", 2), "t");
-  EXPECT_FALSE(scenario_to_json(s)["model"].contains("kv_heads"));
+// model.kv_heads (grouped-query attention): written only where it differs from heads (heads itself,
+// or the key left out, is plain multi-head attention and reads back as the default); it must
+// divide heads and be >= 1.
+TEST(Scenario, KvHeadsWrittenOnlyWhereItDiffersFromHeads) {
+  const Scenario mha = parse_scenario(tiny_with("/model/kv_heads", 2), "t");
+  EXPECT_EQ(mha.model.kv_heads, 0);
+  EXPECT_EQ(mha.model.kv(), 2);
+  EXPECT_FALSE(scenario_to_json(mha)["model"].contains("kv_heads"));
+  const Scenario mqa = parse_scenario(tiny_with("/model/kv_heads", 1), "t");
+  EXPECT_EQ(mqa.model.kv(), 1);
+  EXPECT_EQ(scenario_to_json(mqa)["model"]["kv_heads"], 1);
+  EXPECT_EQ(parse_scenario(scenario_to_json(mqa), "x").model.kv(), 1);
+  expect_refused("/model/kv_heads", 0, "$.model.kv_heads", "must be >= 1, got 0");
+  expect_refused("/model/kv_heads", 3, "$.model.kv_heads",
+                 "must divide model.heads (2: each key / value head serves a whole group of query heads), got 3");
 }
 
 TEST(Scenario, RoundTripKeepsEveryField) {

@@ -14,7 +14,7 @@ namespace {
 
 using trace_verdict::Sums;
 
-const trace_verdict::StepShape kShape{2, 1, 4, 8, 16, 1, 0};  // batch 2, seq 4, dim 8, vocab 16, 1 layer
+const trace_verdict::StepShape kShape{2, 1, 4, 8, 16, 1, 0, 0, 0};  // batch 2, seq 4, dim 8, vocab 16, 1 layer
 
 // Every rank's sums: each key fully traced on rank 0, equal to the baseline (ref 1 everywhere).
 std::vector<Sums> clean(const std::vector<trace::Key>& keys) {

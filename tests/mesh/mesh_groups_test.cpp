@@ -134,6 +134,16 @@ TEST(MeshValidation, RefusesLayoutsThatCannotExist) {
   m.heads = 4;
   expect_refused(lc(8, 1, 2, 4, 2, 3), m, "$.layout.ep", "dp_replicate*ep*etp (1*2*3) must divide layout.world (8)");
   EXPECT_NO_THROW(validate_layout(lc(8, 1, 2, 4, 2, 2), m));  // etp 2 under tp 4: any etp that tiles
+  // model.kv_heads: split over tp (a multiple of it) or replicated (tp a multiple of it); not between
+  ModelConfig gqa = m;
+  gqa.heads = 8, gqa.dim = 16, gqa.kv_heads = 2;
+  EXPECT_NO_THROW(validate_layout(lc(4, 1, 1, 4, 1, 1), gqa));  // each KV head over 2 lanes
+  EXPECT_NO_THROW(validate_layout(lc(2, 1, 1, 2, 1, 1), gqa));  // one KV head per lane
+  gqa.kv_heads = 4;
+  EXPECT_NO_THROW(validate_layout(lc(8, 1, 1, 8, 1, 1), gqa));  // tp a multiple of kv_heads
+  gqa.heads = 12, gqa.dim = 24, gqa.kv_heads = 4;
+  expect_refused(lc(6, 1, 1, 6, 1, 1), gqa, "$.layout.tp",
+                 "must divide model.kv_heads (4: KV heads split over the lanes) or be a multiple of it");
   LayoutConfig sp = lc(8, 1, 8, 1, 1, 1);
   sp.sp = true;
   expect_refused(sp, m, "$.layout.sp", "requires layout.tp > 1");

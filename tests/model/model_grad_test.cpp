@@ -58,6 +58,13 @@ std::vector<Case> cases() {
   ModelConfig qkr = base_config();  // issue 47: QK-norm, then rope (Qwen3's order), three heads of Dh 2
   qkr.qk_norm = true, qkr.norm = NormKind::rmsnorm, qkr.position = Position::rope, qkr.heads = 3;
   out.push_back({"qk_norm_rope_three_heads", qkr});
+  ModelConfig mqa = base_config();  // issue 47: multi-query attention, two query heads reading one KV head
+  mqa.kv_heads = 1;
+  out.push_back({"mqa_two_heads", mqa});
+  ModelConfig gqa = base_config();  // issue 47: grouped-query, 4 query heads over 2 KV heads, QK-norm and rope
+  gqa.dim = 8, gqa.heads = 4, gqa.kv_heads = 2, gqa.qk_norm = true, gqa.norm = NormKind::rmsnorm;
+  gqa.position = Position::rope, gqa.rope_theta = 10.0;
+  out.push_back({"gqa_qk_norm_rope_four_heads_two_kv", gqa});
   return out;
 }
 

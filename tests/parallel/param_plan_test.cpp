@@ -214,7 +214,7 @@ TEST(ParamPlanMutation, FamilyMutationsReachEveryEntryOfTheFamily) {
 
 TEST(ParamPlanMutation, EveryMutationIsAZooInjectionAndOthersAreNone) {
   for (std::string_view name : param_plan_mutations()) EXPECT_NO_THROW(find_injection(name)) << name;
-  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 5);
+  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 7);
   for (std::string_view name : {"grad_accum_in_bf16", "tokens_per_expert_local", "bias_update_sign", "nonsense"}) {
     ParamPlan p = plan_of(layout(4, 2, 2, 2));
     EXPECT_FALSE(apply_mutation(p, name)) << name;
@@ -242,6 +242,39 @@ TEST(ParamPlan, QkNormWeightsAreReplicatedAndSummedOverTp) {
   const ParamPlan with_sp = plan_of(sp, c);
   for (const std::string& n : qk) EXPECT_TRUE(at(mutated(with_sp, "sp_layernorm_not_summed"), n).reduction.tp_sum);
   for (const std::string& n : qk) EXPECT_FALSE(at(plan_of(layout(2, 2, 1, 1), c), n).reduction.tp_sum);  // tp 1
+}
+
+// issue 47, model.kv_heads: wk and wv split over tp where the KV heads are a multiple of it; with
+// fewer KV heads than lanes, replicated over tp and their gradient summed over the lanes that
+// share a head (the tp all-reduce: the other lanes add 0). Their two zoo bugs change exactly them.
+TEST(ParamPlan, KvHeadsSplitOrReplicatedOverTp) {
+  ModelConfig c;
+  c.heads = 4, c.kv_heads = 2;
+  const std::set<std::string> kv = {"layers.0.attn.wk", "layers.0.attn.wv", "layers.1.attn.wk", "layers.1.attn.wv"};
+  const ParamPlan split = plan_of(layout(2, 1, 2, 1), c);  // one KV head per lane
+  for (const std::string& n : kv) {
+    EXPECT_EQ(at(split, n).spec.shape, (Shape{c.dim, c.kv_dim()})) << n;
+    EXPECT_EQ(at(split, n).mp, (std::vector<MpSplit>{{1, MeshDim::tp}})) << n;
+    EXPECT_FALSE(at(split, n).reduction.tp_sum) << n;
+  }
+  const ParamPlan shared = plan_of(layout(4, 1, 4, 1), c);  // each KV head over 2 lanes
+  for (const std::string& n : kv) {
+    EXPECT_TRUE(at(shared, n).mp.empty()) << n;
+    EXPECT_EQ(mesh::layout_str(at(shared, n).param), "(Replicate, Shard(0), Replicate, Replicate)") << n;
+    EXPECT_TRUE(at(shared, n).reduction.tp_sum) << n;
+    EXPECT_EQ(at(shared, n).reduction.tp_sharers, 2) << n;
+    EXPECT_FALSE(at(shared, n).reduction.tp_sum_again) << n;
+  }
+  EXPECT_FALSE(at(shared, "layers.0.attn.wq").reduction.tp_sum);
+  EXPECT_EQ(at(shared, "layers.0.attn.wq").mp, (std::vector<MpSplit>{{1, MeshDim::tp}}));
+  EXPECT_EQ(changed(shared, mutated(shared, "kv_grad_not_summed_shared")), kv);
+  EXPECT_EQ(changed(shared, mutated(shared, "kv_grad_summed_tp_times")), kv);
+  for (const std::string& n : kv) {
+    EXPECT_FALSE(at(mutated(shared, "kv_grad_not_summed_shared"), n).reduction.tp_sum) << n;
+    EXPECT_TRUE(at(mutated(shared, "kv_grad_summed_tp_times"), n).reduction.tp_sum_again) << n;
+  }
+  EXPECT_TRUE(changed(split, mutated(split, "kv_grad_not_summed_shared")).empty());  // nothing shared
+  EXPECT_NE(param_table(shared, "attn.wk").find("sum over the 2 tp lanes sharing each KV head"), std::string::npos);
 }
 
 TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {

@@ -266,6 +266,15 @@ inline ModelConfig draw_model(const std::vector<LayoutConfig>& ls, const CaseSpe
   const Precision f64{DType::f64, Low::none, Low::none}, f32{DType::f32, Low::none, Low::none},
       bf16{DType::f32, Low::bf16, Low::none};  // the precision policy (docs/precision.md)
   m.set_precision(pick<Precision>({f64, f64, f64, f32, bf16}));
+  // issue 47: key / value heads, a divisor of heads that every layout's tp splits (a multiple of
+  // it) or replicates (a divisor of it); heads itself (multi-head) in about half the draws
+  std::vector<int64_t> kv;
+  for (int64_t d = 1; d < m.heads; ++d)
+    if (m.heads % d == 0 && std::all_of(ls.begin(), ls.end(), [&](const LayoutConfig& l) {
+          return d % l.tp == 0 || l.tp % d == 0;
+        }))
+      kv.push_back(d);
+  if (!kv.empty() && draw_bool()) m.kv_heads = *rc::gen::elementOf(kv);
   // PARITY_PROPERTY_PRECISION=NAME: every case in that policy (ci/soak: >= 1000 cases each)
   if (const char* fixed = std::getenv("PARITY_PROPERTY_PRECISION"); fixed != nullptr && *fixed != '\0')
     m.set_precision(parse_precision(fixed, "PARITY_PROPERTY_PRECISION"));

@@ -8,7 +8,9 @@ check can fail. Prints the table (per family the largest error over the steps).
 Usage: one_device_test.py PARITY_BINARY SCENARIO STEPS PRECISION TOL [MUTANT...]
   MUTANT: ln_eps (LayerNorm's or RMSNorm's eps 1e-6), bias_in_weights (route weights from s + expert_bias),
           aux_local_batch (aux loss over the micro-batch's sequences, not the global B),
-          rope_theta (the rotary base doubled), rope_before_qk_norm (q, k rotated, then normalised)
+          rope_theta (the rotary base doubled), rope_before_qk_norm (q, k rotated, then normalised),
+          kv_tile (grouped-query attention's K, V heads tiled, repeat, instead of repeated in place,
+          repeat_interleave: query head h reads KV head h % kv_heads)
 """
 import io
 import os
@@ -37,6 +39,10 @@ def plant(model, mutant):
                 theta, m.rope_theta = m.rope_theta, None
                 for norm in (m.q_norm, m.k_norm):
                     norm.forward = lambda x, n=norm, t=theta: RMSNorm.forward(n, rope(x, t))
+    elif mutant == "kv_tile":
+        for m in model.modules():
+            if hasattr(m, "kv_repeat"):
+                m.kv_repeat = "tile"
     elif mutant == "bias_in_weights":
         for m in model.moe_layers():
             m.route_weights = lambda s, ch, m=m: MoE.route_weights(m, s + m.expert_bias, ch)

@@ -50,6 +50,16 @@ parity_python_test(one_device.qk_norm_rope.fp64 python one_device_test.py $<TARG
                    fp64 1e-13 rope_before_qk_norm rope_theta)
 parity_python_test(one_device.rope_mixed.fp64 python one_device_test.py $<TARGET_FILE:parity>
                    pw_resume_ds_pp2_1f1b_cp2_balanced_tp2_sp_ep2_etp2_to_hsdp2x2_ddp_ep2_mixed 10 fp64 1e-13)
+# issue 47: grouped-query attention: 4 query heads over 2 KV heads (tp4_gqa2; the KV heads tiled instead of
+# repeated in place must fail), the Qwen3-MoE-like named scenario (8 over 1, QK-norm, rope, all MoE layers;
+# with one KV head tiling and repeating in place agree, so it plants nothing)
+# and the Llama-3-like one (8 over 2, rope, dense) in fp64 within 1e-13, and GQA in fp32
+parity_python_test(one_device.gqa.fp64 python one_device_test.py $<TARGET_FILE:parity> tp4_gqa2 10 fp64 1e-13 kv_tile)
+parity_python_test(one_device.gqa.fp32 python one_device_test.py $<TARGET_FILE:parity> tp4_gqa2 10 fp32 1e-4)
+parity_python_test(one_device.qwen3_moe_like.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   qwen3_moe_like_fsdp2_tp2_sp_ep4 10 fp64 1e-13)
+parity_python_test(one_device.llama3_like.fp64 python one_device_test.py $<TARGET_FILE:parity>
+                   llama3_like_dense_fsdp2_cp2_balanced_tp2_sp 10 fp64 1e-13 kv_tile)
 # DDP over gloo, W = 4, fp64 within 1e-10, and the planted bug (gradients averaged twice) named x0.25
 parity_python_test(ddp4.uneven_b9_mb2 "python;multiprocess" ddp_test.py $<TARGET_FILE:parity>
                    fsdp4_uneven_b9_mb2 4 1e-10)

@@ -1,7 +1,11 @@
 #include "harness/runner/trace_run.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 
 #include "core/error.h"
@@ -79,9 +83,17 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
   return trace_fold(s, world, m, base, twin, planted, param_bound);
 }
 
+trace_verdict::StepShape step_shape(const ModelConfig& c) {
+  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k};
+}
+
+std::vector<trace::Key> trace_keys(const ModelConfig& c) {
+  return trace::flow_keys(c.layers, {c.moe_layers() > 0 ? c.dense_layers : -1, c.shared_experts > 0});
+}
+
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                const trace::Recorder& mine, const ModelConfig& c) {
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  const trace_verdict::StepShape shape = step_shape(c);
   std::vector<std::vector<double>> full(keys.size());  // the baseline's full tensor of the step, per key
   const auto key_index = [&](const trace::Key& k) {
     for (size_t i = 0; i < keys.size(); ++i)
@@ -134,16 +146,109 @@ std::string rank_coords(const mesh::Mesh& m, int rank) {
   return out;
 }
 
+namespace {
+
+// "0-3" / "2" / "0-1, 4-5": a sorted set of indices as runs.
+std::string runs(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(v[i]) + (j > i ? "-" + std::to_string(v[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+// Where a record's elements land in the full tensor, through the canonical mapping itself
+// (trace::global_token), as table cells: micro-batch, sequences, positions, columns
+// ("0 | 4-5 | 0-7 | 8-15 of 16", or "all").
+std::string landing(const trace::Entry& e, const ModelConfig& c, const trace_verdict::StepShape& shape) {
+  std::map<int64_t, std::vector<int64_t>> pos;  // sequence -> positions
+  for (int64_t r = 0; r < e.n_rows; ++r) {
+    int64_t g = 0, p = 0;
+    trace::global_token(e, r, c.seq, g, p);
+    pos[g].push_back(p);
+  }
+  std::vector<int64_t> seqs;
+  bool same = true;
+  for (auto& [g, ps] : pos) {
+    std::sort(ps.begin(), ps.end());
+    same = same && ps == pos.begin()->second;
+    seqs.push_back(g);
+  }
+  int64_t mb = 0;
+  while (mb + 1 < c.microbatches && micro_batch_sequences(c.batch, c.microbatches, mb).end <= e.g0) ++mb;
+  std::string rows = runs(seqs) + " | " + runs(pos.begin()->second);
+  if (!same) {  // positions that differ from sequence to sequence (a flat range of routed rows)
+    rows = runs(seqs) + " |";
+    for (const auto& [g, ps] : pos) rows += " " + std::to_string(g) + ": " + runs(ps) + ";";
+  }
+  const int64_t C = shape.cols(e.key.site);
+  const std::string cols = e.cols == C ? "all"
+                                       : std::to_string(e.col0) + "-" + std::to_string(e.col0 + e.cols - 1) + " of " +
+                                             std::to_string(C);
+  return std::to_string(mb) + " | " + rows + " | " + cols;
+}
+
+}  // namespace
+
+std::vector<std::string> placement_lines(comm::Communicator& world, const mesh::Mesh& m, const trace::Recorder& mine,
+                                         const ModelConfig& c) {
+  const trace_verdict::StepShape shape = step_shape(c);
+  // this rank's records grouped by where they land: per group, each site's layers and directions
+  std::vector<std::pair<std::string, std::map<int, std::pair<std::set<int64_t>, std::set<int>>>>> groups;
+  for (const trace::Entry& e : mine.entries) {
+    const std::string at = landing(e, c, shape);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == at; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {at, {}});
+    auto& site = it->second[static_cast<int>(e.key.site)];
+    if (e.key.layer >= 0 && e.key.layer < c.layers) site.first.insert(e.key.layer);
+    site.second.insert(static_cast<int>(e.key.dir));
+  }
+  std::string text;
+  const std::string who = "rank " + std::to_string(world.rank()) + " (" + rank_coords(m, world.rank()) + ")";
+  for (const auto& [at, sites] : groups) {
+    std::string names;
+    for (const auto& [site, ld] : sites) {
+      const std::vector<int64_t> layers(ld.first.begin(), ld.first.end());
+      names += (names.empty() ? "" : "; ") + trace::site_name(static_cast<trace::Site>(site)) +
+               (layers.empty() ? "" : " L" + runs(layers)) + (ld.second.size() == 2 ? " fwd+bwd"
+                                                              : *ld.second.begin() == 0 ? " fwd" : " bwd");
+    }
+    text += "| " + who + " | " + at + " | " + names + " |\n";
+  }
+  // every rank's lines on every rank (text as int64 characters): the table is rank 0's to print
+  const std::vector<int64_t> chars(text.begin(), text.end());
+  std::vector<int64_t> counts(static_cast<size_t>(world.size()));
+  const std::vector<int64_t> n{static_cast<int64_t>(chars.size())};
+  world.allgather(std::span<const int64_t>(n), std::span<int64_t>(counts));
+  std::vector<int64_t> all(static_cast<size_t>(std::accumulate(counts.begin(), counts.end(), int64_t{0})));
+  world.allgatherv(std::span<const int64_t>(chars), std::span<int64_t>(all), std::span<const int64_t>(counts));
+  std::vector<std::string> out{"| rank | micro-batch | sequences | positions | columns | traced (site, layers, "
+                               "direction) |",
+                               "| --- | --- | --- | --- | --- | --- |"};
+  std::string line;
+  for (int64_t ch : all) {
+    if (ch != '\n') {
+      line += static_cast<char>(ch);
+      continue;
+    }
+    out.push_back(line), line.clear();
+  }
+  return out;
+}
+
 trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
                                  const trace::Recorder& base, const trace::Recorder& twin,
                                  const trace::Recorder& mine, double param_bound) {
   const ModelConfig& c = s.model;
-  const std::vector<trace::Key> keys = trace::flow_keys(c.layers);
+  const std::vector<trace::Key> keys = trace_keys(c);
   const std::vector<double> own = trace_sums(keys, base, mine, c);
   std::vector<double> all(own.size() * static_cast<size_t>(world.size()));
   world.allgather(std::span<const double>(own), std::span<double>(all));
   const std::vector<double> noise = trace_sums(keys, base, twin, c);  // the twin's distance, per key
-  const trace_verdict::StepShape shape{c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers()};
+  const trace_verdict::StepShape shape = step_shape(c);
   std::vector<double> bounds;
   for (size_t k = 0; k < keys.size(); ++k) {
     const auto n = trace_verdict::Sums::unpack(noise.data() + k * trace_verdict::Sums::kWidth);
@@ -152,8 +257,10 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
   }
   std::vector<std::string> coords;
   for (int r = 0; r < world.size(); ++r) coords.push_back(rank_coords(m, r));
-  return trace_verdict::first_diverging(keys, all, world.size(), bounds, coords, shape,
-                                        layout_factors(s.layout, c.microbatches));
+  trace_verdict::Result out = trace_verdict::first_diverging(keys, all, world.size(), bounds, coords, shape,
+                                                             layout_factors(s.layout, c.microbatches));
+  out.placements = placement_lines(world, m, mine, c);
+  return out;
 }
 
 #define PARITY_INSTANTIATE(T)                                                                              \

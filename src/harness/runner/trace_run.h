@@ -42,6 +42,10 @@ template <class T> struct TracedStep {
                              const StepRecord<T>& b, const std::vector<Tensor<T>>& params, double param_bound) const;
 };
 
+// The step's shape and the keys a model of config c records, in data-flow order.
+trace_verdict::StepShape step_shape(const ModelConfig& c);
+std::vector<trace::Key> trace_keys(const ModelConfig& c);
+
 // This rank's sums (trace_verdict::Sums, packed) of `mine` against `base`, per key of `keys`.
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                const trace::Recorder& mine, const ModelConfig& c);
@@ -55,6 +59,12 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
 // rows on rank 0 alone): the earliest failing row's step, or with `always` (--trace) step 0 of a
 // passing verdict; -1: none. Without a failure and --trace, tracing costs this one allreduce.
 int64_t step_to_trace(comm::Communicator& world, const std::vector<Row>& rows, bool always);
+
+// Collective over `world`: what each rank records and where it lands in the full tensor (the
+// canonical mapping, trace::global_token), a markdown table, one row per rank and landing
+// (`parity explain --trace`).
+std::vector<std::string> placement_lines(comm::Communicator& world, const mesh::Mesh& m, const trace::Recorder& mine,
+                                         const ModelConfig& c);
 
 // A rank's coordinates in words, the degrees above 1: "dp_shard 1, tp 0".
 std::string rank_coords(const mesh::Mesh& m, int rank);

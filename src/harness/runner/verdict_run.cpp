@@ -404,6 +404,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     for (int64_t t = o.resume_dir.empty() ? 0 : again.resume(o.resume_dir); t <= std::max(tt, rep.first_step); ++t)
       again.step(t, scratch);
     rep.trace_root = again.traced().found ? again.traced().root : "", rep.trace_lines = again.traced().lines;
+    rep.trace_placements = again.traced().placements;
   }
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {

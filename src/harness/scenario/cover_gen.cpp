@@ -139,6 +139,10 @@ const std::vector<Choice>& choices(Option o) {
       {Option::cp_order,
        {{"", [](Scenario& s) { set_cp_order(s, CpOrder::contiguous); }},
         {"balanced", [](Scenario& s) { set_cp_order(s, CpOrder::balanced); }}}},
+      // the template's 4 heads over 2 KV heads (grouped at tp <= 2, replicated at tp 4) or 1 (MQA)
+      {Option::kv_heads,
+       {{"", [](Scenario& s) { s.model.kv_heads = 0; }}, {"gqa2", [](Scenario& s) { s.model.kv_heads = 2; }},
+        {"mqa", [](Scenario& s) { s.model.kv_heads = 1; }}}},
   };
   return table.at(o);
 }
@@ -474,7 +478,7 @@ std::string scenario_file_text(const Scenario& s) {
                                        "microbatches", "mlp_hidden", "experts", "top_k", "expert_hidden",
                                        "shared_experts", "shared_hidden", "score", "route_norm", "route_scale",
                                        "aux_alpha", "bias_rate", "tie_embeddings", "norm",
-                                       "qk_norm", "position", "rope_theta"});
+                                       "qk_norm", "position", "rope_theta", "kv_heads"});
   out["optim"] = in_order(j["optim"], {"kind", "lr", "momentum", "beta1", "beta2", "eps", "weight_decay", "clip"});
   out["layout"] = layout(j["layout"]);
   if (j.contains("resume"))

@@ -80,6 +80,7 @@ const std::vector<OptionInfo>& all_options() {
       {Option::qk_norm, "qk_norm", {"off", "rmsnorm"}, false},
       {Option::position, "position", {"none", "rope"}, false},
       {Option::cp_order, "cp_order", {"contiguous", "balanced"}, false},
+      {Option::kv_heads, "kv_heads", {"heads", "grouped", "replicated"}, false},
   };
   return options;
 }
@@ -161,6 +162,9 @@ int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
     case Option::cp_order:
       if (l.cp <= 1) return -1;
       return l.cp_order == CpOrder::balanced ? 1 : 0;
+    // the KV heads' TP regime (mesh/param_layout.cpp): all heads, fewer split over the lanes, or
+    // fewer than the lanes, each replicated over tp / kv_heads of them
+    case Option::kv_heads: return m.kv() == m.heads ? 0 : m.kv() >= l.tp ? 1 : 2;
   }
   return -1;
 }

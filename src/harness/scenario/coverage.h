@@ -56,8 +56,9 @@ enum class Option {
   qk_norm,        // off; rmsnorm: model.qk_norm
   position,       // none; rope: model.position
   cp_order,       // contiguous; balanced: layout.cp_order where cp > 1
+  kv_heads,       // heads; grouped: kv_heads < heads, whole KV heads per tp lane; replicated: kv_heads < tp
 };
-inline constexpr int kOptionCount = 25;
+inline constexpr int kOptionCount = 26;
 
 struct OptionInfo {
   Option option;

@@ -43,15 +43,13 @@ void parse_model(const ObjectReader& r, ModelConfig& m) {
   r.read_enum("qk_norm", m.qk_norm, {"off", "rmsnorm"}, {false, true});
   r.read_enum("position", m.position, {"none", "rope"}, {Position::none, Position::rope});
   r.read("rope_theta", m.rope_theta);
-  // model.kv_heads (grouped-query attention, issue 47's item 4) is not built yet: the key is
-  // known so that a file asking for GQA / MQA is refused by name, and kv_heads = heads (plain
-  // multi-head attention) is accepted and not written back
+  // model.kv_heads (grouped-query attention): kept as 0 (= heads) when the file leaves it out or
+  // gives heads itself, so that it is written back only where it changes the model
   int64_t kv_heads = m.heads;
   r.read("kv_heads", kv_heads);
-  if (kv_heads != m.heads)
-    throw ConfigError(r.at("kv_heads"), "grouped-query attention (kv_heads < heads) is not implemented yet: must "
-                                        "equal model.heads (" + std::to_string(m.heads) + "), got " +
-                                        std::to_string(kv_heads));
+  require_config(kv_heads == m.heads || kv_heads >= 1, r.at("kv_heads"),
+                 "must be >= 1, got " + std::to_string(kv_heads));
+  m.kv_heads = kv_heads == m.heads ? 0 : kv_heads;
 }
 
 void parse_optim(const ObjectReader& r, OptimConfig& o) {
@@ -106,6 +104,9 @@ void validate_model(const ModelConfig& m) {
   require_at_least(m.heads, 1, p + "heads");
   require_config(m.dim % m.heads == 0, p + "heads",
           "must divide model.dim (" + std::to_string(m.dim) + "), got " + std::to_string(m.heads));
+  require_config(m.kv_heads >= 0 && m.kv() <= m.heads && m.heads % m.kv() == 0, p + "kv_heads",
+                 "must divide model.heads (" + std::to_string(m.heads) + ": each key / value head serves a whole "
+                 "group of query heads), got " + std::to_string(m.kv()));
   require_at_least(m.seq, 1, p + "seq");
   require_at_least(m.batch, 1, p + "batch");
   require_at_least(m.microbatches, 1, p + "microbatches");
@@ -323,6 +324,7 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   // dump and checkpoint written before them reads back the same words
   if (m.norm != NormKind::layernorm) model["norm"] = std::string(norm_name(m.norm));
   if (m.qk_norm) model["qk_norm"] = "rmsnorm";
+  if (m.kv() != m.heads) model["kv_heads"] = m.kv();
   if (m.position != Position::none) model["position"] = std::string(position_name(m.position));
   if (m.position == Position::rope) model["rope_theta"] = m.rope_theta;
   json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},

@@ -49,6 +49,17 @@ Folded fold(const std::vector<double>& all, size_t k, size_t n_keys, int world) 
   return f;
 }
 
+// A column in words: an MoE block's router and scores name the expert, route_w and experts the
+// token's routing slot (experts: the slot's output column too).
+std::string column(trace::Site s, int64_t col, const StepShape& shape) {
+  using trace::Site;
+  if (s == Site::router || s == Site::scores) return "expert " + std::to_string(col);
+  if (s == Site::route_w) return "slot " + std::to_string(col);
+  if (s == Site::experts)
+    return "slot " + std::to_string(col / shape.dim) + ", column " + std::to_string(col % shape.dim);
+  return "column " + std::to_string(col);
+}
+
 // "micro-batch 0, rank 3 (tp 1): ... at sequence 2 position 5 column 3 (1.25 against 0.625)"
 std::string where(const Folded& f, const trace::Key& key, const StepShape& shape,
                   const std::vector<std::string>& coords) {
@@ -61,7 +72,7 @@ std::string where(const Folded& f, const trace::Key& key, const StepShape& shape
                                 ? " (" + coords[f.worst_rank] + ")"
                                 : "");
   return "micro-batch " + std::to_string(mb) + ", " + rank + ", element [sequence " + std::to_string(g) +
-         ", position " + std::to_string(token % shape.seq) + ", column " + std::to_string(idx % C) + "] " +
+         ", position " + std::to_string(token % shape.seq) + ", " + column(key.site, idx % C, shape) + "] " +
          num("%.6g", f.sum.worst_got) + " against " + num("%.6g", f.sum.worst_ref);
 }
 
@@ -100,9 +111,6 @@ Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<do
                                           num("%.2g", worst_ok) + " of its bound");
   if (!out.found) out.lines.push_back("  no traced tensor over its bound");
   for (const std::string& u : unmapped) out.lines.push_back("  not mapped: " + u);
-  if (shape.moe_layers > 0)  // issue 45's EP dispatch mapping (rows back to (token, k) by the dispatch plan): not built
-    out.lines.push_back("  not traced: inside an MoE block (router scores, dispatched rows, each expert's output, the "
-                        "combine, the shared expert): compared at its output, ffn_out, on every layout");
   return out;
 }
 

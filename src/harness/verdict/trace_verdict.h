@@ -27,7 +27,14 @@ struct Sums {
 // What names a key's elements: the step's shape.
 struct StepShape {
   int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
-  int64_t cols(trace::Site s) const { return s == trace::Site::logits ? vocab : dim; }
+  int64_t experts = 0, top_k = 0;
+  int64_t cols(trace::Site s) const {
+    using trace::Site;
+    if (s == Site::logits) return vocab;
+    if (s == Site::router || s == Site::scores) return experts;
+    if (s == Site::route_w) return top_k;
+    return s == Site::experts ? top_k * dim : dim;
+  }
   double elements(trace::Site s) const { return static_cast<double>(batch * seq * cols(s)); }
 };
 
@@ -35,6 +42,7 @@ struct Result {
   bool found = false;              // a key over its bound
   std::string root;                // "layer 1 attn_out, forward, micro-batch 0, rank 3 (tp 1): x2.000 ..."
   std::vector<std::string> lines;  // the trace's table: the keys compared, the first over its bound, the unmapped
+  std::vector<std::string> placements;  // what each rank records and where it lands (trace_run.h placement_lines)
 };
 
 // all: per rank, keys.size() Sums packed (kWidth each), in the keys' order; bounds: per key;

@@ -137,6 +137,7 @@ struct VerdictReport {
   // The traced step (harness/runner/trace_run.h): the first diverging tensor ("" none) and the trace's table
   std::string trace_root;
   std::vector<std::string> trace_lines;
+  std::vector<std::string> trace_placements;  // each rank's records and where they land (parity explain --trace)
   Timings rank0, slowest;
   std::string command = "run";  // the report's first word: "run", or "compare" (two dumps, no ranks, no timings)
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)

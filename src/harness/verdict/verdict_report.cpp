@@ -200,7 +200,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"time_rank0", timings_json(r.rank0)},
           {"time_slowest", timings_json(r.slowest)}};
   if (!r.trace_lines.empty())  // the traced step (trace_verdict.h): only where one ran
-    out["trace"] = {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}};
+    out["trace"] = {{"first_diverging", r.trace_root}, {"lines", r.trace_lines}, {"placements", r.trace_placements}};
   return out;
 }
 
