@@ -14,6 +14,11 @@ file(GLOB PARITY_SCENARIO_FILES CONFIGURE_DEPENDS ${PARITY_SCENARIO_DIR}/*.json)
 set(PARITY_SCENARIO_MPI_SAMPLE fsdp2 tp2_sp fsdp2_tp2 fsdp4_tp2_ep2_etp2 w8_tp2_ep4 tp2_sp_ep2
     fsdp4_uneven_b9_mb2 fsdp2_tp2_sp_uneven_b3_mb2 fsdp4_ep4_uneven_b3_clip w4_tp2_sp_ep4_uneven_b3_mb2
     ds_w8_tp4_ep4 w8_tp4_ep2_etp2 cp2_tp2_sp fsdp2_cp2_ep4)
+# A sample of layouts also under fp16 (issue 48: fp16 storage, dynamic loss scaling at GradScaler's
+# defaults; `parity matrix --precision fp16` runs them all): data-parallel shards, TP with SP,
+# EP, CP, a pipeline, ZeRO-2 and micro-batches.
+set(PARITY_SCENARIO_FP16_SAMPLE fsdp4 tp2_sp fsdp2_tp2_ep2 cp2_tp2 pp2_1f1b zero2_dp4_tp2_ep2 fsdp2_tp2_mb2
+    w8_tp2_ep4)
 set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 
 foreach(file ${PARITY_SCENARIO_FILES})
@@ -62,6 +67,11 @@ foreach(file ${PARITY_SCENARIO_FILES})
       set_tests_properties(${name}.sgd1 PROPERTIES LABELS "scenario;w${world};${backend};${dtype};sgd")
       list(APPEND tests ${name}.sgd1)
     endif()
+  endif()
+  if(name IN_LIST PARITY_SCENARIO_FP16_SAMPLE)
+    add_test(NAME ${name}.fp16 COMMAND parity run ${file} --precision fp16)
+    set_tests_properties(${name}.fp16 PROPERTIES LABELS "scenario;w${world};${backend};fp16")
+    list(APPEND tests ${name}.fp16)
   endif()
   if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
     add_test(NAME ${name}.mpi COMMAND parity run ${file} --backend mpi)

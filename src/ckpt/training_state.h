@@ -7,6 +7,8 @@
 //   optim.v.<param>          adam / adamw second moment
 //   optim.step               int64 (): optimizer steps taken, replicated
 //   expert_bias.layers.<l>   (experts) per MoE layer, replicated
+//   scaler.scale             f64 (): fp16's loss scale for the next step, replicated (fp16 only)
+//   scaler.growth_tracker    int64 (): its steps without a skip since its last change, replicated
 // CheckpointInfo.step is the number of training steps done (the next step to run) and
 // data_position the sequences consumed (step * model.batch): the data of step t is a pure
 // function of t, so a resume needs nothing else.
@@ -60,6 +62,9 @@ template <class T> class TrainingState {
   TrainingRefs<T> r_;
   Tensor<int64_t> step_{Shape{}};
   std::vector<Tensor<T>> bias_;
+  Tensor<double> scale_{Shape{}};       // fp16: the loss scaler's
+  Tensor<int64_t> tracker_{Shape{}};
+  bool restore_scaler_ = true;          // the bug zoo's fp16_scale_not_restored: false off the first rank
 };
 
 // A ParallelRun's whole training state (this rank's shards under run.layouts()) as a

@@ -163,8 +163,15 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
       const std::string file = o.scenarios + "/" + std::string(b->scenario);
       if (!fs::exists(file))
         throw ConfigError("--scenarios", file + ": missing (run from the project root or name the scenario directory)");
+      // fp16's scaler bugs under --precision of a policy without a scaler: cannot act (not run, passes)
+      std::string cannot;
+      if (!o.precision.empty() && b->name.starts_with("fp16_")) {
+        Scenario s = load_scenario(file);
+        s.model.set_precision(parse_precision(o.precision, "--precision"));
+        cannot = zoo_cannot_act(*b, s);
+      }
       cases.push_back({b, file, std::string(b->scenario), std::string(b->name), std::string(b->root),
-                       std::string(b->factor), "", true, b->step});
+                       std::string(b->factor), cannot, cannot.empty(), b->step});
     }
     return cases;
   }

@@ -77,6 +77,9 @@ const Need zero2 = need([](const Scenario& s) { return s.layout.dp_sharding == D
                         });
 const Need tied = need([](const Scenario& s) { return s.model.tie_embeddings; }, "tied embeddings",
                        [](auto&) { return "untied"; });
+const Need fp16 = need([](const Scenario& s) { return s.model.store == Low::fp16; },
+                       "the fp16 policy (its loss scaler)",
+                       [](const Scenario& s) { return precision_name(s.model.precision()); });
 const Need fp32_reduce = need([](const Scenario& s) { return s.model.reduce != Low::bf16; },
                               "reductions kept above bf16", [](auto&) { return "bf16-reduce-bf16"; });
 // TP sums some gradient: LayerNorm's under SP, the router's in an MoE layer.
@@ -155,6 +158,10 @@ const std::vector<Entry>& entries() {
       {"grad_accum_in_bf16", {pp1}},
       {"cross_entropy_in_bf16", {}},
       {"optim_state_in_bf16", {adam_state}},
+      {"fp16_found_inf_local", {fp16, dp2}},
+      {"fp16_scale_not_restored", {fp16, resume}},
+      {"fp16_clip_before_unscale", {fp16}},
+      {"fp16_unscale_per_microbatch", {fp16, mb2, pp1}},
   };
   return all;
 }

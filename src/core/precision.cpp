@@ -11,7 +11,12 @@ namespace {
 thread_local Precision tl_precision{};
 thread_local int tl_jitter = 0;
 thread_local uint64_t tl_jitter_state = 0;
-}
+thread_local double tl_loss_scale = 1;
+}  // namespace
+
+double current_loss_scale() { return tl_loss_scale; }
+LossScaleScope::LossScaleScope(double scale) : saved_(tl_loss_scale) { tl_loss_scale = scale; }
+LossScaleScope::~LossScaleScope() { tl_loss_scale = saved_; }
 
 JitterScope::JitterScope() {
   if (tl_jitter++ == 0) tl_jitter_state = 0x9e3779b97f4a7c15ull;  // the same sequence every run
@@ -32,6 +37,7 @@ bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible pe
 }
 
 std::string precision_name(const Precision& p) {
+  if (p.store == Low::fp16) return "fp16";
   if (p.store == Low::bf16) return p.reduce == Low::bf16 ? "bf16-reduce-bf16" : "bf16";
   return std::string(dtype_name(p.compute));
 }
@@ -41,16 +47,19 @@ Precision parse_precision(std::string_view name, const std::string& path) {
   if (name == "fp32") return {DType::f32, Low::none, Low::none};
   if (name == "bf16") return {DType::f32, Low::bf16, Low::none};
   if (name == "bf16-reduce-bf16") return {DType::f32, Low::bf16, Low::bf16};
-  if (name == "fp16")
-    throw ConfigError(path, "fp16 needs dynamic loss scaling, which parity does not implement; use bf16 "
-                            "(same exponent range as fp32, no scaling needed)");
+  if (name == "fp16") return {DType::f32, Low::fp16, Low::none};
   std::string shown(name.substr(0, 40));
-  throw ConfigError(path, "must be fp64, fp32, bf16 or bf16-reduce-bf16, got \"" + shown + "\"");
+  throw ConfigError(path, "must be fp64, fp32, bf16, bf16-reduce-bf16 or fp16, got \"" + shown + "\"");
 }
 
 double unit_roundoff(const Precision& p) {
   if (p.store == Low::bf16) return 0x1p-8;
+  if (p.store == Low::fp16) return 0x1p-11;
   return p.compute == DType::f64 ? 0x1p-53 : 0x1p-24;
+}
+
+std::string_view low_name(Low l, DType compute) {
+  return l == Low::bf16 ? "bf16" : l == Low::fp16 ? "fp16" : dtype_name(compute);
 }
 
 const Precision& current_precision() { return tl_precision; }

@@ -6,11 +6,14 @@
 // bf16 values are held in fp32 containers, rounded to the nearest bf16 (ties to even) at
 // every point where a bf16 tensor would be stored. Every bf16 is exactly an fp32 and every
 // operation on them is an fp32 one, so the values are those of 16-bit storage with fp32
-// arithmetic (tensor cores' bf16 x bf16 -> fp32); only the memory is not halved.
+// arithmetic (tensor cores' bf16 x bf16 -> fp32); only the memory is not halved. fp16 (IEEE
+// binary16) the same way, at the same points, with the loss scaled (optim/loss_scaler.h).
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -18,7 +21,7 @@
 
 namespace parity {
 
-enum class Low { none, bf16 };  // a 16-bit storage format, or none (the compute dtype)
+enum class Low { none, bf16, fp16 };  // a 16-bit storage format, or none (the compute dtype)
 
 struct Precision {
   DType compute = DType::f64;  // accumulations, master weights, optimizer state
@@ -27,12 +30,17 @@ struct Precision {
   bool operator==(const Precision&) const = default;
 };
 
-// "fp64", "fp32", "bf16" (bf16 storage, fp32 compute, fp32 reductions) or
-// "bf16-reduce-bf16"; parse_precision throws ConfigError(path, rule) on anything else.
+// "fp64", "fp32", "bf16" (bf16 storage, fp32 compute, fp32 reductions), "bf16-reduce-bf16" or
+// "fp16" (fp16 storage, fp32 compute and reductions, dynamic loss scaling); parse_precision
+// throws ConfigError(path, rule) on anything else.
 std::string precision_name(const Precision& p);
 Precision parse_precision(std::string_view name, const std::string& path);
-// The policy's unit roundoff at its storage points: 2^-53, 2^-24, 2^-8 (bf16).
+// The policy's unit roundoff at its storage points: 2^-53, 2^-24, 2^-8 (bf16), 2^-11 (fp16).
 double unit_roundoff(const Precision& p);
+// "bf16", "fp16", or the compute dtype's name for Low::none.
+std::string_view low_name(Low l, DType compute);
+// Whether the policy scales the loss (fp16: dynamic loss scaling, optim/loss_scaler.h).
+inline bool scales_loss(const Precision& p) { return p.store == Low::fp16; }
 
 // Round to the nearest bf16 (ties to even); NaN stays NaN (quiet), infinities stay.
 inline float round_bf16(float x) {
@@ -51,9 +59,30 @@ inline float round_bf16(float x) {
 }
 inline double round_bf16(double x) { return static_cast<double>(round_bf16(static_cast<float>(x))); }
 
+// Round to the nearest IEEE binary16 (ties to even), as a float: 11 significant bits, normal
+// numbers from 2^-14, subnormals down to 2^-24 (a quantum of 2^-24 below 2^-14), and every
+// magnitude from 65520 up (the tie between 65504, the largest, and 2^16) to infinity, sign
+// kept; NaN stays NaN, infinities stay, a value that rounds to zero keeps its sign. Computed
+// in double: |x| / quantum is exact (a power-of-two scaling) and rint rounds ties to even
+// under the default rounding mode.
+inline float round_fp16(float x) {
+  if (!std::isfinite(x)) return x;
+  const double a = std::fabs(static_cast<double>(x));
+  if (a >= 65520.0) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  int e = 0;
+  (void)std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): the binade's quantum is 2^(e - 11)
+  const double q = std::ldexp(1.0, std::max(e - 11, -24));
+  return static_cast<float>(std::copysign(std::rint(a / q) * q, static_cast<double>(x)));
+}
+inline double round_fp16(double x) { return static_cast<double>(round_fp16(static_cast<float>(x))); }
+
 // Round n values in place to `low` (a no-op for Low::none).
 template <class T> void round_to(Low low, T* x, int64_t n) {
   if (low == Low::none) return;
+  if (low == Low::fp16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(round_fp16(x[i]));
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(round_bf16(x[i]));
 }
 
@@ -69,6 +98,21 @@ class PrecisionScope {
 
  private:
   Precision saved_;
+};
+
+// The loss scale of the step on this thread (fp16's dynamic loss scaling, optim/loss_scaler.h):
+// the seeds of the backward (cross-entropy's gradient, the aux loss's coefficient) are multiplied
+// by it; 1 outside a LossScaleScope. The losses the forward reports stay unscaled.
+double current_loss_scale();
+class LossScaleScope {
+ public:
+  explicit LossScaleScope(double scale);
+  ~LossScaleScope();
+  LossScaleScope(const LossScaleScope&) = delete;
+  LossScaleScope& operator=(const LossScaleScope&) = delete;
+
+ private:
+  double saved_;
 };
 
 // The rounding twin (harness/runner/twin.h) on this thread: every value reaching a storage point is
@@ -102,6 +146,14 @@ template <class T> void to_storage(T* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
   }
   round_to(low, x, n);
+}
+
+// A storage point of the backward: the loss's gradient where it enters the network (the
+// head's logits' gradient, an fp16 tensor under fp16 autocast), rounded to fp16 after the loss
+// scale multiplied it, jittered under the twin like to_storage. Only fp16 has one: bf16 keeps
+// every gradient in fp32 (docs/precision.md), and so is unchanged by it.
+template <class T> void to_grad_storage(T* x, int64_t n) {
+  if (current_precision().store == Low::fp16) to_storage(x, n);
 }
 
 }  // namespace parity

@@ -54,6 +54,16 @@ struct ModelConfig {
   int64_t micro_batch() const { return (batch + microbatches - 1) / microbatches; }
 };
 
+// fp16's dynamic loss scaling (optim/loss_scaler.h): a scenario's "optim.loss_scale", read under
+// the fp16 policy only; the defaults are PyTorch's torch.amp.GradScaler's.
+struct LossScaleConfig {
+  double init_scale = 65536.0;   // 2^16
+  double growth_factor = 2.0;    // the scale times this after growth_interval steps without a skip
+  double backoff_factor = 0.5;   // and times this at every skipped step
+  int64_t growth_interval = 2000;
+  bool operator==(const LossScaleConfig&) const = default;
+};
+
 struct OptimConfig {
   OptimKind kind = OptimKind::adam;
   double lr = 1e-3;
@@ -61,6 +71,7 @@ struct OptimConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0.0;
   double clip = 0.0;  // max global grad norm; 0 = no clipping
+  LossScaleConfig loss_scale{};  // fp16 only
 };
 
 std::string_view score_name(Score s);

@@ -234,7 +234,10 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   if (!backward) return res;
 
   auto dlogits = zeros<T>(n * V);
-  cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens), dlogits.data());
+  // the loss's gradient scaled (fp16: optim/loss_scaler.h), stored in fp16 (a backward storage point)
+  cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens * current_loss_scale()),
+                         dlogits.data());
+  to_grad_storage(dlogits.data(), n * V);
   trace::record(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits.data(), n, V);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {

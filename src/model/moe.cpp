@@ -107,7 +107,7 @@ void moe_backward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int
   route_weights_backward(cache.s.data(), cache.chosen.data(), n, E, K, c.route_norm, c.route_scale, dw.data(),
                          ds.data());
   if (c.aux_alpha > 0) {
-    const T coef = static_cast<T>(c.aux_alpha / static_cast<double>(c.batch));
+    const T coef = static_cast<T>(c.aux_alpha / static_cast<double>(c.batch) * current_loss_scale());
     for (int64_t q = 0; q < n / S; ++q)
       aux_loss_backward(cache.s.data() + q * S * E, cache.chosen.data() + q * S * K, S, E, K, coef,
                         ds.data() + q * S * E);

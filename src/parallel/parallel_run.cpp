@@ -53,6 +53,7 @@ template <class T> struct ParallelRun<T>::Impl {
       local_specs[p].shape = zero[p] ? zero[p]->local.shape : model->params[p].local.shape;
     opt = std::make_unique<Optimizer<T>>(s.optim, local_specs);
     local_specs_ = local_specs;
+    if (scales_loss(s.model.precision())) scaler = LossScaler(s.optim.loss_scale);
   }
 
   Scenario sc;
@@ -73,6 +74,7 @@ template <class T> struct ParallelRun<T>::Impl {
   int64_t dp_index = 0, dp_size = 1;  // this rank's dense data-parallel coordinate, of dp_size
   std::unique_ptr<ParallelModel<T>> model;
   std::unique_ptr<Optimizer<T>> opt;
+  LossScaler scaler;  // fp16 (optim/loss_scaler.h); scale 1 otherwise
   // Pipeline parallel (parallel/pipeline.h): the global order of every stage's ops and
   // transfers, the stages of this rank's coordinates, and the pairs transfers go over.
   std::vector<PipeOp> order;
@@ -130,6 +132,9 @@ template <class T> struct ParallelRun<T>::Impl {
   void reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out);
   void sync_pairs(std::vector<Tensor<T>>& out, Partners& partners);
   void step_optimizer(std::vector<Tensor<T>>& grads);
+  // fp16: the reduced gradients unscaled, the world's found-inf flag (out.skipped); own_inf: whether
+  // this rank's gradients held an inf before any reduction (the bug zoo's fp16_found_inf_local)
+  void unscale(RankStepRecord<T>& out, bool own_inf);
   // The step's grad norm (and its parts per family) and the world's tokens per expert, in one
   // allreduce; counts: this rank's on entry, the world's on return.
   void norm_and_counts(RankStepRecord<T>& out, std::vector<int64_t>& counts);
@@ -294,6 +299,22 @@ template <class T> void ParallelRun<T>::Impl::sync_pairs(std::vector<Tensor<T>>&
   }
 }
 
+// fp16 (optim/loss_scaler.h): this rank's reduced gradients (whole or its shards) times 1 / scale,
+// and the found-inf flag taken as the max of every rank's over the whole world: an inf that only
+// one rank's shard, expert or stage holds skips the step everywhere, as it does on one device.
+// A skipped step's gradients are recorded as zeros, as the baseline records them.
+template <class T> void ParallelRun<T>::Impl::unscale(RankStepRecord<T>& out, bool own_inf) {
+  out.loss_scale = scaler.scale;
+  std::vector<double> flag{unscale_grads(out.grads, scaler.scale) ? 1.0 : 0.0};
+  // bug zoo (core/inject.h): the flag of this rank's own gradients, never all-reduced
+  static const bool local_only = injected("fp16_found_inf_local");
+  if (local_only) flag[0] = own_inf ? 1.0 : 0.0;
+  else world.allreduce(std::span<double>(flag), comm::ReduceOp::max);
+  out.skipped = flag[0] > 0;
+  if (out.skipped)
+    for (auto& g : out.grads) zero_values(g.ptr(), g.numel());
+}
+
 template <class T> void ParallelRun<T>::Impl::step_optimizer(std::vector<Tensor<T>>& grads) {
   ParamSet<T> w, g;
   w.specs = g.specs = local_specs_;
@@ -363,6 +384,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   Impl& I = *impl_;
   const ModelConfig& c = I.sc.model;
   const PrecisionScope policy(c.precision());  // the storage points of the model read it
+  const LossScaleScope scaled(I.scaler.scale);   // fp16: the backward's seeds read it
   RankStepRecord<T> out;
   out.step = t;
   out.token_ids.resize(static_cast<size_t>(c.moe_layers()));
@@ -398,6 +420,9 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     PMicroResult r = I.model->forward_backward(u);
     if (injected("grad_accum_in_bf16"))  // bug zoo (core/inject.h): micro-batch accumulation in bf16
       for (auto& g : I.model->mp_grads) round_to(Low::bf16, g.ptr(), g.numel());
+    // bug zoo: fp16's gradients unscaled as each micro-batch is accumulated, and the sum once more
+    static const bool unscale_each = injected("fp16_unscale_per_microbatch");
+    if (unscale_each && mb + 1 < c.microbatches) (void)unscale_grads(I.model->mp_grads, I.scaler.scale);
     record(r, u.g0);
   }
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
@@ -408,9 +433,17 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   }
   for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
   if (c.reduce != Low::none) out.grad_magnitude = I.reduction_magnitude();
+  bool own_inf = false;  // the bug zoo's fp16_found_inf_local: this rank's gradients before any reduction
+  for (size_t p = 0; p < I.model->mp_grads.size() && injected("fp16_found_inf_local"); ++p)
+    own_inf = own_inf || any_non_finite(I.model->mp_grads[p].ptr(), I.model->mp_grads[p].numel());
   I.reduce_grads(out.grads);
-  I.norm_and_counts(out, counts);
+  // bug zoo: fp16's grad norm (and the clipping) taken from the gradients still scaled
+  static const bool clip_scaled = injected("fp16_clip_before_unscale");
+  if (clip_scaled) I.norm_and_counts(out, counts);
+  if (scales_loss(c.precision())) I.unscale(out, own_inf);
+  if (!clip_scaled) I.norm_and_counts(out, counts);
   I.apply_update(out, counts);
+  if (scales_loss(c.precision())) I.scaler.update(out.skipped);
   I.model->route_oracle = nullptr;  // it points into the caller's step record
   return out;
 }
@@ -447,7 +480,7 @@ void ParallelRun<T>::Impl::apply_update(RankStepRecord<T>& out, const std::vecto
     for (size_t p = 0; p < step_grads.size(); ++p)
       if (entry(p).clip)
         for (auto& x : step_grads[p].data) x *= coef;
-  step_optimizer(step_grads);
+  if (!out.skipped) step_optimizer(step_grads);  // fp16: a step with an inf anywhere is skipped
   for (const auto& p : model->params) out.params.push_back(p.local);
   for (int64_t l = 0; l < c.moe_layers(); ++l) {
     out.tokens_per_expert.emplace_back(counts.begin() + l * c.experts, counts.begin() + (l + 1) * c.experts);
@@ -468,6 +501,7 @@ template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::grad_l
 template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;
   TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias, &I.opt_layouts};
+  if (scales_loss(I.sc.model.precision())) refs.scaler = &I.scaler;
   for (auto& p : I.model->params) refs.params.push_back(&p.local);
   return refs;
 }

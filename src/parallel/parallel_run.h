@@ -25,6 +25,10 @@ template <class T> struct RankStepRecord {
   double loss = 0, ce = 0, aux = 0;     // the step's global values (reduced over ranks)
   std::vector<double> micro_losses;     // (M), global
   double grad_norm = 0, clip_coef = 1;  // global
+  // fp16 (optim/loss_scaler.h): the step's loss scale and whether this rank skipped it (the
+  // world's found-inf flag; its grads are then zeros and no optimizer step ran). 1, false otherwise.
+  double loss_scale = 1;
+  bool skipped = false;
   std::vector<double> norm_sq_by_family;  // (kFamilyCount, Family order): grad_norm^2's parts, global
   // Per parameter, registry order: this rank's local tensor under layouts()[p] (grads: under
   // grad_layouts()[p], a shard under zero2), i.e. the elements mesh::global_indices() names.

@@ -172,7 +172,7 @@ ParamPlan with_injected(ParamPlan plan) {
 
 namespace {
 
-std::string entry_low_name(Low l, DType compute) { return std::string(l == Low::bf16 ? "bf16" : dtype_name(compute)); }
+std::string entry_low_name(Low l, DType compute) { return std::string(low_name(l, compute)); }
 
 std::string entry_factor(double x) {
   char buf[32];

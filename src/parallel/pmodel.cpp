@@ -492,8 +492,10 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   res.ce = vp_cross_entropy_forward(tp_, logits.data(), u.targets.data(), n, v0, Vl, ce) * inv_tokens;
 
   auto dlogits = zeros<T>(n * Vl);
-  vp_cross_entropy_backward(logits.data(), u.targets.data(), n, v0, Vl, static_cast<T>(inv_tokens), ce,
-                            dlogits.data());
+  // the loss's gradient scaled (fp16: optim/loss_scaler.h), stored in fp16 (a backward storage point)
+  vp_cross_entropy_backward(logits.data(), u.targets.data(), n, v0, Vl,
+                            static_cast<T>(inv_tokens * current_loss_scale()), ce, dlogits.data());
+  to_grad_storage(dlogits.data(), n * Vl);
   if (injected("cross_entropy_in_bf16"))  // bug zoo (core/inject.h): softmax and its gradient in bf16
     round_to(Low::bf16, dlogits.data(), n * Vl);
   I.rec(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits, Vl, trace::Rows::chunk, v0, c.vocab);

@@ -90,7 +90,7 @@ template <class T> Buffer<T> aux_whole_sequences_backward(const ModelConfig& c, 
   const bool gather = cp.size > 1 && !aux_per_cp_chunk(cp);
   const int64_t L = gather ? c.seq * cp.size : c.seq;
   auto ds_full = zeros<T>(b * L * E);  // identical on every lane and cp rank; each keeps its rows
-  const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
+  const T coef = static_cast<T>(c.aux_alpha / aux_batch(c) * current_loss_scale());  // fp16: the loss scale
   for (int64_t q = 0; q < b; ++q)
     aux_loss_backward(k.s_full.data() + q * L * E, k.chosen_full.data() + q * L * K, L, E, K, coef,
                       ds_full.data() + q * L * E);
@@ -216,7 +216,7 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
   if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: the statistics of this lane's chunks
     const int64_t Sl = S / tp.size;
-    const T coef = static_cast<T>(c.aux_alpha / aux_batch(c));
+    const T coef = static_cast<T>(c.aux_alpha / aux_batch(c) * current_loss_scale());
     for (int64_t q = 0; q < b; ++q)
       aux_loss_backward(k.s.data() + q * Sl * E, k.chosen.data() + q * Sl * K, Sl, E, K, coef, ds.data() + q * Sl * E);
   } else if (c.aux_alpha > 0) {

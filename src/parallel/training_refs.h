@@ -9,6 +9,7 @@
 #include "mesh/placement.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 
 namespace parity {
@@ -24,6 +25,7 @@ template <class T> struct TrainingRefs {
   // the optimizer state's layouts where they are not `layouts` (ZeRO-1/2: sharded while the
   // parameters are replicated); nullptr: `layouts`
   const std::vector<mesh::TensorLayout>* opt_layouts = nullptr;
+  LossScaler* scaler = nullptr;  // fp16's loss scaler (its scale and growth tracker), else nullptr
 };
 
 }  // namespace parity

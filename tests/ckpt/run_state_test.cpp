@@ -70,6 +70,37 @@ template <class T> void expect_round_trip(const Scenario& s, const std::string& 
 
 class RunState : public Scratch {};
 
+// fp16 (issue 48): the loss scaler's scale and growth tracker are saved and restored; a scale
+// backed off by the first steps' overflows resumes where it was, and the steps after the load
+// skip and scale as the run that never stopped.
+TEST_F(RunState, Fp16LossScalerStateIsSavedAndRestored) {
+  Scenario s = moe_scenario(OptimKind::adam, DType::f32);
+  s.model.set_precision(parse_precision("fp16", ""));
+  s.optim.loss_scale.init_scale = 0x1p30, s.optim.loss_scale.growth_interval = 3;
+  s.steps = 12;
+  const json model = scenario_to_json(s)["model"];
+  BaselineRun<float> a(s), b(s);
+  for (int64_t t = 0; t < 6; ++t) (void)a.step(t);
+  ASSERT_LT(a.scaler().scale, 0x1p30) << "the first steps must have backed the scale off";
+  const std::string d = path("fp16");
+  a.save(d, {6, data_position_after(s.model, 6), model});
+  const auto names = snapshot(a.state());
+  EXPECT_EQ(names.count("scaler.scale"), 1u);
+  EXPECT_EQ(names.count("scaler.growth_tracker"), 1u);
+  (void)b.load(d, model);
+  EXPECT_EQ(b.scaler().scale, a.scaler().scale);
+  EXPECT_EQ(b.scaler().growth_tracker, a.scaler().growth_tracker);
+  for (int64_t t = 6; t < s.steps; ++t) {
+    const StepRecord<float> ra = a.step(t), rb = b.step(t);
+    EXPECT_EQ(ra.loss_scale, rb.loss_scale) << t;
+    EXPECT_EQ(ra.skipped, rb.skipped) << t;
+    EXPECT_EQ(ra.loss, rb.loss) << t;
+  }
+  s.model.set_precision(parse_precision("bf16", ""));  // no scaler, no entries
+  BaselineRun<float> c(s);
+  EXPECT_EQ(snapshot(c.state()).count("scaler.scale"), 0u);
+}
+
 TEST_F(RunState, BaselineAdamFp64SaveLoadIsBitwise) {
   expect_round_trip<double>(moe_scenario(OptimKind::adam, DType::f64), path("adam64"));
 }

@@ -62,17 +62,85 @@ TEST(Bf16, EveryResultIsABf16AndWithinHalfAnUlp) {
   }
 }
 
+// Literal cases, written from the binary16 format (1 sign, 5 exponent, 10 stored mantissa bits,
+// bias 15): the largest finite 65504, the smallest normal 2^-14, the smallest subnormal 2^-24.
+TEST(Fp16, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(round_fp16(1.0f), 1.0f);
+  EXPECT_EQ(round_fp16(-2.5f), -2.5f);                                // representable
+  EXPECT_EQ(round_fp16(1.0f + 0x1p-11f), 1.0f);                       // the tie, 1 is even: down
+  EXPECT_EQ(round_fp16(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);          // the tie, odd below: up
+  EXPECT_EQ(round_fp16(1.0f + 0x1p-11f + 0x1p-20f), 1.0f + 0x1p-10f);  // above the tie: up
+  EXPECT_EQ(round_fp16(1.0f + 0x1p-11f - 0x1p-20f), 1.0f);             // below the tie: down
+  EXPECT_EQ(round_fp16(0.1f), 0.0999755859375f);                      // 0x2e66
+  EXPECT_EQ(round_fp16(1.0f / 3), 0.333251953125f);                    // 0x3555
+  EXPECT_EQ(round_fp16(3.14159265f), 3.140625f);                       // 0x4248
+  EXPECT_EQ(round_fp16(2049.0f), 2048.0f);                             // ulp 2 from 2048: a tie, down to even
+  EXPECT_EQ(round_fp16(2051.0f), 2052.0f);                             // a tie, up to even
+  EXPECT_EQ(bits(round_fp16(-0.0f)), 0x80000000u);                     // the sign of zero stays
+}
+
+TEST(Fp16, OverflowsToInfinityFromTheTieAbove65504) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(round_fp16(65504.0f), 65504.0f);  // the largest finite fp16
+  EXPECT_EQ(round_fp16(65519.99f), 65504.0f);
+  EXPECT_EQ(round_fp16(65520.0f), inf);  // the tie between 65504 (odd mantissa) and 2^16: up, to infinity
+  EXPECT_EQ(round_fp16(-65520.0f), -inf);
+  EXPECT_EQ(round_fp16(1e6f), inf);
+  EXPECT_EQ(round_fp16(std::numeric_limits<float>::max()), inf);
+  EXPECT_EQ(round_fp16(inf), inf);
+  EXPECT_EQ(round_fp16(-inf), -inf);
+  EXPECT_TRUE(std::isnan(round_fp16(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(Fp16, SubnormalsHaveAQuantumOf2ToTheMinus24) {
+  EXPECT_EQ(round_fp16(0x1p-14f), 0x1p-14f);                      // the smallest normal
+  EXPECT_EQ(round_fp16(0x1p-14f - 0x1p-24f), 0x1p-14f - 0x1p-24f);  // the largest subnormal
+  EXPECT_EQ(round_fp16(0x1p-24f), 0x1p-24f);                      // the smallest subnormal
+  EXPECT_EQ(round_fp16(0x1p-25f), 0.0f);                          // the tie with 0: to 0 (even)
+  EXPECT_EQ(round_fp16(0x1p-25f + 0x1p-40f), 0x1p-24f);           // above the tie: up
+  EXPECT_EQ(round_fp16(3 * 0x1p-25f), 0x1p-23f);                  // the tie, 2^-24 odd: up to 2 x 2^-24
+  EXPECT_EQ(round_fp16(5 * 0x1p-25f), 0x1p-23f);                  // the tie of 2 and 3 x 2^-24: to 2 (even)
+  EXPECT_EQ(round_fp16(1e-8f), 0.0f);                             // flushed by rounding, not by a rule
+  EXPECT_EQ(bits(round_fp16(-1e-9f)), 0x80000000u);               // rounds to -0
+  EXPECT_EQ(round_fp16(1.5e-5f), 0x1p-24f * 252);                 // 1.5e-5 / 2^-24 = 251.66
+}
+
+// Every result is an fp16 (11 significant bits, or a multiple of 2^-24) within half its quantum,
+// on draws over fp16's whole range.
+TEST(Fp16, EveryResultIsAnFp16AndWithinHalfItsQuantum) {
+  uint64_t k = 6789;
+  for (int i = 0; i < 100000; ++i) {
+    k = k * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = static_cast<double>(k >> 11) * 0x1p-53;  // [0, 1)
+    const auto x = static_cast<float>(std::ldexp(1.0 + u, static_cast<int>((k >> 3) % 42) - 26));  // 2^-26 .. 2^16
+    const float y = round_fp16(x);
+    if (x >= 65520.0f) {
+      ASSERT_TRUE(std::isinf(y)) << x;
+      continue;
+    }
+    const double q = std::ldexp(1.0, std::max(std::ilogb(x) - 10, -24));
+    ASSERT_EQ(std::fmod(static_cast<double>(y), q), 0.0) << x;
+    ASSERT_LE(std::fabs(static_cast<double>(y) - x), q / 2) << x;
+  }
+}
+
 TEST(Precision, NamesRoundTripAndBadNamesAreRefused) {
-  for (const char* n : {"fp64", "fp32", "bf16", "bf16-reduce-bf16"})
+  for (const char* n : {"fp64", "fp32", "bf16", "bf16-reduce-bf16", "fp16"})
     EXPECT_EQ(precision_name(parse_precision(n, "$.precision")), n);
   const Precision b = parse_precision("bf16", "$.precision");
   EXPECT_EQ(b.compute, DType::f32);
   EXPECT_EQ(b.store, Low::bf16);
   EXPECT_EQ(b.reduce, Low::none);
-  const std::string fp16 = testing::config_error([] { (void)parse_precision("fp16", "$.precision"); });
-  EXPECT_NE(fp16.find("$.precision: fp16 needs dynamic loss scaling"), std::string::npos) << fp16;
+  const Precision h = parse_precision("fp16", "$.precision");
+  EXPECT_EQ(h.compute, DType::f32);
+  EXPECT_EQ(h.store, Low::fp16);
+  EXPECT_EQ(h.reduce, Low::none);
+  EXPECT_TRUE(scales_loss(h));
+  EXPECT_FALSE(scales_loss(b));
+  EXPECT_EQ(unit_roundoff(h), 0x1p-11);
   const std::string bad = testing::config_error([] { (void)parse_precision("bfloat", "--precision"); });
-  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16 or bf16-reduce-bf16, got \"bfloat\""), std::string::npos)
+  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16, bf16-reduce-bf16 or fp16, got \"bfloat\""),
+            std::string::npos)
       << bad;
   EXPECT_EQ(unit_roundoff(b), 0x1p-8);
   EXPECT_EQ(unit_roundoff(parse_precision("fp64", "")), 0x1p-53);
@@ -91,6 +159,23 @@ TEST(Precision, StoragePointsRoundOnlyUnderABf16Policy) {
     EXPECT_NE(x[1], orig[1]);
   }
   EXPECT_EQ(current_precision().store, Low::none);  // the scope restored the thread's policy
+  std::vector<float> h{1.0f + 0x1p-20f, 3.14159265f, 70000.0f};
+  {
+    const PrecisionScope s(parse_precision("fp16", ""));
+    to_storage(h.data(), 3);
+    EXPECT_EQ(h, (std::vector<float>{1.0f, 3.140625f, std::numeric_limits<float>::infinity()}));
+  }
+  std::vector<float> g{3.14159265f};
+  {
+    const PrecisionScope s(parse_precision("bf16", ""));
+    to_grad_storage(g.data(), 1);  // bf16 keeps gradients in fp32: no backward storage point
+    EXPECT_EQ(g[0], 3.14159265f);
+  }
+  {
+    const PrecisionScope s(parse_precision("fp16", ""));
+    to_grad_storage(g.data(), 1);
+    EXPECT_EQ(g[0], 3.140625f);
+  }
   std::vector<double> d{1.0 + 0x1p-20};
   {
     const PrecisionScope s(parse_precision("fp64", ""));

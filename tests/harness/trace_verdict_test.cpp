@@ -3,6 +3,7 @@
 // fewer elements than its full tensor is named "not mapped", never passed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,28 @@ TEST(TraceVerdict, AKeyTracedOnFewerElementsThanItsTensorIsNotMappedNeverPassed)
   bool named = false;
   for (const auto& l : r.lines) named |= l == "  not mapped: layer 0 q, backward (40 of 64 elements traced)";
   EXPECT_TRUE(named) << ::testing::PrintToString(r.lines);
+}
+
+}  // namespace
+}  // namespace parity
+
+namespace parity {
+namespace {
+
+// fp16 (issue 48): a step both sides skip carries the same overflow, an infinity, and the NaN it
+// makes downstream, in the baseline's and the layout's traced tensors: equal, not a divergence;
+// an infinity against a finite value still is one.
+TEST(TraceVerdict, TheSameInfinityOrNanOnBothSidesIsEqual) {
+  Sums s;
+  s.add(-INFINITY, -INFINITY, 0);
+  s.add(NAN, NAN, 1);
+  s.add(1.0, 1.0, 2);
+  EXPECT_EQ(s.diff2, 0.0);
+  EXPECT_EQ(s.worst, 0.0);
+  Sums t;
+  t.add(-INFINITY, -1.0, 0);
+  EXPECT_TRUE(std::isinf(t.diff2));
+  EXPECT_EQ(t.worst_index, 0.0);
 }
 
 }  // namespace

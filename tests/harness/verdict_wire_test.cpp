@@ -25,7 +25,7 @@ const Counts kCounts{/*micro_losses=*/3, /*groups=*/6, /*moe_layers=*/2, /*token
 TEST(VerdictWire, SectionsFollowEachOtherInOrderWithTheirItemsWidths) {
   const Layout w(kCounts);
   const std::vector<std::pair<Section, size_t>> sizes = {
-      {Section::scalars, 3},
+      {Section::scalars, 5},  // loss, grad_norm, clip_coef, and fp16's loss_scale and skipped
       {Section::family_norm_sq, kFamilyCount},
       {Section::micro_losses, 3},
       {Section::groups, 6 * verdict_detail::LocalSums::kWidth},

@@ -19,6 +19,7 @@ BaselineRun<T>::BaselineRun(const Scenario& s)
       data_(s.model.vocab, s.data_seed),
       model_(s.model, s.seed),
       opt_(s.optim, model_.params.specs),
+      scaler_(scales_loss(s.model.precision()) ? LossScaler(s.optim.loss_scale) : LossScaler()),
       mesh_(LayoutConfig{}) {
   for (const auto& sp : model_.params.specs) layouts_.push_back(mesh::param_layout(mesh_, sp));
 }
@@ -28,6 +29,7 @@ template <class T> BaselineRun<T>::~BaselineRun() = default;
 template <class T> TrainingState<T>& BaselineRun<T>::training() {
   if (!training_) {
     TrainingRefs<T> refs{&sc_.model, &model_.params.specs, &layouts_, {}, &opt_, &model_.expert_bias};
+    if (scales_loss(sc_.model.precision())) refs.scaler = &scaler_;
     for (auto& t : model_.params.tensors) refs.params.push_back(&t);
     training_ = std::make_unique<TrainingState<T>>(std::move(refs));
   }
@@ -53,9 +55,11 @@ void add_counts(std::vector<int64_t>& into, const std::vector<int64_t>& c) {
 template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep) {
   const ModelConfig& c = sc_.model;
   const PrecisionScope policy(c.precision());  // the storage points of the model read it
+  const LossScaleScope scaled(scaler_.scale);    // fp16: the backward's seeds read it
   const int64_t S = c.seq;
   StepRecord<T> rec;
   rec.step = t;
+  rec.loss_scale = scaler_.scale;
   rec.inputs.resize(static_cast<size_t>(c.batch * S));
   rec.targets.resize(static_cast<size_t>(c.batch * S));
   data_.batch(t, 0, c.batch, S, rec.inputs.data(), rec.targets.data());
@@ -81,11 +85,16 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   }
   // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
+  if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros
+    rec.skipped = unscale_grads(model_.grads.tensors, scaler_.scale);
+    if (rec.skipped) model_.grads.zero();
+  }
   rec.grad_norm = std::sqrt(sum_of_squares(model_.grads));
   rec.clip_coef = clip_coefficient(rec.grad_norm, sc_.optim.clip);
   if (keep == KeepGrads::yes) rec.grads = model_.grads;
   scale_grads(model_.grads, rec.clip_coef);
-  opt_.step(model_.params, model_.grads);
+  if (!rec.skipped) opt_.step(model_.params, model_.grads);
+  if (scales_loss(c.precision())) scaler_.update(rec.skipped);
   if (c.bias_rate > 0)
     for (size_t l = 0; l < rec.tokens_per_expert.size(); ++l)
       expert_bias_update(model_.expert_bias[l].data(), rec.tokens_per_expert[l].data(), c.experts, c.bias_rate);

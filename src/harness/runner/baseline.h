@@ -15,6 +15,7 @@
 #include "mesh/run_config.h"
 #include "model/data.h"
 #include "model/model.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "ckpt/training_state.h"
 
@@ -25,8 +26,13 @@ template <class T> struct StepRecord {
   double loss = 0, ce = 0, aux = 0;
   std::vector<double> micro_losses;     // (M)
   double grad_norm = 0, clip_coef = 1;  // before clipping; the factor applied
+  // fp16 (optim/loss_scaler.h): the loss scale this step ran with, and whether its gradients held
+  // an inf or a NaN, so that it was skipped (its grads then recorded as zeros, grad_norm 0, no
+  // optimizer step). Other policies: 1, false.
+  double loss_scale = 1;
+  bool skipped = false;
   std::vector<int64_t> inputs, targets;  // (B, S)
-  std::optional<ParamSet<T>> grads;      // accumulated, before clipping (when asked for)
+  std::optional<ParamSet<T>> grads;      // accumulated, unscaled, before clipping (when asked for)
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)
   std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
@@ -62,6 +68,8 @@ template <class T> class BaselineRun {
   const MarkovData& data() const { return data_; }
   Model<T>& model() { return model_; }
   const Optimizer<T>& optimizer() const { return opt_; }
+  const LossScaler& scaler() const { return scaler_; }  // fp16: the next step's scale
+
   // Checkpoints (ckpt/training_state.h names every piece) under the W = 1 mesh, every
   // tensor whole: save() writes the seed checkpoint any layout can start from (step
   // info.step); load() takes one saved under any layout and world size of the same model,
@@ -76,6 +84,7 @@ template <class T> class BaselineRun {
   MarkovData data_;
   Model<T> model_;
   Optimizer<T> opt_;
+  LossScaler scaler_;  // fp16 only (scale 1 otherwise)
   mesh::Mesh mesh_;                       // world 1
   std::vector<mesh::TensorLayout> layouts_;     // per parameter under mesh_
   std::unique_ptr<TrainingState<T>> training_;  // built on first use

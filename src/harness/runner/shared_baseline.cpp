@@ -75,11 +75,13 @@ struct Geometry {
     L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
     M = s.model.microbatches;
   }
+  // a step's scalars: loss, ce, aux, grad_norm, clip_coef, and fp16's loss_scale and skipped
+  static constexpr size_t kScalars = 7;
   size_t tensors() const { return pad8(static_cast<size_t>(params) * elem); }
   size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
   size_t init_bytes() const { return tensors() + bias(); }
   size_t block_bytes() const {
-    return 8 * (5 + static_cast<size_t>(M)) + 2 * tensors() + bias() +
+    return 8 * (kScalars + static_cast<size_t>(M)) + 2 * tensors() + bias() +
            8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth;
   }
 };
@@ -272,7 +274,8 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     not_released(t - 1);
     wait_for(t);  // the parameters after step t - 1
     cur_ = decode_once<T>(file_, t - 1, false, [&] {
-             const unsigned char* at = block(t - 1) + 8 * (5 + static_cast<size_t>(g_.M)) + g_.tensors();
+             const unsigned char* at = block(t - 1) + 8 * (Geometry::kScalars + static_cast<size_t>(g_.M)) +
+                                       g_.tensors();
              return DecodedStep<T>{nullptr, read_state(at)};
            }).state;
     release(t);
@@ -336,9 +339,10 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     const unsigned char* at = block(t);
     auto r = std::make_shared<StepRecord<T>>();
     r->step = t;
-    double sc[5];
-    get(at, sc, 5);
+    double sc[Geometry::kScalars];
+    get(at, sc, Geometry::kScalars);
     r->loss = sc[0], r->ce = sc[1], r->aux = sc[2], r->grad_norm = sc[3], r->clip_coef = sc[4];
+    r->loss_scale = sc[5], r->skipped = sc[6] != 0;
     r->micro_losses.resize(static_cast<size_t>(g_.M));
     get(at, r->micro_losses.data(), r->micro_losses.size());
     ParamSet<T> grads;
@@ -404,8 +408,9 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
         ::usleep(spins < 100 ? 20 : 200);
       }
       at = base + kHeader + g.init_bytes() + static_cast<size_t>(t % kRing) * g.block_bytes();
-      const double sc[5] = {r.loss, r.ce, r.aux, r.grad_norm, r.clip_coef};
-      put(at, sc, 5);
+      const double sc[Geometry::kScalars] = {r.loss,      r.ce,         r.aux, r.grad_norm,
+                                             r.clip_coef, r.loss_scale, r.skipped ? 1.0 : 0.0};
+      put(at, sc, Geometry::kScalars);
       put(at, r.micro_losses.data(), r.micro_losses.size());
       put_tensors(at, r.grads->tensors);
       put_tensors(at, j.after);

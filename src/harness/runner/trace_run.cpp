@@ -74,6 +74,7 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
                                           const StepRecord<T>& b, const std::vector<Tensor<T>>& params,
                                           double param_bound) const {
   const RouteOracle routes{&b.chosen, &b.select_scores, 0, 0, true};  // as the layout follows them
+  const LossScaleScope scaled(b.loss_scale);  // fp16: the backward's seeds as the baseline's step scaled them
   const trace::Recorder base = baseline_trace<T>(s, b.step, params, bias, routes, false);
   const trace::Recorder twin = baseline_trace<T>(s, b.step, params, bias, routes, true);
   if (knob("PARITY_TRACE_PLANT") == nullptr) return trace_fold(s, world, m, base, twin, layout, param_bound);

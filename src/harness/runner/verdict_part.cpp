@@ -64,7 +64,7 @@ template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecor
 template <class T>
 void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out) {
   wire_.expect(out, Section::scalars);
-  out.insert(out.end(), {p.loss, p.grad_norm, p.clip_coef});
+  out.insert(out.end(), {p.loss, p.grad_norm, p.clip_coef, p.loss_scale, p.skipped ? 1.0 : 0.0});
   wire_.expect(out, Section::family_norm_sq);
   for (size_t f = 0; f < kFamilyCount; ++f)
     out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
@@ -193,8 +193,11 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   wire_.expect(mine, Section::state);
   verdict_state::append_digests(st, state_keys_, mine);
   std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
-  verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors, *before_base_,
-                                base_->params(), group_of_param_, n_fam_, taken);
+  if (b.skipped)  // fp16: the baseline skipped the step, no optimizer step took a gradient (the moments stay)
+    taken.assign(verdict_taken::kWidth * n_fam_, 0.0);
+  else
+    verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
+                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken);
   wire_.expect(mine, Section::tensors);
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   wire_.expect(mine, Section::updates);

@@ -32,6 +32,8 @@ template <class T> void Runner<T>::build_groups() {
   group_family_ = std::move(v.families), group_elements_ = std::move(v.elements);
   group_of_param_ = std::move(v.group_of), groups_ = std::move(v.groups), rows_ = std::move(v.rows);
   n_fam_ = group_family_.size();
+  if (scales_loss(sc_.model.precision()))  // fp16: the scale of every step and its skip, exactly
+    scale_row_ = rows_.size(), rows_.push_back(vd::make_row("loss_scale", "and skipped steps", 0));
   rows_.push_back(vd::make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
   for (size_t p = 0; p < specs.size(); ++p) {
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
@@ -121,7 +123,39 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
     rows_[1].detail = vd::norm_by_family(fam_sq, got_sq, group_family_, grad_bounds, bounds_[1].value);
   vd::update_row(rows_[2], t, clip);
+  if (scale_row_ < rows_.size()) vd::update_row(rows_[scale_row_], t, scale_outcome(b, all));
   return line;
+}
+
+// fp16: every rank's loss scale and skip of this step against the baseline's, exactly (the one
+// device is the definition: a rank that skips apart, or runs another scale, is a bug).
+template <class T> vd::Outcome Runner<T>::scale_outcome(const StepRecord<T>& b, const std::vector<double>& all) const {
+  vd::Outcome o;
+  o.scale_ratio = std::numeric_limits<double>::quiet_NaN();
+  o.compared = world_.size();
+  const auto said = [](double scale, bool skipped) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "scale %.9g, %s", scale, skipped ? "skipped" : "not skipped");
+    return std::string(buf);
+  };
+  int named = -1;  // the rank the detail names: the first with another scale, else the first that skipped apart
+  for (int r = 0; r < world_.size(); ++r) {
+    const double* x = wire_.of(all, r, Section::scalars);
+    const bool scale_off = x[verdict_wire::kLossScale] != b.loss_scale;
+    if (!scale_off && (x[verdict_wire::kSkipped] != 0) == b.skipped) continue;
+    if (named < 0 || (scale_off && wire_.of(all, named, Section::scalars)[verdict_wire::kLossScale] == b.loss_scale))
+      named = r;
+    o.verdict = RowVerdict::fail, o.norm_rel += 1;
+  }
+  if (named < 0) return o;
+  const double* x = wire_.of(all, named, Section::scalars);
+  const bool skipped = x[verdict_wire::kSkipped] != 0;
+  o.detail = "rank " + std::to_string(named) + ": " + said(x[verdict_wire::kLossScale], skipped) +
+             "; the baseline: " + said(b.loss_scale, b.skipped) +
+             (x[verdict_wire::kLossScale] == b.loss_scale
+                  ? " (the found-inf flag not taken over the whole world: ranks skip different steps)"
+                  : " (the loss scale not the world's: a rank backed off, grew or resumed apart)");
+  return o;
 }
 
 template <class T>

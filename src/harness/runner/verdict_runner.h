@@ -77,6 +77,7 @@ template <class T> class Runner {
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
                    const std::vector<double>& fam_sq);
+  vd::Outcome scale_outcome(const StepRecord<T>& b, const std::vector<double>& all) const;
   std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
@@ -104,6 +105,7 @@ template <class T> class Runner {
   std::vector<std::vector<int64_t>> gidx_;  // the same for the reduced gradients (grad_layouts: zero2 shards them)
   std::vector<char> gcounted_;
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
+  size_t scale_row_ = SIZE_MAX;             // fp16: the loss scale and skipped steps' row (exact)
   std::vector<Family> group_family_;        // per grad group (and its param group): the family
   std::vector<double> group_elements_;      // per grad group: the family's global element count
   std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)

@@ -59,6 +59,12 @@ void parse_optim(const ObjectReader& r, OptimConfig& o) {
            {"lr", &o.lr}, {"momentum", &o.momentum}, {"beta1", &o.beta1}, {"beta2", &o.beta2},
            {"eps", &o.eps}, {"weight_decay", &o.weight_decay}, {"clip", &o.clip}})
     r.read(key, *field);
+  if (const nlohmann::json* l = r.find("loss_scale")) {  // fp16's dynamic loss scaling (optim/loss_scaler.h)
+    const ObjectReader s(*l, r.at("loss_scale"), {"init_scale", "growth_factor", "backoff_factor", "growth_interval"});
+    LossScaleConfig& c = o.loss_scale;
+    s.read("init_scale", c.init_scale), s.read("growth_factor", c.growth_factor);
+    s.read("backoff_factor", c.backoff_factor), s.read("growth_interval", c.growth_interval);
+  }
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
@@ -70,7 +76,7 @@ const std::vector<std::string> kModelKeys = {
     "shared_experts", "shared_hidden", "score", "route_norm", "route_scale", "aux_alpha",
     "bias_rate", "tie_embeddings", "norm", "qk_norm", "position", "rope_theta", "kv_heads"};
 const std::vector<std::string> kOptimKeys = {"kind", "lr",           "momentum", "beta1",
-                                             "beta2", "eps", "weight_decay", "clip"};
+                                             "beta2", "eps", "weight_decay", "clip", "loss_scale"};
 // ---- validation ------------------------------------------------------------------------
 
 void require_at_least(int64_t v, int64_t lo, const std::string& path) {
@@ -137,6 +143,12 @@ void validate_optim(const OptimConfig& o) {
   require_real(o.eps, 0.0, true, HUGE_VAL, p + "eps");
   require_real(o.weight_decay, 0.0, false, HUGE_VAL, p + "weight_decay");
   require_real(o.clip, 0.0, false, HUGE_VAL, p + "clip");
+  const LossScaleConfig& l = o.loss_scale;  // GradScaler's own rules; a scale an fp32 holds
+  require_real(l.init_scale, 0.0, true, 0x1p127, p + "loss_scale.init_scale");
+  require_real(l.growth_factor, 1.0, true, HUGE_VAL, p + "loss_scale.growth_factor");
+  require_real(l.backoff_factor, 0.0, true, 1.0, p + "loss_scale.backoff_factor");
+  require_config(l.growth_interval >= 1, p + "loss_scale.growth_interval",
+                 "must be >= 1, got " + std::to_string(l.growth_interval));
 }
 
 // The resume layout follows every rule of the main one, the runner's included (validate,
@@ -220,7 +232,8 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name, Rules 
   if (const json* p = top.find("precision")) {  // the policy (core/precision.h); dtype is its old name
     if (top.find("dtype") != nullptr)
       throw ConfigError("$.precision", "give precision or dtype, not both (dtype is precision's older name)");
-    if (!p->is_string()) throw ConfigError("$.precision", "must be a string (fp64, fp32, bf16 or bf16-reduce-bf16)");
+    if (!p->is_string())
+      throw ConfigError("$.precision", "must be a string (fp64, fp32, bf16, bf16-reduce-bf16 or fp16)");
     s.model.set_precision(parse_precision(p->get<std::string>(), "$.precision"));
   }
   if (const json* m = top.find("model")) parse_model(ObjectReader(*m, "$.model", kModelKeys), s.model);
@@ -317,6 +330,10 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   json optim = {{"kind", std::string(optim_name(o.kind))}, {"lr", o.lr},
                 {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2},
                 {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"clip", o.clip}};
+  if (o.loss_scale != LossScaleConfig{})  // only where it leaves GradScaler's defaults: files and hashes as they were
+    optim["loss_scale"] = json{{"init_scale", o.loss_scale.init_scale}, {"growth_factor", o.loss_scale.growth_factor},
+                               {"backoff_factor", o.loss_scale.backoff_factor},
+                               {"growth_interval", o.loss_scale.growth_interval}};
   auto layout_json = [](const LayoutConfig& x) { return json(parity::layout_json(x, LayoutRecord::scenario)); };
   json out{{"name", s.name}, {"steps", s.steps}, {"seed", s.seed},
            {"data_seed", s.data_seed}, {"model", model}, {"optim", optim}, {"layout", layout_json(l)}};
@@ -341,6 +358,11 @@ ValidLayout validate_scenario(const Scenario& s) {
               std::to_string(s.steps));
   validate_model(s.model);
   validate_optim(s.optim);
+  // fp16 (issue 48) is built and verified on the CPU only: its loss scaling, the unscale and the
+  // world's found-inf flag have not run on a GPU; refused there (exit 2) rather than run unverified
+  const bool cuda = s.layout.device == Device::cuda || (s.resume && s.resume->layout.device == Device::cuda);
+  require_config(!(s.model.store == Low::fp16 && cuda), "$.layout.device",
+                 "fp16 runs on the CPU only (its loss scaling is not verified on cuda); use cpu, or bf16 on cuda");
   check_plausible_size(s.model, s.optim);
   ValidLayout valid = validate(s.layout, s.model);
   if (s.resume) validate_resume(*s.resume, s);

@@ -34,6 +34,7 @@ int data_flow_rank(const std::string& quantity, const std::string& subject) {
   if (quantity == "inputs") return -2;  // parity compare: the data itself (everything downstream follows)
   if (quantity == "shards") return -1;  // parity compare: a shard not where its placement puts it (dump_shards.h)
   if (quantity == "loss") return 0;
+  if (quantity == "loss_scale") return 5;  // fp16: the step's scale, and its skip before any gradient row
   if (quantity == "grad") return 10 + family_rank(subject);
   if (quantity == "grad_norm") return 30;
   if (quantity == "clip_coef") return 31;

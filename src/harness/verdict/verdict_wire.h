@@ -20,7 +20,7 @@ namespace parity::verdict_wire {
 
 // The sections of one rank's part, in the order they are written.
 enum class Section : size_t {
-  scalars,         // loss, grad_norm, clip_coef (kScalarCount)
+  scalars,         // loss, grad_norm, clip_coef, loss_scale, skipped (kScalarCount)
   family_norm_sq,  // the squared gradient norm per Family (kFamilyCount)
   micro_losses,    // one per micro-batch
   groups,          // per compared group (grad, param, tokens_per_expert, expert_bias): LocalSums
@@ -34,7 +34,8 @@ inline constexpr size_t kSectionCount = 9;
 const char* section_name(Section s);
 
 // Section::scalars, by position.
-inline constexpr size_t kLoss = 0, kGradNorm = 1, kClipCoef = 2, kScalarCount = 3;
+inline constexpr size_t kLoss = 0, kGradNorm = 1, kClipCoef = 2, kScalarCount = 5;
+inline constexpr size_t kLossScale = 3, kSkipped = 4;  // fp16's (1 and 0 under any other policy)
 
 // How many items of each section a rank's part holds (the same on every rank of a run).
 struct Counts {
