@@ -41,6 +41,24 @@ TEST(VerdictRoot, EarliestStepThenDataFlowOrder) {
   EXPECT_NE(line.find("2 rows fail only from later steps (consequences)"), std::string::npos) << line;
 }
 
+// Tied embeddings (no head family): the embedding is the head, its gradient the backward's first;
+// untied, the embedding is the backward's last (sixth round: a tied shape's head bugs were named at
+// the final norm).
+TEST(VerdictRoot, TiedEmbeddingRanksAsTheHead) {
+  VerdictReport tied;
+  tied.rows = {row("grad", "layernorm", 0, 0.5), row("grad", "embedding", 0, 0.5)};
+  const RootCause a = find_root(tied);
+  ASSERT_TRUE(a.found);
+  EXPECT_EQ(tied.rows[a.row].subject, "embedding");
+  VerdictReport untied = tied;
+  untied.rows.push_back(row("grad", "head", 0, 1.0, RowVerdict::ok));
+  const RootCause b = find_root(untied);
+  ASSERT_TRUE(b.found);
+  EXPECT_EQ(untied.rows[b.row].subject, "layernorm");
+  EXPECT_EQ(verdict_flow::backward_position("embed.weight", 2, true), 0);
+  EXPECT_EQ(verdict_flow::backward_position("embed.weight", 2, false), 10);
+}
+
 TEST(VerdictRoot, NamesCleanFactorsByTheLayoutsDegrees) {
   const LayoutDegrees d = named_factors({{"tp", 4}, {"ep", 2}, {"dp", 2}, {"world", 8}}, 1);
   EXPECT_EQ(factor_meaning(4.0, d).rfind("4 (= tp)", 0), 0u) << factor_meaning(4.0, d);
