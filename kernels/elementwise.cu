@@ -4,6 +4,7 @@
 //   copy_values    dst[i] = src[i]
 //   scale_values   x[i] *= c
 //   transpose_into out (cols, rows) from x (rows, cols): out[j*rows + i] = x[i*cols + j]
+//   round_storage  x[i] rounded to bf16 or fp16 (core/precision.h's round_bf16 / round_fp16)
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -40,7 +41,50 @@ template <class T> __global__ void transpose_elems(const T* x, int64_t rows, int
   out[o] = x[i * cols + j];
 }
 
+// core/precision.h's round_bf16: to the nearest bf16, ties to even, on the bits; NaN stays a
+// quiet NaN, infinities stay.
+__device__ float round_bf16_bits(float x) {
+  unsigned b = __float_as_uint(x);
+  if ((b & 0x7f800000u) == 0x7f800000u) {
+    if (b & 0x007fffffu) b |= 0x00400000u;
+    b &= 0xffff0000u;
+  } else {
+    b += 0x7fffu + ((b >> 16) & 1u);
+    b &= 0xffff0000u;
+  }
+  return __uint_as_float(b);
+}
+
+// core/precision.h's round_fp16, the same expression: |x| / quantum is exact (a power of two),
+// rint rounds ties to even; 65520 and up to infinity with the sign; non-finite values stay.
+__device__ float round_fp16_exact(float x) {
+  if (!isfinite(x)) return x;
+  const double a = fabs(static_cast<double>(x));
+  if (a >= 65520.0) return copysignf(INFINITY, x);
+  int e = 0;
+  (void)frexp(a, &e);
+  const double q = ldexp(1.0, max(e - 11, -24));
+  return static_cast<float>(copysign(rint(a / q) * q, static_cast<double>(x)));
+}
+
+// x (n) rounded in place; a double is rounded as its float, as the host does.
+template <class T> __global__ void round_elems(bool fp16, T* x, int64_t n) {
+  const int64_t i = thread_index();
+  if (i >= n) return;
+  const float f = static_cast<float>(x[i]);
+  x[i] = static_cast<T>(fp16 ? round_fp16_exact(f) : round_bf16_bits(f));
+}
+
 }  // namespace
+
+template <class T> void round_storage(bool fp16, T* x, int64_t n) {
+  if (n == 0) return;
+  Stage st;
+  T* dx = st.out(x, n);
+  round_elems<<<blocks_for(n), kThreads, 0, stream()>>>(fp16, dx, n);
+  st.launched("round_storage");
+  st.finish();
+}
 
 template <class T> void add_into(T* a, const T* b, int64_t n) {
   if (n == 0) return;
@@ -82,6 +126,7 @@ template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T
 }
 
 #define PARITY_INSTANTIATE(T)                                            \
+  template void round_storage<T>(bool, T*, int64_t);                     \
   template void add_into<T>(T*, const T*, int64_t);                      \
   template void copy_values<T>(T*, const T*, int64_t);                   \
   template void scale_values<T>(T*, T, int64_t);                         \

@@ -75,7 +75,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
   matmul_forward(L.a.data(), w.wk, L.k.data(), n, D, Dk);
   matmul_forward(L.a.data(), w.wv, L.v.data(), n, D, Dk);
-  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), static_cast<int64_t>(x->size()));  // storage points
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) storage_point(x->data(), static_cast<int64_t>(x->size()));  // storage points
   if (c.qk_norm) {  // each head's q and k RMS-normalised over Dh: rows (n * H, Dh) and (n * G, Dh)
     L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
     L.q = zeros<T>(n * D), L.k = zeros<T>(n * Dk), L.rq = zeros<T>(n * H), L.rk = zeros<T>(n * G);
@@ -186,7 +186,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   ParamSet<T> rounded;
   if (current_precision().store != Low::none) {
     rounded = params;
-    for (auto& t : rounded.tensors) to_storage(t.ptr(), t.numel());
+    for (auto& t : rounded.tensors) storage_point(t.ptr(), t.numel());
   }
   ParamSet<T>& P = current_precision().store != Low::none ? rounded : params;
   const int64_t D = c.dim, V = c.vocab, n = b * c.seq;
@@ -226,7 +226,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   }
   auto logits = zeros<T>(n * V), losses = zeros<T>(n);
   matmul_forward(hf.data(), head, logits.data(), n, D, V);
-  to_storage(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
+  storage_point(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
   trace::record(trace::Site::logits, c.layers, trace::Dir::fwd, logits.data(), n, V);
   const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
   res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
@@ -237,7 +237,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   // the loss's gradient scaled (fp16: optim/loss_scaler.h), stored in fp16 (a backward storage point)
   cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens * current_loss_scale()),
                          dlogits.data());
-  to_grad_storage(dlogits.data(), n * V);
+  grad_storage_point(dlogits.data(), n * V);
   trace::record(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits.data(), n, V);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {

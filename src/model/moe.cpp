@@ -47,7 +47,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
   cache.logits = zeros<T>(n * E);
   cache.s = zeros<T>(n * E);
   matmul_forward(x, wt.gate, cache.logits.data(), n, D, E);
-  to_storage(cache.logits.data(), n * E);  // a storage point (core/precision.h); scores in the compute dtype
+  storage_point(cache.logits.data(), n * E);  // a storage point (core/precision.h); scores in the compute dtype
   trace::record(Site::router, l, Dir::fwd, cache.logits.data(), n, E);
   router_scores_forward(cache.logits.data(), n, E, c.score, cache.s.data());
   trace::record(Site::scores, l, Dir::fwd, cache.s.data(), n, E);

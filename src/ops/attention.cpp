@@ -1,6 +1,7 @@
 #include "ops/attention.h"
 
 #include "core/precision.h"
+#include "ops/elementwise.h"
 
 #include "core/device.h"
 #if PARITY_HAVE_CUDA
@@ -43,7 +44,7 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
     cuda::attention_forward_rows(q, k, v, Sq, q0, Sk, H, hd.G, Dh, out, probs);
-    to_storage(out, Sq * W);  // the kernel has finished: the host rounds the (managed) output
+    storage_point(out, Sq * W);  // the kernel has finished: a storage point (on the device)
     return;
   }
 #endif
@@ -74,7 +75,7 @@ void attention_forward_rows(const T* q, const T* k, const T* v, int64_t Sq, int6
       }
     }
   }
-  to_storage(out, Sq * W);  // a storage point (core/precision.h); probs stay in the compute dtype
+  storage_point(out, Sq * W);  // a storage point (core/precision.h); probs stay in the compute dtype
 }
 
 namespace {

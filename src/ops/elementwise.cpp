@@ -1,6 +1,7 @@
 #include "ops/elementwise.h"
 
 #include "core/device.h"
+#include "core/precision.h"
 #if PARITY_HAVE_CUDA
 #include "kernels/kernels.h"
 #include "kernels/runtime.cuh"
@@ -48,7 +49,22 @@ template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T
     for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = x[i * cols + j];
 }
 
+template <class T> void storage_point(T* x, int64_t n) {
+#if PARITY_HAVE_CUDA
+  const Low low = current_precision().store;
+  if (on_cuda() && low != Low::none && n > 0 && !jitter_on() && cuda::device_accessible(x))
+    return cuda::round_storage(low == Low::fp16, x, n);
+#endif
+  to_storage(x, n);
+}
+
+template <class T> void grad_storage_point(T* x, int64_t n) {
+  if (current_precision().store == Low::fp16) storage_point(x, n);  // only fp16 has one (core/precision.h)
+}
+
 #define PARITY_INSTANTIATE(T)                                            \
+  template void storage_point<T>(T*, int64_t);                           \
+  template void grad_storage_point<T>(T*, int64_t);                      \
   template void add_into<T>(T*, const T*, int64_t);                      \
   template void copy_values<T>(T*, const T*, int64_t);                   \
   template void scale_values<T>(T*, T, int64_t);                         \

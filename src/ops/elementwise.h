@@ -18,6 +18,12 @@ template <class T> void zero_values(T* x, int64_t n);
 template <class T> void scale_values(T* x, T c, int64_t n);
 // out (cols, rows) = x (rows, cols) transposed
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out);
+// A storage point of the precision policy where the run computes (core/precision.h's to_storage
+// and to_grad_storage): on cuda a kernel rounds a device-accessible buffer in place with the
+// host's bits, so no page of the model's managed buffers moves to the host and back; the rounding
+// twin's jitter (one host sequence over every storage point) and plain host memory round on the host.
+template <class T> void storage_point(T* x, int64_t n);
+template <class T> void grad_storage_point(T* x, int64_t n);
 
 // a += b over a.size() elements (b must be at least as long).
 template <class T> void add_into(Buffer<T>& a, const Buffer<T>& b) {

@@ -1,6 +1,7 @@
 #include "ops/layernorm.h"
 
 #include "core/precision.h"
+#include "ops/elementwise.h"
 
 #include "core/device.h"
 #if PARITY_HAVE_CUDA
@@ -23,7 +24,7 @@ void layernorm_forward(const T* x, const T* w, const T* b, int64_t n, int64_t D,
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
     cuda::layernorm_forward(x, w, b, n, D, y, mean, rstd);
-    to_storage(y, n * D);  // the kernel has finished: the host rounds the (managed) output
+    storage_point(y, n * D);  // the kernel has finished: a storage point (on the device)
     return;
   }
 #endif
@@ -45,7 +46,7 @@ void layernorm_forward(const T* x, const T* w, const T* b, int64_t n, int64_t D,
     mean[i] = mu;
     rstd[i] = rs;
   }
-  to_storage(y, n * D);  // a storage point of the precision policy (core/precision.h); stats stay
+  storage_point(y, n * D);  // a storage point of the precision policy (core/precision.h); stats stay
 }
 
 // With xhat = (x - mean) * rstd and g = dy * w (per element), per row:

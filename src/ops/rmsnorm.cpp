@@ -1,6 +1,7 @@
 #include "ops/rmsnorm.h"
 
 #include "core/precision.h"
+#include "ops/elementwise.h"
 
 #include "core/device.h"
 #if PARITY_HAVE_CUDA
@@ -22,7 +23,7 @@ void rmsnorm_forward(const T* x, const T* w, int64_t n, int64_t D, T* y, T* rstd
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
     cuda::rmsnorm_forward(x, w, n, D, y, rstd);
-    to_storage(y, n * D);  // the kernel has finished: the host rounds the (managed) output
+    storage_point(y, n * D);  // the kernel has finished: a storage point (on the device)
     return;
   }
 #endif
@@ -37,7 +38,7 @@ void rmsnorm_forward(const T* x, const T* w, int64_t n, int64_t D, T* y, T* rstd
     for (int64_t d = 0; d < D; ++d) yr[d] = (xr[d] * rs) * w[d];
     rstd[i] = rs;
   }
-  to_storage(y, n * D);  // a storage point of the precision policy (core/precision.h); rstd stays
+  storage_point(y, n * D);  // a storage point of the precision policy (core/precision.h); rstd stays
 }
 
 // With xhat = x * rstd and g = dy * w (per element), per row:

@@ -1,6 +1,7 @@
 #include "ops/rope.h"
 
 #include "core/precision.h"
+#include "ops/elementwise.h"
 
 #include "core/device.h"
 #if PARITY_HAVE_CUDA
@@ -31,7 +32,7 @@ void rope_forward(const T* x, const T* cos, const T* sin, int64_t n, int64_t H, 
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
     cuda::rope_forward(x, cos, sin, n, H, Dh, y);
-    to_storage(y, n * W);  // the kernel has finished: the host rounds the (managed) output
+    storage_point(y, n * W);  // the kernel has finished: a storage point (on the device)
     return;
   }
 #endif
@@ -45,7 +46,7 @@ void rope_forward(const T* x, const T* cos, const T* sin, int64_t n, int64_t H, 
         y[a] = xa * c - xb * s;
         y[b] = xb * c + xa * s;
       }
-  to_storage(y, n * W);  // a storage point (core/precision.h)
+  storage_point(y, n * W);  // a storage point (core/precision.h)
 }
 
 template <class T>

@@ -2,6 +2,7 @@
 
 #include "core/device.h"
 #include "core/precision.h"
+#include "ops/elementwise.h"
 #if PARITY_HAVE_CUDA
 #include "kernels/kernels.h"
 #endif
@@ -18,12 +19,12 @@ void swiglu_forward(const T* a, const T* b, int64_t n, T* h) {
 #if PARITY_HAVE_CUDA
   if (on_cuda()) {
     cuda::swiglu_forward(a, b, n, h);
-    to_storage(h, n);  // the kernel has finished: the host rounds the (managed) output
+    storage_point(h, n);  // the kernel has finished: a storage point (on the device)
     return;
   }
 #endif
   for (int64_t i = 0; i < n; ++i) h[i] = (a[i] * ops_detail::stable_sigmoid(a[i])) * b[i];
-  to_storage(h, n);  // a storage point (core/precision.h)
+  storage_point(h, n);  // a storage point (core/precision.h)
 }
 
 // With sg = sigmoid(a): silu'(a) = sg * (1 + a * (1 - sg)).
@@ -51,8 +52,8 @@ void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const
   cache.h = zeros<T>(n * F);
   matmul_forward(x, w1, cache.a.data(), n, D, F);
   matmul_forward(x, w3, cache.b.data(), n, D, F);
-  to_storage(cache.a.data(), n * F);  // storage points (core/precision.h): column-parallel outputs are
-  to_storage(cache.b.data(), n * F);  // whole sums in every layout; w2's output may be a TP partial: not here
+  storage_point(cache.a.data(), n * F);  // storage points (core/precision.h): column-parallel outputs are
+  storage_point(cache.b.data(), n * F);  // whole sums in every layout; w2's output may be a TP partial: not here
   swiglu_forward(cache.a.data(), cache.b.data(), n * F, cache.h.data());
   matmul_forward(cache.h.data(), w2, out, n, F, D);
 }

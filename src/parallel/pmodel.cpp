@@ -77,7 +77,7 @@ template <class T> struct ParallelModel<T>::Impl {
     for (const auto& [unit, which] : {std::pair{&dense, &dense_q}, std::pair{&experts, &experts_q}}) {
       std::vector<Tensor<T>> got = gather_all(*unit);
       for (size_t i = 0; i < got.size(); ++i) {
-        to_storage(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
+        storage_point(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
         m.gathered_[(*which)[i]] = std::move(got[i]), m.is_gathered_[(*which)[i]] = 1;
       }
     }
@@ -210,7 +210,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   matmul_forward(L.a_full.data(), w(P.wq).ptr(), L.q.data(), n, D, Dl);
   kv_project(L.a_full, P.wk, kc, L.k);
   kv_project(L.a_full, P.wv, kc, L.v);
-  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) to_storage(x->data(), static_cast<int64_t>(x->size()));  // storage points
+  for (Buffer<T>* x : {&L.q, &L.k, &L.v}) storage_point(x->data(), static_cast<int64_t>(x->size()));  // storage points
   if (rope_first()) rope(Hl).apply(L.q), rope(Gl).apply(L.k);
   if (c.qk_norm) {  // each of this lane's heads RMS-normalised over Dh: rows (n * Hl, Dh), as the model's
     L.q_raw = std::move(L.q), L.k_raw = std::move(L.k);
@@ -481,7 +481,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   Buffer<T> head = c.tie_embeddings ? transpose(I.w(emb_).ptr(), Vl, D) : I.w(head_).data;
   auto logits = zeros<T>(n * Vl);
   matmul_forward(hf_full.data(), head.data(), logits.data(), n, D, Vl);
-  to_storage(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
+  storage_point(logits.data(), n * Vl);  // a storage point; cross-entropy runs in the compute dtype
   I.rec(trace::Site::logits, c.layers, trace::Dir::fwd, logits, Vl, trace::Rows::chunk, v0, c.vocab);
   VpCeCache<T> ce;
   // bug zoo (core/inject.h): under pipeline parallel the last stage normalises its loss per
@@ -495,7 +495,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   // the loss's gradient scaled (fp16: optim/loss_scaler.h), stored in fp16 (a backward storage point)
   vp_cross_entropy_backward(logits.data(), u.targets.data(), n, v0, Vl,
                             static_cast<T>(inv_tokens * current_loss_scale()), ce, dlogits.data());
-  to_grad_storage(dlogits.data(), n * Vl);
+  grad_storage_point(dlogits.data(), n * Vl);
   if (injected("cross_entropy_in_bf16"))  // bug zoo (core/inject.h): softmax and its gradient in bf16
     round_to(Low::bf16, dlogits.data(), n * Vl);
   I.rec(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits, Vl, trace::Rows::chunk, v0, c.vocab);

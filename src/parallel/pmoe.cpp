@@ -136,7 +136,7 @@ void route(const ModelConfig& c, const TpContext& tp, const PMoeWeights<T>& wt, 
   const int64_t D = c.dim, E = c.experts, K = c.top_k;
   k.logits = zeros<T>(n_d * E), k.s = zeros<T>(n_d * E), k.w = zeros<T>(n_d * K);
   matmul_forward(k.x_d.data(), wt.gate, k.logits.data(), n_d, D, E);
-  to_storage(k.logits.data(), n_d * E);  // a storage point (core/precision.h); scores in the compute dtype
+  storage_point(k.logits.data(), n_d * E);  // a storage point (core/precision.h); scores in the compute dtype
   rec(c, tp, wt, k, Site::router, Dir::fwd, k.logits.data(), E);
   router_scores_forward(k.logits.data(), n_d, E, c.score, k.s.data());
   rec(c, tp, wt, k, Site::scores, Dir::fwd, k.s.data(), E);

@@ -16,6 +16,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "gpu/op_cases.h"
+#include "ops/elementwise.h"
 #if PARITY_HAVE_CUDA
 #include "kernels/kernels.h"
 #endif
@@ -113,6 +115,54 @@ TEST(GpuOps, CublasLoadsOnDemand) {
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp64) { check_all_ops<double>("fp64"); }
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp32) { check_all_ops<float>("fp32"); }
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceBf16) { check_all_ops<float>("bf16"); }
+TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp16) { check_all_ops<float>("fp16"); }
+
+// A storage point on the GPU (ops/elementwise.h's storage_point: a kernel over the managed
+// buffer) gives the host's bits (core/precision.h's to_storage) for every float: random bit
+// patterns (NaNs, infinities, subnormals of every kind) and the edges by hand (ties, fp16's
+// overflow at 65520, its subnormal quantum 2^-24, signed zeros), as float and as double.
+template <class T> void storage_point_matches_host(const char* policy, const std::vector<float>& v) {
+  SCOPED_TRACE(std::string(policy) + (sizeof(T) == 8 ? " double" : " float"));
+  PrecisionScope scope(parse_precision(policy, "test"));
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::vector<T> host(v.begin(), v.end());
+  to_storage(host.data(), n);
+  use_device(Device::cuda);
+  Buffer<T> dev = zeros<T>(n);
+  for (int64_t i = 0; i < n; ++i) dev[i] = static_cast<T>(v[i]);
+  storage_point(dev.data(), n);
+  use_device(Device::cpu);
+  int64_t moved = 0, differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    moved += !(static_cast<float>(host[i]) == v[i]);  // NaN counts: the test is the bits below
+    // a NaN's payload may differ after a double -> float conversion on the GPU: any NaN is one
+    const bool same = (std::isnan(host[i]) && std::isnan(dev[i])) || std::memcmp(&host[i], &dev[i], sizeof(T)) == 0;
+    if (!same && differ++ < 5)
+      ADD_FAILURE() << "value " << v[i] << ": host " << host[i] << ", GPU " << dev[i];
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(moved, n / 2) << "the rounding changed too few values to test anything";
+}
+
+TEST(GpuOps, StoragePointsRoundWithTheHostsBits) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 0x3p-26f,
+                          0x1p-14f, 0x1.ffcp-15f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()};
+  uint32_t state = 0x9e3779b9u;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &state, sizeof f);
+    v.push_back(f);
+  }
+  for (const char* policy : {"bf16", "fp16"}) {
+    storage_point_matches_host<float>(policy, v);
+    storage_point_matches_host<double>(policy, v);
+  }
+}
 
 // The same invalid index the CPU refuses is refused on the GPU, with the CPU's message.
 TEST(GpuOps, InvalidIndicesThrowTheCpuError) {

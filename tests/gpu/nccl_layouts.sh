@@ -7,6 +7,7 @@
 # per GPU run, and with none left the test is skipped (77), naming why. Never a pass for a
 # layout that did not run.
 # Usage: nccl_layouts.sh PARITY SCENARIO_DIR [JOBS]
+# LAYOUTS (environment): the scenario files to run instead of SCENARIO_DIR's (ci/gpu_suite).
 set -uo pipefail
 parity=$1 scn=$2 jobs=${3:-4}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
@@ -19,9 +20,11 @@ files=()
 if [ "${major:-0}" -gt 2 ] || { [ "${major:-0}" -eq 2 ] && [ "${minor:-0}" -ge 30 ]; }; then
   export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-2} NCCL_MIN_CTAS=${NCCL_MIN_CTAS:-1}
   export NCCL_NET_GDR_LEVEL=${NCCL_NET_GDR_LEVEL:-LOC}
-  files=("$scn"/*.json)
+  # shellcheck disable=SC2206
+  files=(${LAYOUTS:-"$scn"/*.json})
 else
-  for f in "$scn"/*.json; do
+  # shellcheck disable=SC2206
+  for f in ${LAYOUTS:-"$scn"/*.json}; do
     world=$(grep -o '"world": *[0-9]*' "$f" | grep -o '[0-9]*$' | sort -n | tail -1)
     if [ "$world" -gt "$gpus" ]; then
       echo "skip $(basename "$f" .json): world $world > $gpus GPUs and NCCL $ver < 2.30 refuses two ranks on one GPU"

@@ -358,11 +358,6 @@ ValidLayout validate_scenario(const Scenario& s) {
               std::to_string(s.steps));
   validate_model(s.model);
   validate_optim(s.optim);
-  // fp16 (issue 48) is built and verified on the CPU only: its loss scaling, the unscale and the
-  // world's found-inf flag have not run on a GPU; refused there (exit 2) rather than run unverified
-  const bool cuda = s.layout.device == Device::cuda || (s.resume && s.resume->layout.device == Device::cuda);
-  require_config(!(s.model.store == Low::fp16 && cuda), "$.layout.device",
-                 "fp16 runs on the CPU only (its loss scaling is not verified on cuda); use cpu, or bf16 on cuda");
   check_plausible_size(s.model, s.optim);
   ValidLayout valid = validate(s.layout, s.model);
   if (s.resume) validate_resume(*s.resume, s);
