@@ -17,6 +17,24 @@ add_test(NAME sim.vs_gloo.inject.dp_averaged_twice
 set_tests_properties(sim.vs_gloo.inject.dp_averaged_twice PROPERTIES LABELS "sim;scenario" TIMEOUT 180
   PASS_REGULAR_EXPRESSION "fsdp4 +4 FAIL +1 .* same\n.*sim vs gloo: 1 of 1 scenarios the same")
 
+# NCCL's ring order on the CPU (PARITY_SIM_ORDER=ring, comm/sim/sim_world.h): every shipped layout
+# keeps its replicas bitwise identical when each communicator sums an element by its offset, as
+# NCCL's rings do. It found, on the CPU, the one failure of the 2026-11-27 NCCL run (a KV head
+# shared by TP lanes, kv_heads 1 under tp 2 x dp 4: its replicas 1 ulp apart on ranks 0 and 1,
+# the TP sum done before the lanes' DP reductions); the step now sums over TP after DP.
+add_test(NAME sim.ring_order.every_layout_keeps_its_replicas
+         COMMAND sh -c "PARITY_SIM_ORDER=ring $<TARGET_FILE:parity> matrix --backend sim -j 2 ${PROJECT_SOURCE_DIR}/scenarios")
+set_tests_properties(sim.ring_order.every_layout_keeps_its_replicas PROPERTIES LABELS "sim;scenario" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "matrix verdict: PASS: [1-9][0-9]* passed, 0 failed")
+add_test(NAME sim.ring_order.shared_kv_head_replicas
+         COMMAND sh -c "PARITY_SIM_ORDER=ring $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/pw_ds_ddp2_cp2_tp2_ep2_etp2_mixed_2.json --backend sim 2>&1; echo exit=$?")
+set_tests_properties(sim.ring_order.shared_kv_head_replicas PROPERTIES LABELS "sim;scenario" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "\nok +replicas +every tensor .*verdict: PASS: .*exit=0\n")
+add_test(NAME sim.ring_order.bad_name_refused
+         COMMAND sh -c "PARITY_SIM_ORDER=nccl $<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --backend sim 2>&1; echo exit=$?")
+set_tests_properties(sim.ring_order.bad_name_refused PROPERTIES LABELS "sim;unit" TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "PARITY_SIM_ORDER.*expected rank .* or ring .*got 'nccl'.*exit=2\n")
+
 # A rank that throws (PARITY_SIM_FAULT=throw@R:N) is named to the others with its error, exit 3;
 # a rank stuck in compute (stall) is named at the others' timeout and by the launcher, exit 3.
 add_test(NAME sim.fault.throwing_rank_named

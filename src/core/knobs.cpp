@@ -35,6 +35,8 @@ const std::vector<Knob>& knobs() {
       {"PARITY_COMM_TRACE", "unset: none", "R: world rank R prints every collective it takes part in (docs/comm.md)"},
       {"PARITY_SIM_FAULT", "unset: none",
        "throw@R:N or stall@R:N: rank R of a simulated world fails at collective N; late@R:MS: it ends MS ms late"},
+      {"PARITY_SIM_ORDER", "rank",
+       "a simulated world's summation order: rank (gloo's) or ring (NCCL's ring: by offset; docs/comm.md)"},
       // checkpoints (test hooks and the save lock)
       {"PARITY_CKPT_CRASH", "unset: none", "RANK:POINT: that rank exits at that point of a save (test hook)"},
       {"PARITY_CKPT_NO_EXCHANGE", "unset", "set: a save skips its exchange step (test hook)"},

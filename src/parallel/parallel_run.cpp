@@ -127,9 +127,9 @@ template <class T> struct ParallelRun<T>::Impl {
     if (!magnitude_pass) round_to(low, x, n);
   }
   // reduce_grads' steps, in order (each entry's reductions, param_plan.h)
-  void reduce_tp();
   Partners partners_before_dp();
   void reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out);
+  void reduce_tp(std::vector<Tensor<T>>& out);
   void sync_pairs(std::vector<Tensor<T>>& out, Partners& partners);
   void step_optimizer(std::vector<Tensor<T>>& grads);
   // fp16: the reduced gradients unscaled, the world's found-inf flag (out.skipped); own_inf: whether
@@ -172,15 +172,20 @@ template <class T> void ParallelRun<T>::Impl::report_tokens(RankStepRecord<T>& o
   }
 }
 
-// The plan's reductions (parallel/reduction_plan.h): the TP sums of the partitioned families
-// (one allreduce), then the data-parallel reduction of the dense and the expert parameters
-// (one flat reduce-scatter + allreduce each, over their home groups).
+// The plan's reductions (parallel/reduction_plan.h): the data-parallel reduction of the dense
+// and the expert parameters (one flat reduce-scatter + allreduce each, over their home groups),
+// then the TP sums of the partitioned families (one allreduce), then the pipeline's pair sync.
+// The TP sum comes last, as Megatron-LM's finalize_model_grads does: each lane's DP group is
+// another communicator, whose order of summation may differ (NCCL's ring sums an element by its
+// offset in the flat buffer, and uneven TP shards before it move it); one all-reduce inside
+// the TP group then gives every lane sharing the gradient the same bits. Summed before the DP
+// reduction, the replicas of a shared KV head came out 1 ulp apart on nccl (and under
+// PARITY_SIM_ORDER=ring, which reproduces it on the CPU).
 //
 // A reduction in bf16 (the entry's dtype, core/precision.h) is every input rounded to bf16,
 // an fp32 sum, the result rounded to bf16 (what a bf16 collective delivers, to within its
 // internal order); fp32 (the default under bf16) and the compute dtypes round nothing.
 template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>>& out) {
-  reduce_tp();
   out.assign(specs.size(), {});
   for (size_t p = 0; p < specs.size(); ++p) {
     round_entry(entry(p).dp_dtype, model->mp_grads[p].ptr(), model->mp_grads[p].numel());
@@ -188,6 +193,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   }
   Partners partners = partners_before_dp();
   for (mesh::GroupKind unit : {mesh::GroupKind::dense_dp, mesh::GroupKind::edp}) reduce_dp(unit, out);  // home groups
+  reduce_tp(out);
   sync_pairs(out, partners);
 }
 
@@ -203,20 +209,22 @@ template <class T> std::vector<Tensor<T>> ParallelRun<T>::Impl::reduction_magnit
   return mag;
 }
 
-// 1. TP: every TP-summed gradient in one flat all-reduce, rounded to its dtype before and after.
-template <class T> void ParallelRun<T>::Impl::reduce_tp() {
+// 2. TP: every TP-summed gradient, DP-reduced (this rank's shard of it under FSDP / ZeRO-2: the
+// lanes of a TP group hold the same shard), in one flat all-reduce, rounded to its dtype before
+// and after.
+template <class T> void ParallelRun<T>::Impl::reduce_tp(std::vector<Tensor<T>>& out) {
   std::vector<size_t> tp_sum;
   Buffer<T> flat;
   for (size_t p = 0; p < specs.size(); ++p)
     if (entry(p).tp_sum && model->held(p)) {
       tp_sum.push_back(p);
-      flat.insert(flat.end(), model->mp_grads[p].data.begin(), model->mp_grads[p].data.end());
+      flat.insert(flat.end(), out[p].data.begin(), out[p].data.end());
     }
   const auto round_flat = [&] {
     int64_t at = 0;
     for (size_t p : tp_sum) {
-      round_entry(entry(p).tp_dtype, flat.data() + at, model->mp_grads[p].numel());
-      at += model->mp_grads[p].numel();
+      round_entry(entry(p).tp_dtype, flat.data() + at, out[p].numel());
+      at += out[p].numel();
     }
   };
   round_flat();
@@ -224,7 +232,7 @@ template <class T> void ParallelRun<T>::Impl::reduce_tp() {
   round_flat();
   size_t at = 0;
   for (size_t p : tp_sum) {
-    Tensor<T>& g = model->mp_grads[p];
+    Tensor<T>& g = out[p];
     std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), g.numel(), g.data.begin());
     at += static_cast<size_t>(g.numel());
     if (entry(p).tp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(entry(p).tp_scale), g.numel());
@@ -253,7 +261,7 @@ template <class T> typename ParallelRun<T>::Impl::Partners ParallelRun<T>::Impl:
   return partners;
 }
 
-// 2. DP: the entries living over `unit` (a home group) in one flat reduce-scatter + all-reduce.
+// 1. DP: the entries living over `unit` (a home group) in one flat reduce-scatter + all-reduce.
 template <class T> void ParallelRun<T>::Impl::reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out) {
   std::vector<const ShardedParam<T>*> ps;
   std::vector<const Tensor<T>*> gs;

@@ -3,16 +3,19 @@
 // say where its elements live. The step (parallel_run.cpp) executes the plan and decides
 // nothing itself:
 //
-//   1. TP: a TP-replicated family whose gradient is partitioned over the lanes (each lane
-//      saw its share of the tokens: the router always when tp > 1, LayerNorm under SP) is
-//      summed over the tp group, every such gradient in one flat all-reduce, rounded to the
-//      entry's dtype before and after; then scaled.
-//   2. DP: the gradient is reduced over its data-parallel group (dense_dp: dp_shard x
+//   1. DP: the gradient is reduced over its data-parallel group (dense_dp: dp_shard x
 //      dp_replicate x cp for the dense families; edp: edp_shard x dp_replicate for the
 //      routed experts), a reduce-scatter over the FSDP part and an all-reduce over the
 //      replicate part, each unit in one flat collective, rounded to the entry's dtype before
 //      and after. A sum: the loss is already divided by the global token count B·S
-//      (FOLDINGS.md), so every data-parallel contribution adds.
+//      (docs/design/foldings.md), so every data-parallel contribution adds.
+//   2. TP: a TP-replicated family whose gradient is partitioned over the lanes (each lane
+//      saw its share of the tokens: the router always when tp > 1, LayerNorm under SP) is
+//      summed over the tp group, every such gradient (this rank's DP-reduced piece) in one flat
+//      all-reduce, rounded to the entry's dtype before and after; then scaled. After DP, as
+//      Megatron-LM's finalize_model_grads: one all-reduce inside the TP group is the last
+//      reduction, so the lanes' replicas get the same bits whatever order each lane's DP
+//      communicator summed in (NCCL's depends on the offset: docs/comm.md "NCCL's order").
 //   3. The global grad norm: each element once (its first replica), summed over the world.
 //   4. Clipping by the global norm.
 //
@@ -40,7 +43,7 @@ enum class DpOp { sum, average };
 enum class NormCount { first_replica, every_replica, none };
 
 struct FamilyReduction {
-  // 1. TP
+  // 2. TP (after DP)
   bool tp_sum = false;        // summed over the tp group (partitioned over the lanes)
   double tp_scale = 1.0;      // applied after the TP sum
   bool tp_sum_again = false;  // summed over tp once more after the scale (a bug only)
@@ -48,7 +51,7 @@ struct FamilyReduction {
   // its gradient summed over them: the tp all-reduce, where every other lane adds an exact 0
   int64_t tp_sharers = 0;
   Low tp_dtype = Low::none;   // the TP all-reduce's dtype (none: the compute dtype)
-  // 2. DP
+  // 1. DP
   mesh::GroupKind dp_group = mesh::GroupKind::dense_dp;
   DpOp dp_op = DpOp::sum;
   double dp_scale = 1.0;      // applied after the reduction (1/|group| for an average)

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -29,8 +30,10 @@ struct SimResult {
 
 // Runs body in w threads, each rank's world communicator its argument; a throw is that rank's
 // error (exit 1), named to the others as a process launcher would see it exit.
-SimResult run_sim(int w, std::chrono::milliseconds timeout, const std::function<int(Communicator&)>& body) {
+SimResult run_sim(int w, std::chrono::milliseconds timeout, const std::function<int(Communicator&)>& body,
+                  SimOrder order = SimOrder::rank) {
   auto world = make_sim_world(w, timeout);
+  set_sim_order(*world, order);
   SimResult res;
   res.codes.assign(static_cast<size_t>(w), 0);
   res.errors.assign(static_cast<size_t>(w), "");
@@ -211,6 +214,58 @@ TEST(SimFaults, MemberWaitingElsewhereIsNamedWithItsGroup) {
   });
   const std::string& e = r.errors[0];
   EXPECT_NE(e.find("missing rank 2 waits in allreduce #1 of group{1,2}"), std::string::npos) << all_errors(r);
+}
+
+// The ring order (PARITY_SIM_ORDER=ring, NCCL's ring): an all-reduce of n elements over W members
+// sums chunk c (ceil(n / W) elements) from member c + 1 around to member c, a reduce-scatter
+// member j's block from j + 1 around to j; every member gets the same bits. Member r holds
+// v[(r + e) % 4] at element e, v = {1, 2^-53, 2^-53, -1}: a sum whose bits depend on its order
+// (rank order: 0 for some elements, the ring's: 2^-52 for some), so the test fails if the ring's
+// order is not the one described.
+double fold_from(const std::vector<std::vector<double>>& x, size_t e, size_t start) {
+  const size_t w = x.size();
+  double acc = x[start % w][e];
+  for (size_t k = 1; k < w; ++k) acc += x[(start + k) % w][e];
+  return acc;
+}
+
+TEST(SimOrder, RingSumsEachChunkAroundTheRingAndEveryMemberGetsItsBits) {
+  const int w = 4;
+  const int64_t n = 10;  // chunks of 3: elements 9 is chunk 3
+  const std::vector<double> v = {1.0, 0x1p-53, 0x1p-53, -1.0};
+  std::vector<std::vector<double>> in(w, std::vector<double>(n)), all(w), mine(w);
+  for (int r = 0; r < w; ++r)
+    for (int64_t e = 0; e < n; ++e) in[r][e] = v[static_cast<size_t>((r + e) % 4)];
+  const std::vector<int64_t> counts = {3, 3, 2, 2};
+  auto res = run_sim(w, std::chrono::seconds(30), [&](Communicator& c) {
+    std::vector<double> buf = in[static_cast<size_t>(c.rank())];
+    c.allreduce(std::span<double>(buf), ReduceOp::sum);
+    all[static_cast<size_t>(c.rank())] = buf;
+    std::vector<double> out(static_cast<size_t>(counts[static_cast<size_t>(c.rank())]));
+    c.reduce_scatterv(std::span<const double>(in[static_cast<size_t>(c.rank())]), std::span<double>(out),
+                      std::span<const int64_t>(counts), ReduceOp::sum);
+    mine[static_cast<size_t>(c.rank())] = out;
+    return 0;
+  }, SimOrder::ring);
+  for (int code : res.codes) ASSERT_EQ(code, 0) << all_errors(res);
+  int differs_from_rank_order = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const double want = fold_from(in, static_cast<size_t>(e), static_cast<size_t>(e / 3 + 1));
+    for (int r = 0; r < w; ++r) EXPECT_EQ(std::memcmp(&all[r][e], &want, sizeof want), 0) << "element " << e;
+    differs_from_rank_order += fold_from(in, static_cast<size_t>(e), 0) != want;
+  }
+  EXPECT_GT(differs_from_rank_order, 0) << "the data does not tell the two orders apart";
+  int64_t off = 0;
+  for (int j = 0; j < w; ++j) {
+    for (int64_t i = 0; i < counts[static_cast<size_t>(j)]; ++i) {
+      const double want = fold_from(in, static_cast<size_t>(off + i), static_cast<size_t>(j + 1));
+      EXPECT_EQ(std::memcmp(&mine[j][i], &want, sizeof want), 0) << "member " << j << " element " << i;
+    }
+    off += counts[static_cast<size_t>(j)];
+  }
+  EXPECT_EQ(parse_sim_order("ring"), SimOrder::ring);
+  EXPECT_EQ(parse_sim_order("rank"), SimOrder::rank);
+  EXPECT_THROW(parse_sim_order("nccl"), ConfigError);
 }
 
 TEST(SimWorld, SizeOutsideItsRangeIsRefused) {

@@ -117,6 +117,7 @@ class SimWorld {
   std::atomic<uint64_t> ended_count{0};
   std::atomic<bool> aborted{false};
   SimFault fault;  // set before any rank starts
+  SimOrder order = SimOrder::rank;  // likewise
   std::string abort_why;  // written before `aborted`
 
   // The first rank to end with a failure, and its error (the others' errors follow from it).
@@ -216,28 +217,52 @@ template <class T> void fold(const std::vector<Call>& cs, int64_t at, T* tmp, in
   }
 }
 
-constexpr int64_t kTile = 2048;
-
-// allreduce: each tile folded once, then written to every member (inputs may be the outputs).
-template <class T> void allreduce(const std::vector<Call>& cs) {
-  const int64_t n = cs[0].n;
-  std::vector<T> tmp(static_cast<size_t>(std::min(n, kTile)));
-  for (int64_t o = 0; o < n; o += kTile) {
-    const int64_t m = std::min(kTile, n - o);
-    fold<T>(cs, o, tmp.data(), m, cs[0].op);
-    for (const Call& c : cs) std::memcpy(static_cast<T*>(c.out) + o, tmp.data(), static_cast<size_t>(m) * sizeof(T));
+// The ring order (SimOrder::ring): tmp[i] = src[s + 1] op src[s + 2] op ... op src[s], member
+// indices mod W, for the tile's chunk s: the order a ring reduce-scatter sums the chunk it
+// delivers to member s in.
+template <class T> void fold_ring(const std::vector<Call>& cs, int64_t at, T* tmp, int64_t m, ReduceOp op, size_t s) {
+  const size_t w = cs.size();
+  const T* first = static_cast<const T*>(cs[(s + 1) % w].in) + at;
+  for (int64_t i = 0; i < m; ++i) tmp[i] = first[i];
+  for (size_t k = 2; k <= w; ++k) {
+    const T* x = static_cast<const T*>(cs[(s + k) % w].in) + at;
+    for (int64_t i = 0; i < m; ++i) tmp[i] = apply(op, tmp[i], x[i]);
   }
 }
 
-// reduce_scatterv: owner j's block folded over the members' inputs at its offset.
-template <class T> void reduce_scatter(const std::vector<Call>& cs) {
+constexpr int64_t kTile = 2048;
+
+// allreduce: each tile folded once, then written to every member (inputs may be the outputs).
+// The ring order splits the n elements into W chunks of ceil(n / W), chunk c summed as the
+// ring delivers it to member c: an element's order depends on where it sits and on n.
+template <class T> void allreduce(const std::vector<Call>& cs, SimOrder order) {
+  const int64_t n = cs[0].n, w = static_cast<int64_t>(cs.size()), chunk = (n + w - 1) / w;
+  std::vector<T> tmp(static_cast<size_t>(std::min(n, kTile)));
+  for (int64_t o = 0; o < n;) {
+    int64_t m = std::min(kTile, n - o);
+    if (order == SimOrder::ring) m = std::min(m, (o / chunk + 1) * chunk - o);  // within one chunk
+    if (order == SimOrder::ring)
+      fold_ring<T>(cs, o, tmp.data(), m, cs[0].op, static_cast<size_t>(o / chunk));
+    else
+      fold<T>(cs, o, tmp.data(), m, cs[0].op);
+    for (const Call& c : cs) std::memcpy(static_cast<T*>(c.out) + o, tmp.data(), static_cast<size_t>(m) * sizeof(T));
+    o += m;
+  }
+}
+
+// reduce_scatterv: owner j's block folded over the members' inputs at its offset (the ring
+// order: summed around the ring to j).
+template <class T> void reduce_scatter(const std::vector<Call>& cs, SimOrder order) {
   const auto& counts = *cs[0].counts;
   std::vector<T> tmp(kTile);
   int64_t off = 0;
   for (size_t j = 0; j < cs.size(); ++j) {
     for (int64_t o = 0; o < counts[j]; o += kTile) {
       const int64_t m = std::min(kTile, counts[j] - o);
-      fold<T>(cs, off + o, tmp.data(), m, cs[0].op);
+      if (order == SimOrder::ring)
+        fold_ring<T>(cs, off + o, tmp.data(), m, cs[0].op, j);
+      else
+        fold<T>(cs, off + o, tmp.data(), m, cs[0].op);
       std::memcpy(static_cast<T*>(cs[j].out) + o, tmp.data(), static_cast<size_t>(m) * sizeof(T));
     }
     off += counts[j];
@@ -293,16 +318,16 @@ void move_bytes(const std::vector<Call>& cs, int64_t es) {
   }
 }
 
-void execute(std::vector<Call>& cs) {
+void execute(std::vector<Call>& cs, SimOrder order) {
   const Call& a = cs[0];
   const size_t w = cs.size();
   if (a.kind == Kind::barrier) return;
   const int64_t es = dtype_size(a.t);
   switch (a.kind) {
     case Kind::allreduce:
-      if (a.n > 0) with_dtype(a.t, [&](auto x) { allreduce<decltype(x)>(cs); });
+      if (a.n > 0) with_dtype(a.t, [&](auto x) { allreduce<decltype(x)>(cs, order); });
       return;
-    case Kind::reduce_scatterv: with_dtype(a.t, [&](auto x) { reduce_scatter<decltype(x)>(cs); }); return;
+    case Kind::reduce_scatterv: with_dtype(a.t, [&](auto x) { reduce_scatter<decltype(x)>(cs, order); }); return;
     case Kind::broadcast:
       for (size_t r = 0; r < w; ++r)
         if (static_cast<int>(r) != a.root && a.n > 0)
@@ -414,7 +439,7 @@ void SimCommunicator::run(const Call& c) {
     std::string err = disagreement(group_->calls);
     if (err.empty()) {
       try {
-        execute(group_->calls);
+        execute(group_->calls, sim_->order);
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -515,5 +540,14 @@ SimFault parse_sim_fault(const std::string& spec) {
 }
 
 void set_sim_fault(SimWorld& world, const SimFault& f) { world.fault = f; }
+
+SimOrder parse_sim_order(const std::string& name) {
+  if (name == "rank") return SimOrder::rank;
+  if (name == "ring") return SimOrder::ring;
+  throw ConfigError("PARITY_SIM_ORDER", "expected rank (gloo's order, the default) or ring (NCCL's ring order), got '" +
+                                            name.substr(0, 64) + "'");
+}
+
+void set_sim_order(SimWorld& world, SimOrder order) { world.order = order; }
 
 }  // namespace parity::comm

@@ -11,7 +11,13 @@
 // Bits: every reduction is a left fold over the group's members in group-rank order (out =
 // x0 op x1 op ... op x(W-1)), the order of gloo's shared-memory path on one host (comm/gloo/
 // shm_communicator.cpp) and of the default reduce_scatter: the same bits as gloo for every op
-// and size. The rest moves bytes. The last member to arrive does the whole collective for the
+// and size. Or, with SimOrder::ring (PARITY_SIM_ORDER=ring), the textbook ring's order that
+// NCCL's ring algorithm follows: an all-reduce of n elements sums chunk c (ceil(n / W)
+// elements) from member c + 1 around to member c, a reduce-scatter sums member j's block
+// around the ring to j. Every member still gets the same bits, but an element's order depends
+// on its offset and on n: two groups holding the same values at other offsets (uneven tensor
+// -parallel shards before them) sum them differently, as NCCL's communicators do. The rest
+// moves bytes. The last member to arrive does the whole collective for the
 // group while the others wait (they hold no lock), so no input is copied through a buffer.
 //
 // Failures: a member that ends (returns or throws) while others wait for it fails their
@@ -57,6 +63,12 @@ struct SimFault {
 // "throw@R:N", "stall@R:N" or "late@R:MS"; ConfigError naming PARITY_SIM_FAULT otherwise.
 SimFault parse_sim_fault(const std::string& spec);
 void set_sim_fault(SimWorld& world, const SimFault& f);
+
+// The summation order of the world's reductions (see above): rank (the default) or ring;
+// "rank" / "ring" (PARITY_SIM_ORDER, read by the launcher), ConfigError otherwise.
+enum class SimOrder { rank, ring };
+SimOrder parse_sim_order(const std::string& name);
+void set_sim_order(SimWorld& world, SimOrder order);
 
 // Every collective waiting now, and every later one, throws CommError with `why`.
 void sim_abort(SimWorld& world, const std::string& why);

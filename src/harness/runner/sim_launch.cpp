@@ -59,6 +59,7 @@ void* sim_thread_main(void* p) {
 
 void check_sim_request(const RunRequest& r) {
   if (const char* f = knob("PARITY_SIM_FAULT"); f != nullptr && *f != '\0') (void)comm::parse_sim_fault(f);
+  if (const char* o = knob("PARITY_SIM_ORDER"); o != nullptr && *o != '\0') (void)comm::parse_sim_order(o);
   if (r.nnodes > 1)
     throw ConfigError("--nnodes", "--backend sim runs every rank as a thread of this one process; across hosts use "
                                   "gloo, mpi or nccl (docs/multihost.md)");
@@ -82,6 +83,8 @@ int launch_sim(const RunRequest& r, const SimLaunch& how) {
   comm::SimFault fault;
   if (const char* f = knob("PARITY_SIM_FAULT"); f != nullptr && *f != '\0')
     comm::set_sim_fault(*world, fault = comm::parse_sim_fault(f));
+  if (const char* o = knob("PARITY_SIM_ORDER"); o != nullptr && *o != '\0')
+    comm::set_sim_order(*world, comm::parse_sim_order(o));
   const int late_rank = fault.late_ms > 0 ? fault.rank : -1;
   const std::chrono::milliseconds late(fault.late_ms);
   auto ends = std::make_shared<SimEnds>();
