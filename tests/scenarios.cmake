@@ -348,3 +348,20 @@ add_test(NAME compare.bf16_dim2_reference_is_accepted
          COMMAND sh -c "rm -rf ${PARITY_DIM2_DIR} && mkdir -p ${PARITY_DIM2_DIR} && $<TARGET_FILE:parity> dump ${PARITY_DIM2_CASE} ${PARITY_DIM2_DIR}/ref --precision bf16 >/dev/null && cp -r ${PARITY_DIM2_DIR}/ref ${PARITY_DIM2_DIR}/got && $<TARGET_FILE:parity> compare ${PARITY_DIM2_DIR}/ref ${PARITY_DIM2_DIR}/got 2>&1; echo exit=$?")
 set_tests_properties(compare.bf16_dim2_reference_is_accepted PROPERTIES
   PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n" LABELS "verdict;compare" TIMEOUT 120)
+# Issue 41, found this round: every resume check with a reduction failed under bf16-reduce-bf16 at its
+# resumed step (16 of the 22 shipped; the calibration left resume phases out): phase 2 restarted the
+# replay of the baseline's moments from its own, so phase 1's legitimate 16-bit roundings in them stood
+# unexplained. Phase 1 now hands its moments state to phase 2 (harness/runner/verdict_carry.h): every
+# shipped resume check passes, on the simulated world (the same verdict as gloo's, ci/sim_vs_gloo).
+# The checkpoint bugs still fail at the resumed step in that policy (a moment carried wrong is not
+# taken up: ckpt_v_from_m_buffer, adam_step_not_restored).
+file(GLOB PARITY_RESUME_CHECKS ${PROJECT_SOURCE_DIR}/scenarios/resume_*.json ${PROJECT_SOURCE_DIR}/scenarios/pw_resume_*.json)
+add_test(NAME verdict.bf16_reduce_resume_checks_pass
+         COMMAND $<TARGET_FILE:parity> matrix --backend sim -j 2 --precision bf16-reduce-bf16 ${PARITY_RESUME_CHECKS})
+set_tests_properties(verdict.bf16_reduce_resume_checks_pass PROPERTIES LABELS "verdict;sim" TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "matrix verdict: PASS: 2[0-9] passed, 0 failed")
+add_test(NAME verdict.bf16_reduce_resume_checkpoint_bugs_fail
+         COMMAND $<TARGET_FILE:parity> zoo -j 2 --backend sim --precision bf16-reduce-bf16
+                 --scenarios ${PROJECT_SOURCE_DIR}/scenarios ckpt_v_from_m_buffer adam_step_not_restored)
+set_tests_properties(verdict.bf16_reduce_resume_checkpoint_bugs_fail PROPERTIES LABELS "verdict;sim;zoo" TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "ckpt_v_from_m_buffer +resume_fsdp3_to_fsdp4.json +ok +[0-9.]+s  param head at step 3.*\nadam_step_not_restored +resume_fsdp3_to_fsdp4.json +ok .*zoo verdict: PASS: 2 bugs, 2 caught")

@@ -125,7 +125,8 @@ struct OneParam {
   // the explained update's sum of squares of this step (append_sums' seventh)
   double explained(verdict_taken::Moments& mo, const mesh::Mesh& mesh, const OptimConfig& o,
                    const std::vector<double>& g, const std::vector<double>& r) {
-    verdict_taken::before_step<double>(mo, st, specs, mesh, 0);
+    const std::vector<Tensor<double>> adam_v{v};  // the optimizer's own second moment
+    verdict_taken::before_step<double>(mo, st, specs, mesh, 0, &adam_v);
     step_layout(o, g);
     std::vector<Tensor<double>> base{Tensor<double>(Shape{4}, r)};
     std::vector<double> out;

@@ -85,6 +85,7 @@ int verdict_job(const RunRequest& r, const RankSide& side) {
   vo.startup_s = side.startup_s;
   if (!r.fault.empty()) vo.fault = parse_fault(r.fault);
   vo.save_at = r.save_at, vo.ckpt_dir = r.ckpt, vo.resume_dir = r.resume, vo.trace = r.trace;
+  vo.carry_dir = r.carry;
   vo.baseline_file = side.baseline_file;
   vo.valid = r.valid ? &*r.valid : nullptr;
   if (world->size() != s.layout.world)

@@ -147,6 +147,7 @@ int run_resume_check(const RunRequest& r, const RankStart& how, const std::strin
   RunRequest r1 = r;
   r1.report = r.report.empty() ? "" : phase1_report(r.report);
   r1.save_at = rc.save_at, r1.ckpt = dir;
+  r1.carry = tmp.path + "/carry";  // the verdict's moments after phase 1 (verdict_carry.h)
   r1.scenario->steps = rc.save_at, r1.scenario->resume.reset();
   const int rc1 = s.layout.world > 1 ? launch_phase(r1, how, source) : baseline_alone(r1, source, every);
   std::error_code ec;
@@ -159,7 +160,7 @@ int run_resume_check(const RunRequest& r, const RankStart& how, const std::strin
               static_cast<long long>(s.steps - 1), describe_layout(rc.layout, LayoutText::full).c_str(), dir.c_str());
   std::fflush(stdout);
   RunRequest r2 = r;
-  r2.resume = dir, r2.first_block = std::max<int64_t>(rc.save_at - 1, 0);
+  r2.resume = dir, r2.first_block = std::max<int64_t>(rc.save_at - 1, 0), r2.carry = r1.carry;
   r2.scenario->layout = rc.layout, r2.scenario->resume.reset();
   const int rc2 = launch_phase(r2, how, source);
   const int code = rc1 != 0 ? rc1 : rc2;

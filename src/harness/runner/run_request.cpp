@@ -67,6 +67,7 @@ nlohmann::json request_json(const RunRequest& r) {
   if (r.save_at >= 0) j["save_at"] = r.save_at, j["ckpt"] = r.ckpt;
   if (!r.resume.empty()) j["resume"] = r.resume;
   if (r.trace) j["trace"] = true;
+  if (!r.carry.empty()) j["carry"] = r.carry;
   if (!r.out.empty()) j["out"] = r.out;
   if (r.rank_timeout_s > 0) j["timeout_s"] = r.rank_timeout_s;
   if (!r.inject.empty()) j["inject"] = r.inject;
@@ -114,7 +115,7 @@ RunRequest parse_request(const nlohmann::json& j) {
   RunRequest r;
   const ObjectReader rd(j, "$",
                         {"job", "scenario", "report", "save_at", "ckpt", "resume", "out", "timeout_s", "bench",
-                         "inject", "fault", "launch_t0_ns", "baseline_file", "trace"});
+                         "inject", "fault", "launch_t0_ns", "baseline_file", "trace", "carry"});
   rd.require_keys({"job"});
   rd.read_enum("job", r.job, {"verdict", "curves", "comm_bench"},
                {RankJob::verdict, RankJob::curves, RankJob::comm_bench});
@@ -123,6 +124,7 @@ RunRequest parse_request(const nlohmann::json& j) {
   rd.read("ckpt", r.ckpt);
   rd.read("resume", r.resume);
   rd.read("trace", r.trace);
+  rd.read("carry", r.carry);
   rd.read("out", r.out);
   rd.read("timeout_s", r.rank_timeout_s);
   rd.read("inject", r.inject);

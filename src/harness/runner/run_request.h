@@ -49,6 +49,7 @@ struct RunRequest {
   int64_t save_at = -1;
   std::string ckpt, resume;
   bool trace = false;  // --trace: the verdict's traced step even when it passes (harness/runner/trace_run.h)
+  std::string carry;  // a resume check's verdict carry directory (harness/runner/verdict_carry.h), "" none
   std::string out;  // curves: where rank 0 writes them
   // comm_bench: the world, its backend, the element type and the sizes.
   int64_t bench_world = 1;

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/inject.h"
 #include "harness/runner/twin.h"
+#include "harness/runner/verdict_carry.h"
 #include "harness/runner/verdict_runner.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/verdict_flow.h"
@@ -296,7 +297,10 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
                            tolerance_for(sc_.model.dtype, Quantity::routing_score).elem_rel, route_tie_, false};
   {  // the first moments before the step (the gradient the optimizer takes: verdict_taken.h)
     ParallelRunState<T> view(par_, *timed_);
-    verdict_taken::before_step<T>(moments_, view.state(), par_.specs(), par_.mesh(), world_.world_rank());
+    Optimizer<T>* opt = par_.training_refs().opt;
+    verdict_taken::before_step<T>(moments_, view.state(), par_.specs(), par_.mesh(), world_.world_rank(),
+                                  opt && opt->has_second_moment() ? &opt->second_moment().tensors : nullptr);
+    if (carry_pending_) verdict_carry::load(moments_, par_.specs(), opt_.carry_dir), carry_pending_ = false;
   }
   RankStepRecord<T> p;
   {
@@ -350,6 +354,7 @@ template <class T> int64_t Runner<T>::resume(const std::string& dir) {
   t0 = Clock::now();
   base_->skip_to(info.step);  // the steps before: replayed (or read), not compared
   time_.baseline += seconds_since(t0);
+  carry_pending_ = !opt_.carry_dir.empty();  // a resume check's phase 2: phase 1's moments (verdict_carry.h)
   return info.step;
 }
 
@@ -358,6 +363,7 @@ template <class T> void Runner<T>::save(const std::string& dir, int64_t done) {
   ParallelRunState<T>(par_, *timed_)
       .save(dir, {done, data_position_after(sc_.model, done), scenario_to_json(sc_)["model"], checkpoint_run(sc_)});
   time_.parallel += seconds_since(t0);
+  if (!opt_.carry_dir.empty()) verdict_carry::save(moments_, par_.specs(), opt_.carry_dir, world_.world_rank());
 }
 
 }  // namespace verdict_runner

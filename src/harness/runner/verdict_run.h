@@ -29,6 +29,9 @@ struct VerdictOptions {
   std::string baseline_file;  // the host's shared baseline (the run request's); "": train our own
   const ValidLayout* valid = nullptr;  // the request's proof that the layout met the rules (ParallelRun)
   bool trace = false;  // --trace: trace the first failing step, or step 0 of a passing run (trace_run.h)
+  // A resume check's carry (verdict_carry.h): phase 1 writes it when it saves, phase 2 reads it
+  // at its first step. "": none (a user's --save / --resume, each run judged on its own).
+  std::string carry_dir;
 };
 
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot

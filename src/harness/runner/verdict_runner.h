@@ -123,6 +123,7 @@ template <class T> class Runner {
   bool keyed_ = false;
   verdict_wire::Layout wire_;  // a rank's part of a step (made at the first step, with the state's entries)
   verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
+  bool carry_pending_ = false;      // phase 2 of a resume check: load phase 1's carry at the first step
   // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
   void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the

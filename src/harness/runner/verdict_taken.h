@@ -62,10 +62,13 @@ std::vector<const Tensor<T>*> first_moments(const ckpt::ShardedState& st, const 
   return out;
 }
 
-// Before the step: where each moment lives (once) and its values now.
+// Before the step: where each moment lives (once) and its values now. adam_v: the optimizer's
+// own second moment (nullptr: sgd), read there rather than through the state's entries, so a
+// checkpoint entry pointing at the wrong tensor (the zoo's ckpt_v_from_m_buffer) corrupts the
+// checkpoint it writes, not the verdict's view of the step the optimizer takes.
 template <class T>
 void before_step(Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
-                 const mesh::Mesh& mesh, int rank) {
+                 const mesh::Mesh& mesh, int rank, const std::vector<Tensor<T>>* adam_v) {
   std::vector<mesh::TensorLayout> layouts;
   const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs, &layouts);
   if (mo.idx.empty()) {
@@ -78,10 +81,9 @@ void before_step(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
   mo.before.assign(specs.size(), {});
   for (size_t p = 0; p < specs.size(); ++p)
     if (m[p]) mo.before[p].assign(m[p]->data.begin(), m[p]->data.end());
-  const std::vector<const Tensor<T>*> v = first_moments<T>(st, specs, nullptr, "v");
   mo.v_before.assign(specs.size(), {});
-  for (size_t p = 0; p < specs.size(); ++p)
-    if (v[p]) mo.v_before[p].assign(v[p]->data.begin(), v[p]->data.end());
+  for (size_t p = 0; adam_v && p < specs.size() && p < adam_v->size(); ++p)
+    if (m[p]) mo.v_before[p].assign((*adam_v)[p].data.begin(), (*adam_v)[p].data.end());
   mo.steps_before = 0;
   for (const ckpt::StateEntry& e : st.entries())
     if (auto* t = std::get_if<Tensor<int64_t>*>(&e.local); t && e.name == "optim.step" && !(*t)->data.empty())
