@@ -261,31 +261,41 @@ template <class T> typename ParallelRun<T>::Impl::Partners ParallelRun<T>::Impl:
   return partners;
 }
 
-// 1. DP: the entries living over `unit` (a home group) in one flat reduce-scatter + all-reduce.
+// 1. DP: the entries living over `unit` (a home group) in flat reduce-scatter + all-reduces, two:
+// the entries no model-parallel split cuts (LayerNorm, the router, a KV head shared by the TP
+// lanes: each lane holds a replica), then the split ones. Each lane's DP group is another
+// communicator, and NCCL's ring sums an element in an order set by its offset and the buffer's
+// length; in one buffer, a replica sat behind the lane's (uneven) split shards, at another offset
+// per lane, and the replicas could come out 1 ulp apart (PARITY_SIM_ORDER=ring found it on a drawn
+// layout: LayerNorm under tp 2 x dp 4). Alone, the replicas fill a buffer of the same length at
+// the same offsets in every lane. Under gloo's order (and sim's default) the bits do not move.
 template <class T> void ParallelRun<T>::Impl::reduce_dp(mesh::GroupKind unit, std::vector<Tensor<T>>& out) {
-  std::vector<const ShardedParam<T>*> ps;
-  std::vector<const Tensor<T>*> gs;
-  std::vector<size_t> which;
-  for (size_t p = 0; p < specs.size(); ++p)
-    if (plan[p].home == unit &&
-        model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
-      ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+  for (const bool whole : {true, false}) {
+    std::vector<const ShardedParam<T>*> ps;
+    std::vector<const Tensor<T>*> gs;
+    std::vector<size_t> which;
+    for (size_t p = 0; p < specs.size(); ++p)
+      if (plan[p].home == unit && plan[p].mp.empty() == whole &&
+          model->held(p)) {  // zero2: reduce-scattered onto the optimizer shard
+        ps.push_back(zero2(p) ? &*zero[p] : &model->params[p]), gs.push_back(&model->mp_grads[p]), which.push_back(p);
+      }
+    if (which.empty()) continue;
+    std::vector<Tensor<T>> red = reduce_all(ps, gs);
+    for (size_t i = 0; i < which.size(); ++i) {
+      const FamilyReduction& e = entry(which[i]);
+      Tensor<T>& g = red[i];
+      round_entry(e.dp_dtype, g.ptr(), g.numel());
+      // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
+      // EDP result summed over the EP peers too, whose other experts get added in.
+      if (e.dp_group != unit) {
+        if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
+          throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
+                      std::string(mesh::group_kind_name(e.dp_group)));
+        ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
+      }
+      if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
+      out[which[i]] = std::move(g);
     }
-  std::vector<Tensor<T>> red = reduce_all(ps, gs);
-  for (size_t i = 0; i < which.size(); ++i) {
-    const FamilyReduction& e = entry(which[i]);
-    Tensor<T>& g = red[i];
-    round_entry(e.dp_dtype, g.ptr(), g.numel());
-    // Experts planned over dense_dp (a bug: dp_parts cannot lay their shards there): the
-    // EDP result summed over the EP peers too, whose other experts get added in.
-    if (e.dp_group != unit) {
-      if (unit != mesh::GroupKind::edp || e.dp_group != mesh::GroupKind::dense_dp)
-        throw Error("reduction plan: " + specs[which[i]].name + " cannot be reduced over " +
-                    std::string(mesh::group_kind_name(e.dp_group)));
-      ep_group->allreduce(std::span<T>(g.data), comm::ReduceOp::sum);
-    }
-    if (e.dp_scale != 1.0) scale_values(g.ptr(), static_cast<T>(e.dp_scale), g.numel());
-    out[which[i]] = std::move(g);
   }
 }
 
