@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -99,6 +100,24 @@ vd::GroupSpec spec_n(double tol, int64_t n, bool second = false) {
 }
 
 // Two ranks, each holding half of tensor "a" (3 elements): a doubled reduction on both.
+// The grad norm's family check (verdict_detail.h family_norm_off): a family the twin measured no
+// bound for (its baseline gradient exactly zero, the bound inf) does not fail the norm on its own;
+// a family off its finite bound still does, and one at zero on both sides is skipped.
+TEST(VerdictFamilyNorm, AFamilyWithoutABoundDoesNotFailTheNorm) {
+  const std::vector<Family> groups = {Family::head, Family::router};
+  std::vector<double> ref(kFamilyCount, 0.0), got(kFamilyCount, 0.0);
+  ref[static_cast<size_t>(Family::head)] = got[static_cast<size_t>(Family::head)] = 4.0;
+  got[static_cast<size_t>(Family::router)] = 1e-38;  // the baseline's router gradient is exactly zero
+  std::vector<Bound> grad(2);
+  grad[0].value = 1e-10, grad[1].value = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(vd::family_norm_off(ref, got.data(), groups, grad));
+  grad[1].value = 1e-10;  // with a bound, the same router is off
+  EXPECT_TRUE(vd::family_norm_off(ref, got.data(), groups, grad));
+  got[static_cast<size_t>(Family::head)] = 4.0 * (1 + 1e-6);  // the head off its bound: off either way
+  grad[1].value = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(vd::family_norm_off(ref, got.data(), groups, grad));
+}
+
 TEST(VerdictGroups, ADoubledGradientFailsWithScaleRatioTwoAndNamesTheWorstElement) {
   std::vector<vd::LocalSums> parts(2);
   const double ref[6] = {1, -2, 3, 0.5, 4, -1};
