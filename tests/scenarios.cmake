@@ -365,3 +365,21 @@ add_test(NAME verdict.bf16_reduce_resume_checkpoint_bugs_fail
                  --scenarios ${PROJECT_SOURCE_DIR}/scenarios ckpt_v_from_m_buffer adam_step_not_restored)
 set_tests_properties(verdict.bf16_reduce_resume_checkpoint_bugs_fail PROPERTIES LABELS "verdict;sim;zoo" TIMEOUT 120
   PASS_REGULAR_EXPRESSION "ckpt_v_from_m_buffer +resume_fsdp3_to_fsdp4.json +ok +[0-9.]+s  param head at step 3.*\nadam_step_not_restored +resume_fsdp3_to_fsdp4.json +ok .*zoo verdict: PASS: 2 bugs, 2 caught")
+# Issue 41, a false alarm of ci/calibrate (seeds 27027 and 28028, two pairwise resume layouts' phase 1):
+# Adam with L2 weight decay 0.1, an element whose gradient (6e-6) sits beside its decay term (2.4e-4).
+# The replay of the moments takes g out and adds wd w back in fp32, a unit of that sum apart: 2.9e-12
+# in m against a tolerance of 1.6e-12 that ignored the decay's magnitude, so the replay stopped and the
+# update the reduction explained stood unexplained (param dense_mlp at 1.6x its bound at step 1). The
+# tolerance now holds the rounding of g + wd w at its own magnitude (verdict_taken.h); a moment kept in
+# bf16 still fails.
+set(PARITY_L2_CASE ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_reduce_adam_l2_tiny_grad.json)
+add_test(NAME verdict.bf16_reduce_adam_l2_tiny_grad_pass
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_L2_CASE} --precision bf16-reduce-bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_pass PROPERTIES
+  PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+add_test(NAME verdict.bf16_reduce_adam_l2_tiny_grad_state_in_bf16_fails
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_L2_CASE} --precision bf16-reduce-bf16 --inject optim_state_in_bf16 2>&1; echo exit=$?")
+set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_state_in_bf16_fails PROPERTIES
+  PASS_REGULAR_EXPRESSION "root: param [a-z_]+ at step 1[^\n]*\n.*exit=1\n")
+set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_pass verdict.bf16_reduce_adam_l2_tiny_grad_state_in_bf16_fails
+  PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
