@@ -100,9 +100,9 @@ vd::GroupSpec spec_n(double tol, int64_t n, bool second = false) {
 }
 
 // Two ranks, each holding half of tensor "a" (3 elements): a doubled reduction on both.
-// The grad norm's family check (verdict_detail.h family_norm_off): a family the twin measured no
-// bound for (its baseline gradient exactly zero, the bound inf) does not fail the norm on its own;
-// a family off its finite bound still does, and one at zero on both sides is skipped.
+// The grad norm's family check (verdict_detail.h family_norm_off): a family whose baseline gradient
+// is exactly zero (its bound inf or finite) does not fail the norm on its own (its own row judges
+// it); a family off its finite bound still does.
 TEST(VerdictFamilyNorm, AFamilyWithoutABoundDoesNotFailTheNorm) {
   const std::vector<Family> groups = {Family::head, Family::router};
   std::vector<double> ref(kFamilyCount, 0.0), got(kFamilyCount, 0.0);
@@ -111,8 +111,12 @@ TEST(VerdictFamilyNorm, AFamilyWithoutABoundDoesNotFailTheNorm) {
   std::vector<Bound> grad(2);
   grad[0].value = 1e-10, grad[1].value = std::numeric_limits<double>::infinity();
   EXPECT_FALSE(vd::family_norm_off(ref, got.data(), groups, grad));
-  grad[1].value = 1e-10;  // with a bound, the same router is off
+  grad[1].value = 1e-10;  // a finite bound: a family at zero in the baseline is its own row's to judge
+  EXPECT_FALSE(vd::family_norm_off(ref, got.data(), groups, grad));
+  ref[static_cast<size_t>(Family::router)] = 1e-38;  // a router with a gradient, its layout's x 2: off
+  got[static_cast<size_t>(Family::router)] = 4e-38;
   EXPECT_TRUE(vd::family_norm_off(ref, got.data(), groups, grad));
+  ref[static_cast<size_t>(Family::router)] = got[static_cast<size_t>(Family::router)] = 0;
   got[static_cast<size_t>(Family::head)] = 4.0 * (1 + 1e-6);  // the head off its bound: off either way
   grad[1].value = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(vd::family_norm_off(ref, got.data(), groups, grad));
