@@ -28,6 +28,18 @@ void add_common(CLI::App* sub, GoldenOptions& o) {
   sub->add_option("--timeout", o.timeout_s, "Per-collective timeout in seconds")->capture_default_str();
 }
 
+std::string perf_file(const std::string& dir, size_t i) { return dir + "/" + std::to_string(i) + ".perf.json"; }
+
+// The children's shares of the suite's CPU time (a child that ended before writing one has none).
+std::vector<PerfShare> read_shares(const std::string& dir, size_t n) {
+  std::vector<PerfShare> out;
+  for (size_t i = 0; i < n; ++i) {
+    const auto text = read_regular_if_exists(perf_file(dir, i), int64_t{1} << 16, Blame::damaged_data, "perf share");
+    if (text) out.push_back(parse_perf_share(*text, perf_file(dir, i)));
+  }
+  return out;
+}
+
 // `golden check` (or `update`) of several scenarios: each a child `parity golden check FILE`
 // (the one job loop, cli/jobs.h), at most `jobs` at a time, its output printed whole in the
 // scenarios' order, then a total and one verdict. Exit: the worst of the children (2 > 1 > 0).
@@ -41,7 +53,8 @@ int golden_in_jobs(const GoldenOptions& o, int jobs, bool update) {
     Job j{{"golden", verb, o.scenarios[i], "--timeout", std::to_string(o.timeout_s)},
           dir + "/" + std::to_string(i) + ".log", "golden " + verb + " " + o.scenarios[i]};
     if (update) j.args.insert(j.args.end(), {"--steps", std::to_string(o.steps)});
-    if (!update) j.args.insert(j.args.end(), {"--max-lines", std::to_string(o.max_lines)});
+    if (!update)
+      j.args.insert(j.args.end(), {"--max-lines", std::to_string(o.max_lines), "--perf-out", perf_file(dir, i)});
     if (!o.backend.empty()) j.args.insert(j.args.end(), {"--backend", o.backend});
     if (!o.dir.empty()) j.args.insert(j.args.end(), {"--golden-dir", o.dir});
     if (!o.perf) j.args.emplace_back("--no-perf");
@@ -69,9 +82,13 @@ int golden_in_jobs(const GoldenOptions& o, int jobs, bool update) {
     ++(e.rc == 0 ? passed : e.rc == 2 ? bad : failed);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("\ngolden %s: %s: %zu scenarios, %d %s, %d failed%s, %.1f s\n", update ? "update" : "verdict",
+  const SuitePerf total = update ? SuitePerf{} : suite_perf(read_shares(dir, list.size()), list.size());
+  if (total.compared) std::printf("\n%s", total.line.c_str());
+  if (total.failed) worst = std::max(worst, 1);
+  std::printf("\ngolden %s: %s: %zu scenarios, %d %s, %d failed%s%s, %.1f s\n", update ? "update" : "verdict",
               worst == 0 ? "PASS" : "FAIL", list.size(), passed, update ? "written" : "passed", failed,
-              bad > 0 ? (", " + std::to_string(bad) + " bad input").c_str() : "", wall);
+              bad > 0 ? (", " + std::to_string(bad) + " bad input").c_str() : "",
+              total.failed ? ", the suite's cpu time over its band" : "", wall);
   std::filesystem::remove_all(dir);
   return worst;
 }
@@ -98,6 +115,8 @@ Command add_golden_command(CLI::App& app) {
       "check", "Rerun each scenario and compare with its golden file; print the steps that differ; exit 1 if any");
   add_common(check, *o);
   check->add_option("--max-lines", o->max_lines, "Differing values to print per scenario")->capture_default_str();
+  check->add_option("--perf-out", o->perf_out, "Write this check's cpu time and its pins here (the parent's total)")
+      ->group("");  // hidden: `golden check` of several scenarios passes it to each child
   auto no_perf = std::make_shared<bool>(false);
   check->add_flag("--no-perf", *no_perf,
                   "Do not compare time and memory with the golden's (compared only on the machine that made it)");

@@ -81,6 +81,27 @@ TEST_F(GoldenCli, SeveralScenariosGiveTheirLinesInOrderAndOneVerdict) {
   EXPECT_NE(ok.out.find("\ngolden verdict: PASS: 2 scenarios, 2 passed, 0 failed, "), std::string::npos) << ok.out;
 }
 
+// The suite's total (issue 43): each child hands its CPU time and pins to the parent, which sums what was
+// compared on this machine (goldens pinned here, generously, so that any machine passes).
+TEST_F(GoldenCli, SeveralScenariosTotalTheirCpuTime) {
+  const auto here = [](Golden& g) {
+    ASSERT_TRUE(g.perf.has_value());
+    g.perf->machine = machine_name(), g.perf->cpu_s = 50, g.perf->ranks_cpu_s = 50;
+    for (double& m : g.perf->peak_rss_mib) m = 1e5;
+  };
+  const std::string dir = altered("tp2", here);
+  altered("tiny", here);
+  const Result r = run("golden check " + scenario("tiny") + " " + scenario("tp2") + " -j 2 " + dir);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("\nperf total PASS: cpu "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" over 2 of 2 scenarios compared on this machine, pinned 200.00 s; limit 322.00 s"),
+            std::string::npos)
+      << r.out;
+  const Result off = run("golden check " + scenario("tiny") + " " + scenario("tp2") + " -j 2 --no-perf " + dir);
+  EXPECT_EQ(off.rc, 0) << off.out;
+  EXPECT_EQ(off.out.find("perf total"), std::string::npos) << "nothing compared, no total: " << off.out;
+}
+
 TEST_F(GoldenCli, PerturbedLayoutLossFailsAtItsStep) {
   const std::string dir = altered("fsdp2", [](Golden& g) { g.layout_curves->loss[3] *= 1 + 1e-7; });
   const Result r = run("golden check " + scenario("fsdp2") + " --backend mpi " + dir);

@@ -240,6 +240,41 @@ TEST(GoldenPerf, NoisePassesTwiceTheTimeOrAMemoryJumpFails) {
   EXPECT_GE(u.cpu_s, 0.0);
 }
 
+// The suite's total (issue 43): a 2x slowdown spread over many short scenarios, each inside its own
+// band, fails the sum; the spread measured under load (1.07x over 166 scenarios at load 7) does not.
+TEST(GoldenPerf, TheSuitesTotalSeesWhatNoScenarioCan) {
+  const Perf want{"M x 2 CPUs", 0.5, 0.03, 0.2, {10, 20, 20}};
+  std::vector<PerfShare> loaded, slow;
+  for (int i = 0; i < 160; ++i) {
+    const Perf noisy{"M x 2 CPUs", 2.0, 0.035, 0.21, {10, 20, 20}};
+    const Perf twice{"M x 2 CPUs", 1.0, 0.06, 0.4, {10, 20, 20}};
+    ASSERT_EQ(compare_perf(want, twice, true).state, PerfCheck::State::pass) << "each run alone: inside its band";
+    loaded.push_back(perf_share(want, noisy, compare_perf(want, noisy, true)));
+    slow.push_back(perf_share(want, twice, compare_perf(want, twice, true)));
+  }
+  const SuitePerf ok = suite_perf(loaded, 166);
+  EXPECT_TRUE(ok.compared);
+  EXPECT_FALSE(ok.failed) << ok.line;
+  const SuitePerf bad = suite_perf(slow, 166);
+  EXPECT_TRUE(bad.failed) << bad.line;
+  EXPECT_NE(bad.line.find("perf total FAIL: cpu 73.60 s"), std::string::npos) << bad.line;
+  EXPECT_NE(bad.line.find("over 160 of 166 scenarios"), std::string::npos) << bad.line;
+  EXPECT_NE(bad.line.find("pinned 36.80 s; limit 60.88 s"), std::string::npos) << bad.line;
+  // Only what was compared on this machine counts: another machine's, --no-perf and unpinned shares do not.
+  const Perf other{"N x 64 CPUs", 1, 100, 100, {1}};
+  const std::vector<PerfShare> none = {perf_share(want, other, compare_perf(want, other, true)),
+                                       perf_share(want, other, compare_perf(want, other, false)),
+                                       perf_share(std::nullopt, other, compare_perf(std::nullopt, other, true))};
+  EXPECT_FALSE(suite_perf(none, 3).compared);
+  // The child's file round trip, and damage refused.
+  const PerfShare back = parse_perf_share(perf_share_json(slow[0]), "f");
+  EXPECT_TRUE(back.compared);
+  EXPECT_DOUBLE_EQ(back.ranks_cpu_s, 0.4);
+  EXPECT_DOUBLE_EQ(back.pinned_cpu_s, 0.03);
+  EXPECT_THROW(parse_perf_share("{\"compared\": true, \"cpu_s\": -1}", "f"), ConfigError);
+  EXPECT_THROW(parse_perf_share("not json", "f"), ConfigError);
+}
+
 TEST(GoldenHash, FollowsContentNotLocation) {
   Scenario a = parse_scenario(nlohmann::json::object(), "a");
   Scenario b = a;

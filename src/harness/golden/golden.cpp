@@ -406,4 +406,50 @@ PerfCheck compare_perf(const std::optional<Perf>& want, const Perf& got, bool en
   return c;
 }
 
+PerfShare perf_share(const std::optional<Perf>& want, const Perf& got, const PerfCheck& c) {
+  using State = PerfCheck::State;
+  if (!want || (c.state != State::pass && c.state != State::fail)) return {};
+  return {true, got.cpu_s, got.ranks_cpu_s, want->cpu_s, want->ranks_cpu_s};
+}
+
+std::string perf_share_json(const PerfShare& s) {
+  return nlohmann::json{{"compared", s.compared},
+                        {"cpu_s", s.cpu_s},
+                        {"ranks_cpu_s", s.ranks_cpu_s},
+                        {"pinned_cpu_s", s.pinned_cpu_s},
+                        {"pinned_ranks_cpu_s", s.pinned_ranks_cpu_s}}
+      .dump();
+}
+
+PerfShare parse_perf_share(const std::string& text, const std::string& where) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.contains("compared") || !j.at("compared").is_boolean())
+    throw ConfigError(where, "expected {compared, cpu_s, ranks_cpu_s, pinned_cpu_s, pinned_ranks_cpu_s}");
+  PerfShare s;
+  s.compared = j.at("compared").get<bool>();
+  s.cpu_s = perf_number(j, "cpu_s", where);
+  s.ranks_cpu_s = perf_number(j, "ranks_cpu_s", where);
+  s.pinned_cpu_s = perf_number(j, "pinned_cpu_s", where);
+  s.pinned_ranks_cpu_s = perf_number(j, "pinned_ranks_cpu_s", where);
+  return s;
+}
+
+SuitePerf suite_perf(const std::vector<PerfShare>& shares, size_t scenarios, const PerfBand& band) {
+  double got = 0, want = 0;
+  size_t n = 0;
+  for (const PerfShare& s : shares)
+    if (s.compared) got += s.cpu_s + s.ranks_cpu_s, want += s.pinned_cpu_s + s.pinned_ranks_cpu_s, ++n;
+  SuitePerf out;
+  if (n == 0) return out;  // nothing compared on this machine: no total to judge
+  out.compared = true;
+  const double limit = band.suite_factor * want + band.suite_slack_s;
+  out.failed = !(got <= limit);
+  out.line = "perf total " + std::string(out.failed ? "FAIL" : "PASS") + ": cpu " + two_decimals(got) +
+             " s (the baselines and the ranks' computing) over " + std::to_string(n) + " of " +
+             std::to_string(scenarios) + " scenarios compared on this machine, pinned " + two_decimals(want) +
+             " s; limit " + two_decimals(limit) + " s (" + fmt_perf(band.suite_factor) + " x pinned + " +
+             fmt_perf(band.suite_slack_s) + " s)";
+  return out;
+}
+
 }  // namespace parity

@@ -125,6 +125,10 @@ struct PerfBand {
   double cpu_factor = 1.5, cpu_slack_s = 0.3;
   double ranks_factor = 3, ranks_slack_s = 0.6;
   double rss_factor = 1.25, rss_slack_mib = 4;
+  // The sums over every scenario `golden check` compared on this machine (docs/golden.md "Time
+  // and memory"): a scenario's tens of milliseconds sit inside a loaded machine's noise, their
+  // sum does not, so a 2x slowdown of the code that no single band can see fails the total.
+  double suite_factor = 1.6, suite_slack_s = 2;
 };
 struct PerfCheck {
   enum class State { pass, fail, not_pinned, other_machine, off } state = State::off;
@@ -135,6 +139,22 @@ struct PerfCheck {
 // another machine (Perf::machine differs) is not compared: other_machine, said in the summary.
 PerfCheck compare_perf(const std::optional<Perf>& want, const Perf& got, bool enabled,
                        const PerfBand& band = PerfBand{});
+
+// What a child `golden check` hands its parent for the suite's total (--perf-out FILE): its perf
+// state and its measured and pinned CPU seconds, when compared (pass or fail) on this machine.
+struct PerfShare {
+  bool compared = false;
+  double cpu_s = 0, ranks_cpu_s = 0, pinned_cpu_s = 0, pinned_ranks_cpu_s = 0;
+};
+PerfShare perf_share(const std::optional<Perf>& want, const Perf& got, const PerfCheck& c);
+std::string perf_share_json(const PerfShare& s);
+PerfShare parse_perf_share(const std::string& text, const std::string& where);  // throws ConfigError
+// The suite's total over the shares compared: one line for `golden check`'s end and whether it fails.
+struct SuitePerf {
+  bool compared = false, failed = false;
+  std::string line;
+};
+SuitePerf suite_perf(const std::vector<PerfShare>& shares, size_t scenarios, const PerfBand& band = PerfBand{});
 
 // This process: CPU seconds (user + system) so far and the peak resident memory in MiB (VmHWM).
 struct ProcessUsage {

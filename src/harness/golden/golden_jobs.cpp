@@ -203,6 +203,12 @@ int check_one(const std::string& path, const GoldenOptions& o) {
   const Golden got = compute(file, run, o);
   const GoldenCheck c = compare_golden(want, got);
   const PerfCheck pc = compare_perf(want.perf, *got.perf, o.perf);
+  if (!o.perf_out.empty()) {  // a new file in the parent's own directory: never over one that exists
+    if (fs::exists(fs::symlink_status(o.perf_out))) throw ConfigError("--perf-out", o.perf_out + " exists");
+    std::ofstream f(o.perf_out, std::ios::trunc);
+    f << perf_share_json(perf_share(want.perf, *got.perf, pc)) << "\n";
+    if (!f.flush()) throw Error("golden check: cannot write " + o.perf_out);
+  }
   const bool passed = c.passed() && pc.state != PerfCheck::State::fail;
   std::printf(
       "golden check %s: %s: %zu of %lld values differ (largest rel %.1e, tol %.0e; %lld steps, world %lld%s, "

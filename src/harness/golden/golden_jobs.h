@@ -22,6 +22,7 @@ struct GoldenOptions {
   double timeout_s = 120;
   int max_lines = 20;  // check: differing values printed per scenario
   bool perf = true;    // check: compare time and memory with the golden's (--no-perf: not)
+  std::string perf_out;  // check of one scenario: write its PerfShare here (golden.h), for a parent's total
   RankStart start;     // how the layout's ranks start this binary
 };
 
