@@ -259,7 +259,9 @@ set_tests_properties(verdict.bf16_dim2_dead_families_pass verdict.bf16_dim2_live
 # explained_update), and a parameter scaled by 1.001 still fails there. The second: tp 2, sgd,
 # 43 steps, grad shared_experts 1.8x its floor at step 6 with the twin 20x under it; the twin's
 # storage jitter (core/precision.h kJitterUlps 4 -> 8) sees the layout's flips, and a gradient
-# x 1.002 still fails at step 0.
+# x 1.02 still fails at step 0 (x 1.002 did until a step of few values got two twins, tolerance.h
+# twin_count: the second sees a flip at step 0 that moves shared_experts by 9.1e-4, where the first
+# saw none and the floor, 2.4e-4, decided; x 1.01 fails at 1.1x the bound).
 set(PARITY_EPS_CASE ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_adam_eps_embedding.json)
 set(PARITY_TP2_CASE ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_tp2_flips.json)
 add_test(NAME verdict.bf16_adam_eps_explained_pass
@@ -274,11 +276,35 @@ add_test(NAME verdict.bf16_tp2_flips_pass
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PARITY_TP2_CASE} --precision bf16 2>&1; echo exit=$?")
 set_tests_properties(verdict.bf16_tp2_flips_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
 add_test(NAME verdict.bf16_tp2_grad_fault_fails
-         COMMAND sh -c "PARITY_FAULT=scale_grad:shared_experts:1.002 $<TARGET_FILE:parity> run ${PARITY_TP2_CASE} --precision bf16 2>&1; echo exit=$?")
+         COMMAND sh -c "PARITY_FAULT=scale_grad:shared_experts:1.02 $<TARGET_FILE:parity> run ${PARITY_TP2_CASE} --precision bf16 2>&1; echo exit=$?")
 set_tests_properties(verdict.bf16_tp2_grad_fault_fails PROPERTIES
   PASS_REGULAR_EXPRESSION "root: grad shared_experts at step 0[^\n]*\n.*exit=1\n")
 set_tests_properties(verdict.bf16_adam_eps_explained_pass verdict.bf16_adam_eps_param_fault_fails
   verdict.bf16_tp2_flips_pass verdict.bf16_tp2_grad_fault_fails PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
+# Issue 41, the last two false alarms of ci/calibrate (seeds 36036 and 34034), kept as cases: one
+# twin had sampled none of the flips a layout showed (a bf16 tp 2 layout with one flip in layer 1's
+# MoE input, 20.6% of the shared expert's gradient far against a bound of 13.0%; an fp16 dim-4
+# model whose RMSNorm backward amplified one flip, 3.3x its floor at step 1). A step of few values
+# under a 16-bit policy gets two twins (tolerance.h twin_count); each case fails with one. A
+# gradient x 1.1 still fails in each.
+foreach(c "few_values_bf16|bf16_tp2_shared_expert_flip|bf16|shared_experts"
+          "few_values_fp16|fp16_dim4_rmsnorm_flip|fp16|attention")
+  string(REPLACE "|" ";" c "${c}")
+  list(GET c 0 name)
+  list(GET c 1 file)
+  list(GET c 2 prec)
+  list(GET c 3 family)
+  set(path ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${file}.json)
+  add_test(NAME verdict.${name}_pass
+           COMMAND sh -c "$<TARGET_FILE:parity> run ${path} --precision ${prec} 2>&1; echo exit=$?")
+  set_tests_properties(verdict.${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+  add_test(NAME verdict.${name}_fault_fails
+           COMMAND sh -c "PARITY_FAULT=scale_grad:${family}:1.1 $<TARGET_FILE:parity> run ${path} --precision ${prec} 2>&1; echo exit=$?")
+  set_tests_properties(verdict.${name}_fault_fails PROPERTIES
+    PASS_REGULAR_EXPRESSION "root: grad ${family} at step 0[^\n]*\n.*exit=1\n")
+  set_tests_properties(verdict.${name}_pass verdict.${name}_fault_fails PROPERTIES
+    LABELS "verdict;multiprocess" TIMEOUT 120)
+endforeach()
 # Issue 41, a third false alarm kept as a case (seed 12012): dim 2, vocab 2, two tokens whose
 # targets differ, adamw; by step 45 the loss sits at ln 2 and every gradient cancels (the grad norm
 # fell 1e4x), and bf16 moved grad layernorm and attention by 1.5% and 2.5%. A family is held against

@@ -12,6 +12,7 @@ const std::vector<Knob>& knobs() {
       // the verdict (the launcher side: a launch writes them into every rank's request)
       {"PARITY_INJECT", "unset: none", "named bugs of the parallel code to turn on, a,b (as --inject; docs/zoo.md)"},
       {"PARITY_FAULT", "unset: none", "scale what a layout reports, KIND:FAMILY:FACTOR[@RANK] (docs/verdict.md)"},
+      {"PARITY_TWIN_STREAM", "0", "which of the rounding twin's pseudo-random sequences (measuring its luck)"},
       {"PARITY_TWIN_JITTER", "the built-in ulps", "the rounding twin's input jitter in ulps of fp32 (measuring)"},
       {"PARITY_SHARED_BASELINE", "1", "0: every rank trains its own baseline instead of one per host"},
       {"PARITY_TRACE_PLANT", "unset: none",

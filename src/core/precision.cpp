@@ -18,8 +18,8 @@ double current_loss_scale() { return tl_loss_scale; }
 LossScaleScope::LossScaleScope(double scale) : saved_(tl_loss_scale) { tl_loss_scale = scale; }
 LossScaleScope::~LossScaleScope() { tl_loss_scale = saved_; }
 
-JitterScope::JitterScope() {
-  if (tl_jitter++ == 0) tl_jitter_state = 0x9e3779b97f4a7c15ull;  // the same sequence every run
+JitterScope::JitterScope(uint64_t stream) {
+  if (tl_jitter++ == 0) tl_jitter_state = 0x9e3779b97f4a7c15ull ^ (stream * 0xbf58476d1ce4e5b9ull);
 }
 JitterScope::~JitterScope() { --tl_jitter; }
 bool jitter_on() { return tl_jitter > 0; }
@@ -29,6 +29,13 @@ double jitter_ulps() {
     return v != nullptr && *v != '\0' ? std::atof(v) : kJitterUlps;
   }();
   return j;
+}
+uint64_t twin_stream() {
+  static const uint64_t k = [] {
+    const char* v = knob("PARITY_TWIN_STREAM");  // for measuring one twin's luck (docs/verdict.md)
+    return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : 0ull;
+  }();
+  return k;
 }
 bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible period here
   tl_jitter_state ^= tl_jitter_state >> 12, tl_jitter_state ^= tl_jitter_state << 25,

@@ -115,13 +115,18 @@ class LossScaleScope {
   double saved_;
 };
 
+// Which of the twin's pseudo-random sequences (its parameters' ulp signs, its storage jitter): 0, or
+// PARITY_TWIN_STREAM (measuring how much one twin's sample of the flips varies; docs/verdict.md).
+uint64_t twin_stream();
+
 // The rounding twin (harness/runner/twin.h) on this thread: every value reaching a storage point is
 // first moved by one unit in the last place of the compute dtype, up or down by a fixed
 // pseudo-random sequence, as a reordered sum upstream would move it, so the twin's 16-bit
 // roundings flip as often as a layout's do.
 class JitterScope {
  public:
-  JitterScope();
+  // stream: which sign sequence (a twin of an ensemble each its own, harness/runner/twin.h)
+  explicit JitterScope(uint64_t stream = twin_stream());
   ~JitterScope();
   JitterScope(const JitterScope&) = delete;
   JitterScope& operator=(const JitterScope&) = delete;

@@ -58,6 +58,18 @@ TEST(Twin, NoiseIsRoundingSizedPerPrecision) {
   EXPECT_LT(noise_floor(parse_precision("bf16", ""), Quantity::gradient), 1e-3);
 }
 
+// Issue 41: where flips are few (a 16-bit policy, a step of few values) one twin's sample of them
+// can miss what a layout shows; two twins measure there, one elsewhere (fp32 and fp64 have no flips).
+TEST(Twin, AStepOfFewValuesUnderA16BitPolicyGetsTwoTwins) {
+  const Precision bf16 = parse_precision("bf16", ""), fp16 = parse_precision("fp16", "");
+  EXPECT_EQ(twin_count(bf16, 8 * 8 * 16), 2) << "the shipped models' steps: 1024 values";
+  EXPECT_EQ(twin_count(fp16, 3 * 5 * 4), 2);
+  EXPECT_EQ(twin_count(parse_precision("bf16-reduce-bf16", ""), kFewTwinValues), 2);
+  EXPECT_EQ(twin_count(bf16, kFewTwinValues + 1), 1) << "a large step has many flips";
+  EXPECT_EQ(twin_count(parse_precision("fp32", ""), 1024), 1);
+  EXPECT_EQ(twin_count(parse_precision("fp64", ""), 16), 1);
+}
+
 TEST(Twin, BoundIsTenTimesTheNoiseAboveTheFloor) {
   const Precision p = parse_precision("fp32", "test");
   const double floor = noise_floor(p, Quantity::gradient);

@@ -25,7 +25,7 @@ trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<
   const ModelConfig& c = s.model;
   const PrecisionScope policy(c.precision());
   std::optional<JitterScope> jitter;
-  if (twin) perturb(params, 0), jitter.emplace();
+  if (twin) perturb(params, twin_stream()), jitter.emplace();
   Model<T> model(c, s.seed);
   for (size_t p = 0; p < params.size() && p < model.params.tensors.size(); ++p)
     model.params.tensors[p] = std::move(params[p]);

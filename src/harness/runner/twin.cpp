@@ -34,7 +34,7 @@ double rel(double x, double r) { return std::abs(x - r) / (r != 0 ? std::abs(r) 
 
 // One twin's step t and its noise against the baseline (bounds.h names each value).
 template <class T>
-std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>& base,
+std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, int64_t t, const StepRecord<T>& base,
                              const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_params,
                              const std::vector<Buffer<T>>& base_bias) {
   const std::vector<Tensor<T>> before = run.model().params.tensors;
@@ -44,7 +44,7 @@ std::vector<double> noise_of(BaselineRun<T>& run, int64_t t, const StepRecord<T>
     // baseline's near-ties, so the noise measured here is rounding with routing held.
     const RouteOracle follow{&base.chosen, &base.select_scores, 0, 0, true};
     run.model().route_oracle = &follow;
-    const JitterScope jitter;
+    const JitterScope jitter(stream);
     r = run.step(t, KeepGrads::yes);
     run.model().route_oracle = nullptr;
   }
@@ -114,30 +114,48 @@ Scenario twin_scenario(const Scenario& s) {
   return t;
 }
 
-template <class T> TwinRun<T>::TwinRun(const Scenario& s) : run_(std::make_unique<BaselineRun<T>>(twin_scenario(s))) {
-  perturb(run_->model().params.tensors, 0);
+template <class T> TwinRun<T>::TwinRun(const Scenario& s) {
+  const int64_t n = twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
+  for (int64_t i = 0; i < n; ++i) {
+    streams_.push_back(twin_stream() + static_cast<uint64_t>(i));
+    runs_.push_back(std::make_unique<BaselineRun<T>>(twin_scenario(s)));
+    perturb(runs_.back()->model().params.tensors, streams_.back());
+  }
 }
 template <class T> TwinRun<T>::~TwinRun() = default;
 
 template <class T> void TwinRun<T>::skip(int64_t t) {  // routes freely: nothing to follow here
-  const JitterScope jitter;
-  (void)run_->step(t);
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    const JitterScope jitter(streams_[i]);
+    (void)runs_[i]->step(t);
+  }
 }
 
 template <class T>
 void TwinRun<T>::start_from(const std::vector<Tensor<T>>& params, const std::vector<Buffer<T>>& bias) {
-  auto& mine = run_->model().params.tensors;
-  for (size_t i = 0; i < mine.size() && i < params.size(); ++i) mine[i].data = params[i].data;
-  perturb(mine, 0);
-  auto& b = run_->model().expert_bias;
-  for (size_t l = 0; l < b.size() && l < bias.size(); ++l) b[l] = bias[l];
+  for (size_t k = 0; k < runs_.size(); ++k) {
+    auto& mine = runs_[k]->model().params.tensors;
+    for (size_t i = 0; i < mine.size() && i < params.size(); ++i) mine[i].data = params[i].data;
+    perturb(mine, streams_[k]);
+    auto& b = runs_[k]->model().expert_bias;
+    for (size_t l = 0; l < b.size() && l < bias.size(); ++l) b[l] = bias[l];
+  }
 }
 
 template <class T> std::vector<double> TwinRun<T>::step(int64_t t, const StepRecord<T>& base,
                                                         const std::vector<Tensor<T>>& base_before,
                                                         const std::vector<Tensor<T>>& base_params,
                                                         const std::vector<Buffer<T>>& base_bias) {
-  return noise_of(*run_, t, base, base_before, base_params, base_bias);
+  std::vector<double> out;
+  for (size_t k = 0; k < runs_.size(); ++k) {
+    const std::vector<double> one = noise_of(*runs_[k], streams_[k], t, base, base_before, base_params, base_bias);
+    if (out.empty()) {
+      out = one;
+      continue;
+    }
+    for (size_t i = 0; i < out.size() && i < one.size(); ++i) out[i] = std::fmax(out[i], one[i]);  // NaN: unmeasured
+  }
+  return out;
 }
 
 template class TwinRun<float>;

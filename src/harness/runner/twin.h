@@ -39,6 +39,10 @@ template <class T> void perturb(std::vector<Tensor<T>>& ts, uint64_t seed);
 // The twin's scenario: s with one sequence per micro-batch.
 Scenario twin_scenario(const Scenario& s);
 
+// An ensemble of twin_count() twins (tolerance.h), each with its own pseudo-random sequences; a
+// step's noise is each value's largest over them: one twin is one sample of which values flip,
+// and where flips are few (a small model under a 16-bit policy) one sample may see none of
+// those a layout shows (issue 41: 2 of 10 sequences missed a flip that 8 saw, 5x more noise).
 template <class T> class TwinRun {
  public:
   explicit TwinRun(const Scenario& s);
@@ -54,7 +58,8 @@ template <class T> class TwinRun {
   void start_from(const std::vector<Tensor<T>>& params, const std::vector<Buffer<T>>& bias);
 
  private:
-  std::unique_ptr<BaselineRun<T>> run_;
+  std::vector<std::unique_ptr<BaselineRun<T>>> runs_;
+  std::vector<uint64_t> streams_;  // each run's sequence (core/precision.h twin_stream, + its index)
 };
 
 }  // namespace parity

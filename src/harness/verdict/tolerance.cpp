@@ -128,6 +128,10 @@ Tolerance tolerance_for(const Precision& p, Quantity q) {
   return tolerance_for(p.compute, q);
 }
 
+int64_t twin_count(const Precision& p, double step_values) {
+  return p.store != Low::none && step_values <= kFewTwinValues ? kTwinsWhereFlipsAreFew : 1;
+}
+
 double far_bound(double twin_fraction) {
   return std::isnan(twin_fraction) ? kFarFloor : std::max(kFarFloor, kTwinFactor * twin_fraction);
 }

@@ -69,6 +69,19 @@ inline bool is_far(double x, double ref, double rms, double allow = 0) {
 // unless its partials cancel 64-fold.
 inline constexpr double kReduceRounding = 4 * 0x1p-8;
 double far_bound(double twin_fraction);
+// The rounding twins (harness/runner/twin.h) a run measures its noise with: under a 16-bit storage
+// policy a step of few values (tokens x dim up to kFewTwinValues) has few flips, and one twin's
+// sample of them may miss what a layout shows (issue 41's last false alarms: a bf16 TP layout with
+// one flip in an MoE input, 20.6% of the shared expert's gradient far against 13.0% from a twin
+// that saw none, and an fp16 dim-4 model 3.3x over a twin 2000x quieter than its peers; over 10
+// sequences each, 2 of 10 and 1 of 8 twins missed the flips the rest saw). Two twins, the largest
+// noise of each value, passed both, and leave such a miss to a chance of a few in a hundred; a
+// third (sequence 2) took tp_reduce_in_bf16's separation to 9.7x and misnamed
+// gather_backward_drops_peers in fp16 (measured 2026-11-27). fp32 and fp64 have no flips, and a
+// large step has many (one twin samples them well).
+inline constexpr double kFewTwinValues = 8192;
+inline constexpr int64_t kTwinsWhereFlipsAreFew = 2;
+int64_t twin_count(const Precision& p, double step_values);
 struct Bound {
   double value = 0;
   bool from_twin = false;  // false: the floor decided
