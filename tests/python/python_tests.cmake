@@ -133,3 +133,8 @@ set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCE
 # --precision bf16` reference; the planted bug no_fp32_master must fail with root "param ... rounded to bf16"
 parity_python_test(bf16 python bf16_test.py $<TARGET_FILE:parity> fsdp4_uneven_b9_mb2 10)
 set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46e item 1: the hand-sharded TP + SP layout (dp 2 x tp 2) under parity's bf16 policy against `parity dump
+# --precision bf16` must pass (worst row over its bound printed); a TP shard's gradient not summed over dp must fail
+# with root "shards at step 0", the sharded parameters left in bf16 (no_fp32_master) with "param ... rounded to bf16"
+parity_python_test(shards.bf16 python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 10 bf16)
+set_tests_properties(python.shards.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

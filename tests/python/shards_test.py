@@ -37,8 +37,18 @@ The correct runs must PASS `parity compare`. Each planted bug must FAIL with the
 PARITY_SHARDS_TEST_BREAK=1 runs the correct TP layout with the shard of bug 1 (the break test:
 the PASS assertion must then fail).
 
-Usage: shards_test.py PARITY_BINARY SCENARIO STEPS   (heads, mlp_hidden and seq even; clip 0)
+PRECISION bf16 (issue 46e): the TP layout alone under parity's bf16 policy (parity_torch.precision: the
+storage points as hooks, which round element by element and so act on a shard as on the full tensor; the
+sharded weights' compute copy rounded; fp32 masters, gradients and reductions, the partial outputs of wo
+and w2 summed in fp32) against `parity dump --precision bf16`: it must PASS (the worst row over its bound
+is printed); tp_grad_not_summed must fail as above, and no_fp32_master (the sharded parameters left
+rounded to bf16 after the step's forwards and backwards) with root "param ... at step 0 ... rounded to
+bf16".
+
+Usage: shards_test.py PARITY_BINARY SCENARIO STEPS [PRECISION]   (heads, mlp_hidden and seq even; clip 0;
+PRECISION fp64, the default, or bf16)
 """
+import contextlib
 import datetime
 import math
 import os
@@ -50,6 +60,7 @@ import torch.distributed as dist
 import common
 from common import check
 from parity_torch import Collector, Dump, MarkovData, ParityOptimizer, ReferenceModel, dp_sequences, name_map
+from parity_torch.precision import bf16_params, bf16_storage
 
 WORLD, TP = 4, 2
 DP = WORLD // TP
@@ -179,6 +190,9 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
     plan = tp_plan(cfg)
     shard_model(model, plan, tp[0], bug)
     sp = sequence_parallel(model)
+    bf16 = scn.precision == "bf16"  # parity's bf16 policy: storage points, a rounded compute copy, fp32 masters
+    if bf16:
+        bf16_storage(model)
     names = {id(p): n for n, p in model.named_parameters()}
     held = "Replicate" if bug == "partial_as_reduced" else "Partial"  # the bug: called reduced while it is not
     partial = {names[id(p)]: {"tp": held} for p in sp}
@@ -188,15 +202,17 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
                     grad_placements=partial)
     for step in range(steps):
         opt.zero_grad(set_to_none=False)
-        for mb in range(cfg.microbatches):
-            lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, dp[1], dp[0])
-            x, y = data.batch(step, lo, hi - lo, cfg.seq)
-            if hi > lo:
-                part = tp_loss(model, x, y, tp_group)
-                col.micro(part, x, y)
-                part.backward()
-            else:
-                col.micro(torch.zeros((), dtype=scn.torch_dtype), x, y)
+        copy = bf16_params(model, masters=bug != "no_fp32_master") if bf16 else contextlib.nullcontext()
+        with copy:
+            for mb in range(cfg.microbatches):
+                lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, dp[1], dp[0])
+                x, y = data.batch(step, lo, hi - lo, cfg.seq)
+                if hi > lo:
+                    part = tp_loss(model, x, y, tp_group)
+                    col.micro(part, x, y)
+                    part.backward()
+                else:
+                    col.micro(torch.zeros((), dtype=scn.torch_dtype), x, y)
         for n, p in model.named_parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -298,6 +314,7 @@ ROOTS = {
     "wrong_offset": ("root: shards at step 0", "params.layers.0.attn.wq: rank 1 (dp 0, tp 1; dp Replicate, tp column: "
                      "dim 0 8..15) holds the reference's dim 0 7..14: a wrong shard offset"),
     "flat_wrong_offset": ("root: shards at step 0", ": rank 1 (dp 1; flat ", "a wrong shard offset"),
+    "no_fp32_master": ("root: param ", " at step 0", "rounded to bf16"),
     "partial_as_reduced": ("root: shards at step 0",
                            "grads.final_ln.bias: rank 1 (dp 0, tp 1; dp Replicate, tp Replicate",
                            "summed over tp", "a Partial tensor recorded as Replicate"),
@@ -306,28 +323,36 @@ ROOTS = {
 
 def body(tmp):
     binary, scen, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    precision = sys.argv[4] if len(sys.argv) > 4 else "fp64"
     ref = os.path.join(tmp, "ref")
-    common.parity_dump(binary, scen, ref, steps, "fp64")
+    common.parity_dump(binary, scen, ref, steps, precision)
     broken = os.environ.get("PARITY_SHARDS_TEST_BREAK") == "1"
-    outs = [(os.path.join(tmp, "tp"), "tp", "tp_grad_not_summed" if broken else None),
-            (os.path.join(tmp, "flat"), "flat", None)]
-    outs += [(os.path.join(tmp, b), "tp", b) for b in BUGS]
-    outs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset"))
-    common.spawn_ranks(rank_main, (common.free_port(), ref, outs, steps), WORLD, tmp, DEADLINE_S)
+    outs = [(os.path.join(tmp, "tp"), "tp", "tp_grad_not_summed" if broken else None)]
+    if precision == "bf16":  # the TP layout under parity's bf16 policy: its planted bugs
+        bugs = [(os.path.join(tmp, b), "tp", b) for b in ("tp_grad_not_summed", "no_fp32_master")]
+    else:
+        outs.append((os.path.join(tmp, "flat"), "flat", None))
+        bugs = [(os.path.join(tmp, b), "tp", b) for b in BUGS]
+        bugs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset"))
+    common.spawn_ranks(rank_main, (common.free_port(), ref, outs + bugs, steps), WORLD, tmp, DEADLINE_S)
     said = []
-    for out, mode, bug in outs[:2]:
-        print(f"--- {mode}: the correct layout" + (" (PARITY_SHARDS_TEST_BREAK: the bug planted)" if broken else ""))
-        common.parity_verdict(binary, ref, out)
-    common.smoke_refuses(ref, outs[0][0], "a sharded candidate")  # the smoke check cannot judge it: exit 2
-    for out, mode, bug in outs[2:]:
-        print(f"--- planted bug: {bug}")
+    for out, mode, bug in outs:
+        print(f"--- {mode} {precision}: the correct layout" +
+              (" (PARITY_SHARDS_TEST_BREAK: the bug planted)" if broken else ""))
+        code, root, ratio, row = common.worst_over_bound(binary, ref, out, os.path.join(tmp, "report.json"))
+        check(code == 0, f"{mode} {precision}: parity compare fails the correct layout: {root}")
+        said.append(f"{mode} {precision} PASS, worst row {row} = {ratio:.3f} of its bound")
+    why = "a bf16 reference" if precision == "bf16" else "a sharded candidate"
+    common.smoke_refuses(ref, outs[0][0], why)  # the smoke check cannot judge it: exit 2
+    for out, mode, bug in bugs:
+        print(f"--- planted bug: {bug} ({precision})")
         code, text, root = common.parity_compare(binary, ref, out)
         print(text, end="")
         check(code == 1, f"{bug}: parity compare exit {code}, expected 1 (FAIL)")
         for part in ROOTS[bug]:
             check(part in root, f"{bug}: the root line lacks {part!r}: {root!r}")
         said.append(f"{bug}: {root[:160]}")
-    return "tp dp2 x tp2 and flat dp4 PASS; " + " | ".join(said)
+    return "; ".join(said)
 
 
 if __name__ == "__main__":
