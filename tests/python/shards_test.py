@@ -50,6 +50,7 @@ PRECISION fp64, the default, or bf16)
 """
 import contextlib
 import datetime
+import json
 import math
 import os
 import sys
@@ -60,12 +61,14 @@ import torch.distributed as dist
 import common
 from common import check
 from parity_torch import Collector, Dump, MarkovData, ParityOptimizer, ReferenceModel, dp_sequences, name_map
+from parity_torch.optim import clip_coefficient
 from parity_torch.precision import bf16_params, bf16_storage
 
 WORLD, TP = 4, 2
 DP = WORLD // TP
 RANK_TIMEOUT_S = 60
 DEADLINE_S = 200
+CLIP = 0.5  # the clip of the clip runs: under the global norm of every step of the reference
 BUGS = ("tp_grad_not_summed", "wrong_offset", "partial_as_reduced")  # and flat_wrong_offset, on the flat run
 
 
@@ -229,10 +232,15 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
                 sharded += sq
             else:
                 whole += float(sq)
-        dist.all_reduce(sharded, group=tp_group)
-        opt.step()  # clip 0: no clipping
+        if bug != "clip_local_norm":  # the bug: each rank's norm of its own shards (no sum over tp)
+            dist.all_reduce(sharded, group=tp_group)
+        coef = clip_coefficient(math.sqrt(whole + float(sharded)), scn.optim.clip)
+        if coef != 1.0:  # parity's clip by the global norm
+            for p in model.parameters():
+                p.grad.mul_(torch.tensor(coef, dtype=p.grad.dtype))
+        opt.step()
         model.update_expert_bias(lambda c: dist.all_reduce(c, group=dp_group))
-        col.step(grad_norm=math.sqrt(whole + float(sharded)))
+        col.step()  # the norm measured from the shards, the clip coefficient by each rank
     col.close()
 
 
@@ -279,23 +287,21 @@ def train_flat(model, scn, steps, out, bug=None):
         dist.all_reduce(g)  # reduce-scatter: the sum, my piece
         shard.grad = g[r * piece:(r + 1) * piece].clone()
         col.grads(local=local(shard.grad))
-        sq = (shard.grad.to(torch.float64) ** 2).sum()
-        dist.all_reduce(sq)
-        opt.step()
+        opt.step()  # clip 0
         model.update_expert_bias(dist.all_reduce)
-        col.step(local=local(shard.detach()), grad_norm=math.sqrt(float(sq)))
+        col.step(local=local(shard.detach()))
     col.close()
 
 
-def rank_main(rank, port, ref, outs, steps):
+def rank_main(rank, port, outs, steps):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD,
                             timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
     dp_rank, tp_rank = divmod(rank, TP)
     tp_groups = [dist.new_group([d * TP + t for t in range(TP)]) for d in range(DP)]
     dp_groups = [dist.new_group([d * TP + t for d in range(DP)]) for t in range(TP)]
-    d = Dump(ref)
-    for out, mode, bug in outs:
+    for out, mode, bug, ref in outs:
+        d = Dump(ref)
         model = ReferenceModel(d.scenario.model, d.scenario.torch_dtype)
         model.load_parity_state(d.init())
         if mode == "flat":
@@ -305,7 +311,7 @@ def rank_main(rank, port, ref, outs, steps):
                      (tp_rank, TP), bug)
     dist.barrier()
     dist.destroy_process_group()
-    open(os.path.join(os.path.dirname(ref), f"done.{rank}"), "w").close()
+    open(os.path.join(os.path.dirname(outs[0][3]), f"done.{rank}"), "w").close()
 
 
 ROOTS = {
@@ -314,6 +320,8 @@ ROOTS = {
     "wrong_offset": ("root: shards at step 0", "params.layers.0.attn.wq: rank 1 (dp 0, tp 1; dp Replicate, tp column: "
                      "dim 0 8..15) holds the reference's dim 0 7..14: a wrong shard offset"),
     "flat_wrong_offset": ("root: shards at step 0", ": rank 1 (dp 1; flat ", "a wrong shard offset"),
+    "clip_local_norm": ("root: clip_coef at step 0", "rank 0 clipped by ", "rank 1 by ",
+                        "the ranks clipped by different coefficients"),
     "no_fp32_master": ("root: param ", " at step 0", "rounded to bf16"),
     "partial_as_reduced": ("root: shards at step 0",
                            "grads.final_ln.bias: rank 1 (dp 0, tp 1; dp Replicate, tp Replicate",
@@ -321,37 +329,51 @@ ROOTS = {
 }
 
 
+def clip_scenario(tmp, scen, clip):
+    """SCENARIO with optim.clip set (issue 46e item 2: a clip the step's norm crosses), as a file."""
+    with open(common.scenario_path(scen)) as f:
+        j = json.load(f)
+    j["optim"]["clip"], j["name"] = clip, j["name"] + "_clip"
+    path = os.path.join(tmp, "clip_scenario.json")
+    with open(path, "w") as f:
+        json.dump(j, f)
+    return path
+
+
 def body(tmp):
     binary, scen, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     precision = sys.argv[4] if len(sys.argv) > 4 else "fp64"
-    ref = os.path.join(tmp, "ref")
+    ref, ref_clip = os.path.join(tmp, "ref"), os.path.join(tmp, "ref_clip")
     common.parity_dump(binary, scen, ref, steps, precision)
     broken = os.environ.get("PARITY_SHARDS_TEST_BREAK") == "1"
-    outs = [(os.path.join(tmp, "tp"), "tp", "tp_grad_not_summed" if broken else None)]
+    outs = [(os.path.join(tmp, "tp"), "tp", "tp_grad_not_summed" if broken else None, ref)]
     if precision == "bf16":  # the TP layout under parity's bf16 policy: its planted bugs
-        bugs = [(os.path.join(tmp, b), "tp", b) for b in ("tp_grad_not_summed", "no_fp32_master")]
+        bugs = [(os.path.join(tmp, b), "tp", b, ref) for b in ("tp_grad_not_summed", "no_fp32_master")]
     else:
-        outs.append((os.path.join(tmp, "flat"), "flat", None))
-        bugs = [(os.path.join(tmp, b), "tp", b) for b in BUGS]
-        bugs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset"))
-    common.spawn_ranks(rank_main, (common.free_port(), ref, outs + bugs, steps), WORLD, tmp, DEADLINE_S)
+        common.parity_dump(binary, clip_scenario(tmp, scen, CLIP), ref_clip, steps, precision)
+        outs.append((os.path.join(tmp, "flat"), "flat", None, ref))
+        outs.append((os.path.join(tmp, "tp_clip"), "tp", None, ref_clip))
+        bugs = [(os.path.join(tmp, b), "tp", b, ref) for b in BUGS]
+        bugs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset", ref))
+        bugs.append((os.path.join(tmp, "clip_local_norm"), "tp", "clip_local_norm", ref_clip))
+    common.spawn_ranks(rank_main, (common.free_port(), outs + bugs, steps), WORLD, tmp, DEADLINE_S)
     said = []
-    for out, mode, bug in outs:
-        print(f"--- {mode} {precision}: the correct layout" +
+    for out, mode, bug, r in outs:
+        print(f"--- {os.path.basename(out)} {precision}: the correct layout" +
               (" (PARITY_SHARDS_TEST_BREAK: the bug planted)" if broken else ""))
-        code, root, ratio, row = common.worst_over_bound(binary, ref, out, os.path.join(tmp, "report.json"))
+        code, root, ratio, row = common.worst_over_bound(binary, r, out, os.path.join(tmp, "report.json"))
         check(code == 0, f"{mode} {precision}: parity compare fails the correct layout: {root}")
-        said.append(f"{mode} {precision} PASS, worst row {row} = {ratio:.3f} of its bound")
+        said.append(f"{os.path.basename(out)} {precision} PASS, worst row {row} = {ratio:.3f} of its bound")
     why = "a bf16 reference" if precision == "bf16" else "a sharded candidate"
     common.smoke_refuses(ref, outs[0][0], why)  # the smoke check cannot judge it: exit 2
-    for out, mode, bug in bugs:
+    for out, mode, bug, r in bugs:
         print(f"--- planted bug: {bug} ({precision})")
-        code, text, root = common.parity_compare(binary, ref, out)
+        code, text, root = common.parity_compare(binary, r, out)
         print(text, end="")
         check(code == 1, f"{bug}: parity compare exit {code}, expected 1 (FAIL)")
         for part in ROOTS[bug]:
             check(part in root, f"{bug}: the root line lacks {part!r}: {root!r}")
-        said.append(f"{bug}: {root[:160]}")
+        said.append(f"{bug}: {root[:200]}")
     return "; ".join(said)
 
 

@@ -314,6 +314,10 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   const Bound nb = with_explained(sb.grad_norm, vd::norm_explained_by_families(ref_sq, got_sq.data(), fams_, grad));
   vd::consider_scalar(norm, ng, nr, 0, "grad_norm", nb.value);
   vd::consider_scalar(clip, cg, cr, 0, "clip_coef", nb.value);
+  if (clip.verdict == RowVerdict::fail) {  // each rank's own coefficient, where recorded (dump_split.h)
+    const auto [rec, where] = got_.step_record(t, "clip_coefs");
+    clip.detail = clip_by_rank(rec, where, cr, nb.value);
+  }
   line.loss = lg, line.loss_ref = lr, line.loss_diff = lg - lr, line.grad_norm_rel = norm.norm_rel;
   line.clip_coef = cg, line.clip_ref = cr;
   if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, grad))
