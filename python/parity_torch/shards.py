@@ -13,7 +13,8 @@ mesh: {dim name: (this rank's coordinate, size)}, the same dims in the same orde
 holds a shard of; spec: {mesh dim: placement} (dims not named: Replicate), or a list with one
 placement per mesh dim, or {"flat": (offset, numel)} (FSDP1's flat parameter: this rank's piece
 of the tensor flattened in torch's layout; "shape": the full shape when the module's parameter
-is not the full tensor). A placement: "Shard(d)" (d in torch's layout, as the rank holds it),
+is not the full tensor; "replicate": [mesh dims] when the pieces are copies over those dims, HSDP's
+replica groups: a rank at coordinate c there holds the piece of the rank at coordinate 0). A placement: "Shard(d)" (d in torch's layout, as the rank holds it),
 "Replicate", "Partial" (the tensor is the sum over that dim), "column" / "row" (Megatron's
 ColumnParallelLinear / RowParallelLinear weight), or a DTensor placement object (Shard(0),
 Replicate(), Partial()). grad_placements: the gradients' where they differ from the parameters'
@@ -64,7 +65,12 @@ class Sharding:
     def _spec(self, s):
         if isinstance(s, dict) and "flat" in s:
             off, n = s["flat"]
-            return {"flat": [int(off), int(n)], "shape": list(s["shape"]) if "shape" in s else None}
+            rep = list(s.get("replicate", []))
+            unknown = set(rep) - set(self.dims)
+            if unknown:
+                raise ValueError(f"flat piece replicated over {sorted(unknown)}: not a mesh dim ({self.dims})")
+            return {"flat": [int(off), int(n)], "shape": list(s["shape"]) if "shape" in s else None,
+                    "replicate": rep}
         if isinstance(s, dict):
             unknown = set(s) - set(self.dims)
             if unknown:
@@ -100,7 +106,9 @@ class Sharding:
             parts = {}
             for r, (shards, _, _) in enumerate(every):
                 c = self.coords[r]
-                if words is None:  # a flat piece
+                if words is None:  # a flat piece, counted once over the dims it is replicated on (HSDP)
+                    if any(c[self.dims.index(d)] != 0 for d in self.grads[tname]["replicate"]):
+                        continue
                     key = (r,)
                 elif any(w == "Replicate" and c[k] != 0 for k, w in enumerate(words)):
                     continue
@@ -117,8 +125,11 @@ class Sharding:
         full_shape: the module parameter's shape (a flat piece's full tensor, without "shape")."""
         spec = (self.grads if what == "grads" else self.params)[tname]
         if "flat" in spec:
-            return {"stored": list(spec["shape"] or full_shape), "transposed": bool(transpose),
-                    "flat": [list(t[2][pname]) for t in every]}
+            out = {"stored": list(spec["shape"] or full_shape), "transposed": bool(transpose),
+                   "flat": [list(t[2][pname]) for t in every]}
+            if spec["replicate"]:  # HSDP: the pieces are copies over these dims
+                out["replicate"] = spec["replicate"]
+            return out
         shapes = [list(t[0][pname].shape) for t in every]
         full = list(shapes[0])
         for d in range(len(full)):

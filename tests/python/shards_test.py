@@ -15,7 +15,7 @@ Tensor parallel, dp 2 x tp 2 (rank = dp * 2 + tp), Megatron-LM style with sequen
   LayerNorm and router ones recorded "Partial" over tp); then those are all-reduced over tp.
 Placements: {"tp": "column"} / {"tp": "row"} (Replicate over dp); grads of the sequence-parallel
 weights {"tp": "Partial"}. The Collector's lines: 5 as before, plus the mesh and placement
-arguments and step(grad_norm=...).
+arguments (the gradient norm is measured from the shards, the clip coefficient by each rank).
 
 FSDP-style flat shard, dp 4: every parameter (torch's layout) flattened and concatenated, padded
 to 4 equal pieces; rank r holds piece r (its Adam state too), all-gathers the pieces before the
@@ -28,6 +28,15 @@ The correct runs must PASS `parity compare`. Each planted bug must FAIL with the
   copies "summed over dp" the reference's and "the step took it unsummed";
 - wrong_offset: tp rank 1 takes its rows of layers.0.attn.wq one row early (7..14, not 8..15):
   root "shards at step 0", naming params.layers.0.attn.wq, rank 1, "a wrong shard offset";
+- partial_not_summed_dp (issue 46e item 3): tp rank 1's part of final_ln.bias (Partial over tp)
+  is left out of the dp all-reduce: root "shards at step 0", naming grads.final_ln.bias, rank 3
+  against rank 1, its sum over tp (ranks 2, 3) not the reference's, nor ranks 0, 1's, the copies
+  summed over dp and tp the reference's: "the step took it unsummed";
+- clip_local_norm (issue 46e item 2, against a reference with clip 0.5): every rank clips by the
+  norm of the gradients it holds (its own shards and the replicated tensors, no sum over tp),
+  and tells the Collector nothing of it: the Collector measures the norm from the shards and
+  each rank's coefficient, so root "clip_coef at step 0" names the ranks' coefficients, and the
+  same loop clipping by the global norm (tp_clip) must PASS;
 - partial_as_reduced: the sequence-parallel gradients recorded {"tp": "Replicate"} (as if reduced)
   while still Partial: root "shards at step 0", naming grads.final_ln.bias, rank 1 against rank 0,
   "summed over tp" and "a Partial tensor recorded as Replicate";
@@ -36,6 +45,14 @@ The correct runs must PASS `parity compare`. Each planted bug must FAIL with the
   leaves and "a wrong shard offset" named (rank 1's piece of layers.0.mlp.w1 holds elements 312..511).
 PARITY_SHARDS_TEST_BREAK=1 runs the correct TP layout with the shard of bug 1 (the break test:
 the PASS assertion must then fail).
+
+HSDP by hand (issue 46e item 4), rep 2 x shard 2: the flat pieces over the 2 ranks of a shard
+group, replicated over "rep" ({"flat": (offset, numel), "replicate": ["rep"]}); the data over all 4
+ranks; gradients all-reduced over the world (reduce-scatter over the shard group and all-reduce over
+the replicas in one), each rank keeps its piece. It must PASS; hsdp_not_synced (the gradients
+reduced within the shard group only) must fail with root "shards at step 0": rank 2 (rep 1, shard 0)
+differs from rank 0 though Replicate over rep, summed over rep the reference's, "the step took it
+unsummed".
 
 PRECISION bf16 (issue 46e): the TP layout alone under parity's bf16 policy (parity_torch.precision: the
 storage points as hooks, which round element by element and so act on a shard as on the full tensor; the
@@ -69,7 +86,8 @@ DP = WORLD // TP
 RANK_TIMEOUT_S = 60
 DEADLINE_S = 200
 CLIP = 0.5  # the clip of the clip runs: under the global norm of every step of the reference
-BUGS = ("tp_grad_not_summed", "wrong_offset", "partial_as_reduced")  # and flat_wrong_offset, on the flat run
+BUGS = ("tp_grad_not_summed", "wrong_offset", "partial_as_reduced", "partial_not_summed_dp")
+UNSUMMED = {"tp_grad_not_summed": "layers.0.mlp.w2.weight", "partial_not_summed_dp": "final_ln.bias"}  # tp rank 1  # and flat_wrong_offset, on the flat run
 
 
 def _gather_cat(x, group, dim=1):
@@ -219,7 +237,7 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
         for n, p in model.named_parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            if not (bug == "tp_grad_not_summed" and tp[0] == 1 and n == "layers.0.mlp.w2.weight"):
+            if not (tp[0] == 1 and n == UNSUMMED.get(bug)):
                 dist.all_reduce(p.grad, group=dp_group)
         col.grads()  # the sequence-parallel gradients still Partial over tp
         for p in sp:
@@ -244,9 +262,12 @@ def train_tp(model, scn, steps, out, groups, dp, tp, bug):
     col.close()
 
 
-def train_flat(model, scn, steps, out, bug=None):
-    """ZeRO-3 / FSDP1 by hand: rank r holds piece r of the flat parameter."""
-    cfg, r, w = scn.model, dist.get_rank(), WORLD
+def train_flat(model, scn, steps, out, bug=None, hsdp=None):
+    """ZeRO-3 / FSDP1 by hand: rank r holds piece r of the flat parameter. hsdp: (shard group,
+    replica coordinate, coordinate in the shard group): HSDP, the pieces over the shard group (2
+    ranks), replicated over the other mesh dim "rep"; the data over all 4 ranks."""
+    cfg, rank = scn.model, dist.get_rank()
+    group, (r, w) = (hsdp[0], (hsdp[2], TP)) if hsdp else (None, (rank, WORLD))
     named = dict(model.named_parameters())
     tnames = [t for _, t, _, _ in name_map(cfg)]
     sizes = [named[t].numel() for t in tnames]
@@ -263,20 +284,24 @@ def train_flat(model, scn, steps, out, bug=None):
         start += n
     lie = -1 if bug == "flat_wrong_offset" and r == 1 else 0  # the bug: rank 1 records an offset one too early
     placements = {t: {"flat": (off + lie if off > 0 else off, n)} for t, (off, n, _) in spans.items()}
+    if hsdp:
+        for spec in placements.values():
+            spec["replicate"] = ["rep"]
     local = lambda v: {t: v[at:at + n] for t, (_, n, at) in spans.items()}  # noqa: E731
     data = MarkovData(cfg.vocab, scn.data_seed)
     opt = ParityOptimizer.from_config([shard], scn.optim)
-    col = Collector(out, scn, model, mesh={"dp": (r, w)}, placements=placements, local=local(shard.detach()))
+    mesh = {"rep": (hsdp[1], WORLD // TP), "shard": (r, w)} if hsdp else {"dp": (r, w)}
+    col = Collector(out, scn, model, mesh=mesh, placements=placements, local=local(shard.detach()))
     for step in range(steps):
         with torch.no_grad():  # all-gather the pieces into the module's parameters
-            full = _gather_cat(shard.detach(), None, dim=0)
+            full = _gather_cat(shard.detach(), group, dim=0)
             at = 0
             for t, n in zip(tnames, sizes):
                 named[t].copy_(full[at:at + n].view_as(named[t]))
                 named[t].grad = None
                 at += n
         for mb in range(cfg.microbatches):
-            lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, w, r)
+            lo, hi = dp_sequences(cfg.batch, cfg.microbatches, mb, WORLD, rank)
             x, y = data.batch(step, lo, hi - lo, cfg.seq)
             part = model.loss(x, y) if hi > lo else torch.zeros((), dtype=scn.torch_dtype)
             col.micro(part, x, y)
@@ -284,7 +309,8 @@ def train_flat(model, scn, steps, out, bug=None):
                 part.backward()
         grads = [named[t].grad if named[t].grad is not None else torch.zeros_like(named[t]) for t in tnames]
         g = torch.cat([x.reshape(-1) for x in grads] + [torch.zeros(piece * w - total, dtype=scn.torch_dtype)])
-        dist.all_reduce(g)  # reduce-scatter: the sum, my piece
+        # reduce-scatter: the sum, my piece (HSDP: and the all-reduce over the replicas; the bug leaves it out)
+        dist.all_reduce(g, group=group if bug == "hsdp_not_synced" else None)
         shard.grad = g[r * piece:(r + 1) * piece].clone()
         col.grads(local=local(shard.grad))
         opt.step()  # clip 0
@@ -306,6 +332,8 @@ def rank_main(rank, port, outs, steps):
         model.load_parity_state(d.init())
         if mode == "flat":
             train_flat(model, d.scenario, steps, out, bug)
+        elif mode == "hsdp":  # rep 2 x shard 2: the shard groups are the tp groups' ranks
+            train_flat(model, d.scenario, steps, out, bug, (tp_groups[dp_rank], dp_rank, tp_rank))
         else:
             train_tp(model, d.scenario, steps, out, (tp_groups[dp_rank], dp_groups[tp_rank]), (dp_rank, DP),
                      (tp_rank, TP), bug)
@@ -320,6 +348,13 @@ ROOTS = {
     "wrong_offset": ("root: shards at step 0", "params.layers.0.attn.wq: rank 1 (dp 0, tp 1; dp Replicate, tp column: "
                      "dim 0 8..15) holds the reference's dim 0 7..14: a wrong shard offset"),
     "flat_wrong_offset": ("root: shards at step 0", ": rank 1 (dp 1; flat ", "a wrong shard offset"),
+    "partial_not_summed_dp": ("root: shards at step 0", "grads.final_ln.bias: rank 3 (dp 1, tp 1; dp Replicate, tp "
+                              "Partial: whole) differs from rank 1 (dp 0, tp 1",
+                              "its sum over tp (ranks 2, 3) is not the reference's (normwise ", "nor ranks 0, 1's",
+                              "summed over dp, the copies are the reference's gradient", "the step took it unsummed"),
+    "hsdp_not_synced": ("root: shards at step 0", ": rank 2 (rep 1, shard 0; flat ", "differs from rank 0 (rep 0, "
+                        "shard 0; flat ", "though Replicate over rep; summed over rep, the copies are the reference's "
+                        "gradient", "the step took it unsummed"),
     "clip_local_norm": ("root: clip_coef at step 0", "rank 0 clipped by ", "rank 1 by ",
                         "the ranks clipped by different coefficients"),
     "no_fp32_master": ("root: param ", " at step 0", "rounded to bf16"),
@@ -353,9 +388,11 @@ def body(tmp):
         common.parity_dump(binary, clip_scenario(tmp, scen, CLIP), ref_clip, steps, precision)
         outs.append((os.path.join(tmp, "flat"), "flat", None, ref))
         outs.append((os.path.join(tmp, "tp_clip"), "tp", None, ref_clip))
+        outs.append((os.path.join(tmp, "hsdp"), "hsdp", None, ref))
         bugs = [(os.path.join(tmp, b), "tp", b, ref) for b in BUGS]
         bugs.append((os.path.join(tmp, "flat_bug"), "flat", "flat_wrong_offset", ref))
         bugs.append((os.path.join(tmp, "clip_local_norm"), "tp", "clip_local_norm", ref_clip))
+        bugs.append((os.path.join(tmp, "hsdp_not_synced"), "hsdp", "hsdp_not_synced", ref))
     common.spawn_ranks(rank_main, (common.free_port(), outs + bugs, steps), WORLD, tmp, DEADLINE_S)
     said = []
     for out, mode, bug, r in outs:
