@@ -123,6 +123,23 @@ std::string ShardPlan::rank_words(int64_t r) const {
   return s;
 }
 
+namespace {
+
+// A rank's flat piece [offset, numel] of a tensor of `total` elements into s; its words.
+std::string flat_piece(const Dump& d, const json& piece, const std::string& at, int64_t total, Shard& s) {
+  if (!piece.is_array() || piece.size() != 2 || !piece[0].is_number_integer() || !piece[1].is_number_integer())
+    throw ConfigError(d.role, at + ": expected [offset, numel]");
+  const int64_t off = piece[0].get<int64_t>(), n = piece[1].get<int64_t>();
+  if (off < 0 || n < 0 || off + n > total)
+    throw ConfigError(d.role, at + ": [" + std::to_string(off) + ", " + std::to_string(n) +
+                                  "] is outside the tensor's " + std::to_string(total) + " elements");
+  s.flat_offset = off;
+  for (int64_t i = 0; i < n; ++i) s.index.push_back(off + i);
+  return "flat " + std::to_string(off) + ".." + std::to_string(off + n - 1);
+}
+
+}  // namespace
+
 std::vector<std::string> ShardPlan::flat_replicas(const Dump& d, const json& spec, const std::string& at) const {
   std::vector<std::string> out(dims_.size());
   if (!spec.contains("replicate")) return out;
@@ -165,6 +182,12 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
   } else {
     t.replicate = flat_replicas(d, spec, at);
   }
+  if (!flat) {
+    t.replicate.assign(dims_.size(), ""), t.partial.assign(dims_.size(), "");
+    for (size_t k = 0; k < places.size(); ++k)
+      if (places[k].kind == Place::replicate) t.replicate[k] = dims_[k];
+      else if (places[k].kind == Place::partial) t.partial[k] = dims_[k];
+  }
   std::map<std::vector<int64_t>, int64_t> rep_at;  // representative's coordinates -> its shard
   std::vector<std::vector<int64_t>> rep_of(coords_.size());  // a copy's representative's coordinates
   for (size_t r = 0; r < coords_.size(); ++r) {
@@ -172,35 +195,12 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
     s.rank = static_cast<int64_t>(r), s.coords = coords_[r];
     std::string how;
     if (flat) {
-      const json& piece = spec["flat"][r];
-      if (!piece.is_array() || piece.size() != 2 || !piece[0].is_number_integer() || !piece[1].is_number_integer())
-        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: expected [offset, numel]");
-      const int64_t off = piece[0].get<int64_t>(), n = piece[1].get<int64_t>();
-      if (off < 0 || n < 0 || off + n > numel(t.stored))
-        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: [" + std::to_string(off) + ", " +
-                                      std::to_string(n) + "] is outside the tensor's " +
-                                      std::to_string(numel(t.stored)) + " elements");
-      s.flat_offset = off;
-      for (int64_t i = 0; i < n; ++i) s.index.push_back(off + i);
-      how = "flat " + std::to_string(off) + ".." + std::to_string(off + n - 1);
-      std::vector<int64_t> rep = coords_[r];  // HSDP: a copy of the piece at coordinate 0 of the replica dims
-      for (size_t k = 0; k < rep.size(); ++k)
-        if (!t.replicate[k].empty() && rep[k] != 0)
-          rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
-      if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
-      else rep_of[r] = rep;
+      how = flat_piece(d, spec["flat"][r], at + ".flat[" + std::to_string(r) + "]", numel(t.stored), s);
     } else {
-      t.replicate.assign(dims_.size(), ""), t.partial.assign(dims_.size(), "");
-      for (size_t k = 0; k < places.size(); ++k)
-        if (places[k].kind == Place::replicate) t.replicate[k] = dims_[k];
-        else if (places[k].kind == Place::partial) t.partial[k] = dims_[k];
       for (int64_t len : t.stored) s.box.emplace_back(0, len);
-      std::vector<int64_t> rep = coords_[r];
       for (size_t k = 0; k < places.size(); ++k) {
         const Place& p = places[k];
         how += (how.empty() ? "" : ", ") + dims_[k] + " " + p.word;
-        if (p.kind == Place::replicate && rep[k] != 0)
-          rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
         if (p.kind != Place::shard) continue;
         auto& [lo, hi] = s.box[static_cast<size_t>(p.dim)];
         const int64_t len = hi - lo, cs = (len + sizes_[k] - 1) / sizes_[k], i = coords_[r][k];
@@ -209,9 +209,13 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
       }
       s.index = box_index(s.box, t.stored);
       how += ": " + box_words(s.box, t.stored);
-      if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
-      else rep_of[r] = rep;
     }
+    std::vector<int64_t> rep = coords_[r];  // a copy's representative: coordinate 0 of the Replicate dims
+    for (size_t k = 0; k < rep.size(); ++k)
+      if (!t.replicate[k].empty() && rep[k] != 0)
+        rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
+    if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
+    else rep_of[r] = rep;
     s.where = rank_words(s.rank) + "; " + how + ")";
     const std::string stored_name = name + "@" + std::to_string(r);
     if (!f.contains(stored_name))
