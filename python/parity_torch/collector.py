@@ -47,7 +47,8 @@ What it records and from where:
   Replicate / Partial over named mesh dims, Megatron's column / row, FSDP1's flat pieces), each
   rank's shard of those tensors is written as NAME@RANK with its placement in the manifest, and
   `parity compare` assembles and judges them shard by shard (a wrong shard named by rank and
-  placement). Their gradient norm is the loop's: step(grad_norm=...) (clip_grad_norm_'s total).
+  placement). Their gradient norm is measured from the shards (shards.Sharding.grad_norm_sq: a
+  Replicate copy counted once, Partial parts summed first), not taken from the loop.
 - other groups: with tensor / sequence parallelism beside data parallelism, pass group= the
   data-parallel group (losses are summed and rows gathered over it), dp=(rank, size) in it and
   tp=(rank, size) in the tensor/sequence-parallel group; every rank of the tp group must hold
@@ -55,8 +56,12 @@ What it records and from where:
   tp rank 0 writes; the manifest's producer records world, dp and tp, so a comparer can name a
   factor of tp.
 - clip_coef: measured, <g after, g before> / |g before|^2 from the gradients still present at
-  step() (so a wrong clip shows: call step() before zero_grad); when every gradient was cleared
-  first, parity's rule min(1, clip / (norm + 1e-6)) from the scenario.
+  step() (so a wrong clip shows: call step() before zero_grad), by every rank over the gradients
+  it holds (whole, or its shards; not a Partial one, whose part was taken before its reduction):
+  rank 0's is recorded as the run's, and with more than one rank all of them as the step's
+  "clip_coefs", so `parity compare` names ranks that clipped by different coefficients (each by
+  its own shards' norm); when every gradient was cleared first, parity's rule
+  min(1, clip / (norm + 1e-6)) from the scenario.
 - the hooks take every forward of an MoE module: run evaluation forwards outside a step;
   activation recompute (a second forward inside backward) is not supported: the hook would
   record those tokens twice.
@@ -75,7 +80,7 @@ from .dump import CONVENTIONS, FORMAT, step_file
 from .model import buffer_map, name_map as reference_name_map
 from .optim import clip_coefficient
 from .scenario import scenario_json
-from .shards import Sharding, gather_shards, local_tensor
+from .shards import Sharding, all_ranks as _all, gather_shards, local_tensor
 
 
 def _full(t):
@@ -147,7 +152,7 @@ class Collector:
     def _reset(self):
         self._pending = {l: [] for l in self.moe}
         self._micro, self._rows, self._chosen, self._grads = [], [], {l: [] for l in self.moe}, None
-        self._grad_local = ({}, {})
+        self._grad_local, self._grad_override = ({}, {}), set()
 
     def _named(self):
         return dict(self.model.named_parameters()), dict(self.model.named_buffers())
@@ -213,6 +218,8 @@ class Collector:
         if not self.shard:
             return {}
         every = gather_shards(local, flat)
+        if what == "grads":
+            self._every_grads = every
         if not self.writer:
             return {}
         params, _ = self._named()
@@ -232,6 +239,7 @@ class Collector:
         params, _ = self._named()
         self._grads = {}
         self._grad_local = self._local("grads", local)
+        self._grad_override = set(local or {})  # held outside the module: step() cannot see them clipped
         for pname, tname, tr, _ in self.map:
             if self.shard and self.shard.sharded("grads", tname):
                 continue
@@ -246,33 +254,30 @@ class Collector:
         dist.all_gather_object(out, obj, group=self.group)
         return out
 
-    def step(self, local=None, grad_norm=None, clip_coef=None):
-        """Call after the optimizer step and the expert-bias update. With sharded gradients,
-        grad_norm: the global norm the loop measured (clip_grad_norm_'s total) and clip_coef (default:
-        parity's rule min(1, clip / (norm + 1e-6))); local: {torch name: this rank's parameter shard}
-        where the module does not hold it."""
+    def step(self, local=None, clip_coef=None):
+        """Call after the optimizer step and the expert-bias update. local: {torch name: this rank's
+        parameter shard} where the module does not hold it. clip_coef: the coefficient the loop
+        clipped by, where the Collector cannot measure it (default: measured, see the module's doc)."""
         if self._grads is None:
             raise RuntimeError("Collector.step() before Collector.grads()")
-        if self._grad_local[0] and grad_norm is None:
-            raise ValueError("Collector.step(): sharded gradients: pass grad_norm= (the global norm the loop "
-                             "measured; the Collector holds this rank's shards only)")
         cfg, S, B = self.cfg, self.cfg.seq, self.cfg.batch
         micro = torch.tensor(self._micro, dtype=torch.float64)
         if _dist() and self.dp[1] > 1:
             dist.all_reduce(micro, group=self.group)
+        clips = _all(self._rank_clip())  # every rank's measured coefficient (None: nothing to measure)
+        shards = self._shard_file("grads", "grads.", *self._grad_local)  # collectives over the world
         norm_sq = sum(float((g.to(torch.float64) ** 2).sum()) for g in self._grads.values())
-        if grad_norm is not None:
-            norm_sq = float(grad_norm) ** 2
+        if self.shard and self.writer:  # the sharded gradients' part, from every rank's shards
+            norm_sq += self.shard.grad_norm_sq(self._every_grads, [(p, t) for p, t, _, _ in self.map])
         norm = math.sqrt(norm_sq)
         if clip_coef is None:
-            clip_coef = (self._measured_clip(norm_sq) if not self._grad_local[0]
-                         else clip_coefficient(norm, self.scn.optim.clip))
+            measured = [c for c in clips if c is not None]
+            clip_coef = measured[0] if measured else clip_coefficient(norm, self.scn.optim.clip)
         params = self._params()
         replicas = self._replicas(params)  # a collective: every rank of the world
         rank_losses = self._gather(list(self._micro))  # each dp rank's own loss parts
         rows = self._gather(self._rows)
         chosen = {l: self._gather(c) for l, c in self._chosen.items()}
-        shards = self._shard_file("grads", "grads.", *self._grad_local)  # collectives over the world
         shards.update(self._shard_file("params", "params.", *self._local("params", local)))
         if self.writer:
             inputs = torch.full((B, S), -1, dtype=torch.int64)
@@ -312,6 +317,8 @@ class Collector:
                                "clip_coef": clip_coef})
             if replicas is not None:
                 self.steps[-1]["replicas"] = replicas
+            if len(clips) > 1:
+                self.steps[-1]["clip_coefs"] = clips
         self.t += 1
         self._reset()
 
@@ -335,19 +342,29 @@ class Collector:
                     differ.append({"rank": r, "what": what, "tensors": len(off), "first": off[0]})
         return {"ranks": len(every), "tensors": len(mine), "differ": differ}
 
-    def _measured_clip(self, norm_sq):
+    def _rank_clip(self):
+        """This rank's clip coefficient, measured: <g after, g before> / |g before|^2 over the
+        gradients it holds whole or as a shard taken from the module (a Partial shard was its part
+        before the reduction: left out); None when there is none to measure (every gradient cleared
+        before step(), or held outside the module)."""
         params, _ = self._named()
-        dot, seen = 0.0, False
+        dot = sq = 0.0
         for pname, tname, tr, _ in self.map:
             p = params[tname]
-            if p.grad is None or pname not in self._grads:
+            if p.grad is None:
                 continue
-            g = _full(p.grad)
-            seen = True
-            dot += float(((g.t() if tr else g).to(torch.float64) * self._grads[pname].to(torch.float64)).sum())
-        if not seen or norm_sq == 0 or dot == 0:  # cleared (None or zeroed) before step(): parity's rule
-            return clip_coefficient(math.sqrt(norm_sq), self.scn.optim.clip)
-        return dot / norm_sq
+            if pname in self._grads:
+                before, after = self._grads[pname], _full(p.grad)
+                after = after.t() if tr else after
+            elif pname in self._grad_local[0] and tname not in self._grad_override and \
+                    not self.shard.partial("grads", tname):
+                before, after = self._grad_local[0][pname], local_tensor(p.grad)
+            else:
+                continue
+            b = before.to(torch.float64)
+            dot += float((after.to(torch.float64).cpu() * b).sum())
+            sq += float((b * b).sum())
+        return dot / sq if sq > 0 and dot != 0 else None
 
     def _write(self, name, tensors, step):
         safetensors.write(os.path.join(self.out, name), tensors)

@@ -14,7 +14,11 @@ producer records (world, dp, tp) and the micro-batches.
 One diagnosis engine: where the parity binary is found (--parity, $PARITY_BINARY, or PATH) the
 command runs `parity compare REF GOT`, parity run's verdict with measured bounds and its root,
 and returns its exit code. Elsewhere (or with --smoke / --tol) it runs this module's lighter check
-with fixed tolerances, and says so.
+with fixed tolerances, and says so. The smoke check reads a root's scale against the degrees only:
+it does not read the signatures `parity compare` names (harness/verdict/verdict_signature.h: a
+rank's own share of an uneven batch, a per-rank mean loss, clipping before the sync, gradients
+averaged twice; dump_split.h: ranks that clipped by different coefficients), and its root line
+says so (NO_SIGNATURES): one diagnosis engine, not two.
 """
 import argparse
 import math
@@ -312,6 +316,11 @@ def root_line(rows, info):
     return out
 
 
+NO_SIGNATURES = ("smoke check: the scale against the degrees only, no signature read (a rank's own share, a "
+                 "per-rank mean loss, clipping before the sync, averaged twice, ranks clipping apart): run `parity "
+                 "compare` for the diagnosis")
+
+
 def report(rows, info, out=None):
     out = out if out is not None else sys.stdout  # the stream of the call, not of the import
     ref, got = info["ref"], info["got"]
@@ -338,6 +347,7 @@ def report(rows, info, out=None):
     root = root_line(rows, info)
     if root:
         print(root, file=out)
+        print(NO_SIGNATURES, file=out)
     bad = sum(not r.ok for r in rows.values()) + bool(info["missing"]) + bool(info["absent"])
     print(f"verdict: {'PASS' if bad == 0 else 'FAIL'}: {len(rows) - bad} of {len(rows)} rows within tolerance",
           file=out)

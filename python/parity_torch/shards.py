@@ -13,7 +13,8 @@ mesh: {dim name: (this rank's coordinate, size)}, the same dims in the same orde
 holds a shard of; spec: {mesh dim: placement} (dims not named: Replicate), or a list with one
 placement per mesh dim, or {"flat": (offset, numel)} (FSDP1's flat parameter: this rank's piece
 of the tensor flattened in torch's layout; "shape": the full shape when the module's parameter
-is not the full tensor). A placement: "Shard(d)" (d in torch's layout, as the rank holds it),
+is not the full tensor; "replicate": [mesh dims] when the pieces are copies over those dims, HSDP's
+replica groups: a rank at coordinate c there holds the piece of the rank at coordinate 0). A placement: "Shard(d)" (d in torch's layout, as the rank holds it),
 "Replicate", "Partial" (the tensor is the sum over that dim), "column" / "row" (Megatron's
 ColumnParallelLinear / RowParallelLinear weight), or a DTensor placement object (Shard(0),
 Replicate(), Partial()). grad_placements: the gradients' where they differ from the parameters'
@@ -22,8 +23,10 @@ Replicate(), Partial()). grad_placements: the gradients' where they differ from 
 Every rank's shard is sent to rank 0 (all_gather_object over the world, inside the Collector's
 grads() and step(), which every rank calls) and written as NAME@RANK; the manifest's "mesh" and
 "placements" say where each lies. The full shapes come from the shards themselves (a Shard dim:
-the sizes along it summed), so nothing in the loop gathers.
+the sizes along it summed), and so does the gradient norm (grad_norm_sq), so nothing in the loop
+gathers or reports a norm.
 """
+import torch
 import torch.distributed as dist
 
 WORDS = ("Replicate", "Partial", "column", "row")
@@ -57,12 +60,17 @@ class Sharding:
             size *= s
         if size != world:
             raise ValueError(f"mesh {mesh}: {size} ranks, the world has {world}")
-        self.coords = _all(self.coord)  # every rank's coordinates, in rank order
+        self.coords = all_ranks(self.coord)  # every rank's coordinates, in rank order
 
     def _spec(self, s):
         if isinstance(s, dict) and "flat" in s:
             off, n = s["flat"]
-            return {"flat": [int(off), int(n)], "shape": list(s["shape"]) if "shape" in s else None}
+            rep = list(s.get("replicate", []))
+            unknown = set(rep) - set(self.dims)
+            if unknown:
+                raise ValueError(f"flat piece replicated over {sorted(unknown)}: not a mesh dim ({self.dims})")
+            return {"flat": [int(off), int(n)], "shape": list(s["shape"]) if "shape" in s else None,
+                    "replicate": rep}
         if isinstance(s, dict):
             unknown = set(s) - set(self.dims)
             if unknown:
@@ -81,14 +89,47 @@ class Sharding:
         spec = (self.grads if what == "grads" else self.params)[tname]
         return spec.get("flat")
 
+    def partial(self, what, tname):
+        """Whether the tensor's placement is Partial over some mesh dim (a part, not the tensor)."""
+        spec = (self.grads if what == "grads" else self.params)[tname]
+        return "Partial" in spec.get("placements", [])
+
+    def grad_norm_sq(self, every, names):
+        """The sum of squares of the sharded gradients' full tensors, from every rank's shards (rank
+        order, gather_shards): a Replicate copy counted once (its coordinate 0), the Partial parts
+        summed before squaring, each flat piece once. names: (parity name, torch name) pairs."""
+        total = 0.0
+        for pname, tname in names:
+            if not self.sharded("grads", tname):
+                continue
+            words = self.grads[tname].get("placements")
+            parts = {}
+            for r, (shards, _, _) in enumerate(every):
+                c = self.coords[r]
+                if words is None:  # a flat piece, counted once over the dims it is replicated on (HSDP)
+                    if any(c[self.dims.index(d)] != 0 for d in self.grads[tname]["replicate"]):
+                        continue
+                    key = (r,)
+                elif any(w == "Replicate" and c[k] != 0 for k, w in enumerate(words)):
+                    continue
+                else:
+                    key = tuple(c[k] for k, w in enumerate(words) if w != "Partial")
+                t = shards[pname].to(torch.float64)
+                parts[key] = t if key not in parts else parts[key] + t
+            total += sum(float((t * t).sum()) for t in parts.values())
+        return total
+
     def record(self, what, pname, tname, transpose, every, full_shape):
         """The manifest's placement of `what`.PNAME ("grads" or "params"), from every rank's shard
         (in rank order): full shape as stored, whether parity's layout is its transpose.
         full_shape: the module parameter's shape (a flat piece's full tensor, without "shape")."""
         spec = (self.grads if what == "grads" else self.params)[tname]
         if "flat" in spec:
-            return {"stored": list(spec["shape"] or full_shape), "transposed": bool(transpose),
-                    "flat": [list(t[2][pname]) for t in every]}
+            out = {"stored": list(spec["shape"] or full_shape), "transposed": bool(transpose),
+                   "flat": [list(t[2][pname]) for t in every]}
+            if spec["replicate"]:  # HSDP: the pieces are copies over these dims
+                out["replicate"] = spec["replicate"]
+            return out
         shapes = [list(t[0][pname].shape) for t in every]
         full = list(shapes[0])
         for d in range(len(full)):
@@ -106,7 +147,7 @@ def _linear_dim(word, transpose):
     return 0 if (word == "column") == bool(transpose) else 1
 
 
-def _all(obj):
+def all_ranks(obj):
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [obj]
     out = [None] * dist.get_world_size()
@@ -118,7 +159,7 @@ def gather_shards(local, flat):
     """[(shards, full shapes, flat pieces)] of every rank, in rank order, on every rank (a
     collective over the world): local {parity name: tensor}, flat {parity name: [offset, numel]}."""
     mine = {n: t.detach().cpu().contiguous().clone() for n, t in local.items()}
-    return _all((mine, {n: list(t.shape) for n, t in mine.items()}, flat))
+    return all_ranks((mine, {n: list(t.shape) for n, t in mine.items()}, flat))
 
 
 def local_tensor(t):
@@ -128,4 +169,4 @@ def local_tensor(t):
     return t.detach()
 
 
-__all__ = ["Sharding", "gather_shards", "local_tensor"]
+__all__ = ["Sharding", "all_ranks", "gather_shards", "local_tensor"]

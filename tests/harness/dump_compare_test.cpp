@@ -315,5 +315,19 @@ TEST_F(DumpCompare, ANoiseAboveWhatRoundingCanProduceIsHeldAtTheCeiling) {
   }
 }
 
+// issue 46e item 2: every rank's clip coefficient (the Collector's "clip_coefs"): ranks that
+// clipped by different coefficients are named (each by its own norm), agreeing ranks are not,
+// and a record that is not numbers or nulls is bad input.
+TEST(DumpSplit, RanksThatClipByDifferentCoefficientsAreNamed) {
+  using nlohmann::json;
+  EXPECT_EQ(clip_by_rank(json(), "w", 0.5, 1e-6), "");
+  EXPECT_EQ(clip_by_rank(json::array({0.42, 0.42 * (1 + 1e-9), nullptr}), "w", 0.5, 1e-6), "");
+  const std::string s = clip_by_rank(json::array({0.4203, 0.4197, nullptr, 0.4203}), "w", 0.4154, 1e-6);
+  EXPECT_EQ(s.rfind("rank 0 clipped by 0.4203, rank 1 by 0.4197, rank 3 by 0.4203 (the reference by 0.4154): the "
+                    "ranks clipped by different coefficients, each by its own norm", 0), 0u) << s;
+  EXPECT_THROW((void)clip_by_rank(json::array({0.4, "x"}), "w", 0.5, 1e-6), ConfigError);
+  EXPECT_THROW((void)clip_by_rank(json::object(), "w", 0.5, 1e-6), ConfigError);
+}
+
 }  // namespace
 }  // namespace parity::dump_compare_test

@@ -140,6 +140,81 @@ TEST(DumpShards, PartialIsSummedAndCopiesThatArePartsAreNamed) {
   EXPECT_EQ(summed, "");  // copies that differ and do not sum to the reference: no "each a part"
 }
 
+// issue 46e item 3: a Partial gradient's copies cross-checked on their sums. Partial over tp,
+// Replicate over dp: copies over dp that differ are summed over tp too (each a part: not reduced
+// over dp); each differing copy's line summed over tp is held to the reference, beside its
+// representative's line.
+TEST(DumpShards, APartialCopysSumOverThePartialDimIsCheckedAgainstTheReference) {
+  const Shape stored{2, 2};
+  const std::vector<double> full{4, 8, 12, 16}, quarter{1, 2, 3, 4}, three{3, 6, 9, 12}, half{2, 4, 6, 8};
+  const json spec = {{"stored", stored}, {"placements", {"Replicate", "Partial"}}};
+  const auto copies = [&](const std::vector<std::vector<double>>& v, std::string& summed) {
+    Fixture x = make(kMesh22, spec, {{stored, v[0]}, {stored, v[1]}, {stored, v[2]}, {stored, v[3]}});
+    const ShardedTensor t = ShardPlan::read(x.d).load(x.d, x.f, "mem", "params.w", "w", stored);
+    return copies_differ(t, full, 1e-12, summed);
+  };
+  std::string summed;
+  // not reduced over dp: every rank's own part; all four summed are the reference
+  auto bad = copies({{1, 1, 1, 1}, {1, 3, 5, 7}, quarter, quarter}, summed);
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_EQ(summed, "dp");
+  EXPECT_NE(bad[0].find("rank 2 (dp 1, tp 0; dp Replicate, tp Partial: whole) differs from rank 0"), std::string::npos)
+      << bad[0];
+  EXPECT_NE(bad[0].find("; its sum over tp (ranks 2, 3) is not the reference's (normwise 0.5), nor ranks 0, 1's"),
+            std::string::npos) << bad[0];
+  // rank 3's part wrong: its line's sum over tp is off, rank 0's line's is the reference's
+  bad = copies({quarter, three, quarter, {3, 6, 9, 13}}, summed);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_NE(bad[0].find("rank 3 (dp 1, tp 1; dp Replicate, tp Partial: whole) differs from rank 1"), std::string::npos)
+      << bad[0];
+  EXPECT_NE(bad[0].find("its sum over tp (ranks 2, 3) is not the reference's (normwise 0.0456) while ranks 0, 1's "
+                        "is"), std::string::npos) << bad[0];
+  EXPECT_EQ(summed, "");
+  // the parts split otherwise over tp on dp 1, their sum the same
+  bad = copies({quarter, three, half, half}, summed);
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_NE(bad[0].find("its sum over tp (ranks 2, 3) is the reference's: the parts are split otherwise, their sum "
+                        "agrees"), std::string::npos) << bad[0];
+  EXPECT_EQ(summed, "");
+}
+
+// issue 46e item 4: HSDP's flat pieces, replicated over another mesh dim ("replicate": ["dp"]):
+// the copies are not overlaps; a copy that holds other values, or another piece, is named.
+TEST(DumpShards, FlatPiecesReplicatedOverAMeshDimAreCopies) {
+  const Shape stored{2, 2};
+  const std::vector<double> full{4, 8, 12, 16};
+  const json spec = {{"stored", stored}, {"flat", {{0, 2}, {2, 2}, {0, 2}, {2, 2}}}, {"replicate", {"dp"}}};
+  const auto load = [&](const json& sp, const std::vector<std::vector<double>>& v) {
+    Fixture x = make(kMesh22, sp, {{{2}, v[0]}, {{2}, v[1]}, {{2}, v[2]}, {{2}, v[3]}});
+    return ShardPlan::read(x.d).load(x.d, x.f, "mem", "params.w", "w", stored);
+  };
+  ShardedTensor t = load(spec, {{4, 8}, {12, 16}, {4, 8}, {12, 16}});
+  std::vector<std::string> gaps;
+  EXPECT_EQ(assemble(t, gaps), full);
+  EXPECT_TRUE(gaps.empty()) << gaps.front();
+  std::string summed;
+  EXPECT_TRUE(copies_differ(t, full, 1e-12, summed).empty());
+  // not reduced over dp: each replica's own part, their sum the reference
+  t = load(spec, {{1, 2}, {3, 4}, {3, 6}, {9, 12}});
+  auto bad = copies_differ(t, full, 1e-12, summed);
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_EQ(bad[0], "rank 2 (dp 1, tp 0; flat 0..1) differs from rank 0 (dp 0, tp 0; flat 0..1) though Replicate over "
+                    "dp");
+  EXPECT_EQ(summed, "dp");
+  // a copy recorded at another piece
+  json other = spec;
+  other["flat"][3] = {1, 2};
+  t = load(other, {{4, 8}, {12, 16}, {4, 8}, {8, 12}});
+  bad = copies_differ(t, full, 1e-12, summed);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0], "rank 3 (dp 1, tp 1; flat 1..2) differs from rank 1 (dp 0, tp 1; flat 2..3) though Replicate over "
+                    "dp");
+  // a replica dim that is not the mesh's is bad input
+  other = spec;
+  other["replicate"] = {"rep"};
+  EXPECT_THROW((void)load(other, {{4, 8}, {12, 16}, {4, 8}, {12, 16}}), ConfigError);
+}
+
 // A shard that is the reference's slice at another offset is named with the offset it holds; flat
 // pieces that leave an element unheld are found.
 TEST(DumpShards, AWrongOffsetAndAFlatGapAreNamed) {

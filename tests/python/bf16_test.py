@@ -16,9 +16,7 @@ Usage: bf16_test.py PARITY_BINARY SCENARIO STEPS
 """
 import contextlib
 import datetime
-import json
 import os
-import subprocess
 import sys
 
 import torch
@@ -64,20 +62,6 @@ def rank_main(rank, port, ref, outs, steps):
     open(os.path.join(os.path.dirname(ref), f"done.{rank}"), "w").close()
 
 
-def worst_over_bound(binary, ref, got, report):
-    """parity compare's verdict (exit, root) and its worst row: (error / bound, row name)."""
-    r = subprocess.run([binary, "compare", ref, got, "--report", report], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True)
-    print(r.stdout, end="")
-    root = next((line for line in r.stdout.splitlines() if line.startswith("root: ")), "")
-    if r.returncode not in (0, 1):
-        raise common.Failed(f"parity compare {got}: exit {r.returncode}")
-    rows = json.load(open(report))["rows"]
-    ratio = lambda row: row["norm_rel"] / row["tol"] if row["tol"] > 0 else 0.0  # noqa: E731
-    w = max(rows, key=ratio)
-    return r.returncode, root, ratio(w), f"{w['quantity']} {w['subject']} {w['norm_rel']:.3g} / {w['tol']:.3g}"
-
-
 def body(tmp):
     binary, scen, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
     broken = _broken()
@@ -90,12 +74,12 @@ def body(tmp):
     said = []
     for name, out in (("one process", one), (f"DDP W = {WORLD}", ddp)):
         print(f"--- bf16 {name}" + (f" (PARITY_BF16_TEST_BREAK={broken})" if broken else ""))
-        code, root, ratio, row = worst_over_bound(binary, ref, out, os.path.join(tmp, "report.json"))
+        code, root, ratio, row = common.worst_over_bound(binary, ref, out, os.path.join(tmp, "report.json"))
         check(code == 0, f"bf16 {name} fails parity compare against the bf16 dump: {root}")
         said.append(f"{name} PASS, worst row {row} = {ratio:.3f} of its bound")
     common.smoke_refuses(ref, one, "a bf16 reference")  # the smoke check cannot judge it: exit 2, not a verdict
     print("--- planted bug: no_fp32_master")
-    code, root, _, _ = worst_over_bound(binary, ref, bad, os.path.join(tmp, "report.json"))
+    code, root, _, _ = common.worst_over_bound(binary, ref, bad, os.path.join(tmp, "report.json"))
     want = "rounded to bf16"
     check(code == 1 and root.startswith("root: param ") and " at step 0" in root and want in root,
           f"no_fp32_master: exit {code}, root {root!r}: expected exit 1, a param row at step 0, {want!r}")

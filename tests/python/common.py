@@ -1,6 +1,7 @@
 """Helpers of the parity_torch tests (tests/python/*_test.py): dumps from the parity binary,
 temporary directories, a verdict line that ctest matches, rank processes (spawn_ranks)."""
 import io
+import json
 import os
 import shutil
 import socket
@@ -55,6 +56,20 @@ def parity_verdict(binary, ref, got, root_prefix=None):
         check(code == 1 and root.startswith(root_prefix), f"parity compare: exit {code}, {root!r}, expected exit 1 "
                                                           f"and a root line starting {root_prefix!r}")
     return root
+
+
+def worst_over_bound(binary, ref, got, report):
+    """parity compare's verdict (exit, root) and its worst row: (error / bound, row name)."""
+    r = subprocess.run([binary, "compare", ref, got, "--report", report], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    print(r.stdout, end="")
+    root = next((line for line in r.stdout.splitlines() if line.startswith("root: ")), "")
+    if r.returncode not in (0, 1):
+        raise Failed(f"parity compare {got}: exit {r.returncode}")
+    rows = json.load(open(report))["rows"]
+    ratio = lambda row: row["norm_rel"] / row["tol"] if row["tol"] > 0 else 0.0  # noqa: E731
+    w = max(rows, key=ratio)
+    return r.returncode, root, ratio(w), f"{w['quantity']} {w['subject']} {w['norm_rel']:.3g} / {w['tol']:.3g}"
 
 
 def smoke_refuses(ref, got, why):

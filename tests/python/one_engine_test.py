@@ -1,7 +1,8 @@
 """`python3 -m parity_torch.compare` has one diagnosis engine (issue 46, item 3): where the
 parity binary is found (--parity, $PARITY_BINARY, PATH) it runs `parity compare` and returns its
-exit code; elsewhere, or with --smoke, it runs its own check with fixed tolerances and says so;
-a named binary that cannot run is bad input (2).
+exit code; elsewhere, or with --smoke, it runs its own check with fixed tolerances and says so,
+and its FAIL says that it reads no signature (only `parity compare` does); a named binary that
+cannot run is bad input (2).
 
 Usage: one_engine_test.py PARITY_BINARY
 """
@@ -57,6 +58,11 @@ def body(tmp):
     check(code == 0 and smoke in out and engine not in out, f"no binary: exit {code}\n{out[-2000:]}")
     code, out = run([ref, got, "--smoke", "--parity", binary], path=bare)
     check(code == 0 and smoke in out and engine not in out, f"--smoke: exit {code}\n{out[-2000:]}")
+    # the smoke check's FAIL says plainly that it reads no signature (issue 46e item 6)
+    code, out = run([ref, bad], path=bare)
+    check(code == 1 and smoke in out and "root: grad head at step 0" in out and
+          "no signature read" in out and "run `parity compare` for the diagnosis" in out,
+          f"the smoke check on a planted bug: exit {code}\n{out[-2000:]}")
     code, out = run([ref, got, "--parity", os.path.join(tmp, "no_such_parity")], path=bare)
     check(code == 2 and "not an executable file" in out, f"a missing binary: exit {code}\n{out[-2000:]}")
     return "parity compare through --parity, $PARITY_BINARY and PATH; the smoke check said so without one"

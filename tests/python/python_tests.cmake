@@ -125,7 +125,11 @@ set_tests_properties(python.signatures PROPERTIES LABELS "python;multiprocess" P
 # shards, Partial LayerNorm and router gradients) and an FSDP-style flat-shard run (dp 4), each rank's shards
 # collected with their placements, must pass `parity compare`; a TP shard's gradient not summed over dp, a wrong
 # shard offset, a Partial gradient recorded as Replicate and a flat piece's offset recorded one element early must
-# each fail with root "shards at step 0", named
+# each fail with root "shards at step 0", named. Issue 46e: the same TP loop clipping by the global norm (clip 0.5)
+# and a hand-written HSDP loop (rep 2 x shard 2, flat pieces replicated over rep) must pass; a Partial gradient's
+# part left out of the dp all-reduce (its sum over tp cross-checked), HSDP's gradients not reduced over the
+# replicas (root "shards at step 0") and each rank clipping by its own shards' norm (root "clip_coef at step 0",
+# the ranks' coefficients named) must fail
 parity_python_test(shards python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 2)
 set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
 # issue 46 item 6: bf16 in parity_torch: parity's bf16 policy (precision.py: bf16 storage points, fp32 masters,
@@ -133,3 +137,8 @@ set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCE
 # --precision bf16` reference; the planted bug no_fp32_master must fail with root "param ... rounded to bf16"
 parity_python_test(bf16 python bf16_test.py $<TARGET_FILE:parity> fsdp4_uneven_b9_mb2 10)
 set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 46e item 1: the hand-sharded TP + SP layout (dp 2 x tp 2) under parity's bf16 policy against `parity dump
+# --precision bf16` must pass (worst row over its bound printed); a TP shard's gradient not summed over dp must fail
+# with root "shards at step 0", the sharded parameters left in bf16 (no_fp32_master) with "param ... rounded to bf16"
+parity_python_test(shards.bf16 python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 10 bf16)
+set_tests_properties(python.shards.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

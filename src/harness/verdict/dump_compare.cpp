@@ -133,6 +133,8 @@ class Comparer {
                                 const std::vector<double>& ref);
   // The shards row at step t (a sharded gradient's worst shard goes on its failing row's flow_tensor).
   void shards_row(int64_t t);
+  // Whether the step's replicas record (dump_split.h) finds a rank's whole parameters apart.
+  bool replica_params_differ(int64_t t) const;
   std::vector<Row>& rows() { return rows_; }
   // What the candidate recorded of its split, for the signatures (verdict_signature.h).
   void split_into(LayoutDegrees& d) const {
@@ -209,6 +211,14 @@ std::vector<double> Comparer::candidate(const SafetensorsFile& G, int64_t t, con
   return v;
 }
 
+bool Comparer::replica_params_differ(int64_t t) const {
+  const auto [rec, where] = got_.step_record(t, "replicas");
+  if (!rec.is_object() || !rec.contains("differ") || !rec["differ"].is_array()) return false;
+  for (const json& d : rec["differ"])
+    if (d.is_object() && d.value("what", std::string()) == "params") return true;
+  return false;
+}
+
 void Comparer::shards_row(int64_t t) {
   if (!plan_.any()) return;
   std::vector<std::string> bad = t == 0 ? init_problems_ : std::vector<std::string>{};
@@ -217,8 +227,10 @@ void Comparer::shards_row(int64_t t) {
     std::string d = key + ": " + c.first;
     const bool grads = key.rfind("grads.", 0) == 0;
     if (grads && !c.summed.empty()) {  // each copy its own part: a sum not taken, or not yet
-      const bool params_too = copies_.count("params." + key.substr(6)) > 0;
+      const std::string pkey = "params." + key.substr(6);  // held whole: rank 0's, its copies the replicas row's
+      const bool params_too = plan_.sharded(pkey) ? copies_.count(pkey) > 0 : replica_params_differ(t);
       d += "; summed over " + c.summed + ", the copies are the reference's gradient: each holds its own part, " +
+           std::string(plan_.sharded(pkey) ? "" : "the parameters held whole (the replicas row), ") +
            std::string(params_too ? "and the parameters' copies differ too: the step took it unsummed (a gradient "
                                     "not reduced over the Replicate dims)"
                                   : "and the parameters' copies agree: the step was right, the gradient was recorded "
@@ -314,6 +326,10 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   const Bound nb = with_explained(sb.grad_norm, vd::norm_explained_by_families(ref_sq, got_sq.data(), fams_, grad));
   vd::consider_scalar(norm, ng, nr, 0, "grad_norm", nb.value);
   vd::consider_scalar(clip, cg, cr, 0, "clip_coef", nb.value);
+  if (clip.verdict == RowVerdict::fail) {  // each rank's own coefficient, where recorded (dump_split.h)
+    const auto [rec, where] = got_.step_record(t, "clip_coefs");
+    clip.detail = clip_by_rank(rec, where, cr, nb.value);
+  }
   line.loss = lg, line.loss_ref = lr, line.loss_diff = lg - lr, line.grad_norm_rel = norm.norm_rel;
   line.clip_coef = cg, line.clip_ref = cr;
   if (norm.verdict == RowVerdict::ok && vd::family_norm_off(ref_sq, got_sq.data(), fams_, grad))

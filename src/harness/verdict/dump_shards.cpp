@@ -123,6 +123,36 @@ std::string ShardPlan::rank_words(int64_t r) const {
   return s;
 }
 
+namespace {
+
+// A rank's flat piece [offset, numel] of a tensor of `total` elements into s; its words.
+std::string flat_piece(const Dump& d, const json& piece, const std::string& at, int64_t total, Shard& s) {
+  if (!piece.is_array() || piece.size() != 2 || !piece[0].is_number_integer() || !piece[1].is_number_integer())
+    throw ConfigError(d.role, at + ": expected [offset, numel]");
+  const int64_t off = piece[0].get<int64_t>(), n = piece[1].get<int64_t>();
+  if (off < 0 || n < 0 || off + n > total)
+    throw ConfigError(d.role, at + ": [" + std::to_string(off) + ", " + std::to_string(n) +
+                                  "] is outside the tensor's " + std::to_string(total) + " elements");
+  s.flat_offset = off;
+  for (int64_t i = 0; i < n; ++i) s.index.push_back(off + i);
+  return "flat " + std::to_string(off) + ".." + std::to_string(off + n - 1);
+}
+
+}  // namespace
+
+std::vector<std::string> ShardPlan::flat_replicas(const Dump& d, const json& spec, const std::string& at) const {
+  std::vector<std::string> out(dims_.size());
+  if (!spec.contains("replicate")) return out;
+  if (!spec["replicate"].is_array())
+    throw ConfigError(d.role, at + ".replicate: expected the mesh dims the flat pieces are copies over");
+  for (const json& v : spec["replicate"]) {
+    const auto k = v.is_string() ? std::find(dims_.begin(), dims_.end(), v.get<std::string>()) : dims_.end();
+    if (k == dims_.end()) throw ConfigError(d.role, at + ".replicate: " + v.dump() + " is not a mesh dim");
+    out[static_cast<size_t>(k - dims_.begin())] = *k;
+  }
+  return out;
+}
+
 ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std::string& where, const std::string& key,
                               const std::string& name, const Shape& shape) const {
   const json& spec = placements_.at(key);
@@ -149,6 +179,14 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
   } else if (!spec["flat"].is_array() || spec["flat"].size() != coords_.size()) {
     throw ConfigError(d.role, at + ": \"flat\" holds one [offset, numel] per rank (" + std::to_string(coords_.size()) +
                                   ")");
+  } else {
+    t.replicate = flat_replicas(d, spec, at);
+  }
+  if (!flat) {
+    t.replicate.assign(dims_.size(), ""), t.partial.assign(dims_.size(), "");
+    for (size_t k = 0; k < places.size(); ++k)
+      if (places[k].kind == Place::replicate) t.replicate[k] = dims_[k];
+      else if (places[k].kind == Place::partial) t.partial[k] = dims_[k];
   }
   std::map<std::vector<int64_t>, int64_t> rep_at;  // representative's coordinates -> its shard
   std::vector<std::vector<int64_t>> rep_of(coords_.size());  // a copy's representative's coordinates
@@ -157,28 +195,12 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
     s.rank = static_cast<int64_t>(r), s.coords = coords_[r];
     std::string how;
     if (flat) {
-      const json& piece = spec["flat"][r];
-      if (!piece.is_array() || piece.size() != 2 || !piece[0].is_number_integer() || !piece[1].is_number_integer())
-        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: expected [offset, numel]");
-      const int64_t off = piece[0].get<int64_t>(), n = piece[1].get<int64_t>();
-      if (off < 0 || n < 0 || off + n > numel(t.stored))
-        throw ConfigError(d.role, at + ".flat[" + std::to_string(r) + "]: [" + std::to_string(off) + ", " +
-                                      std::to_string(n) + "] is outside the tensor's " +
-                                      std::to_string(numel(t.stored)) + " elements");
-      s.flat_offset = off;
-      for (int64_t i = 0; i < n; ++i) s.index.push_back(off + i);
-      how = "flat " + std::to_string(off) + ".." + std::to_string(off + n - 1);
+      how = flat_piece(d, spec["flat"][r], at + ".flat[" + std::to_string(r) + "]", numel(t.stored), s);
     } else {
-      t.replicate.assign(dims_.size(), "");
-      for (size_t k = 0; k < places.size(); ++k)
-        if (places[k].kind == Place::replicate) t.replicate[k] = dims_[k];
       for (int64_t len : t.stored) s.box.emplace_back(0, len);
-      std::vector<int64_t> rep = coords_[r];
       for (size_t k = 0; k < places.size(); ++k) {
         const Place& p = places[k];
         how += (how.empty() ? "" : ", ") + dims_[k] + " " + p.word;
-        if (p.kind == Place::replicate && rep[k] != 0)
-          rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
         if (p.kind != Place::shard) continue;
         auto& [lo, hi] = s.box[static_cast<size_t>(p.dim)];
         const int64_t len = hi - lo, cs = (len + sizes_[k] - 1) / sizes_[k], i = coords_[r][k];
@@ -187,9 +209,13 @@ ShardedTensor ShardPlan::load(const Dump& d, const SafetensorsFile& f, const std
       }
       s.index = box_index(s.box, t.stored);
       how += ": " + box_words(s.box, t.stored);
-      if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
-      else rep_of[r] = rep;
     }
+    std::vector<int64_t> rep = coords_[r];  // a copy's representative: coordinate 0 of the Replicate dims
+    for (size_t k = 0; k < rep.size(); ++k)
+      if (!t.replicate[k].empty() && rep[k] != 0)
+        rep[k] = 0, s.replicate_over += (s.replicate_over.empty() ? "" : ", ") + dims_[k];
+    if (s.replicate_over.empty()) rep_at[coords_[r]] = static_cast<int64_t>(r);
+    else rep_of[r] = rep;
     s.where = rank_words(s.rank) + "; " + how + ")";
     const std::string stored_name = name + "@" + std::to_string(r);
     if (!f.contains(stored_name))
@@ -250,30 +276,103 @@ std::vector<double> to_stored(const ShardedTensor& t, const std::vector<double>&
   return out;
 }
 
+namespace {
+
+bool is_partial(const ShardedTensor& t, size_t j) { return j < t.partial.size() && !t.partial[j].empty(); }
+
+// The shards on `from`'s line: the same coordinates as `from` except on the dims `free` marks.
+// Their values summed (they hold the same box or flat piece), and their ranks.
+std::vector<double> line_sum(const ShardedTensor& t, const Shard& from, const std::vector<bool>& free,
+                             std::vector<int64_t>* ranks = nullptr) {
+  std::vector<double> sum(from.values.size(), 0.0);
+  for (const Shard& s : t.shards) {
+    bool on = s.index == from.index;
+    for (size_t j = 0; on && j < s.coords.size(); ++j) on = free[j] || s.coords[j] == from.coords[j];
+    if (!on) continue;
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += s.values[i];
+    if (ranks) ranks->push_back(s.rank);
+  }
+  return sum;
+}
+
+std::string ranks_words(const std::vector<int64_t>& r) {
+  std::string s = r.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+  return s;
+}
+
+// What box `rep` sums to if each copy along Replicate dim k that differs from its representative
+// holds its own part: per part (its Partial coordinates), the copies along k summed where they
+// differ, the representative alone where they agree; `differs` set when any does.
+std::vector<double> own_parts_sum(const ShardedTensor& t, const Shard& rep, size_t k, bool& differs) {
+  std::vector<double> sum(rep.values.size(), 0.0);
+  for (const Shard& part : t.shards) {
+    bool on = part.copy_of < 0 && part.index == rep.index;
+    for (size_t j = 0; on && j < part.coords.size(); ++j) on = is_partial(t, j) || part.coords[j] == rep.coords[j];
+    if (!on) continue;
+    std::vector<double> line = part.values;
+    bool apart = false;
+    for (const Shard& s : t.shards) {
+      bool along = s.copy_of == part.rank;
+      for (size_t j = 0; along && j < s.coords.size(); ++j) along = j == k || s.coords[j] == part.coords[j];
+      if (!along) continue;
+      apart = apart || s.values != part.values || s.index != part.index;
+      if (s.index == part.index)
+        for (size_t i = 0; i < line.size(); ++i) line[i] += s.values[i];
+    }
+    differs = differs || apart;
+    const std::vector<double>& add = apart ? line : part.values;
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += add[i];
+  }
+  return sum;
+}
+
+// A copy that differs, when the tensor has Partial dims: its line's sum over them against the
+// reference's slice, beside its representative's line's.
+std::string partial_sum_check(const ShardedTensor& t, const Shard& s, const std::vector<double>& ref_stored,
+                              double bound) {
+  std::vector<bool> free(s.coords.size());
+  std::string over;
+  for (size_t j = 0; j < free.size(); ++j)
+    if ((free[j] = is_partial(t, j))) over += (over.empty() ? "" : ", ") + t.partial[j];
+  if (over.empty()) return "";
+  std::vector<int64_t> mine, theirs;
+  const std::vector<double> ref = gather_at(ref_stored, s.index);
+  const double e = normwise(line_sum(t, s, free, &mine), ref);
+  const double e0 = normwise(line_sum(t, t.shards[static_cast<size_t>(s.copy_of)], free, &theirs), ref);
+  char buf[160];
+  if (e <= bound) {
+    std::snprintf(buf, sizeof buf, "; its sum over %s (%s) is the reference's: the parts are split otherwise, their "
+                                   "sum agrees", over.c_str(), ranks_words(mine).c_str());
+    return buf;
+  }
+  std::snprintf(buf, sizeof buf, "; its sum over %s (%s) is not the reference's (normwise %.3g)", over.c_str(),
+                ranks_words(mine).c_str(), e);
+  return buf + std::string(e0 <= bound ? " while " + ranks_words(theirs) + "'s is" : ", nor " + ranks_words(theirs) +
+                                                                                          "'s");
+}
+
+}  // namespace
+
 std::vector<std::string> copies_differ(const ShardedTensor& t, const std::vector<double>& ref_stored, double bound,
                                        std::string& summed) {
   std::vector<std::string> out;
   for (const Shard& s : t.shards)
-    if (s.copy_of >= 0 && s.values != t.shards[static_cast<size_t>(s.copy_of)].values)
+    if (s.copy_of >= 0 && (s.values != t.shards[static_cast<size_t>(s.copy_of)].values ||
+                           s.index != t.shards[static_cast<size_t>(s.copy_of)].index))
       out.push_back(s.where + " differs from " + t.shards[static_cast<size_t>(s.copy_of)].where +
-                    " though Replicate over " + s.replicate_over);
+                    " though Replicate over " + s.replicate_over + partial_sum_check(t, s, ref_stored, bound));
   summed.clear();
   if (out.empty()) return out;
-  for (size_t k = 0; k < t.replicate.size(); ++k) {  // along one Replicate dim: each line of copies summed
+  for (size_t k = 0; k < t.replicate.size(); ++k) {  // along one Replicate dim: each box's parts summed
     if (t.replicate[k].empty()) continue;
     bool differ = false, all_match = true;
     for (const Shard& rep : t.shards) {
-      if (rep.copy_of >= 0) continue;
-      std::vector<double> sum(rep.values.size(), 0.0);
+      bool first_part = rep.copy_of < 0;  // one sum per box: from its part at coordinate 0 on the Partial dims
+      for (size_t j = 0; j < rep.coords.size(); ++j) first_part = first_part && (!is_partial(t, j) || !rep.coords[j]);
+      if (!first_part) continue;
       bool line_differs = false;
-      for (const Shard& s : t.shards) {
-        bool on_line = s.copy_of == rep.rank || &s == &rep;
-        for (size_t j = 0; on_line && j < s.coords.size(); ++j)
-          if (j != k && s.coords[j] != rep.coords[j]) on_line = false;
-        if (!on_line) continue;
-        for (size_t i = 0; i < sum.size(); ++i) sum[i] += s.values[i];
-        line_differs = line_differs || s.values != rep.values;
-      }
+      const std::vector<double> sum = own_parts_sum(t, rep, k, line_differs);
       if (!line_differs) continue;
       differ = true;
       all_match = all_match && normwise(sum, gather_at(ref_stored, rep.index)) <= bound;

@@ -14,7 +14,9 @@
 // sum over that dim); Megatron's "column" (output features split: Shard(0) of a transposed
 // (out, in) weight, Shard(1) of an (in, out) one) and "row" (input features split). Or "flat":
 // FSDP1's flat parameter, each rank a piece [offset, offset + numel) of the tensor flattened in
-// its stored layout, every element held by exactly one rank.
+// its stored layout, every element held by exactly one rank; with "replicate": ["rep"] (HSDP:
+// flat pieces replicated over another mesh dim) by exactly one rank at coordinate 0 of those
+// dims, every other rank a copy of the piece at its coordinates with those set to 0.
 // Bad records (a shape the placement does not give, a rank without its shard) are bad input:
 // ConfigError (exit 2) naming the rank and the placement. What a shard holds is judged:
 // dump_compare.cpp's "shards" row names a Replicate copy that differs (and whether the copies'
@@ -52,6 +54,7 @@ struct ShardedTensor {
   bool transposed = false;
   std::vector<Shard> shards;  // one per rank
   std::vector<std::string> replicate;  // per mesh dim: its name where the placement is Replicate, else ""
+  std::vector<std::string> partial;    // per mesh dim: its name where the placement is Partial, else ""
 };
 
 class ShardPlan {
@@ -72,6 +75,8 @@ class ShardPlan {
   std::vector<int64_t> sizes_;
   std::vector<std::vector<int64_t>> coords_;  // per rank
   std::string rank_words(int64_t r) const;
+  // A flat placement's "replicate": per mesh dim, its name where the pieces are copies over it.
+  std::vector<std::string> flat_replicas(const Dump& d, const nlohmann::json& spec, const std::string& at) const;
 };
 
 // The full tensor in parity's layout: representatives' values placed (Partial ones summed);
@@ -84,6 +89,10 @@ std::vector<double> to_stored(const ShardedTensor& t, const std::vector<double>&
 // Replicate copies that differ in their bits: "rank 3 (...) differs from rank 1 (...)"; `summed`
 // gets the Replicate dims along which the copies differ and their sum is the reference's within
 // `bound` (normwise, against `ref_stored`, the reference in the stored layout): each copy a part.
+// A tensor with Partial dims is summed over them too (a copy of a part is a part), and a copy
+// that differs is cross-checked on its Partial sum: "...; its sum over tp (ranks 2, 3) is not
+// the reference's (normwise 0.41) while rank 0's line's is" (or "...is the reference's: the
+// parts are split otherwise, their sum agrees").
 std::vector<std::string> copies_differ(const ShardedTensor& t, const std::vector<double>& ref_stored, double bound,
                                        std::string& summed);
 // A shard that is not the reference's slice where its placement puts it, but is bit for bit the

@@ -1,6 +1,8 @@
 // A candidate's batch split checked as a set (dump_split.h).
 #include "harness/verdict/dump_split.h"
 
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -97,6 +99,32 @@ std::vector<std::string> replica_differences(const nlohmann::json& rec, const st
                   ")");
   }
   return out;
+}
+
+std::string clip_by_rank(const nlohmann::json& rec, const std::string& where, double ref_clip, double bound) {
+  if (rec.is_null()) return "";
+  if (!rec.is_array()) throw ConfigError(where, "expected an array: each rank's clip coefficient (or null)");
+  std::vector<std::pair<size_t, double>> c;
+  for (size_t r = 0; r < rec.size(); ++r) {
+    if (rec[r].is_null()) continue;
+    if (!rec[r].is_number() || !std::isfinite(rec[r].get<double>()))
+      throw ConfigError(where + "[" + std::to_string(r) + "]", "expected a finite number or null");
+    c.emplace_back(r, rec[r].get<double>());
+  }
+  double lo = INFINITY, hi = -INFINITY;
+  for (const auto& [r, v] : c) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (c.size() < 2 || hi - lo <= bound * std::max(std::abs(hi), std::abs(lo))) return "";
+  std::string s;
+  char buf[48];
+  for (size_t k = 0; k < c.size() && k < 4; ++k) {
+    std::snprintf(buf, sizeof buf, "%.4g", c[k].second);
+    s += (k ? ", rank " : "rank ") + std::to_string(c[k].first) + (k ? " by " : " clipped by ") + buf;
+  }
+  if (c.size() > 4) s += ", ...";
+  std::snprintf(buf, sizeof buf, "%.4g", ref_clip);
+  return s + " (the reference by " + buf + "): the ranks clipped by different coefficients, each by its own norm " +
+         "(the local shards' or replica's, not the global norm: sum the squared norms over the ranks that hold " +
+         "different shards before clipping)";
 }
 
 }  // namespace parity

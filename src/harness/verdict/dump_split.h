@@ -32,4 +32,12 @@ SplitCheck check_split(const std::vector<double>& rows, int64_t batch, int64_t m
 // ConfigError naming `where` when the record is not of that form.
 std::vector<std::string> replica_differences(const nlohmann::json& rec, const std::string& where, int64_t& pairs);
 
+// Every rank's clip coefficient (issue 46e): the Collector's step record "clip_coefs", one
+// measured <g after, g before> / |g before|^2 per rank (null: that rank had none to measure).
+// When two ranks' differ by more than `bound` (relative), the clip was not one global
+// coefficient: "rank 0 clipped by 0.61, rank 1 by 0.72 (the reference by 0.52): ...", naming a
+// clip by each rank's own (local shards') norm; "" otherwise. ConfigError naming `where` when
+// the record is not an array of numbers and nulls.
+std::string clip_by_rank(const nlohmann::json& rec, const std::string& where, double ref_clip, double bound);
+
 }  // namespace parity

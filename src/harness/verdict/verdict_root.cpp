@@ -227,10 +227,11 @@ RootCause find_root(const VerdictReport& r) {
   const Row& rr = r.rows[root.row];
   // A wrong grad norm is read by its parts per family (the row's detail), not its total.
   // So is a replica that drifted apart: no scale, the groups and ranks that differ; and the
-  // inputs: the sequences a split dropped or took twice, named by index (dump_split.h).
-  const bool by_detail =
-      (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs" || rr.quantity == "shards") &&
-      !rr.detail.empty();
+  // inputs: the sequences a split dropped or took twice, named by index (dump_split.h); and a
+  // clip_coef that differs between the ranks (each clipped by its own norm, dump_split.h).
+  const bool by_detail = (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs" ||
+                          rr.quantity == "shards" || rr.quantity == "clip_coef") &&
+                         !rr.detail.empty();
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
     if (std::string p = precision_meaning(rr, r.precision); !p.empty()) root.factor = "1: " + p;
