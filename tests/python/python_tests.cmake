@@ -133,3 +133,9 @@ set_tests_properties(python.shards PROPERTIES LABELS "python;multiprocess" PROCE
 # --precision bf16` reference; the planted bug no_fp32_master must fail with root "param ... rounded to bf16"
 parity_python_test(bf16 python bf16_test.py $<TARGET_FILE:parity> fsdp4_uneven_b9_mb2 10)
 set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: traces in `parity dump --trace`, parity_torch's trace map (forward and backward hooks by
+# module name) and `parity compare`: a DDP loop of the test's own (W = 2, gloo), clean and traced must pass with
+# every traced tensor within its bound; LayerNorm eps 1e-6 in layers.1.ln2 on rank 1 must fail with the root
+# line naming "enters at layer 1 ln2, forward, ..., rank 1 (dp 1)"; untraced, no hook, no file, the same steps
+parity_python_test(trace python trace_test.py $<TARGET_FILE:parity> 2)
+set_tests_properties(python.trace PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/verdict/verdict_root.h"
+#include "model/config.h"
 #include "model/trace.h"
 
 namespace parity::trace_verdict {
@@ -51,5 +52,13 @@ struct Result {
 Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<double>& all, int world,
                        const std::vector<double>& bounds, const std::vector<std::string>& coords,
                        const StepShape& shape, const LayoutDegrees& degrees);
+
+// The step's shape and the keys a model of config c records, in data-flow order.
+StepShape step_shape(const ModelConfig& c);
+std::vector<trace::Key> trace_keys(const ModelConfig& c);
+
+// A key's full tensor in a dump (dump --trace, parity_torch's trace.py): "trace.fwd.layers.1.q",
+// "trace.bwd.embed", "trace.fwd.final_ln", stored (B, S, columns), sequence g of the step at row g.
+std::string tensor_name(const trace::Key& k, int64_t layers);
 
 }  // namespace parity::trace_verdict
