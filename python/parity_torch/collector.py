@@ -137,7 +137,7 @@ class Collector:
         for layer, m in self.moe.items():
             m.register_forward_hook(lambda mod, inp, out, layer=layer: self._pending[layer].append(mod.chosen))
         self._reset()
-        self.tracer = Tracer(self.model, self.cfg, trace) if trace else None  # hooks by module name
+        self.tracer = Tracer(self.model, self.cfg, trace, self.dp, self.tp) if trace else None  # hooks by module
         if self.writer:
             os.makedirs(out_dir, exist_ok=True)
         tensors = self._params()
@@ -382,6 +382,8 @@ class Collector:
              "files": self.files, "steps": self.steps}
         if self.tracer:
             m["trace_files"] = self.tracer.files
+            if self.tracer.ranks:
+                m["trace_ranks"] = self.tracer.ranks
         if self.shard:
             m["mesh"] = {"dims": self.shard.dims, "shape": self.shard.sizes, "ranks": self.shard.coords}
             m["placements"] = self.placements

@@ -139,3 +139,8 @@ set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESS
 # line naming "enters at layer 1 ln2, forward, ..., rank 1 (dp 1)"; untraced, no hook, no file, the same steps
 parity_python_test(trace python trace_test.py $<TARGET_FILE:parity> 2)
 set_tests_properties(python.trace PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: each rank's shard of a traced tensor with its placement: sp_test.py's sequence-parallel emulation
+# on dp 1 x tp 2 (W = 2), the LayerNorms' outputs {"tp": "Shard(1)"}: clean passes; LayerNorm eps 1e-6 in
+# layers.1.ln2 on tp rank 1 alone must be named "enters at layer 1 ln2, forward, ..., rank 1 (dp 0, tp 1)"
+parity_python_test(trace_sp python trace_sp_test.py $<TARGET_FILE:parity> 2)
+set_tests_properties(python.trace_sp PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

@@ -59,6 +59,21 @@ std::vector<int> rank_of_sequence(const Dump& got, const Dump& ref, int64_t t, i
   return out;
 }
 
+// Under tp (parity_torch's trace.py): each (sequence, position) row's world rank, "trace_owner.fwd.NAME"
+// (B, S) int64, and every rank's coordinates, the manifest's "trace_ranks"; empty where not recorded.
+std::vector<int> owners(const Dump& got, const SafetensorsFile& G, const std::string& name, const std::string& where,
+                        const ModelConfig& c, int world) {
+  const std::string own = "trace_owner" + name.substr(5);
+  if (world == 0 || !G.contains(own)) return {};
+  if (G.shape(own) != Shape{c.batch, c.seq})
+    throw ConfigError("candidate", got.dir + where + ": \"" + own + "\" has shape " + shape_str(G.shape(own)) +
+                                       ", expected (B, S)");
+  std::vector<int> out;
+  for (double r : stored_doubles(got, G, got.dir + where, own, Stored::integer))
+    out.push_back(r >= 0 && r < world ? static_cast<int>(r) : 0);
+  return out;
+}
+
 double noise_of(const Dump& ref, int64_t t, const std::string& name, const Precision& p) {
   const auto [rec, where] = ref.step_record(t, "trace_noise");
   if (!rec.is_object() || !rec.contains(name)) return NAN;  // not measured: the floor decides
@@ -92,6 +107,10 @@ void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const 
   const SafetensorsFile R = rt.file(t), G = gt.file(t, &rt);
   int world = 1;
   const std::vector<int> rank_of = rank_of_sequence(got, ref, t, c.batch, world);
+  std::vector<std::string> coords;  // under tp: every rank's coordinates (trace.py's trace_ranks)
+  if (const json r = got.manifest.value("trace_ranks", json()); r.is_array() && !r.empty() && r.size() <= 65536)
+    for (const json& x : r) coords.push_back(x.is_string() ? x.get<std::string>() : x.dump());
+  if (!coords.empty()) world = static_cast<int>(coords.size());
   const std::vector<trace::Key> all_keys = trace_verdict::trace_keys(c);
   const trace_verdict::StepShape shape = trace_verdict::step_shape(c);
   const double pb = t > 0 && static_cast<size_t>(t) <= param_bound.size() ? param_bound[t - 1] : 0.0;
@@ -114,10 +133,14 @@ void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const 
     require_finite_reference(rt, t, name, r);
     const std::vector<double> x = stored_doubles(gt, G, got.dir + where, name, Stored::real);
     const int64_t per_seq = static_cast<int64_t>(r.size()) / std::max<int64_t>(c.batch, 1);
+    const std::vector<int> own = owners(got, G, name, where, c, coords.empty() ? 0 : world);
+    const int64_t per_row = per_seq / std::max<int64_t>(c.seq, 1);
     std::vector<trace_verdict::Sums> s(static_cast<size_t>(world));
-    for (size_t i = 0; i < r.size(); ++i)
-      s[static_cast<size_t>(rank_of[static_cast<size_t>(static_cast<int64_t>(i) / per_seq)])].add(
-          x[i], r[i], static_cast<int64_t>(i));
+    for (size_t i = 0; i < r.size(); ++i) {
+      const auto j = static_cast<int64_t>(i);
+      const int rank = own.empty() ? rank_of[static_cast<size_t>(j / per_seq)] : own[static_cast<size_t>(j / per_row)];
+      s[static_cast<size_t>(rank)].add(x[i], r[i], j);
+    }
     keys.push_back(k), sums.push_back(std::move(s));
     bounds.push_back(trace_bound(c.precision(), static_cast<double>(r.size()), noise_of(ref, t, name, c.precision()),
                                  pb, t == 0)
@@ -126,8 +149,8 @@ void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const 
   std::vector<double> packed;  // per rank, per key (trace_verdict.h)
   for (int w = 0; w < world; ++w)
     for (const auto& s : sums) s[static_cast<size_t>(w)].pack(packed);
-  std::vector<std::string> coords;
-  for (int w = 0; w < world; ++w) coords.push_back(world > 1 ? "dp " + std::to_string(w) : "");
+  for (auto w = static_cast<int>(coords.size()); w < world; ++w)
+    coords.push_back(world > 1 ? "dp " + std::to_string(w) : "");
   trace_verdict::Result res = trace_verdict::first_diverging(keys, packed, world, bounds, coords, shape, rep.degrees);
   res.lines.insert(res.lines.begin() + 1, "  traced step " + std::to_string(t) +
                                               (pb > 0 ? " (bounds at least the parameters' drift before it)" : ""));
