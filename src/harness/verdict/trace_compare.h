@@ -4,7 +4,8 @@
 // compared key by key in data-flow order by trace_verdict::first_diverging, the judgment `parity run
 // --trace` uses: each key's bound from the reference's twin (`trace_noise`, tolerance.h trace_bound),
 // every element counted for the data-parallel rank that computed its sequence (the candidate's
-// `sequences`), the first key over its bound named with its micro-batch, rank and element.
+// `sequences`), or under tp for the rank that computed its row (`trace_owner.fwd.NAME` (B, S) and the
+// manifest's `trace_ranks`), the first key over its bound named with its micro-batch, rank and element.
 #pragma once
 #include <cstdint>
 #include <vector>
