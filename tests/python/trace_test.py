@@ -15,6 +15,7 @@ import datetime
 import filecmp
 import json
 import os
+import shutil
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 import sys
@@ -123,6 +124,28 @@ def body(tmp):
         check(filecmp.cmp(os.path.join(off, f), os.path.join(clean, f), shallow=False),
               f"{f}: the traced run's step differs from the untraced one's (the trace moved a number)")
     said.append("off: no hook, no file, step files identical")
+    # --trace-steps 1: step 0's traces only, still compared (the step compare traces)
+    ref1 = os.path.join(tmp, "ref1")
+    r = common.subprocess.run(cmd[:3] + [ref1] + cmd[4:] + ["--trace-steps", "1"], stdout=common.subprocess.PIPE,
+                              stderr=common.subprocess.STDOUT, text=True)
+    listed = [f["step"] for f in json.load(open(os.path.join(ref1, "manifest.json"))).get("trace_files", [])]
+    check(r.returncode == 0 and listed == [0] and not os.path.exists(os.path.join(ref1, "trace_000001.safetensors")),
+          f"--trace-steps 1: exit {r.returncode}, traced steps {listed}, expected [0] alone")
+    code, out, _ = common.parity_compare(binary, ref1, clean)
+    check(code == 0 and "  no traced tensor over its bound" in out.splitlines(), "--trace-steps 1: step 0 not compared")
+    # a traced tensor of another shape is bad input (exit 2, named), never read past its end
+    from parity_torch import safetensors
+    bad = os.path.join(tmp, "bad_shape")
+    shutil.copytree(clean, bad)
+    f = os.path.join(bad, "trace_000000.safetensors")
+    tensors = safetensors.read(f)
+    tensors["trace.fwd.layers.1.ln2"] = tensors["trace.fwd.layers.1.ln2"][:, :4].contiguous()
+    safetensors.write(f, tensors)
+    r = common.subprocess.run([binary, "compare", ref, bad], stdout=common.subprocess.PIPE,
+                              stderr=common.subprocess.STDOUT, text=True)
+    check(r.returncode == 2 and "\"trace.fwd.layers.1.ln2\" has shape (9, 4, 16)" in r.stdout,
+          f"a traced tensor of another shape: exit {r.returncode}, {r.stdout[-300:]!r}: expected exit 2 naming it")
+    said.append("--trace-steps 1: step 0 alone; a wrong shape: exit 2")
     return " | ".join(said)
 
 
