@@ -115,7 +115,7 @@ Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<do
 }
 
 StepShape step_shape(const ModelConfig& c) {
-  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k};
+  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k, c.kv_dim()};
 }
 
 std::vector<trace::Key> trace_keys(const ModelConfig& c) {

@@ -29,8 +29,10 @@ struct Sums {
 struct StepShape {
   int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
   int64_t experts = 0, top_k = 0;
+  int64_t kv_dim = 0;  // k's and v's columns (grouped-query attention: fewer than dim); 0: dim
   int64_t cols(trace::Site s) const {
     using trace::Site;
+    if (s == Site::k || s == Site::v) return kv_dim > 0 ? kv_dim : dim;
     if (s == Site::logits) return vocab;
     if (s == Site::router || s == Site::scores) return experts;
     if (s == Site::route_w) return top_k;
