@@ -81,6 +81,7 @@ from .model import buffer_map, name_map as reference_name_map
 from .optim import clip_coefficient
 from .scenario import scenario_json
 from .shards import Sharding, all_ranks as _all, gather_shards, local_tensor
+from .trace import Tracer
 
 
 def _full(t):
@@ -111,7 +112,7 @@ def _dist():
 
 class Collector:
     def __init__(self, out_dir, scenario, model, name_map=None, buffers=None, group=None, dp=None, tp=None,
-                 mesh=None, placements=None, grad_placements=None, local=None):
+                 mesh=None, placements=None, grad_placements=None, local=None, trace=None):
         """scenario: a parity_torch Scenario (its raw JSON is written to the manifest); model: the
         module or its DistributedDataParallel wrapper; group: the data-parallel process group
         (default: the world); dp: (rank, size) in it (default: the group's rank and size, or
@@ -119,7 +120,8 @@ class Collector:
         (0, 1) by default: recorded in the manifest, and only tp rank 0 writes. mesh, placements,
         grad_placements: the tensors each rank holds a shard of (shards.py); then the world's rank 0
         writes. local: {torch name: this rank's shard} where the module does not hold it (a flat
-        piece kept outside the module); grads() and step() take the same."""
+        piece kept outside the module); grads() and step() take the same. trace: a trace map (model.trace_map:
+        (parity trace name, module name, "out" | "in")): each step's traced tensors too (trace.py)."""
         self.out, self.scn, self.cfg = out_dir, scenario, scenario.model
         ddp = torch.nn.parallel.DistributedDataParallel
         self.model = model.module if isinstance(model, ddp) else model
@@ -140,6 +142,7 @@ class Collector:
         for layer, m in self.moe.items():
             m.register_forward_hook(lambda mod, inp, out, layer=layer: self._pending[layer].append(mod.chosen))
         self._reset()
+        self.tracer = Tracer(self.model, self.cfg, trace, self.dp, self.tp) if trace else None  # hooks by module
         if self.writer:
             os.makedirs(out_dir, exist_ok=True)
         tensors = self._params()
@@ -185,6 +188,8 @@ class Collector:
         bad = [g for g in index if not 0 <= g < self.cfg.batch]
         if bad:
             raise ValueError(f"micro-batch {mb}: sequence {bad[0]} is not in the batch (0 .. {self.cfg.batch - 1})")
+        if self.tracer:
+            self.tracer.micro(loss_part, index)
         self._micro.append(float(loss_part.detach()))
         self._rows.append((index, self.dp[0], mb, inputs.detach().cpu().clone(), targets.detach().cpu().clone()))
         for l, pend in self._pending.items():
@@ -279,6 +284,7 @@ class Collector:
         rows = self._gather(self._rows)
         chosen = {l: self._gather(c) for l, c in self._chosen.items()}
         shards.update(self._shard_file("params", "params.", *self._local("params", local)))
+        traced = self.tracer.gather(self._gather) if self.tracer else None  # a collective over the group
         if self.writer:
             inputs = torch.full((B, S), -1, dtype=torch.int64)
             targets = torch.full((B, S), -1, dtype=torch.int64)
@@ -313,6 +319,8 @@ class Collector:
                 t[f"layers.{l}.moe.expert_bias"] = params[f"layers.{l}.moe.expert_bias"]
                 t[f"layers.{l}.moe.chosen"] = full
             self._write(step_file(self.t), t, self.t)
+            if traced is not None:
+                self.tracer.write(self.out, self.t, traced)
             self.steps.append({"step": self.t, "loss": float(micro.sum()), "grad_norm": norm,
                                "clip_coef": clip_coef})
             if replicas is not None:
@@ -389,6 +397,10 @@ class Collector:
              "conventions": CONVENTIONS,
              "parameters": [{"name": p, "shape": shapes[p], "family": f} for p, _, _, f in self.map],
              "files": self.files, "steps": self.steps}
+        if self.tracer:
+            m["trace_files"] = self.tracer.files
+            if self.tracer.ranks:
+                m["trace_ranks"] = self.tracer.ranks
         if self.shard:
             m["mesh"] = {"dims": self.shard.dims, "shape": self.shard.sizes, "ranks": self.shard.coords}
             m["placements"] = self.placements

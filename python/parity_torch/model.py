@@ -59,6 +59,31 @@ def name_map(cfg):
     return out
 
 
+def trace_map(cfg):
+    """[(parity trace name, torch module name, "out" | "in")]: where this model computes the tensors parity
+    traces (model/trace.h; trace.py hooks them): each module's output, or its first input. q and k are
+    left out under QK-norm or rope (parity traces them after those, the projections before); the
+    router's scores, the routing weights, the experts' outputs and the combine have no module here,
+    nor the tied head's logits."""
+    out = [("embed", "embed", "out")]
+    for l in range(cfg.layers):
+        p = f"layers.{l}"
+        out.append((f"{p}.ln1", f"{p}.ln1", "out"))
+        raw_qk = cfg.qk_norm != "rmsnorm" and cfg.position != "rope"
+        out += [(f"{p}.{x}", f"{p}.attn.w{x}", "out") for x in (("q", "k", "v") if raw_qk else ("v",))]
+        out += [(f"{p}.attn", f"{p}.attn.wo", "in"), (f"{p}.attn_out", f"{p}.attn.wo", "out"),
+                (f"{p}.h_mid", f"{p}.ln2", "in"), (f"{p}.ln2", f"{p}.ln2", "out")]
+        if cfg.is_moe(l):
+            out.append((f"{p}.router", f"{p}.moe.router.gate", "out"))
+            if cfg.shared_experts > 0:
+                out.append((f"{p}.shared", f"{p}.moe.shared", "out"))
+        out += [(f"{p}.ffn_out", f"{p}.moe" if cfg.is_moe(l) else f"{p}.mlp", "out"), (f"{p}.h_out", p, "out")]
+    out.append(("final_ln", "final_ln", "out"))
+    if not cfg.tie_embeddings:
+        out.append(("logits", "lm_head", "out"))
+    return out
+
+
 def buffer_map(cfg):
     """[(parity name, torch buffer name)]: the expert bias of each MoE layer."""
     return [(f"layers.{l}.moe.expert_bias",) * 2 for l in range(cfg.dense_layers, cfg.layers)]

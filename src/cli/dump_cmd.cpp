@@ -18,8 +18,8 @@ namespace {
 
 struct DumpOptions {
   std::string scenario, dir, device, precision;
-  int64_t steps = -1;
-  bool no_bounds = false;
+  int64_t steps = -1, trace_steps = -1;
+  bool no_bounds = false, trace = false;
 };
 
 }  // namespace
@@ -39,6 +39,14 @@ Command add_dump_command(CLI::App& app) {
       ->check(device_choice());
   sub->add_flag("--no-bounds", o->no_bounds,
                 "Skip the rounding twin (half the time); `parity compare` then holds rows to the floors alone");
+  sub->add_flag("--trace", o->trace,
+                "Also write each step's traced tensors (trace_NNNNNN.safetensors: every block's activations and\n"
+                "the gradients arriving at them, docs/verdict.md \"The trace\"), for `parity compare` to name\n"
+                "the first diverging one");
+  sub->add_option("--trace-steps", o->trace_steps,
+                  "With --trace: trace the first N steps only (a large model's traces are ~3x its step files;\n"
+                  "`parity compare` traces the first failing step, else step 0)")
+      ->check(non_negative_integer());
   sub->add_option("--precision,--dtype", o->precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16, bf16-reduce-bf16 or fp16")
       ->check(precision_choice());
@@ -53,7 +61,7 @@ Command add_dump_command(CLI::App& app) {
             one.device = d;
             require_memory(s, one, printable(o->scenario, 4096));  // exit 77 before allocating
             use_device(d);
-            return write_dump(s, o->dir, !o->no_bounds);
+            return write_dump(s, o->dir, !o->no_bounds, o->trace ? o->trace_steps : 0);
           }};
 }
 

@@ -94,5 +94,20 @@ TEST(TraceVerdict, TheSameInfinityOrNanOnBothSidesIsEqual) {
   EXPECT_EQ(t.worst_index, 0.0);
 }
 
+// Grouped-query attention: k and v have kv_dim columns (fewer than dim). A key traced on every one
+// of its elements is compared, not named "not mapped" for the dim - kv_dim columns it does not have.
+TEST(TraceVerdict, GroupedQueryKeysAndValuesHaveTheirOwnColumns) {
+  trace_verdict::StepShape gqa = kShape;
+  gqa.kv_dim = 4;  // 1 key / value head of 4 against 2 query heads' 8 columns
+  EXPECT_EQ(gqa.elements(trace::Site::k), 2.0 * 4 * 4);
+  EXPECT_EQ(gqa.elements(trace::Site::q), 2.0 * 4 * 8);
+  const std::vector<trace::Key> keys{{trace::Site::k, 0, trace::Dir::fwd}};
+  std::vector<Sums> s(1);
+  for (int64_t i = 0; i < 2 * 4 * 4; ++i) s[0].add(1.0, 1.0, i);
+  const auto r = trace_verdict::first_diverging(keys, packed({s}), 1, {1e-11}, {""}, gqa, {});
+  EXPECT_FALSE(r.found);
+  for (const std::string& line : r.lines) EXPECT_EQ(line.find("not mapped"), std::string::npos) << line;
+}
+
 }  // namespace
 }  // namespace parity

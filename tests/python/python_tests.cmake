@@ -142,3 +142,14 @@ set_tests_properties(python.bf16 PROPERTIES LABELS "python;multiprocess" PROCESS
 # with root "shards at step 0", the sharded parameters left in bf16 (no_fp32_master) with "param ... rounded to bf16"
 parity_python_test(shards.bf16 python shards_test.py $<TARGET_FILE:parity> fsdp2_tp2_sp_uneven_b3_mb2 10 bf16)
 set_tests_properties(python.shards.bf16 PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: traces in `parity dump --trace`, parity_torch's trace map (forward and backward hooks by
+# module name) and `parity compare`: a DDP loop of the test's own (W = 2, gloo), clean and traced must pass with
+# every traced tensor within its bound; LayerNorm eps 1e-6 in layers.1.ln2 on rank 1 must fail with the root
+# line naming "enters at layer 1 ln2, forward, ..., rank 1 (dp 1)"; untraced, no hook, no file, the same steps
+parity_python_test(trace python trace_test.py $<TARGET_FILE:parity> 2)
+set_tests_properties(python.trace PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: each rank's shard of a traced tensor with its placement: sp_test.py's sequence-parallel emulation
+# on dp 1 x tp 2 (W = 2), the LayerNorms' outputs {"tp": "Shard(1)"}: clean passes; LayerNorm eps 1e-6 in
+# layers.1.ln2 on tp rank 1 alone must be named "enters at layer 1 ln2, forward, ..., rank 1 (dp 0, tp 1)"
+parity_python_test(trace_sp python trace_sp_test.py $<TARGET_FILE:parity> 2)
+set_tests_properties(python.trace_sp PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)

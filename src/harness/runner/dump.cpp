@@ -18,6 +18,7 @@
 #include "core/safetensors.h"
 #include "core/text.h"
 #include "harness/runner/baseline.h"
+#include "harness/runner/dump_trace.h"
 #include "harness/runner/twin.h"
 #include "harness/scenario/scenario.h"
 
@@ -108,7 +109,8 @@ ordered_json noise_json(const std::vector<double>& noise) {
   return j;
 }
 
-template <class T> int dump(const Scenario& s, const std::string& dir, bool bounds) {
+template <class T> int dump(const Scenario& s, const std::string& dir, bool bounds, int64_t trace_steps) {
+  const bool trace = trace_steps != 0;
   prepare_output_dir("dir", dir);  // new, empty, or a dump parity wrote (docs/faults.md "Nothing lost")
   const DirLock lock("dir", dir);   // one writer per directory
   // An earlier dump's manifest would describe this dump's files until it ends: removed first,
@@ -120,7 +122,7 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
   BaselineRun<T> run(s);
   std::optional<TwinRun<T>> twin;
   if (bounds) twin.emplace(s);
-  ordered_json files = ordered_json::array(), steps = ordered_json::array();
+  ordered_json files = ordered_json::array(), steps = ordered_json::array(), traces = ordered_json::array();
   {
     ManifestFile mf("init.safetensors");
     SafetensorsWriter w;
@@ -129,13 +131,20 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
     files.push_back(mf.json(-1));
   }
   for (int64_t t = 0; t < s.steps; ++t) {
-    const std::vector<Tensor<T>> before = twin ? run.model().params.tensors : std::vector<Tensor<T>>{};
+    const std::vector<Tensor<T>> before = twin || trace ? run.model().params.tensors : std::vector<Tensor<T>>{};
+    const bool traced = trace && (trace_steps < 0 || t < trace_steps);
+    const std::vector<Buffer<T>> bias = traced ? run.model().expert_bias : std::vector<Buffer<T>>{};
     StepRecord<T> r = run.step(t, KeepGrads::yes);
     require_finite_baseline(r, run.model().params.specs, run.model().params.tensors);  // exit 4, as `run`
     if (twin) r.noise = twin->step(t, r, before, run.model().params.tensors, run.model().expert_bias);
     files.push_back(write_step(dir, s, run, r));
     steps.push_back({{"step", t}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"clip_coef", r.clip_coef}});
     if (twin) steps.back()["noise"] = noise_json(r.noise);
+    if (traced) {  // --trace: the step traced again from the same parameters (dump_trace.h)
+      TraceDumped d = write_trace_step<T>(dir, s, r, before, bias, bounds);
+      traces.push_back(std::move(d.file));
+      if (bounds) steps.back()["trace_noise"] = std::move(d.noise);
+    }
     std::printf("step %lld loss %.8f\n", static_cast<long long>(t), r.loss);
   }
   ordered_json params = ordered_json::array();
@@ -145,6 +154,7 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
                  {"entropy_floor", run.data().entropy_floor()}, {"conventions", conventions()},
                  {"parameters", params},          {"files", files},
                  {"steps", steps}};
+  if (trace) m["trace_files"] = traces;
   write_file_atomically(path, m.dump(2) + "\n", Replace{"\"format\": \"parity-dump/1\""}, "dump manifest", "dir");
   std::printf("wrote %zu files and manifest.json to %s\n", files.size(), dir.c_str());
   return 0;
@@ -152,8 +162,8 @@ template <class T> int dump(const Scenario& s, const std::string& dir, bool boun
 
 }  // namespace
 
-int write_dump(const Scenario& s, const std::string& dir, bool bounds) {
-  return with_real(s.model.dtype, [&](auto x) { return dump<decltype(x)>(s, dir, bounds); });
+int write_dump(const Scenario& s, const std::string& dir, bool bounds, int64_t trace_steps) {
+  return with_real(s.model.dtype, [&](auto x) { return dump<decltype(x)>(s, dir, bounds, trace_steps); });
 }
 
 }  // namespace parity

@@ -11,7 +11,8 @@ namespace parity {
 // Trains `s` on one device (the current one: core/device.h use_device) and writes DIR (new,
 // empty, or a dump parity wrote: docs/faults.md "Nothing lost"). Returns 0. bounds: also
 // train the rounding twin (harness/runner/twin.h) beside it and record its noise per step in
-// the manifest, the bounds `parity compare` holds a candidate to (twice the time).
-int write_dump(const Scenario& s, const std::string& dir, bool bounds = true);
+// the manifest, the bounds `parity compare` holds a candidate to (twice the time). trace_steps: also
+// the traced tensors of steps 0 .. trace_steps - 1 (-1: every step) and their twin's noise (dump_trace.h).
+int write_dump(const Scenario& s, const std::string& dir, bool bounds = true, int64_t trace_steps = 0);
 
 }  // namespace parity

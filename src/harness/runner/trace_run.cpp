@@ -83,31 +83,27 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
   return trace_fold(s, world, m, base, twin, planted, param_bound);
 }
 
-trace_verdict::StepShape step_shape(const ModelConfig& c) {
-  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k};
-}
-
-std::vector<trace::Key> trace_keys(const ModelConfig& c) {
-  return trace::flow_keys(c.layers, {c.moe_layers() > 0 ? c.dense_layers : -1, c.shared_experts > 0});
-}
-
-std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
-                               const trace::Recorder& mine, const ModelConfig& c) {
+std::vector<std::vector<double>> trace_full(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+                                            const ModelConfig& c) {
   const trace_verdict::StepShape shape = step_shape(c);
   std::vector<std::vector<double>> full(keys.size());  // the baseline's full tensor of the step, per key
-  const auto key_index = [&](const trace::Key& k) {
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] == k) return i;
-    return keys.size();
-  };
   for (const trace::Entry& e : base.entries) {
-    const size_t k = key_index(e.key);
-    if (k == keys.size()) continue;
-    auto& f = full[k];
+    const auto it = std::find(keys.begin(), keys.end(), e.key);
+    if (it == keys.end()) continue;
+    auto& f = full[static_cast<size_t>(it - keys.begin())];
     if (f.empty()) f.assign(static_cast<size_t>(shape.elements(e.key.site)), 0.0);
     for (size_t i = 0; i < e.data.size(); ++i)
       f[static_cast<size_t>(trace::global_index(e, static_cast<int64_t>(i), c.seq))] = e.data[i];
   }
+  return full;
+}
+
+std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+                               const trace::Recorder& mine, const ModelConfig& c) {
+  const std::vector<std::vector<double>> full = trace_full(keys, base, c);
+  const auto key_index = [&](const trace::Key& k) {
+    return static_cast<size_t>(std::find(keys.begin(), keys.end(), k) - keys.begin());
+  };
   std::vector<trace_verdict::Sums> sums(keys.size());
   for (const trace::Entry& e : mine.entries) {
     const size_t k = key_index(e.key);

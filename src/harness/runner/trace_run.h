@@ -42,9 +42,11 @@ template <class T> struct TracedStep {
                              const StepRecord<T>& b, const std::vector<Tensor<T>>& params, double param_bound) const;
 };
 
-// The step's shape and the keys a model of config c records, in data-flow order.
-trace_verdict::StepShape step_shape(const ModelConfig& c);
-std::vector<trace::Key> trace_keys(const ModelConfig& c);
+using trace_verdict::step_shape, trace_verdict::trace_keys;
+
+// The full tensors (B·S, columns, flat) of a one-device record, per key of `keys` (empty: not recorded).
+std::vector<std::vector<double>> trace_full(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+                                            const ModelConfig& c);
 
 // This rank's sums (trace_verdict::Sums, packed) of `mine` against `base`, per key of `keys`.
 std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,

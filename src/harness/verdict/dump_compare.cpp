@@ -18,6 +18,7 @@
 #include "harness/verdict/dump_read.h"
 #include "harness/verdict/dump_shards.h"
 #include "harness/verdict/dump_split.h"
+#include "harness/verdict/trace_compare.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
 #include "harness/verdict/verdict_detail.h"
@@ -136,6 +137,7 @@ class Comparer {
   // Whether the step's replicas record (dump_split.h) finds a rank's whole parameters apart.
   bool replica_params_differ(int64_t t) const;
   std::vector<Row>& rows() { return rows_; }
+  const std::vector<double>& param_bounds() const { return param_bound_; }  // per step, the largest
   // What the candidate recorded of its split, for the signatures (verdict_signature.h).
   void split_into(LayoutDegrees& d) const {
     d.batch = c_.batch, d.rank_sequences = rank_sequences_, d.own_mean_ratio = own_mean_;
@@ -178,6 +180,7 @@ class Comparer {
   std::map<std::string, Copies> copies_;             // by key, this step
   std::map<size_t, std::string> worst_shard_;        // a sharded gradient's worst shard, this step
   int64_t shards_seen_ = 0;
+  std::vector<double> param_bound_;  // per step: its largest param row bound (trace_compare.h)
 };
 
 std::vector<double> Comparer::candidate(const SafetensorsFile& G, int64_t t, const std::string& prefix, size_t p,
@@ -351,6 +354,8 @@ StepLine Comparer::step(int64_t t) {
     grad_bound_[g] = sb.grad[g].value;
   }
   if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
+  param_bound_.push_back(0);
+  for (size_t g = 0; g < n_; ++g) param_bound_.back() = std::max(param_bound_.back(), sb.param[g].value);
   StepLine line;
   line.step = t;
   inputs(t, R, G);
@@ -512,6 +517,7 @@ VerdictReport compare_dumps_impl(const DumpCompareOptions& o, const Dump& ref, c
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {
     return static_cast<int>(a.verdict) < static_cast<int>(b.verdict);
   });
+  compare_traces(rep, ref, got, cmp.param_bounds());  // issue 45: both dumps traced (trace_compare.h)
   return rep;
 }
 

@@ -48,6 +48,8 @@ std::string name_problem(const std::string& name) {
 
 }  // namespace
 
+std::string dump_file_name_problem(const std::string& name) { return name_problem(name); }
+
 double noise_ceiling(const Precision& p, size_t i) {
   if (i >= kNoiseFarGrad) return 1.0;  // a fraction of far elements (a bf16 twin reaches 1 on a few elements)
   const Quantity q = i == kNoiseLoss       ? Quantity::loss

@@ -40,6 +40,9 @@ namespace parity {
 // (bf16 twins measure up to 0.035 over 30 free-running steps); a far fraction at most 1.
 double noise_ceiling(const Precision& p, size_t i);
 
+// Why `name` (a manifest's file entry) is not a plain file name inside the dump's directory, or "".
+std::string dump_file_name_problem(const std::string& name);
+
 // The element kind a tensor must be stored as.
 enum class Stored { real, integer };
 

@@ -114,4 +114,18 @@ Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<do
   return out;
 }
 
+StepShape step_shape(const ModelConfig& c) {
+  return {c.batch, c.microbatches, c.seq, c.dim, c.vocab, c.layers, c.moe_layers(), c.experts, c.top_k, c.kv_dim()};
+}
+
+std::vector<trace::Key> trace_keys(const ModelConfig& c) {
+  return trace::flow_keys(c.layers, {c.moe_layers() > 0 ? c.dense_layers : -1, c.shared_experts > 0});
+}
+
+std::string tensor_name(const trace::Key& k, int64_t layers) {
+  const bool in_layer = k.layer >= 0 && k.layer < layers;
+  return std::string(k.dir == trace::Dir::fwd ? "trace.fwd." : "trace.bwd.") +
+         (in_layer ? "layers." + std::to_string(k.layer) + "." : std::string()) + trace::site_name(k.site);
+}
+
 }  // namespace parity::trace_verdict

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/verdict/verdict_root.h"
+#include "model/config.h"
 #include "model/trace.h"
 
 namespace parity::trace_verdict {
@@ -28,8 +29,10 @@ struct Sums {
 struct StepShape {
   int64_t batch = 0, microbatches = 1, seq = 0, dim = 0, vocab = 0, layers = 0, moe_layers = 0;
   int64_t experts = 0, top_k = 0;
+  int64_t kv_dim = 0;  // k's and v's columns (grouped-query attention: fewer than dim); 0: dim
   int64_t cols(trace::Site s) const {
     using trace::Site;
+    if (s == Site::k || s == Site::v) return kv_dim > 0 ? kv_dim : dim;
     if (s == Site::logits) return vocab;
     if (s == Site::router || s == Site::scores) return experts;
     if (s == Site::route_w) return top_k;
@@ -51,5 +54,13 @@ struct Result {
 Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<double>& all, int world,
                        const std::vector<double>& bounds, const std::vector<std::string>& coords,
                        const StepShape& shape, const LayoutDegrees& degrees);
+
+// The step's shape and the keys a model of config c records, in data-flow order.
+StepShape step_shape(const ModelConfig& c);
+std::vector<trace::Key> trace_keys(const ModelConfig& c);
+
+// A key's full tensor in a dump (dump --trace, parity_torch's trace.py): "trace.fwd.layers.1.q",
+// "trace.bwd.embed", "trace.fwd.final_ln", stored (B, S, columns), sequence g of the step at row g.
+std::string tensor_name(const trace::Key& k, int64_t layers);
 
 }  // namespace parity::trace_verdict
