@@ -3,6 +3,8 @@
 // shards row (copies that differ and their sum, a wrong offset, flat pieces that leave a gap).
 #include "harness/verdict/dump_shards.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -43,7 +45,8 @@ Fixture make(const json& mesh, const json& spec, const std::vector<std::pair<Sha
     t.data.assign(shards[r].second.begin(), shards[r].second.end());
     w.add("w@" + std::to_string(r), t);
   }
-  const std::string path = ::testing::TempDir() + "/dump_shards_test.safetensors";
+  // this process's own file: ctest runs the tests of this binary as processes side by side
+  const std::string path = ::testing::TempDir() + "/dump_shards_test_" + std::to_string(::getpid()) + ".safetensors";
   w.write(path);
   x.f = SafetensorsFile::read(path);
   return x;
