@@ -40,7 +40,7 @@ Command add_dump_command(CLI::App& app) {
   sub->add_flag("--no-bounds", o->no_bounds,
                 "Skip the rounding twin (half the time); `parity compare` then holds rows to the floors alone");
   sub->add_option("--precision,--dtype", o->precision,
-                  "Override the scenario's precision policy: fp64, fp32, bf16, bf16-reduce-bf16 or fp16")
+                  "Override the scenario's precision policy: fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8")
       ->check(precision_choice());
   return {sub, [o]() {
             Scenario s = load_scenario(o->scenario);

@@ -165,7 +165,7 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
         throw ConfigError("--scenarios", file + ": missing (run from the project root or name the scenario directory)");
       // fp16's scaler bugs under --precision of a policy without a scaler: cannot act (not run, passes)
       std::string cannot;
-      if (!o.precision.empty() && b->name.starts_with("fp16_")) {
+      if (!o.precision.empty() && (b->name.starts_with("fp16_") || b->name.starts_with("fp8_"))) {
         Scenario s = load_scenario(file);
         s.model.set_precision(parse_precision(o.precision, "--precision"));
         cannot = zoo_cannot_act(*b, s);
