@@ -3,16 +3,27 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/knobs.h"
 #include "core/precision.h"
+
+#include <cstdlib>
 
 namespace parity {
 
 namespace {
 thread_local const AmaxReduce* tl_split = nullptr;
 
+double grad_jitter_ulps() {
+  static const double j = [] {
+    const char* v = knob("PARITY_FP8_GRAD_JITTER");  // for measuring the choice (docs/precision.md "fp8")
+    return v != nullptr && *v != '\0' ? std::atof(v) : kFp8GradJitterUlps;
+  }();
+  return j;
+}
+
 template <class T> void jitter(T* x, int64_t n) {  // the rounding twin's move, as to_storage's
   if (!jitter_on()) return;
-  const double up = 1 + jitter_ulps() * 0x1p-24, down = 1 - jitter_ulps() * 0x1p-24;
+  const double up = 1 + grad_jitter_ulps() * 0x1p-24, down = 1 - grad_jitter_ulps() * 0x1p-24;
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
 }
 

@@ -42,8 +42,10 @@ TEST(Fp8, E4m3LiteralPatterns) {
   EXPECT_EQ(r4(1.0625), decode(Fp8::e4m3, 0x38));
   EXPECT_EQ(r4(1.1875), decode(Fp8::e4m3, 0x3a));
   EXPECT_EQ(r4(1.0625 + 0x1p-20), decode(Fp8::e4m3, 0x39));
-  EXPECT_EQ(r4(240.0), decode(Fp8::e4m3, 0x78));   // between 224 (0x77) and 256 (0x78, even): up
-  EXPECT_EQ(r4(416.0), decode(Fp8::e4m3, 0x7e));   // between 384 (0x7d) and 448 (0x7e, even): up
+  EXPECT_EQ(decode(Fp8::e4m3, 0x77), 240.0);       // 1.875 x 2^7
+  EXPECT_EQ(r4(248.0), decode(Fp8::e4m3, 0x78));   // between 240 (0x77) and 256 (0x78, even): up
+  EXPECT_EQ(r4(432.0), decode(Fp8::e4m3, 0x7e));   // between 416 (0x7d) and 448 (0x7e, even): up
+  EXPECT_EQ(r4(400.0), decode(Fp8::e4m3, 0x7c));   // between 384 (0x7c, even) and 416 (0x7d): down
   // subnormal ties: 2^-10 between 0 and 2^-9: to 0 (even), the sign kept; 3 x 2^-10 between
   // 0x01 and 0x02 (even): up; 2^-10 and a bit: 2^-9
   EXPECT_EQ(r4(0x1p-10), 0.0);
