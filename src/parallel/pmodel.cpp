@@ -86,17 +86,18 @@ template <class T> struct ParallelModel<T>::Impl {
   }
   // fp8 (core/fp8.h): a linear's gathered weight quantized to E4M3, one scale per tensor (per routed
   // expert) from its amax over every piece: a weight split over TP (ETP for the routed experts) takes
-  // the max over those lanes. FSDP gathered it whole already. The same order on every lane.
+  // the max over those lanes. FSDP gathered it whole already. The same order on every lane, a lane whose
+  // piece is empty (an uneven split) included: it joins the reduction with an amax of 0.
   void fp8_weight(size_t q, Tensor<T>& t) const {
     const ParamSpec& spec = m.params[q].spec();
-    const int64_t blocks = fp8_weight_blocks(spec) == 0 || t.numel() == 0 ? 0 : t.shape[0];
-    if (!fp8_on() || blocks == 0) return;
+    if (!fp8_on() || fp8_weight_blocks(spec) == 0) return;
     const bool routed = spec.family == Family::routed_experts;
+    const int64_t blocks = routed ? t.shape[0] : 1;
     const Shape& mine = m.params[q].mp_shape();
     bool split = false;
     for (size_t d = routed ? 1 : 0; d < mine.size(); ++d) split = split || mine[d] != spec.shape[d];
     const AmaxReduce& r = routed ? m.etp_amax_ : m.tp_amax_;
-    fp8_tensors(t.ptr(), routed ? blocks : 1, routed ? t.numel() / blocks : t.numel(), split && r ? &r : nullptr);
+    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, split && r ? &r : nullptr);
   }
   const Tensor<T>& w(size_t q) const {
     if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
