@@ -93,11 +93,11 @@ template <class T> struct ParallelModel<T>::Impl {
     if (!fp8_on() || fp8_weight_blocks(spec) == 0) return;
     const bool routed = spec.family == Family::routed_experts;
     const int64_t blocks = routed ? t.shape[0] : 1;
-    const Shape& mine = m.params[q].mp_shape();
-    bool split = false;
-    for (size_t d = routed ? 1 : 0; d < mine.size(); ++d) split = split || mine[d] != spec.shape[d];
+    // every linear weight is split over tp > 1 (the routed experts over etp > 1), on every lane alike: a
+    // lane holding the whole of an unevenly split one (F = 1 over tp 3) still joins (the KV heads a lane
+    // replicates are refused under fp8, mesh/layout_config.cpp)
     const AmaxReduce& r = routed ? m.etp_amax_ : m.tp_amax_;
-    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, split && r ? &r : nullptr);
+    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, r ? &r : nullptr);
   }
   const Tensor<T>& w(size_t q) const {
     if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
