@@ -70,9 +70,9 @@ const AmaxReduce* fp8_split();
 
 // The twin's jitter at the E5M2 points, in ulps of fp32 (PARITY_FP8_GRAD_JITTER overrides it): 2048
 // (2^-13 relative). A layout's gradient reaching an E5M2 point was computed from bf16 activations and
-// fp8 operands whose flips upstream move it by far more than a reordered fp32 sum's 8 ulps; at 8 (and
-// 256) 5 of the 155 shipped layouts the policy runs failed (far fractions and gradient rows at step 4),
-// at 1024 3 of them; at 2048 and 4096 none (docs/precision.md "fp8", measured on those 5 files).
+// fp8 operands whose flips upstream move it by far more than a reordered fp32 sum's 8 ulps; at 8, 5 of
+// the 155 shipped layouts the policy runs failed (far fractions and gradient rows at step 4), 4 at 256,
+// 3 at 1024, none at 2048 and 4096 (docs/precision.md "fp8", measured on those 5 files).
 inline constexpr double kFp8GradJitterUlps = 2048;
 
 // Whether the policy of this thread quantizes matmul inputs to fp8 (core/precision.h).
