@@ -19,6 +19,9 @@ set(PARITY_SCENARIO_MPI_SAMPLE fsdp2 tp2_sp fsdp2_tp2 fsdp4_tp2_ep2_etp2 w8_tp2_
 # EP, CP, a pipeline, ZeRO-2 and micro-batches.
 set(PARITY_SCENARIO_FP16_SAMPLE fsdp4 tp2_sp fsdp2_tp2_ep2 cp2_tp2 pp2_1f1b zero2_dp4_tp2_ep2 fsdp2_tp2_mb2
     w8_tp2_ep4)
+# And under fp8 (issue 48: E4M3 / E5M2 linears, the amax over TP / ETP where they split a row or a
+# weight; docs/precision.md "fp8"): TP with SP and ETP, FSDP with EP, CP with TP, a pipeline.
+set(PARITY_SCENARIO_FP8_SAMPLE tp2_sp fsdp2_tp2_ep2 hsdp2x2_tp2_ep2_etp2 cp2_tp2 pp2_1f1b w8_tp2_ep4)
 set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 
 foreach(file ${PARITY_SCENARIO_FILES})
@@ -72,6 +75,11 @@ foreach(file ${PARITY_SCENARIO_FILES})
     add_test(NAME ${name}.fp16 COMMAND parity run ${file} --precision fp16)
     set_tests_properties(${name}.fp16 PROPERTIES LABELS "scenario;w${world};${backend};fp16")
     list(APPEND tests ${name}.fp16)
+  endif()
+  if(name IN_LIST PARITY_SCENARIO_FP8_SAMPLE)
+    add_test(NAME ${name}.fp8 COMMAND parity run ${file} --precision fp8)
+    set_tests_properties(${name}.fp8 PROPERTIES LABELS "scenario;w${world};${backend};fp8")
+    list(APPEND tests ${name}.fp8)
   endif()
   if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
     add_test(NAME ${name}.mpi COMMAND parity run ${file} --backend mpi)

@@ -46,3 +46,25 @@ add_test(NAME zoo.precision_bug_named_as_rounding
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/bf16_tp2_sp.json --steps 2 --inject tp_reduce_in_bf16 2>&1; echo exit=$?")
 set_tests_properties(zoo.precision_bug_named_as_rounding PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
   "\nroot: grad layernorm at step 0[^,\n]*, scale [0-9.]+ -> 1: rounded to bf16 \\([0-9]+% of the elements [^\n]*where the policy keeps fp32[^\n]*\n.*exit=1\n")
+# fp8 (issue 48): each lane's own amax where TP / ETP split a row or a weight is caught, first in the
+# head's gradient, and the trace names the first quantized tensor that moved; a layout the policy
+# cannot run (cuda; a KV head replicated over TP lanes) is refused with exit 2 naming its field.
+add_test(NAME zoo.fp8_amax_per_lane_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_tp2_sp.json --steps 2 --inject fp8_amax_per_lane 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_amax_per_lane_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: grad head at step 0[^\n]*enters at layer 0 q, forward[^\n]*\n.*verdict: FAIL.*exit=1\n")
+add_test(NAME fp8.cuda_refused
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_tp2_sp.json --device cuda 2>&1; echo exit=$?")
+set_tests_properties(fp8.cuda_refused PROPERTIES LABELS "zoo;unit" PASS_REGULAR_EXPRESSION
+  "\\$\\.layout\\.device: fp8 runs on the CPU only.*exit=2\n")
+add_test(NAME fp8.replicated_kv_heads_refused
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/tp4_gqa2.json --precision fp8 2>&1; echo exit=$?")
+set_tests_properties(fp8.replicated_kv_heads_refused PROPERTIES LABELS "zoo;unit" PASS_REGULAR_EXPRESSION
+  "\\$\\.layout\\.tp: must divide model.kv_heads \\(2\\) under precision fp8.*exit=2\n")
+# fp8 (issue 48): a weight split unevenly over tp 3 (mlp_hidden 1: one lane holds all of w1's column,
+# two hold none, the experts' F 2 over etp 3 likewise) - every lane still joins its amax reduction; a
+# lane that skipped it called other collectives than its group (exit 3 on 26 of 200 drawn fp8 layouts).
+add_test(NAME fp8.uneven_split_weight_joins_the_amax
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_tp3_uneven_f1.json 2>&1; echo exit=$?")
+set_tests_properties(fp8.uneven_split_weight_joins_the_amax PROPERTIES LABELS "zoo;multiprocess" TIMEOUT 120
+  PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")

@@ -163,12 +163,18 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
       const std::string file = o.scenarios + "/" + std::string(b->scenario);
       if (!fs::exists(file))
         throw ConfigError("--scenarios", file + ": missing (run from the project root or name the scenario directory)");
-      // fp16's scaler bugs under --precision of a policy without a scaler: cannot act (not run, passes)
+      // fp16's scaler bugs under --precision of a policy without a scaler, fp8's without fp8: cannot act
+      // (not run, passes); so does any bug whose scenario the policy refuses (fp8: a KV head replicated over tp)
       std::string cannot;
-      if (!o.precision.empty() && b->name.starts_with("fp16_")) {
+      if (!o.precision.empty()) {
         Scenario s = load_scenario(file);
         s.model.set_precision(parse_precision(o.precision, "--precision"));
-        cannot = zoo_cannot_act(*b, s);
+        if (b->name.starts_with("fp16_") || b->name.starts_with("fp8_")) cannot = zoo_cannot_act(*b, s);
+        try {
+          if (cannot.empty()) (void)validate_scenario(s);
+        } catch (const ConfigError& e) {
+          cannot = "the layout is refused under --precision " + o.precision + " (" + e.what() + ")";
+        }
       }
       cases.push_back({b, file, std::string(b->scenario), std::string(b->name), std::string(b->root),
                        std::string(b->factor), cannot, cannot.empty(), b->step});

@@ -80,6 +80,8 @@ const Need tied = need([](const Scenario& s) { return s.model.tie_embeddings; },
 const Need fp16 = need([](const Scenario& s) { return s.model.store == Low::fp16; },
                        "the fp16 policy (its loss scaler)",
                        [](const Scenario& s) { return precision_name(s.model.precision()); });
+const Need fp8 = need([](const Scenario& s) { return s.model.fp8; }, "the fp8 policy (its amax scaling)",
+                      [](const Scenario& s) { return precision_name(s.model.precision()); });
 const Need fp32_reduce = need([](const Scenario& s) { return s.model.reduce != Low::bf16; },
                               "reductions kept above bf16", [](auto&) { return "bf16-reduce-bf16"; });
 // TP sums some gradient: LayerNorm's under SP, the router's in an MoE layer.
@@ -162,6 +164,7 @@ const std::vector<Entry>& entries() {
       {"fp16_scale_not_restored", {fp16, resume}},
       {"fp16_clip_before_unscale", {fp16}},
       {"fp16_unscale_per_microbatch", {fp16, mb2, pp1}},
+      {"fp8_amax_per_lane", {fp8, tp2}, "not a clean factor|not a scaling"},
   };
   return all;
 }

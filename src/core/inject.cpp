@@ -222,6 +222,12 @@ const std::vector<Injection>& injections() {
        "the gradients unscaled as each micro-batch is accumulated, and the sum unscaled again: the earlier "
        "micro-batches' parts are divided by the scale twice",
        "fp16_fsdp2_tp2_mb2_overflow.json", "grad head", 2, ""},
+      // fp8's amax reductions (issue 48, core/fp8.h)
+      {"fp8_amax_per_lane", "parallel/tp_ops.cpp, fp8 amax over TP / ETP",
+       "each TP (ETP) lane quantizes its piece with its own amax where the row or the weight is split over the "
+       "lanes (wo's and w2's inputs, the projections' output gradients, TP-sharded weights): the lanes use "
+       "scales one device never would",
+       "fp8_tp2_sp.json", "grad head", 0, "not a clean factor|not a scaling"},
   };
   return all;
 }

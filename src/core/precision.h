@@ -27,15 +27,18 @@ struct Precision {
   DType compute = DType::f64;  // accumulations, master weights, optimizer state
   Low store = Low::none;       // parameters' compute copy and activations
   Low reduce = Low::none;      // gradient reductions over ranks (none: the compute dtype)
+  bool fp8 = false;            // the matmul inputs quantized to fp8 (core/fp8.h), on top of the storage
   bool operator==(const Precision&) const = default;
 };
 
 // "fp64", "fp32", "bf16" (bf16 storage, fp32 compute, fp32 reductions), "bf16-reduce-bf16" or
-// "fp16" (fp16 storage, fp32 compute and reductions, dynamic loss scaling); parse_precision
+// "fp16" (fp16 storage, fp32 compute and reductions, dynamic loss scaling) or "fp8" (bf16's, with every
+// linear's inputs quantized to E4M3 and its output gradient to E5M2, core/fp8.h); parse_precision
 // throws ConfigError(path, rule) on anything else.
 std::string precision_name(const Precision& p);
 Precision parse_precision(std::string_view name, const std::string& path);
-// The policy's unit roundoff at its storage points: 2^-53, 2^-24, 2^-8 (bf16), 2^-11 (fp16).
+// The policy's unit roundoff at its storage points: 2^-53, 2^-24, 2^-8 (bf16 and fp8: its storage
+// points are bf16's; the fp8 roundings' effect is the twin's to measure), 2^-11 (fp16).
 double unit_roundoff(const Precision& p);
 // "bf16", "fp16", or the compute dtype's name for Low::none.
 std::string_view low_name(Low l, DType compute);

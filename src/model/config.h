@@ -40,9 +40,10 @@ struct ModelConfig {
   DType dtype = DType::f64;  // the compute dtype: accumulations, master weights, optimizer state
   Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
   Low reduce = Low::none;    // and the dtype of its gradient reductions
+  bool fp8 = false;          // and its fp8 matmul inputs (core/fp8.h)
 
-  Precision precision() const { return {dtype, store, reduce}; }
-  void set_precision(const Precision& p) { dtype = p.compute, store = p.store, reduce = p.reduce; }
+  Precision precision() const { return {dtype, store, reduce, fp8}; }
+  void set_precision(const Precision& p) { dtype = p.compute, store = p.store, reduce = p.reduce, fp8 = p.fp8; }
 
   int64_t head_dim() const { return dim / heads; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }  // the key / value heads

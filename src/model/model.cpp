@@ -1,6 +1,7 @@
 #include "model/model.h"
 #include "ops/elementwise.h"
 
+#include "core/fp8.h"
 #include "core/precision.h"
 
 #include <string>
@@ -56,6 +57,14 @@ template <class T> struct RefLayerCache {
   MoeCache<T> moe;
 };
 
+// fp8 (core/fp8.h): a copy of an output gradient dy (n, m) quantized to E5M2 per row; empty otherwise.
+template <class T> Buffer<T> fp8_grad(const T* dy, int64_t n, int64_t m) {
+  if (!fp8_on()) return {};
+  Buffer<T> q = copy_of(dy, n * m);
+  fp8_rows(Fp8::e5m2, q.data(), n, m, false);
+  return q;
+}
+
 template <class T> MoeWeights<T> moe_weights(const LayerRefs<T>& r, const T* bias, RouteFollow follow = {}) {
   return {r.gate, r.w1, r.w3, r.w2, r.sw1, r.sw3, r.sw2, bias, follow};
 }
@@ -70,6 +79,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
   norm_forward(c.norm, h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
   trace::record(Site::ln1, l, Dir::fwd, L.a.data(), n, D);
+  fp8_rows(Fp8::e4m3, L.a.data(), n, D, false);  // fp8 (core/fp8.h): wq's, wk's and wv's input, per row
   const int64_t G = c.kv(), Dk = c.kv_dim();  // key / value heads and their columns
   L.q = zeros<T>(n * D), L.k = zeros<T>(n * Dk), L.v = zeros<T>(n * Dk);
   matmul_forward(L.a.data(), w.wq, L.q.data(), n, D, D);
@@ -95,6 +105,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   for (auto [s, x] : {std::pair{Site::q, &L.q}, {Site::attn, &L.att}}) trace::record(s, l, Dir::fwd, x->data(), n, D);
   for (auto [s, x] : {std::pair{Site::k, &L.k}, {Site::v, &L.v}}) trace::record(s, l, Dir::fwd, x->data(), n, Dk);
   auto o = zeros<T>(n * D);  // (n, D)
+  fp8_rows(Fp8::e4m3, L.att.data(), n, D, true);  // fp8: wo's input (a row a layout splits over its heads)
   matmul_forward(L.att.data(), w.wo, o.data(), n, D, D);
   trace::record(Site::attn_out, l, Dir::fwd, o.data(), n, D);
   add_into(h, o.data(), n * D);
@@ -131,7 +142,8 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   trace::record(Site::h_mid, l, Dir::bwd, dh, n, D);
 
   auto datt = zeros<T>(n * D);
-  matmul_backward(L.att.data(), w.wo, dh, datt.data(), g.wo, n, D, D);
+  const Buffer<T> dout = fp8_grad(dh, n, D);  // fp8: wo's output gradient, E5M2 per row
+  matmul_backward(L.att.data(), w.wo, fp8_on() ? dout.data() : dh, datt.data(), g.wo, n, D, D);
   trace::record(Site::attn, l, Dir::bwd, datt.data(), n, D);
   const int64_t G = c.kv(), Dk = c.kv_dim();
   const AttnHeads hd{H, G, Dh};
@@ -155,6 +167,9 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   trace::record(Site::k, l, Dir::bwd, dk.data(), n, Dk);
   trace::record(Site::q, l, Dir::bwd, dq.data(), n, D);
   auto da = zeros<T>(n * D);
+  fp8_rows(Fp8::e5m2, dq.data(), n, D, true);  // fp8: the projections' output gradients, rows split by heads
+  fp8_rows(Fp8::e5m2, dk.data(), n, Dk, true);
+  fp8_rows(Fp8::e5m2, dv.data(), n, Dk, true);
   matmul_backward(L.a.data(), w.wq, dq.data(), da.data(), g.wq, n, D, D);
   matmul_backward(L.a.data(), w.wk, dk.data(), da.data(), g.wk, n, D, Dk);
   matmul_backward(L.a.data(), w.wv, dv.data(), da.data(), g.wv, n, D, Dk);
@@ -187,6 +202,9 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   if (current_precision().store != Low::none) {
     rounded = params;
     for (auto& t : rounded.tensors) storage_point(t.ptr(), t.numel());
+    for (size_t i = 0; i < rounded.size(); ++i)  // fp8: the linears' weights, E4M3 per tensor (per expert)
+      if (const int64_t blocks = fp8_weight_blocks(rounded.specs[i]); blocks > 0)
+        fp8_tensors(rounded.tensors[i].ptr(), blocks, rounded.tensors[i].numel() / blocks, nullptr);
   }
   ParamSet<T>& P = current_precision().store != Low::none ? rounded : params;
   const int64_t D = c.dim, V = c.vocab, n = b * c.seq;

@@ -127,4 +127,12 @@ PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)
 #undef PARITY_INSTANTIATE
 
+int64_t fp8_weight_blocks(const ParamSpec& p) {
+  const auto ends = [&](std::string_view tail) { return std::string_view(p.name).ends_with(tail); };
+  const bool linear = ends(".attn.wq") || ends(".attn.wk") || ends(".attn.wv") || ends(".attn.wo") ||
+                      ends(".w1") || ends(".w2") || ends(".w3");  // mlp, shared and routed experts
+  if (!linear) return 0;
+  return p.family == Family::routed_experts ? p.shape[0] : 1;
+}
+
 }  // namespace parity

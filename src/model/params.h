@@ -31,6 +31,12 @@ struct ParamSpec {
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c);
 
+// The fp8 policy's weights (core/fp8.h, docs/precision.md "fp8"): the linears' (wq, wk, wv, wo, and
+// w1, w3, w2 of the dense MLP, the shared and the routed experts), each quantized to E4M3 with one
+// scale per tensor. Returns how many tensors the parameter holds (its experts for the routed ones,
+// else 1), 0 for a parameter that stays in the storage format (embedding, norms, router, head).
+int64_t fp8_weight_blocks(const ParamSpec& p);
+
 // Elements of a parameter by flat global index: out[i] = init(spec, seed, index[i]).
 // A rank materialises exactly its shard this way; the full tensor is index 0..numel-1.
 template <class T>

@@ -1,5 +1,7 @@
 #include "ops/swiglu.h"
 
+#include "core/fp8.h"
+
 #include "core/device.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
@@ -50,11 +52,17 @@ void ffn_forward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, const
   cache.a = zeros<T>(n * F);
   cache.b = zeros<T>(n * F);
   cache.h = zeros<T>(n * F);
+  if (fp8_on()) {  // the fp8 policy: x's E4M3 copy, the input of w1, w3 and of their weight gradients
+    cache.xq = copy_of(x, n * D);
+    fp8_rows(Fp8::e4m3, cache.xq.data(), n, D, false);
+    x = cache.xq.data();
+  }
   matmul_forward(x, w1, cache.a.data(), n, D, F);
   matmul_forward(x, w3, cache.b.data(), n, D, F);
   storage_point(cache.a.data(), n * F);  // storage points (core/precision.h): column-parallel outputs are
   storage_point(cache.b.data(), n * F);  // whole sums in every layout; w2's output may be a TP partial: not here
   swiglu_forward(cache.a.data(), cache.b.data(), n * F, cache.h.data());
+  fp8_rows(Fp8::e4m3, cache.h.data(), n, F, true);  // fp8: w2's input, a row a layout splits over F
   matmul_forward(cache.h.data(), w2, out, n, F, D);
 }
 
@@ -67,8 +75,16 @@ void ffn_backward(const T* x, int64_t n, int64_t D, int64_t F, const T* w1, cons
   Buffer<T> dh = zeros<T>(n * F);  // (n, F)
   Buffer<T> da = zeros<T>(n * F);  // (n, F)
   Buffer<T> db = zeros<T>(n * F);  // (n, F)
+  Buffer<T> dq;
+  if (fp8_on()) {  // fp8: w2's output gradient E5M2 per row (whole rows: w2 is row-parallel)
+    dq = copy_of(dout, n * D);
+    fp8_rows(Fp8::e5m2, dq.data(), n, D, false);
+    dout = dq.data(), x = cache.xq.data();
+  }
   matmul_backward(cache.h.data(), w2, dout, dh.data(), dw2, n, F, D);
   swiglu_backward(cache.a.data(), cache.b.data(), dh.data(), n * F, da.data(), db.data());
+  fp8_rows(Fp8::e5m2, da.data(), n, F, true);  // fp8: w1's and w3's output gradients, rows split over F
+  fp8_rows(Fp8::e5m2, db.data(), n, F, true);
   matmul_backward(x, w1, da.data(), dx, dw1, n, D, F);
   matmul_backward(x, w3, db.data(), dx, dw3, n, D, F);
 }

@@ -1,5 +1,6 @@
 #include "parallel/ep_dispatch.h"
 #include "core/inject.h"
+#include "parallel/tp_ops.h"
 #include "ops/elementwise.h"
 
 #include <algorithm>
@@ -164,6 +165,8 @@ void ep_dispatch_forward(const ModelConfig& c, const EpContext& ep, const Expert
   k.xe = take_rows(lane_gather(*ep.etp, recv, k.lane_rows, D), k.order, D);
   auto ye = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
   k.ffn.assign(static_cast<size_t>(ep.El), {});
+  const AmaxReduce etp_amax = fp8_amax_over(ep.etp);  // fp8: an expert's rows split over F by ETP
+  const Fp8SplitScope split(etp_amax ? &etp_amax : nullptr);
   for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
     ffn_forward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F, w.w3 + e * D * F,
                 w.w2 + e * F * D, ye.data() + row * D, k.ffn[static_cast<size_t>(e)]);
@@ -185,6 +188,8 @@ void ep_dispatch_backward(const ModelConfig& c, const EpContext& ep, const Exper
   Buffer<T> drecv = exchange(*ep.ep, dyg, k.send_rows, k.recv_rows, D);
   Buffer<T> dye = take_rows(lane_gather(*ep.etp, drecv, k.lane_rows, D), k.order, D);
   auto dxe = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
+  const AmaxReduce etp_amax = fp8_amax_over(ep.etp);  // fp8: as the forward's
+  const Fp8SplitScope split(etp_amax ? &etp_amax : nullptr);
   for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
     ffn_backward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
                  w.w3 + e * D * F, w.w2 + e * F * D, k.ffn[static_cast<size_t>(e)], dye.data() + row * D,

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/inject.h"
+#include "core/fp8.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
 
@@ -78,9 +79,25 @@ template <class T> struct ParallelModel<T>::Impl {
       std::vector<Tensor<T>> got = gather_all(*unit);
       for (size_t i = 0; i < got.size(); ++i) {
         storage_point(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
+        fp8_weight((*which)[i], got[i]);
         m.gathered_[(*which)[i]] = std::move(got[i]), m.is_gathered_[(*which)[i]] = 1;
       }
     }
+  }
+  // fp8 (core/fp8.h): a linear's gathered weight quantized to E4M3, one scale per tensor (per routed
+  // expert) from its amax over every piece: a weight split over TP (ETP for the routed experts) takes
+  // the max over those lanes. FSDP gathered it whole already. The same order on every lane, a lane whose
+  // piece is empty (an uneven split) included: it joins the reduction with an amax of 0.
+  void fp8_weight(size_t q, Tensor<T>& t) const {
+    const ParamSpec& spec = m.params[q].spec();
+    if (!fp8_on() || fp8_weight_blocks(spec) == 0) return;
+    const bool routed = spec.family == Family::routed_experts;
+    const int64_t blocks = routed ? t.shape[0] : 1;
+    // every linear weight is split over tp > 1 (the routed experts over etp > 1), on every lane alike: a
+    // lane holding the whole of an unevenly split one (F = 1 over tp 3) still joins (the KV heads a lane
+    // replicates are refused under fp8, mesh/layout_config.cpp)
+    const AmaxReduce& r = routed ? m.etp_amax_ : m.tp_amax_;
+    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, r ? &r : nullptr);
   }
   const Tensor<T>& w(size_t q) const {
     if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
@@ -204,6 +221,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
                L.r1.data());
   rec(Site::ln1, l, Dir::fwd, L.a_res, D);
   L.a_full = full(L.a_res, D);
+  fp8_rows(Fp8::e4m3, L.a_full.data(), n, D, false);  // fp8: the projections' input, whole rows (model.cpp)
   const KvCols kc = kv_cols(P);
   const int64_t Dkl = kc.cols, Gl = Dkl / Dh;  // this lane's key / value columns and heads
   L.q = zeros<T>(n * Dl), L.k = zeros<T>(n * Dkl), L.v = zeros<T>(n * Dkl);
@@ -232,6 +250,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   rec_kv(Site::k, l, Dir::fwd, L.k, P, kc), rec_kv(Site::v, l, Dir::fwd, L.v, P, kc);
   rec_heads(Site::attn, l, Dir::fwd, L.att, P.wq);
   auto o = zeros<T>(n * D);
+  fp8_rows(Fp8::e4m3, L.att.data(), n, Dl, true);  // fp8: wo's input, a row split over the lanes' heads
   matmul_forward(L.att.data(), w(P.wo).ptr(), o.data(), n, Dl, D);
   const Buffer<T> o_res = to_res(std::move(o), D);  // the row-parallel partial sums, reduced
   rec(Site::attn_out, l, Dir::fwd, o_res, D);
@@ -247,6 +266,7 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
   const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh, l = layer_of(P);
   rec(Site::h_mid, l, Dir::bwd, dh, D);
   Buffer<T> dout = full(dh, D);
+  fp8_rows(Fp8::e5m2, dout.data(), n, D, false);  // fp8: wo's output gradient, whole rows
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(P.wo).ptr(), dout.data(), datt.data(), g(P.wo), n, Dl, D);
   rec_heads(Site::attn, l, Dir::bwd, datt, P.wq);
@@ -273,6 +293,9 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     rec_kv(Site::v, l, Dir::bwd, dv, P, kc), rec_kv(Site::k, l, Dir::bwd, dk, P, kc);
   rec_heads(Site::q, l, Dir::bwd, dq, P.wq);
   auto da = zeros<T>(n * D);
+  fp8_rows(Fp8::e5m2, dq.data(), n, Dl, true);  // fp8: the projections' output gradients, rows split by heads
+  fp8_rows(Fp8::e5m2, dk.data(), n, Dkl, true);
+  fp8_rows(Fp8::e5m2, dv.data(), n, Dkl, true);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
   kv_project_backward(L.a_full, P.wk, kc, dk, da);
   kv_project_backward(L.a_full, P.wv, kc, dv, da);
@@ -364,6 +387,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
   const int64_t ep_r = m.coord(MeshDim::ep, r), ep_n = m.size(MeshDim::ep);
   ep_ = {&mesh::comm_group(world, m, GroupKind::ep), &mesh::comm_group(world, m, GroupKind::etp), s.model.experts,
          s.model.experts / ep_n, ep_r * (s.model.experts / ep_n)};
+  tp_amax_ = fp8_amax_over(tp_.tp), etp_amax_ = fp8_amax_over(ep_.etp);
   split_ = pp_stage_layers(s.layout, s.model.layers);
   if (s.layout.pp == 1) split_ = {{0, s.model.layers}};
   else  // this rank's stage runs virtual stages stage, stage + pp, ...; the others stay empty
@@ -439,6 +463,7 @@ template <class T> typename ParallelModel<T>::Impl ParallelModel<T>::impl_for(co
 template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v) {
   const ModelConfig& c = cfg_;
   Impl I = impl_for(u);
+  const Fp8SplitScope split(tp_amax_ ? &tp_amax_ : nullptr);  // fp8: a row split over TP (ETP: ep_dispatch)
   const int64_t D = c.dim, n = I.n, n_res = I.n_res;
   PMicroResult& res = u.res;
   const auto moe = static_cast<size_t>(c.moe_layers());
@@ -518,6 +543,7 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
 template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v) {
   const ModelConfig& c = cfg_;
   Impl I = impl_for(u);
+  const Fp8SplitScope split(tp_amax_ ? &tp_amax_ : nullptr);  // fp8: as the forward's
   const int64_t D = c.dim, n = I.n;
   Buffer<T>& dh = u.h;
   for (int64_t l = split_[static_cast<size_t>(v)].second - 1; l >= split_[static_cast<size_t>(v)].first; --l) {

@@ -116,6 +116,7 @@ template <class T> class ParallelModel {
   TpContext tp_;
   CpContext cp_;
   EpContext ep_;
+  AmaxReduce tp_amax_, etp_amax_;  // fp8 (core/fp8.h): the max over the TP / ETP lanes (tp_ops.h)
   std::vector<LayerParams> layer_;     // per model layer
   size_t emb_ = 0, final_w_ = 0, final_b_ = kNoParam, head_ = 0;  // head_: lm_head's, unless tied
   std::vector<size_t> outer_;          // the embedding, final LayerNorm and head: their FSDP unit

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/fp8.h"
 
 namespace parity {
 
@@ -16,6 +17,11 @@ struct TpContext {
   int64_t rank = 0, size = 1;
   bool sp = false;
 };
+
+// The fp8 policy's amax completed over a group that splits a row or a weight (core/fp8.h): the max over
+// its members, in place; an empty function for a group of one (null). The bug zoo's fp8_amax_per_lane
+// (core/inject.h): never reduced, each lane quantizes its part with its own amax.
+AmaxReduce fp8_amax_over(comm::Communicator* group);
 
 // In-place sum over the TP group (the forward of a row-parallel linear, the backward of a
 // column-parallel one). No-op for tp 1.

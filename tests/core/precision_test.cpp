@@ -139,7 +139,7 @@ TEST(Precision, NamesRoundTripAndBadNamesAreRefused) {
   EXPECT_FALSE(scales_loss(b));
   EXPECT_EQ(unit_roundoff(h), 0x1p-11);
   const std::string bad = testing::config_error([] { (void)parse_precision("bfloat", "--precision"); });
-  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16, bf16-reduce-bf16 or fp16, got \"bfloat\""),
+  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8, got \"bfloat\""),
             std::string::npos)
       << bad;
   EXPECT_EQ(unit_roundoff(b), 0x1p-8);

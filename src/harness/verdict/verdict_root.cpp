@@ -115,8 +115,9 @@ static std::string precision_meaning(const Row& row, const std::string& precisio
     if (!(row.norm_rel >= 0x1p-12 && row.norm_rel <= 0x1p-7)) return "";
     if (!(std::fabs(row.worst.got - row.worst.ref) <= 0x1p-5 * std::fabs(row.worst.ref))) return "";
   }
+  const bool fp32_kept = precision == "bf16" || precision == "fp8";  // fp8: bf16's storage and fp32 reductions
   const std::string keeps = precision == "bf16-reduce-bf16" ? "bf16 reductions but fp32 accumulation and master weights"
-                            : precision == "bf16"           ? "fp32 (reductions, accumulation, master weights)"
+                            : fp32_kept                     ? "fp32 (reductions, accumulation, master weights)"
                                                             : precision;
   char level[128];
   std::snprintf(level, sizeof level,

@@ -1,0 +1,81 @@
+#include "core/fp8.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/knobs.h"
+#include "core/precision.h"
+
+#include <cstdlib>
+
+namespace parity {
+
+namespace {
+thread_local const AmaxReduce* tl_split = nullptr;
+
+double grad_jitter_ulps() {
+  static const double j = [] {
+    const char* v = knob("PARITY_FP8_GRAD_JITTER");  // for measuring the choice (docs/precision.md "fp8")
+    return v != nullptr && *v != '\0' ? std::atof(v) : kFp8GradJitterUlps;
+  }();
+  return j;
+}
+
+template <class T> void jitter(T* x, int64_t n) {  // the rounding twin's move, as to_storage's
+  if (!jitter_on()) return;
+  const double up = 1 + grad_jitter_ulps() * 0x1p-24, down = 1 - grad_jitter_ulps() * 0x1p-24;
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
+}
+
+float amax_of(const float* x, int64_t n) {
+  float a = 0;
+  for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));  // NaN: not taken (scale from the rest)
+  return a;
+}
+float amax_of(const double* x, int64_t n) {
+  double a = 0;
+  for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
+  return static_cast<float>(a);
+}
+
+// x * scale in fp32 to fp8, back times fp32(1 / scale): TransformerEngine's scale and scale_inv.
+template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) {
+  const float s = fp8_scale(f, amax), inv = 1.0f / s;
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(round_fp8(f, static_cast<float>(x[i]) * s) * inv);
+}
+}  // namespace
+
+float fp8_scale(Fp8 f, float amax) {
+  if (!(amax > 0) || !std::isfinite(amax)) return 1;
+  return static_cast<float>(f == Fp8::e4m3 ? kE4m3Max : kE5m2Max) / amax;  // in fp32, as TransformerEngine
+}
+
+Fp8SplitScope::Fp8SplitScope(const AmaxReduce* reduce) : saved_(tl_split) { tl_split = reduce; }
+Fp8SplitScope::~Fp8SplitScope() { tl_split = saved_; }
+const AmaxReduce* fp8_split() { return tl_split; }
+
+bool fp8_on() { return current_precision().fp8; }
+
+template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split) {
+  if (!fp8_on()) return;
+  if (f == Fp8::e5m2) jitter(x, n * k);  // a gradient: an fp32 sum (E4M3 inputs come from storage points)
+  std::vector<float> amax(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) amax[static_cast<size_t>(i)] = amax_of(x + i * k, k);
+  if (split && tl_split != nullptr && n > 0) (*tl_split)(std::span<float>(amax));
+  for (int64_t i = 0; i < n; ++i) quantize(f, x + i * k, k, amax[static_cast<size_t>(i)]);
+}
+
+template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce) {
+  if (!fp8_on()) return;
+  std::vector<float> amax(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) amax[static_cast<size_t>(b)] = amax_of(w + b * per, per);
+  if (reduce != nullptr) (*reduce)(std::span<float>(amax));
+  for (int64_t b = 0; b < blocks; ++b) quantize(Fp8::e4m3, w + b * per, per, amax[static_cast<size_t>(b)]);
+}
+
+template void fp8_rows<float>(Fp8, float*, int64_t, int64_t, bool);
+template void fp8_rows<double>(Fp8, double*, int64_t, int64_t, bool);
+template void fp8_tensors<float>(float*, int64_t, int64_t, const AmaxReduce*);
+template void fp8_tensors<double>(double*, int64_t, int64_t, const AmaxReduce*);
+
+}  // namespace parity

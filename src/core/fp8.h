@@ -1,0 +1,92 @@
+// The fp8 policy's quantization (docs/precision.md "fp8"): OCP FP8 E4M3 (the "fn" variant: no
+// infinity, max 448) for the matmul inputs of the forward, E5M2 (max 57344) for the output
+// gradients of the backward, emulated exactly in fp32 containers: a quantize-dequantize, then
+// the ordinary fp32 matmul (tensor cores' fp8 x fp8 -> fp32), so the one-device baseline and every
+// layout quantize at the same points with the same scales.
+//
+// Scaling (TransformerEngine's current scaling): scale = max / amax in fp32, the value x * scale
+// (fp32) rounded to fp8, dequantized times fp32(1 / scale). Not a power of two: with one, E4M3's
+// grid is scale-invariant for normal numbers and a wrong amax would change only the subnormals. The
+// amax is per row for activations and output gradients (one token: torchao "rowwise"), per tensor
+// for weights (one expert's matrix for the routed experts; current scaling). Where a layout splits
+// a row (the input of a row-parallel linear, the output gradient of a column-parallel one) or a
+// weight (TP, ETP), the amax is the max over the lanes that hold its pieces (Fp8SplitScope); the
+// one-device run is the definition.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+
+namespace parity {
+
+enum class Fp8 { e4m3, e5m2 };
+
+inline constexpr double kE4m3Max = 448.0;    // 1.75 x 2^8
+inline constexpr double kE5m2Max = 57344.0;  // 1.75 x 2^15
+
+// Round to the nearest value of the format, ties to even; finite values beyond the largest
+// saturate to it (sign kept); normal numbers from 2^-6 (E4M3) / 2^-14 (E5M2), subnormals below
+// with a quantum of 2^-9 / 2^-16 (gradual underflow; a value that rounds to zero keeps its sign);
+// NaN stays NaN and an infinity stays an infinity (a broken run stays visibly broken, as the
+// fp16 policy's found-inf check wants it; E4M3 itself has no infinity). Computed in double:
+// |x| over its binade's quantum is exact and rint rounds ties to even.
+inline double round_fp8(Fp8 f, double x) {
+  if (!std::isfinite(x)) return x;
+  const int mant = f == Fp8::e4m3 ? 3 : 2, min_exp = f == Fp8::e4m3 ? -6 : -14;
+  const double top = f == Fp8::e4m3 ? kE4m3Max : kE5m2Max;
+  const double a = std::fabs(x);
+  int e = 0;
+  (void)std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): the quantum is 2^(e - 1 - mant), at least the subnormals'
+  const double q = std::ldexp(1.0, std::max(e - 1, min_exp) - mant);
+  const double r = std::min(std::rint(a / q) * q, top);
+  return std::copysign(r, x);
+}
+inline float round_fp8(Fp8 f, float x) { return static_cast<float>(round_fp8(f, static_cast<double>(x))); }
+
+// The scale that maps amax to the format's largest value, max / amax in fp32; 1 for an amax of 0 or
+// one that is not finite (the values then pass as they are).
+float fp8_scale(Fp8 f, float amax);
+
+// How a layout completes an amax a lane holds only part of: the max over the lanes that hold the
+// rest of the row or the weight, in place. The baseline has none (every row and weight whole).
+using AmaxReduce = std::function<void(std::span<float>)>;
+
+// The reduction of the block running on this thread (thread-local, like PrecisionScope): the
+// layout sets its TP group around the attention and FFN blocks and the ETP group around the
+// routed experts; outside every scope an amax is local.
+class Fp8SplitScope {
+ public:
+  explicit Fp8SplitScope(const AmaxReduce* reduce);
+  ~Fp8SplitScope();
+  Fp8SplitScope(const Fp8SplitScope&) = delete;
+  Fp8SplitScope& operator=(const Fp8SplitScope&) = delete;
+
+ private:
+  const AmaxReduce* saved_;
+};
+const AmaxReduce* fp8_split();
+
+// The twin's jitter at the E5M2 points, in ulps of fp32 (PARITY_FP8_GRAD_JITTER overrides it): 2048
+// (2^-13 relative). A layout's gradient reaching an E5M2 point was computed from bf16 activations and
+// fp8 operands whose flips upstream move it by far more than a reordered fp32 sum's 8 ulps; at 8, 5 of
+// the 155 shipped layouts the policy runs failed (far fractions and gradient rows at step 4), 4 at 256,
+// 3 at 1024, none at 2048 and 4096 (docs/precision.md "fp8", measured on those 5 files).
+inline constexpr double kFp8GradJitterUlps = 2048;
+
+// Whether the policy of this thread quantizes matmul inputs to fp8 (core/precision.h).
+bool fp8_on();
+
+// Quantize-dequantize x (n rows of k) in place, each row with its own scale from its amax; `split`:
+// the row's other columns are on other lanes (the amax reduced by fp8_split()). A no-op unless
+// fp8_on(). Under the rounding twin an E5M2 gradient is first jittered as at a storage point (it is an
+// fp32 sum); E4M3's inputs come from bf16 storage points, jittered there already (and a bf16 value on
+// an fp8 tie would flip at every jitter, where a layout's equal value never does).
+template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split);
+// Quantize-dequantize `blocks` tensors of `per` values each (a weight, or each routed expert's
+// matrix) in place, each with the scale of its amax; `reduce`: the max over the lanes holding the
+// tensor's other pieces (null: whole here). A no-op unless fp8_on().
+template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce);
+
+}  // namespace parity

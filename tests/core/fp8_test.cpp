@@ -1,0 +1,157 @@
+// The fp8 policy's quantization (core/fp8.h): E4M3 and E5M2 rounding against bit patterns decoded
+// by hand from the formats, the power-of-two scales, per-row and per-tensor quantization.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/fp8.h"
+#include "core/precision.h"
+
+namespace parity {
+namespace {
+
+// An 8-bit pattern's value, written from the OCP FP8 formats: E4M3 (sign, 4 exponent bits of bias 7,
+// 3 mantissa bits; 0x7f / 0xff NaN, no infinity) and E5M2 (sign, 5 exponent bits of bias 15, 2
+// mantissa bits; exponent 31 is infinity / NaN). Exponent field 0: subnormal, 2^(1 - bias) x 0.m.
+double decode(Fp8 f, uint8_t b) {
+  const int ebits = f == Fp8::e4m3 ? 4 : 5, mbits = 7 - ebits, bias = f == Fp8::e4m3 ? 7 : 15;
+  const int e = (b >> mbits) & ((1 << ebits) - 1), m = b & ((1 << mbits) - 1);
+  const double sign = (b & 0x80) != 0 ? -1 : 1;
+  if (f == Fp8::e4m3 && e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  if (f == Fp8::e5m2 && e == 31) return m == 0 ? sign * INFINITY : std::numeric_limits<double>::quiet_NaN();
+  if (e == 0) return sign * std::ldexp(m, 1 - bias - mbits);
+  return sign * std::ldexp((1 << mbits) + m, e - bias - mbits);
+}
+double r4(double x) { return round_fp8(Fp8::e4m3, x); }
+double r5(double x) { return round_fp8(Fp8::e5m2, x); }
+
+TEST(Fp8, E4m3LiteralPatterns) {
+  EXPECT_EQ(decode(Fp8::e4m3, 0x38), 1.0);
+  EXPECT_EQ(r4(1.0), decode(Fp8::e4m3, 0x38));
+  EXPECT_EQ(r4(448.0), decode(Fp8::e4m3, 0x7e));  // the largest: 1.75 x 2^8
+  EXPECT_EQ(decode(Fp8::e4m3, 0x7e), 448.0);
+  EXPECT_EQ(r4(-448.0), decode(Fp8::e4m3, 0xfe));
+  EXPECT_EQ(r4(0x1p-6), decode(Fp8::e4m3, 0x08));  // the smallest normal
+  EXPECT_EQ(r4(0x1p-9), decode(Fp8::e4m3, 0x01));  // the smallest subnormal
+  EXPECT_EQ(r4(7 * 0x1p-9), decode(Fp8::e4m3, 0x07));  // the largest subnormal
+  // ties to even: 1 + 2^-4 lies between 1 (0x38, even) and 1.125 (0x39): down; 1.1875 between
+  // 0x39 and 1.25 (0x3a, even): up; just beyond a tie: to the nearer
+  EXPECT_EQ(r4(1.0625), decode(Fp8::e4m3, 0x38));
+  EXPECT_EQ(r4(1.1875), decode(Fp8::e4m3, 0x3a));
+  EXPECT_EQ(r4(1.0625 + 0x1p-20), decode(Fp8::e4m3, 0x39));
+  EXPECT_EQ(decode(Fp8::e4m3, 0x77), 240.0);       // 1.875 x 2^7
+  EXPECT_EQ(r4(248.0), decode(Fp8::e4m3, 0x78));   // between 240 (0x77) and 256 (0x78, even): up
+  EXPECT_EQ(r4(432.0), decode(Fp8::e4m3, 0x7e));   // between 416 (0x7d) and 448 (0x7e, even): up
+  EXPECT_EQ(r4(400.0), decode(Fp8::e4m3, 0x7c));   // between 384 (0x7c, even) and 416 (0x7d): down
+  // subnormal ties: 2^-10 between 0 and 2^-9: to 0 (even), the sign kept; 3 x 2^-10 between
+  // 0x01 and 0x02 (even): up; 2^-10 and a bit: 2^-9
+  EXPECT_EQ(r4(0x1p-10), 0.0);
+  EXPECT_TRUE(std::signbit(r4(-0x1p-10)));
+  EXPECT_EQ(r4(3 * 0x1p-10), decode(Fp8::e4m3, 0x02));
+  EXPECT_EQ(r4(0x1p-10 + 0x1p-30), decode(Fp8::e4m3, 0x01));
+  EXPECT_EQ(r4(0x1p-30), 0.0);
+  // saturation: beyond 448 (464 is the tie to the 480 that E4M3FN spends on NaN) to 448
+  EXPECT_EQ(r4(449.0), 448.0);
+  EXPECT_EQ(r4(464.0), 448.0);
+  EXPECT_EQ(r4(1e30), 448.0);
+  EXPECT_EQ(r4(-5000.0), -448.0);
+  EXPECT_TRUE(std::isnan(r4(NAN)));
+  EXPECT_TRUE(std::isnan(decode(Fp8::e4m3, 0x7f)));
+  EXPECT_EQ(r4(INFINITY), INFINITY);  // kept (docs/precision.md): a broken run stays broken
+}
+
+TEST(Fp8, E5m2LiteralPatterns) {
+  EXPECT_EQ(decode(Fp8::e5m2, 0x3c), 1.0);
+  EXPECT_EQ(r5(1.0), decode(Fp8::e5m2, 0x3c));
+  EXPECT_EQ(r5(57344.0), decode(Fp8::e5m2, 0x7b));  // the largest: 1.75 x 2^15
+  EXPECT_EQ(decode(Fp8::e5m2, 0x7b), 57344.0);
+  EXPECT_EQ(decode(Fp8::e5m2, 0x7c), INFINITY);
+  EXPECT_EQ(r5(0x1p-14), decode(Fp8::e5m2, 0x04));  // the smallest normal
+  EXPECT_EQ(r5(0x1p-16), decode(Fp8::e5m2, 0x01));  // the smallest subnormal
+  EXPECT_EQ(r5(1.125), decode(Fp8::e5m2, 0x3c));    // tie between 1 (even) and 1.25: down
+  EXPECT_EQ(r5(1.375), decode(Fp8::e5m2, 0x3e));    // tie between 1.25 and 1.5 (even): up
+  EXPECT_EQ(r5(-1.375), decode(Fp8::e5m2, 0xbe));
+  EXPECT_EQ(r5(0x1p-17), 0.0);                      // subnormal tie to 0
+  EXPECT_EQ(r5(3 * 0x1p-17), decode(Fp8::e5m2, 0x02));
+  EXPECT_EQ(r5(61440.0), 57344.0);  // the tie with 2^16 (an infinity without saturation): saturated
+  EXPECT_EQ(r5(1e9), 57344.0);
+  EXPECT_EQ(r5(-1e9), -57344.0);
+  EXPECT_TRUE(std::isnan(r5(NAN)));
+  EXPECT_EQ(r5(-INFINITY), -INFINITY);
+}
+
+// Every finite pattern is a fixed point, and the midpoint of two neighbours rounds to the one with
+// an even mantissa (the last bit 0): the whole format, both signs.
+TEST(Fp8, EveryPatternAndEveryMidpoint) {
+  for (Fp8 f : {Fp8::e4m3, Fp8::e5m2}) {
+    std::vector<double> pos;  // the non-negative finite values in pattern order
+    for (int b = 0; b < 0x80; ++b) {
+      const double v = decode(f, static_cast<uint8_t>(b));
+      if (!std::isfinite(v)) continue;
+      pos.push_back(v);
+      EXPECT_EQ(round_fp8(f, v), v) << b;
+      EXPECT_EQ(round_fp8(f, -v), -v) << b;
+    }
+    ASSERT_EQ(pos.size(), f == Fp8::e4m3 ? 127u : 124u);
+    for (size_t i = 0; i + 1 < pos.size(); ++i) {
+      const double mid = (pos[i] + pos[i + 1]) / 2, even = (i % 2 == 0) ? pos[i] : pos[i + 1];
+      EXPECT_EQ(round_fp8(f, mid), even) << mid;
+      EXPECT_EQ(round_fp8(f, -mid), -even) << mid;
+      EXPECT_EQ(round_fp8(f, std::nextafter(mid, 0.0)), pos[i]) << mid;
+      EXPECT_EQ(round_fp8(f, std::nextafter(mid, 1e9)), pos[i + 1]) << mid;
+    }
+  }
+}
+
+TEST(Fp8, ScalesAreTheMaxOverTheAmaxInFp32) {
+  EXPECT_EQ(fp8_scale(Fp8::e4m3, 448), 1.0f);
+  EXPECT_EQ(fp8_scale(Fp8::e4m3, 896), 0.5f);
+  EXPECT_EQ(fp8_scale(Fp8::e4m3, 3), 448.0f / 3.0f);
+  EXPECT_EQ(fp8_scale(Fp8::e5m2, 1), 57344.0f);
+  EXPECT_EQ(fp8_scale(Fp8::e5m2, 0), 1.0f);
+  EXPECT_EQ(fp8_scale(Fp8::e5m2, INFINITY), 1.0f);
+  // the amax itself lands on the largest value (or saturates there when fp32 rounds it above)
+  for (float a : {1e-7f, 3e-3f, 0.7f, 5.3f, 300.1f, 1e5f})
+    for (Fp8 f : {Fp8::e4m3, Fp8::e5m2}) {
+      const double top = f == Fp8::e4m3 ? kE4m3Max : kE5m2Max;
+      EXPECT_EQ(round_fp8(f, a * fp8_scale(f, a)), static_cast<float>(top)) << a;
+    }
+}
+
+// Rows: each its own scale; a split row's amax is what the reduction says (a layout's max over the
+// lanes); nothing happens outside the fp8 policy.
+TEST(Fp8, RowsAndTensorsQuantizeWithTheirOwnAmax) {
+  const std::vector<float> x0 = {1.0f, 0.3f, -0.0123f, 2.5f, 1000.0f, 3.3f, 0.1f, -7.77f};
+  std::vector<float> x = x0;
+  fp8_rows(Fp8::e4m3, x.data(), 2, 4, false);
+  EXPECT_EQ(x, x0) << "quantized outside the fp8 policy";
+  const PrecisionScope fp8(parse_precision("fp8", "t"));
+  fp8_rows(Fp8::e4m3, x.data(), 2, 4, false);
+  const float s0 = fp8_scale(Fp8::e4m3, 2.5f), s1 = fp8_scale(Fp8::e4m3, 1000.0f);  // 179.2, 0.448
+  const auto q = [](float v, float s) { return round_fp8(Fp8::e4m3, v * s) * (1.0f / s); };
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(x[i], q(x0[i], i < 4 ? s0 : s1)) << i;
+  // 0.3 x 179.2 = 53.76 -> 52 (quantum 4 in [32, 64)) -> 0.2902
+  EXPECT_EQ(x[1], 52.0f * (1.0f / s0));
+  // a split row: the reduction raises the first row's amax to 1000 (another lane's piece)
+  const AmaxReduce lanes = [](std::span<float> a) { a[0] = std::max(a[0], 1000.0f); };
+  std::vector<float> y = x0;
+  {
+    const Fp8SplitScope split(&lanes);
+    fp8_rows(Fp8::e4m3, y.data(), 2, 4, true);
+  }
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], q(x0[i], s1)) << i;
+  EXPECT_NE(y[1], x[1]);  // 0.3 x 0.448 = 0.1344 -> 0.140625 (quantum 2^-6) -> 0.3139: another grid
+  // tensors: one scale per block
+  std::vector<double> w = {0.5, -0.02, 0.001, 40.0};
+  fp8_tensors(w.data(), 2, 2, nullptr);
+  EXPECT_EQ(w[0], 0.5);
+  EXPECT_EQ(w[1], static_cast<double>(q(-0.02f, 896.0f)));
+  EXPECT_EQ(w[2], static_cast<double>(q(0.001f, 11.2f)));
+  EXPECT_EQ(w[3], 40.0);
+}
+
+}  // namespace
+}  // namespace parity
