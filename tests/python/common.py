@@ -27,9 +27,11 @@ def check(cond, what):
         raise Failed(what)
 
 
-def parity_dump(binary, scenario, out_dir, steps, precision):
-    """`parity dump SCENARIO DIR --steps N --precision P`: the one-device reference."""
-    cmd = [binary, "dump", scenario_path(scenario), out_dir, "--steps", str(steps), "--precision", precision]
+def parity_dump(binary, scenario, out_dir, steps, precision=None, extra=()):
+    """`parity dump SCENARIO DIR --steps N [--precision P] [EXTRA...]`: the one-device reference
+    (precision None: the scenario's own)."""
+    cmd = [binary, "dump", scenario_path(scenario), out_dir, "--steps", str(steps)]
+    cmd += (["--precision", precision] if precision else []) + list(extra)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         raise Failed(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}")

@@ -79,9 +79,7 @@ def body(tmp):
     binary = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     ref = os.path.join(tmp, "ref")
-    cmd = [binary, "dump", common.scenario_path(SCENARIO), ref, "--steps", str(steps), "--trace"]
-    r = common.subprocess.run(cmd, stdout=common.subprocess.PIPE, stderr=common.subprocess.STDOUT, text=True)
-    check(r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}")
+    common.parity_dump(binary, SCENARIO, ref, steps, extra=("--trace",))
     common.spawn_ranks(rank_main, (common.free_port(), ref, tmp, steps), WORLD, tmp, 200)
     code, out, _ = common.parity_compare(binary, ref, os.path.join(tmp, "clean"))
     print(out, end="")

@@ -82,9 +82,7 @@ def body(tmp):
     binary = sys.argv[1]
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     ref = os.path.join(tmp, "ref")
-    cmd = [binary, "dump", common.scenario_path(SCENARIO), ref, "--steps", str(steps), "--trace"]
-    r = common.subprocess.run(cmd, stdout=common.subprocess.PIPE, stderr=common.subprocess.STDOUT, text=True)
-    check(r.returncode == 0, f"{' '.join(cmd)}: exit {r.returncode}\n{r.stdout}")
+    common.parity_dump(binary, SCENARIO, ref, steps, extra=("--trace",))
     common.spawn_ranks(rank_main, (common.free_port(), ref, tmp, steps), WORLD, tmp, 200)
     said = []
     # clean, traced: passes, every traced tensor compared within its bound
@@ -126,11 +124,10 @@ def body(tmp):
     said.append("off: no hook, no file, step files identical")
     # --trace-steps 1: step 0's traces only, still compared (the step compare traces)
     ref1 = os.path.join(tmp, "ref1")
-    r = common.subprocess.run(cmd[:3] + [ref1] + cmd[4:] + ["--trace-steps", "1"], stdout=common.subprocess.PIPE,
-                              stderr=common.subprocess.STDOUT, text=True)
+    common.parity_dump(binary, SCENARIO, ref1, steps, extra=("--trace", "--trace-steps", "1"))  # raises on a failure
     listed = [f["step"] for f in json.load(open(os.path.join(ref1, "manifest.json"))).get("trace_files", [])]
-    check(r.returncode == 0 and listed == [0] and not os.path.exists(os.path.join(ref1, "trace_000001.safetensors")),
-          f"--trace-steps 1: exit {r.returncode}, traced steps {listed}, expected [0] alone")
+    check(listed == [0] and not os.path.exists(os.path.join(ref1, "trace_000001.safetensors")),
+          f"--trace-steps 1: traced steps {listed}, expected [0] alone")
     code, out, _ = common.parity_compare(binary, ref1, clean)
     check(code == 0 and "  no traced tensor over its bound" in out.splitlines(), "--trace-steps 1: step 0 not compared")
     # a traced tensor of another shape is bad input (exit 2, named), never read past its end
