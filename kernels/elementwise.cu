@@ -3,6 +3,7 @@
 //   add_into       a[i] += b[i]
 //   copy_values    dst[i] = src[i]
 //   scale_values   x[i] *= c
+//   scale_find_non_finite  x[i] *= c, and a flag set where a result is an inf or a NaN
 //   transpose_into out (cols, rows) from x (rows, cols): out[j*rows + i] = x[i*cols + j]
 //   round_storage  x[i] rounded to bf16 or fp16 (core/precision.h's round_bf16 / round_fp16)
 #include <cstdint>
@@ -31,6 +32,15 @@ template <class T> __global__ void copy_elems(T* dst, const T* src, int64_t n) {
 template <class T> __global__ void scale_elems(T* x, T c, int64_t n) {
   const int64_t i = thread_index();
   if (i < n) x[i] *= c;
+}
+
+// x (n) *= c; *flag = 1 where a result is not finite (every writer stores the same 1: the flag
+// does not depend on the order).
+template <class T> __global__ void scale_flag_elems(T* x, T c, int64_t n, int* flag) {
+  const int64_t i = thread_index();
+  if (i >= n) return;
+  x[i] *= c;
+  if (!isfinite(x[i])) *flag = 1;
 }
 
 // out (cols, rows)[j][i] = x (rows, cols)[i][j]; thread o = j * rows + i.
@@ -115,6 +125,19 @@ template <class T> void scale_values(T* x, T c, int64_t n) {
   st.finish();
 }
 
+template <class T> bool scale_find_non_finite(T* x, T c, int64_t n) {
+  if (n == 0) return false;
+  int found = 0;
+  Stage st;
+  T* dx = st.out(x, n);
+  int* flag = st.scratch<int>(1);
+  scale_flag_elems<<<blocks_for(n), kThreads, 0, stream()>>>(dx, c, n, flag);
+  st.launched("scale_find_non_finite");
+  check(cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, stream()), "scale_find_non_finite: flag");
+  st.finish();
+  return found != 0;
+}
+
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out) {
   if (rows * cols == 0) return;
   Stage st;
@@ -130,6 +153,7 @@ template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T
   template void add_into<T>(T*, const T*, int64_t);                      \
   template void copy_values<T>(T*, const T*, int64_t);                   \
   template void scale_values<T>(T*, T, int64_t);                         \
+  template bool scale_find_non_finite<T>(T*, T, int64_t);                \
   template void transpose_into<T>(const T*, int64_t, int64_t, T*);
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)

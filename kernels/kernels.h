@@ -112,6 +112,8 @@ template <class T> double sum_of_squares(const T* x, int64_t n);
 template <class T> void add_into(T* a, const T* b, int64_t n);
 template <class T> void copy_values(T* dst, const T* src, int64_t n);
 template <class T> void scale_values(T* x, T c, int64_t n);
+// x (n) *= c; whether any result is an inf or a NaN (fp16's unscale and found-inf flag).
+template <class T> bool scale_find_non_finite(T* x, T c, int64_t n);
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out);
 // x (n) rounded in place to bf16 (fp16 false) or IEEE binary16 (fp16 true) with core/precision.h's
 // round_bf16 / round_fp16 bits: ops/elementwise.h's storage_point on the GPU.

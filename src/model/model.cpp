@@ -198,15 +198,18 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   const ModelConfig& c = cfg_;
   // The parameters the ops see: the master weights themselves, or their compute copy
   // rounded to the policy's storage format (core/precision.h); gradients go to grads either way.
-  ParamSet<T> rounded;
   if (current_precision().store != Low::none) {
-    rounded = params;
-    for (auto& t : rounded.tensors) storage_point(t.ptr(), t.numel());
+    ParamSet<T>& rounded = compute_copy_;
+    if (rounded.size() != params.size()) rounded = ParamSet<T>::zeros(params.specs);
+    for (size_t i = 0; i < rounded.size(); ++i) {
+      copy_values(rounded.tensors[i].ptr(), params.tensors[i].ptr(), rounded.tensors[i].numel());
+      storage_point(rounded.tensors[i].ptr(), rounded.tensors[i].numel());
+    }
     for (size_t i = 0; i < rounded.size(); ++i)  // fp8: the linears' weights, E4M3 per tensor (per expert)
       if (const int64_t blocks = fp8_weight_blocks(rounded.specs[i]); blocks > 0)
         fp8_tensors(rounded.tensors[i].ptr(), blocks, rounded.tensors[i].numel() / blocks, nullptr);
   }
-  ParamSet<T>& P = current_precision().store != Low::none ? rounded : params;
+  ParamSet<T>& P = current_precision().store != Low::none ? compute_copy_ : params;
   const int64_t D = c.dim, V = c.vocab, n = b * c.seq;
   MicroResult res;
   auto h = zeros<T>(n * D);  // (n, D) residual stream

@@ -43,6 +43,9 @@ template <class T> class Model {
  private:
   MicroResult run(const int64_t* inputs, const int64_t* targets, int64_t b, bool backward);
   ModelConfig cfg_;
+  // Under a storage policy: the parameters' compute copy, refilled from params by a device copy
+  // each micro-batch (on cuda a host copy moved every managed page to the host and back).
+  ParamSet<T> compute_copy_;
 };
 
 }  // namespace parity

@@ -1,5 +1,7 @@
 #include "ops/elementwise.h"
 
+#include <cmath>
+
 #include "core/device.h"
 #include "core/precision.h"
 #if PARITY_HAVE_CUDA
@@ -41,6 +43,18 @@ template <class T> void scale_values(T* x, T c, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= c;
 }
 
+template <class T> bool scale_find_non_finite(T* x, T c, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::scale_find_non_finite(x, c, n);
+#endif
+  bool found = false;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= c;
+    found = found || !std::isfinite(x[i]);
+  }
+  return found;
+}
+
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out) {
 #if PARITY_HAVE_CUDA
   if (on_cuda()) return cuda::transpose_into(x, rows, cols, out);
@@ -68,6 +82,7 @@ template <class T> void grad_storage_point(T* x, int64_t n) {
   template void add_into<T>(T*, const T*, int64_t);                      \
   template void copy_values<T>(T*, const T*, int64_t);                   \
   template void scale_values<T>(T*, T, int64_t);                         \
+  template bool scale_find_non_finite<T>(T*, T, int64_t);                \
   template void zero_values<T>(T*, int64_t);                             \
   template void transpose_into<T>(const T*, int64_t, int64_t, T*);
 PARITY_INSTANTIATE(float)

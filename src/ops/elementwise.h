@@ -16,6 +16,8 @@ template <class T> void copy_values(T* dst, const T* src, int64_t n);
 template <class T> void zero_values(T* x, int64_t n);
 // x (n) *= c
 template <class T> void scale_values(T* x, T c, int64_t n);
+// x (n) *= c; returns whether any result is an inf or a NaN (fp16's unscale, optim/loss_scaler.h)
+template <class T> bool scale_find_non_finite(T* x, T c, int64_t n);
 // out (cols, rows) = x (rows, cols) transposed
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out);
 // A storage point of the precision policy where the run computes (core/precision.h's to_storage

@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/elementwise.h"
 
 namespace parity {
 
@@ -47,14 +48,11 @@ template <class T> bool any_non_finite(const T* x, int64_t n) {
 
 // GradScaler's unscale_: every gradient times 1 / scale (computed in T, as its fp32 inv_scale);
 // returns whether any of them is an inf or a NaN (this rank's found-inf flag).
+// On cuda one kernel per tensor (the host's pass moved every gradient's pages to the host and back).
 template <class T> bool unscale_grads(std::vector<Tensor<T>>& grads, double scale) {
   const auto inv = static_cast<T>(1.0 / scale);
   bool found = false;
-  for (auto& g : grads)
-    for (T& x : g.data) {
-      x *= inv;
-      found = found || !std::isfinite(x);
-    }
+  for (auto& g : grads) found = scale_find_non_finite(g.ptr(), inv, g.numel()) || found;
   return found;
 }
 

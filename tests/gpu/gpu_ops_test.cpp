@@ -164,6 +164,57 @@ TEST(GpuOps, StoragePointsRoundWithTheHostsBits) {
   }
 }
 
+// fp16's unscale (optim/loss_scaler.h) on the GPU: x *= c with the host's bits and the same
+// found-inf flag, over random bit patterns (NaNs, infinities) and over finite values, one
+// overflow (a finite value times c) and one NaN at the last index.
+template <class T> void unscale_matches_host(const std::vector<float>& v, T c) {
+  SCOPED_TRACE(std::string(sizeof(T) == 8 ? "double" : "float") + " c " + std::to_string(static_cast<double>(c)));
+  const int64_t n = static_cast<int64_t>(v.size());
+  std::vector<T> host(v.begin(), v.end());
+  const bool host_found = scale_find_non_finite(host.data(), c, n);
+  use_device(Device::cuda);
+  Buffer<T> dev = zeros<T>(n);
+  for (int64_t i = 0; i < n; ++i) dev[i] = static_cast<T>(v[i]);
+  const bool dev_found = scale_find_non_finite(dev.data(), c, n);
+  use_device(Device::cpu);
+  EXPECT_EQ(dev_found, host_found);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool same = (std::isnan(host[i]) && std::isnan(dev[i])) || std::memcmp(&host[i], &dev[i], sizeof(T)) == 0;
+    if (!same && differ++ < 5) ADD_FAILURE() << "value " << v[i] << ": host " << host[i] << ", GPU " << dev[i];
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+TEST(GpuOps, UnscaleFlagsNonFiniteAsTheHostDoes) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  std::vector<float> bits, finite;
+  uint32_t state = 0x2545f491u;
+  for (int i = 0; i < 100000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &state, sizeof f);
+    bits.push_back(f);
+    finite.push_back(std::isfinite(f) ? std::fmod(f, 1e4f) : 0.5f);
+  }
+  std::vector<float> last_nan = finite;
+  last_nan.back() = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> overflow = finite;
+  overflow[4242] = 3e38f;
+  for (const auto* v : {&bits, &finite, &last_nan, &overflow}) {
+    unscale_matches_host<float>(*v, 1.0f / 65536.0f);
+    unscale_matches_host<float>(*v, 4.0f);
+    unscale_matches_host<double>(*v, 1.0 / 3.0);
+  }
+  std::vector<float> h = finite;  // the flag itself: none in finite values, one at the end, one by overflow
+  EXPECT_FALSE(scale_find_non_finite(h.data(), 1.0f / 65536.0f, static_cast<int64_t>(h.size())));
+  h = last_nan;
+  EXPECT_TRUE(scale_find_non_finite(h.data(), 1.0f, static_cast<int64_t>(h.size())));
+  h = overflow;
+  EXPECT_TRUE(scale_find_non_finite(h.data(), 4.0f, static_cast<int64_t>(h.size())));
+}
+
 // The same invalid index the CPU refuses is refused on the GPU, with the CPU's message.
 TEST(GpuOps, InvalidIndicesThrowTheCpuError) {
   const std::string why = cuda_unavailable_reason();
