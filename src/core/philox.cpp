@@ -32,7 +32,11 @@ double uniform_open(uint32_t hi, uint32_t lo) {
 }
 
 double philox_normal(uint64_t seed, std::string_view name, uint64_t index) {
-  PhiloxWords w = philox(seed, index, name_hash(name));
+  return philox_normal_keyed(seed, name_hash(name), index);
+}
+
+double philox_normal_keyed(uint64_t seed, uint64_t name_key, uint64_t index) {
+  PhiloxWords w = philox(seed, index, name_key);
   double u1 = uniform_open(w[0], w[1]);
   double u2 = uniform_open(w[2], w[3]);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);

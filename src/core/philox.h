@@ -20,5 +20,7 @@ double uniform_open(uint32_t hi, uint32_t lo);
 
 // N(0, 1) for element `index` of the stream (seed, name): Box-Muller on one Philox block.
 double philox_normal(uint64_t seed, std::string_view name, uint64_t index);
+// The same with the name's hash taken once (name_key = name_hash(name)): a tensor's elements.
+double philox_normal_keyed(uint64_t seed, uint64_t name_key, uint64_t index);
 
 }  // namespace parity

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/philox.h"
 #include "model/params.h"
 
 namespace parity {
@@ -83,6 +84,26 @@ TEST(Params, SlicesEqualTheFullTensorBitwise) {
   std::vector<float> f32(120);
   init_range(spec, 99, 0, 120, f32.data());
   for (size_t i = 0; i < 120; ++i) ASSERT_EQ(f32[i], static_cast<float>(full[i]));
+}
+
+// A tensor large enough to be drawn by several threads (params.cpp) has the bits of the one-element
+// definition (core/philox.h) at every index, drawn as a range and by an index list.
+TEST(Params, ALargeTensorDrawnInPartsHasEveryElementsOwnValue) {
+  ParamSpec spec{"lm_head.weight", {3, 1 << 20}, Family::head, 0.02};
+  const int64_t n = (int64_t{3} << 20) - 5, begin = 5;
+  std::vector<float> got(static_cast<size_t>(n));
+  init_range(spec, 7, begin, begin + n, got.data());
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[static_cast<size_t>(i)] = begin + n - 1 - i;  // reversed
+  std::vector<float> picked(static_cast<size_t>(n));
+  init_elements(spec, 7, idx.data(), n, picked.data());
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto want = static_cast<float>(0.02 * philox_normal(7, spec.name, static_cast<uint64_t>(begin + i)));
+    differ += got[static_cast<size_t>(i)] != want;
+    differ += picked[static_cast<size_t>(n - 1 - i)] != want;
+  }
+  EXPECT_EQ(differ, 0);
 }
 
 }  // namespace
