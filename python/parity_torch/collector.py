@@ -80,7 +80,7 @@ from .dump import CONVENTIONS, FORMAT, step_file
 from .model import buffer_map, name_map as reference_name_map
 from .optim import clip_coefficient
 from .scenario import scenario_json
-from .shards import Sharding, all_ranks as _all, gather_shards, local_tensor
+from .shards import Sharding, all_ranks as _all, gather_shards, held_placements, local_tensor
 from .trace import Tracer
 
 
@@ -119,7 +119,10 @@ class Collector:
         (0, 1) without torch.distributed); tp: (rank, size) in the tensor/sequence-parallel group,
         (0, 1) by default: recorded in the manifest, and only tp rank 0 writes. mesh, placements,
         grad_placements: the tensors each rank holds a shard of (shards.py); then the world's rank 0
-        writes. local: {torch name: this rank's shard} where the module does not hold it (a flat
+        writes; placements="as_held": every DTensor the module holds sharded, with its own
+        placements (FSDP2's fully_shard, DTensor tensor parallelism; one placement per mesh dim, the
+        DTensor mesh's dims in `mesh`'s order), and each step the gradients' own, read from the
+        DTensors in grads(). local: {torch name: this rank's shard} where the module does not hold it (a flat
         piece kept outside the module); grads() and step() take the same. trace: a trace map (model.trace_map:
         (parity trace name, module name, "out" | "in")): each step's traced tensors too (trace.py)."""
         self.out, self.scn, self.cfg = out_dir, scenario, scenario.model
@@ -132,6 +135,11 @@ class Collector:
         self.dp = dp if dp is not None else ((self.rank, dist.get_world_size(group)) if _dist() else (0, 1))
         self.tp = tp if tp is not None else (0, 1)
         self.writer = self.rank == 0 and self.tp[0] == 0
+        self.as_held = placements == "as_held"
+        if self.as_held:
+            if not mesh or grad_placements:
+                raise ValueError('placements="as_held" needs a mesh and reads the gradients\' placements itself')
+            placements = held_placements(dict(self.model.named_parameters()))
         self.shard = Sharding(mesh, placements, grad_placements) if mesh else None
         if self.shard:
             self.writer = (dist.get_rank() if _dist() else 0) == 0
@@ -242,6 +250,8 @@ class Collector:
         """Call after backward and the gradient reduction, before clipping. local: {torch name:
         this rank's gradient shard} where the parameter's .grad is not it."""
         params, _ = self._named()
+        if self.as_held:
+            self.shard.hold_grads(held_placements({n: p.grad for n, p in params.items()}))
         self._grads = {}
         self._grad_local = self._local("grads", local)
         self._grad_override = set(local or {})  # held outside the module: step() cannot see them clipped

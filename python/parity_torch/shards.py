@@ -81,6 +81,12 @@ class Sharding:
             raise ValueError(f"placements {s}: one per mesh dim ({self.dims})")
         return {"placements": words}
 
+    def hold_grads(self, placements):
+        """The gradients' placements as torch holds them this step ({torch name: placements}):
+        a gradient's DTensor may be placed otherwise than its parameter (an embedding's Shard(0)
+        weight under a rowwise plan), or be whole."""
+        self.grads = {n: self._spec(p) for n, p in placements.items()}
+
     def sharded(self, what, tname):
         return tname in (self.grads if what == "grads" else self.params)
 
@@ -147,6 +153,19 @@ def _linear_dim(word, transpose):
     return 0 if (word == "column") == bool(transpose) else 1
 
 
+def held_placements(tensors):
+    """{name: its placements} of the DTensors among `tensors` ({name: tensor or None}) that torch
+    holds sharded or as a partial sum on their mesh ("as_held": FSDP2's Shard(0) pieces, a
+    tensor-parallel plan's Shard(0) / Shard(1), an unreduced Partial gradient); a plain tensor or
+    a Replicate DTensor is whole on every rank and left out."""
+    out = {}
+    for name, t in tensors.items():
+        placements = getattr(t, "placements", None)
+        if placements and any(type(p).__name__ in ("Shard", "Partial", "_Partial") for p in placements):
+            out[name] = list(placements)
+    return out
+
+
 def all_ranks(obj):
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [obj]
@@ -169,4 +188,4 @@ def local_tensor(t):
     return t.detach()
 
 
-__all__ = ["Sharding", "all_ranks", "gather_shards", "local_tensor"]
+__all__ = ["Sharding", "all_ranks", "gather_shards", "held_placements", "local_tensor"]

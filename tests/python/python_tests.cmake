@@ -96,11 +96,18 @@ endforeach()
 # of torch >= 2.4 through `parity compare`, each with a planted bug that must fail with its root
 # (torch2_test.py). Debian's torch 1.13 has neither: skipped (77), never passed; ci/gpu_suite's
 # torch2 stage runs them with the GPU machine's torch.
-foreach(case "fsdp2 fsdp4_uneven_b9_mb2 4 2" "fsdp2 fsdp4_uneven_b9_mb2 4 4" "tp fsdp2_tp2_sp_uneven_b3_mb2 4 2")
+# "shards": the sharded tensors collected as torch holds them (their DTensor placements), not gathered.
+foreach(case "fsdp2 fsdp4_uneven_b9_mb2 4 2" "fsdp2 fsdp4_uneven_b9_mb2 4 4" "tp fsdp2_tp2_sp_uneven_b3_mb2 4 2"
+        "fsdp2 fsdp4_uneven_b9_mb2 4 4 shards" "tp fsdp2_tp2_sp_uneven_b3_mb2 4 2 shards")
   separate_arguments(args UNIX_COMMAND "${case}")
   list(GET args 0 mode)
   list(GET args 3 world)
-  parity_python_test(torch2.${mode}_w${world} "python;multiprocess" torch2_test.py $<TARGET_FILE:parity> ${args})
+  set(name torch2.${mode}_w${world})
+  list(LENGTH args n)
+  if(n GREATER 4)
+    set(name ${name}_shards)
+  endif()
+  parity_python_test(${name} "python;multiprocess" torch2_test.py $<TARGET_FILE:parity> ${args})
 endforeach()
 
 # issue 46 item 4: damaged dumps (a header one byte short, a same-size dtype swap, a transposed

@@ -16,12 +16,19 @@ records it (sharded parameters and gradients gathered with full_tensor()), and
          out of the plan, so each rank's norm weights see only its own positions and their
          gradients are never summed over the ranks (pytorch#190626's class): root "grad layernorm".
 
-Usage: torch2_test.py PARITY_BINARY MODE SCENARIO STEPS WORLD
+With COLLECT "shards" the Collector takes each sharded parameter and gradient as torch holds
+it (FSDP2's Shard(0) pieces, DTensor's Shard(0) / Shard(1) columns and rows: the DTensors'
+own placements, the gradients' read each step, nothing gathered in the loop: Collector
+placements="as_held"; issue 46 item 5) and `parity compare` assembles
+them; by default ("full") it gathers them with full_tensor().
+
+Usage: torch2_test.py PARITY_BINARY MODE SCENARIO STEPS WORLD [COLLECT]
 Exit 0 PASS, 1 FAIL, 77 skipped (torch < 2.4, or without fully_shard / DTensor: Debian's torch
 1.13 here; the GPU machine's torch 2.11 runs it, docs/gpu.md).
 """
 import datetime
 import importlib
+import json
 import os
 
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -109,7 +116,7 @@ def clip(model, max_norm):
             g.mul_(coef)
 
 
-def train(model, scn, steps, out, mode, rank, world, bug):
+def train(model, scn, steps, out, mode, rank, world, bug, collect):
     cfg, o = scn.model, scn.optim
     dp_rank, dp = (rank, world) if mode == "fsdp2" else (0, 1)
     data = MarkovData(cfg.vocab, scn.data_seed)
@@ -118,7 +125,10 @@ def train(model, scn, steps, out, mode, rank, world, bug):
                                weight_decay=o.weight_decay, foreach=False)
     else:
         opt = ParityOptimizer.from_config(model.parameters(), o)
-    col = Collector(out, scn, model, dp=(dp_rank, dp), tp=(rank, world) if mode == "tp" else None)
+    held = {}
+    if collect == "shards":
+        held = {"mesh": {"dp" if mode == "fsdp2" else "tp": (rank, world)}, "placements": "as_held"}
+    col = Collector(out, scn, model, dp=(dp_rank, dp), tp=(rank, world) if mode == "tp" else None, **held)
     for step in range(steps):
         opt.zero_grad()
         for mb in range(cfg.microbatches):
@@ -137,7 +147,7 @@ def train(model, scn, steps, out, mode, rank, world, bug):
     col.close()
 
 
-def rank_main(rank, port, ref, mode, world, runs, steps, tmp):
+def rank_main(rank, port, ref, mode, world, runs, steps, tmp, collect):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
@@ -151,7 +161,7 @@ def rank_main(rank, port, ref, mode, world, runs, steps, tmp):
             shard_fsdp2(model, mesh)
         else:
             tensor_parallel(model, mesh, bug)
-        train(model, d.scenario, steps, out, mode, rank, world, bug)
+        train(model, d.scenario, steps, out, mode, rank, world, bug, collect)
     dist.barrier()
     dist.destroy_process_group()
     open(os.path.join(tmp, f"done.{rank}"), "w").close()
@@ -159,20 +169,28 @@ def rank_main(rank, port, ref, mode, world, runs, steps, tmp):
 
 def body(tmp):
     binary, mode, scen, steps, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    collect = sys.argv[6] if len(sys.argv) > 6 else "full"
     check(mode in BUGS, f"mode must be one of {', '.join(BUGS)}, got {mode!r}")
+    check(collect in ("full", "shards"), f"COLLECT must be full or shards, got {collect!r}")
     ref = os.path.join(tmp, "ref")
     common.parity_dump(binary, scen, ref, steps, "fp64")
     bug = BUGS[mode]
     good, bad = os.path.join(tmp, mode), os.path.join(tmp, f"{mode}_{bug}")
-    common.spawn_ranks(rank_main, (common.free_port(), ref, mode, world, [(good, None), (bad, bug)], steps, tmp),
-                       world, tmp, DEADLINE_S)
-    print(f"== {mode} W = {world}, torch {torch.__version__}: the correct run")
+    common.spawn_ranks(rank_main, (common.free_port(), ref, mode, world, [(good, None), (bad, bug)], steps, tmp,
+                                   collect), world, tmp, DEADLINE_S)
+    if collect == "shards":
+        with open(os.path.join(good, "manifest.json")) as f:
+            placed = json.load(f).get("placements", {})
+        check(placed, "the manifest records no sharded tensor: the shards were not collected as held")
+        print(f"== {mode}: {len(placed)} tensors collected as torch holds them, e.g. "
+              f"{next(iter(placed))}: {placed[next(iter(placed))]['placements']}")
+    print(f"== {mode} W = {world}, torch {torch.__version__}, {collect}: the correct run")
     common.parity_verdict(binary, ref, good)
     print(f"== {mode} W = {world}: planted bug {bug}")
     root = common.parity_verdict(binary, ref, bad, ROOTS[bug])
     if bug == "loss_not_scaled":
         check(f"1/{world}" in root, f"the root does not name 1/{world}: {root!r}")
-    return f"{mode} W={world} torch {torch.__version__} passes parity compare; {bug}: {root}"
+    return f"{mode} W={world} ({collect}) torch {torch.__version__} passes parity compare; {bug}: {root}"
 
 
 if __name__ == "__main__":
@@ -180,4 +198,5 @@ if __name__ == "__main__":
     if why:
         print(f"python torch2 {' '.join(sys.argv[2:3])}: SKIPPED: {why}")
         sys.exit(77)
-    common.main(f"torch2 {sys.argv[2]} W={sys.argv[5]} {os.path.basename(sys.argv[3])}", body)
+    common.main(f"torch2 {sys.argv[2]} W={sys.argv[5]} {os.path.basename(sys.argv[3])} {' '.join(sys.argv[6:])}",
+                body)

@@ -15,6 +15,7 @@ from parity_torch import Dump, MarkovData, ReferenceModel, compare, dp_sequences
 from parity_torch import report, train
 from parity_torch import safetensors
 from parity_torch.data import init_elements
+from parity_torch.shards import Sharding, held_placements
 
 
 def safetensors_bytes(d):
@@ -100,6 +101,37 @@ def batch_split():
           f"batch 9, 2 micro-batches over 4 ranks (docs/scenario.md): {got}")
 
 
+class Shard:  # DTensor's placement classes as held_placements sees them: by their names
+    def __init__(self, dim):
+        self.dim = dim
+
+
+class Replicate:
+    pass
+
+
+class Partial:
+    pass
+
+
+class Held:
+    def __init__(self, *placements):
+        self.placements = placements
+
+
+def as_held():
+    """Collector placements="as_held" (issue 49 item 3): which tensors count as held sharded, and a
+    gradient placed otherwise than its parameter taking the gradient's placement."""
+    got = held_placements({"a": Held(Shard(0)), "b": Held(Replicate()), "c": torch.zeros(2), "d": None,
+                           "e": Held(Partial()), "f": Held(Replicate(), Shard(1))})
+    check(sorted(got) == ["a", "e", "f"], f"sharded or partial DTensors only: {sorted(got)}")
+    s = Sharding.__new__(Sharding)
+    s.dims, s.params, s.grads = ["tp"], {"w": {"placements": ["Shard(0)"]}}, {"w": {"placements": ["Shard(0)"]}}
+    s.hold_grads({"v": [Partial()]})
+    check(not s.sharded("grads", "w") and s.partial("grads", "v") and s.sharded("params", "w"),
+          f"the gradients' own placements replace the parameters': {s.grads}")
+
+
 def framework_doc_loop(d, tmp):
     """docs/framework.md's loop (torch's Adam, the Collector's lines) run as written, and
     parity_torch.train reading the dump's tokens: both equal the dump within 1e-12."""
@@ -140,6 +172,7 @@ def body(tmp):
         if scen == "tiny":
             framework_doc_loop(d, tmp)
     batch_split()
+    as_held()
     return (f"safetensors byte-identical, {n} names mapped, tokens and init reproduced, "
             "docs/framework.md's loop and the dump's tokens within 1e-12")
 
