@@ -163,6 +163,20 @@ template <class T> struct ParallelModel<T>::Impl {
     const int64_t c0 = kc.shared ? kc.c0 : m.params[P.wk].mp_offset(1);
     rec(s, l, d, x, kc.cols, trace::Rows::chunk, c0, c.kv_dim());
   }
+  // A replicated head's dk or dv on this lane is its query heads' part only: for the trace, each
+  // lane's part placed at its head's columns and summed over the tp group (the lanes sharing a head
+  // add their parts, the others exact 0s), so every lane records the whole gradient. Traced only:
+  // the step sums the weights' gradients itself (param_plan.cpp).
+  void rec_kv_summed(trace::Site s, int64_t l, const Buffer<T>& x, const KvCols& kc) const {
+    const trace::Recorder* r = trace::active();
+    if (r == nullptr || r->paused > 0) return;
+    const int64_t K = c.kv_dim();
+    auto whole = zeros<T>(n * K);
+    for (int64_t row = 0; row < n; ++row)
+      copy_values(whole.data() + row * K + kc.c0, x.data() + row * kc.cols, kc.cols);
+    tp_allreduce(m.tp_, whole);
+    rec(s, l, trace::Dir::bwd, whole, K, trace::Rows::chunk, 0, K);
+  }
 
   void attention_forward_block(const LayerParams& P, Buffer<T>& h, LayerCache<T>& L) const;
   void attention_backward_block(const LayerParams& P, Buffer<T>& dh, const LayerCache<T>& L) const;
@@ -289,8 +303,10 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
   if (rope_first()) dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
-  if (!kc.shared)  // a shared head's dk, dv here are this lane's query heads' part, summed in the step
+  if (!kc.shared)
     rec_kv(Site::v, l, Dir::bwd, dv, P, kc), rec_kv(Site::k, l, Dir::bwd, dk, P, kc);
+  else  // a shared head's dk, dv here are this lane's query heads' part: summed over the lanes to trace
+    rec_kv_summed(Site::v, l, dv, kc), rec_kv_summed(Site::k, l, dk, kc);
   rec_heads(Site::q, l, Dir::bwd, dq, P.wq);
   auto da = zeros<T>(n * D);
   fp8_rows(Fp8::e5m2, dq.data(), n, Dl, true);  // fp8: the projections' output gradients, rows split by heads

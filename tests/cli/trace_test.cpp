@@ -157,10 +157,18 @@ TEST(TraceMapping, ExpertParallelWithContextParallel) {
                "slot 0]");
 }
 
+// tp with grouped-query attention, kv_heads 2 over tp 4: each KV head is replicated on two lanes, whose dk, dv
+// are each their query heads' part; the trace sums them over the lanes (every lane records the whole
+// (rows, kv_dim) gradient): rank 1's local row 10 (sequence 1, position 2), column 3 of the 8.
+TEST(TraceMapping, SharedKvHeadsGradientsSummedOverTheirLanes) {
+  expect_named(traced("tp4_gqa2", "k:0:bwd:1:0:83"),
+               "layer 0 k, backward, micro-batch 0, rank 1 (tp 1), element [sequence 1, position 2, column 3]");
+}
+
 // A clean layout traced: every tensor within its bound, every element placed (no "not mapped").
 TEST(Trace, CleanLayoutTracedPasses) {
   for (const char* s : {"cp2_tp2_sp", "fsdp4_uneven_b9_mb2", "pp2_1f1b", "bf16_tp2_sp", "fsdp4_tp2_ep2_etp2",
-                        "fsdp2_tp2_sp_aux", "cp2_ep2"}) {
+                        "fsdp2_tp2_sp_aux", "cp2_ep2", "tp4_gqa2"}) {
     const std::string out = traced(s, "");
     EXPECT_NE(out.find("  no traced tensor over its bound"), std::string::npos) << s << "\n" << out;
     EXPECT_EQ(out.find("not mapped"), std::string::npos) << s << "\n" << out;
