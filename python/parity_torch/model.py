@@ -61,26 +61,25 @@ def name_map(cfg):
 
 def trace_map(cfg):
     """[(parity trace name, torch module name, "out" | "in")]: where this model computes the tensors parity
-    traces (model/trace.h; trace.py hooks them): each module's output, or its first input. q and k are
-    left out under QK-norm or rope (parity traces them after those, the projections before); the
-    router's scores, the routing weights, the experts' outputs and the combine have no module here,
-    nor the tied head's logits."""
+    traces (model/trace.h; trace.py hooks them): each module's output, or its first input. The
+    MoE block's scores, routing weights, experts' outputs ((token, slot) rows, unweighted) and routed
+    combine, q and k as attention reads them (after QK-norm and rope) and the logits (tied head or
+    not) are taps (nn.Identity): every tensor of parity's flow."""
     out = [("embed", "embed", "out")]
     for l in range(cfg.layers):
         p = f"layers.{l}"
         out.append((f"{p}.ln1", f"{p}.ln1", "out"))
-        raw_qk = cfg.qk_norm != "rmsnorm" and cfg.position != "rope"
-        out += [(f"{p}.{x}", f"{p}.attn.w{x}", "out") for x in (("q", "k", "v") if raw_qk else ("v",))]
+        out += [(f"{p}.q", f"{p}.attn.q_tap", "out"), (f"{p}.k", f"{p}.attn.k_tap", "out"),
+                (f"{p}.v", f"{p}.attn.wv", "out")]
         out += [(f"{p}.attn", f"{p}.attn.wo", "in"), (f"{p}.attn_out", f"{p}.attn.wo", "out"),
                 (f"{p}.h_mid", f"{p}.ln2", "in"), (f"{p}.ln2", f"{p}.ln2", "out")]
         if cfg.is_moe(l):
             out.append((f"{p}.router", f"{p}.moe.router.gate", "out"))
+            out += [(f"{p}.{x}", f"{p}.moe.{x}_tap", "out") for x in ("scores", "route_w", "experts", "combine")]
             if cfg.shared_experts > 0:
                 out.append((f"{p}.shared", f"{p}.moe.shared", "out"))
         out += [(f"{p}.ffn_out", f"{p}.moe" if cfg.is_moe(l) else f"{p}.mlp", "out"), (f"{p}.h_out", p, "out")]
-    out.append(("final_ln", "final_ln", "out"))
-    if not cfg.tie_embeddings:
-        out.append(("logits", "lm_head", "out"))
+    out += [("final_ln", "final_ln", "out"), ("logits", "logits_tap", "out")]
     return out
 
 
@@ -141,6 +140,7 @@ class Attention(nn.Module):
         self.wq, self.wo = (nn.Linear(d, d, bias=False, dtype=dtype) for _ in range(2))
         self.wk, self.wv = (nn.Linear(d, kv, bias=False, dtype=dtype) for _ in range(2))
         self.kv_repeat = "interleave"  # each KV head repeated for its group of query heads, in place
+        self.q_tap, self.k_tap = nn.Identity(), nn.Identity()  # q, k as attention reads them (trace_map)
         if qk_norm:  # model.qk_norm: each head of q and k RMS-normalised over Dh (Qwen3 / OLMo 2)
             self.q_norm, self.k_norm = RMSNorm(d // heads, 1e-5, dtype), RMSNorm(d // heads, 1e-5, dtype)
 
@@ -157,6 +157,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_theta is not None:  # after the QK-norm (Qwen3's order)
             q, k = rope(q, self.rope_theta), rope(k, self.rope_theta)
+        q = self.q_tap(q.transpose(1, 2).reshape(b, s, local * dh)).view(b, s, local, dh).transpose(1, 2)
+        k = self.k_tap(k.transpose(1, 2).reshape(b, s, local_kv * dh)).view(b, s, local_kv, dh).transpose(1, 2)
         if local_kv != local:  # grouped-query: key / value head g serves query heads g*group .. (g+1)*group-1
             group = local // local_kv
             if self.kv_repeat == "interleave":
@@ -218,6 +220,10 @@ class MoE(nn.Module):
         self.router = Router(cfg.dim, cfg.experts, dtype)
         self.experts = GroupedExperts(cfg.experts, cfg.dim, cfg.expert_hidden, dtype)
         self.shared = SwiGLU(cfg.dim, cfg.shared_hidden, dtype) if cfg.shared_experts > 0 else None
+        # Taps (nn.Identity) where parity traces tensors no module outputs (trace_map): the scores, the
+        # routing weights, the experts' outputs in (token, slot) order and the routed combine.
+        self.scores_tap, self.route_w_tap = nn.Identity(), nn.Identity()
+        self.experts_tap, self.combine_tap = nn.Identity(), nn.Identity()
         self.register_buffer("expert_bias", torch.zeros(cfg.experts, dtype=dtype))
         self.counts = torch.zeros(cfg.experts, dtype=torch.int64)
         self.chosen, self.aux, self.tokens_per_expert = None, None, None
@@ -241,17 +247,19 @@ class MoE(nn.Module):
         c = self.cfg
         b, s, d = x.shape
         xf = x.reshape(b * s, d)
-        scores = self.scores(xf) if scores is None else scores.reshape(b * s, c.experts)
+        scores = self.scores_tap(self.scores(xf) if scores is None else scores.reshape(b * s, c.experts))
         chosen = topk_select(scores.detach() + self.expert_bias, c.top_k)  # the bias only selects
-        w = self.route_weights(scores, chosen)
-        out = torch.zeros_like(xf)
+        w = self.route_w_tap(self.route_weights(scores, chosen))
+        y = xf.new_zeros(b * s, c.top_k, d)  # each (token, slot)'s expert output, unweighted
         # Every expert runs, on its tokens or on none, as a grouped GEMM does: an expert without
         # tokens still gets its (zero) gradient, so every rank reduces the same parameters
         # (FSDP2 reduce-scatters only the gradients that exist: a rank whose experts got no
         # token sent a shorter buffer, and gloo aborted on the size mismatch).
         for e in range(c.experts):
             tok, slot = (chosen == e).nonzero(as_tuple=True)
-            out = out.index_add(0, tok, self.experts(xf[tok], e) * w[tok, slot].unsqueeze(-1))
+            y = y.index_put((tok, slot), self.experts(xf[tok], e))
+        y = self.experts_tap(y.reshape(b * s, c.top_k * d)).reshape(b * s, c.top_k, d)
+        out = self.combine_tap((y * w.unsqueeze(-1)).sum(dim=1))  # the routed combine, slots in order
         if self.shared is not None:
             out = out + self.shared(xf)
         self.chosen = chosen
@@ -315,6 +323,7 @@ class ReferenceModel(nn.Module):
         self.layers = nn.ModuleList(Block(cfg, l, dtype) for l in range(cfg.layers))
         self.final_ln = make_norm(cfg, dtype)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.dim, cfg.vocab, bias=False, dtype=dtype)
+        self.logits_tap = nn.Identity()  # the logits, tied head or not (trace_map)
 
     def moe_layers(self):
         return [b.moe for b in self.layers if hasattr(b, "moe")]
@@ -327,6 +336,7 @@ class ReferenceModel(nn.Module):
             h = block(h)
         h = self.final_ln(h)
         logits = getattr(self, "store", _keep)(h @ self.embed.weight.t()) if self.lm_head is None else self.lm_head(h)
+        logits = self.logits_tap(logits)
         return logits if targets is None else self.loss_of(logits, targets)
 
     def loss(self, inputs, targets):

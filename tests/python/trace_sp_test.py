@@ -87,7 +87,7 @@ def body(tmp):
     check(code == 0 and "  no traced tensor over its bound" in out.splitlines(),
           f"the clean sequence-parallel run: exit {code}, or a traced tensor over its bound: {head!r}")
     n = int(head.split()[1])
-    check(n == 41, f"the clean run compared {n} traced tensors, expected 41 (45 less h_out's 4)")
+    check(n == 48, f"the clean run compared {n} traced tensors, expected 48 (parity's 52 less h_out's 4)")
     code, out, root = common.parity_compare(binary, ref, os.path.join(tmp, "ln_eps_lane1"))
     print(out, end="")
     m = re.search(r"enters at layer 1 ln2, forward, micro-batch \d, rank 1 \(dp 0, tp 1\), element \[sequence \d, "

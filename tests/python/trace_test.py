@@ -6,6 +6,10 @@ holds 5 sequences, rank 1 four; 2 micro-batches), the collector's lines and the 
 - a forward-only bug, LayerNorm eps 1e-6 instead of 1e-5 in layers.1.ln2 on rank 1 alone: fails, and
   the root line names where it enters: "enters at layer 1 ln2, forward, micro-batch ..., rank 1 (dp 1)";
   the same bug untraced is named only by a family (printed: the root before);
+- a bug inside the MoE block, the routing weights doubled on rank 1: named at "layer 1 route_w, forward"
+  through the model's taps (trace_map);
+- every tensor of parity's flow through the model's taps: q and k after QK-norm and rope, the tied
+  head's logits (one device, traced, 52 of 52);
 - off (no trace=): no hook on a traced module, no trace file, no trace line in the verdict, and every
   step file byte for byte the traced run's.
 
@@ -30,15 +34,19 @@ from parity_torch import trace_map                                              
 
 WORLD = 2
 SCENARIO = "fsdp4_uneven_b9_mb2"
-RUNS = {"clean": (True, False), "ln_eps": (True, True), "off": (False, False), "ln_eps_off": (False, True)}
+RUNS = {"clean": (True, None), "ln_eps": (True, "ln_eps"), "off": (False, None), "ln_eps_off": (False, "ln_eps"),
+        "route_w": (True, "route_w")}
 
 
 def loop(d, out, traced, bug, rank, steps):
     scn, cfg = d.scenario, d.scenario.model
     model = ReferenceModel(cfg, scn.torch_dtype)
     model.load_parity_state(d.init())
-    if bug and rank == 1:  # the planted forward-only bug: one LayerNorm's eps on one rank
+    if bug == "ln_eps" and rank == 1:  # the planted forward-only bug: one LayerNorm's eps on one rank
         model.layers[1].ln2.eps = 1e-6
+    if bug == "route_w" and rank == 1:  # inside the MoE block: the routing weights scaled twice on one rank
+        moe = model.layers[1].moe
+        moe.route_weights = lambda scores, chosen, once=moe.route_weights: once(scores, chosen) * 2
     ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
     opt = ParityOptimizer.from_config(model.parameters(), scn.optim)
     data = MarkovData(cfg.vocab, scn.data_seed)
@@ -58,6 +66,39 @@ def loop(d, out, traced, bug, rank, steps):
         col.step()
     col.close()
     return model
+
+
+def every_site(binary, tmp):
+    """The taps cover parity's whole flow: q and k after QK-norm and rope (tp2_qknorm_rope), the tied
+    head's logits (fsdp2_tp2_tied), one device, 2 steps: every key traced, within its bound."""
+    from parity_torch import micro_batch_sequences
+    for scen in ("tp2_qknorm_rope", "fsdp2_tp2_tied"):
+        ref, out = os.path.join(tmp, f"{scen}_ref"), os.path.join(tmp, f"{scen}_traced")
+        common.parity_dump(binary, scen, ref, 2, extra=("--trace",))
+        d = Dump(ref)
+        scn, cfg = d.scenario, d.scenario.model
+        model = ReferenceModel(cfg, scn.torch_dtype)
+        model.load_parity_state(d.init())
+        opt, data = ParityOptimizer.from_config(model.parameters(), scn.optim), MarkovData(cfg.vocab, scn.data_seed)
+        col = Collector(out, scn, model, trace=trace_map(cfg))
+        for step in range(2):
+            opt.zero_grad(set_to_none=False)
+            for mb in range(cfg.microbatches):
+                lo, hi = micro_batch_sequences(cfg.batch, cfg.microbatches, mb)
+                x, y = data.sequences(step, list(range(lo, hi)), cfg.seq)
+                part = model(x, y)
+                col.micro(part, x, y)
+                part.backward()
+            col.grads()
+            opt.step()
+            model.update_expert_bias(None)
+            col.step()
+        col.close()
+        code, text, _ = common.parity_compare(binary, ref, out)
+        head = common.line_starting(text, "trace: ")
+        check(code == 0 and head.startswith("trace: 52 ") and "not traced" not in text,
+              f"{scen}: exit {code}, {head!r}: expected all 52 traced, none left out\n{text}")
+    return "q, k under QK-norm + rope and the tied logits traced (52 of 52)"
 
 
 def rank_main(rank, port, ref, tmp, steps):
@@ -93,8 +134,9 @@ def body(tmp):
     check(head.startswith("trace: ") and "  no traced tensor over its bound" in out.splitlines(),
           f"the clean traced run: no trace compared, or a traced tensor over its bound: {head!r}")
     n = int(head.split()[1])
-    check(n == 45, f"the clean traced run compared {n} traced tensors, expected the 45 its trace map and parity's "
-                   "flow share")
+    check(n == 52, f"the clean traced run compared {n} traced tensors, expected the 52 of parity's flow (the MoE "
+                   "block's scores, routing weights, experts and combine through the model's taps)")
+    check("not traced by the candidate" not in out, "parity's flow has a tensor the trace map does not name")
     said.append(f"clean: PASS, {n} traced tensors within their bounds")
     # the forward-only bug on rank 1, traced: named at its module, on its rank
     code, out, root = common.parity_compare(binary, ref, os.path.join(tmp, "ln_eps"))
@@ -103,6 +145,12 @@ def body(tmp):
     check(code == 1 and want in root and ", rank 1 (dp 1), element [sequence " in root,
           f"ln_eps: exit {code}, root {root!r}: expected exit 1 naming {want!r} on rank 1 (dp 1)")
     said.append("ln_eps: " + root[root.index("enters at"):][:120])
+    # inside the MoE block (the model's taps): named at the routing weights, on its rank
+    code, out, root = common.parity_compare(binary, ref, os.path.join(tmp, "route_w"))
+    want = "enters at layer 1 route_w, forward, micro-batch "
+    check(code == 1 and want in root and ", rank 1 (dp 1), element [sequence " in root,
+          f"route_w: exit {code}, root {root!r}: expected exit 1 naming {want!r} on rank 1 (dp 1)")
+    said.append("route_w: " + root[root.index("enters at"):][:100])
     # the same bug untraced: the root before the trace (a family), for the record
     code, out, before = common.parity_compare(binary, ref, os.path.join(tmp, "ln_eps_off"))
     check(code == 1 and "enters at" not in before, f"ln_eps untraced: exit {code}, root {before!r}")
@@ -143,6 +191,7 @@ def body(tmp):
     check(r.returncode == 2 and "\"trace.fwd.layers.1.ln2\" has shape (9, 4, 16)" in r.stdout,
           f"a traced tensor of another shape: exit {r.returncode}, {r.stdout[-300:]!r}: expected exit 2 naming it")
     said.append("--trace-steps 1: step 0 alone; a wrong shape: exit 2")
+    said.append(every_site(binary, tmp))
     return " | ".join(said)
 
 
