@@ -21,11 +21,13 @@
 #include "harness/verdict/trace_compare.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
+#include "harness/verdict/family_sums.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
 #include "harness/verdict/verdict_wire.h"
 #include "mesh/layout_config.h"
 #include "model/params.h"
+#include "optim/optimizer.h"
 
 namespace parity {
 
@@ -101,7 +103,7 @@ double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::
 
 // The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
 // Runner with world 1: each element counted once, no replicas), from the same per-family sums
-// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums).
+// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums, verdict_flow.h TensorSums, family_sums.h).
 class Comparer {
  public:
   Comparer(const Dump& ref, const Dump& got, NameMap map)
@@ -361,50 +363,48 @@ StepLine Comparer::step(int64_t t) {
   inputs(t, R, G);
   // gradients and parameters, tensor by tensor, into their family's sums
   std::vector<vd::LocalSums> sums(groups_.size());
-  std::vector<double> ref_sq(kFamilyCount, 0.0), got_sq(kFamilyCount, 0.0), tensor_sums;
+  std::vector<double> tensor_sums;
   std::vector<std::vector<double>> rg(specs_.size()), gg(specs_.size()), rp(specs_.size()), gp(specs_.size());
-  // is_far's magnitude floors: the root mean square of the reference's family (gradients,
-  // parameters after the step, the update)
-  std::vector<double> fam_sq(n_, 0.0), fam_n(n_, 0.0), upd_sq(n_, 0.0), par_sq(n_, 0.0);
+  // the per-family sums of a rank's verdict (family_sums.h): the squared gradient norm per family,
+  // the reference's; is_far's magnitude floors: its gradients, parameters after the step, update
+  std::vector<double> ref_t(specs_.size()), got_t(specs_.size());
+  family_sums::GroupSquares grad_sq(n_), par_sq(n_), upd_sq(n_);
   for (size_t p = 0; p < specs_.size(); ++p) {
     rg[p] = read(ref_, R, t, "grads." + specs_[p].name, specs_[p].shape);
     gg[p] = candidate(G, t, "grads.", p, rg[p]);
     rp[p] = read(ref_, R, t, "params." + specs_[p].name, specs_[p].shape);
     gp[p] = candidate(G, t, "params.", p, rp[p]);
-    const size_t g = group_of_[p], f = static_cast<size_t>(specs_[p].family);
-    for (size_t i = 0; i < rg[p].size(); ++i) {
-      ref_sq[f] += rg[p][i] * rg[p][i], got_sq[f] += gg[p][i] * gg[p][i];
-      const double u = rp[p][i] - ref_before_[p][i];
-      upd_sq[g] += u * u, par_sq[g] += rp[p][i] * rp[p][i];
-    }
-    fam_n[g] += static_cast<double>(rg[p].size());
+    const size_t g = group_of_[p];
+    const auto n = static_cast<int64_t>(rg[p].size());
+    ref_t[p] = sum_of_squares(rg[p].data(), n), got_t[p] = sum_of_squares(gg[p].data(), n);
+    grad_sq.add_tensor(g, ref_t[p], static_cast<double>(n));
+    par_sq.add_tensor(g, sum_of_squares(rp[p].data(), n), static_cast<double>(n));
+    for (size_t i = 0; i < rp[p].size(); ++i) upd_sq.add_element(g, rp[p][i] - ref_before_[p][i]);
   }
+  const std::vector<double> ref_sq = family_sums::per_family(specs_, ref_t);
+  const std::vector<double> got_sq = family_sums::per_family(specs_, got_t);
   double model_sq = 0, model_n = 0;  // a grad row's floor for its model (tolerance.h gradient_row_bound)
-  for (size_t g = 0; g < n_; ++g)
-    fam_sq[g] = ref_sq[static_cast<size_t>(fams_[g])], model_sq += fam_sq[g], model_n += fam_n[g];
+  for (size_t g = 0; g < n_; ++g) model_sq += grad_sq.sq(g), model_n += elements_[g];
   std::vector<Bound> grad = sb.grad;
+  const auto tokens = static_cast<double>(c_.batch * c_.seq);
   for (size_t g = 0; g < n_; ++g) {
-    grad[g] = gradient_row_bound(c_.precision(), grad[g],
-                                 {fam_sq[g], fam_n[g], model_sq, model_n, static_cast<double>(c_.batch * c_.seq)});
+    grad[g] = gradient_row_bound(c_.precision(), grad[g], {grad_sq.sq(g), elements_[g], model_sq, model_n, tokens});
     groups_[g].tol.norm_rel = grad[g].value;
   }
-  const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
   std::vector<int64_t> tensor_id(n_, 0);
   std::vector<verdict_wire::UpdateSums> upd(n_);
   std::vector<std::string> names;
   for (size_t p = 0; p < specs_.size(); ++p) {
     const size_t g = group_of_[p];
     const int64_t id = tensor_id[g]++;
-    const double rms = gradient_magnitude(fam_n[g] > 0 ? std::sqrt(fam_sq[g] / fam_n[g]) : 0.0, model_rms);
-    double d2 = 0, r2 = 0;
+    const double rms = grad_sq.floor(g, true), prms = par_sq.floor(g, false), urms = upd_sq.rms(g);
+    verdict_flow::TensorSums ts;
     for (size_t i = 0; i < rg[p].size(); ++i) {
       sums[g].add(id, static_cast<int64_t>(i), gg[p][i], rg[p][i], true, rms);
-      d2 += (gg[p][i] - rg[p][i]) * (gg[p][i] - rg[p][i]), r2 += rg[p][i] * rg[p][i];
+      ts.add(gg[p][i], rg[p][i]);
     }
-    tensor_sums.insert(tensor_sums.end(), {d2, r2});
+    tensor_sums.insert(tensor_sums.end(), {ts.d2, ts.r2});
     names.push_back(specs_[p].name);
-    const double urms = fam_n[g] > 0 ? std::sqrt(upd_sq[g] / fam_n[g]) : 0.0;
-    const double prms = fam_n[g] > 0 ? std::sqrt(par_sq[g] / fam_n[g]) : 0.0;
     for (size_t i = 0; i < rp[p].size(); ++i) {
       sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
       upd[g].add(gp[p][i] - got_before_[p][i], rp[p][i] - ref_before_[p][i], urms);
