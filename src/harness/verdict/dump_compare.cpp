@@ -146,7 +146,16 @@ class Comparer {
   }
 
  private:
+  // Step t's bounds (the reference's twin noise), set on the groups; the param rows' largest kept.
+  const StepBounds& bounds(int64_t t);
   void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
+  // Tokens per expert and the expert bias per MoE layer (into sums), and every token's routing (its rows).
+  void routes(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+              std::vector<vd::LocalSums>& sums, StepLine& line);
+  // Every group's sums into its row: a grad row's first wrong tensor, a param row's update.
+  void fold_groups(int64_t t, const StepBounds& sb, const std::vector<Bound>& grad,
+                   const std::vector<vd::LocalSums>& sums, const std::vector<verdict_wire::UpdateSums>& upd,
+                   const std::vector<double>& tensor_sums, const std::vector<std::string>& names);
   double own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const;
   // grad: this step's grad bounds (sb.grad, widened for a family far below the model's gradient scale)
   void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
@@ -347,8 +356,7 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   vd::update_row(rows_[2], t, clip);
 }
 
-StepLine Comparer::step(int64_t t) {
-  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+const StepBounds& Comparer::bounds(int64_t t) {
   const StepBounds& sb = env_->step(ref_.noise(t, c_.precision()));
   for (size_t g = 0; g < n_; ++g) {
     groups_[g].far_bound = sb.grad_far[g];  // the grad rows' bounds: below, widened for the model
@@ -358,6 +366,67 @@ StepLine Comparer::step(int64_t t) {
   if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
   param_bound_.push_back(0);
   for (size_t g = 0; g < n_; ++g) param_bound_.back() = std::max(param_bound_.back(), sb.param[g].value);
+  return sb;
+}
+
+void Comparer::routes(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+                      std::vector<vd::LocalSums>& sums, StepLine& line) {
+  // tokens per expert and the expert bias, per MoE layer; the routing of every token
+  const auto n_tok = c_.batch * c_.seq;
+  for (int64_t l = 0; l < c_.moe_layers(); ++l) {
+    const std::string pre = "layers." + std::to_string(c_.dense_layers + l) + ".moe.";
+    const auto rt = read(ref_, R, t, pre + "tokens_per_expert", {c_.experts});
+    const auto gt = read(got_, G, t, pre + "tokens_per_expert", {c_.experts});
+    const auto rb = read(ref_, R, t, pre + "expert_bias", {c_.experts});
+    const auto gb = read(got_, G, t, pre + "expert_bias", {c_.experts});
+    for (int64_t e = 0; e < c_.experts; ++e) {
+      const auto i = static_cast<size_t>(e);
+      sums[2 * n_].add(l, e, gt[i], rt[i], true), sums[2 * n_ + 1].add(l, e, gb[i], rb[i], true);
+    }
+    const auto rc = read(ref_, R, t, pre + "chosen", {n_tok, c_.top_k});
+    const auto gc = read(got_, G, t, pre + "chosen", {n_tok, c_.top_k});
+    const std::vector<double> scores =  // a reference without them: no near-tie arbitration
+        R.contains(pre + "select_scores")
+            ? read(ref_, R, t, pre + "select_scores", {n_tok, c_.experts})
+            : std::vector<double>(static_cast<size_t>(n_tok * c_.experts), std::numeric_limits<double>::quiet_NaN());
+    std::vector<int64_t> ids(static_cast<size_t>(n_tok)), base(rc.begin(), rc.end()), mine(gc.begin(), gc.end());
+    for (int64_t i = 0; i < n_tok; ++i) ids[static_cast<size_t>(i)] = i;
+    const double tie = tolerance_for(c_.dtype, Quantity::routing_score).elem_rel;
+    const vd::RouteLocal rl = vd::compare_routes(ids, mine, base, scores, c_.top_k, c_.experts, tie, sb.route_tie);
+    Row& row = rows_[3 + groups_.size() + static_cast<size_t>(l)];
+    vd::update_row(row, t, vd::routing_outcome({rl}, std::vector<int64_t>(static_cast<size_t>(n_tok), 1), row.subject));
+    line.route_diff += static_cast<int64_t>(rl.mismatch), line.near_ties += static_cast<int64_t>(rl.near_tie);
+  }
+}
+
+void Comparer::fold_groups(int64_t t, const StepBounds& sb, const std::vector<Bound>& grad,
+                           const std::vector<vd::LocalSums>& sums, const std::vector<verdict_wire::UpdateSums>& upd,
+                           const std::vector<double>& tensor_sums, const std::vector<std::string>& names) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine({sums[g]}));
+    o.bound = g < n_ ? grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
+    if (g < n_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
+      std::vector<size_t> members;
+      for (size_t q = 0; q < specs_.size(); ++q)
+        if (group_of_[q] == g) members.push_back(q);
+      const auto fw = verdict_flow::first_wrong(tensor_sums, tensor_sums.size(), 0, 1, members, names, c_.layers,
+                                                o.bound.value);
+      o.flow = fw.pos, o.flow_tensor = fw.tensor;
+      for (size_t q : members)  // a sharded first wrong tensor: its worst shard, by rank and placement
+        if (specs_[q].name == fw.tensor && worst_shard_.count(q)) o.flow_tensor += ", " + worst_shard_.at(q);
+    }
+    if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
+      const verdict_wire::UpdateSums& u = upd[g - n_];
+      if (u.update.ref2 > 0) o.scale_ratio = u.update.scale_ratio();
+      vd::check_far(o, u.far, u.count, sb.update_far[g - n_], "of the update");
+    }
+    vd::update_row(rows_[3 + g], t, o);
+  }
+}
+
+StepLine Comparer::step(int64_t t) {
+  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+  const StepBounds& sb = bounds(t);
   StepLine line;
   line.step = t;
   inputs(t, R, G);
@@ -411,52 +480,8 @@ StepLine Comparer::step(int64_t t) {
     }
   }
   scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
-  // tokens per expert and the expert bias, per MoE layer; the routing of every token
-  const auto n_tok = c_.batch * c_.seq;
-  for (int64_t l = 0; l < c_.moe_layers(); ++l) {
-    const std::string pre = "layers." + std::to_string(c_.dense_layers + l) + ".moe.";
-    const auto rt = read(ref_, R, t, pre + "tokens_per_expert", {c_.experts});
-    const auto gt = read(got_, G, t, pre + "tokens_per_expert", {c_.experts});
-    const auto rb = read(ref_, R, t, pre + "expert_bias", {c_.experts});
-    const auto gb = read(got_, G, t, pre + "expert_bias", {c_.experts});
-    for (int64_t e = 0; e < c_.experts; ++e) {
-      const auto i = static_cast<size_t>(e);
-      sums[2 * n_].add(l, e, gt[i], rt[i], true), sums[2 * n_ + 1].add(l, e, gb[i], rb[i], true);
-    }
-    const auto rc = read(ref_, R, t, pre + "chosen", {n_tok, c_.top_k});
-    const auto gc = read(got_, G, t, pre + "chosen", {n_tok, c_.top_k});
-    const std::vector<double> scores =  // a reference without them: no near-tie arbitration
-        R.contains(pre + "select_scores")
-            ? read(ref_, R, t, pre + "select_scores", {n_tok, c_.experts})
-            : std::vector<double>(static_cast<size_t>(n_tok * c_.experts), std::numeric_limits<double>::quiet_NaN());
-    std::vector<int64_t> ids(static_cast<size_t>(n_tok)), base(rc.begin(), rc.end()), mine(gc.begin(), gc.end());
-    for (int64_t i = 0; i < n_tok; ++i) ids[static_cast<size_t>(i)] = i;
-    const double tie = tolerance_for(c_.dtype, Quantity::routing_score).elem_rel;
-    const vd::RouteLocal rl = vd::compare_routes(ids, mine, base, scores, c_.top_k, c_.experts, tie, sb.route_tie);
-    Row& row = rows_[3 + groups_.size() + static_cast<size_t>(l)];
-    vd::update_row(row, t, vd::routing_outcome({rl}, std::vector<int64_t>(static_cast<size_t>(n_tok), 1), row.subject));
-    line.route_diff += static_cast<int64_t>(rl.mismatch), line.near_ties += static_cast<int64_t>(rl.near_tie);
-  }
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    vd::Outcome o = vd::group_outcome(groups_[g], vd::combine({sums[g]}));
-    o.bound = g < n_ ? grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
-    if (g < n_ && o.verdict == RowVerdict::fail) {  // grad rows: the first wrong tensor, backward
-      std::vector<size_t> members;
-      for (size_t q = 0; q < specs_.size(); ++q)
-        if (group_of_[q] == g) members.push_back(q);
-      const auto fw = verdict_flow::first_wrong(tensor_sums, tensor_sums.size(), 0, 1, members, names, c_.layers,
-                                                o.bound.value);
-      o.flow = fw.pos, o.flow_tensor = fw.tensor;
-      for (size_t q : members)  // a sharded first wrong tensor: its worst shard, by rank and placement
-        if (specs_[q].name == fw.tensor && worst_shard_.count(q)) o.flow_tensor += ", " + worst_shard_.at(q);
-    }
-    if (g >= n_ && g < 2 * n_) {  // param rows: scale and far elements read on the update
-      const verdict_wire::UpdateSums& u = upd[g - n_];
-      if (u.update.ref2 > 0) o.scale_ratio = u.update.scale_ratio();
-      vd::check_far(o, u.far, u.count, sb.update_far[g - n_], "of the update");
-    }
-    vd::update_row(rows_[3 + g], t, o);
-  }
+  routes(t, R, G, sb, sums, line);
+  fold_groups(t, sb, grad, sums, upd, tensor_sums, names);
   shards_row(t);
   worst_shard_.clear();
   if (got_.records_replicas()) {  // every rank's copies against rank 0's, bit for bit (dump_split.h)
