@@ -4,8 +4,8 @@
 // keeps the parameters whose name contains S (both tables). Last, the parameter plan
 // (parallel/param_plan.h): each family's TP and DP reduction, dtype, norm count and clip, then
 // each parameter's entry (placements of the parameter, its gradient and its optimizer state,
-// model-parallel splits, storage, reductions in order, norm and clip, precision), printed from
-// here since it belongs to the parallel layer, below mesh/explain.
+// model-parallel splits, storage, reductions in order, norm and clip, precision). The text is
+// parallel/explain.h's: every parameter's placements are read from the plan.
 // `--trace` (issue 45): the traced tensors with their placements per rank, from one traced step
 // of the scenario on the simulated world (`parity run SCENARIO --backend sim --steps 1 --trace`):
 // what each rank records and where it lands in the full tensor, through the canonical mapping the
@@ -26,9 +26,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "harness/scenario/scenario.h"
-#include "mesh/explain.h"
-#include "parallel/pipeline.h"
-#include "parallel/param_plan.h"
+#include "parallel/explain.h"
 
 namespace parity::cli {
 
@@ -64,7 +62,7 @@ int print_trace_placements(const std::string& scenario) {
 
 Command add_explain_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  auto opts = std::make_shared<mesh::ExplainOptions>();
+  auto opts = std::make_shared<ExplainOptions>();
   CLI::App* sub = app.add_subcommand(
       "explain", "Print the mesh, both views of every rank, every group, and each parameter's placements and local "
                  "shapes");
@@ -78,15 +76,7 @@ Command add_explain_command(CLI::App& app) {
                 "(what each rank records and where it lands in the full tensor; docs/verdict.md \"The trace\")");
   return {sub, [path, opts, trace]() {
             const Scenario s = load_scenario(*path);
-            const std::string text = mesh::explain(s.layout, s.model, "parity explain " + s.name, *opts);
-            std::fputs(text.c_str(), stdout);
-            const ParamPlan plan = param_plan(mesh::Mesh(s.layout, s.model.layers), s.model, s.model.precision());
-            std::fputs(("\n## Reduction plan (each family's gradient, step by step: parallel/reduction_plan.h)\n" +
-                        plan_table(plan)).c_str(), stdout);
-            const std::string entries = param_table(plan, opts->param);
-            const std::string head = "\n## Parameter plan (each parameter's entry: parallel/param_plan.h)\n";
-            std::fputs((head + entries).c_str(), stdout);
-            if (s.layout.pp > 1) std::fputs(("\n" + schedule_table(s.layout, s.model.microbatches)).c_str(), stdout);
+            std::fputs(explain(s.layout, s.model, "parity explain " + s.name, *opts).c_str(), stdout);
             return *trace ? print_trace_placements(*path) : 0;
           }};
 }

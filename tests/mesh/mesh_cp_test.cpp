@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "mesh/explain.h"
+#include "mesh/mesh_text.h"
 #include "mesh/expect_refused.h"
 #include "mesh/mesh.h"
 #include "mesh/param_layout.h"
@@ -100,13 +100,13 @@ TEST(MeshCp, DeepspeedOrderReadsALaneOverDpShardTimesCp) {
   EXPECT_EQ(groups_str(Mesh(h).groups(GroupKind::edp)), "{0,1,8,9}{2,3,10,11}{4,5,12,13}{6,7,14,15}");
 }
 
-// explain names the order with the cp coordinate in both formulas.
+// The mesh's text (parity explain's first part) names the order with the cp coordinate in both formulas.
 TEST(MeshCp, ExplainDeepspeedFormulaWithCp) {
   LayoutConfig l = lcp(2, 2, 2, 4);
   l.order = RankOrder::deepspeed;
   ModelConfig model;
   model.experts = 4;
-  const std::string t = explain(l, model, "ds cp");
+  const std::string t = mesh_text(Mesh(l), model, "ds cp");
   EXPECT_NE(t.find("rank order deepspeed\nrank = tp_r + tp*(cp_r + cp*(dps_r + dp_shard*dpr_r)); expert coordinates "
                    "from the TP-lane-major index\ntp_r*dp_shard*cp + cp_r + cp*dps_r"),
             std::string::npos)

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "mesh/explain.h"
+#include "mesh/mesh_text.h"
 #include "mesh/expect_refused.h"
 #include "mesh/mesh.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "mesh/explain.h"
+#include "mesh/mesh_text.h"
 #include "mesh/mesh.h"
 
 namespace parity::mesh::mesh_order_test {  // one namespace per file: the tests build as unity batches

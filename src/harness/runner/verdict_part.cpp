@@ -9,6 +9,7 @@
 
 #include "ckpt/training_state.h"
 #include "harness/runner/verdict_runner.h"
+#include "harness/verdict/family_sums.h"
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict_flow.h"
 
@@ -20,14 +21,12 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
                             const std::vector<Tensor<T>>& ref, const std::vector<Tensor<T>>& mag) {
   std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
   // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
-  // that is all but zero next to its family, a gradient that vanishes, has no far elements)
-  std::vector<double> sq(n_fam_, 0.0), cnt(n_fam_, 0.0);
-  double all_sq = 0, all_n = 0;  // gradients: a family far below the model's scale (tolerance.h gradient_magnitude)
-  for (size_t p = 0; p < ref.size(); ++p) {
-    const double q = sum_of_squares(ref[p].ptr(), ref[p].numel()), n = static_cast<double>(ref[p].numel());
-    sq[group_of_param_[p]] += q, cnt[group_of_param_[p]] += n, all_sq += q, all_n += n;
-  }
-  const double all_rms = offset == 0 && all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
+  // that is all but zero next to its family, a gradient that vanishes, has no far elements);
+  // gradients: a family far below the model's scale (family_sums.h, tolerance.h gradient_magnitude)
+  family_sums::GroupSquares floors(n_fam_);
+  for (size_t p = 0; p < ref.size(); ++p)
+    floors.add_tensor(group_of_param_[p], sum_of_squares(ref[p].ptr(), ref[p].numel()),
+                      static_cast<double>(ref[p].numel()));
   for (size_t p = 0; p < ref.size(); ++p) {
     const size_t g = group_of_param_[p];
     const int64_t tensor_id = pos[g]++;
@@ -40,7 +39,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     }
     const T* r = ref[p].ptr();
     const T* x = got[p].ptr();
-    const double rms = gradient_magnitude(cnt[g] > 0 ? std::sqrt(sq[g] / cnt[g]) : 0.0, all_rms);
+    const double rms = floors.floor(g, offset == 0);
     const T* a = p < mag.size() && mag[p].data.size() == idx.size() ? mag[p].ptr() : nullptr;
     for (size_t i = 0; i < idx.size(); ++i)
       s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms,
@@ -51,11 +50,11 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
 // Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
 // same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
 template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
-  std::vector<double> ref(kFamilyCount, 0.0);
   const auto& specs = b.grads->specs;
+  std::vector<double> sq;
   for (size_t p = 0; p < specs.size(); ++p)
-    ref[static_cast<size_t>(specs[p].family)] += sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel());
-  return ref;
+    sq.push_back(sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel()));
+  return family_sums::per_family(specs, sq);
 }
 
 
@@ -115,19 +114,18 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
                                 std::vector<double>& out) {
   std::vector<verdict_wire::UpdateSums> u(n_fam_);
   const auto& ref_after = base_->params();
-  std::vector<double> usq(n_fam_, 0.0), ucnt(n_fam_, 0.0);  // the baseline's update, per family (is_far's floor)
+  family_sums::GroupSquares mag(n_fam_);  // the baseline's update, per family (is_far's floor)
   for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
-    for (int64_t j = 0; j < ref_after[q].numel(); ++j) {
-      const double r = static_cast<double>(ref_after[q].ptr()[j]) - static_cast<double>((*before_base_)[q].ptr()[j]);
-      usq[group_of_param_[q]] += r * r, ucnt[group_of_param_[q]] += 1;
-    }
+    for (int64_t j = 0; j < ref_after[q].numel(); ++j)
+      mag.add_element(group_of_param_[q], static_cast<double>(ref_after[q].ptr()[j]) -
+                                              static_cast<double>((*before_base_)[q].ptr()[j]));
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
     const size_t g = group_of_param_[q];
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
     const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
-    const double rms = ucnt[g] > 0 ? std::sqrt(usq[g] / ucnt[g]) : 0.0;
+    const double rms = mag.rms(g);
     for (size_t i = 0; i < idx_[q].size(); ++i) {
       const auto j = idx_[q][i];
       const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);

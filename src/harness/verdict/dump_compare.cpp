@@ -21,11 +21,13 @@
 #include "harness/verdict/trace_compare.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/bounds.h"
+#include "harness/verdict/family_sums.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
 #include "harness/verdict/verdict_wire.h"
 #include "mesh/layout_config.h"
 #include "model/params.h"
+#include "optim/optimizer.h"
 
 namespace parity {
 
@@ -101,7 +103,7 @@ double scalar(const Dump& d, const SafetensorsFile& f, int64_t step, const std::
 
 // The steps of two dumps folded into the rows of `parity run`'s verdict (verdict_run.cpp's
 // Runner with world 1: each element counted once, no replicas), from the same per-family sums
-// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums).
+// (verdict_detail.h LocalSums, verdict_wire.h UpdateSums, verdict_flow.h TensorSums, family_sums.h).
 class Comparer {
  public:
   Comparer(const Dump& ref, const Dump& got, NameMap map)
@@ -144,7 +146,16 @@ class Comparer {
   }
 
  private:
+  // Step t's bounds (the reference's twin noise), set on the groups; the param rows' largest kept.
+  const StepBounds& bounds(int64_t t);
   void inputs(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G);
+  // Tokens per expert and the expert bias per MoE layer (into sums), and every token's routing (its rows).
+  void routes(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+              std::vector<vd::LocalSums>& sums, StepLine& line);
+  // Every group's sums into its row: a grad row's first wrong tensor, a param row's update.
+  void fold_groups(int64_t t, const StepBounds& sb, const std::vector<Bound>& grad,
+                   const std::vector<vd::LocalSums>& sums, const std::vector<verdict_wire::UpdateSums>& upd,
+                   const std::vector<double>& tensor_sums, const std::vector<std::string>& names);
   double own_mean_ratio(const SafetensorsFile& G, int64_t t, double loss_ref) const;
   // grad: this step's grad bounds (sb.grad, widened for a family far below the model's gradient scale)
   void scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
@@ -345,8 +356,7 @@ void Comparer::scalars(int64_t t, const SafetensorsFile& R, const SafetensorsFil
   vd::update_row(rows_[2], t, clip);
 }
 
-StepLine Comparer::step(int64_t t) {
-  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+const StepBounds& Comparer::bounds(int64_t t) {
   const StepBounds& sb = env_->step(ref_.noise(t, c_.precision()));
   for (size_t g = 0; g < n_; ++g) {
     groups_[g].far_bound = sb.grad_far[g];  // the grad rows' bounds: below, widened for the model
@@ -356,61 +366,11 @@ StepLine Comparer::step(int64_t t) {
   if (groups_.size() > 2 * n_) groups_[2 * n_ + 1].tol.norm_rel = sb.expert_bias.value;  // tokens_per_expert: exact
   param_bound_.push_back(0);
   for (size_t g = 0; g < n_; ++g) param_bound_.back() = std::max(param_bound_.back(), sb.param[g].value);
-  StepLine line;
-  line.step = t;
-  inputs(t, R, G);
-  // gradients and parameters, tensor by tensor, into their family's sums
-  std::vector<vd::LocalSums> sums(groups_.size());
-  std::vector<double> ref_sq(kFamilyCount, 0.0), got_sq(kFamilyCount, 0.0), tensor_sums;
-  std::vector<std::vector<double>> rg(specs_.size()), gg(specs_.size()), rp(specs_.size()), gp(specs_.size());
-  // is_far's magnitude floors: the root mean square of the reference's family (gradients,
-  // parameters after the step, the update)
-  std::vector<double> fam_sq(n_, 0.0), fam_n(n_, 0.0), upd_sq(n_, 0.0), par_sq(n_, 0.0);
-  for (size_t p = 0; p < specs_.size(); ++p) {
-    rg[p] = read(ref_, R, t, "grads." + specs_[p].name, specs_[p].shape);
-    gg[p] = candidate(G, t, "grads.", p, rg[p]);
-    rp[p] = read(ref_, R, t, "params." + specs_[p].name, specs_[p].shape);
-    gp[p] = candidate(G, t, "params.", p, rp[p]);
-    const size_t g = group_of_[p], f = static_cast<size_t>(specs_[p].family);
-    for (size_t i = 0; i < rg[p].size(); ++i) {
-      ref_sq[f] += rg[p][i] * rg[p][i], got_sq[f] += gg[p][i] * gg[p][i];
-      const double u = rp[p][i] - ref_before_[p][i];
-      upd_sq[g] += u * u, par_sq[g] += rp[p][i] * rp[p][i];
-    }
-    fam_n[g] += static_cast<double>(rg[p].size());
-  }
-  double model_sq = 0, model_n = 0;  // a grad row's floor for its model (tolerance.h gradient_row_bound)
-  for (size_t g = 0; g < n_; ++g)
-    fam_sq[g] = ref_sq[static_cast<size_t>(fams_[g])], model_sq += fam_sq[g], model_n += fam_n[g];
-  std::vector<Bound> grad = sb.grad;
-  for (size_t g = 0; g < n_; ++g) {
-    grad[g] = gradient_row_bound(c_.precision(), grad[g],
-                                 {fam_sq[g], fam_n[g], model_sq, model_n, static_cast<double>(c_.batch * c_.seq)});
-    groups_[g].tol.norm_rel = grad[g].value;
-  }
-  const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
-  std::vector<int64_t> tensor_id(n_, 0);
-  std::vector<verdict_wire::UpdateSums> upd(n_);
-  std::vector<std::string> names;
-  for (size_t p = 0; p < specs_.size(); ++p) {
-    const size_t g = group_of_[p];
-    const int64_t id = tensor_id[g]++;
-    const double rms = gradient_magnitude(fam_n[g] > 0 ? std::sqrt(fam_sq[g] / fam_n[g]) : 0.0, model_rms);
-    double d2 = 0, r2 = 0;
-    for (size_t i = 0; i < rg[p].size(); ++i) {
-      sums[g].add(id, static_cast<int64_t>(i), gg[p][i], rg[p][i], true, rms);
-      d2 += (gg[p][i] - rg[p][i]) * (gg[p][i] - rg[p][i]), r2 += rg[p][i] * rg[p][i];
-    }
-    tensor_sums.insert(tensor_sums.end(), {d2, r2});
-    names.push_back(specs_[p].name);
-    const double urms = fam_n[g] > 0 ? std::sqrt(upd_sq[g] / fam_n[g]) : 0.0;
-    const double prms = fam_n[g] > 0 ? std::sqrt(par_sq[g] / fam_n[g]) : 0.0;
-    for (size_t i = 0; i < rp[p].size(); ++i) {
-      sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
-      upd[g].add(gp[p][i] - got_before_[p][i], rp[p][i] - ref_before_[p][i], urms);
-    }
-  }
-  scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
+  return sb;
+}
+
+void Comparer::routes(int64_t t, const SafetensorsFile& R, const SafetensorsFile& G, const StepBounds& sb,
+                      std::vector<vd::LocalSums>& sums, StepLine& line) {
   // tokens per expert and the expert bias, per MoE layer; the routing of every token
   const auto n_tok = c_.batch * c_.seq;
   for (int64_t l = 0; l < c_.moe_layers(); ++l) {
@@ -437,6 +397,11 @@ StepLine Comparer::step(int64_t t) {
     vd::update_row(row, t, vd::routing_outcome({rl}, std::vector<int64_t>(static_cast<size_t>(n_tok), 1), row.subject));
     line.route_diff += static_cast<int64_t>(rl.mismatch), line.near_ties += static_cast<int64_t>(rl.near_tie);
   }
+}
+
+void Comparer::fold_groups(int64_t t, const StepBounds& sb, const std::vector<Bound>& grad,
+                           const std::vector<vd::LocalSums>& sums, const std::vector<verdict_wire::UpdateSums>& upd,
+                           const std::vector<double>& tensor_sums, const std::vector<std::string>& names) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     vd::Outcome o = vd::group_outcome(groups_[g], vd::combine({sums[g]}));
     o.bound = g < n_ ? grad[g] : g < 2 * n_ ? sb.param[g - n_] : g == 2 * n_ ? Bound{} : sb.expert_bias;
@@ -457,6 +422,66 @@ StepLine Comparer::step(int64_t t) {
     }
     vd::update_row(rows_[3 + g], t, o);
   }
+}
+
+StepLine Comparer::step(int64_t t) {
+  const SafetensorsFile R = ref_.file(t), G = got_.file(t, &ref_);
+  const StepBounds& sb = bounds(t);
+  StepLine line;
+  line.step = t;
+  inputs(t, R, G);
+  // gradients and parameters, tensor by tensor, into their family's sums
+  std::vector<vd::LocalSums> sums(groups_.size());
+  std::vector<double> tensor_sums;
+  std::vector<std::vector<double>> rg(specs_.size()), gg(specs_.size()), rp(specs_.size()), gp(specs_.size());
+  // the per-family sums of a rank's verdict (family_sums.h): the squared gradient norm per family,
+  // the reference's; is_far's magnitude floors: its gradients, parameters after the step, update
+  std::vector<double> ref_t(specs_.size()), got_t(specs_.size());
+  family_sums::GroupSquares grad_sq(n_), par_sq(n_), upd_sq(n_);
+  for (size_t p = 0; p < specs_.size(); ++p) {
+    rg[p] = read(ref_, R, t, "grads." + specs_[p].name, specs_[p].shape);
+    gg[p] = candidate(G, t, "grads.", p, rg[p]);
+    rp[p] = read(ref_, R, t, "params." + specs_[p].name, specs_[p].shape);
+    gp[p] = candidate(G, t, "params.", p, rp[p]);
+    const size_t g = group_of_[p];
+    const auto n = static_cast<int64_t>(rg[p].size());
+    ref_t[p] = sum_of_squares(rg[p].data(), n), got_t[p] = sum_of_squares(gg[p].data(), n);
+    grad_sq.add_tensor(g, ref_t[p], static_cast<double>(n));
+    par_sq.add_tensor(g, sum_of_squares(rp[p].data(), n), static_cast<double>(n));
+    for (size_t i = 0; i < rp[p].size(); ++i) upd_sq.add_element(g, rp[p][i] - ref_before_[p][i]);
+  }
+  const std::vector<double> ref_sq = family_sums::per_family(specs_, ref_t);
+  const std::vector<double> got_sq = family_sums::per_family(specs_, got_t);
+  double model_sq = 0, model_n = 0;  // a grad row's floor for its model (tolerance.h gradient_row_bound)
+  for (size_t g = 0; g < n_; ++g) model_sq += grad_sq.sq(g), model_n += elements_[g];
+  std::vector<Bound> grad = sb.grad;
+  const auto tokens = static_cast<double>(c_.batch * c_.seq);
+  for (size_t g = 0; g < n_; ++g) {
+    grad[g] = gradient_row_bound(c_.precision(), grad[g], {grad_sq.sq(g), elements_[g], model_sq, model_n, tokens});
+    groups_[g].tol.norm_rel = grad[g].value;
+  }
+  std::vector<int64_t> tensor_id(n_, 0);
+  std::vector<verdict_wire::UpdateSums> upd(n_);
+  std::vector<std::string> names;
+  for (size_t p = 0; p < specs_.size(); ++p) {
+    const size_t g = group_of_[p];
+    const int64_t id = tensor_id[g]++;
+    const double rms = grad_sq.floor(g, true), prms = par_sq.floor(g, false), urms = upd_sq.rms(g);
+    verdict_flow::TensorSums ts;
+    for (size_t i = 0; i < rg[p].size(); ++i) {
+      sums[g].add(id, static_cast<int64_t>(i), gg[p][i], rg[p][i], true, rms);
+      ts.add(gg[p][i], rg[p][i]);
+    }
+    tensor_sums.insert(tensor_sums.end(), {ts.d2, ts.r2});
+    names.push_back(specs_[p].name);
+    for (size_t i = 0; i < rp[p].size(); ++i) {
+      sums[n_ + g].add(id, static_cast<int64_t>(i), gp[p][i], rp[p][i], true, prms);
+      upd[g].add(gp[p][i] - got_before_[p][i], rp[p][i] - ref_before_[p][i], urms);
+    }
+  }
+  scalars(t, R, G, sb, grad, line, ref_sq, got_sq);
+  routes(t, R, G, sb, sums, line);
+  fold_groups(t, sb, grad, sums, upd, tensor_sums, names);
   shards_row(t);
   worst_shard_.clear();
   if (got_.records_replicas()) {  // every rank's copies against rank 0's, bit for bit (dump_split.h)

@@ -18,6 +18,14 @@ namespace parity::verdict_flow {
 // head's, first.
 int64_t backward_position(const std::string& name, int64_t layers, bool tied = false);
 
+// One tensor's normwise sums, element by element: got g against the baseline's r. The same
+// sums on a rank (append_tensor_sums) and in `parity compare` (dump_compare.cpp).
+struct TensorSums {
+  double d2 = 0, r2 = 0;  // sum of (g - r)^2, sum of r^2
+  void add(double g, double r) { d2 += (g - r) * (g - r), r2 += r * r; }
+};
+inline constexpr size_t kTensorWidth = 2;
+
 // Per tensor p: the normwise sums (diff^2, ref^2) over the elements this rank counts,
 // appended to out (2 doubles per tensor). idx[p]: the global indices of p's local elements.
 template <class T>
@@ -25,16 +33,13 @@ void append_tensor_sums(const std::vector<Tensor<T>>& got, const std::vector<Ten
                         const std::vector<std::vector<int64_t>>& idx, const std::vector<char>& counted,
                         std::vector<double>& out) {
   for (size_t p = 0; p < idx.size(); ++p) {
-    double d2 = 0, r2 = 0;
+    TensorSums s;
     if (counted[p] && p < got.size() && p < ref.size() && got[p].data.size() == idx[p].size())
-      for (size_t i = 0; i < idx[p].size(); ++i) {
-        const double g = static_cast<double>(got[p].ptr()[i]), r = static_cast<double>(ref[p].ptr()[idx[p][i]]);
-        d2 += (g - r) * (g - r), r2 += r * r;
-      }
-    out.insert(out.end(), {d2, r2});
+      for (size_t i = 0; i < idx[p].size(); ++i)
+        s.add(static_cast<double>(got[p].ptr()[i]), static_cast<double>(ref[p].ptr()[idx[p][i]]));
+    out.insert(out.end(), {s.d2, s.r2});
   }
 }
-inline constexpr size_t kTensorWidth = 2;
 
 struct FirstWrong {
   int64_t pos = -1;    // backward_position of the earliest tensor over the bound; -1: none

@@ -1,20 +1,19 @@
-#include "mesh/explain.h"
+#include "mesh/mesh_text.h"
 
 #include <sstream>
 
-#include "mesh/param_layout.h"
 #include "mesh/placement.h"
 #include "model/params.h"
 
 namespace parity::mesh {
-
-namespace {
 
 std::string tuple_str(const std::vector<int64_t>& v) {
   std::string out = "(";
   for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
   return out + ")";
 }
+
+namespace {
 
 std::string view_header(View v) {
   std::string out = "(";
@@ -57,37 +56,6 @@ void write_groups(std::ostringstream& o, const Mesh& m) {
     const std::vector<Group> gs = m.groups(k);
     o << "| " << group_kind_name(k) << " | " << dims_str(k, m) << " | " << gs[0].size() << " | " << groups_str(gs)
       << " |\n";
-  }
-}
-
-void write_params(std::ostringstream& o, const Mesh& m, const ModelConfig& model, const std::string& param) {
-  o << "## Parameters (local shape on each rank)\n| parameter | shape | view | placements |";
-  for (int r = 0; r < m.world(); ++r) o << " r" << r << " |";
-  o << "\n| --- | --- | --- | --- |";
-  for (int r = 0; r < m.world(); ++r) o << " --- |";
-  o << "\n";
-  for (const ParamSpec& spec : param_specs(model)) {
-    if (spec.name.find(param) == std::string::npos) continue;
-    const TensorLayout l = param_layout(m, spec);
-    o << "| " << spec.name << " | " << compact_shape(spec.shape) << " | " << view_name(l.view) << " | "
-      << layout_str(l) << " |";
-    for (int r = 0; r < m.world(); ++r) o << " " << compact_shape(local_shape(m, l, spec.shape, r)) << " |";
-    o << "\n";
-  }
-}
-
-// Which ranks hold each routed expert: its EP coordinate is e / (E / ep); every rank with
-// that coordinate holds a piece of it (ETP lanes split its hidden dimension, EDP ranks its
-// FSDP rows, dp_replicate copies it).
-void write_expert_owners(std::ostringstream& o, const Mesh& m, const ModelConfig& model) {
-  if (model.moe_layers() == 0) return;
-  const int64_t ep = m.size(MeshDim::ep), per = model.experts / ep;
-  o << "## Expert owners (every MoE layer)\n| expert | ep coordinate | ranks holding a piece |\n| --- | --- | --- |\n";
-  for (int64_t e = 0; e < model.experts; ++e) {
-    o << "| " << e << " | " << e / per << " |";
-    for (int r = 0; r < m.world(); ++r)
-      if (m.coord(MeshDim::ep, r) == e / per) o << " " << r;
-    o << " |\n";
   }
 }
 
@@ -153,25 +121,25 @@ std::string ranges_str(const std::vector<std::vector<Range>>& ranges) {
   return out + "]";
 }
 
-std::string ranges_table(const Mesh& m, const ModelConfig& model, const std::string& param_filter) {
+// Which ranks hold each routed expert: its EP coordinate is e / (E / ep); every rank with
+// that coordinate holds a piece of it (ETP lanes split its hidden dimension, EDP ranks its
+// FSDP rows, dp_replicate copies it).
+std::string expert_owners(const Mesh& m, const ModelConfig& model) {
+  if (model.moe_layers() == 0) return "";
   std::ostringstream o;
-  o << "## Index ranges (global offset: DTensor's, the dimension's length where a rank holds none)\n"
-       "| parameter | rank | local shape | global offset | index ranges |\n| --- | --- | --- | --- | --- |\n";
-  for (const ParamSpec& spec : param_specs(model)) {
-    if (spec.name.find(param_filter) == std::string::npos) continue;
-    const TensorLayout l = param_layout(m, spec);
+  const int64_t ep = m.size(MeshDim::ep), per = model.experts / ep;
+  o << "## Expert owners (every MoE layer)\n| expert | ep coordinate | ranks holding a piece |\n| --- | --- | --- |\n";
+  for (int64_t e = 0; e < model.experts; ++e) {
+    o << "| " << e << " | " << e / per << " |";
     for (int r = 0; r < m.world(); ++r)
-      o << "| " << spec.name << " | " << r << " | " << compact_shape(local_shape(m, l, spec.shape, r)) << " | "
-        << tuple_str(global_offset(m, l, spec.shape, r)) << " | " << ranges_str(local_dim_ranges(m, l, spec.shape, r))
-        << " |\n";
+      if (m.coord(MeshDim::ep, r) == e / per) o << " " << r;
+    o << " |\n";
   }
   return o.str();
 }
 
-std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title,
-                    const ExplainOptions& options) {
-  validate_layout(layout, model);
-  const Mesh m(layout, model.layers);
+std::string mesh_text(const Mesh& m, const ModelConfig& model, const std::string& title) {
+  const LayoutConfig& layout = m.layout();
   std::ostringstream o;
   o << "# " << title << "\n\n";
   o << "world " << m.world() << ", folding " << folding_name(folding(m)) << "\n";
@@ -195,11 +163,6 @@ std::string explain(const LayoutConfig& layout, const ModelConfig& model, const 
   write_ranks(o, m);
   o << "\n";
   write_groups(o, m);
-  o << "\n";
-  write_params(o, m, model, options.param);
-  o << "\n";
-  write_expert_owners(o, m, model);
-  if (options.ranges) o << "\n" << ranges_table(m, model, options.param);
   return o.str();
 }
 

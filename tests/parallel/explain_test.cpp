@@ -1,4 +1,5 @@
-// `parity explain`: the library text and the command, for FOLDINGS.md's W = 8, TP 2, EP 4.
+// `parity explain` (parallel/explain.h): the library text and the command, for FOLDINGS.md's
+// W = 8, TP 2, EP 4.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,10 +11,12 @@
 #include <string>
 
 #include "core/error.h"
-#include "mesh/explain.h"
+#include "mesh/mesh_text.h"
+#include "parallel/explain.h"
 #include "common/parity_cmd.h"
 
-namespace parity::mesh {
+namespace parity::explain_test {  // one namespace per file: the tests build as unity batches
+using namespace parity::mesh;
 namespace {
 
 using test::parity_cmd;
@@ -138,6 +141,19 @@ TEST(Explain, SaysWhatRecomputeKeepsAndReruns) {
             std::string::npos);
 }
 
+// The text ends with the parameter plan it read the placements from (the cli adds nothing).
+TEST(Explain, EndsWithTheParameterPlan) {
+  ModelConfig model;
+  model.experts = 4;
+  const std::string t = explain(tp2_ep4(), model, "t");
+  const size_t params = t.find("## Parameters (local shape on each rank)"), red = t.find("## Reduction plan");
+  ASSERT_NE(params, std::string::npos) << t;
+  ASSERT_NE(red, std::string::npos) << t;
+  EXPECT_LT(params, red);
+  EXPECT_NE(t.find("## Parameter plan (each parameter's entry: parallel/param_plan.h)\n", red), std::string::npos) << t;
+  EXPECT_EQ(t.find("pipeline"), std::string::npos) << t;  // no schedule without pp
+}
+
 TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;
@@ -204,4 +220,4 @@ TEST(ExplainCommand, ImpossibleLayoutExitsTwoNamingTheField) {
 }
 
 }  // namespace
-}  // namespace parity::mesh
+}  // namespace parity::explain_test

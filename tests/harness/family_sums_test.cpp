@@ -1,0 +1,62 @@
+// family_sums.h: the baseline's per-family sums that `parity run`'s ranks and `parity compare`
+// both read (the grad_norm row's families, is_far's magnitude floors), one implementation.
+#include "harness/verdict/family_sums.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "harness/verdict/tolerance.h"
+#include "model/params.h"
+
+namespace parity::family_sums_test {  // one namespace per file: the tests build as unity batches
+namespace {
+
+using family_sums::GroupSquares;
+
+TEST(FamilySums, AGroupsFloorIsItsRmsAGradientsAtLeastItsShareOfTheModels) {
+  GroupSquares s(3);
+  s.add_tensor(0, 8.0, 2.0);    // rms 2
+  s.add_tensor(1, 1e-12, 1.0);  // rms 1e-6: far below the model's
+  // group 2: nothing added
+  const double model = std::sqrt((8.0 + 1e-12) / 3.0);
+  EXPECT_DOUBLE_EQ(s.rms(0), 2.0);
+  EXPECT_DOUBLE_EQ(s.rms(1), 1e-6);
+  EXPECT_EQ(s.rms(2), 0.0);
+  EXPECT_DOUBLE_EQ(s.model_rms(), model);
+  EXPECT_DOUBLE_EQ(s.floor(0, true), 2.0);
+  EXPECT_DOUBLE_EQ(s.floor(1, true), kDeadGradient * model);
+  EXPECT_DOUBLE_EQ(s.floor(2, true), kDeadGradient * model);
+  EXPECT_DOUBLE_EQ(s.floor(1, false), 1e-6);  // parameters: their own family alone
+  EXPECT_EQ(s.floor(2, false), 0.0);
+}
+
+TEST(FamilySums, ElementsAddUpInTheirGroupAloneNotTheModels) {
+  GroupSquares s(2);
+  s.add_element(1, 3.0), s.add_element(1, -4.0);
+  EXPECT_DOUBLE_EQ(s.sq(1), 25.0);
+  EXPECT_DOUBLE_EQ(s.rms(1), std::sqrt(12.5));
+  EXPECT_EQ(s.sq(0), 0.0);
+  EXPECT_EQ(s.model_rms(), 0.0);
+}
+
+// The ranks' bits: each family's sum adds its tensors' sums in parameter order. 1e16 then 1 and 1
+// is 1e16 (each 1 is half an ulp, rounded to even); the other order, 1 + 1 first, is 1e16 + 2.
+TEST(FamilySums, AFamilyAddsItsTensorsInParameterOrder) {
+  const std::vector<ParamSpec> specs = {{"a", {1}, Family::router},
+                                        {"b", {1}, Family::head},
+                                        {"c", {1}, Family::router},
+                                        {"d", {1}, Family::router}};
+  const std::vector<double> f = family_sums::per_family(specs, {1e16, 5.0, 1.0, 1.0});
+  ASSERT_EQ(f.size(), kFamilyCount);
+  EXPECT_EQ(f[static_cast<size_t>(Family::router)], 1e16);
+  EXPECT_EQ(f[static_cast<size_t>(Family::head)], 5.0);
+  EXPECT_EQ(f[static_cast<size_t>(Family::embedding)], 0.0);
+  GroupSquares s(1);
+  for (double q : {1e16, 1.0, 1.0}) s.add_tensor(0, q, 1.0);
+  EXPECT_EQ(s.sq(0), 1e16);
+}
+
+}  // namespace
+}  // namespace parity::family_sums_test
