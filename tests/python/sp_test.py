@@ -102,7 +102,7 @@ def sp_loss(model, x, y, tp_group):
             out = block.mlp(gather(z))
         h = h + scatter(out)
     h = gather(model.final_ln(h))
-    logits = h @ model.embed.weight.t() if model.lm_head is None else model.lm_head(h)
+    logits = model.logits_tap(h @ model.embed.weight.t() if model.lm_head is None else model.lm_head(h))
     return model.loss_of(logits, y)
 
 
