@@ -117,6 +117,29 @@ TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp32) { check_all_ops<float>("fp32"); 
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceBf16) { check_all_ops<float>("bf16"); }
 TEST(GpuOps, EveryOpMatchesTheCpuReferenceFp16) { check_all_ops<float>("fp16"); }
 
+// n float bit patterns of a linear congruential sequence from `state` (NaNs, infinities, subnormals).
+std::vector<float> random_bit_patterns(int n, uint32_t state) {
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &state, sizeof f);
+    out.push_back(f);
+  }
+  return out;
+}
+
+// How many of the GPU's results differ from the host's in their bits (any NaN is one: a NaN's payload
+// may differ after a double -> float conversion on the GPU); the first 5 reported with their input v.
+template <class T> int64_t bits_differ(const std::vector<T>& host, const Buffer<T>& dev, const std::vector<float>& v) {
+  int64_t differ = 0;
+  for (size_t i = 0; i < host.size(); ++i) {
+    const bool same = (std::isnan(host[i]) && std::isnan(dev[i])) || std::memcmp(&host[i], &dev[i], sizeof(T)) == 0;
+    if (!same && differ++ < 5) ADD_FAILURE() << "value " << v[i] << ": host " << host[i] << ", GPU " << dev[i];
+  }
+  return differ;
+}
+
 // A storage point on the GPU (ops/elementwise.h's storage_point: a kernel over the managed
 // buffer) gives the host's bits (core/precision.h's to_storage) for every float: random bit
 // patterns (NaNs, infinities, subnormals of every kind) and the edges by hand (ties, fp16's
@@ -132,15 +155,9 @@ template <class T> void storage_point_matches_host(const char* policy, const std
   for (int64_t i = 0; i < n; ++i) dev[i] = static_cast<T>(v[i]);
   storage_point(dev.data(), n);
   use_device(Device::cpu);
-  int64_t moved = 0, differ = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    moved += !(static_cast<float>(host[i]) == v[i]);  // NaN counts: the test is the bits below
-    // a NaN's payload may differ after a double -> float conversion on the GPU: any NaN is one
-    const bool same = (std::isnan(host[i]) && std::isnan(dev[i])) || std::memcmp(&host[i], &dev[i], sizeof(T)) == 0;
-    if (!same && differ++ < 5)
-      ADD_FAILURE() << "value " << v[i] << ": host " << host[i] << ", GPU " << dev[i];
-  }
-  EXPECT_EQ(differ, 0);
+  int64_t moved = 0;
+  for (int64_t i = 0; i < n; ++i) moved += !(static_cast<float>(host[i]) == v[i]);  // NaN counts: the bits decide
+  EXPECT_EQ(bits_differ(host, dev, v), 0);
   EXPECT_GT(moved, n / 2) << "the rounding changed too few values to test anything";
 }
 
@@ -151,13 +168,8 @@ TEST(GpuOps, StoragePointsRoundWithTheHostsBits) {
                           0x1p-14f, 0x1.ffcp-15f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 1.0f + 0x1p-11f, 1.0f + 0x3p-11f,
                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                           std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()};
-  uint32_t state = 0x9e3779b9u;
-  for (int i = 0; i < 200000; ++i) {
-    state = state * 1664525u + 1013904223u;
-    float f;
-    std::memcpy(&f, &state, sizeof f);
-    v.push_back(f);
-  }
+  const std::vector<float> random = random_bit_patterns(200000, 0x9e3779b9u);
+  v.insert(v.end(), random.begin(), random.end());
   for (const char* policy : {"bf16", "fp16"}) {
     storage_point_matches_host<float>(policy, v);
     storage_point_matches_host<double>(policy, v);
@@ -178,26 +190,15 @@ template <class T> void unscale_matches_host(const std::vector<float>& v, T c) {
   const bool dev_found = scale_find_non_finite(dev.data(), c, n);
   use_device(Device::cpu);
   EXPECT_EQ(dev_found, host_found);
-  int64_t differ = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const bool same = (std::isnan(host[i]) && std::isnan(dev[i])) || std::memcmp(&host[i], &dev[i], sizeof(T)) == 0;
-    if (!same && differ++ < 5) ADD_FAILURE() << "value " << v[i] << ": host " << host[i] << ", GPU " << dev[i];
-  }
-  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(bits_differ(host, dev, v), 0);
 }
 
 TEST(GpuOps, UnscaleFlagsNonFiniteAsTheHostDoes) {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
-  std::vector<float> bits, finite;
-  uint32_t state = 0x2545f491u;
-  for (int i = 0; i < 100000; ++i) {
-    state = state * 1664525u + 1013904223u;
-    float f;
-    std::memcpy(&f, &state, sizeof f);
-    bits.push_back(f);
-    finite.push_back(std::isfinite(f) ? std::fmod(f, 1e4f) : 0.5f);
-  }
+  std::vector<float> bits = random_bit_patterns(100000, 0x2545f491u);
+  std::vector<float> finite;
+  for (float f : bits) finite.push_back(std::isfinite(f) ? std::fmod(f, 1e4f) : 0.5f);
   std::vector<float> last_nan = finite;
   last_nan.back() = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> overflow = finite;
