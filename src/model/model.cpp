@@ -248,6 +248,8 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   auto logits = zeros<T>(n * V), losses = zeros<T>(n);
   matmul_forward(hf.data(), head, logits.data(), n, D, V);
   storage_point(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
+  for (int64_t i = 0; i < n * V; ++i)
+    res.logit_peak = std::max(res.logit_peak, std::abs(static_cast<double>(logits[i])));
   trace::record(trace::Site::logits, c.layers, trace::Dir::fwd, logits.data(), n, V);
   const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
   res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
@@ -259,6 +261,8 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens * current_loss_scale()),
                          dlogits.data());
   grad_storage_point(dlogits.data(), n * V);
+  const double seed = inv_tokens * current_loss_scale();
+  for (int64_t i = 0; i < n * V; ++i) res.logit_grad_sq += std::pow(static_cast<double>(dlogits[i]) / seed, 2);
   trace::record(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits.data(), n, V);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {

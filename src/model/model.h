@@ -16,6 +16,9 @@ struct MicroResult {
   double loss = 0;  // this micro-batch's part of the step loss (ce + aux)
   double ce = 0;    // sum of token cross-entropies / (B*S)
   double aux = 0;   // aux-loss part, all MoE layers
+  // the largest |logit| as stored, and the sum of squares of the loss's gradient at the logits (p - onehot, before
+  // the 1 / tokens and the loss scale): what the verdict's saturated softmax floor reads (tolerance.h)
+  double logit_peak = 0, logit_grad_sq = 0;
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (n, K) expert ids
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E) assignment counts
   std::vector<std::vector<double>> select_scores;       // per MoE layer: (n, E) s + bias, what top-k ranked

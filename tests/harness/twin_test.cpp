@@ -133,5 +133,29 @@ TEST(Twin, GradientFloorForTheModelDeadFamiliesAndFewTokens) {
   EXPECT_EQ(gradient_row_bound(b16, b, {1024, 1024, 4096, 4096, 128}).value, b.value);  // 2^-13 < u / 16
 }
 
+// Issue 41: a saturated softmax (tolerance.h saturation_floor). The compute dtype's ulp of lse, twice, over the
+// rms of p - onehot, in every policy; a step that still learns (rms ~ 1) keeps its bound, a saturated one (the
+// r38 fp16 case: |logit| 17.67, rms 2.65e-6) gets 1.6 and no far-element measure.
+TEST(Twin, SaturatedSoftmaxFloorScalesWithTheLogitsOverTheirGradient) {
+  const Precision f16 = parse_precision("fp16", ""), f32 = parse_precision("fp32", "");
+  const Precision f64 = parse_precision("fp64", "");
+  EXPECT_DOUBLE_EQ(saturation_floor(f16, 16, 1), 4 * 0x1p-24 * 16);  // fp32 compute: u_c, not fp16's u
+  EXPECT_DOUBLE_EQ(saturation_floor(f32, 16, 1), 4 * 0x1p-24 * 16);
+  EXPECT_DOUBLE_EQ(saturation_floor(f64, 16, 1), 4 * 0x1p-53 * 16);
+  EXPECT_EQ(saturation_floor(f16, 0, 1), 0);  // not recorded (parity compare): nothing
+  EXPECT_EQ(saturation_floor(f16, 16, 0), 0);  // a zero gradient: the zero family's absolute bound decides
+  EXPECT_NEAR(saturation_floor(f16, 17.67, 2.65e-6), 1.59, 0.01);
+  const Bound b = measured_bound(f16, Quantity::gradient, 0, 1024);
+  GradientScale s{1024, 1024, 4096, 4096, 1, 5, 1};  // one token, logits of 5, p - onehot ~ 1: unchanged
+  EXPECT_EQ(gradient_row_bound(f16, b, s).value, gradient_row_bound(f16, b, {1024, 1024, 4096, 4096, 1}).value);
+  s.logit_peak = 17.67, s.logit_grad_rms = 2.65e-6;
+  const Bound sat = gradient_row_bound(f16, b, s);
+  EXPECT_NEAR(sat.value, 1.59, 0.01);
+  EXPECT_FALSE(sat.from_twin);
+  // the far-element measure: off from kFarRel on
+  EXPECT_EQ(saturated_far_bound(0.05, kFarRel / 2), 0.05);
+  EXPECT_EQ(saturated_far_bound(0.05, kFarRel), 1.0);
+}
+
 }  // namespace
 }  // namespace parity

@@ -68,6 +68,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   rec.select_scores.resize(static_cast<size_t>(c.moe_layers()));
 
   model_.grads.zero();
+  double logit_grad_sq = 0;
   for (int64_t mb = 0; mb < c.microbatches; ++mb) {
     const SeqRange seqs = micro_batch_sequences(c.batch, c.microbatches, mb);  // sizes may differ by one
     const int64_t off = seqs.begin * S;
@@ -77,12 +78,15 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
     rec.loss += r.loss;
     rec.ce += r.ce;
     rec.aux += r.aux;
+    rec.logit_peak = std::max(rec.logit_peak, r.logit_peak);
+    logit_grad_sq += r.logit_grad_sq;
     for (size_t l = 0; l < r.chosen.size(); ++l) {
       add_counts(rec.tokens_per_expert[l], r.tokens_per_expert[l]);
       rec.chosen[l].insert(rec.chosen[l].end(), r.chosen[l].begin(), r.chosen[l].end());
       rec.select_scores[l].insert(rec.select_scores[l].end(), r.select_scores[l].begin(), r.select_scores[l].end());
     }
   }
+  rec.logit_grad_rms = std::sqrt(logit_grad_sq / static_cast<double>(c.batch * S));
   // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros

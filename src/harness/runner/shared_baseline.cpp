@@ -75,8 +75,9 @@ struct Geometry {
     L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
     M = s.model.microbatches;
   }
-  // a step's scalars: loss, ce, aux, grad_norm, clip_coef, and fp16's loss_scale and skipped
-  static constexpr size_t kScalars = 7;
+  // a step's scalars: loss, ce, aux, grad_norm, clip_coef, fp16's loss_scale and skipped, the logits' peak and
+  // gradient rms
+  static constexpr size_t kScalars = 9;
   size_t tensors() const { return pad8(static_cast<size_t>(params) * elem); }
   size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
   size_t init_bytes() const { return tensors() + bias(); }
@@ -342,7 +343,8 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     double sc[Geometry::kScalars];
     get(at, sc, Geometry::kScalars);
     r->loss = sc[0], r->ce = sc[1], r->aux = sc[2], r->grad_norm = sc[3], r->clip_coef = sc[4];
-    r->loss_scale = sc[5], r->skipped = sc[6] != 0;
+    r->loss_scale = sc[5], r->skipped = sc[6] != 0, r->logit_peak = sc[7];
+    r->logit_grad_rms = sc[8];
     r->micro_losses.resize(static_cast<size_t>(g_.M));
     get(at, r->micro_losses.data(), r->micro_losses.size());
     ParamSet<T> grads;
@@ -409,7 +411,8 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       }
       at = base + kHeader + g.init_bytes() + static_cast<size_t>(t % kRing) * g.block_bytes();
       const double sc[Geometry::kScalars] = {r.loss,      r.ce,         r.aux, r.grad_norm,
-                                             r.clip_coef, r.loss_scale, r.skipped ? 1.0 : 0.0};
+                                             r.clip_coef, r.loss_scale, r.skipped ? 1.0 : 0.0, r.logit_peak,
+                                             r.logit_grad_rms};
       put(at, sc, Geometry::kScalars);
       put(at, r.micro_losses.data(), r.micro_losses.size());
       put_tensors(at, r.grads->tensors);

@@ -168,11 +168,15 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   for (size_t g = 0; g < n_fam_; ++g)
     model_sq += fam_sq[static_cast<size_t>(group_family_[g])], model_n += group_elements_[g];
   model_sq_peak_ = std::max(model_sq_peak_, model_sq);  // the model's gradient scale: its largest so far
+  const double saturated = saturation_floor(sc_.model.precision(), b.logit_peak, b.logit_grad_rms);
   for (size_t g = 0; g < n_fam_; ++g) {
     const GradientScale gs{fam_sq[static_cast<size_t>(group_family_[g])], group_elements_[g], model_sq_peak_, model_n,
-                           static_cast<double>(sc_.model.batch * sc_.model.seq)};
+                           static_cast<double>(sc_.model.batch * sc_.model.seq), b.logit_peak,
+                           b.logit_grad_rms};
     bounds_[3 + g] = gradient_row_bound(sc_.model.precision(), bounds_[3 + g], gs);
     groups_[g].tol.norm_rel = bounds_[3 + g].value;
+    // set_bounds sets the far bound again each step; the gradient the optimizer took is held to it too
+    groups_[g].far_bound = saturated_far_bound(groups_[g].far_bound, saturated);
   }
   add_reduction_allowance(all, fam_sq);
   StepLine line = scalars(t, b, all, fam_sq);

@@ -147,13 +147,20 @@ double few_token_floor(const Precision& p, double tokens) {
   return 4 * unit_roundoff(p) / tokens;
 }
 
+double saturation_floor(const Precision& p, double logit_peak, double logit_grad_rms) {
+  if (!(logit_peak > 0) || !(logit_grad_rms > 0)) return 0;
+  return kSaturationUlps * unit_roundoff({p.compute, Low::none, Low::none}) * logit_peak / logit_grad_rms;
+}
+
 Bound gradient_row_bound(const Precision& p, Bound b, const GradientScale& s) {
   if (!(s.elements > 0) || !(s.model_n > 0)) return b;
   const double rms = std::sqrt(s.family_sq / s.elements);
   const double mag = gradient_magnitude(rms, std::sqrt(s.model_sq / s.model_n));
   // relative to the family's own norm, or absolute (x sqrt(elements)) where that norm is zero
   const double dead = !(mag > rms) ? 1.0 : rms > 0 ? mag / rms : mag * std::sqrt(s.elements);
-  const double floor = std::max(b.floor * dead, rms > 0 ? few_token_floor(p, s.tokens) : 0.0);
+  const double floor = std::max(b.floor * dead, rms > 0 ? std::max(few_token_floor(p, s.tokens),
+                                                                 saturation_floor(p, s.logit_peak, s.logit_grad_rms))
+                                                        : 0.0);
   if (!(floor > b.floor) && rms > 0) return b;  // a zero family's bound is absolute: always the model's
   b.widened = b.floor > 0 ? floor / b.floor : 1.0;
   b.floor = floor;

@@ -140,6 +140,7 @@ inline double gradient_magnitude(double rms_family, double rms_model) {
 // tokens of a step.
 struct GradientScale {
   double family_sq = 0, elements = 0, model_sq = 0, model_n = 0, tokens = 0;
+  double logit_peak = 0, logit_grad_rms = 0;  // the step's softmax (saturation_floor); 0: not known
 };
 // Under a 16-bit storage policy a step of few tokens has few values that every gradient flows
 // through: one bf16 flip of a value (one ulp, up to 2^-7 relative) moves a family by up to 2^-7 x
@@ -147,8 +148,33 @@ struct GradientScale {
 // gradients' floor is at least 2^-6 / tokens (dim-2 models of 2 tokens moved whole families by
 // 2.2e-3 .. 6.3e-3; the shipped models' 128 tokens give 1.2e-4, under u / 16).
 double few_token_floor(const Precision& p, double tokens);
+// A step whose tokens are predicted almost surely: its loss's gradient at the logits, p - onehot,
+// is at the compute dtype's rounding of the logits. Cross-entropy takes p = exp(z - lse), lse =
+// max + log(sum) rounded to the compute dtype (ops/cross_entropy.cpp), so z_target - lse, and
+// with it p_target - 1, is off by up to an ulp of |lse| (2 u_c x the largest |logit|), and a layout
+// whose logits moved by a flip, or that computes p as exp(z - max) / sum over vocab-parallel lanes
+// (parallel/tp_ops.cpp), rounds it elsewhere. Where 1 - p_target is that small, every gradient
+// (all flowing from the logits') moves by that share: an fp16 tp-5 layout of one token whose
+// p_target - 1 the baseline rounded to -2^-19 (lse 17.67: ulp 2^-19) against the layout's -1.5 x
+// 2^-19 moved every family by 43% to 58% (issue 41, cal00679_drawn1195; the same run in fp32: the
+// baseline's p_target - 1 rounded to 0, the layout's to -2^-23, every family 1.1x to 4.8x). The
+// floor: two such ulps, kSaturationUlps x u_c x the step's largest |logit| over the root mean square
+// per token of p - onehot (the baseline's). It is the compute dtype's, so every policy's. With
+// |logit| 10 it passes the gradients' floors only where that rms is under 0.078 (fp16's u / 16),
+// 0.0098 (bf16's), 0.0024 (fp32's 1e-3), 4.4e-4 (fp64's 1e-11); a step that still learns has ~1.
+inline constexpr double kSaturationUlps = 4;
+double saturation_floor(const Precision& p, double logit_peak, double logit_grad_rms);
+// A gradient family's far bound (far_bound) at a step whose saturation_floor reaches an element's far
+// threshold (kFarRel): that rounding scales p_target - 1 alone, not the other probabilities, so where the
+// family's gradient cancels it moves elements by more than the family; they are far and no bug made them (bf16
+// r38 drawn1195 at step 14, loss 0.0015: 5.7% to 13.9% far at a normwise 2e-4, and 20% to 80% at
+// step 20, the baseline's p_target - 1 rounded to 0). There the family, and the gradient its optimizer took, are
+// held to their normwise bound only. A step that still learns has a floor of 2.4e-6 (|logit| 10, p - onehot ~ 1).
+inline double saturated_far_bound(double far_bound, double saturation) {
+  return saturation >= kFarRel ? 1.0 : far_bound;
+}
 // A grad row's bound for its model: the floor widened by gradient_magnitude / the family's rms,
-// and at least few_token_floor. Where the family's gradient is exactly zero its normwise
+// and at least few_token_floor and saturation_floor. Where the family's gradient is exactly zero its normwise
 // error is absolute (NormSums), and the bound is the allowed absolute error.
 Bound gradient_row_bound(const Precision& p, Bound b, const GradientScale& s);
 // step_local: the step-local verdict's floors (docs/verdict.md "Step-local and trajectory"): one
