@@ -107,6 +107,10 @@ void adam_step(T* w, const T* g, T* m, T* v, int64_t n, T lr, T wd, T b1, T b2, 
 // chunk sums in order), so the bits depend only on n, not on the launch.
 inline constexpr int64_t kSumChunk = 1024;
 template <class T> double sum_of_squares(const T* x, int64_t n);
+// max |x[i]| in double (a NaN passed over, 0 for n = 0), and sum of (x[i] / d)^2 in double, with
+// sum_of_squares' blocking: ops/elementwise.h's max_abs and sum_sq_over.
+template <class T> double max_abs(const T* x, int64_t n);
+template <class T> double sum_sq_over(const T* x, int64_t n, double d);
 
 // elementwise.cu: ops/elementwise.h.
 template <class T> void add_into(T* a, const T* b, int64_t n);

@@ -54,6 +54,37 @@ template <class T> __global__ void chunk_squares(const T* x, int64_t n, int64_t 
   partial[c] = s;
 }
 
+// partial[c] = max |x[i]| over chunk c (a NaN passed over), and the chunks' max.
+template <class T> __global__ void chunk_max_abs(const T* x, int64_t n, int64_t chunks, double* partial) {
+  const int64_t c = thread_index();
+  if (c >= chunks) return;
+  const int64_t end = (c + 1) * kSumChunk < n ? (c + 1) * kSumChunk : n;
+  double m = 0;
+  for (int64_t i = c * kSumChunk; i < end; ++i) {
+    const double a = fabs(static_cast<double>(x[i]));
+    m = m < a ? a : m;
+  }
+  partial[c] = m;
+}
+__global__ void max_partials(const double* partial, int64_t chunks, double* total) {
+  double m = 0;
+  for (int64_t c = 0; c < chunks; ++c) m = m < partial[c] ? partial[c] : m;
+  *total = m;
+}
+
+// partial[c] = sum over chunk c of (x[i] / d)^2, in index order.
+template <class T> __global__ void chunk_sq_over(const T* x, int64_t n, int64_t chunks, double d, double* partial) {
+  const int64_t c = thread_index();
+  if (c >= chunks) return;
+  const int64_t end = (c + 1) * kSumChunk < n ? (c + 1) * kSumChunk : n;
+  double s = 0;
+  for (int64_t i = c * kSumChunk; i < end; ++i) {
+    const double y = static_cast<double>(x[i]) / d;
+    s += y * y;
+  }
+  partial[c] = s;
+}
+
 // *total = sum of partial (chunks) in chunk order.
 __global__ void sum_partials(const double* partial, int64_t chunks, double* total) {
   double s = 0;
@@ -105,7 +136,40 @@ template <class T> double sum_of_squares(const T* x, int64_t n) {
   return total;
 }
 
+// One reduction of n values to a double: `chunk` per kSumChunk values, then `fold` over the chunks.
+template <class T, class Chunk, class Fold> double reduce_chunks(const char* what, const T* x, int64_t n, Chunk chunk,
+                                                                 Fold fold) {
+  if (n == 0) return 0;
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  double total = 0;
+  Stage st;
+  const T* dx = st.in(x, n);
+  double* partial = st.scratch<double>(chunks);
+  double* dtotal = st.scratch<double>(1);
+  chunk(dx, chunks, partial);
+  st.launched(what);
+  fold<<<1, 1, 0, stream()>>>(partial, chunks, dtotal);
+  st.launched(what);
+  st.finish();
+  check(cudaMemcpy(&total, dtotal, sizeof(double), cudaMemcpyDeviceToHost), what);
+  return total;
+}
+
+template <class T> double max_abs(const T* x, int64_t n) {
+  return reduce_chunks("max_abs", x, n, [n](const T* dx, int64_t chunks, double* partial) {
+    chunk_max_abs<<<blocks_for(chunks), kThreads, 0, stream()>>>(dx, n, chunks, partial);
+  }, max_partials);
+}
+
+template <class T> double sum_sq_over(const T* x, int64_t n, double d) {
+  return reduce_chunks("sum_sq_over", x, n, [n, d](const T* dx, int64_t chunks, double* partial) {
+    chunk_sq_over<<<blocks_for(chunks), kThreads, 0, stream()>>>(dx, n, chunks, d, partial);
+  }, sum_partials);
+}
+
 #define PARITY_INSTANTIATE(T)                                                                                   \
+  template double max_abs<T>(const T*, int64_t);                                                                \
+  template double sum_sq_over<T>(const T*, int64_t, double);                                                    \
   template void sgd_step<T>(T*, const T*, T*, int64_t, T, T, T, bool);                                          \
   template void adam_step<T>(T*, const T*, T*, T*, int64_t, T, T, T, T, T, T, T, bool);                         \
   template double sum_of_squares<T>(const T*, int64_t);

@@ -248,8 +248,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   auto logits = zeros<T>(n * V), losses = zeros<T>(n);
   matmul_forward(hf.data(), head, logits.data(), n, D, V);
   storage_point(logits.data(), n * V);  // a storage point; cross-entropy runs in the compute dtype
-  for (int64_t i = 0; i < n * V; ++i)
-    res.logit_peak = std::max(res.logit_peak, std::abs(static_cast<double>(logits[i])));
+  res.logit_peak = max_abs(logits.data(), n * V);  // on the device in a cuda run (ops/elementwise.h)
   trace::record(trace::Site::logits, c.layers, trace::Dir::fwd, logits.data(), n, V);
   const double inv_tokens = 1.0 / static_cast<double>(c.batch * c.seq);
   res.ce = static_cast<double>(cross_entropy_forward(logits.data(), targets, n, V, losses.data())) * inv_tokens;
@@ -262,7 +261,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
                          dlogits.data());
   grad_storage_point(dlogits.data(), n * V);
   const double seed = inv_tokens * current_loss_scale();
-  for (int64_t i = 0; i < n * V; ++i) res.logit_grad_sq += std::pow(static_cast<double>(dlogits[i]) / seed, 2);
+  res.logit_grad_sq = sum_sq_over(dlogits.data(), n * V, seed);
   trace::record(trace::Site::logits, c.layers, trace::Dir::bwd, dlogits.data(), n, V);
   auto dhf = zeros<T>(n * D);
   if (c.tie_embeddings) {

@@ -1,5 +1,6 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/device.h"
@@ -55,6 +56,24 @@ template <class T> bool scale_find_non_finite(T* x, T c, int64_t n) {
   return found;
 }
 
+template <class T> double max_abs(const T* x, int64_t n) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::max_abs(x, n);
+#endif
+  double m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::abs(static_cast<double>(x[i])));
+  return m;
+}
+
+template <class T> double sum_sq_over(const T* x, int64_t n, double d) {
+#if PARITY_HAVE_CUDA
+  if (on_cuda()) return cuda::sum_sq_over(x, n, d);
+#endif
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::pow(static_cast<double>(x[i]) / d, 2);
+  return s;
+}
+
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out) {
 #if PARITY_HAVE_CUDA
   if (on_cuda()) return cuda::transpose_into(x, rows, cols, out);
@@ -83,6 +102,8 @@ template <class T> void grad_storage_point(T* x, int64_t n) {
   template void copy_values<T>(T*, const T*, int64_t);                   \
   template void scale_values<T>(T*, T, int64_t);                         \
   template bool scale_find_non_finite<T>(T*, T, int64_t);                \
+  template double max_abs<T>(const T*, int64_t);                         \
+  template double sum_sq_over<T>(const T*, int64_t, double);             \
   template void zero_values<T>(T*, int64_t);                             \
   template void transpose_into<T>(const T*, int64_t, int64_t, T*);
 PARITY_INSTANTIATE(float)

@@ -18,6 +18,11 @@ template <class T> void zero_values(T* x, int64_t n);
 template <class T> void scale_values(T* x, T c, int64_t n);
 // x (n) *= c; returns whether any result is an inf or a NaN (fp16's unscale, optim/loss_scaler.h)
 template <class T> bool scale_find_non_finite(T* x, T c, int64_t n);
+// max |x[i]| in double (a NaN passed over; 0 for n = 0), and sum of (x[i] / d)^2 in double (on the CPU
+// in index order; on the GPU in fixed chunks summed in order): the logits' peak and the loss gradient's
+// sum of squares the verdict's saturated-softmax floor reads (model/model.cpp, harness/verdict/tolerance.h)
+template <class T> double max_abs(const T* x, int64_t n);
+template <class T> double sum_sq_over(const T* x, int64_t n, double d);
 // out (cols, rows) = x (rows, cols) transposed
 template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T* out);
 // A storage point of the precision policy where the run computes (core/precision.h's to_storage

@@ -216,6 +216,36 @@ TEST(GpuOps, UnscaleFlagsNonFiniteAsTheHostDoes) {
   EXPECT_TRUE(scale_find_non_finite(h.data(), 4.0f, static_cast<int64_t>(h.size())));
 }
 
+// The saturated-softmax floor's reductions (ops/elementwise.h max_abs, sum_sq_over) on the GPU: the
+// largest |x| exactly the host's (a NaN passed over), the sum of squares within 1e-12 (its chunks are
+// summed in another order), for sizes around the chunk of 1024.
+TEST(GpuOps, LogitReductionsMatchTheHost) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;
+  std::vector<float> all;
+  for (float f : random_bit_patterns(5000, 0x1b873593u)) all.push_back(std::isfinite(f) ? std::fmod(f, 64.0f) : 1.0f);
+  all[4000] = -77.5f;                                  // the largest |x|, negative
+  all[17] = std::numeric_limits<float>::quiet_NaN();  // passed over, as the host's loop does
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1024}, int64_t{1025}, int64_t{5000}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const std::vector<float> host(all.begin(), all.begin() + n);
+    std::vector<float> finite = host;
+    if (n > 17) finite[17] = 0.25f;
+    const double want_max = max_abs(host.data(), n), want_sq = sum_sq_over(finite.data(), n, 0.125);
+    use_device(Device::cuda);
+    Buffer<float> dev = zeros<float>(n), dev_finite = zeros<float>(n);
+    for (int64_t i = 0; i < n; ++i) {
+      dev[i] = host[static_cast<size_t>(i)];
+      dev_finite[i] = finite[static_cast<size_t>(i)];
+    }
+    const double got_max = max_abs(dev.data(), n), got_sq = sum_sq_over(dev_finite.data(), n, 0.125);
+    use_device(Device::cpu);
+    EXPECT_EQ(got_max, want_max);
+    EXPECT_NEAR(got_sq, want_sq, 1e-12 * want_sq);
+    if (n == 5000) EXPECT_EQ(want_max, 77.5);
+  }
+}
+
 // The same invalid index the CPU refuses is refused on the GPU, with the CPU's message.
 TEST(GpuOps, InvalidIndicesThrowTheCpuError) {
   const std::string why = cuda_unavailable_reason();
