@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/fp8_delayed.h"
 #include "core/knobs.h"
 #include "core/precision.h"
 
@@ -39,9 +40,20 @@ float amax_of(const double* x, int64_t n) {
 }
 
 // x * scale in fp32 to fp8, back times fp32(1 / scale): TransformerEngine's scale and scale_inv.
-template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) {
-  const float s = fp8_scale(f, amax), inv = 1.0f / s;
+template <class T> void quantize_with(Fp8 f, T* x, int64_t n, float s) {
+  const float inv = 1.0f / s;
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(round_fp8(f, static_cast<float>(x[i]) * s) * inv);
+}
+template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) { quantize_with(f, x, n, fp8_scale(f, amax)); }
+
+// Delayed scaling (core/fp8_delayed.h): the slot's scale of the step; the amax recorded for its end.
+template <class T> void quantize_delayed(Fp8Delayed& d, int64_t slot, Fp8 f, T* x, int64_t n) {
+  d.record(slot, amax_of(x, n));
+  quantize_with(f, x, n, d.scale(slot));
+}
+Fp8Delayed* delayed() {
+  Fp8Delayed* d = fp8_delayed();
+  return d != nullptr && d->on() ? d : nullptr;
 }
 }  // namespace
 
@@ -59,14 +71,22 @@ bool fp8_on() { return current_precision().fp8; }
 template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split) {
   if (!fp8_on()) return;
   if (f == Fp8::e5m2) jitter(x, n * k);  // a gradient: an fp32 sum (E4M3 inputs come from storage points)
+  if (Fp8Delayed* d = delayed()) return quantize_delayed(*d, fp8_next_slot(f), f, x, n * k);
   std::vector<float> amax(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) amax[static_cast<size_t>(i)] = amax_of(x + i * k, k);
   if (split && tl_split != nullptr && n > 0) (*tl_split)(std::span<float>(amax));
   for (int64_t i = 0; i < n; ++i) quantize(f, x + i * k, k, amax[static_cast<size_t>(i)]);
 }
 
-template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce) {
+template <class T>
+void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce, std::string_view name,
+                 int64_t first_block) {
   if (!fp8_on()) return;
+  if (Fp8Delayed* d = delayed()) {
+    for (int64_t b = 0; b < blocks; ++b)
+      quantize_delayed(*d, d->weight_slot(name, first_block + b), Fp8::e4m3, w + b * per, per);
+    return;
+  }
   std::vector<float> amax(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) amax[static_cast<size_t>(b)] = amax_of(w + b * per, per);
   if (reduce != nullptr) (*reduce)(std::span<float>(amax));
@@ -75,7 +95,7 @@ template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const Ama
 
 template void fp8_rows<float>(Fp8, float*, int64_t, int64_t, bool);
 template void fp8_rows<double>(Fp8, double*, int64_t, int64_t, bool);
-template void fp8_tensors<float>(float*, int64_t, int64_t, const AmaxReduce*);
-template void fp8_tensors<double>(double*, int64_t, int64_t, const AmaxReduce*);
+template void fp8_tensors<float>(float*, int64_t, int64_t, const AmaxReduce*, std::string_view, int64_t);
+template void fp8_tensors<double>(double*, int64_t, int64_t, const AmaxReduce*, std::string_view, int64_t);
 
 }  // namespace parity

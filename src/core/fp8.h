@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <span>
+#include <string_view>
 
 namespace parity {
 
@@ -87,6 +88,12 @@ template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split);
 // Quantize-dequantize `blocks` tensors of `per` values each (a weight, or each routed expert's
 // matrix) in place, each with the scale of its amax; `reduce`: the max over the lanes holding the
 // tensor's other pieces (null: whole here). A no-op unless fp8_on().
-template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce);
+// Under delayed scaling (core/fp8_delayed.h, a state on the thread) both quantize with their slot's
+// scale of the step and record their amax for the step's end instead (no reduction here): fp8_rows
+// the whole (n, k) block as one piece of its tensor at the next slot of the thread's site, fp8_tensors
+// weight `name`'s blocks first_block, first_block + 1, ... (the routed experts' global indices).
+template <class T>
+void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce, std::string_view name = {},
+                 int64_t first_block = 0);
 
 }  // namespace parity

@@ -30,6 +30,7 @@ template <class T> TrainingState<T>& BaselineRun<T>::training() {
   if (!training_) {
     TrainingRefs<T> refs{&sc_.model, &model_.params.specs, &layouts_, {}, &opt_, &model_.expert_bias};
     if (scales_loss(sc_.model.precision())) refs.scaler = &scaler_;
+    if (model_.fp8.on()) refs.fp8 = &model_.fp8;
     for (auto& t : model_.params.tensors) refs.params.push_back(&t);
     training_ = std::make_unique<TrainingState<T>>(std::move(refs));
   }
@@ -83,6 +84,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
       rec.select_scores[l].insert(rec.select_scores[l].end(), r.select_scores[l].begin(), r.select_scores[l].end());
     }
   }
+  model_.fp8.end_step(nullptr);  // fp8-delayed: the amax histories pushed once per step (a no-op otherwise)
   // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros
