@@ -348,10 +348,10 @@ nlohmann::json scenario_to_json(const Scenario& s) {
     out["dtype"] = std::string(dtype_name(m.dtype));  // files without a 16-bit policy stay as they were
   else
     out["precision"] = precision_name(m.precision());
-  if (s.trajectory) out["verdict"] = "trajectory";
-  if (m.amax_history_len != ModelConfig{}.amax_history_len || m.amax_most_recent)  // fp8-delayed's, when not the default
+  if (s.trajectory) out["verdict"] = "trajectory";  // the default is not written: files and hashes stay as they were
+  if (m.amax_history_len != ModelConfig{}.amax_history_len || m.amax_most_recent)  // fp8-delayed's, not the default
     out["fp8"] = json{{"amax_history_len", m.amax_history_len},
-                      {"amax_compute", m.amax_most_recent ? "most_recent" : "max"}};  // the default is not written: files and hashes stay as they were
+                      {"amax_compute", m.amax_most_recent ? "most_recent" : "max"}};
   if (s.resume) out["resume"] = json{{"save_at", s.resume->save_at}, {"layout", layout_json(s.resume->layout)}};
   return out;
 }
