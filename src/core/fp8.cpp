@@ -14,17 +14,17 @@ namespace parity {
 namespace {
 thread_local const AmaxReduce* tl_split = nullptr;
 
-double grad_jitter_ulps() {
+double grad_jitter_ulps(bool delayed) {
   static const double j = [] {
     const char* v = knob("PARITY_FP8_GRAD_JITTER");  // for measuring the choice (docs/precision.md "fp8")
-    return v != nullptr && *v != '\0' ? std::atof(v) : kFp8GradJitterUlps;
+    return v != nullptr && *v != '\0' ? std::atof(v) : -1.0;
   }();
-  return j;
+  return j >= 0 ? j : delayed ? kFp8DelayedGradJitterUlps : kFp8GradJitterUlps;
 }
 
-template <class T> void jitter(T* x, int64_t n) {  // the rounding twin's move, as to_storage's
+template <class T> void jitter(T* x, int64_t n, bool from_history) {  // the rounding twin's move, as to_storage's
   if (!jitter_on()) return;
-  const double up = 1 + grad_jitter_ulps() * 0x1p-24, down = 1 - grad_jitter_ulps() * 0x1p-24;
+  const double ulps = grad_jitter_ulps(from_history), up = 1 + ulps * 0x1p-24, down = 1 - ulps * 0x1p-24;
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
 }
 
@@ -70,8 +70,9 @@ bool fp8_on() { return current_precision().fp8; }
 
 template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split) {
   if (!fp8_on()) return;
-  if (f == Fp8::e5m2) jitter(x, n * k);  // a gradient: an fp32 sum (E4M3 inputs come from storage points)
-  if (Fp8Delayed* d = delayed()) return quantize_delayed(*d, fp8_next_slot(f), f, x, n * k);
+  Fp8Delayed* d = delayed();
+  if (f == Fp8::e5m2) jitter(x, n * k, d != nullptr);  // a gradient: an fp32 sum (E4M3 inputs: storage points)
+  if (d != nullptr) return quantize_delayed(*d, fp8_next_slot(f), f, x, n * k);
   std::vector<float> amax(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) amax[static_cast<size_t>(i)] = amax_of(x + i * k, k);
   if (split && tl_split != nullptr && n > 0) (*tl_split)(std::span<float>(amax));

@@ -61,6 +61,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   StepRecord<T> rec;
   rec.step = t;
   rec.loss_scale = scaler_.scale;
+  if (model_.fp8.on()) rec.fp8_scales.assign(model_.fp8.scales.data.begin(), model_.fp8.scales.data.end());
   rec.inputs.resize(static_cast<size_t>(c.batch * S));
   rec.targets.resize(static_cast<size_t>(c.batch * S));
   data_.batch(t, 0, c.batch, S, rec.inputs.data(), rec.targets.data());

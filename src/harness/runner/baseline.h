@@ -31,6 +31,9 @@ template <class T> struct StepRecord {
   // optimizer step). Other policies: 1, false.
   double loss_scale = 1;
   bool skipped = false;
+  // fp8-delayed (core/fp8_delayed.h): the scales this step quantized with (empty otherwise); the
+  // rounding twin quantizes with them, as it routes as the baseline did.
+  std::vector<double> fp8_scales;
   std::vector<int64_t> inputs, targets;  // (B, S)
   std::optional<ParamSet<T>> grads;      // accumulated, unscaled, before clipping (when asked for)
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
