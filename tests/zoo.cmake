@@ -84,8 +84,11 @@ add_test(NAME zoo.fp8_history_not_restored_caught
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json --inject fp8_history_not_restored 2>&1; echo exit=$?")
 set_tests_properties(zoo.fp8_history_not_restored_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
   "\nroot: grad head at step 4[^\n]*\n.*resume check verdict: FAIL.*exit=1\n")
-# and the whole zoo under fp8-delayed: its three caught and named, fp16's and current scaling's cannot act
-add_test(NAME zoo.every_bug_caught_and_named.fp8-delayed
-         COMMAND $<TARGET_FILE:parity> zoo --precision fp8-delayed --scenarios ${PROJECT_SOURCE_DIR}/scenarios)
-set_tests_properties(zoo.every_bug_caught_and_named.fp8-delayed PROPERTIES LABELS zoo
-  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: [1-9][0-9] bugs")
+# and fp8's bugs under fp8-delayed through `parity zoo`: its three caught and named, current scaling's
+# (whose per-use reductions delayed scaling does not make) cannot act. (Not the whole zoo: under fp8 and
+# fp8-delayed some bugs of other classes are named by another row, docs/precision.md.)
+add_test(NAME zoo.fp8_delayed_bugs_caught_and_named
+         COMMAND $<TARGET_FILE:parity> zoo --precision fp8-delayed --scenarios ${PROJECT_SOURCE_DIR}/scenarios
+                 fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored fp8_amax_per_lane)
+set_tests_properties(zoo.fp8_delayed_bugs_caught_and_named PROPERTIES LABELS zoo
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 4 bugs, 3 caught with their root named, 0 escaped")
