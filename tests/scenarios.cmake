@@ -22,6 +22,10 @@ set(PARITY_SCENARIO_FP16_SAMPLE fsdp4 tp2_sp fsdp2_tp2_ep2 cp2_tp2 pp2_1f1b zero
 # And under fp8 (issue 48: E4M3 / E5M2 linears, the amax over TP / ETP where they split a row or a
 # weight; docs/precision.md "fp8"): TP with SP and ETP, FSDP with EP, CP with TP, a pipeline.
 set(PARITY_SCENARIO_FP8_SAMPLE tp2_sp fsdp2_tp2_ep2 hsdp2x2_tp2_ep2_etp2 cp2_tp2 pp2_1f1b w8_tp2_ep4)
+# And under fp8-delayed (each tensor's scale from its amax history, pushed once per step after a world
+# max; docs/precision.md "fp8, delayed scaling"): micro-batches, FSDP with EP and ETP, CP, a pipeline.
+set(PARITY_SCENARIO_FP8_DELAYED_SAMPLE fsdp2_tp2_mb2 fsdp4_tp2_ep2_etp2 cp2_tp2 pp2_1f1b w8_tp2_ep4
+    resume_fsdp3_tp2_to_fsdp2_tp2)
 set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 
 foreach(file ${PARITY_SCENARIO_FILES})
@@ -80,6 +84,11 @@ foreach(file ${PARITY_SCENARIO_FILES})
     add_test(NAME ${name}.fp8 COMMAND parity run ${file} --precision fp8)
     set_tests_properties(${name}.fp8 PROPERTIES LABELS "scenario;w${world};${backend};fp8")
     list(APPEND tests ${name}.fp8)
+  endif()
+  if(name IN_LIST PARITY_SCENARIO_FP8_DELAYED_SAMPLE)
+    add_test(NAME ${name}.fp8-delayed COMMAND parity run ${file} --precision fp8-delayed)
+    set_tests_properties(${name}.fp8-delayed PROPERTIES LABELS "scenario;w${world};${backend};fp8")
+    list(APPEND tests ${name}.fp8-delayed)
   endif()
   if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
     add_test(NAME ${name}.mpi COMMAND parity run ${file} --backend mpi)

@@ -68,3 +68,33 @@ add_test(NAME fp8.uneven_split_weight_joins_the_amax
          COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_tp3_uneven_f1.json 2>&1; echo exit=$?")
 set_tests_properties(fp8.uneven_split_weight_joins_the_amax PROPERTIES LABELS "zoo;multiprocess" TIMEOUT 120
   PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+# fp8-delayed (issue 48, core/fp8_delayed.h): TransformerEngine's delayed scaling's three classic bugs,
+# each caught with its root: the step's amaxes never reduced over the ranks holding the pieces (from
+# step 1, the trace naming the first quantized tensor that moved), the history pushed per micro-batch
+# (step 0, micro-batch 1), the history not restored on resume (the resumed phase's first step, 4).
+add_test(NAME zoo.fp8_delayed_amax_local_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_delayed_tp2_sp_mb2.json --steps 3 --inject fp8_delayed_amax_local 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_delayed_amax_local_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: grad [a-z]+ at step 1[^\n]*enters at layer [0-9] [a-z0-9_]+, forward[^\n]*\n.*verdict: FAIL.*exit=1\n")
+add_test(NAME zoo.fp8_history_per_microbatch_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_delayed_tp2_sp_mb2.json --steps 2 --inject fp8_history_per_microbatch 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_history_per_microbatch_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: grad [a-z]+ at step 0[^\n]*micro-batch 1[^\n]*\n.*verdict: FAIL.*exit=1\n")
+add_test(NAME zoo.fp8_history_not_restored_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json --inject fp8_history_not_restored 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_history_not_restored_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: grad head at step 4[^\n]*\n.*resume check verdict: FAIL.*exit=1\n")
+# and fp8's bugs under fp8-delayed through `parity zoo`: its three caught and named, current scaling's
+# (whose per-use reductions delayed scaling does not make) cannot act. (Not the whole zoo: under fp8 and
+# fp8-delayed some bugs of other classes are named by another row, docs/precision.md.)
+add_test(NAME zoo.fp8_delayed_bugs_caught_and_named
+         COMMAND $<TARGET_FILE:parity> zoo --precision fp8-delayed --scenarios ${PROJECT_SOURCE_DIR}/scenarios
+                 fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored fp8_amax_per_lane)
+set_tests_properties(zoo.fp8_delayed_bugs_caught_and_named PROPERTIES LABELS zoo
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 4 bugs, 3 caught with their root named, 0 escaped")
+# fp8-delayed's twin: a drawn model of 8 tokens (dim 2; ci/calibrate seed 48125) failed grad dense_mlp at
+# step 10 (1.07x) with the E5M2 points jittered by 8 ulps, and passes at 64 (kFp8DelayedGradJitterUlps).
+add_test(NAME fp8.delayed_few_tokens_pass
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_delayed_dim2_few_tokens.json --backend sim 2>&1; echo exit=$?")
+set_tests_properties(fp8.delayed_few_tokens_pass PROPERTIES LABELS "zoo;unit"
+  PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")

@@ -9,6 +9,9 @@
 //   expert_bias.layers.<l>   (experts) per MoE layer, replicated
 //   scaler.scale             f64 (): fp16's loss scale for the next step, replicated (fp16 only)
 //   scaler.growth_tracker    int64 (): its steps without a skip since its last change, replicated
+//   fp8.amax_history         f64 (H, S): fp8-delayed's amax history of every fp8 tensor (core/fp8_delayed.h),
+//                            row 0 the last step's, replicated (fp8-delayed only)
+//   fp8.scale                f64 (S): the scales the next step quantizes with (fp32 values), replicated
 // CheckpointInfo.step is the number of training steps done (the next step to run) and
 // data_position the sequences consumed (step * model.batch): the data of step t is a pure
 // function of t, so a resume needs nothing else.
@@ -59,12 +62,14 @@ template <class T> class TrainingState {
 
  private:
   void restore(const std::string& dir);
+  void restore_fp8(const std::string& where);
   TrainingRefs<T> r_;
   Tensor<int64_t> step_{Shape{}};
   std::vector<Tensor<T>> bias_;
   Tensor<double> scale_{Shape{}};       // fp16: the loss scaler's
   Tensor<int64_t> tracker_{Shape{}};
   bool restore_scaler_ = true;          // the bug zoo's fp16_scale_not_restored: false off the first rank
+  Tensor<double> fp8_history_{Shape{0}}, fp8_scale_{Shape{0}};  // fp8-delayed: the state's mirrors
 };
 
 // A ParallelRun's whole training state (this rank's shards under run.layouts()) as a

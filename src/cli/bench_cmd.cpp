@@ -112,8 +112,8 @@ Command add_bench_command(CLI::App& app) {
   sub->add_option("--device", o->device, "cpu or cuda (default: the scenario's layout.device); exit 77 without a GPU")
       ->check(device_choice());
   sub->add_option("--precision", o->precision,
-                  "Time the step in this precision policy: fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8 "
-                  "(default: the scenario's; docs/precision.md)");
+                  "Time the step in this precision policy: fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or "
+                  "fp8-delayed (default: the scenario's; docs/precision.md)");
   return {bench, [o, c, comm_sub]() {
             if (comm_sub->parsed()) return comm_bench_launch(*c);
             Overrides over;

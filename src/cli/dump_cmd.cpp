@@ -48,7 +48,8 @@ Command add_dump_command(CLI::App& app) {
                   "`parity compare` traces the first failing step, else step 0)")
       ->check(non_negative_integer());
   sub->add_option("--precision,--dtype", o->precision,
-                  "Override the scenario's precision policy: fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8")
+                  "Override the scenario's precision policy: fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or "
+                  "fp8-delayed")
       ->check(precision_choice());
   return {sub, [o]() {
             Scenario s = load_scenario(o->scenario);

@@ -37,8 +37,8 @@ Command add_matrix_command(CLI::App& app) {
                   "(golden checks: --golden-backend)")
       ->check(backend_choice());
   sub->add_option("--precision,--dtype", o->dtype,
-                  "Override every scenario's precision policy in the runs: fp64, fp32, bf16, bf16-reduce-bf16, fp16 "
-                  "or fp8")
+                  "Override every scenario's precision policy in the runs: fp64, fp32, bf16, bf16-reduce-bf16, fp16, "
+                  "fp8 or fp8-delayed")
       ->check(precision_choice());
   sub->add_option("--device", o->device,
                   "Override every layout's device: cpu or cuda (baseline and ranks on the GPU; default --jobs 2).\n"

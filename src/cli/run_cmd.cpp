@@ -70,7 +70,8 @@ Command add_run_command(CLI::App& app) {
       ->check(positive_integer());
   sub->add_option("--precision,--dtype", o->over.precision,
                   "Override the scenario's precision policy: fp64, fp32, bf16 (bf16 storage, fp32 compute and "
-                  "reductions) or bf16-reduce-bf16 (docs/precision.md); --dtype is its older name")
+                  "reductions), bf16-reduce-bf16, fp16, fp8 or fp8-delayed (docs/precision.md); --dtype is its "
+                  "older name")
       ->check(precision_choice());
   sub->add_option("--backend", o->over.backend,
                   "Override the layout's backend: gloo, mpi, nccl or sim (every rank a thread of this process)")

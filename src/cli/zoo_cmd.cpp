@@ -34,8 +34,8 @@ Command add_zoo_command(CLI::App& app) {
                 "With --set, run the pairs where a bug cannot act too: each must pass (the bug changed nothing)");
   sub->add_option("--out", o->out, "Keep every report and log in DIR (default: a temporary directory)");
   sub->add_option("--precision", o->precision,
-                  "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16) instead of its "
-                  "scenario's own")
+                  "Run every bug in this precision policy (fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8, "
+                  "fp8-delayed) instead of its scenario's own")
       ->check(precision_choice());
   sub->add_option("--backend", o->backend,
                   "Run every bug on this backend (gloo, mpi, nccl or sim: the same verdict, every rank a thread) "

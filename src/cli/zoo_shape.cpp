@@ -80,8 +80,12 @@ const Need tied = need([](const Scenario& s) { return s.model.tie_embeddings; },
 const Need fp16 = need([](const Scenario& s) { return s.model.store == Low::fp16; },
                        "the fp16 policy (its loss scaler)",
                        [](const Scenario& s) { return precision_name(s.model.precision()); });
-const Need fp8 = need([](const Scenario& s) { return s.model.fp8; }, "the fp8 policy (its amax scaling)",
+const Need fp8 = need([](const Scenario& s) { return s.model.fp8 && !s.model.fp8_delayed; },
+                      "the fp8 policy with current scaling (its amax reductions where a row or weight is split)",
                       [](const Scenario& s) { return precision_name(s.model.precision()); });
+const Need fp8_delayed = need([](const Scenario& s) { return s.model.fp8 && s.model.fp8_delayed; },
+                              "the fp8-delayed policy (its amax histories)",
+                              [](const Scenario& s) { return precision_name(s.model.precision()); });
 const Need fp32_reduce = need([](const Scenario& s) { return s.model.reduce != Low::bf16; },
                               "reductions kept above bf16", [](auto&) { return "bf16-reduce-bf16"; });
 // TP sums some gradient: LayerNorm's under SP, the router's in an MoE layer.
@@ -165,6 +169,9 @@ const std::vector<Entry>& entries() {
       {"fp16_clip_before_unscale", {fp16}},
       {"fp16_unscale_per_microbatch", {fp16, mb2, pp1}},
       {"fp8_amax_per_lane", {fp8, tp2}, "not a clean factor|not a scaling"},
+      {"fp8_delayed_amax_local", {fp8_delayed, tp2}},
+      {"fp8_history_per_microbatch", {fp8_delayed, mb2}},
+      {"fp8_history_not_restored", {fp8_delayed, resume}, "", "", true},
   };
   return all;
 }

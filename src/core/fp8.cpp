@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/fp8_delayed.h"
 #include "core/knobs.h"
 #include "core/precision.h"
 
@@ -13,17 +14,17 @@ namespace parity {
 namespace {
 thread_local const AmaxReduce* tl_split = nullptr;
 
-double grad_jitter_ulps() {
+double grad_jitter_ulps(bool delayed) {
   static const double j = [] {
     const char* v = knob("PARITY_FP8_GRAD_JITTER");  // for measuring the choice (docs/precision.md "fp8")
-    return v != nullptr && *v != '\0' ? std::atof(v) : kFp8GradJitterUlps;
+    return v != nullptr && *v != '\0' ? std::atof(v) : -1.0;
   }();
-  return j;
+  return j >= 0 ? j : delayed ? kFp8DelayedGradJitterUlps : kFp8GradJitterUlps;
 }
 
-template <class T> void jitter(T* x, int64_t n) {  // the rounding twin's move, as to_storage's
+template <class T> void jitter(T* x, int64_t n, bool from_history) {  // the rounding twin's move, as to_storage's
   if (!jitter_on()) return;
-  const double up = 1 + grad_jitter_ulps() * 0x1p-24, down = 1 - grad_jitter_ulps() * 0x1p-24;
+  const double ulps = grad_jitter_ulps(from_history), up = 1 + ulps * 0x1p-24, down = 1 - ulps * 0x1p-24;
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
 }
 
@@ -39,9 +40,20 @@ float amax_of(const double* x, int64_t n) {
 }
 
 // x * scale in fp32 to fp8, back times fp32(1 / scale): TransformerEngine's scale and scale_inv.
-template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) {
-  const float s = fp8_scale(f, amax), inv = 1.0f / s;
+template <class T> void quantize_with(Fp8 f, T* x, int64_t n, float s) {
+  const float inv = 1.0f / s;
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(round_fp8(f, static_cast<float>(x[i]) * s) * inv);
+}
+template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) { quantize_with(f, x, n, fp8_scale(f, amax)); }
+
+// Delayed scaling (core/fp8_delayed.h): the slot's scale of the step; the amax recorded for its end.
+template <class T> void quantize_delayed(Fp8Delayed& d, int64_t slot, Fp8 f, T* x, int64_t n) {
+  d.record(slot, amax_of(x, n));
+  quantize_with(f, x, n, d.scale(slot));
+}
+Fp8Delayed* delayed() {
+  Fp8Delayed* d = fp8_delayed();
+  return d != nullptr && d->on() ? d : nullptr;
 }
 }  // namespace
 
@@ -58,15 +70,24 @@ bool fp8_on() { return current_precision().fp8; }
 
 template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split) {
   if (!fp8_on()) return;
-  if (f == Fp8::e5m2) jitter(x, n * k);  // a gradient: an fp32 sum (E4M3 inputs come from storage points)
+  Fp8Delayed* d = delayed();
+  if (f == Fp8::e5m2) jitter(x, n * k, d != nullptr);  // a gradient: an fp32 sum (E4M3 inputs: storage points)
+  if (d != nullptr) return quantize_delayed(*d, fp8_next_slot(f), f, x, n * k);
   std::vector<float> amax(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) amax[static_cast<size_t>(i)] = amax_of(x + i * k, k);
   if (split && tl_split != nullptr && n > 0) (*tl_split)(std::span<float>(amax));
   for (int64_t i = 0; i < n; ++i) quantize(f, x + i * k, k, amax[static_cast<size_t>(i)]);
 }
 
-template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce) {
+template <class T>
+void fp8_tensors(T* w, int64_t blocks, int64_t per, const AmaxReduce* reduce, std::string_view name,
+                 int64_t first_block) {
   if (!fp8_on()) return;
+  if (Fp8Delayed* d = delayed()) {
+    for (int64_t b = 0; b < blocks; ++b)
+      quantize_delayed(*d, d->weight_slot(name, first_block + b), Fp8::e4m3, w + b * per, per);
+    return;
+  }
   std::vector<float> amax(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) amax[static_cast<size_t>(b)] = amax_of(w + b * per, per);
   if (reduce != nullptr) (*reduce)(std::span<float>(amax));
@@ -75,7 +96,7 @@ template <class T> void fp8_tensors(T* w, int64_t blocks, int64_t per, const Ama
 
 template void fp8_rows<float>(Fp8, float*, int64_t, int64_t, bool);
 template void fp8_rows<double>(Fp8, double*, int64_t, int64_t, bool);
-template void fp8_tensors<float>(float*, int64_t, int64_t, const AmaxReduce*);
-template void fp8_tensors<double>(double*, int64_t, int64_t, const AmaxReduce*);
+template void fp8_tensors<float>(float*, int64_t, int64_t, const AmaxReduce*, std::string_view, int64_t);
+template void fp8_tensors<double>(double*, int64_t, int64_t, const AmaxReduce*, std::string_view, int64_t);
 
 }  // namespace parity

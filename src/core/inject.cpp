@@ -228,6 +228,20 @@ const std::vector<Injection>& injections() {
        "lanes (wo's and w2's inputs, the projections' output gradients, TP-sharded weights): the lanes use "
        "scales one device never would",
        "fp8_tp2_sp.json", "grad head", 0, "not a clean factor|not a scaling"},
+      // fp8's delayed scaling (issue 48, core/fp8_delayed.h)
+      {"fp8_delayed_amax_local", "parallel/pmodel.cpp, fp8-delayed amax history at the step's end",
+       "each rank pushes the amaxes of its own pieces onto the history, never reduced over the ranks holding "
+       "the rest (the TP lanes' columns, the other replicas' tokens): from step 1 the lanes quantize with "
+       "scales one device never would",
+       "fp8_delayed_tp2_sp_mb2.json", "grad router|grad attention|grad head", 1, "not a clean factor|not a scaling"},
+      {"fp8_history_per_microbatch", "parallel/pmodel.cpp, fp8-delayed amax history",
+       "the amax history pushed at every micro-batch's forward instead of once per optimizer step: the later "
+       "micro-batches of a step quantize with scales from the earlier ones' amaxes",
+       "fp8_delayed_tp2_sp_mb2.json", "grad router|grad attention|grad head", 0, "not a clean factor|not a scaling"},
+      {"fp8_history_not_restored", "ckpt/training_state.cpp, resume",
+       "the amax histories and scales not restored from the checkpoint: the resumed run quantizes its first "
+       "step with scale 1 and forgets the history",
+       "resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json", "grad head", 4, "not a clean factor|not a scaling"},
   };
   return all;
 }

@@ -44,7 +44,7 @@ bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible pe
 }
 
 std::string precision_name(const Precision& p) {
-  if (p.fp8) return "fp8";
+  if (p.fp8) return p.fp8_delayed ? "fp8-delayed" : "fp8";
   if (p.store == Low::fp16) return "fp16";
   if (p.store == Low::bf16) return p.reduce == Low::bf16 ? "bf16-reduce-bf16" : "bf16";
   return std::string(dtype_name(p.compute));
@@ -57,8 +57,10 @@ Precision parse_precision(std::string_view name, const std::string& path) {
   if (name == "bf16-reduce-bf16") return {DType::f32, Low::bf16, Low::bf16};
   if (name == "fp16") return {DType::f32, Low::fp16, Low::none};
   if (name == "fp8") return {DType::f32, Low::bf16, Low::none, true};
+  if (name == "fp8-delayed") return {DType::f32, Low::bf16, Low::none, true, true};
   std::string shown(name.substr(0, 40));
-  throw ConfigError(path, "must be fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8, got \"" + shown + "\"");
+  throw ConfigError(path,
+                    "must be fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or fp8-delayed, got \"" + shown + "\"");
 }
 
 double unit_roundoff(const Precision& p) {

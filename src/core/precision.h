@@ -28,12 +28,14 @@ struct Precision {
   Low store = Low::none;       // parameters' compute copy and activations
   Low reduce = Low::none;      // gradient reductions over ranks (none: the compute dtype)
   bool fp8 = false;            // the matmul inputs quantized to fp8 (core/fp8.h), on top of the storage
+  bool fp8_delayed = false;    // fp8's scales from an amax history (delayed scaling, core/fp8_delayed.h)
   bool operator==(const Precision&) const = default;
 };
 
 // "fp64", "fp32", "bf16" (bf16 storage, fp32 compute, fp32 reductions), "bf16-reduce-bf16" or
 // "fp16" (fp16 storage, fp32 compute and reductions, dynamic loss scaling) or "fp8" (bf16's, with every
-// linear's inputs quantized to E4M3 and its output gradient to E5M2, core/fp8.h); parse_precision
+// linear's inputs quantized to E4M3 and its output gradient to E5M2, core/fp8.h, current scaling) or
+// "fp8-delayed" (the same points, each tensor's scale from its amax history, core/fp8_delayed.h); parse_precision
 // throws ConfigError(path, rule) on anything else.
 std::string precision_name(const Precision& p);
 Precision parse_precision(std::string_view name, const std::string& path);

@@ -41,9 +41,14 @@ struct ModelConfig {
   Low store = Low::none;     // the precision policy's 16-bit storage (core/precision.h)
   Low reduce = Low::none;    // and the dtype of its gradient reductions
   bool fp8 = false;          // and its fp8 matmul inputs (core/fp8.h)
+  bool fp8_delayed = false;  // with delayed scaling (core/fp8_delayed.h): the scenario's "fp8" object
+  int64_t amax_history_len = 1024;  // steps each tensor's amax history holds (TransformerEngine's default)
+  bool amax_most_recent = false;    // the scale from the last step's amax, not the history's max
 
-  Precision precision() const { return {dtype, store, reduce, fp8}; }
-  void set_precision(const Precision& p) { dtype = p.compute, store = p.store, reduce = p.reduce, fp8 = p.fp8; }
+  Precision precision() const { return {dtype, store, reduce, fp8, fp8_delayed}; }
+  void set_precision(const Precision& p) {
+    dtype = p.compute, store = p.store, reduce = p.reduce, fp8 = p.fp8, fp8_delayed = p.fp8_delayed;
+  }
 
   int64_t head_dim() const { return dim / heads; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }  // the key / value heads

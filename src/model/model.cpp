@@ -2,7 +2,10 @@
 #include "ops/elementwise.h"
 
 #include "core/fp8.h"
+#include "core/fp8_delayed.h"
 #include "core/precision.h"
+
+#include <optional>
 
 #include <string>
 
@@ -76,6 +79,7 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   using trace::Dir, trace::Site;
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   L.h_in = copy_of(h, n * D);
+  std::optional<Fp8SiteScope> site(std::in_place, l, "attn");  // fp8-delayed: the attention's slots
   L.a = zeros<T>(n * D), L.m1 = zeros<T>(n), L.r1 = zeros<T>(n);
   norm_forward(c.norm, h, w.ln1w, w.ln1b, n, D, L.a.data(), L.m1.data(), L.r1.data());
   trace::record(Site::ln1, l, Dir::fwd, L.a.data(), n, D);
@@ -115,10 +119,13 @@ void layer_forward(const ModelConfig& c, const LayerRefs<T>& w, const T* bias, i
   norm_forward(c.norm, h, w.ln2w, w.ln2b, n, D, L.bn.data(), L.m2.data(), L.r2.data());
   trace::record(Site::ln2, l, Dir::fwd, L.bn.data(), n, D);
   auto f = zeros<T>(n * D);  // (n, D)
-  if (w.gate)
+  site.reset();  // fp8-delayed: the MLP's slots (the MoE sets its modules' own)
+  if (w.gate) {
     moe_forward(c, moe_weights(w, bias, follow), L.bn.data(), n, f.data(), L.moe);
-  else
+  } else {
+    const Fp8SiteScope mlp(l, "mlp");
     ffn_forward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, f.data(), L.mlp);
+  }
   trace::record(Site::ffn_out, l, Dir::fwd, f.data(), n, D);
   add_into(h, f.data(), n * D);
   trace::record(Site::h_out, l, Dir::fwd, h, n, D);
@@ -135,13 +142,14 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   if (w.gate)
     moe_backward(c, moe_weights(w, bias, RouteFollow{nullptr, l - c.dense_layers, 0}), L.bn.data(), n, L.moe, dh,
                  dbn.data(), MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});  // the layer: traces
-  else
+  else if (const Fp8SiteScope mlp(l, "mlp"); true)  // fp8-delayed: the MLP's slots
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
   trace::record(Site::ln2, l, Dir::bwd, dbn.data(), n, D);
   norm_backward(c.norm, L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
   trace::record(Site::h_mid, l, Dir::bwd, dh, n, D);
 
   auto datt = zeros<T>(n * D);
+  const Fp8SiteScope site(l, "attn");         // fp8-delayed: the attention's slots
   const Buffer<T> dout = fp8_grad(dh, n, D);  // fp8: wo's output gradient, E5M2 per row
   matmul_backward(L.att.data(), w.wo, fp8_on() ? dout.data() : dh, datt.data(), g.wo, n, D, D);
   trace::record(Site::attn, l, Dir::bwd, datt.data(), n, D);
@@ -182,15 +190,20 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
 
 template <class T>
 Model<T>::Model(const ModelConfig& c, uint64_t seed)
-    : params(ParamSet<T>::initialised(param_specs(c), seed)), grads(ParamSet<T>::zeros(param_specs(c))), cfg_(c) {
+    : params(ParamSet<T>::initialised(param_specs(c), seed)),
+      grads(ParamSet<T>::zeros(param_specs(c))),
+      fp8(fp8_delayed_state(c)),
+      cfg_(c) {
   expert_bias.assign(static_cast<size_t>(c.moe_layers()), zeros<T>(c.experts));
 }
 
 template <class T> MicroResult Model<T>::forward_backward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+  const Fp8StateScope delayed(&fp8);  // fp8-delayed: the scales of the step, the amaxes recorded
   return run(inputs, targets, b, true);
 }
 
 template <class T> MicroResult Model<T>::forward(const int64_t* inputs, const int64_t* targets, int64_t b) {
+  const Fp8StateScope delayed(&fp8);
   return run(inputs, targets, b, false);
 }
 
@@ -207,7 +220,8 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
     }
     for (size_t i = 0; i < rounded.size(); ++i)  // fp8: the linears' weights, E4M3 per tensor (per expert)
       if (const int64_t blocks = fp8_weight_blocks(rounded.specs[i]); blocks > 0)
-        fp8_tensors(rounded.tensors[i].ptr(), blocks, rounded.tensors[i].numel() / blocks, nullptr);
+        fp8_tensors(rounded.tensors[i].ptr(), blocks, rounded.tensors[i].numel() / blocks, nullptr,
+                    rounded.specs[i].name);
   }
   ParamSet<T>& P = current_precision().store != Low::none ? compute_copy_ : params;
   const int64_t D = c.dim, V = c.vocab, n = b * c.seq;

@@ -36,6 +36,9 @@ template <class T> class Model {
   // routing): the oracle, and the global id of the next micro-batch's first token.
   const RouteOracle* route_oracle = nullptr;
   int64_t route_first_token = 0;
+  // fp8-delayed (core/fp8_delayed.h): the amax histories and scales; the forwards set it on their
+  // thread and record into it, the step's end (BaselineRun::step) completes it. Off otherwise.
+  Fp8Delayed fp8;
 
   // inputs, targets (b, S) for b whole sequences of the step's B. Adds this micro-batch's
   // gradient of the step loss (normalised by B*S) into grads.

@@ -1,4 +1,6 @@
 #include "model/moe.h"
+
+#include "core/fp8_delayed.h"
 #include "ops/elementwise.h"
 
 #include "ops/aux_loss.h"
@@ -16,8 +18,10 @@ void experts_forward(const ModelConfig& c, const MoeWeights<T>& wt, MoeCache<T>&
   const int64_t D = c.dim, F = c.expert_hidden;
   cache.experts.assign(static_cast<size_t>(c.experts), {});
   int64_t row = 0;
+  const Fp8SiteScope module(wt.follow.layer + c.dense_layers, "moe.experts");  // fp8-delayed: per expert
   for (int64_t e = 0; e < c.experts; ++e) {
     const int64_t cnt = cache.perm.counts[static_cast<size_t>(e)];
+    const Fp8SiteScope expert(e);
     ffn_forward(cache.xg.data() + row * D, cnt, D, F, wt.w1 + e * D * F, wt.w3 + e * D * F, wt.w2 + e * F * D,
                 cache.yg.data() + row * D, cache.experts[static_cast<size_t>(e)]);
     row += cnt;
@@ -29,8 +33,10 @@ void experts_backward(const ModelConfig& c, const MoeWeights<T>& wt, const MoeCa
                       const MoeGrads<T>& g) {
   const int64_t D = c.dim, F = c.expert_hidden;
   int64_t row = 0;
+  const Fp8SiteScope module(wt.follow.layer + c.dense_layers, "moe.experts");  // fp8-delayed: per expert
   for (int64_t e = 0; e < c.experts; ++e) {
     const int64_t cnt = cache.perm.counts[static_cast<size_t>(e)];
+    const Fp8SiteScope expert(e);
     ffn_backward(cache.xg.data() + row * D, cnt, D, F, wt.w1 + e * D * F, wt.w3 + e * D * F, wt.w2 + e * F * D,
                  cache.experts[static_cast<size_t>(e)], dyg + row * D, dxg + row * D, g.w1 + e * D * F,
                  g.w3 + e * D * F, g.w2 + e * F * D);
@@ -72,6 +78,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int6
 
   if (c.shared_experts > 0) {
     cache.shared_out = zeros<T>(n * D);
+    const Fp8SiteScope site(l, "moe.shared");  // fp8-delayed: the shared experts' slots
     ffn_forward(x, n, D, c.shared_hidden, wt.shared_w1, wt.shared_w3, wt.shared_w2, cache.shared_out.data(),
                 cache.shared);
     trace::record(Site::shared, l, Dir::fwd, cache.shared_out.data(), n, D);
@@ -118,9 +125,11 @@ void moe_backward(const ModelConfig& c, const MoeWeights<T>& wt, const T* x, int
   trace::record(Site::router, l, Dir::bwd, dlogits.data(), n, E);
   matmul_backward(x, wt.gate, dlogits.data(), dx, g.gate, n, D, E);
 
-  if (c.shared_experts > 0)
+  if (c.shared_experts > 0) {
+    const Fp8SiteScope site(l, "moe.shared");  // fp8-delayed: the shared experts' slots
     ffn_backward(x, n, D, c.shared_hidden, wt.shared_w1, wt.shared_w3, wt.shared_w2, cache.shared, dout, dx,
                  g.shared_w1, g.shared_w3, g.shared_w2);
+  }
 }
 
 #define PARITY_INSTANTIATE(T)                                                                               \

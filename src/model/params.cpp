@@ -170,4 +170,21 @@ int64_t fp8_weight_blocks(const ParamSpec& p) {
   return p.family == Family::routed_experts ? p.shape[0] : 1;
 }
 
+std::vector<Fp8Module> fp8_modules(const ModelConfig& c) {
+  std::vector<Fp8Module> out;
+  for (const ParamSpec& p : param_specs(c)) {
+    const int64_t blocks = fp8_weight_blocks(p);
+    if (blocks == 0) continue;
+    const std::string prefix = p.name.substr(0, p.name.rfind('.'));
+    if (out.empty() || out.back().prefix != prefix) out.push_back({prefix, blocks, {}});
+    out.back().weights.push_back(p.name);
+  }
+  return out;
+}
+
+Fp8Delayed fp8_delayed_state(const ModelConfig& c) {
+  if (!c.fp8 || !c.fp8_delayed) return {};
+  return Fp8Delayed(fp8_modules(c), c.amax_history_len, c.amax_most_recent);
+}
+
 }  // namespace parity

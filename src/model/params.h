@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fp8_delayed.h"
 #include "core/tensor.h"
 #include "model/config.h"
 
@@ -36,6 +37,11 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c);
 // scale per tensor. Returns how many tensors the parameter holds (its experts for the routed ones,
 // else 1), 0 for a parameter that stays in the storage format (embedding, norms, router, head).
 int64_t fp8_weight_blocks(const ParamSpec& p);
+// Delayed scaling's modules (core/fp8_delayed.h): each module of those linears, its blocks and its
+// weights in registry order, the same on every rank of every layout (a model's slots).
+std::vector<Fp8Module> fp8_modules(const ModelConfig& c);
+// The run's delayed-scaling state: one for the fp8-delayed policy, off (on() false) otherwise.
+Fp8Delayed fp8_delayed_state(const ModelConfig& c);
 
 // Elements of a parameter by flat global index: out[i] = init(spec, seed, index[i]).
 // A rank materialises exactly its shard this way; the full tensor is index 0..numel-1.

@@ -443,6 +443,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     if (unscale_each && mb + 1 < c.microbatches) (void)unscale_grads(I.model->mp_grads, I.scaler.scale);
     record(r, u.g0);
   }
+  I.model->fp8_step_done();  // fp8-delayed: the amax histories pushed once per step (a no-op otherwise)
   I.dense_dp->allreduce(std::span<double>(parts), comm::ReduceOp::sum);
   if (I.pp_group) I.pp_group->allreduce(std::span<double>(parts), comm::ReduceOp::sum);  // ce: last stage; aux: each
   for (size_t mb = 0; mb < parts.size(); mb += 2) {
@@ -520,6 +521,7 @@ template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;
   TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias, &I.opt_layouts};
   if (scales_loss(I.sc.model.precision())) refs.scaler = &I.scaler;
+  if (I.model->fp8.on()) refs.fp8 = &I.model->fp8;
   for (auto& p : I.model->params) refs.params.push_back(&p.local);
   return refs;
 }

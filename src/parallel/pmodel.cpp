@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/inject.h"
 #include "core/fp8.h"
+#include "core/fp8_delayed.h"
 #include "core/precision.h"
 #include "ops/elementwise.h"
 
@@ -97,7 +98,8 @@ template <class T> struct ParallelModel<T>::Impl {
     // lane holding the whole of an unevenly split one (F = 1 over tp 3) still joins (the KV heads a lane
     // replicates are refused under fp8, mesh/layout_config.cpp)
     const AmaxReduce& r = routed ? m.etp_amax_ : m.tp_amax_;
-    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, r ? &r : nullptr);
+    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, r ? &r : nullptr, spec.name,
+                routed ? m.ep_.e0 : 0);  // fp8-delayed: its slots (a routed expert's by its global index)
   }
   const Tensor<T>& w(size_t q) const {
     if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
@@ -235,6 +237,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
                L.r1.data());
   rec(Site::ln1, l, Dir::fwd, L.a_res, D);
   L.a_full = full(L.a_res, D);
+  const Fp8SiteScope site(l, "attn");  // fp8-delayed: the attention's slots (model.cpp's order)
   fp8_rows(Fp8::e4m3, L.a_full.data(), n, D, false);  // fp8: the projections' input, whole rows (model.cpp)
   const KvCols kc = kv_cols(P);
   const int64_t Dkl = kc.cols, Gl = Dkl / Dh;  // this lane's key / value columns and heads
@@ -280,6 +283,7 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
   const int64_t D = c.dim, S = c.seq, Dh = c.head_dim(), Dl = local_dim(P.wq, 1), Hl = Dl / Dh, l = layer_of(P);
   rec(Site::h_mid, l, Dir::bwd, dh, D);
   Buffer<T> dout = full(dh, D);
+  const Fp8SiteScope site(l, "attn");             // fp8-delayed: the attention's slots
   fp8_rows(Fp8::e5m2, dout.data(), n, D, false);  // fp8: wo's output gradient, whole rows
   auto datt = zeros<T>(n * Dl);
   matmul_backward(L.att.data(), w(P.wo).ptr(), dout.data(), datt.data(), g(P.wo), n, Dl, D);
@@ -349,6 +353,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, 
   } else {
     L.bn_full = full(L.bn_res, D);
     auto part = zeros<T>(n * D);
+    const Fp8SiteScope site(l, "mlp");  // fp8-delayed: the MLP's slots
     ffn_forward(L.bn_full.data(), n, D, local_dim(P.w1, 1), w(P.w1).ptr(), w(P.w3).ptr(),
                 w(P.w2).ptr(), part.data(), L.mlp);
     f = to_res(std::move(part), D);
@@ -374,6 +379,7 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P,
   } else {
     Buffer<T> dout = full(dh, D);
     auto dbn = zeros<T>(n * D);
+    const Fp8SiteScope site(l, "mlp");  // fp8-delayed: the MLP's slots
     ffn_backward(L.bn_full.data(), n, D, local_dim(P.w1, 1), w(P.w1).ptr(), w(P.w3).ptr(),
                  w(P.w2).ptr(), L.mlp, dout.data(), dbn.data(), g(P.w1), g(P.w3),
                  g(P.w2));
@@ -387,7 +393,8 @@ void ParallelModel<T>::Impl::ffn_backward_block(int64_t l, const LayerParams& P,
 template <class T>
 ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Communicator& world,
                                 const ParamPlan& plan)
-    : cfg_(s.model), recompute_(s.layout.recompute), world_(&world) {
+    : fp8(fp8_delayed_state(s.model)), cfg_(s.model), recompute_(s.layout.recompute), world_(&world),
+      fp8_world_(&world) {
   using mesh::GroupKind;
   using mesh::MeshDim;
   const int r = world.rank();
@@ -480,6 +487,10 @@ template <class T> void ParallelModel<T>::forward_chunk(PMicro<T>& u, int64_t v)
   const ModelConfig& c = cfg_;
   Impl I = impl_for(u);
   const Fp8SplitScope split(tp_amax_ ? &tp_amax_ : nullptr);  // fp8: a row split over TP (ETP: ep_dispatch)
+  const Fp8StateScope delayed(&fp8);                           // fp8-delayed: the step's scales, its amaxes
+  // bug zoo (core/inject.h): the amax history pushed (this rank's amaxes) at each micro-batch's forward
+  static const bool push_per_micro = injected("fp8_history_per_microbatch");
+  if (push_per_micro && v == 0 && fp8.recorded()) fp8.end_step(nullptr);
   const int64_t D = c.dim, n = I.n, n_res = I.n_res;
   PMicroResult& res = u.res;
   const auto moe = static_cast<size_t>(c.moe_layers());
@@ -560,6 +571,7 @@ template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v
   const ModelConfig& c = cfg_;
   Impl I = impl_for(u);
   const Fp8SplitScope split(tp_amax_ ? &tp_amax_ : nullptr);  // fp8: as the forward's
+  const Fp8StateScope delayed(&fp8);
   const int64_t D = c.dim, n = I.n;
   Buffer<T>& dh = u.h;
   for (int64_t l = split_[static_cast<size_t>(v)].second - 1; l >= split_[static_cast<size_t>(v)].first; --l) {
@@ -577,6 +589,14 @@ template <class T> void ParallelModel<T>::backward_chunk(PMicro<T>& u, int64_t v
   I.rec(trace::Site::embed, -1, trace::Dir::bwd, dh, D);
   Buffer<T> dh_full = I.full(dh, D);
   vp_embedding_backward(u.inputs.data(), n, dh_full.data(), ep.mp_offset(0), ep.mp_shape()[0], D, I.g(emb_));
+}
+
+template <class T> void ParallelModel<T>::fp8_step_done() {
+  if (!fp8.on()) return;
+  // bug zoo (core/inject.h): each rank's history from its own pieces' amaxes, never reduced
+  static const bool local = injected("fp8_delayed_amax_local");
+  const AmaxReduce world = [this](std::span<float> a) { fp8_world_->allreduce(a, comm::ReduceOp::max); };
+  fp8.end_step(local ? nullptr : &world);
 }
 
 template class ParallelModel<float>;

@@ -82,6 +82,13 @@ template <class T> class ParallelModel {
   // Near-tie arbitration (model/route_oracle.h): the baseline's routing of this step. No
   // oracle: route freely.
   const RouteOracle* route_oracle = nullptr;
+  // fp8-delayed (core/fp8_delayed.h): the amax histories and scales of every fp8 tensor of the model
+  // (replicated: every rank's is the world's after each step); off under any other policy.
+  Fp8Delayed fp8;
+  // The step's end under fp8-delayed (collective over the world, a no-op otherwise): the amaxes this
+  // rank recorded maxed over every rank (those holding no piece of a tensor add 0), the histories
+  // pushed, the next step's scales. Once per optimizer step, after the last micro-batch's backward.
+  void fp8_step_done();
 
   // Starts a step: zeroes the gradient accumulators and drops the gathered weights (the
   // optimizer may have changed the shards since they were gathered).
@@ -113,6 +120,7 @@ template <class T> class ParallelModel {
   ModelConfig cfg_;
   Recompute recompute_ = Recompute::none;
   comm::Communicator* world_ = nullptr;  // the recomputed routing's check (recompute.h)
+  comm::Communicator* fp8_world_ = nullptr;  // the whole world: fp8-delayed's amax reduction
   TpContext tp_;
   CpContext cp_;
   EpContext ep_;

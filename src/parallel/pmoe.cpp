@@ -1,5 +1,9 @@
 #include "parallel/pmoe.h"
 
+#include <optional>
+
+#include "core/fp8_delayed.h"
+
 #include "core/precision.h"
 
 #include "core/inject.h"
@@ -172,7 +176,9 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
     k.chosen_full = gather_dispatch(tp, k.chosen, n, b, S, K);
     k.aux = aux_whole_sequences(c, cp, k, b);
   }
+  std::optional<Fp8SiteScope> site(std::in_place, wt.follow.layer + c.dense_layers, "moe.experts");  // fp8-delayed
   ep_dispatch_forward(c, ep, wt.experts, k.x_d.data(), k.chosen.data(), n_d, k.dispatch);
+  site.reset();
   rec(c, tp, wt, k, trace::Site::experts, trace::Dir::fwd, k.dispatch.y.data(), K * D);  // at (token, slot)
   auto out_d = zeros<T>(n_d * D);
   Buffer<T> twice;  // bug zoo only
@@ -186,6 +192,7 @@ void pmoe_forward(const ModelConfig& c, const TpContext& tp, const CpContext& cp
   if (c.shared_experts > 0) {
     k.x_full = tp_to_full(tp, x_res, b, S, D);
     auto part = zeros<T>(n * D);
+    const Fp8SiteScope shared_site(wt.follow.layer + c.dense_layers, "moe.shared");  // fp8-delayed
     ffn_forward(k.x_full.data(), n, D, wt.Fsl, wt.sw1, wt.sw3, wt.sw2, part.data(), k.shared);
     const Buffer<T> shared = tp_sum_to_res(tp, std::move(part), b, S, D);  // the lanes' partial sums, reduced
     trace::record(trace::Site::shared, wt.follow.layer + c.dense_layers, trace::Dir::fwd, shared.data(),
@@ -201,6 +208,7 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
   if (c.shared_experts > 0) {
     Buffer<T> dout = tp_to_full(tp, dout_res, b, S, D);
     auto dx_part = zeros<T>(n * D);
+    const Fp8SiteScope shared_site(wt.follow.layer + c.dense_layers, "moe.shared");  // fp8-delayed
     ffn_backward(k.x_full.data(), n, D, wt.Fsl, wt.sw1, wt.sw3, wt.sw2, k.shared, dout.data(), dx_part.data(), g.sw1,
                  g.sw3, g.sw2);
     add_into(dx_res, tp_sum_to_res(tp, std::move(dx_part), b, S, D));
@@ -211,7 +219,8 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
   combine_backward(k.dispatch.y.data(), k.w.data(), dout_d.data(), n_d, K, D, dy.data(), dw.data());
   rec(c, tp, wt, k, trace::Site::experts, trace::Dir::bwd, dy.data(), K * D);
   rec(c, tp, wt, k, trace::Site::route_w, trace::Dir::bwd, dw.data(), K);
-  ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
+  if (const Fp8SiteScope site(wt.follow.layer + c.dense_layers, "moe.experts"); true)  // fp8-delayed
+    ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
   auto ds = zeros<T>(n_d * E);
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
   if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: the statistics of this lane's chunks

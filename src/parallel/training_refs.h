@@ -26,6 +26,7 @@ template <class T> struct TrainingRefs {
   // parameters are replicated); nullptr: `layouts`
   const std::vector<mesh::TensorLayout>* opt_layouts = nullptr;
   LossScaler* scaler = nullptr;  // fp16's loss scaler (its scale and growth tracker), else nullptr
+  Fp8Delayed* fp8 = nullptr;     // fp8-delayed's amax histories and scales (core/fp8_delayed.h), else nullptr
 };
 
 }  // namespace parity

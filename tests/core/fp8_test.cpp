@@ -3,11 +3,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "core/fp8.h"
+#include "core/fp8_delayed.h"
 #include "core/precision.h"
 
 namespace parity {
@@ -151,6 +154,92 @@ TEST(Fp8, RowsAndTensorsQuantizeWithTheirOwnAmax) {
   EXPECT_EQ(w[1], static_cast<double>(q(-0.02f, 896.0f)));
   EXPECT_EQ(w[2], static_cast<double>(q(0.001f, 11.2f)));
   EXPECT_EQ(w[3], 40.0);
+}
+
+// Delayed scaling (core/fp8_delayed.h): a model of one attention module and one two-expert module.
+Fp8Delayed two_modules(int64_t history_len, bool most_recent) {
+  return Fp8Delayed({{"layers.0.attn", 1, {"layers.0.attn.wq", "layers.0.attn.wk", "layers.0.attn.wv",
+                                           "layers.0.attn.wo"}},
+                     {"layers.1.moe.experts", 2, {"layers.1.moe.experts.w1", "layers.1.moe.experts.w3",
+                                                  "layers.1.moe.experts.w2"}}},
+                    history_len, most_recent);
+}
+
+TEST(Fp8Delayed, SlotsOfSitesWeightsAndExperts) {
+  const Fp8Delayed d = two_modules(4, false);
+  EXPECT_EQ(d.slots(), 3 * kFp8SiteSlots);
+  EXPECT_EQ(d.site("layers.0.attn", 0), 0);
+  EXPECT_EQ(d.site("layers.1.moe.experts", 1), 2 * kFp8SiteSlots);
+  EXPECT_EQ(d.weight_slot("layers.0.attn.wo", 0), kFp8WeightSlot0 + 3);
+  EXPECT_EQ(d.weight_slot("layers.1.moe.experts.w2", 1), 2 * kFp8SiteSlots + kFp8WeightSlot0 + 2);
+  EXPECT_EQ(Fp8Delayed::format(kFp8GradSlot0 + 1), Fp8::e5m2);
+  EXPECT_EQ(Fp8Delayed::format(kFp8WeightSlot0), Fp8::e4m3);
+  EXPECT_THROW((void)d.site("layers.1.moe.experts", 2), Error);
+  EXPECT_THROW((void)d.weight_slot("layers.0.ln1.weight", 0), Error);
+}
+
+// The scale of step t comes from the amaxes of steps < t: 1 before any; the max over the last H
+// steps ("max") or the last one ("most_recent"); a step that recorded 0 keeps the previous scale.
+TEST(Fp8Delayed, ScaleOfAStepFromTheHistoryOfTheStepsBefore) {
+  Fp8Delayed d = two_modules(2, false);
+  const int64_t g = kFp8GradSlot0;  // an E5M2 slot
+  EXPECT_EQ(d.scale(0), 1.0f);
+  d.record(0, 2.0f), d.record(0, 4.0f), d.record(g, 8.0f);  // two micro-batches: their max
+  EXPECT_EQ(d.scale(0), 1.0f);                              // not before the step's end
+  d.end_step(nullptr);
+  EXPECT_EQ(d.scale(0), fp8_scale(Fp8::e4m3, 4.0f));
+  EXPECT_EQ(d.scale(g), fp8_scale(Fp8::e5m2, 8.0f));
+  EXPECT_EQ(d.history.data[0], 4.0);
+  d.record(0, 1.0f);
+  d.end_step(nullptr);
+  EXPECT_EQ(d.scale(0), fp8_scale(Fp8::e4m3, 4.0f));  // max(1, 4): the history of 2
+  EXPECT_EQ(d.scale(g), fp8_scale(Fp8::e5m2, 8.0f));  // max(0, 8)
+  d.record(0, 1.0f);
+  d.end_step(nullptr);
+  EXPECT_EQ(d.scale(0), fp8_scale(Fp8::e4m3, 1.0f));  // the 4 left the history of length 2
+  EXPECT_EQ(d.scale(g), fp8_scale(Fp8::e5m2, 8.0f));  // an all-zero history keeps the scale
+  Fp8Delayed r = two_modules(2, true);
+  r.record(0, 4.0f), r.end_step(nullptr), r.record(0, 1.0f), r.end_step(nullptr);
+  EXPECT_EQ(r.scale(0), fp8_scale(Fp8::e4m3, 1.0f));  // most_recent
+}
+
+// The step's end completes the record with the reduction (a layout's world max) before the push.
+TEST(Fp8Delayed, TheStepsAmaxesAreReducedBeforeThePush) {
+  Fp8Delayed d = two_modules(4, false);
+  const AmaxReduce peers = [](std::span<float> a) { a[1] = std::max(a[1], 16.0f); };
+  d.record(1, 2.0f);
+  d.end_step(&peers);
+  EXPECT_EQ(d.scale(1), fp8_scale(Fp8::e4m3, 16.0f));
+  EXPECT_FALSE(d.recorded());
+}
+
+// Under a delayed state fp8_rows quantizes a whole block with its slot's scale (no amax of its own)
+// at the next slot of the thread's site, and records the block's amax; weights by name and block.
+TEST(Fp8Delayed, RowsAndWeightsUseTheSlotScaleAndRecordTheAmax) {
+  const PrecisionScope fp8(parse_precision("fp8-delayed", "t"));
+  Fp8Delayed d = two_modules(4, false);
+  d.record(1, 100.0f), d.record(2 * kFp8SiteSlots + kFp8WeightSlot0 + 1, 10.0f);
+  d.end_step(nullptr);  // slot 1 (the attention's second E4M3 input): scale 4.48; expert 1's w3: 44.8
+  const Fp8StateScope on(&d);
+  const auto q = [](float v, float s) { return round_fp8(Fp8::e4m3, v * s) * (1.0f / s); };
+  std::vector<float> a = {0.3f, -2.0f}, b = {0.3f, 500.0f};
+  {
+    const Fp8SiteScope site(0, "attn");
+    fp8_rows(Fp8::e4m3, a.data(), 1, 2, false);  // slot 0: scale 1
+    fp8_rows(Fp8::e4m3, b.data(), 2, 1, true);   // slot 1: scale 4.48, 500 saturates to 448 / 4.48
+  }
+  EXPECT_EQ(a[0], q(0.3f, 1.0f));
+  EXPECT_EQ(b[0], q(0.3f, fp8_scale(Fp8::e4m3, 100.0f)));
+  EXPECT_EQ(b[1], 448.0f * (1.0f / fp8_scale(Fp8::e4m3, 100.0f)));
+  std::vector<double> w = {0.5, 0.25, 0.3, 0.2};  // two experts' w3, two values each
+  fp8_tensors(w.data(), 2, 2, nullptr, "layers.1.moe.experts.w3", 0);
+  EXPECT_EQ(w[0], 0.5);  // expert 0: scale 1
+  EXPECT_EQ(w[2], static_cast<double>(q(0.3f, fp8_scale(Fp8::e4m3, 10.0f))));
+  d.end_step(nullptr);
+  EXPECT_EQ(d.history.data[0], 2.0);    // slot 0's amax
+  EXPECT_EQ(d.history.data[1], 500.0);  // slot 1's
+  EXPECT_EQ(d.history.data[static_cast<size_t>(kFp8SiteSlots + kFp8WeightSlot0 + 1)], 0.5);  // expert 0's w3
+  EXPECT_THROW(fp8_rows(Fp8::e4m3, a.data(), 1, 2, false), std::logic_error);  // outside every site
 }
 
 }  // namespace

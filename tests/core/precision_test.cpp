@@ -125,7 +125,7 @@ TEST(Fp16, EveryResultIsAnFp16AndWithinHalfItsQuantum) {
 }
 
 TEST(Precision, NamesRoundTripAndBadNamesAreRefused) {
-  for (const char* n : {"fp64", "fp32", "bf16", "bf16-reduce-bf16", "fp16"})
+  for (const char* n : {"fp64", "fp32", "bf16", "bf16-reduce-bf16", "fp16", "fp8", "fp8-delayed"})
     EXPECT_EQ(precision_name(parse_precision(n, "$.precision")), n);
   const Precision b = parse_precision("bf16", "$.precision");
   EXPECT_EQ(b.compute, DType::f32);
@@ -139,7 +139,12 @@ TEST(Precision, NamesRoundTripAndBadNamesAreRefused) {
   EXPECT_FALSE(scales_loss(b));
   EXPECT_EQ(unit_roundoff(h), 0x1p-11);
   const std::string bad = testing::config_error([] { (void)parse_precision("bfloat", "--precision"); });
-  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8, got \"bfloat\""),
+  const Precision d = parse_precision("fp8-delayed", "$.precision");  // fp8's points, scales from a history
+  EXPECT_TRUE(d.fp8 && d.fp8_delayed);
+  EXPECT_FALSE(parse_precision("fp8", "$.precision").fp8_delayed);
+  EXPECT_EQ(d.store, Low::bf16);
+  EXPECT_NE(bad.find("--precision: must be fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or fp8-delayed, got "
+                     "\"bfloat\""),
             std::string::npos)
       << bad;
   EXPECT_EQ(unit_roundoff(b), 0x1p-8);

@@ -291,7 +291,7 @@ Golden golden_from_json(const nlohmann::json& j, const std::string& where) {
     g.scenario = str_field(j, "scenario", where);
     g.scenario_hash = str_field(j, "scenario_hash", where);
     g.dtype = str_field(j, "dtype", where);
-    (void)parse_precision(g.dtype, where + ": $.dtype");  // fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8
+    (void)parse_precision(g.dtype, where + ": $.dtype");  // fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8, fp8-delayed
     g.commit = str_field(j, "commit", where);
     g.backend = str_field(j, "backend", where);
     g.layout = str_field(j, "layout_shape", where);

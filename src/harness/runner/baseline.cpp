@@ -30,6 +30,7 @@ template <class T> TrainingState<T>& BaselineRun<T>::training() {
   if (!training_) {
     TrainingRefs<T> refs{&sc_.model, &model_.params.specs, &layouts_, {}, &opt_, &model_.expert_bias};
     if (scales_loss(sc_.model.precision())) refs.scaler = &scaler_;
+    if (model_.fp8.on()) refs.fp8 = &model_.fp8;
     for (auto& t : model_.params.tensors) refs.params.push_back(&t);
     training_ = std::make_unique<TrainingState<T>>(std::move(refs));
   }
@@ -60,6 +61,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   StepRecord<T> rec;
   rec.step = t;
   rec.loss_scale = scaler_.scale;
+  if (model_.fp8.on()) rec.fp8_scales.assign(model_.fp8.scales.data.begin(), model_.fp8.scales.data.end());
   rec.inputs.resize(static_cast<size_t>(c.batch * S));
   rec.targets.resize(static_cast<size_t>(c.batch * S));
   data_.batch(t, 0, c.batch, S, rec.inputs.data(), rec.targets.data());
@@ -87,6 +89,7 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
     }
   }
   rec.logit_grad_rms = std::sqrt(logit_grad_sq / static_cast<double>(c.batch * S));
+  model_.fp8.end_step(nullptr);  // fp8-delayed: the amax histories pushed once per step (a no-op otherwise)
   // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype.
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros

@@ -34,6 +34,9 @@ template <class T> struct StepRecord {
   // the largest |logit| stored in the step, and the root mean square over its tokens of the loss's gradient at the
   // logits (p - onehot, unscaled): a saturated softmax's floor (harness/verdict/tolerance.h saturation_floor)
   double logit_peak = 0, logit_grad_rms = 0;
+  // fp8-delayed (core/fp8_delayed.h): the scales this step quantized with (empty otherwise); the
+  // rounding twin quantizes with them, as it routes as the baseline did.
+  std::vector<double> fp8_scales;
   std::vector<int64_t> inputs, targets;  // (B, S)
   std::optional<ParamSet<T>> grads;      // accumulated, unscaled, before clipping (when asked for)
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step

@@ -1,5 +1,7 @@
 #include "harness/runner/twin.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 
@@ -44,6 +46,10 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, int64_t t, co
     // baseline's near-ties, so the noise measured here is rounding with routing held.
     const RouteOracle follow{&base.chosen, &base.select_scores, 0, 0, true};
     run.model().route_oracle = &follow;
+    // fp8-delayed: and quantizes with the baseline's scales of the step (a layout's amaxes are the
+    // baseline's but for reordered sums; the twin's own, from jittered values, would move every grid)
+    if (!base.fp8_scales.empty())
+      std::copy(base.fp8_scales.begin(), base.fp8_scales.end(), run.model().fp8.scales.data.begin());
     const JitterScope jitter(stream);
     r = run.step(t, KeepGrads::yes);
     run.model().route_oracle = nullptr;

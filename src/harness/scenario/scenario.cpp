@@ -68,7 +68,8 @@ void parse_optim(const ObjectReader& r, OptimConfig& o) {
 }
 
 const std::vector<std::string> kTopKeys = {"name", "steps", "seed",  "data_seed",
-                                           "dtype", "precision", "model", "optim", "layout", "resume", "verdict"};
+                                           "dtype", "precision", "model", "optim", "layout", "resume", "verdict",
+                                           "fp8"};
 const std::vector<std::string> kResumeKeys = {"save_at", "layout"};
 const std::vector<std::string> kModelKeys = {
     "vocab",   "dim",   "layers",        "heads",          "seq",           "batch",
@@ -233,10 +234,16 @@ Scenario parse_scenario(const nlohmann::json& j, const std::string& name, Rules 
     if (top.find("dtype") != nullptr)
       throw ConfigError("$.precision", "give precision or dtype, not both (dtype is precision's older name)");
     if (!p->is_string())
-      throw ConfigError("$.precision", "must be a string (fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8)");
+      throw ConfigError("$.precision",
+                        "must be a string (fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or fp8-delayed)");
     s.model.set_precision(parse_precision(p->get<std::string>(), "$.precision"));
   }
   if (const json* m = top.find("model")) parse_model(ObjectReader(*m, "$.model", kModelKeys), s.model);
+  if (const json* f = top.find("fp8")) {  // fp8-delayed's recipe (core/fp8_delayed.h), read under it only
+    const ObjectReader r(*f, "$.fp8", {"amax_history_len", "amax_compute"});
+    r.read("amax_history_len", s.model.amax_history_len);
+    r.read_enum("amax_compute", s.model.amax_most_recent, {"max", "most_recent"}, {false, true});
+  }
   if (const json* o = top.find("optim")) parse_optim(ObjectReader(*o, "$.optim", kOptimKeys), s.optim);
   if (const json* l = top.find("layout")) s.layout = read_layout(*l, "$.layout", LayoutRecord::scenario);
   if (const json* r = top.find("resume")) {
@@ -342,6 +349,9 @@ nlohmann::json scenario_to_json(const Scenario& s) {
   else
     out["precision"] = precision_name(m.precision());
   if (s.trajectory) out["verdict"] = "trajectory";  // the default is not written: files and hashes stay as they were
+  if (m.amax_history_len != ModelConfig{}.amax_history_len || m.amax_most_recent)  // fp8-delayed's, not the default
+    out["fp8"] = json{{"amax_history_len", m.amax_history_len},
+                      {"amax_compute", m.amax_most_recent ? "most_recent" : "max"}};
   if (s.resume) out["resume"] = json{{"save_at", s.resume->save_at}, {"layout", layout_json(s.resume->layout)}};
   return out;
 }
@@ -351,6 +361,8 @@ ValidLayout validate_scenario(const Scenario& s) {
           "must be at most " + std::to_string(kMaxNameBytes) + " bytes, got " + std::to_string(s.name.size()));
   require_config(s.name.find_first_of("/\\") == std::string::npos && is_printable(s.name), "$.name",
           "must not contain path separators or control characters, got \"" + printable(s.name) + "\"");
+  require_config(s.model.amax_history_len >= 1 && s.model.amax_history_len <= 65536, "$.fp8.amax_history_len",
+                 "must be in [1, 65536], got " + std::to_string(s.model.amax_history_len));
   require_config(s.steps >= 1, "$.steps",
           "must be >= 1: a run of no step compares nothing, got " + std::to_string(s.steps));
   require_config(s.steps <= kMaxSteps, "$.steps",
