@@ -206,7 +206,7 @@ case $case in
     for sub in run dump matrix; do
       extra=""; [ $sub = dump ] && extra="$work/dd"
       run 30 "$parity" $sub "$scen/tiny.json" $extra --precision ''
-      want 2 "--precision: must be fp64, fp32, bf16, bf16-reduce-bf16, fp16 or fp8, got \"\""
+      want 2 "--precision: must be fp64, fp32, bf16, bf16-reduce-bf16, fp16, fp8 or fp8-delayed, got \"\""
     done ;;
   key_steps)  # once: 2^63 - 1 in a file ran until killed; --steps 0 blamed on the file's $.steps
     edit "$scen/fsdp2.json" "$work/st.json" 's/"steps": [0-9]*/"steps": 9223372036854775807/'
