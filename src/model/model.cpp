@@ -139,11 +139,13 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
   const int64_t D = c.dim, S = c.seq, H = c.heads, Dh = c.head_dim(), nseq = n / S;
   trace::record(Site::h_out, l, Dir::bwd, dh, n, D);
   auto dbn = zeros<T>(n * D);
-  if (w.gate)
+  if (w.gate) {
     moe_backward(c, moe_weights(w, bias, RouteFollow{nullptr, l - c.dense_layers, 0}), L.bn.data(), n, L.moe, dh,
                  dbn.data(), MoeGrads<T>{g.gate, g.w1, g.w3, g.w2, g.sw1, g.sw3, g.sw2});  // the layer: traces
-  else if (const Fp8SiteScope mlp(l, "mlp"); true)  // fp8-delayed: the MLP's slots
+  } else {
+    const Fp8SiteScope mlp(l, "mlp");  // fp8-delayed: the MLP's slots
     ffn_backward(L.bn.data(), n, D, c.mlp_hidden, w.w1, w.w3, w.w2, L.mlp, dh, dbn.data(), g.w1, g.w3, g.w2);
+  }
   trace::record(Site::ln2, l, Dir::bwd, dbn.data(), n, D);
   norm_backward(c.norm, L.h_mid.data(), w.ln2w, L.m2.data(), L.r2.data(), dbn.data(), n, D, dh, g.ln2w, g.ln2b);
   trace::record(Site::h_mid, l, Dir::bwd, dh, n, D);

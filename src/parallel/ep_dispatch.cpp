@@ -169,10 +169,11 @@ void ep_dispatch_forward(const ModelConfig& c, const EpContext& ep, const Expert
   k.ffn.assign(static_cast<size_t>(ep.El), {});
   const AmaxReduce etp_amax = fp8_amax_over(ep.etp);  // fp8: an expert's rows split over F by ETP
   const Fp8SplitScope split(etp_amax ? &etp_amax : nullptr);
-  for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
-    if (const Fp8SiteScope expert(ep.e0 + e); true)  // fp8-delayed: the expert's slots (global index)
-      ffn_forward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
-                  w.w3 + e * D * F, w.w2 + e * F * D, ye.data() + row * D, k.ffn[static_cast<size_t>(e)]);
+  for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e) {
+    const Fp8SiteScope expert(ep.e0 + e);  // fp8-delayed: the expert's slots (global index)
+    ffn_forward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
+                w.w3 + e * D * F, w.w2 + e * F * D, ye.data() + row * D, k.ffn[static_cast<size_t>(e)]);
+  }
   Buffer<T> mine = lane_reduce_scatter(*ep.etp, put_rows(ye, k.order, D), k.lane_rows, D);
   Buffer<T> yg = exchange(*ep.ep, mine, k.recv_rows, k.send_rows, D);
   k.y = zeros<T>(n * K * D);
@@ -193,11 +194,12 @@ void ep_dispatch_backward(const ModelConfig& c, const EpContext& ep, const Exper
   auto dxe = zeros<T>(static_cast<int64_t>(k.order.size()) * D);
   const AmaxReduce etp_amax = fp8_amax_over(ep.etp);  // fp8: as the forward's
   const Fp8SplitScope split(etp_amax ? &etp_amax : nullptr);
-  for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e)
-    if (const Fp8SiteScope expert(ep.e0 + e); true)  // fp8-delayed: the expert's slots (global index)
-      ffn_backward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
-                   w.w3 + e * D * F, w.w2 + e * F * D, k.ffn[static_cast<size_t>(e)], dye.data() + row * D,
-                   dxe.data() + row * D, dw1 + e * D * F, dw3 + e * D * F, dw2 + e * F * D);
+  for (int64_t e = 0, row = 0; e < ep.El; row += k.expert_rows[static_cast<size_t>(e)], ++e) {
+    const Fp8SiteScope expert(ep.e0 + e);  // fp8-delayed: the expert's slots (global index)
+    ffn_backward(k.xe.data() + row * D, k.expert_rows[static_cast<size_t>(e)], D, F, w.w1 + e * D * F,
+                 w.w3 + e * D * F, w.w2 + e * F * D, k.ffn[static_cast<size_t>(e)], dye.data() + row * D,
+                 dxe.data() + row * D, dw1 + e * D * F, dw3 + e * D * F, dw2 + e * F * D);
+  }
   Buffer<T> dmine = lane_reduce_scatter(*ep.etp, put_rows(dxe, k.order, D), k.lane_rows, D);
   Buffer<T> dxg = exchange(*ep.ep, dmine, k.recv_rows, k.send_rows, D);
   permute_backward(dxg.data(), D, k.perm, dx);

@@ -219,8 +219,10 @@ template <class T> void pmoe_backward(const ModelConfig& c, const TpContext& tp,
   combine_backward(k.dispatch.y.data(), k.w.data(), dout_d.data(), n_d, K, D, dy.data(), dw.data());
   rec(c, tp, wt, k, trace::Site::experts, trace::Dir::bwd, dy.data(), K * D);
   rec(c, tp, wt, k, trace::Site::route_w, trace::Dir::bwd, dw.data(), K);
-  if (const Fp8SiteScope site(wt.follow.layer + c.dense_layers, "moe.experts"); true)  // fp8-delayed
+  {
+    const Fp8SiteScope site(wt.follow.layer + c.dense_layers, "moe.experts");  // fp8-delayed
     ep_dispatch_backward(c, ep, wt.experts, dy.data(), n_d, k.dispatch, dx_d.data(), g.w1, g.w3, g.w2);
+  }
   auto ds = zeros<T>(n_d * E);
   route_weights_backward(k.s.data(), k.chosen.data(), n_d, E, K, c.route_norm, c.route_scale, dw.data(), ds.data());
   if (c.aux_alpha > 0 && aux_per_lane(tp)) {  // bug zoo: the statistics of this lane's chunks
