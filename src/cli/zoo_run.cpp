@@ -163,13 +163,14 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
       const std::string file = o.scenarios + "/" + std::string(b->scenario);
       if (!fs::exists(file))
         throw ConfigError("--scenarios", file + ": missing (run from the project root or name the scenario directory)");
-      // fp16's scaler bugs under --precision of a policy without a scaler, fp8's without fp8: cannot act
+      // fp16's scaler bugs under --precision of a policy without a scaler, fp8's without fp8, a 16-bit
+      // compute copy's bug under fp32 / fp64: cannot act
       // (not run, passes); so does any bug whose scenario the policy refuses (fp8: a KV head replicated over tp)
       std::string cannot;
       if (!o.precision.empty()) {
         Scenario s = load_scenario(file);
         s.model.set_precision(parse_precision(o.precision, "--precision"));
-        if (b->name.starts_with("fp16_") || b->name.starts_with("fp8_")) cannot = zoo_cannot_act(*b, s);
+        if (zoo_policy_bound(*b)) cannot = zoo_cannot_act(*b, s);
         try {
           if (cannot.empty()) (void)validate_scenario(s);
         } catch (const ConfigError& e) {

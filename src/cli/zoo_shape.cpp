@@ -86,6 +86,9 @@ const Need fp8 = need([](const Scenario& s) { return s.model.fp8 && !s.model.fp8
 const Need fp8_delayed = need([](const Scenario& s) { return s.model.fp8 && s.model.fp8_delayed; },
                               "the fp8-delayed policy (its amax histories)",
                               [](const Scenario& s) { return precision_name(s.model.precision()); });
+const Need store16 = need([](const Scenario& s) { return s.model.store != Low::none; },
+                          "a 16-bit compute copy (bf16, fp16 or an fp8 policy)",
+                          [](const Scenario& s) { return precision_name(s.model.precision()); });
 const Need fp32_reduce = need([](const Scenario& s) { return s.model.reduce != Low::bf16; },
                               "reductions kept above bf16", [](auto&) { return "bf16-reduce-bf16"; });
 // TP sums some gradient: LayerNorm's under SP, the router's in an MoE layer.
@@ -105,6 +108,7 @@ struct Entry {
   std::string_view factor = {};  // "" the registry's, with the rule of zoo_factor_in; {tp}, {tp*cp*dpr} replaced
   std::string_view root = {};    // "" the registry's
   bool at_resume = false;        // acts at the resume (phase 2's first step): the shape's save_at
+  bool policy = false;           // acts only under some precision policies: its needs decide under --precision
 };
 
 const std::vector<Entry>& entries() {
@@ -161,6 +165,7 @@ const std::vector<Entry>& entries() {
       {"tp_reduce_in_bf16", {tp2, tp_summed, fp32_reduce}, "", "grad layernorm|grad router"},
       {"dp_reduce_in_bf16", {dp2, fp32_reduce}},
       {"no_fp32_master", {}},
+      {"outer_compute_copy_unrounded", {store16}, "", "", false, true},
       {"grad_accum_in_bf16", {pp1}},
       {"cross_entropy_in_bf16", {}},
       {"optim_state_in_bf16", {adam_state}},
@@ -236,6 +241,10 @@ std::string zoo_root_in(const Injection& bug, const Scenario& s) {
   // QK-norm: its weights (the norm family) take dQ and dK before wq and wk do
   if (s.model.qk_norm) replace_all(root, "grad attention", "grad attention|grad layernorm");
   return root;
+}
+
+bool zoo_policy_bound(const Injection& bug) {
+  return bug.name.starts_with("fp16_") || bug.name.starts_with("fp8_") || entry(bug).policy;
 }
 
 bool zoo_shape_known(std::string_view bug) {

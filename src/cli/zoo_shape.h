@@ -32,6 +32,9 @@ std::string zoo_root_in(const Injection& bug, const Scenario& s);
 // in a resume check's phase 2) the step s resumes at (its save_at).
 int64_t zoo_step_in(const Injection& bug, const Scenario& s);
 
+// Whether `bug` acts only under some precision policies (fp16's scaler, fp8's scales, a 16-bit compute
+// copy): under `parity zoo --precision P` its needs decide whether it can act in its registry scenario.
+bool zoo_policy_bound(const Injection& bug);
 // Whether `bug` has an entry here (the unit test asks it of every injection).
 bool zoo_shape_known(std::string_view bug);
 

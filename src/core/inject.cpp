@@ -196,6 +196,12 @@ const std::vector<Injection>& injections() {
        "the update applied to bf16 parameters with no fp32 master copy: every step's parameters are rounded "
        "to bf16 (accelerate#3979: the FSDP mixed-precision upcast silently a no-op)",
        "bf16_fsdp4.json", "param head", 0, "rounded to bf16"},
+      {"outer_compute_copy_unrounded", "parallel/param_plan.cpp (a plan mutation), the compute copy's format",
+       "the embedding, the final norm and the head computed from their fp32 masters where the policy computes "
+       "every layer from a bf16 copy (FSDP2: the root's fully_shard given no MixedPrecisionPolicy, the blocks' "
+       "their own: the parameters the root holds keep their fp32 dtype); under fp16 the difference is fp16's "
+       "rounding, below the bf16 level the root reads as such",
+       "bf16_fsdp4.json", "grad head", 0, "rounded to bf16|not a scaling"},
       {"grad_accum_in_bf16", "parallel/parallel_run.cpp, micro-batch gradient accumulation",
        "gradients accumulated over micro-batches in bf16 instead of an fp32 main grad",
        "bf16_fsdp2_tp2_mb2.json", "grad head", 0, "rounded to bf16"},

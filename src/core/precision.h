@@ -146,10 +146,9 @@ double jitter_ulps();  // how far: PARITY_TWIN_JITTER ulps of fp32 (default kJit
 inline constexpr double kJitterUlps = 8;
 bool jitter_up();  // the next sign of the sequence
 
-// A storage point: rounds an activation or a parameter's compute copy to the current
-// policy's storage format.
-template <class T> void to_storage(T* x, int64_t n) {
-  const Low low = current_precision().store;
+// A storage point: rounds an activation or a parameter's compute copy to `low` (a parameter's
+// is its plan entry's compute_copy, parallel/param_plan.h), jittered under the rounding twin.
+template <class T> void to_storage(Low low, T* x, int64_t n) {
   if (low == Low::none) return;
   if (jitter_on()) {
     const double up = 1 + jitter_ulps() * 0x1p-24, down = 1 - jitter_ulps() * 0x1p-24;
@@ -157,6 +156,8 @@ template <class T> void to_storage(T* x, int64_t n) {
   }
   round_to(low, x, n);
 }
+// An activation's storage point: the current policy's storage format.
+template <class T> void to_storage(T* x, int64_t n) { to_storage(current_precision().store, x, n); }
 
 // A storage point of the backward: the loss's gradient where it enters the network (the
 // head's logits' gradient, an fp16 tensor under fp16 autocast), rounded to fp16 after the loss

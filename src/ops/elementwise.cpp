@@ -82,14 +82,15 @@ template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T
     for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = x[i * cols + j];
 }
 
-template <class T> void storage_point(T* x, int64_t n) {
+template <class T> void storage_point(T* x, int64_t n, Low low) {
 #if PARITY_HAVE_CUDA
-  const Low low = current_precision().store;
   if (on_cuda() && low != Low::none && n > 0 && !jitter_on() && cuda::device_accessible(x))
     return cuda::round_storage(low == Low::fp16, x, n);
 #endif
-  to_storage(x, n);
+  to_storage(low, x, n);
 }
+
+template <class T> void storage_point(T* x, int64_t n) { storage_point(x, n, current_precision().store); }
 
 template <class T> void grad_storage_point(T* x, int64_t n) {
   if (current_precision().store == Low::fp16) storage_point(x, n);  // only fp16 has one (core/precision.h)
@@ -97,6 +98,7 @@ template <class T> void grad_storage_point(T* x, int64_t n) {
 
 #define PARITY_INSTANTIATE(T)                                            \
   template void storage_point<T>(T*, int64_t);                           \
+  template void storage_point<T>(T*, int64_t, Low);                      \
   template void grad_storage_point<T>(T*, int64_t);                      \
   template void add_into<T>(T*, const T*, int64_t);                      \
   template void copy_values<T>(T*, const T*, int64_t);                   \

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/buffer.h"
+#include "core/precision.h"
 
 namespace parity {
 
@@ -29,7 +30,10 @@ template <class T> void transpose_into(const T* x, int64_t rows, int64_t cols, T
 // and to_grad_storage): on cuda a kernel rounds a device-accessible buffer in place with the
 // host's bits, so no page of the model's managed buffers moves to the host and back; the rounding
 // twin's jitter (one host sequence over every storage point) and plain host memory round on the host.
+// The (x, n, low) form rounds to `low` instead of the policy's format: a parameter's compute copy,
+// whose format its plan entry holds (parallel/param_plan.h `compute_copy`).
 template <class T> void storage_point(T* x, int64_t n);
+template <class T> void storage_point(T* x, int64_t n, Low low);
 template <class T> void grad_storage_point(T* x, int64_t n);
 
 // a += b over a.size() elements (b must be at least as long).

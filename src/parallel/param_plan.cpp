@@ -119,7 +119,7 @@ const std::vector<std::string_view>& param_plan_mutations() {
     std::vector<std::string_view> n = plan_mutations();
     for (std::string_view e : {"pp_tied_embedding_not_synced", "pp_embedding_synced_twice",
                                "pp_embedding_synced_after_dp", "zero2_reduce_incomplete", "qk_norm_not_summed_tp",
-                               "kv_grad_not_summed_shared", "kv_grad_summed_tp_times"})
+                               "kv_grad_not_summed_shared", "kv_grad_summed_tp_times", "outer_compute_copy_unrounded"})
       n.push_back(e);
     return n;
   }();
@@ -158,6 +158,9 @@ bool apply_mutation(ParamPlan& plan, std::string_view name) {
       if (e.pair_synced) e.pair.adds_unreduced = true;
   } else if (name == "zero2_reduce_incomplete") {
     for (ParamEntry& e : plan.entries) e.reduced_before_last_micro = e.zero2();
+  } else if (name == "outer_compute_copy_unrounded") {  // the embedding, final norm and head computed from masters
+    for (ParamEntry& e : plan.entries)
+      if (!e.spec.name.starts_with("layers.")) e.compute_copy = Low::none;
   } else {
     return false;
   }

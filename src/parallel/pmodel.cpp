@@ -79,7 +79,8 @@ template <class T> struct ParallelModel<T>::Impl {
     for (const auto& [unit, which] : {std::pair{&dense, &dense_q}, std::pair{&experts, &experts_q}}) {
       std::vector<Tensor<T>> got = gather_all(*unit);
       for (size_t i = 0; i < got.size(); ++i) {
-        storage_point(got[i].ptr(), got[i].numel());  // the compute copy (core/precision.h); shards stay master
+        // the compute copy, rounded to its plan entry's format (parallel/param_plan.h); shards stay master
+        storage_point(got[i].ptr(), got[i].numel(), m.compute_copy_[(*which)[i]]);
         fp8_weight((*which)[i], got[i]);
         m.gathered_[(*which)[i]] = std::move(got[i]), m.is_gathered_[(*which)[i]] = 1;
       }
@@ -429,6 +430,7 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     held_.push_back(mesh::holds(m, e.param, r) ? 1 : 0);
     // another stage's parameter: no gradient here (an empty accumulator)
     mp_grads.emplace_back(held_.back() ? params.back().mp_shape() : Shape(e.spec.shape.size(), 0));
+    compute_copy_.push_back(e.compute_copy);
   }
   gathered_.resize(plan.size()), is_gathered_.assign(plan.size(), 0);
   // the weights by index: names looked up here, once

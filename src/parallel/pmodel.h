@@ -130,6 +130,7 @@ template <class T> class ParallelModel {
   std::vector<size_t> outer_;          // the embedding, final LayerNorm and head: their FSDP unit
   std::vector<Tensor<T>> gathered_;    // per parameter: its compute copy, gathered in this step
   std::vector<char> is_gathered_;      // per parameter
+  std::vector<Low> compute_copy_;      // per parameter: its gathered compute copy's format (its plan entry's)
   std::vector<std::pair<int64_t, int64_t>> split_;  // per virtual stage: its layers
   std::vector<char> held_;                           // per parameter
 };

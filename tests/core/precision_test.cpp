@@ -189,6 +189,23 @@ TEST(Precision, StoragePointsRoundOnlyUnderABf16Policy) {
   EXPECT_EQ(d[0], 1.0 + 0x1p-20);
 }
 
+// A parameter's compute copy rounds to the format its plan entry names (parallel/param_plan.h), not
+// the thread's policy: the explicit format wins both ways.
+TEST(Precision, AStoragePointGivenItsFormatIgnoresThePolicy) {
+  const std::vector<float> orig{1.0f + 0x1p-20f, 3.14159265f};
+  std::vector<float> x = orig;
+  to_storage(Low::bf16, x.data(), 2);  // no policy on this thread, bf16 named
+  EXPECT_EQ(x, (std::vector<float>{1.0f, round_bf16(orig[1])}));
+  x = orig;
+  {
+    const PrecisionScope s(parse_precision("bf16", ""));
+    to_storage(Low::none, x.data(), 2);  // a bf16 policy, the format none: kept
+    EXPECT_EQ(x, orig);
+    to_storage(Low::fp16, x.data(), 2);
+    EXPECT_EQ(x, (std::vector<float>{1.0f, 3.140625f}));
+  }
+}
+
 // The twin's jitter is one fixed sequence (reproducible runs) and moves values before they
 // are rounded: a value just below a rounding boundary crosses it in about half the cases.
 TEST(Precision, JitterIsReproducibleAndFlipsValuesNearABoundary) {

@@ -153,7 +153,8 @@ std::set<std::string> changed(const ParamPlan& a, const ParamPlan& b) {
     const ParamEntry &x = a[i], &y = b[i];
     if (!(x.reduction == y.reduction) || x.pair_synced != y.pair_synced || !(x.pair == y.pair) ||
         x.reduced_before_last_micro != y.reduced_before_last_micro || x.param != y.param || x.grad != y.grad ||
-        x.optimizer != y.optimizer || x.mp != y.mp || !(x.param_storage == y.param_storage))
+        x.optimizer != y.optimizer || x.mp != y.mp || !(x.param_storage == y.param_storage) ||
+        x.compute_copy != y.compute_copy || x.master != y.master)
       out.insert(x.spec.name);
   }
   return out;
@@ -214,7 +215,7 @@ TEST(ParamPlanMutation, FamilyMutationsReachEveryEntryOfTheFamily) {
 
 TEST(ParamPlanMutation, EveryMutationIsAZooInjectionAndOthersAreNone) {
   for (std::string_view name : param_plan_mutations()) EXPECT_NO_THROW(find_injection(name)) << name;
-  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 7);
+  EXPECT_EQ(param_plan_mutations().size(), plan_mutations().size() + 8);
   for (std::string_view name : {"grad_accum_in_bf16", "tokens_per_expert_local", "bias_update_sign", "nonsense"}) {
     ParamPlan p = plan_of(layout(4, 2, 2, 2));
     EXPECT_FALSE(apply_mutation(p, name)) << name;
@@ -275,6 +276,29 @@ TEST(ParamPlan, KvHeadsSplitOrReplicatedOverTp) {
   }
   EXPECT_TRUE(changed(split, mutated(split, "kv_grad_not_summed_shared")).empty());  // nothing shared
   EXPECT_NE(param_table(shared, "attn.wk").find("sum over the 2 tp lanes sharing each KV head"), std::string::npos);
+}
+
+// The compute copy's format is the entry's (issue 44: the plan holds each parameter's storage points):
+// the policy's storage format for every entry, and the zoo's outer_compute_copy_unrounded clears it for
+// the parameters outside the layers only (under fp32 there is nothing to clear).
+TEST(ParamPlanMutation, OuterComputeCopyUnroundedKeepsTheOuterParametersInTheirMasters) {
+  Precision bf16;
+  bf16.store = Low::bf16, bf16.compute = DType::f32;
+  const ModelConfig model;
+  const ParamPlan ok = param_plan(mesh::Mesh(layout(4, 2, 2, 2), model.layers), model, bf16);
+  for (const ParamEntry& e : ok.entries) {
+    EXPECT_EQ(e.compute_copy, Low::bf16) << e.spec.name;
+    EXPECT_EQ(e.master, DType::f32) << e.spec.name;
+  }
+  const ParamPlan bad = mutated(ok, "outer_compute_copy_unrounded");
+  EXPECT_EQ(changed(ok, bad), (std::set<std::string>{"embed.weight", "final_ln.bias", "final_ln.weight",
+                                                     "lm_head.weight"}));
+  for (const ParamEntry& e : bad.entries)
+    EXPECT_EQ(e.compute_copy, e.spec.name.starts_with("layers.") ? Low::bf16 : Low::none) << e.spec.name;
+  EXPECT_NE(param_table(ok, "embed.weight").find("| fp32, bf16 |"), std::string::npos);
+  EXPECT_NE(param_table(bad, "embed.weight").find("| fp32, fp32 |"), std::string::npos);
+  const ParamPlan fp32 = plan_of(layout(4, 2, 2, 2));
+  EXPECT_TRUE(changed(fp32, mutated(fp32, "outer_compute_copy_unrounded")).empty());
 }
 
 TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {
