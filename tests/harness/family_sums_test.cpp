@@ -32,6 +32,33 @@ TEST(FamilySums, AGroupsFloorIsItsRmsAGradientsAtLeastItsShareOfTheModels) {
   EXPECT_EQ(s.floor(2, false), 0.0);
 }
 
+// Issue 41 (bf16 drawn1399): the model's gradient fell 2000x by step 4 (5.2e-2 -> 2.4e-5 rms) and a dead
+// family's far elements were measured against that step's scale while its row's floor took the largest so
+// far: 83% far. A step's is_far magnitude for a dead family is the model's largest scale so far, as its floor's.
+TEST(FamilySums, ADeadFamilysFloorHoldsTheModelsLargestScaleSoFar) {
+  double peak = 0;
+  GroupSquares early(2);
+  early.add_tensor(0, 400.0, 4.0);   // the live family: rms 10
+  early.add_tensor(1, 4e-16, 4.0);   // dead: rms 1e-8
+  early.hold_model_peak(peak);
+  EXPECT_DOUBLE_EQ(peak, 400.0 + 4e-16);
+  GroupSquares late(2);             // the model converged: its gradient 1e4 times smaller
+  late.add_tensor(0, 4e-6, 4.0);
+  late.add_tensor(1, 4e-16, 4.0);
+  const double step_model = late.model_rms();
+  late.hold_model_peak(peak);
+  EXPECT_DOUBLE_EQ(peak, 400.0 + 4e-16) << "the peak stays the largest";
+  EXPECT_DOUBLE_EQ(late.model_rms(), std::sqrt(peak / 8.0));
+  EXPECT_GT(late.floor(1, true), 1e3 * kDeadGradient * step_model);
+  EXPECT_DOUBLE_EQ(late.floor(1, true), kDeadGradient * std::sqrt(peak / 8.0));
+  EXPECT_DOUBLE_EQ(late.floor(0, false), 1e-3) << "parameters and live families: their own rms";
+  double fresh = 0;
+  GroupSquares bad(1);
+  bad.add_tensor(0, INFINITY, 1.0);  // an fp16 step that overflowed does not become the scale
+  bad.hold_model_peak(fresh);
+  EXPECT_EQ(fresh, 0.0);
+}
+
 TEST(FamilySums, ElementsAddUpInTheirGroupAloneNotTheModels) {
   GroupSquares s(2);
   s.add_element(1, 3.0), s.add_element(1, -4.0);

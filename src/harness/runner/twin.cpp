@@ -36,7 +36,8 @@ double rel(double x, double r) { return std::abs(x - r) / (r != 0 ? std::abs(r) 
 
 // One twin's step t and its noise against the baseline (bounds.h names each value).
 template <class T>
-std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, int64_t t, const StepRecord<T>& base,
+std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, double& model_sq_peak, int64_t t,
+                             const StepRecord<T>& base,
                              const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_params,
                              const std::vector<Buffer<T>>& base_bias) {
   const std::vector<Tensor<T>> before = run.model().params.tensors;
@@ -75,7 +76,9 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, int64_t t, co
   auto rms = [&](const std::vector<double>& sq, size_t f) { return cnt[f] > 0 ? std::sqrt(sq[f] / cnt[f]) : 0.0; };
   double all_sq = 0, all_n = 0;  // a family far below the model's gradient scale (tolerance.h gradient_magnitude)
   for (size_t f = 0; f < kFamilyCount; ++f) all_sq += gsq[f], all_n += cnt[f];
-  const double all_rms = all_n > 0 ? std::sqrt(all_sq / all_n) : 0.0;
+  // a dead family's far elements against the model's largest scale so far, as the verdict measures them
+  if (std::isfinite(all_sq)) model_sq_peak = std::max(model_sq_peak, all_sq);
+  const double all_rms = all_n > 0 ? std::sqrt(std::max(model_sq_peak, all_sq) / all_n) : 0.0;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto f = static_cast<size_t>(specs[i].family);
     g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(),
@@ -125,6 +128,7 @@ template <class T> TwinRun<T>::TwinRun(const Scenario& s) {
   for (int64_t i = 0; i < n; ++i) {
     streams_.push_back(twin_stream() + static_cast<uint64_t>(i));
     runs_.push_back(std::make_unique<BaselineRun<T>>(twin_scenario(s)));
+    model_sq_peak_.push_back(0);
     perturb(runs_.back()->model().params.tensors, streams_.back());
   }
 }
@@ -154,7 +158,8 @@ template <class T> std::vector<double> TwinRun<T>::step(int64_t t, const StepRec
                                                         const std::vector<Buffer<T>>& base_bias) {
   std::vector<double> out;
   for (size_t k = 0; k < runs_.size(); ++k) {
-    const std::vector<double> one = noise_of(*runs_[k], streams_[k], t, base, base_before, base_params, base_bias);
+    const std::vector<double> one =
+        noise_of(*runs_[k], streams_[k], model_sq_peak_[k], t, base, base_before, base_params, base_bias);
     if (out.empty()) {
       out = one;
       continue;

@@ -60,6 +60,7 @@ template <class T> class TwinRun {
  private:
   std::vector<std::unique_ptr<BaselineRun<T>>> runs_;
   std::vector<uint64_t> streams_;  // each run's sequence (core/precision.h twin_stream, + its index)
+  std::vector<double> model_sq_peak_;  // the baseline's largest squared gradient norm so far (is_far's model scale)
 };
 
 }  // namespace parity

@@ -27,6 +27,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
   for (size_t p = 0; p < ref.size(); ++p)
     floors.add_tensor(group_of_param_[p], sum_of_squares(ref[p].ptr(), ref[p].numel()),
                       static_cast<double>(ref[p].numel()));
+  if (offset == 0) floors.hold_model_peak(far_model_sq_peak_);  // the model's largest scale so far, as the floor's
   for (size_t p = 0; p < ref.size(); ++p) {
     const size_t g = group_of_param_[p];
     const int64_t tensor_id = pos[g]++;

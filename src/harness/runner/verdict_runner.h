@@ -112,6 +112,7 @@ template <class T> class Runner {
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
+  double far_model_sq_peak_ = 0;  // the same for is_far's magnitude of this rank's gradients (verdict_part.cpp)
   std::vector<double> far_bounds_;          // per param group: this step's bound on the update's far elements
   Timings time_;
   // Parameters before the step (this rank's shards, the baseline's full tensors): the scale

@@ -34,6 +34,7 @@ struct Moments {
   std::vector<std::vector<double>> before;
   std::vector<std::vector<double>> v_before;  // adam's second moment before the step (empty: none, or zeros)
   int64_t steps_before = 0;                   // the optimizer's steps taken before this one ("optim.step")
+  double model_sq_peak = 0;  // the baseline's largest squared gradient (taken) so far: is_far's model scale
   // The moments this rank's optimizer should have left after the last compared step (its own
   // before it, stepped with the gradient it took: explained_update), within what reading that
   // gradient back rounds (m_tol, v_tol), and this rank's replay of the baseline's. Where the
@@ -157,7 +158,9 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
           usq[group_of_param[p]] += p < base_after.size() ? upd(p, j) * upd(p, j) : 0.0;
   double model_sq = 0, model_n = 0;  // a family far below the model's gradient (tolerance.h gradient_magnitude)
   for (size_t g = 0; g < groups; ++g) model_sq += sq[g], model_n += n[g];
-  const double model_rms = model_n > 0 ? std::sqrt(model_sq / model_n) : 0.0;
+  // the model's largest scale so far, as the grad row's floor takes it (a dead family's far elements)
+  if (std::isfinite(model_sq)) mo.model_sq_peak = std::max(mo.model_sq_peak, model_sq);
+  const double model_rms = model_n > 0 ? std::sqrt(std::max(mo.model_sq_peak, model_sq) / model_n) : 0.0;
   for (size_t p = 0; p < specs.size() && p < mo.idx.size(); ++p) {
     if (!m[p] || !mo.counted[p] || m[p]->data.size() != mo.idx[p].size() || p >= base_grads.size() ||
         p >= base_before.size())

@@ -7,6 +7,7 @@
 // each tensor's sum of squares (optim.h sum_of_squares), added in parameter order, so both sides
 // get the same bits from the same tensors.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -28,15 +29,20 @@ class GroupSquares {
   void add_element(size_t g, double x) { sq_[g] += x * x, n_[g] += 1; }
   double sq(size_t g) const { return sq_[g]; }
   double rms(size_t g) const { return n_[g] > 0 ? std::sqrt(sq_[g] / n_[g]) : 0.0; }
-  // Over every tensor added (add_tensor), in the order added.
-  double model_rms() const { return all_n_ > 0 ? std::sqrt(all_sq_ / all_n_) : 0.0; }
+  // Over every tensor added (add_tensor), in the order added; at least the peak held (hold_model_peak).
+  double model_rms() const { return all_n_ > 0 ? std::sqrt(std::max(all_sq_, peak_sq_) / all_n_) : 0.0; }
+  // The model's gradient scale for a dead family's elements is its largest so far, as its row's floor
+  // takes it (tolerance.h gradient_magnitude): peak_sq becomes the largest of itself and this step's.
+  void hold_model_peak(double& peak_sq) {
+    peak_sq_ = peak_sq = std::isfinite(all_sq_) ? std::max(peak_sq, all_sq_) : peak_sq;
+  }
   // is_far's magnitude floor of group g's elements: its root mean square; a gradient's
   // (model = true) at least gradient_magnitude's share of the model's (tolerance.h).
   double floor(size_t g, bool model) const { return gradient_magnitude(rms(g), model ? model_rms() : 0.0); }
 
  private:
   std::vector<double> sq_, n_;
-  double all_sq_ = 0, all_n_ = 0;
+  double all_sq_ = 0, all_n_ = 0, peak_sq_ = 0;
 };
 
 // Per Family (kFamilyCount, Family order): the parameters' sums of squares (one per spec),
