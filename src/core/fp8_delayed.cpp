@@ -41,6 +41,16 @@ int64_t Fp8Delayed::weight_slot(std::string_view name, int64_t block) const {
   return site(it->second.first, block) + kFp8WeightSlot0 + it->second.second;
 }
 
+bool Fp8Delayed::fresh(int64_t slot) const {
+  const auto s = static_cast<size_t>(slot), S = static_cast<size_t>(slots_);
+  if (scales.data.at(s) != 1.0) return false;
+  for (int64_t r = 0; r < history_len_; ++r) {
+    const double a = history.data[static_cast<size_t>(r) * S + s];
+    if (a > kFp8AmaxFloor && std::isfinite(a)) return false;
+  }
+  return true;
+}
+
 void Fp8Delayed::record(int64_t slot, float amax) {
   float& a = amax_.at(static_cast<size_t>(slot));
   if (amax > a) a = amax;  // NaN: not taken (as the current recipe's amax)
@@ -58,7 +68,7 @@ void Fp8Delayed::end_step(const AmaxReduce* reduce) {
     float a = static_cast<float>(h[s]);
     for (int64_t r = 1; r < history_len_ && !most_recent_; ++r)
       a = std::max(a, static_cast<float>(h[static_cast<size_t>(r) * S + s]));
-    if (a > 0 && std::isfinite(a)) scales.data[s] = fp8_scale(format(static_cast<int64_t>(s)), a);
+    if (a > kFp8AmaxFloor && std::isfinite(a)) scales.data[s] = fp8_scale(format(static_cast<int64_t>(s)), a);
   }
   std::fill(amax_.begin(), amax_.end(), 0.0f);
   recorded_ = false;
