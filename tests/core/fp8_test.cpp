@@ -246,6 +246,7 @@ TEST(Fp8Delayed, RowsAndWeightsUseTheSlotScaleAndRecordTheAmax) {
 // is recorded but not quantized: the recipe's scale 1 put a weight of std 0.02 in E4M3's subnormals
 // and most step-0 gradients in E5M2's, which widened every step-0 bound (fp8_delayed_amax_local 1.54x
 // its bound, 30x with the rule). An all-zero step keeps a slot fresh; a loaded scale is not fresh.
+// (Fresh is a scale of exactly 1: only the start's, or an amax of exactly 448 / 57344.)
 TEST(Fp8Delayed, ATensorWithoutHistoryIsRecordedNotQuantized) {
   const PrecisionScope fp8(parse_precision("fp8-delayed", "t"));
   Fp8Delayed d = two_modules(2, false);
@@ -284,18 +285,23 @@ TEST(Fp8Delayed, ATensorWithoutHistoryIsRecordedNotQuantized) {
   EXPECT_TRUE(loaded.fresh(2));
 }
 
-// An amax at or below kFp8AmaxFloor (2^-32) is none: a tensor zero but for rounding (6e-12 in the
-// baseline, 0 in a layout) leaves its slot fresh and keeps a scale, instead of a scale of 57344 / 6e-12
-// that would saturate the next step's real values (ci/calibrate seed 48125, draw 234).
+// An amax at most kFp8AmaxRounding (2^-24) times the largest of its format is rounding, none: a tensor
+// zero but for rounding (4.4e-10 in the baseline, 0 in a layout, beside gradients of 0.47) leaves its
+// slot fresh and keeps a scale, instead of a scale of 57344 / 4.4e-10 that would saturate the next
+// step's real values (ci/calibrate seed 48201, draw 1463). E4M3's slots are judged apart.
 TEST(Fp8Delayed, AnAmaxAtRoundingLevelIsNone) {
   Fp8Delayed d = two_modules(2, false);
   const int64_t g = kFp8GradSlot0;
-  d.record(g, 6e-12f), d.record(g + 1, 2 * kFp8AmaxFloor), d.end_step(nullptr);
-  EXPECT_TRUE(d.fresh(g));
-  EXPECT_EQ(d.scale(g), 1.0f);
-  EXPECT_FALSE(d.fresh(g + 1));
-  d.record(g, 1e-4f), d.end_step(nullptr), d.record(g, 1e-12f), d.end_step(nullptr), d.end_step(nullptr);
-  EXPECT_EQ(d.scale(g), fp8_scale(Fp8::e5m2, 1e-4f));  // the 1e-4 left the history; 1e-12 sets nothing
+  d.record(g, 0.47f), d.record(g + 1, 4.4e-10f), d.record(g + 2, 1e-7f), d.record(0, 1e-9f);
+  d.end_step(nullptr);
+  EXPECT_FALSE(d.fresh(g));
+  EXPECT_TRUE(d.fresh(g + 1));  // 4.4e-10 <= 0.47 x 2^-24 = 2.8e-8
+  EXPECT_EQ(d.scale(g + 1), 1.0f);
+  EXPECT_EQ(d.scale(g + 2), fp8_scale(Fp8::e5m2, 1e-7f));
+  EXPECT_EQ(d.scale(0), fp8_scale(Fp8::e4m3, 1e-9f));  // the only E4M3 amax: the largest of its format
+  d.record(g + 1, 1e-4f), d.end_step(nullptr), d.record(g + 1, 1e-12f), d.end_step(nullptr);
+  d.record(g, 0.47f), d.end_step(nullptr);
+  EXPECT_EQ(d.scale(g + 1), fp8_scale(Fp8::e5m2, 1e-4f));  // the 1e-4 left the history; 1e-12 sets nothing
 }
 
 // The twin's jitter at delayed scaling's E5M2 points is current scaling's 2048 fp32 ulps: a layout's
