@@ -67,8 +67,8 @@ class Fp8Delayed {
   float scale(int64_t slot) const { return static_cast<float>(scales.data[static_cast<size_t>(slot)]); }
   // Whether slot has no amax yet: its scale is the start's 1 (no step has pushed an amax above
   // rounding level; an amax of exactly 448 or 57344, which sets 1 too, then also leaves it unquantized
-  // for a step, in the baseline and every layout alike). Such a tensor is recorded but not quantized (its first step, or a
-  // routed expert's first step with tokens): the recipe's scale 1 would put most of a weight of
+  // for a step, in the baseline and every layout alike). Such a tensor is recorded but not quantized
+  // (its first step, or a routed expert's first step with tokens): the recipe's scale 1 would put most of a weight of
   // std 0.02 and most gradients below E4M3's / E5M2's normal range (docs/precision.md).
   bool fresh(int64_t slot) const;
   void record(int64_t slot, float amax);
