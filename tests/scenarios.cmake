@@ -472,3 +472,34 @@ set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_state_in_bf16_fails P
   PASS_REGULAR_EXPRESSION "root: param [a-z_]+ at step 1[^\n]*\n.*exit=1\n")
 set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_pass verdict.bf16_reduce_adam_l2_tiny_grad_state_in_bf16_fails
   PROPERTIES LABELS "verdict;multiprocess" TIMEOUT 120)
+# Issue 48, fp8-delayed's false alarms of ci/calibrate seed 48125 (docs/precision.md "fp8, delayed
+# scaling"), each a drawn case that failed before and passes now: four (cal 202, 610, 1110, 1221) were
+# single E5M2 flips of tiny models (dim 2 to 12) at steps 2 to 22 that the twin's 64-ulp jitter did not
+# make (a layout's gradient and its amax move by a few fp32 ulps, 2.1e-4 where a flip upstream moved
+# an amax); pp2_dp2_ep2_dim2 (cal 224) failed the same way once the first step went unquantized and
+# passes at 2048 ulps (kFp8DelayedGradJitterUlps); tp3_sp_ep3_zero_dq (cal 234) has an attention whose
+# dq, dk are zero at step 0 but for rounding (6e-12 in the baseline, 0 in the layout): the baseline's
+# scale from that amax saturated step 1's real dq; tp4_ep4_qknorm_zero_dq (seed 48201, cal 1463) the
+# same at 4.4e-10, which an absolute floor of 2^-32 missed: an amax at most 2^-24 of the largest of its
+# format is none (kFp8AmaxRounding). Each passes,
+# and its attention gradient x 1.1 still fails at step 0.
+foreach(name cp2_tp2_etp2_dim4 dp2_tp2_ep4_dim12 tp3_etp3_dim12 fsdp5_ep5_dim2 pp2_dp2_ep2_dim2 tp3_sp_ep3_zero_dq
+             tp4_ep4_qknorm_zero_dq)
+  set(case ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_delayed_${name}.json)
+  add_test(NAME fp8.delayed_${name}_pass
+           COMMAND sh -c "$<TARGET_FILE:parity> run ${case} --backend sim 2>&1; echo exit=$?")
+  set_tests_properties(fp8.delayed_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n")
+  add_test(NAME fp8.delayed_${name}_fault_fails
+           COMMAND sh -c "PARITY_FAULT=scale_grad:attention:1.1 $<TARGET_FILE:parity> run ${case} --backend sim 2>&1; echo exit=$?")
+  set_tests_properties(fp8.delayed_${name}_fault_fails PROPERTIES
+    PASS_REGULAR_EXPRESSION "root: grad attention at step 0[^\n]*\n.*exit=1\n")
+  set_tests_properties(fp8.delayed_${name}_pass fp8.delayed_${name}_fault_fails PROPERTIES
+    LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
+endforeach()
+# fp8-delayed's zoo separations (its three bugs' root rows over their bounds): at least 10x since a
+# tensor without history is not quantized (1.54x and 1.35x when its first step quantized with scale 1).
+add_test(NAME fp8.delayed_zoo_separation
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision fp8-delayed -j 2
+                 -- --backend sim fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored)
+set_tests_properties(fp8.delayed_zoo_separation PROPERTIES
+  PASS_REGULAR_EXPRESSION "\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\n" LABELS "verdict;zoo;fp8" TIMEOUT 300)

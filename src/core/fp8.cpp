@@ -49,6 +49,7 @@ template <class T> void quantize(Fp8 f, T* x, int64_t n, float amax) { quantize_
 // Delayed scaling (core/fp8_delayed.h): the slot's scale of the step; the amax recorded for its end.
 template <class T> void quantize_delayed(Fp8Delayed& d, int64_t slot, Fp8 f, T* x, int64_t n) {
   d.record(slot, amax_of(x, n));
+  if (d.fresh(slot)) return;  // no amax yet: recorded, not quantized (fp8_delayed.h fresh)
   quantize_with(f, x, n, d.scale(slot));
 }
 Fp8Delayed* delayed() {

@@ -41,6 +41,8 @@ int64_t Fp8Delayed::weight_slot(std::string_view name, int64_t block) const {
   return site(it->second.first, block) + kFp8WeightSlot0 + it->second.second;
 }
 
+bool Fp8Delayed::fresh(int64_t slot) const { return scales.data.at(static_cast<size_t>(slot)) == 1.0; }
+
 void Fp8Delayed::record(int64_t slot, float amax) {
   float& a = amax_.at(static_cast<size_t>(slot));
   if (amax > a) a = amax;  // NaN: not taken (as the current recipe's amax)
@@ -54,11 +56,19 @@ void Fp8Delayed::end_step(const AmaxReduce* reduce) {
   auto& h = history.data;
   std::copy_backward(h.begin(), h.end() - static_cast<std::ptrdiff_t>(S), h.end());  // row i -> i + 1
   for (size_t s = 0; s < S; ++s) h[s] = amax_[s];
+  std::vector<float> a(S, 0.0f);
+  float top[2] = {0.0f, 0.0f};  // the largest finite amax_h of each format (E4M3, E5M2)
   for (size_t s = 0; s < S; ++s) {
-    float a = static_cast<float>(h[s]);
+    a[s] = static_cast<float>(h[s]);
     for (int64_t r = 1; r < history_len_ && !most_recent_; ++r)
-      a = std::max(a, static_cast<float>(h[static_cast<size_t>(r) * S + s]));
-    if (a > 0 && std::isfinite(a)) scales.data[s] = fp8_scale(format(static_cast<int64_t>(s)), a);
+      a[s] = std::max(a[s], static_cast<float>(h[static_cast<size_t>(r) * S + s]));
+    float& t = top[format(static_cast<int64_t>(s)) == Fp8::e5m2 ? 1 : 0];
+    if (std::isfinite(a[s])) t = std::max(t, a[s]);
+  }
+  for (size_t s = 0; s < S; ++s) {
+    const Fp8 f = format(static_cast<int64_t>(s));
+    if (a[s] > kFp8AmaxRounding * top[f == Fp8::e5m2 ? 1 : 0] && a[s] > 0 && std::isfinite(a[s]))
+      scales.data[s] = fp8_scale(f, a[s]);
   }
   std::fill(amax_.begin(), amax_.end(), 0.0f);
   recorded_ = false;

@@ -4,7 +4,10 @@
 // per step, per tensor, and an amax history:
 //   - step t quantizes with the scale of its slot computed from the amaxes of steps < t: the max of
 //     the last amax_history_len steps' amaxes ("max") or the last one ("most_recent"); scale =
-//     max / amax in fp32; an amax of 0 or not finite keeps the previous scale (1 at the start);
+//     max / amax in fp32; an amax at rounding level (kFp8AmaxRounding) or not finite keeps the
+//     previous scale;
+//     a tensor with no amax yet (fresh) is recorded but not quantized (TransformerEngine quantizes it
+//     with scale 1);
 //   - while the step runs each rank records the amax of every piece it quantizes (every micro-batch,
 //     every pipeline chunk, a recomputed forward again: a max, so the same);
 //   - once per optimizer step (end_step), the recorded amaxes are completed over the ranks that hold
@@ -32,6 +35,14 @@
 namespace parity {
 
 inline constexpr int64_t kFp8SiteSlots = 12, kFp8GradSlot0 = 4, kFp8WeightSlot0 = 8;
+// An amax at most 2^-24 (fp32's unit roundoff) times the largest of its format at the step (E4M3's
+// over the inputs and weights, E5M2's over the gradients; each slot's amax_h) is rounding, and counts
+// as none (the slot keeps its scale, or stays fresh): a tensor that is zero but for rounding (an
+// attention's dq, dk at step 0 of a drawn model: 6e-12 and 4.4e-10 in the baseline, exactly 0 in a
+// TP layout, beside gradients of 0.1 to 0.5) would otherwise set a scale of 57344 / 4.4e-10 in the
+// baseline alone, which saturates the next step's real gradient (1e-4) there and not in the layout
+// (ci/calibrate seeds 48125 and 48201; docs/precision.md). An absolute 2^-32 missed the second.
+inline constexpr float kFp8AmaxRounding = 0x1p-24f;
 
 struct Fp8Module {
   std::string prefix;                // "layers.0.attn"
@@ -54,6 +65,12 @@ class Fp8Delayed {
   static Fp8 format(int64_t slot) { return slot % kFp8SiteSlots / 4 == 1 ? Fp8::e5m2 : Fp8::e4m3; }
 
   float scale(int64_t slot) const { return static_cast<float>(scales.data[static_cast<size_t>(slot)]); }
+  // Whether slot has no amax yet: its scale is the start's 1 (no step has pushed an amax above
+  // rounding level; an amax of exactly 448 or 57344, which sets 1 too, then also leaves it unquantized
+  // for a step, in the baseline and every layout alike). Such a tensor is recorded but not quantized
+  // (its first step, or a routed expert's first step with tokens): the recipe's scale 1 would put most of a weight of
+  // std 0.02 and most gradients below E4M3's / E5M2's normal range (docs/precision.md).
+  bool fresh(int64_t slot) const;
   void record(int64_t slot, float amax);
   bool recorded() const { return recorded_; }  // an amax recorded since the last end_step
   // The step's end: this rank's recorded amaxes completed by `reduce` (null: this rank's alone),

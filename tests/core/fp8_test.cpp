@@ -225,21 +225,105 @@ TEST(Fp8Delayed, RowsAndWeightsUseTheSlotScaleAndRecordTheAmax) {
   std::vector<float> a = {0.3f, -2.0f}, b = {0.3f, 500.0f};
   {
     const Fp8SiteScope site(0, "attn");
-    fp8_rows(Fp8::e4m3, a.data(), 1, 2, false);  // slot 0: scale 1
+    fp8_rows(Fp8::e4m3, a.data(), 1, 2, false);  // slot 0: no amax yet
     fp8_rows(Fp8::e4m3, b.data(), 2, 1, true);   // slot 1: scale 4.48, 500 saturates to 448 / 4.48
   }
-  EXPECT_EQ(a[0], q(0.3f, 1.0f));
+  EXPECT_EQ(a[0], 0.3f);  // slot 0: no history yet, recorded but not quantized (scale 1 would give 0.3125)
   EXPECT_EQ(b[0], q(0.3f, fp8_scale(Fp8::e4m3, 100.0f)));
   EXPECT_EQ(b[1], 448.0f * (1.0f / fp8_scale(Fp8::e4m3, 100.0f)));
   std::vector<double> w = {0.5, 0.25, 0.3, 0.2};  // two experts' w3, two values each
   fp8_tensors(w.data(), 2, 2, nullptr, "layers.1.moe.experts.w3", 0);
-  EXPECT_EQ(w[0], 0.5);  // expert 0: scale 1
+  EXPECT_EQ(w[0], 0.5);  // expert 0: no amax yet
   EXPECT_EQ(w[2], static_cast<double>(q(0.3f, fp8_scale(Fp8::e4m3, 10.0f))));
   d.end_step(nullptr);
   EXPECT_EQ(d.history.data[0], 2.0);    // slot 0's amax
   EXPECT_EQ(d.history.data[1], 500.0);  // slot 1's
   EXPECT_EQ(d.history.data[static_cast<size_t>(kFp8SiteSlots + kFp8WeightSlot0 + 1)], 0.5);  // expert 0's w3
   EXPECT_THROW(fp8_rows(Fp8::e4m3, a.data(), 1, 2, false), std::logic_error);  // outside every site
+}
+
+// A tensor with no amax in its history yet (its first step; a routed expert before its first token)
+// is recorded but not quantized: the recipe's scale 1 put a weight of std 0.02 in E4M3's subnormals
+// and most step-0 gradients in E5M2's, which widened every step-0 bound (fp8_delayed_amax_local 1.54x
+// its bound, 30x with the rule). An all-zero step keeps a slot fresh; a loaded scale is not fresh.
+// (Fresh is a scale of exactly 1: only the start's, or an amax of exactly 448 / 57344.)
+TEST(Fp8Delayed, ATensorWithoutHistoryIsRecordedNotQuantized) {
+  const PrecisionScope fp8(parse_precision("fp8-delayed", "t"));
+  Fp8Delayed d = two_modules(2, false);
+  const Fp8StateScope on(&d);
+  const int64_t w1 = d.weight_slot("layers.1.moe.experts.w1", 1);
+  EXPECT_TRUE(d.fresh(0) && d.fresh(kFp8GradSlot0) && d.fresh(w1));
+  std::vector<float> a = {0.3f, 0.01f}, g = {3e-6f, -1e-7f};
+  std::vector<double> w = {0.021, -0.013};
+  {
+    const Fp8SiteScope site(0, "attn");
+    fp8_rows(Fp8::e4m3, a.data(), 1, 2, false);
+    fp8_rows(Fp8::e5m2, g.data(), 1, 2, false);
+  }
+  fp8_tensors(w.data(), 1, 2, nullptr, "layers.1.moe.experts.w1", 1);
+  EXPECT_EQ(a, (std::vector<float>{0.3f, 0.01f}));
+  EXPECT_EQ(g, (std::vector<float>{3e-6f, -1e-7f}));  // scale 1: 0 and -0 (E5M2's smallest is 2^-16)
+  EXPECT_EQ(w, (std::vector<double>{0.021, -0.013}));
+  d.end_step(nullptr);
+  EXPECT_FALSE(d.fresh(0) || d.fresh(kFp8GradSlot0) || d.fresh(w1));
+  EXPECT_TRUE(d.fresh(1));  // nothing recorded: still fresh
+  EXPECT_EQ(d.history.data[0], static_cast<double>(0.3f));
+  {
+    const Fp8SiteScope site(0, "attn");
+    fp8_rows(Fp8::e4m3, a.data(), 1, 2, false);  // now with the history's scale
+  }
+  const float s = fp8_scale(Fp8::e4m3, 0.3f);
+  EXPECT_EQ(a[1], round_fp8(Fp8::e4m3, 0.01f * s) * (1.0f / s));
+  EXPECT_NE(a[1], 0.01f);
+  d.end_step(nullptr), d.end_step(nullptr), d.end_step(nullptr);  // the 0.3s leave the history of 2
+  EXPECT_EQ(d.history.data[0] + d.history.data[static_cast<size_t>(d.slots())], 0.0);
+  EXPECT_EQ(d.scale(0), s);  // the scale stays: not fresh again
+  EXPECT_FALSE(d.fresh(0));
+  Fp8Delayed loaded = two_modules(2, false);
+  loaded.scales.data[3] = 2.0;  // a resumed run's scale without its history: not fresh
+  EXPECT_FALSE(loaded.fresh(3));
+  EXPECT_TRUE(loaded.fresh(2));
+}
+
+// An amax at most kFp8AmaxRounding (2^-24) times the largest of its format is rounding, none: a tensor
+// zero but for rounding (4.4e-10 in the baseline, 0 in a layout, beside gradients of 0.47) leaves its
+// slot fresh and keeps a scale, instead of a scale of 57344 / 4.4e-10 that would saturate the next
+// step's real values (ci/calibrate seed 48201, draw 1463). E4M3's slots are judged apart.
+TEST(Fp8Delayed, AnAmaxAtRoundingLevelIsNone) {
+  Fp8Delayed d = two_modules(2, false);
+  const int64_t g = kFp8GradSlot0;
+  d.record(g, 0.47f), d.record(g + 1, 4.4e-10f), d.record(g + 2, 1e-7f), d.record(0, 1e-9f);
+  d.end_step(nullptr);
+  EXPECT_FALSE(d.fresh(g));
+  EXPECT_TRUE(d.fresh(g + 1));  // 4.4e-10 <= 0.47 x 2^-24 = 2.8e-8
+  EXPECT_EQ(d.scale(g + 1), 1.0f);
+  EXPECT_EQ(d.scale(g + 2), fp8_scale(Fp8::e5m2, 1e-7f));
+  EXPECT_EQ(d.scale(0), fp8_scale(Fp8::e4m3, 1e-9f));  // the only E4M3 amax: the largest of its format
+  d.record(g + 1, 1e-4f), d.end_step(nullptr), d.record(g + 1, 1e-12f), d.end_step(nullptr);
+  d.record(g, 0.47f), d.end_step(nullptr);
+  EXPECT_EQ(d.scale(g + 1), fp8_scale(Fp8::e5m2, 1e-4f));  // the 1e-4 left the history; 1e-12 sets nothing
+}
+
+// The twin's jitter at delayed scaling's E5M2 points is current scaling's 2048 fp32 ulps: a layout's
+// gradient reaching them differs by what flipped upstream, not by a reordered sum's few ulps. Values
+// 1000 ulps below an E5M2 midpoint flip under the twin for about half of the signs (at 64: none).
+TEST(Fp8Delayed, TheTwinJittersGradientsAsCurrentScalingDoes) {
+  const PrecisionScope fp8(parse_precision("fp8-delayed", "t"));
+  Fp8Delayed d = two_modules(2, false);
+  d.record(kFp8GradSlot0, 1.5f * 57344.0f), d.end_step(nullptr);  // scale 1 / 1.5
+  const Fp8StateScope on(&d);
+  const float mid = 1.5f * 1.125f;  // 1.125 is the midpoint of E5M2's 1 and 1.25; times the 1.5 of the scale
+  std::vector<float> g(256, mid * (1.0f - 1000 * 0x1p-24f));
+  {
+    const JitterScope twin(7);
+    const Fp8SiteScope site(0, "attn");
+    fp8_rows(Fp8::e5m2, g.data(), 16, 16, false);
+  }
+  int flipped = 0;  // 1 dequantized is 1.5, 1.25 is 1.875
+  for (float x : g) flipped += x > 1.65f;
+  EXPECT_GT(flipped, 64);
+  EXPECT_LT(flipped, 192);
+  EXPECT_GE(kFp8DelayedGradJitterUlps, 1000.0);
 }
 
 }  // namespace
