@@ -160,3 +160,10 @@ set_tests_properties(python.trace PROPERTIES LABELS "python;multiprocess" PROCES
 # layers.1.ln2 on tp rank 1 alone must be named "enters at layer 1 ln2, forward, ..., rank 1 (dp 0, tp 1)"
 parity_python_test(trace_sp python trace_sp_test.py $<TARGET_FILE:parity> 2)
 set_tests_properties(python.trace_sp PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: cp and pp in `parity compare`'s trace: hand-written W = 2 runs whose ranks trace their own shards,
+# placed by the Collector's cp= (Megatron's load-balanced chunks) and pp= (each stage its own modules): the clean
+# runs trace every tensor of the reference within its bound; the cp shards declared contiguous diverge; a
+# one-element plant on cp rank 1 / pipeline stage 1 is named with its module, micro-batch, rank and element
+foreach(mode cp pp)
+  parity_python_test(trace_${mode} "python;multiprocess" trace_cp_pp_test.py $<TARGET_FILE:parity> ${mode} 2)
+endforeach()
