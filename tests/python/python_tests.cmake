@@ -167,3 +167,10 @@ set_tests_properties(python.trace_sp PROPERTIES LABELS "python;multiprocess" PRO
 foreach(mode cp pp)
   parity_python_test(trace_${mode} "python;multiprocess" trace_cp_pp_test.py $<TARGET_FILE:parity> ${mode} 2)
 endforeach()
+# issue 45 item 4 with issue 46 item 6: traces under parity's bf16 policy: parity_torch.train's traced runs (one process
+# and DDP W = 2; the Collector created before the storage points) against `parity dump --precision bf16 --trace`:
+# every traced tensor at a storage point is a bf16 number (the storage hooks run first), and each run passes with
+# every tensor traced within its bound; tp2_qknorm_rope: q and k stored again after QK-norm and rope
+foreach(scen fsdp4_uneven_b9_mb2 tp2_qknorm_rope)
+  parity_python_test(trace_bf16.${scen} "python;multiprocess" trace_bf16_test.py $<TARGET_FILE:parity> ${scen} 2)
+endforeach()

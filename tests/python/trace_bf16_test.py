@@ -53,19 +53,21 @@ def body(tmp):
     common.spawn_ranks(rank_main, (common.free_port(), ref, ddp, steps), WORLD, tmp, 200)
     said = []
     for name, out in (("one process", one), (f"DDP W = {WORLD}", ddp)):
+        code, out_text, root = common.parity_compare(binary, ref, out)
+        print(out_text, end="")
+        head = common.line_starting(out_text, "trace: ")
+        first = common.line_starting(out_text.replace("\n  first diverging", "\nfirst diverging"), "first diverging")
         t = safetensors.read(os.path.join(out, "trace_000000.safetensors"))
         for key in STORED:
             x = t[f"trace.fwd.{key}"]
             x = x[~torch.isnan(x)]
             off = int((x != x.to(torch.bfloat16).to(x.dtype)).sum())
             check(off == 0, f"{name}: trace.fwd.{key}: {off} of {x.numel()} elements are not bf16 numbers (the "
-                            "trace read the output before its storage point rounded it)")
-        code, out_text, root = common.parity_compare(binary, ref, out)
-        print(out_text, end="")
-        head = common.line_starting(out_text, "trace: ")
+                            f"trace read the output before its storage point rounded it); compare: exit {code}, "
+                            f"{first or head!r}")
         check(code == 0 and "  no traced tensor over its bound" in out_text.splitlines()
               and "not traced by the candidate" not in out_text,
-              f"bf16 {name}: exit {code}, root {root!r}, trace {head!r}: expected a pass, every tensor traced")
+              f"bf16 {name}: exit {code}, root {root!r}, {first or head!r}: expected a pass, every tensor traced")
         said.append(f"{name}: PASS, {head.split(' (')[0]}")
     return "; ".join(said)
 
