@@ -23,6 +23,16 @@ ones, takes tp rank 0's copy of a Replicate one, and writes beside each tensor "
 Shard(1), by position), with the manifest's "trace_ranks" naming each rank's coordinates: `parity
 compare` names the rank and lane where a tensor differs most.
 
+Context parallel and pipeline stages (the Collector's cp=(rank, size[, order]) and pp=(stage, stages)): an
+entry's placement may name "cp" too, {"cp": "Shard(1)"}: this rank's positions in the cp order (cp_positions:
+Megatron's load-balanced "balanced", 2 x size chunks, rank r holding r and 2 size - 1 - r, by default, or
+"contiguous"), written at their places in the sequence; Replicate: cp rank 0's. Under pp every stage hooks the
+modules it holds (the others are skipped) and records what it runs; each tensor is written from the first stage
+that recorded it, its gradients divided by the seed of a rank of its micro-batch that holds the loss part (the
+last stage's). Under tp, cp or pp every rank's records are gathered over the world and trace_owner written.
+A map entry's where may end in "/fwd" or "/bwd": that entry records only the forward value or only the
+gradient (q and k: the forward as attention reads them, the gradient at wq's / wk's outputs, model.trace_map).
+
 Per step, each rank's micro-batches (the sequences micro() places) are gathered over the
 data-parallel group and the writer writes trace_NNNNNN.safetensors: "trace.fwd.NAME" and
 "trace.bwd.NAME", (B, S, columns) with sequence g at row g (NaN where no rank computed it); the

@@ -174,3 +174,7 @@ endforeach()
 foreach(scen fsdp4_uneven_b9_mb2 tp2_qknorm_rope)
   parity_python_test(trace_bf16.${scen} "python;multiprocess" trace_bf16_test.py $<TARGET_FILE:parity> ${scen} 2)
 endforeach()
+# issue 45 item 4 / issue 46 item 2: a replica updated apart after step 1's forward (DDP W = 2, every step traced):
+# the replicas row fails at step 1, and compare traces step 2, the first forward to read the copies, naming the rank
+# whose copy drifted (rank 1, and rank 0, which the replicas row alone reads as "rank 1's params")
+parity_python_test(trace_replica "python;multiprocess" trace_replica_test.py $<TARGET_FILE:parity>)
