@@ -112,7 +112,7 @@ def _dist():
 
 class Collector:
     def __init__(self, out_dir, scenario, model, name_map=None, buffers=None, group=None, dp=None, tp=None,
-                 mesh=None, placements=None, grad_placements=None, local=None, trace=None):
+                 mesh=None, placements=None, grad_placements=None, local=None, trace=None, cp=None, pp=None):
         """scenario: a parity_torch Scenario (its raw JSON is written to the manifest); model: the
         module or its DistributedDataParallel wrapper; group: the data-parallel process group
         (default: the world); dp: (rank, size) in it (default: the group's rank and size, or
@@ -124,7 +124,10 @@ class Collector:
         DTensor mesh's dims in `mesh`'s order), and each step the gradients' own, read from the
         DTensors in grads(). local: {torch name: this rank's shard} where the module does not hold it (a flat
         piece kept outside the module); grads() and step() take the same. trace: a trace map (model.trace_map:
-        (parity trace name, module name, "out" | "in")): each step's traced tensors too (trace.py)."""
+        (parity trace name, module name, "out" | "in")): each step's traced tensors too (trace.py). cp: (rank,
+        size[, "balanced" | "contiguous"]) in the context-parallel group, pp: (stage, stages) in the pipeline
+        group (default (0, 1)): where each rank's traced shards go (trace.py); only cp rank 0 of stage 0 writes,
+        and under pp the loss parts come from the last stage and the routing from the stage that ran it."""
         self.out, self.scn, self.cfg = out_dir, scenario, scenario.model
         ddp = torch.nn.parallel.DistributedDataParallel
         self.model = model.module if isinstance(model, ddp) else model
@@ -134,7 +137,8 @@ class Collector:
         self.rank = dist.get_rank(group) if _dist() else 0
         self.dp = dp if dp is not None else ((self.rank, dist.get_world_size(group)) if _dist() else (0, 1))
         self.tp = tp if tp is not None else (0, 1)
-        self.writer = self.rank == 0 and self.tp[0] == 0
+        self.cp, self.pp = tuple(cp) if cp else (0, 1), tuple(pp) if pp else (0, 1)
+        self.writer = self.rank == 0 and self.tp[0] == 0 and self.cp[0] == 0 and self.pp[0] == 0
         self.as_held = placements == "as_held"
         if self.as_held:
             if not mesh or grad_placements:
@@ -150,7 +154,7 @@ class Collector:
         for layer, m in self.moe.items():
             m.register_forward_hook(lambda mod, inp, out, layer=layer: self._pending[layer].append(mod.chosen))
         self._reset()
-        self.tracer = Tracer(self.model, self.cfg, trace, self.dp, self.tp) if trace else None  # hooks by module
+        self.tracer = Tracer(self.model, self.cfg, trace, self.dp, self.tp, self.cp, self.pp) if trace else None
         if self.writer:
             os.makedirs(out_dir, exist_ok=True)
         tensors = self._params()
@@ -198,7 +202,7 @@ class Collector:
             raise ValueError(f"micro-batch {mb}: sequence {bad[0]} is not in the batch (0 .. {self.cfg.batch - 1})")
         if self.tracer:
             self.tracer.micro(loss_part, index)
-        self._micro.append(float(loss_part.detach()))
+        self._micro.append(0.0 if loss_part is None else float(loss_part.detach()))  # None: a stage before the last
         self._rows.append((index, self.dp[0], mb, inputs.detach().cpu().clone(), targets.detach().cpu().clone()))
         for l, pend in self._pending.items():
             chosen = torch.cat([c.detach().cpu() for c in pend]) if pend else torch.zeros(0, self.cfg.top_k)
@@ -277,7 +281,10 @@ class Collector:
             raise RuntimeError("Collector.step() before Collector.grads()")
         cfg, S, B = self.cfg, self.cfg.seq, self.cfg.batch
         micro = torch.tensor(self._micro, dtype=torch.float64)
-        if _dist() and self.dp[1] > 1:
+        staged = self._stages() if self.pp[1] > 1 else None  # the last stage's loss parts, every stage's routing
+        if staged:
+            micro = torch.tensor(staged[0], dtype=torch.float64).sum(dim=0)
+        elif _dist() and self.dp[1] > 1:
             dist.all_reduce(micro, group=self.group)
         clips = _all(self._rank_clip())  # every rank's measured coefficient (None: nothing to measure)
         shards = self._shard_file("grads", "grads.", *self._grad_local)  # collectives over the world
@@ -290,9 +297,9 @@ class Collector:
             clip_coef = measured[0] if measured else clip_coefficient(norm, self.scn.optim.clip)
         params = self._params()
         replicas = self._replicas(params)  # a collective: every rank of the world
-        rank_losses = self._gather(list(self._micro))  # each dp rank's own loss parts
+        rank_losses = staged[0] if staged else self._gather(list(self._micro))  # each dp rank's own loss parts
         rows = self._gather(self._rows)
-        chosen = {l: self._gather(c) for l, c in self._chosen.items()}
+        chosen = staged[1] if staged else {l: self._gather(c) for l, c in self._chosen.items()}
         shards.update(self._shard_file("params", "params.", *self._local("params", local)))
         traced = self.tracer.gather(self._gather) if self.tracer else None  # a collective over the group
         if self.writer:
@@ -339,6 +346,19 @@ class Collector:
                 self.steps[-1]["clip_coefs"] = clips
         self.t += 1
         self._reset()
+
+    def _stages(self):
+        """Under pipeline parallelism (a collective over the world): each dp rank's loss parts, from its last
+        stage (tp and cp rank 0), and each MoE layer's routing per dp rank, from the stage that ran it."""
+        last = self.pp[0] == self.pp[1] - 1 and self.tp[0] == 0 and self.cp[0] == 0
+        mine = (self.dp[0], last, list(self._micro), self._chosen if self.tp[0] == 0 and self.cp[0] == 0 else None)
+        every = _all(mine)
+        losses = [m for _, _, m, _ in sorted((e for e in every if e[1]), key=lambda e: e[0])]
+        chosen = {}
+        for l in self._chosen:
+            ran = [e for e in every if e[3] is not None and any(c.numel() for _, c in e[3][l])]
+            chosen[l] = [c[l] for _, _, _, c in sorted(ran, key=lambda e: e[0])]
+        return losses, chosen
 
     def _replicas(self, params):
         """Every rank's copies, bit for bit: each rank digests its gradients (after the reduction)
@@ -402,6 +422,7 @@ class Collector:
             shapes[pname] = s[::-1] if tr else s
         world = dist.get_world_size() if _dist() else 1
         producer = {"name": "parity_torch.Collector", "world": world, "dp": self.dp[1], "tp": self.tp[1],
+                    **({"cp": self.cp[1]} if self.cp[1] > 1 else {}), **({"pp": self.pp[1]} if self.pp[1] > 1 else {}),
                     "tokens_per_expert": "+".join(sorted(self.counts_from)) or "none"}
         m = {"format": FORMAT, "scenario": scenario_json(self.scn), "producer": producer,
              "conventions": CONVENTIONS,

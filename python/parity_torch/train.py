@@ -20,7 +20,7 @@ from .optim import ParityOptimizer, clip_grads
 from .precision import bf16_params, bf16_storage
 
 
-def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None, split=None):
+def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None, bug=None, split=None, trace=None):
     """Trains `steps` steps; records them into out_dir when given. ddp: the model's
     DistributedDataParallel wrapper. data: a MarkovData (default: from the scenario's data_seed);
     tokens(step) -> (inputs, targets) (B, S) reads them instead (e.g. Dump.tokens).
@@ -36,14 +36,14 @@ def train(model, scenario, steps, out_dir=None, ddp=None, data=None, tokens=None
     (precision "bf16") trains with parity's bf16 policy (precision.py): storage points on the
     model, the parameters' compute copy rounded for the step's forwards and backwards, fp32
     masters, gradients and DDP reductions; bug="no_fp32_master" leaves the parameters rounded,
-    so the update lands on bf16 values."""
+    so the update lands on bf16 values. trace: a trace map for the Collector (trace.py)."""
     cfg = scenario.model
     net = ddp if ddp is not None else model
     rank, world = (dist.get_rank(), dist.get_world_size()) if ddp is not None else (0, 1)
     if tokens is None:
         data = data or MarkovData(cfg.vocab, scenario.data_seed)
     opt = ParityOptimizer.from_config(model.parameters(), scenario.optim)
-    col = Collector(out_dir, scenario, net) if out_dir else None  # collector line 1
+    col = Collector(out_dir, scenario, net, trace=trace) if out_dir else None  # collector line 1
     losses = []
     for step in range(steps):
         opt.zero_grad(set_to_none=False)

@@ -160,3 +160,21 @@ set_tests_properties(python.trace PROPERTIES LABELS "python;multiprocess" PROCES
 # layers.1.ln2 on tp rank 1 alone must be named "enters at layer 1 ln2, forward, ..., rank 1 (dp 0, tp 1)"
 parity_python_test(trace_sp python trace_sp_test.py $<TARGET_FILE:parity> 2)
 set_tests_properties(python.trace_sp PROPERTIES LABELS "python;multiprocess" PROCESSORS 2)
+# issue 45 item 4: cp and pp in `parity compare`'s trace: hand-written W = 2 runs whose ranks trace their own shards,
+# placed by the Collector's cp= (Megatron's load-balanced chunks) and pp= (each stage its own modules): the clean
+# runs trace every tensor of the reference within its bound; the cp shards declared contiguous diverge; a
+# one-element plant on cp rank 1 / pipeline stage 1 is named with its module, micro-batch, rank and element
+foreach(mode cp pp)
+  parity_python_test(trace_${mode} "python;multiprocess" trace_cp_pp_test.py $<TARGET_FILE:parity> ${mode} 2)
+endforeach()
+# issue 45 item 4 with issue 46 item 6: traces under parity's bf16 policy: parity_torch.train's traced runs (one process
+# and DDP W = 2; the Collector created before the storage points) against `parity dump --precision bf16 --trace`:
+# every traced tensor at a storage point is a bf16 number (the storage hooks run first), and each run passes with
+# every tensor traced within its bound; tp2_qknorm_rope: q and k stored again after QK-norm and rope
+foreach(scen fsdp4_uneven_b9_mb2 tp2_qknorm_rope)
+  parity_python_test(trace_bf16.${scen} "python;multiprocess" trace_bf16_test.py $<TARGET_FILE:parity> ${scen} 2)
+endforeach()
+# issue 45 item 4 / issue 46 item 2: a replica updated apart after step 1's forward (DDP W = 2, every step traced):
+# the replicas row fails at step 1, and compare traces step 2, the first forward to read the copies, naming the rank
+# whose copy drifted (rank 1, and rank 0, which the replicas row alone reads as "rank 1's params")
+parity_python_test(trace_replica "python;multiprocess" trace_replica_test.py $<TARGET_FILE:parity>)

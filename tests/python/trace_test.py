@@ -69,8 +69,9 @@ def loop(d, out, traced, bug, rank, steps):
 
 
 def every_site(binary, tmp):
-    """The taps cover parity's whole flow: q and k after QK-norm and rope (tp2_qknorm_rope), the tied
-    head's logits (fsdp2_tp2_tied), one device, 2 steps: every key traced, within its bound."""
+    """The taps cover parity's whole flow: q and k after QK-norm and rope (tp2_qknorm_rope; their gradients
+    at wq's and wk's outputs, where parity traces them), the tied head's logits (fsdp2_tp2_tied), one device,
+    2 steps: every key traced, within its bound."""
     from parity_torch import micro_batch_sequences
     for scen in ("tp2_qknorm_rope", "fsdp2_tp2_tied"):
         ref, out = os.path.join(tmp, f"{scen}_ref"), os.path.join(tmp, f"{scen}_traced")
@@ -96,8 +97,9 @@ def every_site(binary, tmp):
         col.close()
         code, text, _ = common.parity_compare(binary, ref, out)
         head = common.line_starting(text, "trace: ")
-        check(code == 0 and head.startswith("trace: 52 ") and "not traced" not in text,
-              f"{scen}: exit {code}, {head!r}: expected all 52 traced, none left out\n{text}")
+        check(code == 0 and head.startswith("trace: 52 ") and "not traced" not in text and
+              "  no traced tensor over its bound" in text.splitlines(),
+              f"{scen}: exit {code}, {head!r}: expected all 52 traced within their bounds, none left out\n{text}")
     return "q, k under QK-norm + rope and the tied logits traced (52 of 52)"
 
 

@@ -95,19 +95,16 @@ int64_t step_to_trace(const VerdictReport& rep) {
 
 bool holds_traces(const Dump& d) { return d.manifest.contains("trace_files") && d.manifest["trace_files"].is_array(); }
 
-void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const std::vector<double>& param_bound) {
-  if (!holds_traces(ref) || !holds_traces(got)) return;
+namespace {
+
+// The traces of step t compared (both dumps hold them): the first diverging key and the trace's lines.
+trace_verdict::Result trace_step(const VerdictReport& rep, const Dump& ref, const Dump& got, const Dump& rt,
+                                 const Dump& gt, int64_t t, const std::vector<double>& param_bound) {
   const ModelConfig& c = ref.scenario->model;
-  const Dump rt = trace_view(ref, c), gt = trace_view(got, c);
-  const int64_t t = step_to_trace(rep);
-  if (!rt.files.count(t) || !gt.files.count(t)) {
-    rep.trace_lines = {"trace: step " + std::to_string(t) + " is not traced in both dumps: nothing compared"};
-    return;
-  }
   const SafetensorsFile R = rt.file(t), G = gt.file(t, &rt);
   int world = 1;
   const std::vector<int> rank_of = rank_of_sequence(got, ref, t, c.batch, world);
-  std::vector<std::string> coords;  // under tp: every rank's coordinates (trace.py's trace_ranks)
+  std::vector<std::string> coords;  // under tp, cp or pp: every rank's coordinates (trace.py's trace_ranks)
   if (const json r = got.manifest.value("trace_ranks", json()); r.is_array() && !r.empty() && r.size() <= 65536)
     for (const json& x : r) coords.push_back(x.is_string() ? x.get<std::string>() : x.dump());
   if (!coords.empty()) world = static_cast<int>(coords.size());
@@ -160,6 +157,39 @@ void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const 
     res.lines.push_back("  not traced by the candidate: " + std::to_string(untraced.size()) + " of " +
                         std::to_string(untraced.size() + keys.size()) + " (" + u +
                         (untraced.size() > 4 ? "; ..." : "") + ")");
+  }
+  return res;
+}
+
+// Whether the replicas row fails first at step t: the ranks' copies came apart during it.
+bool replicas_part_at(const VerdictReport& rep, int64_t t) {
+  for (const Row& r : rep.rows)
+    if (r.quantity == "replicas" && r.verdict == RowVerdict::fail && r.step == t) return true;
+  return false;
+}
+
+}  // namespace
+
+void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const std::vector<double>& param_bound) {
+  if (!holds_traces(ref) || !holds_traces(got)) return;
+  const ModelConfig& c = ref.scenario->model;
+  const Dump rt = trace_view(ref, c), gt = trace_view(got, c);
+  const int64_t t = step_to_trace(rep);
+  if (!rt.files.count(t) || !gt.files.count(t)) {
+    rep.trace_lines = {"trace: step " + std::to_string(t) + " is not traced in both dumps: nothing compared"};
+    return;
+  }
+  trace_verdict::Result res = trace_step(rep, ref, got, rt, gt, t, param_bound);
+  // A replica that came apart after step t's forward (its update, a rank's own change) is clean in step t's
+  // trace; step t + 1's forward is the first to read the copies, and every rank's trace of it names the rank
+  // whose copy is off the reference (the replicas row names only the ranks that differ from rank 0's).
+  if (!res.found && replicas_part_at(rep, t) && rt.files.count(t + 1) && gt.files.count(t + 1)) {
+    trace_verdict::Result next = trace_step(rep, ref, got, rt, gt, t + 1, param_bound);
+    const std::string at = "step " + std::to_string(t + 1) + ", the first forward to read the copies";
+    res.lines.push_back("  the replicas came apart at step " + std::to_string(t) + ": " + at + " (" +
+                        (next.lines.empty() ? std::string("-") : next.lines[0]) + ")");
+    for (size_t i = 2; i < next.lines.size(); ++i) res.lines.push_back("  " + next.lines[i]);
+    if (next.found) res.found = true, res.root = at + ": " + next.root;
   }
   rep.trace_root = res.found ? res.root : "", rep.trace_lines = std::move(res.lines);
 }
