@@ -75,8 +75,9 @@ Command add_explain_command(CLI::App& app) {
                 "Add the traced tensors with their placements per rank: one traced step on the simulated world\n"
                 "(what each rank records and where it lands in the full tensor; docs/verdict.md \"The trace\")");
   return {sub, [path, opts, trace]() {
-            const Scenario s = load_scenario(*path);
-            std::fputs(explain(s.layout, s.model, "parity explain " + s.name, *opts).c_str(), stdout);
+            const Scenario s = load_scenario(*path, Rules::defer);  // validated once, here
+            const ValidLayout valid = validate_scenario(s);
+            std::fputs(explain(valid, s.model, "parity explain " + s.name, *opts).c_str(), stdout);
             return *trace ? print_trace_placements(*path) : 0;
           }};
 }

@@ -51,9 +51,9 @@ std::string ranges_table(const mesh::Mesh& m, const ParamPlan& plan, const std::
 
 }  // namespace
 
-std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title,
+std::string explain(const ValidLayout& valid, const ModelConfig& model, const std::string& title,
                     const ExplainOptions& options) {
-  validate_layout(layout, model);
+  const LayoutConfig& layout = valid.config();
   const mesh::Mesh m(layout, model.layers);
   const ParamPlan plan = param_plan(m, model, model.precision());
   std::ostringstream o;

@@ -19,8 +19,9 @@ struct ExplainOptions {
   std::string param;    // only the parameters whose name contains this ("" = every one)
 };
 
-// Validates the layout for the model (validate_layout) and renders the whole explanation.
-std::string explain(const LayoutConfig& layout, const ModelConfig& model, const std::string& title,
+// Renders the whole explanation of a validated layout (mesh/layout_config.h validate: the one check
+// of the process; `parity explain` gets it from validate_scenario).
+std::string explain(const ValidLayout& valid, const ModelConfig& model, const std::string& title,
                     const ExplainOptions& options = {});
 
 }  // namespace parity

@@ -36,7 +36,7 @@ LayoutConfig tp2_ep4() {
 
 TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
   ModelConfig model;  // vocab 64, dim 16, experts 4, expert_hidden 16
-  const std::string t = explain(tp2_ep4(), model, "t");
+  const std::string t = explain(validate(tp2_ep4(), model), model, "t");
   EXPECT_NE(t.find(kRow), std::string::npos) << t;
   EXPECT_NE(t.find("| 5 | (0, 2, 0, 1) | (0, 1, 1, 0) |"), std::string::npos) << t;
   EXPECT_NE(t.find("world 8, folding cross-lane"), std::string::npos);
@@ -62,7 +62,7 @@ TEST(Explain, TextHasTheFoldingsRowCoordinatesAndLocalShapes) {
 TEST(Explain, DeepSpeedOrderShowsTheOrderAndItsGroups) {
   LayoutConfig l = tp2_ep4();
   l.order = RankOrder::deepspeed;
-  const std::string t = explain(l, ModelConfig{}, "t");
+  const std::string t = explain(validate(l, ModelConfig{}), ModelConfig{}, "t");
   EXPECT_NE(t.find("world 8, folding dp2ep"), std::string::npos) << t;
   EXPECT_NE(t.find("rank order deepspeed\nrank = tp_r + tp*(dps_r + dp_shard*dpr_r); expert coordinates from the "
                    "TP-lane-major index\ntp_r*dp_shard + dps_r"),
@@ -76,14 +76,15 @@ TEST(Explain, DeepSpeedOrderShowsTheOrderAndItsGroups) {
   // expert e on EP coordinate e: ranks 2e (TP lane 0) and 2e + 1 (lane 1)
   for (const char* row : {"| 0 | 0 | 0 1 |", "| 1 | 1 | 2 3 |", "| 2 | 2 | 4 5 |", "| 3 | 3 | 6 7 |"})
     EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
-  EXPECT_NE(explain(tp2_ep4(), ModelConfig{}, "t").find("rank order megatron\n"), std::string::npos);
+  const ModelConfig model;
+  EXPECT_NE(explain(validate(tp2_ep4(), model), model, "t").find("rank order megatron\n"), std::string::npos);
 }
 
 // --ranges: DTensor's global offset and the index ranges of every (parameter, rank).
 TEST(Explain, RangesTableHasGlobalOffsetsAndIndexRanges) {
   ModelConfig model;
-  EXPECT_EQ(explain(tp2_ep4(), model, "t").find("## Index ranges"), std::string::npos);
-  const std::string t = explain(tp2_ep4(), model, "t", {true, ""});
+  EXPECT_EQ(explain(validate(tp2_ep4(), model), model, "t").find("## Index ranges"), std::string::npos);
+  const std::string t = explain(validate(tp2_ep4(), model), model, "t", {true, ""});
   for (const char* row : {
            "| embed.weight | 0 | 8x16 | (0, 0) | [0:8, 0:16] |",     // tp 0 half, FSDP piece 0
            "| embed.weight | 1 | 8x16 | (32, 0) | [32:40, 0:16] |",  // tp 1 half
@@ -92,7 +93,7 @@ TEST(Explain, RangesTableHasGlobalOffsetsAndIndexRanges) {
            "| layers.1.moe.experts.w2 | 5 | 0x16x16 | (4, 0, 0) | [-, 0:16, 0:16] |",  // empty: offset = E
            "| final_ln.weight | 6 | 4 | (12) | [12:16] |"})
     EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
-  const std::string only = explain(tp2_ep4(), model, "t", {true, "experts.w2"});
+  const std::string only = explain(validate(tp2_ep4(), model), model, "t", {true, "experts.w2"});
   EXPECT_EQ(only.find("| embed.weight |"), std::string::npos);
   EXPECT_NE(only.find("| layers.1.moe.experts.w2 | 7 |"), std::string::npos) << only;
 }
@@ -110,7 +111,7 @@ TEST(Explain, ShowsTheContextParallelGroup) {
   ModelConfig model;
   LayoutConfig l;
   l.world = 4, l.cp = 2, l.tp = 2;
-  const std::string t = explain(l, model, "cp");
+  const std::string t = explain(validate(l, model), model, "cp");
   EXPECT_NE(t.find("dense view  (dp_replicate 1, dp_shard 1, cp 2, tp 2)"), std::string::npos) << t;
   EXPECT_NE(t.find("expert view (dp_replicate 1, edp_shard 4, ep 1, etp 1)"), std::string::npos) << t;
   EXPECT_NE(t.find("context parallel: cp 2, groups {02}{13}"), std::string::npos) << t;
@@ -129,23 +130,23 @@ TEST(Explain, ShowsTheContextParallelGroup) {
 TEST(Explain, SaysWhatRecomputeKeepsAndReruns) {
   ModelConfig model;
   LayoutConfig l = tp2_ep4();
-  EXPECT_EQ(explain(l, model, "t").find("recompute"), std::string::npos);
+  EXPECT_EQ(explain(validate(l, model), model, "t").find("recompute"), std::string::npos);
   l.recompute = Recompute::mlp;
-  const std::string t = explain(l, model, "t");
+  const std::string t = explain(validate(l, model), model, "t");
   EXPECT_NE(t.find("activation recompute: mlp (every FFN block (ln2, dense MLP or MoE) keeps only its input and its "
                    "routing; the backward re-runs that forward, collectives included"),
             std::string::npos)
       << t;
   l.recompute = Recompute::full;
-  EXPECT_NE(explain(l, model, "t").find("activation recompute: full (every layer keeps only its input"),
-            std::string::npos);
+  const std::string full = explain(validate(l, model), model, "t");
+  EXPECT_NE(full.find("activation recompute: full (every layer keeps only its input"), std::string::npos);
 }
 
 // The text ends with the parameter plan it read the placements from (the cli adds nothing).
 TEST(Explain, EndsWithTheParameterPlan) {
   ModelConfig model;
   model.experts = 4;
-  const std::string t = explain(tp2_ep4(), model, "t");
+  const std::string t = explain(validate(tp2_ep4(), model), model, "t");
   const size_t params = t.find("## Parameters (local shape on each rank)"), red = t.find("## Reduction plan");
   ASSERT_NE(params, std::string::npos) << t;
   ASSERT_NE(red, std::string::npos) << t;
@@ -158,7 +159,7 @@ TEST(Explain, RefusesAnImpossibleLayout) {
   LayoutConfig l = tp2_ep4();
   l.ep = 8;
   l.dp_shard = 4;
-  EXPECT_THROW(explain(l, ModelConfig{}, "t"), ConfigError);
+  EXPECT_THROW(explain(validate(l, ModelConfig{}), ModelConfig{}, "t"), ConfigError);
 }
 
 std::string write_scenario(const std::string& stem, int64_t dp_shard, int64_t tp, int64_t ep) {

@@ -16,11 +16,12 @@ TraceDumped write_trace_step(const std::string& dir, const Scenario& s, const St
   const ModelConfig& c = s.model;
   const RouteOracle routes{&r.chosen, &r.select_scores, 0, 0, true};  // as the baseline chose (trace_run.cpp)
   const LossScaleScope scaled(r.loss_scale);
-  const trace::Recorder base = baseline_trace<T>(s, r.step, before, bias, routes, false);
+  const trace::Recorder base = baseline_trace<T>(s, r.step, before, bias, routes, r.fp8_scales, false);
   const std::vector<trace::Key> keys = trace_keys(c);
   const std::vector<std::vector<double>> full = trace_full(keys, base, c);
   std::vector<double> noise;
-  if (bounds) noise = trace_sums(keys, base, baseline_trace<T>(s, r.step, before, bias, routes, true), c);
+  if (bounds)
+    noise = trace_sums(keys, base, baseline_trace<T>(s, r.step, before, bias, routes, r.fp8_scales, true), c);
   char name[64];
   std::snprintf(name, sizeof name, "trace_%06lld.safetensors", static_cast<long long>(r.step));
   SafetensorsWriter w;

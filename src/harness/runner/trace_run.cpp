@@ -21,7 +21,8 @@ namespace parity {
 
 template <class T>
 trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<T>> params,
-                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes, bool twin) {
+                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes,
+                               const std::vector<double>& fp8_scales, bool twin) {
   const ModelConfig& c = s.model;
   const PrecisionScope policy(c.precision());
   std::optional<JitterScope> jitter;
@@ -31,6 +32,9 @@ trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<
     model.params.tensors[p] = std::move(params[p]);
   model.expert_bias = bias;
   model.route_oracle = &routes;
+  // fp8-delayed: the step quantizes with the baseline's scales of step t (twin.cpp does the same), not a
+  // fresh state's (which would quantize nothing, and the first quantized tensor would look like the bug)
+  if (!fp8_scales.empty()) std::copy(fp8_scales.begin(), fp8_scales.end(), model.fp8.scales.data.begin());
   const MarkovData data(c.vocab, s.data_seed);
   std::vector<int64_t> in(static_cast<size_t>(c.batch * c.seq)), tg(in.size());
   data.batch(t, 0, c.batch, c.seq, in.data(), tg.data());
@@ -75,8 +79,8 @@ trace_verdict::Result TracedStep<T>::fold(const Scenario& s, comm::Communicator&
                                           double param_bound) const {
   const RouteOracle routes{&b.chosen, &b.select_scores, 0, 0, true};  // as the layout follows them
   const LossScaleScope scaled(b.loss_scale);  // fp16: the backward's seeds as the baseline's step scaled them
-  const trace::Recorder base = baseline_trace<T>(s, b.step, params, bias, routes, false);
-  const trace::Recorder twin = baseline_trace<T>(s, b.step, params, bias, routes, true);
+  const trace::Recorder base = baseline_trace<T>(s, b.step, params, bias, routes, b.fp8_scales, false);
+  const trace::Recorder twin = baseline_trace<T>(s, b.step, params, bias, routes, b.fp8_scales, true);
   if (knob("PARITY_TRACE_PLANT") == nullptr) return trace_fold(s, world, m, base, twin, layout, param_bound);
   trace::Recorder planted = layout;
   plant(planted, world.rank());
@@ -261,7 +265,8 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
 
 #define PARITY_INSTANTIATE(T)                                                                              \
   template trace::Recorder baseline_trace<T>(const Scenario&, int64_t, std::vector<Tensor<T>>,               \
-                                             const std::vector<Buffer<T>>&, const RouteOracle&, bool);      \
+                                             const std::vector<Buffer<T>>&, const RouteOracle&,               \
+                                             const std::vector<double>&, bool);                             \
   template struct TracedStep<T>;
 PARITY_INSTANTIATE(float)
 PARITY_INSTANTIATE(double)

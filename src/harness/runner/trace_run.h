@@ -26,10 +26,12 @@ namespace parity {
 // The baseline's records of step t: the one-device model from `params` (registry order) and
 // `bias` (per MoE layer), every micro-batch of the step, routed as `routes` says (the baseline's
 // record of the step: the routing the layout follows, model/route_oracle.h). With `twin`: the
-// rounding twin's (twin.h): every parameter one ulp off, the storage points jittered.
+// rounding twin's (twin.h): every parameter one ulp off, the storage points jittered. `fp8_scales`:
+// fp8-delayed's scales of the step (the baseline's record; empty under any other policy).
 template <class T>
 trace::Recorder baseline_trace(const Scenario& s, int64_t t, std::vector<Tensor<T>> params,
-                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes, bool twin);
+                               const std::vector<Buffer<T>>& bias, const RouteOracle& routes,
+                               const std::vector<double>& fp8_scales, bool twin);
 
 // The traced step on one rank: the baseline's expert biases before it, the layout's records.
 template <class T> struct TracedStep {
