@@ -169,14 +169,14 @@ const std::vector<Entry>& entries() {
       {"grad_accum_in_bf16", {pp1}},
       {"cross_entropy_in_bf16", {}},
       {"optim_state_in_bf16", {adam_state}},
-      {"fp16_found_inf_local", {fp16, dp2}},
-      {"fp16_scale_not_restored", {fp16, resume}},
-      {"fp16_clip_before_unscale", {fp16}},
-      {"fp16_unscale_per_microbatch", {fp16, mb2, pp1}},
-      {"fp8_amax_per_lane", {fp8, tp2}, "not a clean factor|not a scaling"},
-      {"fp8_delayed_amax_local", {fp8_delayed, tp2}},
-      {"fp8_history_per_microbatch", {fp8_delayed, mb2}},
-      {"fp8_history_not_restored", {fp8_delayed, resume}, "", "", true},
+      {"fp16_found_inf_local", {fp16, dp2}, "", "", false, true},
+      {"fp16_scale_not_restored", {fp16, resume}, "", "", false, true},
+      {"fp16_clip_before_unscale", {fp16}, "", "", false, true},
+      {"fp16_unscale_per_microbatch", {fp16, mb2, pp1}, "", "", false, true},
+      {"fp8_amax_per_lane", {fp8, tp2}, "not a clean factor|not a scaling", "", false, true},
+      {"fp8_delayed_amax_local", {fp8_delayed, tp2}, "", "", false, true},
+      {"fp8_history_per_microbatch", {fp8_delayed, mb2}, "", "", false, true},
+      {"fp8_history_not_restored", {fp8_delayed, resume}, "", "", true, true},
   };
   return all;
 }
@@ -244,7 +244,7 @@ std::string zoo_root_in(const Injection& bug, const Scenario& s) {
 }
 
 bool zoo_policy_bound(const Injection& bug) {
-  return bug.name.starts_with("fp16_") || bug.name.starts_with("fp8_") || entry(bug).policy;
+  return entry(bug).policy;
 }
 
 bool zoo_shape_known(std::string_view bug) {
