@@ -74,5 +74,6 @@ int main(int argc, char** argv) {
   // signals stay ignored in the ranks (fork and exec keep the disposition).
   signal(SIGXFSZ, SIG_IGN);
   parity::name_out_of_memory();  // a failed allocation says "out of memory" (core/resources.h), exit 3
+  (void)parity::keep_freed_memory();  // a step's tensors reuse the last step's pages (core/resources.h)
   return parity::cli::run_cli(argc, argv);
 }

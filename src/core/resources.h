@@ -32,6 +32,15 @@ void name_out_of_memory();
 // one of them (proc/launch.cpp says so).
 int64_t oom_kill_count();
 
+// Keeps freed memory in the process for the next allocation (mallopt): blocks up to 32 MiB
+// come from the heap, and the heap's top is never handed back to the kernel. A step frees
+// and allocates the same tensors again (the baseline, its twin's micro-batches, every
+// rank); with glibc's defaults each of them came back as fresh pages, zeroed by the kernel
+// and faulted in one by one: half the CPU of a dim 64 run at world 1 (docs/bench.md). The
+// resident size stays at its peak instead of falling between steps. Called once by main;
+// fork-started ranks inherit it. False when glibc refused a setting.
+bool keep_freed_memory();
+
 // "; the kernel's OOM killer killed N process(es) during the run (out of memory: /proc/vmstat
 // oom_kill went from A to B)" when the count rose since `before`; "" otherwise.
 std::string oom_killer_note(int64_t before);
