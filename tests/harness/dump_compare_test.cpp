@@ -270,6 +270,30 @@ TEST_F(DumpCompare, RowsAreHeldToTenTimesTheReferencesTwinNoise) {
   for (const Row& x : floors.rows) EXPECT_NE(x.bound_from, "twin") << x.quantity << " " << x.subject;
 }
 
+// A grad row's floor holds the model's largest gradient scale so far, as `parity run`'s does
+// (tolerance.h gradient_magnitude): a model whose every gradient fell 1e8x at step 2 (both dumps
+// scaled) holds a change of 1e-8 in attention's there to its step-0 scale; at step 1, without
+// the fall, the same change fails.
+TEST_F(DumpCompare, AGradRowsFloorHoldsTheModelsLargestGradientScaleSoFar) {
+  const fs::path ref = root_dir() / "ref_fallen";
+  fs::remove_all(ref);
+  fs::copy(dump_of("ref64", "fp64", true), ref, fs::copy_options::recursive);
+  const std::string got = candidate("fallen");
+  const auto grads = SafetensorsFile::read(ref.string() + "/" + step_file(2)).names();
+  for (const std::string& n : grads) {
+    if (n.rfind("grads.", 0) != 0) continue;
+    for (const std::string& dir : {ref.string(), got})
+      edit(dir, step_file(2), n, [](auto& v) { for (double& x : v) x *= 1e-8; });
+  }
+  edit(got, step_file(2), "grads.layers.0.attn.wv", [](auto& v) { for (double& x : v) x *= 1 + 1e-8; });
+  const VerdictReport fallen = compare(got, "", ref);
+  EXPECT_EQ(row(fallen, "grad", "attention").verdict, RowVerdict::ok) << format_verdict(fallen);
+  const std::string control = candidate("unfallen");
+  edit(control, step_file(1), "grads.layers.0.attn.wv", [](auto& v) { for (double& x : v) x *= 1 + 1e-8; });
+  const VerdictReport r = compare(control);
+  EXPECT_EQ(row(r, "grad", "attention").verdict, RowVerdict::fail) << format_verdict(r);
+}
+
 // Any split of the batch is right when each sequence is taken once (issue 46 item 1): the set,
 // not the order; a dropped, duplicated or foreign sequence is named by index, and a
 // micro-batch holding other sequences than parity's is not compared on its loss part.

@@ -169,6 +169,7 @@ class Comparer {
   std::vector<Family> fams_;
   std::vector<double> elements_;
   std::vector<size_t> group_of_;  // per parameter: its family group
+  double model_sq_peak_ = 0, far_model_sq_peak_ = 0;  // the reference's largest squared gradient norm so far
   size_t n_ = 0;                  // grad groups [0, n), param groups [n, 2n), then tokens_per_expert, expert_bias
   std::vector<vd::GroupSpec> groups_;
   std::vector<Row> rows_;         // loss, grad_norm, clip_coef, groups..., routing per layer, inputs
@@ -454,10 +455,15 @@ StepLine Comparer::step(int64_t t) {
   const std::vector<double> got_sq = family_sums::per_family(specs_, got_t);
   double model_sq = 0, model_n = 0;  // a grad row's floor for its model (tolerance.h gradient_row_bound)
   for (size_t g = 0; g < n_; ++g) model_sq += grad_sq.sq(g), model_n += elements_[g];
+  // the model's gradient scale is its largest so far, for the rows' floors and a dead family's far
+  // elements alike, as `parity run`'s verdict takes it (verdict_run.cpp fold, verdict_part.cpp)
+  model_sq_peak_ = std::max(model_sq_peak_, model_sq);
+  grad_sq.hold_model_peak(far_model_sq_peak_);
   std::vector<Bound> grad = sb.grad;
   const auto tokens = static_cast<double>(c_.batch * c_.seq);
   for (size_t g = 0; g < n_; ++g) {
-    grad[g] = gradient_row_bound(c_.precision(), grad[g], {grad_sq.sq(g), elements_[g], model_sq, model_n, tokens});
+    grad[g] =
+        gradient_row_bound(c_.precision(), grad[g], {grad_sq.sq(g), elements_[g], model_sq_peak_, model_n, tokens});
     groups_[g].tol.norm_rel = grad[g].value;
   }
   std::vector<int64_t> tensor_id(n_, 0);
