@@ -69,10 +69,9 @@ def trace_map(cfg):
     for l in range(cfg.layers):
         p = f"layers.{l}"
         out.append((f"{p}.ln1", f"{p}.ln1", "out"))
-        # q and k: forward as attention reads them, the gradient as parity traces it, at wq's / wk's output
-        # (before QK-norm's and rope's backward; the same tensor without either)
-        out += [(f"{p}.q", f"{p}.attn.q_tap", "out/fwd"), (f"{p}.q", f"{p}.attn.wq", "out/bwd"),
-                (f"{p}.k", f"{p}.attn.k_tap", "out/fwd"), (f"{p}.k", f"{p}.attn.wk", "out/bwd"),
+        # q and k as attention reads them (after QK-norm and rope), forward and gradient: one tensor per
+        # name, as parity traces them
+        out += [(f"{p}.q", f"{p}.attn.q_tap", "out"), (f"{p}.k", f"{p}.attn.k_tap", "out"),
                 (f"{p}.v", f"{p}.attn.wv", "out")]
         out += [(f"{p}.attn", f"{p}.attn.wo", "in"), (f"{p}.attn_out", f"{p}.attn.wo", "out"),
                 (f"{p}.h_mid", f"{p}.ln2", "in"), (f"{p}.ln2", f"{p}.ln2", "out")]

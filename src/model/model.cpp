@@ -163,6 +163,9 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     attention_backward(L.q.data() + o, L.k.data() + ok, L.v.data() + ok, L.probs.data() + q * H * S * S,
                        datt.data() + o, S, hd, dq.data() + o, dk.data() + ok, dv.data() + ok);
   }
+  // q's and k's gradient where their forward is traced: as attention reads them (after QK-norm and rope)
+  trace::record(Site::k, l, Dir::bwd, dk.data(), n, Dk);
+  trace::record(Site::q, l, Dir::bwd, dq.data(), n, D);
   if (c.position == Position::rope) {  // back through the rotation
     const std::vector<int64_t> pos = rope_positions(nseq, S, 0);
     dq = Rope<T>(pos, H, Dh, c.rope_theta).undo(dq), dk = Rope<T>(pos, G, Dh, c.rope_theta).undo(dk);
@@ -174,8 +177,6 @@ void layer_backward(const ModelConfig& c, const LayerRefs<T>& w, const LayerRefs
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
   trace::record(Site::v, l, Dir::bwd, dv.data(), n, Dk);
-  trace::record(Site::k, l, Dir::bwd, dk.data(), n, Dk);
-  trace::record(Site::q, l, Dir::bwd, dq.data(), n, D);
   auto da = zeros<T>(n * D);
   fp8_rows(Fp8::e5m2, dq.data(), n, D, true);  // fp8: the projections' output gradients, rows split by heads
   fp8_rows(Fp8::e5m2, dk.data(), n, Dk, true);

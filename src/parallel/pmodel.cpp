@@ -299,6 +299,12 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     attention_backward(L.q.data() + o, L.k.data() + ok, L.v.data() + ok, L.probs.data() + q * Hl * S * S,
                        datt.data() + o, S, hd, dq.data() + o, dk.data() + ok, dv.data() + ok);
   }
+  // q's and k's gradient where their forward is traced: as attention reads them (after QK-norm and rope)
+  if (!kc.shared)
+    rec_kv(Site::v, l, Dir::bwd, dv, P, kc), rec_kv(Site::k, l, Dir::bwd, dk, P, kc);
+  else  // a shared head's dk, dv here are this lane's query heads' part: summed over the lanes to trace
+    rec_kv_summed(Site::v, l, dv, kc), rec_kv_summed(Site::k, l, dk, kc);
+  rec_heads(Site::q, l, Dir::bwd, dq, P.wq);
   if (c.position == Position::rope && !rope_first())  // back through the rotation
     dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
   if (c.qk_norm) {  // through the QK-norm; its weights' gradient is this lane's heads' part (param_plan.cpp)
@@ -308,11 +314,6 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
     dq = std::move(dq_raw), dk = std::move(dk_raw);
   }
   if (rope_first()) dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
-  if (!kc.shared)
-    rec_kv(Site::v, l, Dir::bwd, dv, P, kc), rec_kv(Site::k, l, Dir::bwd, dk, P, kc);
-  else  // a shared head's dk, dv here are this lane's query heads' part: summed over the lanes to trace
-    rec_kv_summed(Site::v, l, dv, kc), rec_kv_summed(Site::k, l, dk, kc);
-  rec_heads(Site::q, l, Dir::bwd, dq, P.wq);
   auto da = zeros<T>(n * D);
   fp8_rows(Fp8::e5m2, dq.data(), n, Dl, true);  // fp8: the projections' output gradients, rows split by heads
   fp8_rows(Fp8::e5m2, dk.data(), n, Dkl, true);

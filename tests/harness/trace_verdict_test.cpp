@@ -111,3 +111,43 @@ TEST(TraceVerdict, GroupedQueryKeysAndValuesHaveTheirOwnColumns) {
 
 }  // namespace
 }  // namespace parity
+
+namespace parity {
+namespace {
+
+// Issue 45 item 5: every parameter's gradient names the traced ops it is computed from (the root of a
+// reduction bug names one), each a key the model records, in its own layer; a tied embedding's both.
+TEST(TraceVerdict, EveryParameterGradientNamesTracedOpsOfItsLayer) {
+  ModelConfig c;
+  c.layers = 3, c.dense_layers = 1, c.shared_experts = 1, c.qk_norm = true, c.tie_embeddings = true;
+  c.norm = NormKind::layernorm;
+  const std::vector<trace::Key> keys = trace_verdict::trace_keys(c);
+  const auto reduced = trace_verdict::reduced_after(c, {{"layers.2.moe.router.gate", "summed over tp (2 ranks)"}});
+  const std::vector<ParamSpec> specs = param_specs(c);
+  ASSERT_EQ(reduced.size(), specs.size());
+  for (const ParamSpec& p : specs) {
+    const std::vector<trace::Key> from = trace_verdict::grad_sources(p.name, c);
+    ASSERT_FALSE(from.empty()) << p.name;
+    for (const trace::Key& k : from) {
+      EXPECT_EQ(k.dir, trace::Dir::bwd) << p.name;
+      EXPECT_LT(index_of(keys, k), keys.size()) << p.name << ": " << trace::key_name(k, c.layers);
+      if (p.name.rfind("layers.", 0) == 0) {
+        EXPECT_EQ(p.name.substr(7, 2), std::to_string(k.layer) + ".") << p.name;
+      }
+    }
+  }
+  EXPECT_EQ(trace_verdict::grad_sources("embed.weight", c).size(), 2u);
+  EXPECT_TRUE(trace_verdict::grad_sources("layers.9x.attn.wq", c).empty());
+  for (const auto& [name, words] : reduced) {
+    if (name == "layers.2.moe.router.gate") {
+      EXPECT_EQ(words,
+                "`layer 2 router, backward` (within its bound), in the partial sums of layers.2.moe.router.gate's "
+                "gradient computed from it or in their reduction (the plan: summed over tp (2 ranks))");
+    } else if (name == "layers.1.attn.q_norm.weight") {
+      EXPECT_EQ(words.substr(0, 24), "`layer 1 q, backward` (w");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace parity

@@ -69,8 +69,8 @@ def loop(d, out, traced, bug, rank, steps):
 
 
 def every_site(binary, tmp):
-    """The taps cover parity's whole flow: q and k after QK-norm and rope (tp2_qknorm_rope; their gradients
-    at wq's and wk's outputs, where parity traces them), the tied head's logits (fsdp2_tp2_tied), one device,
+    """The taps cover parity's whole flow: q and k after QK-norm and rope, forward and gradient at the same
+    tensor as parity traces them (tp2_qknorm_rope), the tied head's logits (fsdp2_tp2_tied), one device,
     2 steps: every key traced, within its bound."""
     from parity_torch import micro_batch_sequences
     for scen in ("tp2_qknorm_rope", "fsdp2_tp2_tied"):

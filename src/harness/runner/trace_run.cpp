@@ -16,6 +16,7 @@
 #include "model/batch_split.h"
 #include "model/data.h"
 #include "model/model.h"
+#include "parallel/param_plan.h"
 
 namespace parity {
 
@@ -239,6 +240,29 @@ std::vector<std::string> placement_lines(comm::Communicator& world, const mesh::
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> plan_reductions(const Scenario& s, const mesh::Mesh& m) {
+  const ParamPlan plan = param_plan(m, s.model, s.model.precision());
+  const auto over = [&](mesh::GroupKind k) {
+    const size_t n = m.group(k, 0).size();
+    return std::string(mesh::group_kind_name(k)) + " (" + std::to_string(n) + (n == 1 ? " rank)" : " ranks)");
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ParamEntry& e : plan.entries) {
+    const FamilyReduction& r = e.reduction;
+    std::string w = s.model.microbatches > 1
+                        ? "accumulated over " + std::to_string(s.model.microbatches) + " micro-batches, then "
+                        : std::string();
+    w += std::string(r.dp_op == DpOp::sum ? "summed" : "averaged") + " over " + over(r.dp_group);
+    if (r.tp_sum)
+      w += r.tp_sharers > 0 ? ", then over the " + std::to_string(r.tp_sharers) + " tp lanes sharing each KV head"
+                            : ", then over " + over(mesh::GroupKind::tp);
+    if (e.pair_synced)
+      w += ", then over pipeline stages " + std::to_string(e.pair.first) + " and " + std::to_string(e.pair.last);
+    out.emplace_back(e.spec.name, std::move(w));
+  }
+  return out;
+}
+
 trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
                                  const trace::Recorder& base, const trace::Recorder& twin,
                                  const trace::Recorder& mine, double param_bound) {
@@ -260,6 +284,7 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
   trace_verdict::Result out = trace_verdict::first_diverging(keys, all, world.size(), bounds, coords, shape,
                                                              layout_factors(s.layout, c.microbatches));
   out.placements = placement_lines(world, m, mine, c);
+  out.reduced = trace_verdict::reduced_after(c, plan_reductions(s, m));
   return out;
 }
 

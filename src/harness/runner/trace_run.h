@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -58,6 +59,11 @@ std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace:
 trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, const mesh::Mesh& m,
                                  const trace::Recorder& base, const trace::Recorder& twin,
                                  const trace::Recorder& mine, double param_bound);
+
+// What the correct parameter plan (parallel/param_plan.h) does with each parameter's gradient after
+// the backward, with its groups' sizes: {"layers.1.moe.router.gate", "summed over dense_dp (1 rank),
+// then over tp (2 ranks)"} (trace_verdict.h reduced_after joins it with the op that produced the sums).
+std::vector<std::pair<std::string, std::string>> plan_reductions(const Scenario& s, const mesh::Mesh& m);
 
 // Collective over `world`: the step to trace, the same on every rank (a simulated world folds its
 // rows on rank 0 alone): the earliest failing row's step, or with `always` (--trace) step 0 of a

@@ -418,6 +418,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
       again.step(t, scratch);
     rep.trace_root = again.traced().found ? again.traced().root : "", rep.trace_lines = again.traced().lines;
     rep.trace_placements = again.traced().placements;
+    rep.trace_reduced = again.traced().reduced;
   }
   rep.rows = run.rows();
   std::stable_sort(rep.rows.begin(), rep.rows.end(), [](const Row& a, const Row& b) {

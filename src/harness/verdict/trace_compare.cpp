@@ -192,6 +192,7 @@ void compare_traces(VerdictReport& rep, const Dump& ref, const Dump& got, const 
     if (next.found) res.found = true, res.root = at + ": " + next.root;
   }
   rep.trace_root = res.found ? res.root : "", rep.trace_lines = std::move(res.lines);
+  rep.trace_reduced = trace_verdict::reduced_after(c);  // the ops only: a dump holds no parameter plan
 }
 
 }  // namespace parity

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "model/batch_split.h"
+#include "model/params.h"
 
 namespace parity::trace_verdict {
 
@@ -120,6 +121,57 @@ StepShape step_shape(const ModelConfig& c) {
 
 std::vector<trace::Key> trace_keys(const ModelConfig& c) {
   return trace::flow_keys(c.layers, {c.moe_layers() > 0 ? c.dense_layers : -1, c.shared_experts > 0});
+}
+
+std::vector<trace::Key> grad_sources(std::string_view param, const ModelConfig& c) {
+  using trace::Dir, trace::Site;
+  const auto key = [](Site s, int64_t l) { return trace::Key{s, l, Dir::bwd}; };
+  const auto starts = [&](std::string_view p) { return param.substr(0, p.size()) == p; };
+  if (param == "embed.weight")
+    return c.tie_embeddings ? std::vector{key(Site::logits, c.layers), key(Site::embed, -1)}
+                            : std::vector{key(Site::embed, -1)};
+  if (param == "lm_head.weight") return {key(Site::logits, c.layers)};
+  if (starts("final_ln.")) return {key(Site::final_ln, c.layers)};
+  if (!starts("layers.")) return {};
+  const std::string_view rest = param.substr(7);
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return {};
+  int64_t l = 0;
+  for (char ch : rest.substr(0, dot)) {
+    if (ch < '0' || ch > '9') return {};
+    l = l * 10 + (ch - '0');
+  }
+  const std::string_view tail = rest.substr(dot + 1);
+  const auto is = [&](std::string_view p) { return tail.substr(0, p.size()) == p; };
+  if (is("ln1.")) return {key(Site::ln1, l)};
+  if (is("ln2.")) return {key(Site::ln2, l)};
+  if (is("attn.wq") || is("attn.q_norm.")) return {key(Site::q, l)};
+  if (is("attn.wk") || is("attn.k_norm.")) return {key(Site::k, l)};
+  if (is("attn.wv")) return {key(Site::v, l)};
+  if (is("attn.wo")) return {key(Site::h_mid, l)};  // attn_out's gradient is h_mid's
+  if (is("moe.router.")) return {key(Site::router, l)};
+  if (is("moe.experts.")) return {key(Site::experts, l)};
+  if (is("mlp.") || is("moe.shared.")) return {key(Site::h_out, l)};  // ffn_out's gradient is h_out's
+  return {};
+}
+
+std::vector<std::pair<std::string, std::string>> reduced_after(
+    const ModelConfig& c, const std::vector<std::pair<std::string, std::string>>& plan) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const ParamSpec& p : param_specs(c)) {
+    const std::vector<trace::Key> from = grad_sources(p.name, c);
+    if (from.empty()) continue;
+    std::string ops;
+    for (size_t i = 0; i < from.size(); ++i)
+      ops += (i == 0 ? "" : " and ") + ("`" + trace::key_name(from[i], c.layers) + "`");
+    std::string words = ops + (from.size() > 1 ? " (within their bounds)" : " (within its bound)") +
+                        ", in the partial sums of " + p.name + "'s gradient computed from " +
+                        (from.size() > 1 ? "them" : "it") + " or in their reduction";
+    for (const auto& [name, how] : plan)
+      if (name == p.name) words += " (the plan: " + how + ")";
+    out.emplace_back(p.name, std::move(words));
+  }
+  return out;
 }
 
 std::string tensor_name(const trace::Key& k, int64_t layers) {

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "harness/verdict/verdict_root.h"
@@ -43,6 +45,9 @@ struct StepShape {
 
 struct Result {
   bool found = false;              // a key over its bound
+  // Per parameter: where its gradient's partial sums come from and where they go (reduced_after), for
+  // a root that enters after the backward (verdict_root.h root_line): {"layers.1.moe.router.gate", ...}.
+  std::vector<std::pair<std::string, std::string>> reduced;
   std::string root;                // "layer 1 attn_out, forward, micro-batch 0, rank 3 (tp 1): x2.000 ..."
   std::vector<std::string> lines;  // the trace's table: the keys compared, the first over its bound, the unmapped
   std::vector<std::string> placements;  // what each rank records and where it lands (trace_run.h placement_lines)
@@ -58,6 +63,19 @@ Result first_diverging(const std::vector<trace::Key>& keys, const std::vector<do
 // The step's shape and the keys a model of config c records, in data-flow order.
 StepShape step_shape(const ModelConfig& c);
 std::vector<trace::Key> trace_keys(const ModelConfig& c);
+
+// The traced keys whose backward (the gradient arriving at each) a parameter's gradient is computed
+// from: a weight's gradient is its input times the gradient arriving at its output (wq: q's; wo:
+// attn_out's, recorded as h_mid's; an MLP's or the shared expert's: ffn_out's, recorded as h_out's);
+// a norm's weights', the gradient arriving at the norm's output; a tied embedding: the logits' and the
+// embedding's. Empty: not a parameter of c.
+std::vector<trace::Key> grad_sources(std::string_view param, const ModelConfig& c);
+// Per parameter of c: "`layer 1 router, backward` (within its bound), in the partial sums of
+// layers.1.moe.router.gate's gradient computed from it or in their reduction" and, where `plan` names
+// the parameter's reductions (the runner's parameter plan, harness/runner/trace_run.h plan_reductions),
+// " (the plan: summed over dense_dp (1 rank), then over tp (2 ranks))".
+std::vector<std::pair<std::string, std::string>> reduced_after(
+    const ModelConfig& c, const std::vector<std::pair<std::string, std::string>>& plan = {});
 
 // A key's full tensor in a dump (dump --trace, parity_torch's trace.py): "trace.fwd.layers.1.q",
 // "trace.bwd.embed", "trace.fwd.final_ln", stored (B, S, columns), sequence g of the step at row g.

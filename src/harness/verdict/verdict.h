@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -141,6 +142,9 @@ struct VerdictReport {
   std::string trace_root;
   std::vector<std::string> trace_lines;
   std::vector<std::string> trace_placements;  // each rank's records and where they land (parity explain --trace)
+  // Per parameter, the traced op whose backward produced its gradient's partial sums and the plan's
+  // reductions of them (trace_verdict.h reduced_after): what a root that enters after the backward names
+  std::vector<std::pair<std::string, std::string>> trace_reduced;
   Timings rank0, slowest;
   std::string command = "run";  // the report's first word: "run", or "compare" (two dumps, no ranks, no timings)
   bool passed() const;    // no row FAIL (near-ties are shown, not failures)

@@ -269,6 +269,39 @@ RootCause find_root(const VerdictReport& r) {
   return root;
 }
 
+// A root that no traced tensor shows (the traced step's forward and backward within their bounds): the
+// op where it enters. A gradient row: the traced op whose backward its first wrong parameter's gradient
+// is computed from, and that gradient's partial sums or their reduction with the plan's groups
+// (trace_reduced); the others, the op after the backward their quantity names. "" where none.
+static std::string enters_after(const VerdictReport& r, const Row& row) {
+  if (row.quantity == "grad") {
+    for (const std::string* p : {&row.flow_tensor, &row.worst.name})
+      for (const auto& [name, words] : r.trace_reduced)
+        if (!p->empty() && name == *p) return "after " + words;
+    return "";
+  }
+  const std::string of = row.worst.name.empty() ? "" : " of " + row.worst.name;
+  std::string op;
+  if (row.quantity == "grad_norm")
+    op = "in the grad norm (each gradient's squares, summed over the world), the gradients it reads within their "
+         "bounds";
+  else if (row.quantity == "clip_coef")
+    op = "in the clip coefficient (from the grad norm)";
+  else if (row.quantity == "param")
+    op = "in the update" + of + " (the clipping and the optimizer step, or the optimizer state it reads)";
+  else if (row.quantity == "replicas")
+    op = "in the update or the optimizer state of one replica";
+  else if (row.quantity == "tokens_per_expert")
+    op = "in the expert counts' reduction over the ranks (the routing within its bounds)";
+  else if (row.quantity == "expert_bias")
+    op = "in the expert-bias update (the routing within its bounds)";
+  else if (row.quantity == "loss")
+    op = "in the loss's report (its sum over the ranks and micro-batches)";
+  else if (row.quantity == "loss_scale")
+    op = "in the loss scaler (the overflow check, the scale's update)";
+  return op.empty() ? "" : "after the backward, " + op;
+}
+
 std::string root_line(const VerdictReport& r, const RootCause& root) {
   if (!root.found) return "";
   const Row& row = r.rows[root.row];
@@ -280,8 +313,11 @@ std::string root_line(const VerdictReport& r, const RootCause& root) {
                     ", scale " + scale + " -> " + root.factor;
   if (!r.trace_root.empty())  // the traced step (harness/verdict/trace_verdict.h)
     out += "; enters at " + r.trace_root;
-  else if (!r.trace_lines.empty())
-    out += "; no traced tensor diverges (it enters after the backward: a reduction, the optimizer, a report)";
+  else if (!r.trace_lines.empty()) {
+    const std::string op = enters_after(r, row);
+    out += "; no traced tensor diverges" +
+           (op.empty() ? " (it enters after the backward: a reduction, the optimizer, a report)" : ": it enters " + op);
+  }
   if (!root.same_step.empty()) {
     out += "; also first failing at step " + std::to_string(root.step) + ":";
     for (size_t i : root.same_step)
