@@ -162,8 +162,17 @@ template <class T> vd::Outcome Runner<T>::scale_outcome(const StepRecord<T>& b, 
 template <class T>
 void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep) {
   wire_.expect_whole(all, world_.size());
-  // a grad row's floor for its model: few tokens, a family far below the model's gradient (tolerance.h)
   const std::vector<double> fam_sq = family_norm_sq(b);
+  grad_floors(b, fam_sq);
+  add_reduction_allowance(all, fam_sq);
+  StepLine line = scalars(t, b, all, fam_sq);
+  fold_groups(t, all);
+  fold_routes(t, all, line);
+  rep.step_lines.push_back(line);
+}
+
+template <class T> void Runner<T>::grad_floors(const StepRecord<T>& b, const std::vector<double>& fam_sq) {
+  // a grad row's floor for its model: few tokens, a family far below the model's gradient (tolerance.h)
   double model_sq = 0, model_n = 0;
   for (size_t g = 0; g < n_fam_; ++g)
     model_sq += fam_sq[static_cast<size_t>(group_family_[g])], model_n += group_elements_[g];
@@ -178,8 +187,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
     // set_bounds sets the far bound again each step; the gradient the optimizer took is held to it too
     groups_[g].far_bound = saturated_far_bound(groups_[g].far_bound, saturated);
   }
-  add_reduction_allowance(all, fam_sq);
-  StepLine line = scalars(t, b, all, fam_sq);
+}
+
+template <class T> void Runner<T>::fold_groups(int64_t t, const std::vector<double>& all) {
   const auto upd = update_ratios(all);
   std::vector<std::string> replica_bad;
   int64_t replica_pairs = 0;
@@ -227,6 +237,9 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
                                                  state_keys_.names, replica_pairs))
     replica_bad.push_back(std::move(d));
   vd::update_row(rows_.back(), t, vd::replicas_outcome(replica_bad, replica_pairs));
+}
+
+template <class T> void Runner<T>::fold_routes(int64_t t, const std::vector<double>& all, StepLine& line) {
   const size_t n = wire_.counts().tokens, L = wire_.counts().moe_layers;
   for (size_t l = 0; l < L; ++l) {
     std::vector<vd::RouteLocal> parts;
@@ -242,7 +255,6 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
       line.route_diff += static_cast<int64_t>(p.mismatch), line.near_ties += static_cast<int64_t>(p.followed);
     vd::update_row(row, t, o);
   }
-  rep.step_lines.push_back(line);
 }
 
 template <class T>

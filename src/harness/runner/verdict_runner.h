@@ -74,7 +74,14 @@ template <class T> class Runner {
   void local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, std::vector<double>& out);
   // Every rank's part on every rank (on rank 0 alone in a simulated world).
   std::vector<double> exchange(const std::vector<double>& mine);
+  // Step t's rows from every rank's part (`all`): the grad rows' floors, the scalars, every
+  // family group's row and the replicas', each MoE layer's routing.
   void fold(int64_t t, const StepRecord<T>& b, const std::vector<double>& all, VerdictReport& rep);
+  // A grad row's floor for its model: few tokens, a family far below the model's largest gradient
+  // so far, a saturated softmax (tolerance.h gradient_row_bound); fam_sq: the baseline's per family.
+  void grad_floors(const StepRecord<T>& b, const std::vector<double>& fam_sq);
+  void fold_groups(int64_t t, const std::vector<double>& all);  // and the replicas row
+  void fold_routes(int64_t t, const std::vector<double>& all, StepLine& line);
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
                    const std::vector<double>& fam_sq);
   vd::Outcome scale_outcome(const StepRecord<T>& b, const std::vector<double>& all) const;
