@@ -156,15 +156,15 @@ TEST(Fp8, RowsAndTensorsQuantizeWithTheirOwnAmax) {
   EXPECT_EQ(w[3], 40.0);
 }
 
-// The twin at current scaling's E5M2 points (issue 48e): a large element 100 fp32 ulps below a tie stays
-// (2048 ulps of itself flipped it at half the draws: bounds no layout needed), a small element of the same
-// row 10^-5 of itself below a tie flips at about half of them (4 ulps of the row's amax: 1.2% of it).
+// The twin at current scaling's E5M2 points (issue 48e): a large element 1000 fp32 ulps below a tie stays
+// (2048 ulps of itself flipped it at half the draws: bounds no layout needed; 256 + 4 now), a small element
+// of the same row 10^-5 of itself below a tie flips at about half of them (4 ulps of the row's amax: 1.2%).
 TEST(Fp8, TheTwinMovesAnE5m2ElementByUlpsOfItsRow) {
   const PrecisionScope fp8(parse_precision("fp8", "t"));
   constexpr int64_t kRows = 64, kCols = 16;
   // each row: [1, v x 7, w x 8]; scale 57344 (amax 1); v x 57344 = 1.125 (1 - 1e-5) just under the midpoint
-  // of E5M2's 1 and 1.25; w x 57344 = 18432 (1 - 100 ulps), under the midpoint of 16384 and 20480
-  const float v = 1.125f / 57344.0f * (1.0f - 1e-5f), w = 18432.0f / 57344.0f * (1.0f - 100 * 0x1p-24f);
+  // of E5M2's 1 and 1.25; w x 57344 = 18432 (1 - 1000 ulps), under the midpoint of 16384 and 20480
+  const float v = 1.125f / 57344.0f * (1.0f - 1e-5f), w = 18432.0f / 57344.0f * (1.0f - 1000 * 0x1p-24f);
   std::vector<float> g;
   for (int64_t r = 0; r < kRows; ++r) {
     g.push_back(1.0f);
@@ -185,7 +185,7 @@ TEST(Fp8, TheTwinMovesAnE5m2ElementByUlpsOfItsRow) {
   EXPECT_GT(small_up, 64 * 7 / 4);
   EXPECT_LT(small_up, 64 * 7 * 3 / 4);
   EXPECT_EQ(large_up, 0);
-  EXPECT_EQ(kFp8GradJitterUlps, 0.0);
+  EXPECT_LE(kFp8GradJitterUlps, 512.0);
   EXPECT_GE(kFp8GradRowJitterUlps, 2.0);
 }
 
@@ -346,8 +346,8 @@ TEST(Fp8Delayed, TheTwinJittersDelayedGradientsByTheirOwnUlpsToo) {
   d.record(kFp8GradSlot0, 1.5f * 57344.0f), d.end_step(nullptr);  // scale 1 / 1.5
   const Fp8StateScope on(&d);
   const float mid = 1.5f * 1.125f;  // 1.125 is the midpoint of E5M2's 1 and 1.25; times the 1.5 of the scale
-  // 150 ulps under it: 4 of the row's (every element is its amax) and 256 of its own flip it at about half
-  std::vector<float> g(256, mid * (1.0f - 150 * 0x1p-24f));
+  // 800 ulps under it: 4 of the row's (every element is its amax) and 1024 of its own flip it at about half
+  std::vector<float> g(256, mid * (1.0f - 800 * 0x1p-24f));
   {
     const JitterScope twin(7);
     const Fp8SiteScope site(0, "attn");
@@ -357,7 +357,7 @@ TEST(Fp8Delayed, TheTwinJittersDelayedGradientsByTheirOwnUlpsToo) {
   for (float x : g) flipped += x > 1.65f;
   EXPECT_GT(flipped, 64);
   EXPECT_LT(flipped, 192);
-  EXPECT_GE(kFp8DelayedGradJitterUlps, 200.0);
+  EXPECT_GE(kFp8DelayedGradJitterUlps, 1000.0);
 }
 
 }  // namespace
