@@ -14,18 +14,35 @@ namespace parity {
 namespace {
 thread_local const AmaxReduce* tl_split = nullptr;
 
+double knob_ulps(const char* name) {  // for measuring the choice (docs/precision.md "fp8"); -1: unset
+  const char* v = knob(name);
+  return v != nullptr && *v != '\0' ? std::atof(v) : -1.0;
+}
 double grad_jitter_ulps(bool delayed) {
-  static const double j = [] {
-    const char* v = knob("PARITY_FP8_GRAD_JITTER");  // for measuring the choice (docs/precision.md "fp8")
-    return v != nullptr && *v != '\0' ? std::atof(v) : -1.0;
-  }();
+  static const double j = knob_ulps("PARITY_FP8_GRAD_JITTER");
   return j >= 0 ? j : delayed ? kFp8DelayedGradJitterUlps : kFp8GradJitterUlps;
 }
+double row_jitter_ulps() {
+  static const double j = knob_ulps("PARITY_FP8_ROW_JITTER");
+  return j >= 0 ? j : kFp8GradRowJitterUlps;
+}
 
-template <class T> void jitter(T* x, int64_t n, bool from_history) {  // the rounding twin's move, as to_storage's
+float amax_of(const float* x, int64_t n);
+float amax_of(const double* x, int64_t n);
+
+// The rounding twin's move at an E5M2 point (n rows of k): first every element by +-row_jitter_ulps()
+// fp32 ulps of its row's amax (what a reordered sum leaves: a few ulps of the terms it adds, however
+// much of them cancelled), then by +-grad_jitter_ulps() of itself; each sign from the twin's sequence.
+template <class T> void jitter(T* x, int64_t n, int64_t k, bool from_history) {
   if (!jitter_on()) return;
+  const double row = row_jitter_ulps() * 0x1p-24;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = static_cast<double>(amax_of(x + i * k, k)) * row;
+    for (int64_t j = i * k; j < (i + 1) * k; ++j)
+      x[j] = static_cast<T>(static_cast<double>(x[j]) + (jitter_up() ? a : -a));
+  }
   const double ulps = grad_jitter_ulps(from_history), up = 1 + ulps * 0x1p-24, down = 1 - ulps * 0x1p-24;
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
+  for (int64_t i = 0; i < n * k; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
 }
 
 float amax_of(const float* x, int64_t n) {
@@ -72,7 +89,7 @@ bool fp8_on() { return current_precision().fp8; }
 template <class T> void fp8_rows(Fp8 f, T* x, int64_t n, int64_t k, bool split) {
   if (!fp8_on()) return;
   Fp8Delayed* d = delayed();
-  if (f == Fp8::e5m2) jitter(x, n * k, d != nullptr);  // a gradient: an fp32 sum (E4M3 inputs: storage points)
+  if (f == Fp8::e5m2) jitter(x, n, k, d != nullptr);  // a gradient: an fp32 sum (E4M3 inputs: storage points)
   if (d != nullptr) return quantize_delayed(*d, fp8_next_slot(f), f, x, n * k);
   std::vector<float> amax(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) amax[static_cast<size_t>(i)] = amax_of(x + i * k, k);

@@ -15,6 +15,7 @@ const std::vector<Knob>& knobs() {
       {"PARITY_TWIN_STREAM", "0", "which of the rounding twin's pseudo-random sequences (measuring its luck)"},
       {"PARITY_TWIN_JITTER", "the built-in ulps", "the rounding twin's input jitter in ulps of fp32 (measuring)"},
       {"PARITY_FP8_GRAD_JITTER", "the built-in ulps", "the twin's jitter at fp8's E5M2 gradient points (measuring)"},
+      {"PARITY_FP8_ROW_JITTER", "the built-in ulps", "the twin's jitter at E5M2 points in ulps of the row's amax"},
       {"PARITY_SHARED_BASELINE", "1", "0: every rank trains its own baseline instead of one per host"},
       {"PARITY_TRACE_PLANT", "unset: none",
        "SITE:LAYER:fwd|bwd:RANK:RECORD:INDEX: +1 on one element of one traced shard (test hook; docs/verdict.md)"},

@@ -156,6 +156,39 @@ TEST(Fp8, RowsAndTensorsQuantizeWithTheirOwnAmax) {
   EXPECT_EQ(w[3], 40.0);
 }
 
+// The twin at current scaling's E5M2 points (issue 48e): a large element 1000 fp32 ulps below a tie stays
+// (2048 ulps of itself flipped it at half the draws: bounds no layout needed; 256 + 4 now), a small element
+// of the same row 10^-5 of itself below a tie flips at about half of them (4 ulps of the row's amax: 1.2%).
+TEST(Fp8, TheTwinMovesAnE5m2ElementByUlpsOfItsRow) {
+  const PrecisionScope fp8(parse_precision("fp8", "t"));
+  constexpr int64_t kRows = 64, kCols = 16;
+  // each row: [1, v x 7, w x 8]; scale 57344 (amax 1); v x 57344 = 1.125 (1 - 1e-5) just under the midpoint
+  // of E5M2's 1 and 1.25; w x 57344 = 18432 (1 - 1000 ulps), under the midpoint of 16384 and 20480
+  const float v = 1.125f / 57344.0f * (1.0f - 1e-5f), w = 18432.0f / 57344.0f * (1.0f - 1000 * 0x1p-24f);
+  std::vector<float> g;
+  for (int64_t r = 0; r < kRows; ++r) {
+    g.push_back(1.0f);
+    for (int i = 0; i < 7; ++i) g.push_back(v);
+    for (int i = 0; i < 8; ++i) g.push_back(w);
+  }
+  {
+    const JitterScope twin(7);
+    fp8_rows(Fp8::e5m2, g.data(), kRows, kCols, false);
+  }
+  int small_up = 0, large_up = 0;
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t i = 1; i < kCols; ++i) {
+      const float x = g[static_cast<size_t>(r * kCols + i)];
+      if (i < 8) small_up += x > 1.2f / 57344.0f;  // 1.25 / 57344, not 1 / 57344
+      else large_up += x > 19000.0f / 57344.0f;   // 20480 / 57344, not 16384 / 57344
+    }
+  EXPECT_GT(small_up, 64 * 7 / 4);
+  EXPECT_LT(small_up, 64 * 7 * 3 / 4);
+  EXPECT_EQ(large_up, 0);
+  EXPECT_LE(kFp8GradJitterUlps, 512.0);
+  EXPECT_GE(kFp8GradRowJitterUlps, 2.0);
+}
+
 // Delayed scaling (core/fp8_delayed.h): a model of one attention module and one two-expert module.
 Fp8Delayed two_modules(int64_t history_len, bool most_recent) {
   return Fp8Delayed({{"layers.0.attn", 1, {"layers.0.attn.wq", "layers.0.attn.wk", "layers.0.attn.wv",
@@ -307,13 +340,14 @@ TEST(Fp8Delayed, AnAmaxAtRoundingLevelIsNone) {
 // The twin's jitter at delayed scaling's E5M2 points is current scaling's 2048 fp32 ulps: a layout's
 // gradient reaching them differs by what flipped upstream, not by a reordered sum's few ulps. Values
 // 1000 ulps below an E5M2 midpoint flip under the twin for about half of the signs (at 64: none).
-TEST(Fp8Delayed, TheTwinJittersGradientsAsCurrentScalingDoes) {
+TEST(Fp8Delayed, TheTwinJittersDelayedGradientsByTheirOwnUlpsToo) {
   const PrecisionScope fp8(parse_precision("fp8-delayed", "t"));
   Fp8Delayed d = two_modules(2, false);
   d.record(kFp8GradSlot0, 1.5f * 57344.0f), d.end_step(nullptr);  // scale 1 / 1.5
   const Fp8StateScope on(&d);
   const float mid = 1.5f * 1.125f;  // 1.125 is the midpoint of E5M2's 1 and 1.25; times the 1.5 of the scale
-  std::vector<float> g(256, mid * (1.0f - 1000 * 0x1p-24f));
+  // 800 ulps under it: 4 of the row's (every element is its amax) and 1024 of its own flip it at about half
+  std::vector<float> g(256, mid * (1.0f - 800 * 0x1p-24f));
   {
     const JitterScope twin(7);
     const Fp8SiteScope site(0, "attn");
