@@ -537,3 +537,12 @@ foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2)
   set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
     LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
 endforeach()
+
+# A vocab of 24 over tp 7 leaves the last lane no columns of the head: its trace record divided
+# by its zero width (pmodel.cpp rec), a SIGFPE wherever the compiler hoisted the division above
+# record's check (calibration fp8-delayed seed 48322, draw cal02838). Traced on request, it passes.
+add_test(NAME verdict.tp7_vocab24_traced
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/tp7_vocab24_trace.json \
+--backend sim --precision fp32 --trace 2>&1; echo exit=$?")
+set_tests_properties(verdict.tp7_vocab24_traced PROPERTIES
+  PASS_REGULAR_EXPRESSION "no traced tensor over its bound\n.*verdict: PASS[^\n]*\n.*exit=0\n")

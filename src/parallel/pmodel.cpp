@@ -134,6 +134,9 @@ template <class T> struct ParallelModel<T>::Impl {
   // A traced tensor (model/trace.h) of `cols` columns, [col0, col0 + cols) of full (-1: all).
   void rec(trace::Site s, int64_t l, trace::Dir d, const Buffer<T>& x, int64_t cols,
            trace::Rows rows = trace::Rows::stream, int64_t col0 = 0, int64_t full = -1) const {
+    // a lane without columns of it (a vocab of 24 over tp 7 leaves the last lane none) holds nothing
+    // to trace; its division by zero crashed a build whose compiler hoisted it above record's check
+    if (cols <= 0) return;
     trace::record(s, l, d, x.data(), static_cast<int64_t>(x.size()) / cols, cols, rows, col0, full);
   }
   // This lane's heads of a projection's output: columns from wq's own offset (a column split over tp).
