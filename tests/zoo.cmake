@@ -104,19 +104,18 @@ set_tests_properties(fp8.delayed_few_tokens_pass PROPERTIES LABELS "zoo;unit"
 # bound), with the plan's reductions of those partial sums and their groups' sizes: dp (the head's
 # gradient over dense_dp), tp (the router's, summed over tp after dense_dp), ep (the experts' over edp),
 # pp (the tied embedding's, from the logits' and the embedding's backward, over the two stages).
-add_test(NAME zoo.reduction_root_names_op.dp
-         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4.json --steps 1 --inject dp_averaged_twice 2>&1; echo exit=$?")
-set_tests_properties(zoo.reduction_root_names_op.dp PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
-  "\nroot: grad head at step 0[^\n]*-> 1/4 \\(= 1/dp\\)[^\n]*. no traced tensor diverges: it enters after `logits, backward` \\(within its bound\\), in the partial sums of lm_head.weight's gradient computed from it or in their reduction \\(the plan: summed over dense_dp \\(4 ranks\\)\\)[^\n]*\n.*exit=1\n")
-add_test(NAME zoo.reduction_root_names_op.tp
-         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/tp2.json --steps 1 --inject router_grad_averaged 2>&1; echo exit=$?")
-set_tests_properties(zoo.reduction_root_names_op.tp PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
-  "\nroot: grad router at step 0[^\n]*-> 1/2 \\(= 1/tp\\)[^\n]*. no traced tensor diverges: it enters after `layer 1 router, backward` \\(within its bound\\), in the partial sums of layers.1.moe.router.gate's gradient[^\n]*\\(the plan: summed over dense_dp \\(1 rank\\), then over tp \\(2 ranks\\)\\)[^\n]*\n.*exit=1\n")
-add_test(NAME zoo.reduction_root_names_op.ep
-         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fsdp4_ep2.json --steps 1 --inject expert_grads_over_dense_dp 2>&1; echo exit=$?")
-set_tests_properties(zoo.reduction_root_names_op.ep PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
-  "\nroot: grad routed_experts at step 0[^\n]*. no traced tensor diverges: it enters after `layer 1 experts, backward` \\(within its bound\\), in the partial sums of layers.1.moe.experts.w[123]'s gradient[^\n]*\\(the plan: summed over edp \\(2 ranks\\)\\)[^\n]*\n.*exit=1\n")
-add_test(NAME zoo.reduction_root_names_op.pp
-         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/pp2_1f1b_tp2_ep2_tied.json --steps 1 --inject pp_tied_embedding_not_synced 2>&1; echo exit=$?")
-set_tests_properties(zoo.reduction_root_names_op.pp PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
-  "\nroot: grad embedding at step 0[^\n]*. no traced tensor diverges: it enters after `logits, backward` and `embed, backward` \\(within their bounds\\), in the partial sums of embed.weight's gradient[^\n]*then over pipeline stages 0 and 1\\)[^\n]*\n.*exit=1\n")
+function(zoo_root_names_op kind scenario bug root)  # the root line's regex, then the exit code 1
+  add_test(NAME zoo.reduction_root_names_op.${kind}
+           COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/${scenario}.json --steps 1 \
+--inject ${bug} 2>&1; echo exit=$?")
+  set_tests_properties(zoo.reduction_root_names_op.${kind} PROPERTIES LABELS zoo
+    PASS_REGULAR_EXPRESSION "\nroot: ${root}[^\n]*\n.*exit=1\n")
+endfunction()
+zoo_root_names_op(dp fsdp4 dp_averaged_twice
+  "grad head at step 0[^\n]*-> 1/4 \\(= 1/dp\\)[^\n]*. no traced tensor diverges: it enters after `logits, backward` \\(within its bound\\), in the partial sums of lm_head.weight's gradient computed from it or in their reduction \\(the plan: summed over dense_dp \\(4 ranks\\)\\)")
+zoo_root_names_op(tp tp2 router_grad_averaged
+  "grad router at step 0[^\n]*-> 1/2 \\(= 1/tp\\)[^\n]*. no traced tensor diverges: it enters after `layer 1 router, backward` \\(within its bound\\), in the partial sums of layers.1.moe.router.gate's gradient[^\n]*\\(the plan: summed over dense_dp \\(1 rank\\), then over tp \\(2 ranks\\)\\)")
+zoo_root_names_op(ep fsdp4_ep2 expert_grads_over_dense_dp
+  "grad routed_experts at step 0[^\n]*. no traced tensor diverges: it enters after `layer 1 experts, backward` \\(within its bound\\), in the partial sums of layers.1.moe.experts.w[123]'s gradient[^\n]*\\(the plan: summed over edp \\(2 ranks\\)\\)")
+zoo_root_names_op(pp pp2_1f1b_tp2_ep2_tied pp_tied_embedding_not_synced
+  "grad embedding at step 0[^\n]*. no traced tensor diverges: it enters after `logits, backward` and `embed, backward` \\(within their bounds\\), in the partial sums of embed.weight's gradient[^\n]*then over pipeline stages 0 and 1\\)")
