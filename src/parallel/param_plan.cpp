@@ -100,6 +100,10 @@ ParamPlan param_plan(const mesh::Mesh& m, const ModelConfig& model, const Precis
     e.pair_synced = spec.also_head && e.stages.size() == 2;
     if (e.pair_synced) e.pair = {e.stages.front(), e.stages.back(), 1, false};
     e.master = precision.compute, e.compute_copy = precision.store;
+    if (precision.fp8) e.fp8_blocks = fp8_weight_blocks(spec);
+    const bool routed = spec.family == Family::routed_experts;
+    if (e.fp8_blocks > 0 && m.size(routed ? mesh::MeshDim::etp : mesh::MeshDim::tp) > 1)
+      e.fp8_amax_over = routed ? mesh::GroupKind::etp : mesh::GroupKind::tp;
     plan.by_name.emplace(spec.name, plan.entries.size());
     plan.entries.push_back(std::move(e));
   }
@@ -265,6 +269,14 @@ std::string reduction_words(const ParamEntry& e) {
   return out;
 }
 
+// fp8's weight quantization, after the compute copy's format: ", E4M3 x2 (amax over etp)".
+std::string fp8_words(const ParamEntry& e) {
+  if (e.fp8_blocks == 0) return "";
+  const std::string over = e.fp8_amax_over ? " (amax over " + std::string(mesh::group_kind_name(*e.fp8_amax_over)) + ")"
+                                           : "";
+  return ", E4M3 x" + std::to_string(e.fp8_blocks) + over;
+}
+
 }  // namespace
 
 std::string param_table(const ParamPlan& plan, std::string_view only) {
@@ -282,7 +294,8 @@ std::string param_table(const ParamPlan& plan, std::string_view only) {
            mp_words(e.mp) + " | " + st + " | " + reduction_words(e) + " | " +
            std::string(entry_norm_name(e.reduction.norm)) + ", " + (e.reduction.clip ? "clipped" : "not clipped") +
            " | " +
-           std::string(dtype_name(e.master)) + ", " + entry_low_name(e.compute_copy, e.master) + " |\n";
+           std::string(dtype_name(e.master)) + ", " + entry_low_name(e.compute_copy, e.master) + fp8_words(e) +
+           " |\n";
   }
   return out;
 }

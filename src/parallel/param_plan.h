@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +80,12 @@ struct ParamEntry {
   // `compute_copy` (none: kept in `master`).
   DType master = DType::f64;
   Low compute_copy = Low::none;
+  // fp8 (core/fp8.h): the compute copy of a linear's weight quantized to E4M3, `fp8_blocks` tensors
+  // (its routed experts, else 1) with one scale each (0: not quantized, model/params.h
+  // fp8_weight_blocks), each scale from the amax over the lanes of `fp8_amax_over` (tp for the dense
+  // linears, etp for the routed experts: the lanes that split it; none where that group is one lane).
+  int64_t fp8_blocks = 0;
+  std::optional<mesh::GroupKind> fp8_amax_over;
 
   bool zero() const { return sharding == DpSharding::zero1 || sharding == DpSharding::zero2; }
   bool zero2() const { return sharding == DpSharding::zero2; }

@@ -86,20 +86,17 @@ template <class T> struct ParallelModel<T>::Impl {
       }
     }
   }
-  // fp8 (core/fp8.h): a linear's gathered weight quantized to E4M3, one scale per tensor (per routed
-  // expert) from its amax over every piece: a weight split over TP (ETP for the routed experts) takes
-  // the max over those lanes. FSDP gathered it whole already. The same order on every lane, a lane whose
-  // piece is empty (an uneven split) included: it joins the reduction with an amax of 0.
+  // fp8 (core/fp8.h): a linear's gathered weight quantized to E4M3 as its plan entry says, one scale per
+  // tensor (per routed expert) from its amax over every piece: a weight split over TP (ETP for the routed
+  // experts) takes the max over those lanes. FSDP gathered it whole already. The same order on every lane,
+  // a lane whose piece is empty (an uneven split) included: it joins the reduction with an amax of 0.
   void fp8_weight(size_t q, Tensor<T>& t) const {
+    const auto& [on, amax] = m.fp8_weight_[q];
+    if (!on) return;
     const ParamSpec& spec = m.params[q].spec();
-    if (!fp8_on() || fp8_weight_blocks(spec) == 0) return;
     const bool routed = spec.family == Family::routed_experts;
-    const int64_t blocks = routed ? t.shape[0] : 1;
-    // every linear weight is split over tp > 1 (the routed experts over etp > 1), on every lane alike: a
-    // lane holding the whole of an unevenly split one (F = 1 over tp 3) still joins (the KV heads a lane
-    // replicates are refused under fp8, mesh/layout_config.cpp)
-    const AmaxReduce& r = routed ? m.etp_amax_ : m.tp_amax_;
-    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, r ? &r : nullptr, spec.name,
+    const int64_t blocks = routed ? t.shape[0] : 1;  // this rank's experts
+    fp8_tensors(t.ptr(), blocks, blocks == 0 ? 0 : t.numel() / blocks, amax, spec.name,
                 routed ? m.ep_.e0 : 0);  // fp8-delayed: its slots (a routed expert's by its global index)
   }
   const Tensor<T>& w(size_t q) const {
@@ -435,6 +432,13 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
     // another stage's parameter: no gradient here (an empty accumulator)
     mp_grads.emplace_back(held_.back() ? params.back().mp_shape() : Shape(e.spec.shape.size(), 0));
     compute_copy_.push_back(e.compute_copy);
+    // every linear weight is split over tp > 1 (the routed experts over etp > 1) on every lane alike: a
+    // lane holding the whole of an unevenly split one (F = 1 over tp 3) still joins the amax reduction
+    // (the KV heads a lane replicates are refused under fp8, mesh/layout_config.cpp)
+    const AmaxReduce* amax = !e.fp8_amax_over                      ? nullptr
+                             : *e.fp8_amax_over == GroupKind::etp ? &etp_amax_
+                                                                  : &tp_amax_;
+    fp8_weight_.push_back({e.fp8_blocks > 0, amax && *amax ? amax : nullptr});  // empty: the zoo's fp8_amax_per_lane
   }
   gathered_.resize(plan.size()), is_gathered_.assign(plan.size(), 0);
   // the weights by index: names looked up here, once

@@ -131,6 +131,13 @@ template <class T> class ParallelModel {
   std::vector<Tensor<T>> gathered_;    // per parameter: its compute copy, gathered in this step
   std::vector<char> is_gathered_;      // per parameter
   std::vector<Low> compute_copy_;      // per parameter: its gathered compute copy's format (its plan entry's)
+  // per parameter, its plan entry's fp8 weight quantization: whether it has one, and the amax
+  // reduction over the lanes that split it (null: none)
+  struct Fp8Weight {
+    bool on = false;
+    const AmaxReduce* amax = nullptr;
+  };
+  std::vector<Fp8Weight> fp8_weight_;
   std::vector<std::pair<int64_t, int64_t>> split_;  // per virtual stage: its layers
   std::vector<char> held_;                           // per parameter
 };

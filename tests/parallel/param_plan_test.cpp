@@ -154,7 +154,8 @@ std::set<std::string> changed(const ParamPlan& a, const ParamPlan& b) {
     if (!(x.reduction == y.reduction) || x.pair_synced != y.pair_synced || !(x.pair == y.pair) ||
         x.reduced_before_last_micro != y.reduced_before_last_micro || x.param != y.param || x.grad != y.grad ||
         x.optimizer != y.optimizer || x.mp != y.mp || !(x.param_storage == y.param_storage) ||
-        x.compute_copy != y.compute_copy || x.master != y.master)
+        x.compute_copy != y.compute_copy || x.master != y.master || x.fp8_blocks != y.fp8_blocks ||
+        x.fp8_amax_over != y.fp8_amax_over)
       out.insert(x.spec.name);
   }
   return out;
@@ -299,6 +300,43 @@ TEST(ParamPlanMutation, OuterComputeCopyUnroundedKeepsTheOuterParametersInTheirM
   EXPECT_NE(param_table(bad, "embed.weight").find("| fp32, fp32 |"), std::string::npos);
   const ParamPlan fp32 = plan_of(layout(4, 2, 2, 2));
   EXPECT_TRUE(changed(fp32, mutated(fp32, "outer_compute_copy_unrounded")).empty());
+}
+
+// fp8's weight quantization points are the entries' (issue 44): the linears' weights (q, k, v, o and
+// w1 / w2 / w3 of the MLPs and experts) one E4M3 tensor each, a routed expert's weight one per expert,
+// the amax over the lanes that split them (tp; etp for the routed experts, none at etp 1); nothing else,
+// and nothing at all outside the fp8 policy.
+TEST(ParamPlan, Fp8WeightsAreQuantizedWhereTheirEntriesSay) {
+  Precision fp8;
+  fp8.store = Low::bf16, fp8.compute = DType::f32, fp8.fp8 = true;
+  const ModelConfig model;
+  const auto linear = [](const std::string& n) {
+    for (const char* tail : {".wq", ".wk", ".wv", ".wo", ".w1", ".w2", ".w3"})
+      if (n.ends_with(tail)) return true;
+    return false;
+  };
+  for (const int64_t etp : {1, 2}) {
+    SCOPED_TRACE("etp " + std::to_string(etp));
+    const ParamPlan p = param_plan(mesh::Mesh(layout(4, 2, 2, 2, etp), model.layers), model, fp8);
+    int64_t quantized = 0;
+    for (const ParamEntry& e : p.entries) {
+      SCOPED_TRACE(e.spec.name);
+      if (!linear(e.spec.name)) {
+        EXPECT_EQ(e.fp8_blocks, 0);
+        continue;
+      }
+      ++quantized;
+      const bool routed = e.spec.family == Family::routed_experts;
+      EXPECT_EQ(e.fp8_blocks, routed ? model.experts : 1);
+      if (routed && etp == 1) EXPECT_FALSE(e.fp8_amax_over.has_value());
+      else EXPECT_EQ(e.fp8_amax_over, routed ? GroupKind::etp : GroupKind::tp);
+    }
+    EXPECT_GE(quantized, 4 * model.layers);
+  }
+  const ParamPlan p = param_plan(mesh::Mesh(layout(4, 2, 2, 2, 2), model.layers), model, fp8);
+  EXPECT_NE(param_table(p, "layers.0.attn.wq").find("| fp32, bf16, E4M3 x1 (amax over tp) |"), std::string::npos);
+  EXPECT_EQ(param_table(p, "embed.weight").find("E4M3"), std::string::npos);
+  for (const ParamEntry& e : plan_of(layout(4, 2, 2, 2)).entries) EXPECT_EQ(e.fp8_blocks, 0) << e.spec.name;
 }
 
 TEST(ParamPlanMutation, NothingInjectedLeavesTheCorrectPlan) {
