@@ -129,6 +129,7 @@ Tolerance tolerance_for(const Precision& p, Quantity q) {
 }
 
 int64_t twin_count(const Precision& p, double step_values) {
+  if (p.store == Low::fp16 && step_values <= kFewestTwinValues) return kTwinsWhereFlipsAreFewest;
   return p.store != Low::none && step_values <= kFewTwinValues ? kTwinsWhereFlipsAreFew : 1;
 }
 
