@@ -538,7 +538,9 @@ endforeach()
 # ep 5, cp 2 x ep 2, tp 3 + SP x ep 3, cp 2 x etp 2), each failing at PARITY_TWIN_STREAM 0 before (and at
 # 1 to 3 of the 7 streams 0, 2, .., 12) and passing at streams 0 to 18 since the pair of twins moves each
 # E5M2 element in opposite directions and current scaling's jitter has no element part.
-foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2 fsdp5_ep5_dim2 cp2_ep2_dim2 tp3_sp_ep3_dim18 cp2_etp2_dim2)
+# dp2_tp2_ep2_etp2_dim8 (seed 48411, cal 619): fails with one pair (3 of 7 streams), passes with two.
+foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2 fsdp5_ep5_dim2 cp2_ep2_dim2 tp3_sp_ep3_dim18 cp2_etp2_dim2
+             dp2_tp2_ep2_etp2_dim8)
   add_test(NAME fp8.current_${name}_pass
            COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_${name}.json --backend sim 2>&1; echo exit=$?")
   set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
