@@ -490,8 +490,11 @@ set_tests_properties(verdict.bf16_reduce_adam_l2_tiny_grad_pass verdict.bf16_red
 # same at 4.4e-10, which an absolute floor of 2^-32 missed: an amax at most 2^-24 of the largest of its
 # format is none (kFp8AmaxRounding). Each passes,
 # and its attention gradient x 1.1 still fails at step 0.
+# tp7_ep7_dim28 (issue 48f, seed 48322, cal 2838): one element of layer 1's wo output gradient at step 1,
+# 1 fp32 ulp from an E5M2 tie (36864 at its scale), flipped by the layout (a 25% move, grad attention 4.5%
+# off) and by neither twin (independent signs: 1 in 4); the pair flips it in one of them.
 foreach(name cp2_tp2_etp2_dim4 dp2_tp2_ep4_dim12 tp3_etp3_dim12 fsdp5_ep5_dim2 pp2_dp2_ep2_dim2 tp3_sp_ep3_zero_dq
-             tp4_ep4_qknorm_zero_dq)
+             tp4_ep4_qknorm_zero_dq tp7_ep7_dim28)
   set(case ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_delayed_${name}.json)
   add_test(NAME fp8.delayed_${name}_pass
            COMMAND sh -c "$<TARGET_FILE:parity> run ${case} --backend sim 2>&1; echo exit=$?")
@@ -534,7 +537,13 @@ foreach(name fsdp2_tp2_sp_uneven_b3_mb2 pw_pp2_gpipe_zero1_dp2_tp2_ep4_rmsnorm_m
   set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
     LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
 endforeach()
-foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2)
+# Issue 48f: the false alarms of ci/calibrate --precision fp8 seed 48321 (cal 1442, 3289, 3335, 3806: fsdp 5 x
+# ep 5, cp 2 x ep 2, tp 3 + SP x ep 3, cp 2 x etp 2), each failing at PARITY_TWIN_STREAM 0 before (and at
+# 1 to 3 of the 7 streams 0, 2, .., 12) and passing at streams 0 to 18 since the pair of twins moves each
+# E5M2 element in opposite directions and current scaling's jitter has no element part.
+# dp2_tp2_ep2_etp2_dim8 (seed 48411, cal 619): fails with one pair (3 of 7 streams), passes with two.
+foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2 fsdp5_ep5_dim2 cp2_ep2_dim2 tp3_sp_ep3_dim18 cp2_etp2_dim2
+             dp2_tp2_ep2_etp2_dim8)
   add_test(NAME fp8.current_${name}_pass
            COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_${name}.json --backend sim 2>&1; echo exit=$?")
   set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"

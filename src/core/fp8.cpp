@@ -27,24 +27,6 @@ double row_jitter_ulps() {
   return j >= 0 ? j : kFp8GradRowJitterUlps;
 }
 
-float amax_of(const float* x, int64_t n);
-float amax_of(const double* x, int64_t n);
-
-// The rounding twin's move at an E5M2 point (n rows of k): first every element by +-row_jitter_ulps()
-// fp32 ulps of its row's amax (what a reordered sum leaves: a few ulps of the terms it adds, however
-// much of them cancelled), then by +-grad_jitter_ulps() of itself; each sign from the twin's sequence.
-template <class T> void jitter(T* x, int64_t n, int64_t k, bool from_history) {
-  if (!jitter_on()) return;
-  const double row = row_jitter_ulps() * 0x1p-24;
-  for (int64_t i = 0; i < n; ++i) {
-    const double a = static_cast<double>(amax_of(x + i * k, k)) * row;
-    for (int64_t j = i * k; j < (i + 1) * k; ++j)
-      x[j] = static_cast<T>(static_cast<double>(x[j]) + (jitter_up() ? a : -a));
-  }
-  const double ulps = grad_jitter_ulps(from_history), up = 1 + ulps * 0x1p-24, down = 1 - ulps * 0x1p-24;
-  for (int64_t i = 0; i < n * k; ++i) x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_up() ? up : down));
-}
-
 float amax_of(const float* x, int64_t n) {
   float a = 0;
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));  // NaN: not taken (scale from the rest)
@@ -54,6 +36,26 @@ float amax_of(const double* x, int64_t n) {
   double a = 0;
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
   return static_cast<float>(a);
+}
+
+// The rounding twin's move at an E5M2 point (n rows of k): first every element by +-row_jitter_ulps()
+// fp32 ulps of its row's amax (what a reordered sum leaves: a few ulps of the terms it adds, however
+// much of them cancelled), then by +-grad_jitter_ulps() of itself (a part at 0: no pass, no sign drawn). Each sign
+// from the sequence a pair of twins shares with opposite signs (core/precision.h jitter_pair_up): a value
+// a layout's reordered sum may flip to the other side of an E5M2 tie is flipped by one twin of the pair
+// (issue 48f: with independent signs both twins missed a layout's flip of one large gradient element, one
+// fp32 ulp from its tie, in 1 of 4 draws).
+template <class T> void jitter(T* x, int64_t n, int64_t k, bool from_history) {
+  if (!jitter_on()) return;
+  if (const double row = row_jitter_ulps() * 0x1p-24; row > 0)
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = static_cast<double>(amax_of(x + i * k, k)) * row;
+      for (int64_t j = i * k; j < (i + 1) * k; ++j)
+        x[j] = static_cast<T>(static_cast<double>(x[j]) + (jitter_pair_up() ? a : -a));
+    }
+  const double ulps = grad_jitter_ulps(from_history), up = 1 + ulps * 0x1p-24, down = 1 - ulps * 0x1p-24;
+  for (int64_t i = 0; i < n * k && ulps > 0; ++i)
+    x[i] = static_cast<T>(static_cast<double>(x[i]) * (jitter_pair_up() ? up : down));
 }
 
 // x * scale in fp32 to fp8, back times fp32(1 / scale): TransformerEngine's scale and scale_inv.

@@ -70,20 +70,21 @@ class Fp8SplitScope {
 const AmaxReduce* fp8_split();
 
 // The twin's jitter at the E5M2 points (docs/precision.md "fp8", the twin at its E5M2 points): every
-// element moved by +-kFp8GradRowJitterUlps fp32 ulps of its row's amax, then by +-kFp8GradJitterUlps
-// (current scaling) or kFp8DelayedGradJitterUlps (delayed) ulps of itself (PARITY_FP8_ROW_JITTER and
-// PARITY_FP8_GRAD_JITTER override them). A layout's gradient at an E5M2 point is an fp32 sum in another
-// order (a TP or SP reduction of partial input gradients): it differs from one device's by a few ulps
-// of the terms, many of its own ulps where they cancelled, so part of the move scales with the row.
-// Until issue 48e: 2048 ulps of the element alone, which flipped E5M2 roundings of large elements no
-// layout flipped (fp8's zoo smallest separation 3.26x). Measured (issue 48e): 5 shipped layouts fail at
-// 8 of the element and pass at 4 of the row; two drawn ones (tests/harness/cases/fp8_current_*) fail
-// at 4 of the row with up to 16 of the element and pass at 64 and 256; at 1024 the zoo's
-// qk_norm_not_summed_tp is 2.25x.
+// element moved by +-kFp8GradRowJitterUlps fp32 ulps of its row's amax, then, under delayed scaling, by
+// +-kFp8DelayedGradJitterUlps ulps of itself (kFp8GradJitterUlps, 0, under current scaling;
+// PARITY_FP8_ROW_JITTER and PARITY_FP8_GRAD_JITTER override them; a part at 0 draws no sign). Each sign
+// from the sequence a pair of twins shares, the second's negated (core/precision.h jitter_pair_up): a
+// value a layout may flip across an E5M2 tie flips in one twin of the pair. A layout's gradient at an E5M2
+// point is an fp32 sum in another order (a TP or SP reduction of partial input gradients): it differs
+// from one device's by a few ulps of the terms, many of its own ulps where they cancelled, so the move
+// scales with the row. Until issue 48e: 2048 ulps of the element alone, which flipped E5M2 roundings of
+// large elements no layout flipped (fp8's zoo smallest separation 3.26x). Issue 48e: 4 of the row and 256
+// of the element, independent signs: 4 false alarms in 3000 draws, each a layout's flip both twins missed
+// (cal02838 of fp8-delayed: one element of wo's output gradient 1 fp32 ulp from its tie). Issue 48f: with
+// the pair, 256 of the element made a bug's bound a large element's flip (qk_norm_not_summed_tp 4.12x),
+// and 0 keeps it 189x; delayed scaling keeps 1024 (fp8_delayed_pp2_dp2_ep2_dim2 fails at 0).
 inline constexpr double kFp8GradRowJitterUlps = 4;
-inline constexpr double kFp8GradJitterUlps = 256;
-// Under delayed scaling (core/fp8_delayed.h) 1024: a drawn case (tests/harness/cases/
-// fp8_delayed_tp3_etp3_dim12) fails at 512 and passes at 1024 (issue 48e; 2048 in issue 48d).
+inline constexpr double kFp8GradJitterUlps = 0;
 inline constexpr double kFp8DelayedGradJitterUlps = 1024;
 
 // Whether the policy of this thread quantizes matmul inputs to fp8 (core/precision.h).

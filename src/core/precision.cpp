@@ -11,6 +11,8 @@ namespace {
 thread_local Precision tl_precision{};
 thread_local int tl_jitter = 0;
 thread_local uint64_t tl_jitter_state = 0;
+thread_local uint64_t tl_pair_state = 0;  // jitter_pair_up's: the pair's sequence
+thread_local bool tl_pair_negated = false;
 thread_local double tl_loss_scale = 1;
 }  // namespace
 
@@ -19,7 +21,10 @@ LossScaleScope::LossScaleScope(double scale) : saved_(tl_loss_scale) { tl_loss_s
 LossScaleScope::~LossScaleScope() { tl_loss_scale = saved_; }
 
 JitterScope::JitterScope(uint64_t stream) {
-  if (tl_jitter++ == 0) tl_jitter_state = 0x9e3779b97f4a7c15ull ^ (stream * 0xbf58476d1ce4e5b9ull);
+  if (tl_jitter++ != 0) return;
+  tl_jitter_state = 0x9e3779b97f4a7c15ull ^ (stream * 0xbf58476d1ce4e5b9ull);
+  tl_pair_state = 0x94d049bb133111ebull ^ ((stream >> 1) * 0xbf58476d1ce4e5b9ull);
+  tl_pair_negated = (stream & 1) != 0;
 }
 JitterScope::~JitterScope() { --tl_jitter; }
 bool jitter_on() { return tl_jitter > 0; }
@@ -41,6 +46,11 @@ bool jitter_up() {  // xorshift64*: fixed, cheap, sign bits without a visible pe
   tl_jitter_state ^= tl_jitter_state >> 12, tl_jitter_state ^= tl_jitter_state << 25,
       tl_jitter_state ^= tl_jitter_state >> 27;
   return ((tl_jitter_state * 0x2545f4914f6cdd1dull) >> 63) != 0;
+}
+
+bool jitter_pair_up() {  // the same generator on the pair's own state
+  tl_pair_state ^= tl_pair_state >> 12, tl_pair_state ^= tl_pair_state << 25, tl_pair_state ^= tl_pair_state >> 27;
+  return (((tl_pair_state * 0x2545f4914f6cdd1dull) >> 63) != 0) != tl_pair_negated;
 }
 
 std::string precision_name(const Precision& p) {

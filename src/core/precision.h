@@ -145,6 +145,11 @@ double jitter_ulps();  // how far: PARITY_TWIN_JITTER ulps of fp32 (default kJit
 // falls to 5.1x and one bug is misnamed (docs/verdict.md "Bounds").
 inline constexpr double kJitterUlps = 8;
 bool jitter_up();  // the next sign of the sequence
+// The next sign of a sequence the twins of streams 2k and 2k + 1 share, every sign of the odd one's
+// negated, restarted where jitter_up()'s is; fp8's E5M2 points only (core/fp8.cpp jitter): of two twins
+// that quantize the same values in the same order, one moves each value up and the other down, so a value
+// near an E5M2 tie, which a layout's reordered sum may flip, flips in one of them (issue 48f).
+bool jitter_pair_up();
 
 // A storage point: rounds an activation or a parameter's compute copy to `low` (a parameter's
 // is its plan entry's compute_copy, parallel/param_plan.h), jittered under the rounding twin.
