@@ -68,7 +68,7 @@ TEST(SharedBaselineFile, AStepReleasedIsNotReadAgain) {
 // The producer keeps a ring of two step blocks (issue 43): a rank reads each block as soon as it
 // is published and releases it, so two are enough for the producer to run a step ahead, and the
 // file's pages (and every rank's mapping of them) are reused from the third step on instead of
-// first touched in each of eight blocks (the W = 8 dim64 run: 4-7% less CPU). A run of ten steps
+// first touched in each of eight blocks (the W = 8 dim64 run: ~4% less CPU). A run of ten steps
 // needs a file no larger than a run of two.
 TEST(SharedBaselineFile, TenStepsNeedAFileNoLargerThanTwo) {
   Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");

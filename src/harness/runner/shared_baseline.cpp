@@ -52,7 +52,7 @@ constexpr int64_t kNotStarted = -2, kFailed = -1;
 // Step blocks kept: the producer runs at most this far ahead of the slowest rank. A rank reads a block
 // as soon as it is published and releases it, so two let the producer run a step ahead; each block
 // more is fresh pages of the file in the producer and in every rank's mapping for a run's first
-// steps (eight cost the W = 8 dim64 run 4-7% more CPU than two: docs/bench.md, issue 43).
+// steps (eight cost the W = 8 dim64 run ~4% more CPU than two: docs/bench.md, issue 43).
 constexpr int64_t kRing = 2;
 
 struct Header {
