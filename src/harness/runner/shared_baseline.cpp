@@ -49,7 +49,11 @@ constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a fil
 static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
 constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
-constexpr int64_t kRing = 8;        // step blocks kept: the producer runs at most this far ahead of the slowest rank
+// Step blocks kept: the producer runs at most this far ahead of the slowest rank. A rank reads a block
+// as soon as it is published and releases it, so two let the producer run a step ahead; each block
+// more is fresh pages of the file in the producer and in every rank's mapping for a run's first
+// steps (eight cost the W = 8 dim64 run ~4% more CPU than two: docs/bench.md, issue 43).
+constexpr int64_t kRing = 2;
 
 struct Header {
   char magic[8];
