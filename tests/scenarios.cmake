@@ -530,12 +530,16 @@ set_tests_properties(fp8.current_zoo_separation PROPERTIES
 # move an element by ulps of its row) or at 4 ulps of the row with up to 16 of the element (two drawn, seed
 # 48311: tp 8 with dim 32, 2 tokens; pp 2 x tp 2 x ep 4 with dim 2, 1 token), and pass at 4 of the row and
 # 256 of the element.
-foreach(name fsdp2_tp2_sp_uneven_b3_mb2 pw_pp2_gpipe_zero1_dp2_tp2_ep4_rmsnorm_mixed
-             pw_pp2_interleaved2_zero2_dp2_etp2_qknorm)
+# fp8.current_NAME_pass: `parity run ARGS --backend sim` passes (ARGS: the file and its options, one string).
+function(fp8_current_pass name args)
   add_test(NAME fp8.current_${name}_pass
-           COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/${name}.json --precision fp8 --backend sim 2>&1; echo exit=$?")
+           COMMAND sh -c "$<TARGET_FILE:parity> run ${args} --backend sim 2>&1; echo exit=$?")
   set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
     LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
+endfunction()
+foreach(name fsdp2_tp2_sp_uneven_b3_mb2 pw_pp2_gpipe_zero1_dp2_tp2_ep4_rmsnorm_mixed
+             pw_pp2_interleaved2_zero2_dp2_etp2_qknorm)
+  fp8_current_pass(${name} "${PROJECT_SOURCE_DIR}/scenarios/${name}.json --precision fp8")
 endforeach()
 # Issue 48f: the false alarms of ci/calibrate --precision fp8 seed 48321 (cal 1442, 3289, 3335, 3806: fsdp 5 x
 # ep 5, cp 2 x ep 2, tp 3 + SP x ep 3, cp 2 x etp 2), each failing at PARITY_TWIN_STREAM 0 before (and at
@@ -544,10 +548,7 @@ endforeach()
 # dp2_tp2_ep2_etp2_dim8 (seed 48411, cal 619): fails with one pair (3 of 7 streams), passes with two.
 foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2 fsdp5_ep5_dim2 cp2_ep2_dim2 tp3_sp_ep3_dim18 cp2_etp2_dim2
              dp2_tp2_ep2_etp2_dim8)
-  add_test(NAME fp8.current_${name}_pass
-           COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_${name}.json --backend sim 2>&1; echo exit=$?")
-  set_tests_properties(fp8.current_${name}_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
-    LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
+  fp8_current_pass(${name} "${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_${name}.json")
 endforeach()
 
 # A vocab of 24 over tp 7 leaves the last lane no columns of the head: its trace record divided
