@@ -133,6 +133,35 @@ TEST(VerdictRoot, ARowFarOverItsBoundNamesTheRootOverAWeakEcho) {
   EXPECT_EQ(rep.rows[root.row].quantity, "loss");
 }
 
+// Issue 48: a first gradient row that reads as rounded to bf16 while the trace puts the first divergence
+// in the forward pass yields to a gradient row at its step kTwinFactor times further over its bound
+// (qk_norm_after_rope under fp8: grad head 8.3x normwise with 68% of its elements far, grad layernorm
+// 210x). Without a forward divergence, or without a row that much stronger, the first row stays.
+TEST(VerdictRoot, AForwardDivergenceOverridesAGradientReadAsRounding) {
+  auto graded = [](const std::string& sub, double err, double tol, double far, double got, double ref) {
+    Row r = row("grad", sub, 0, 1.00003);
+    r.norm_rel = err, r.tol = tol, r.bound_from = "floor", r.far = far, r.far_bound = 0.05;
+    r.worst.got = got, r.worst.ref = ref;
+    return r;
+  };
+  VerdictReport rep;
+  rep.precision = "fp8";
+  rep.degrees = named_factors({{"tp", 2}, {"world", 2}}, 1);
+  rep.rows = {graded("head", 2.0e-3, 2.4e-4, 0.68, -0.0325, -0.0327),
+              graded("layernorm", 6.1e-2, 2.9e-4, 0.88, -1.7e-4, 4.8e-4)};
+  ASSERT_NE(find_root(rep).factor.find("rounded to bf16"), std::string::npos) << find_root(rep).factor;
+  EXPECT_EQ(rep.rows[find_root(rep).row].subject, "head");  // no trace: the backward order
+  rep.trace_root = "layer 1 q, backward, micro-batch 0, rank 0 (tp 0)";
+  EXPECT_EQ(rep.rows[find_root(rep).row].subject, "head");  // it enters in the backward: the order stands
+  rep.trace_root = "layer 0 q, forward, micro-batch 0, rank 0 (tp 0)";
+  RootCause root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].subject, "layernorm");
+  EXPECT_EQ(root.factor.find("rounded to bf16"), std::string::npos) << root.factor;
+  EXPECT_EQ(root.same_step.size(), 1u);  // the head among the rows failing at the step
+  rep.rows[1].norm_rel = 1.0e-2;  // 34x: not 10x the head's 13.6x
+  EXPECT_EQ(rep.rows[find_root(rep).row].subject, "head");
+}
+
 // A parameter row whose update is off by the step's clip coefficient names it.
 TEST(VerdictRoot, NamesTheClipCoefficient) {
   VerdictReport rep;
