@@ -14,6 +14,8 @@ namespace parity::family_sums_test {  // one namespace per file: the tests build
 namespace {
 
 using family_sums::GroupSquares;
+using family_sums::StepSums;
+using family_sums::step_sums;
 
 TEST(FamilySums, AGroupsFloorIsItsRmsAGradientsAtLeastItsShareOfTheModels) {
   GroupSquares s(3);
@@ -83,6 +85,41 @@ TEST(FamilySums, AFamilyAddsItsTensorsInParameterOrder) {
   GroupSquares s(1);
   for (double q : {1e16, 1.0, 1.0}) s.add_tensor(0, q, 1.0);
   EXPECT_EQ(s.sq(0), 1e16);
+}
+
+// StepSums (issue 43): the sums the ranks used to form inline, in the order they formed them
+// (parameter by parameter, element by element, into each group's running sum): the shared
+// baseline's producer forms them once per host now, and they must be the same bits.
+TEST(FamilySums, AStepsSumsAreTheRanksRunningSumsInParameterOrder) {
+  const std::vector<size_t> group_of{0, 1, 0};
+  std::vector<Tensor<double>> grad, before, after;
+  for (int p = 0; p < 3; ++p) {
+    Buffer<double> g, b, a;
+    for (int j = 0; j < 5 + p; ++j)
+      g.push_back(std::sin(1.0 + p * 7 + j) * std::pow(10.0, -j)), b.push_back(std::cos(2.0 + j * p)),
+          a.push_back(b.back() - 1e-3 * std::sin(3.0 * j + p));
+    grad.emplace_back(Shape{static_cast<int64_t>(g.size())}, std::move(g));
+    before.emplace_back(Shape{static_cast<int64_t>(b.size())}, std::move(b));
+    after.emplace_back(Shape{static_cast<int64_t>(a.size())}, std::move(a));
+  }
+  const double clip = 0.7, wd = 0.01;
+  const StepSums s = step_sums(grad, before, after, clip, wd, group_of, 2);
+  std::vector<double> taken(2, 0.0), upd(2, 0.0), n(2, 0.0);
+  for (size_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(s.grad_sq[p], sum_of_squares(grad[p].ptr(), grad[p].numel()));
+    EXPECT_EQ(s.param_sq[p], sum_of_squares(after[p].ptr(), after[p].numel()));
+    for (int64_t j = 0; j < grad[p].numel(); ++j) {
+      const double r = clip * grad[p].ptr()[j] + wd * before[p].ptr()[j], u = after[p].ptr()[j] - before[p].ptr()[j];
+      taken[group_of[p]] += r * r, upd[group_of[p]] += u * u, n[group_of[p]] += 1;
+    }
+  }
+  EXPECT_EQ(s.taken_sq, taken);
+  EXPECT_EQ(s.update_sq, upd);
+  EXPECT_EQ(s.n, (std::vector<double>{12, 6}));
+  EXPECT_EQ(s.n, n);
+  EXPECT_TRUE(s.fits(clip, wd, group_of));
+  EXPECT_FALSE(s.fits(1.0, wd, group_of));  // another step's clip: a rank forms its own
+  EXPECT_FALSE(s.fits(clip, wd, {0, 0, 0}));
 }
 
 }  // namespace

@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "harness/scenario/scenario.h"
+#include "harness/verdict/family_sums.h"
+#include "harness/verdict/verdict_detail.h"
 
 namespace parity {
 namespace {
@@ -83,6 +85,44 @@ TEST(SharedBaselineFile, TenStepsNeedAFileNoLargerThanTwo) {
   const int64_t two = file_bytes(2), one = file_bytes(1);
   EXPECT_GT(two, one);  // a step block each
   EXPECT_EQ(file_bytes(10), two);
+}
+
+// The producer forms each step's sums over the whole model once per host and writes them into the
+// step's block (family_sums.h StepSums, issue 43): every rank's verdict reads them instead of forming
+// them itself. They are the sums a rank with a baseline of its own forms from the same step's
+// gradient and parameters before and after it, bit for bit (weight decay and clipping on, so the
+// taken gradient's sums have both terms), with the verdict's family groups.
+TEST(SharedBaselineFile, EveryStepCarriesTheSumsARankWouldForm) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
+  s.steps = 4, s.optim.weight_decay = 0.01, s.optim.clip = 0.05;
+  const std::string path = ::testing::TempDir() + "parity-shared-sums-" + std::to_string(::getpid());
+  BaselineProducer producer(s, path, 1, 0);
+  producer.start();
+  auto shared = make_baseline_source<double>(s, 0, path);
+  auto own = make_baseline_source<double>(s, 0, "");  // trained here, as PARITY_SHARED_BASELINE=0
+  ASSERT_TRUE(shared->shared());
+  ASSERT_FALSE(own->shared());
+  const verdict_detail::VerdictLayout v = verdict_detail::verdict_layout(param_specs(s.model), s.model);
+  bool clipped = false;
+  for (int64_t t = 0; t < s.steps; ++t) {
+    const std::vector<Tensor<double>> before = own->params();
+    const auto mine = own->step(t);
+    const auto read = shared->step(t);
+    EXPECT_EQ(mine->sums, nullptr);  // a rank with its own baseline forms them (verdict_part.cpp sums_of)
+    ASSERT_NE(read->sums, nullptr) << "step " << t;
+    clipped = clipped || read->clip_coef < 1;
+    const family_sums::StepSums want =
+        family_sums::step_sums(mine->grads->tensors, before, own->params(), mine->clip_coef,
+                               family_sums::moment_decay(s.optim), v.group_of, v.families.size());
+    const family_sums::StepSums& got = *read->sums;
+    EXPECT_TRUE(got.fits(mine->clip_coef, 0.01, v.group_of)) << "step " << t;
+    EXPECT_EQ(got.grad_sq, want.grad_sq) << "step " << t;
+    EXPECT_EQ(got.param_sq, want.param_sq) << "step " << t;
+    EXPECT_EQ(got.update_sq, want.update_sq) << "step " << t;
+    EXPECT_EQ(got.n, want.n) << "step " << t;
+    EXPECT_EQ(got.taken_sq, want.taken_sq) << "step " << t;
+  }
+  EXPECT_TRUE(clipped);  // the clip coefficient entered some step's sums
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/checkpoint.h"
+#include "harness/verdict/family_sums.h"
 #include "mesh/mesh.h"
 #include "mesh/run_config.h"
 #include "model/data.h"
@@ -44,6 +45,9 @@ template <class T> struct StepRecord {
   std::vector<std::vector<double>> select_scores;      // per MoE layer: (B*S, E) s + bias
   std::vector<double>
       noise;  // (kNoiseWidth) the rounding twin's distance (harness/runner/twin.h), when a source measured it
+  // the baseline's sums over its whole model that the verdict reads (family_sums.h StepSums), when the
+  // source formed them (the shared baseline's producer, once per host); null: a rank forms its own
+  std::shared_ptr<const family_sums::StepSums> sums;
 };
 
 enum class KeepGrads { no, yes };

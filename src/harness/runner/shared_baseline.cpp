@@ -33,6 +33,8 @@
 #include "core/resources.h"
 #include "harness/golden/golden.h"
 #include "harness/runner/twin.h"
+#include "harness/verdict/family_sums.h"
+#include "harness/verdict/verdict_detail.h"
 #include "model/params.h"
 
 namespace parity {
@@ -44,7 +46,7 @@ BaselinePlace baseline_place() {
 
 namespace {
 
-constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '2'};  // 2: error_code
+constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '3'};  // 2: error_code, 3: the step's sums
 constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a file: one host's, or a simulated world's
 static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
 constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
@@ -74,7 +76,11 @@ struct Geometry {
   std::vector<ParamSpec> specs;
   int64_t params = 0, L = 0, E = 0, n = 0, K = 0, M = 0;
   size_t elem = 0;
+  std::vector<size_t> group_of;  // per parameter: its family group in the verdict (verdict_layout)
+  size_t groups = 0;
   explicit Geometry(const Scenario& s, size_t elem_bytes) : specs(param_specs(s.model)), elem(elem_bytes) {
+    verdict_detail::VerdictLayout v = verdict_detail::verdict_layout(specs, s.model);
+    group_of = std::move(v.group_of), groups = v.families.size();
     for (const auto& sp : specs) params += numel(sp.shape);
     L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
     M = s.model.microbatches;
@@ -85,9 +91,12 @@ struct Geometry {
   size_t tensors() const { return pad8(static_cast<size_t>(params) * elem); }
   size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
   size_t init_bytes() const { return tensors() + bias(); }
+  // the step's sums (family_sums.h StepSums): clip, wd, then per parameter its group, gradient's and
+  // parameter's sums of squares, then per group the update's squares, the elements, the taken gradient's
+  size_t sums() const { return 8 * (2 + 3 * specs.size() + 3 * groups); }
   size_t block_bytes() const {
     return 8 * (kScalars + static_cast<size_t>(M)) + 2 * tensors() + bias() +
-           8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth;
+           8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth + sums();
   }
 };
 
@@ -149,6 +158,34 @@ template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, con
   for (int64_t l = 0; l < g.L; ++l) out.emplace_back(p + l * g.E, p + (l + 1) * g.E);
   at += g.bias();
   return out;
+}
+
+// A step's sums (family_sums.h StepSums): Geometry::sums() bytes, every number as a double.
+void put_sums(unsigned char*& at, const family_sums::StepSums& s, const Geometry& g) {
+  std::vector<double> v{s.clip, s.wd};
+  const size_t P = g.specs.size();
+  for (size_t p = 0; p < P; ++p) v.push_back(p < s.group_of.size() ? static_cast<double>(s.group_of[p]) : 1e18);
+  for (const auto* x : {&s.grad_sq, &s.param_sq})
+    for (size_t p = 0; p < P; ++p) v.push_back(p < x->size() ? (*x)[p] : 0.0);
+  for (const auto* x : {&s.update_sq, &s.n, &s.taken_sq})
+    for (size_t k = 0; k < g.groups; ++k) v.push_back(k < x->size() ? (*x)[k] : 0.0);
+  put(at, v.data(), v.size());
+}
+std::shared_ptr<const family_sums::StepSums> get_sums(const unsigned char*& at, const Geometry& g) {
+  const size_t P = g.specs.size(), G = g.groups;
+  std::vector<double> v(2 + 3 * P + 3 * G);
+  get(at, v.data(), v.size());
+  auto s = std::make_shared<family_sums::StepSums>();
+  const double* x = v.data();
+  s->clip = x[0], s->wd = x[1], x += 2;
+  for (size_t p = 0; p < P; ++p) s->group_of.push_back(static_cast<size_t>(x[p]));
+  x += P;
+  s->grad_sq.assign(x, x + P), x += P;
+  s->param_sq.assign(x, x + P), x += P;
+  s->update_sq.assign(x, x + G), x += G;
+  s->n.assign(x, x + G), x += G;
+  s->taken_sq.assign(x, x + G);
+  return s;
 }
 
 // ---- a baseline trained in this process ----
@@ -365,6 +402,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     for (auto& v : r->select_scores) get(at, v.data(), v.size());
     r->noise.resize(kNoiseWidth);
     get(at, r->noise.data(), kNoiseWidth);
+    r->sums = get_sums(at, g_);
     return {r, st};
   }
 };
@@ -426,6 +464,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
       put(at, r.noise.data(), kNoiseWidth);
+      put_sums(at, *r.sums, g);
       publish(h, t + 1);
     };
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
@@ -443,10 +482,14 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       if (t > 0) write(job);
       job.record = std::move(*r), job.before = std::move(before), job.bias_before = std::move(bias_before);
       job.after = run.model().params.tensors, job.bias_after = run.model().expert_bias;
-      auto measure = [&s, &twin, &job] {
+      auto measure = [&s, &g, &twin, &job] {
         try {
           if (!s.trajectory) twin.start_from(job.before, job.bias_before);  // step-local
           job.record.noise = twin.step(job.record.step, job.record, job.before, job.after, job.bias_after);
+          // the sums every rank's verdict reads, once per host (family_sums.h), beside the baseline's next step
+          job.record.sums = std::make_shared<const family_sums::StepSums>(
+              family_sums::step_sums(job.record.grads->tensors, job.before, job.after, job.record.clip_coef,
+                                     family_sums::moment_decay(s.optim), g.group_of, g.groups));
         } catch (...) {
           job.error = std::current_exception();
         }

@@ -18,14 +18,16 @@ namespace parity::verdict_runner {
 // Every local element against the baseline's element of the same global index.
 template <class T>
 void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
-                            const std::vector<Tensor<T>>& ref, const std::vector<Tensor<T>>& mag) {
+                            const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
+                            const std::vector<Tensor<T>>& mag) {
   std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
   // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
   // that is all but zero next to its family, a gradient that vanishes, has no far elements);
-  // gradients: a family far below the model's scale (family_sums.h, tolerance.h gradient_magnitude)
+  // gradients: a family far below the model's scale (family_sums.h, tolerance.h gradient_magnitude).
+  // ref_sq: each ref tensor's sum of squares (StepSums)
   family_sums::GroupSquares floors(n_fam_);
   for (size_t p = 0; p < ref.size(); ++p)
-    floors.add_tensor(group_of_param_[p], sum_of_squares(ref[p].ptr(), ref[p].numel()),
+    floors.add_tensor(group_of_param_[p], p < ref_sq.size() ? ref_sq[p] : sum_of_squares(ref[p].ptr(), ref[p].numel()),
                       static_cast<double>(ref[p].numel()));
   if (offset == 0) floors.hold_model_peak(far_model_sq_peak_);  // the model's largest scale so far, as the floor's
   for (size_t p = 0; p < ref.size(); ++p) {
@@ -50,12 +52,28 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
 
 // Which family a wrong grad norm comes from: the layout's squared norm per family (got, the
 // same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
-template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) const {
-  const auto& specs = b.grads->specs;
-  std::vector<double> sq;
-  for (size_t p = 0; p < specs.size(); ++p)
-    sq.push_back(sum_of_squares(b.grads->tensors[p].ptr(), b.grads->tensors[p].numel()));
-  return family_sums::per_family(specs, sq);
+template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) {
+  return family_sums::per_family(b.grads->specs, sums_of(b).grad_sq);
+}
+
+// Step b's baseline sums over the whole model (family_sums.h): the source's where it formed them
+// with this rank's clip coefficient, decay and groups (the shared baseline's producer), else
+// formed here from the same tensors in the same order: the same bits.
+template <class T> const family_sums::StepSums& Runner<T>::sums_of(const StepRecord<T>& b) {
+  if (sums_ && sums_step_ == b.step) return *sums_;
+  const double wd = family_sums::moment_decay(sc_.optim);
+  const auto& s = b.sums;
+  if (s && s->fits(b.clip_coef, wd, group_of_param_) && s->n.size() == n_fam_ &&
+      s->grad_sq.size() == b.grads->tensors.size() && s->param_sq.size() == base_->params().size()) {
+    sums_ = s;
+  } else {
+    static const std::vector<Tensor<T>> none;
+    sums_ = std::make_shared<const family_sums::StepSums>(family_sums::step_sums(
+        b.grads->tensors, before_base_ ? *before_base_ : none, base_->params(), b.clip_coef, wd, group_of_param_,
+        n_fam_));
+  }
+  sums_step_ = b.step;
+  return *sums_;
 }
 
 
@@ -72,8 +90,9 @@ void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, s
   for (size_t m = 0; m < b.micro_losses.size(); ++m)
     out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
   std::vector<vd::LocalSums> acc(groups_.size());
-  add_tensors(acc, 0, p.grads, b.grads->tensors, p.grad_magnitude);
-  add_tensors(acc, n_fam_, p.params, base_->params());
+  const family_sums::StepSums& sums = sums_of(b);
+  add_tensors(acc, 0, p.grads, b.grads->tensors, sums.grad_sq, p.grad_magnitude);
+  add_tensors(acc, n_fam_, p.params, base_->params(), sums.param_sq);
   const ModelConfig& c = sc_.model;
   const auto L = static_cast<size_t>(c.moe_layers());
   if (L > 0) {
@@ -115,11 +134,9 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<do
                                 std::vector<double>& out) {
   std::vector<verdict_wire::UpdateSums> u(n_fam_);
   const auto& ref_after = base_->params();
-  family_sums::GroupSquares mag(n_fam_);  // the baseline's update, per family (is_far's floor)
-  for (size_t q = 0; before_base_ && q < ref_after.size() && q < before_base_->size(); ++q)
-    for (int64_t j = 0; j < ref_after[q].numel(); ++j)
-      mag.add_element(group_of_param_[q], static_cast<double>(ref_after[q].ptr()[j]) -
-                                              static_cast<double>((*before_base_)[q].ptr()[j]));
+  family_sums::GroupSquares mag(n_fam_);  // the baseline's update, per family (is_far's floor; StepSums)
+  const family_sums::StepSums& sums = *sums_;  // this step's (local_part formed it: sums_of)
+  for (size_t g = 0; g < n_fam_; ++g) mag.add_tensor(g, sums.update_sq[g], sums.n[g]);
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
       continue;
@@ -196,7 +213,7 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
     taken.assign(verdict_taken::kWidth * n_fam_, 0.0);
   else
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
-                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken);
+                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b));
   wire_.expect(mine, Section::tensors);
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   wire_.expect(mine, Section::updates);

@@ -62,9 +62,11 @@ template <class T> class Runner {
 
  private:
   void build_groups();
-  // mag: per tensor, what bounds a 16-bit reduction's roundings (RankStepRecord::grad_magnitude), or empty
+  // ref_sq: per ref tensor, its sum of squares (StepSums); mag: per tensor, what bounds a 16-bit
+  // reduction's roundings (RankStepRecord::grad_magnitude), or empty
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
-                   const std::vector<Tensor<T>>& ref, const std::vector<Tensor<T>>& mag = {});
+                   const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
+                   const std::vector<Tensor<T>>& mag = {});
   // Each grad row's bound and the grad norm's, with what the policy's 16-bit reductions may move
   // (tolerance.h with_reduction), from every rank's allowances in `all`.
   void add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq);
@@ -85,7 +87,7 @@ template <class T> class Runner {
   StepLine scalars(int64_t t, const StepRecord<T>& b, const std::vector<double>& all,
                    const std::vector<double>& fam_sq);
   vd::Outcome scale_outcome(const StepRecord<T>& b, const std::vector<double>& all) const;
-  std::vector<double> family_norm_sq(const StepRecord<T>& b) const;
+  std::vector<double> family_norm_sq(const StepRecord<T>& b);
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
   // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
@@ -127,6 +129,10 @@ template <class T> class Runner {
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
   std::vector<Tensor<T>> before_local_;
   std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
+  // this step's baseline sums over the whole model (family_sums.h): the shared baseline's, or formed here
+  std::shared_ptr<const family_sums::StepSums> sums_;
+  int64_t sums_step_ = -1;
+  const family_sums::StepSums& sums_of(const StepRecord<T>& b);
   verdict_state::Keys state_keys_;  // the optimizer state's entries on this rank (the replicas row)
   bool keyed_ = false;
   verdict_wire::Layout wire_;  // a rank's part of a step (made at the first step, with the state's entries)

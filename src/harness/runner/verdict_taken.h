@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "core/tensor.h"
+#include "harness/verdict/family_sums.h"
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict.h"
 #include "mesh/placement.h"
@@ -133,7 +135,8 @@ template <class T>
 void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
                  const OptimConfig& o, double clip_ref, const std::vector<Tensor<T>>& base_grads,
                  const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_after,
-                 const std::vector<size_t>& group_of_param, size_t groups, std::vector<double>& out) {
+                 const std::vector<size_t>& group_of_param, size_t groups, std::vector<double>& out,
+                 const family_sums::StepSums* pre = nullptr) {
   const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs);
   for (auto* w : {&mo.m_after, &mo.v_after, &mo.m_tol, &mo.v_tol, &mo.shadow_m, &mo.shadow_v})
     w->resize(specs.size());
@@ -142,20 +145,21 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
   const auto b = static_cast<T>(sgd ? o.momentum : o.beta1);
   const double keep = static_cast<double>(b), take = sgd ? 1.0 : static_cast<double>(T(1) - b);
   const double u = static_cast<double>(std::numeric_limits<T>::epsilon()) / 2;
-  const double wd = o.kind == OptimKind::adamw ? 0.0 : o.weight_decay;
+  const double wd = family_sums::moment_decay(o);
   const StepConstants<T> step = step_constants<T>(o, mo.steps_before + 1);
-  std::vector<double> s(kWidth * groups, 0.0), sq(groups, 0.0), n(groups, 0.0);
+  std::vector<double> s(kWidth * groups, 0.0);
   auto ref = [&](size_t p, size_t j) {
     return clip_ref * static_cast<double>(base_grads[p].ptr()[j]) + wd * static_cast<double>(base_before[p].ptr()[j]);
   };
   auto upd = [&](size_t p, size_t j) {  // the baseline's update
     return static_cast<double>(base_after[p].ptr()[j]) - static_cast<double>(base_before[p].ptr()[j]);
   };
-  std::vector<double> usq(groups, 0.0);
-  for (size_t p = 0; p < specs.size() && p < base_grads.size() && p < base_before.size(); ++p)
-    for (size_t j = 0; j < static_cast<size_t>(base_grads[p].numel()); ++j)
-      sq[group_of_param[p]] += ref(p, j) * ref(p, j), n[group_of_param[p]] += 1,
-          usq[group_of_param[p]] += p < base_after.size() ? upd(p, j) * upd(p, j) : 0.0;
+  // the baseline's sums over its whole model (family_sums.h): the producer's, or formed here
+  std::optional<family_sums::StepSums> own;
+  if (!pre || !pre->fits(clip_ref, wd, group_of_param) || pre->n.size() != groups)
+    pre = &own.emplace(
+        family_sums::step_sums(base_grads, base_before, base_after, clip_ref, wd, group_of_param, groups));
+  const std::vector<double>&sq = pre->taken_sq, &n = pre->n, &usq = pre->update_sq;
   double model_sq = 0, model_n = 0;  // a family far below the model's gradient (tolerance.h gradient_magnitude)
   for (size_t g = 0; g < groups; ++g) model_sq += sq[g], model_n += n[g];
   // the model's largest scale so far, as the grad row's floor takes it (a dead family's far elements)
