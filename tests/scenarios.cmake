@@ -311,11 +311,21 @@ set_tests_properties(verdict.bf16_adam_eps_explained_pass verdict.bf16_adam_eps_
 # values gets eight twins (tolerance.h kTwinsWhereFlipsAreFewest); each case fails with two. A gradient
 # x 1.1 (and x 1.02) still fails in each, its root at the step it had with two twins (measured: the same
 # with 0, 2, 4 and 8 twins).
+# Issue 41, a false alarm of ci/calibrate (fp8-delayed seed 48512, cal00010_drawn303; bf16 too): dim 2, vocab 2,
+# seq 1, dp 2 (ZeRO-2 x ep 2; plain dp 2 the same): its two tokens share one id and their targets differ, so at
+# step 1 their loss gradients (p - onehot, +-0.5) cancel to 1.4e-4. The layout computes p by another formula
+# (vocab-parallel exp(z - max) / sum), an fp32 ulp off, which the cancellation made 0.9% of the embedding's
+# gradient (and of attention's and dense_mlp's); the twin measured 0 (its parameter ulps and storage jitter are
+# erased by bf16). The twin now moves that gradient by 2 fp32 ulps (core/precision.h jitter_loss_gradient):
+# bound 1.8e-1 (bf16) / 9.3e-2 (fp8-delayed) at step 1; both fail on main (grad embedding 1.2x its 7.8e-3 floor).
+# A gradient x 1.1 (and x 1.02) still fails at step 0.
 foreach(c "few_values_bf16|bf16_tp2_shared_expert_flip|bf16|shared_experts|0"
           "few_values_fp16|fp16_dim4_rmsnorm_flip|fp16|attention|0"
           "few_values_fp16_dim2_common|fp16_dim2_common_flip|fp16|embedding|3"
           "few_values_fp16_dim4_layernorm|fp16_dim4_layernorm_flip|fp16|layernorm|1"
-          "few_values_fp16_tp4_expert_far|fp16_tp4_expert_far_flip|fp16|routed_experts|0")
+          "few_values_fp16_tp4_expert_far|fp16_tp4_expert_far_flip|fp16|routed_experts|0"
+          "bf16_dim2_loss_gradient_cancels|bf16_dp2_loss_gradient_cancels|bf16|embedding|0"
+          "bf16_dim2_loss_gradient_cancels_fp8d|bf16_dp2_loss_gradient_cancels|fp8-delayed|embedding|0")
   string(REPLACE "|" ";" c "${c}")
   list(GET c 0 name)
   list(GET c 1 file)

@@ -13,6 +13,7 @@ thread_local int tl_jitter = 0;
 thread_local uint64_t tl_jitter_state = 0;
 thread_local uint64_t tl_pair_state = 0;  // jitter_pair_up's: the pair's sequence
 thread_local bool tl_pair_negated = false;
+thread_local uint64_t tl_loss_state = 0;  // jitter_loss_gradient's signs
 thread_local double tl_loss_scale = 1;
 }  // namespace
 
@@ -25,6 +26,7 @@ JitterScope::JitterScope(uint64_t stream) {
   tl_jitter_state = 0x9e3779b97f4a7c15ull ^ (stream * 0xbf58476d1ce4e5b9ull);
   tl_pair_state = 0x94d049bb133111ebull ^ ((stream >> 1) * 0xbf58476d1ce4e5b9ull);
   tl_pair_negated = (stream & 1) != 0;
+  tl_loss_state = 0xd6e8feb86659fd93ull ^ ((stream + 1) * 0x9e3779b97f4a7c15ull);
 }
 JitterScope::~JitterScope() { --tl_jitter; }
 bool jitter_on() { return tl_jitter > 0; }
@@ -52,6 +54,21 @@ bool jitter_pair_up() {  // the same generator on the pair's own state
   tl_pair_state ^= tl_pair_state >> 12, tl_pair_state ^= tl_pair_state << 25, tl_pair_state ^= tl_pair_state >> 27;
   return (((tl_pair_state * 0x2545f4914f6cdd1dull) >> 63) != 0) != tl_pair_negated;
 }
+
+namespace {
+template <class T> void jitter_loss(T* x, int64_t n) {
+  const Precision& p = current_precision();
+  if (!jitter_on() || p.store == Low::none || p.store == Low::fp16 || !(kLossGradJitterUlps > 0)) return;
+  const double up = 1 + kLossGradJitterUlps * 0x1p-24, down = 1 - kLossGradJitterUlps * 0x1p-24;
+  for (int64_t i = 0; i < n; ++i) {
+    tl_loss_state ^= tl_loss_state >> 12, tl_loss_state ^= tl_loss_state << 25, tl_loss_state ^= tl_loss_state >> 27;
+    const bool is_up = ((tl_loss_state * 0x2545f4914f6cdd1dull) >> 63) != 0;
+    x[i] = static_cast<T>(static_cast<double>(x[i]) * (is_up ? up : down));
+  }
+}
+}  // namespace
+void jitter_loss_gradient(float* x, int64_t n) { jitter_loss(x, n); }
+void jitter_loss_gradient(double* x, int64_t n) { jitter_loss(x, n); }
 
 std::string precision_name(const Precision& p) {
   if (p.fp8) return p.fp8_delayed ? "fp8-delayed" : "fp8";

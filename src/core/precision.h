@@ -151,6 +151,20 @@ bool jitter_up();  // the next sign of the sequence
 // near an E5M2 tie, which a layout's reordered sum may flip, flips in one of them (issue 48f).
 bool jitter_pair_up();
 
+// The loss's gradient at the logits where the policy stores none (bf16 and the fp8 policies keep it in
+// the compute dtype; fp16 rounds it at to_grad_storage, whose jitter covers it): under the rounding twin
+// every value moved by kLossGradJitterUlps of fp32 (relative, as to_storage moves a value), up or down by a
+// sequence of its own (the storage points' signs stay as they were). A layout computes this gradient by
+// another formula (parallel/tp_ops.cpp: exp(z - max) / sum over vocab-parallel lanes, against the
+// baseline's exp(z - lse)), an fp32 ulp or two apart, and nothing of the twin reaches it: its parameters'
+// ulps and its storage jitter are erased where the logits are rounded to bf16. Where the tokens' gradients
+// cancel (a dim-2 model at its fixed point: two tokens of one id whose targets differ, p - onehot of
+// +-0.5 summing to 1e-4) that ulp became 0.9% of the embedding's gradient against a twin that measured 0
+// (issue 41, docs/verdict.md "Bounds").
+inline constexpr double kLossGradJitterUlps = 2;
+void jitter_loss_gradient(float* x, int64_t n);
+void jitter_loss_gradient(double* x, int64_t n);
+
 // A storage point: rounds an activation or a parameter's compute copy to `low` (a parameter's
 // is its plan entry's compute_copy, parallel/param_plan.h), jittered under the rounding twin.
 template <class T> void to_storage(Low low, T* x, int64_t n) {

@@ -276,6 +276,7 @@ template <class T> MicroResult Model<T>::run(const int64_t* inputs, const int64_
   // the loss's gradient scaled (fp16: optim/loss_scaler.h), stored in fp16 (a backward storage point)
   cross_entropy_backward(logits.data(), targets, n, V, static_cast<T>(inv_tokens * current_loss_scale()),
                          dlogits.data());
+  jitter_loss_gradient(dlogits.data(), n * V);  // the rounding twin's only (core/precision.h)
   grad_storage_point(dlogits.data(), n * V);
   const double seed = inv_tokens * current_loss_scale();
   res.logit_grad_sq = sum_sq_over(dlogits.data(), n * V, seed);

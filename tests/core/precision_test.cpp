@@ -1,8 +1,10 @@
 // Precision policies (core/precision.h): bf16 rounding, the policy names, the storage points.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -222,6 +224,46 @@ TEST(Precision, JitterIsReproducibleAndFlipsValuesNearABoundary) {
   for (float v : a) up += v != 1.0f;
   EXPECT_GT(up, 1000);
   EXPECT_LT(up, 3000);
+  EXPECT_FALSE(jitter_on());
+}
+
+// The loss's gradient where no policy stores it (bf16 and the fp8 policies): under the twin every value
+// moves by kLossGradJitterUlps of fp32 (2: one or two fp32 ulps), with a sequence of its own, so the storage
+// points' signs are those of a twin without it; fp16 (which stores it, jittered at to_grad_storage), fp32 and
+// a run outside the twin keep it (issue 41, core/precision.h jitter_loss_gradient).
+TEST(Precision, TheTwinMovesTheLossGradientWhereNoPolicyStoresIt) {
+  const std::vector<float> orig(4000, 1.0f);
+  const std::vector<float> near(64, from_bits(0x3f807fffu));  // 1 ulp of fp32 below a bf16 tie
+  auto run = [&](const char* policy, bool twin, bool loss) {
+    std::vector<float> x = orig, y = near;
+    const PrecisionScope s(parse_precision(policy, ""));
+    std::optional<JitterScope> j;
+    if (twin) j.emplace();
+    if (loss) jitter_loss_gradient(x.data(), static_cast<int64_t>(x.size()));
+    to_storage(y.data(), static_cast<int64_t>(y.size()));
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  const std::vector<float> a = run("bf16", true, true);
+  EXPECT_EQ(a, run("bf16", true, true));  // one fixed sequence
+  int up = 0, down = 0;
+  for (size_t i = 0; i < orig.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - 1.0;  // 1 +- 2^-23, both exact in fp32
+    up += d == 0x1p-23, down += d == -0x1p-23;
+  }
+  EXPECT_EQ(up + down, static_cast<int>(orig.size()));
+  EXPECT_GT(up, 1500);
+  EXPECT_GT(down, 1500);
+  // the storage points' signs untouched: the same as a twin that never moved the loss's gradient
+  EXPECT_TRUE(std::equal(a.begin() + 4000, a.end(), run("bf16", true, false).begin() + 4000));
+  const std::vector<float> f8 = run("fp8-delayed", true, true);
+  EXPECT_EQ(std::vector<float>(f8.begin(), f8.begin() + 4000), std::vector<float>(a.begin(), a.begin() + 4000));
+  for (const char* kept : {"fp16", "fp32"}) {
+    const std::vector<float> k = run(kept, true, true);
+    EXPECT_TRUE(std::equal(orig.begin(), orig.end(), k.begin())) << kept;
+  }
+  const std::vector<float> outside = run("bf16", false, true);
+  EXPECT_TRUE(std::equal(orig.begin(), orig.end(), outside.begin()));
   EXPECT_FALSE(jitter_on());
 }
 
