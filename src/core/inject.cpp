@@ -202,9 +202,9 @@ const std::vector<Injection>& injections() {
       {"outer_compute_copy_unrounded", "parallel/param_plan.cpp (a plan mutation), the compute copy's format",
        "the embedding, the final norm and the head computed from their fp32 masters where the policy computes "
        "every layer from a bf16 copy (FSDP2: the root's fully_shard given no MixedPrecisionPolicy, the blocks' "
-       "their own: the parameters the root holds keep their fp32 dtype); under fp16 the difference is fp16's "
-       "rounding, below the bf16 level the root reads as such",
-       "bf16_fsdp4.json", "grad head", 0, "rounded to bf16|not a scaling"},
+       "their own: the parameters the root holds keep their fp32 dtype); the compute_copy row (issue 41) sees "
+       "the copies differ from one device's bit for bit, in every 16-bit policy alike",
+       "bf16_fsdp4.json", "compute_copy every gathered copy", 0, "fp32 where"},
       {"grad_accum_in_bf16", "parallel/parallel_run.cpp, micro-batch gradient accumulation",
        "gradients accumulated over micro-batches in bf16 instead of an fp32 main grad",
        "bf16_fsdp2_tp2_mb2.json", "grad head", 0, "rounded to bf16"},
@@ -235,8 +235,9 @@ const std::vector<Injection>& injections() {
       {"fp8_amax_per_lane", "parallel/tp_ops.cpp, fp8 amax over TP / ETP",
        "each TP (ETP) lane quantizes its piece with its own amax where the row or the weight is split over the "
        "lanes (wo's and w2's inputs, the projections' output gradients, TP-sharded weights): the lanes use "
-       "scales one device never would",
-       "fp8_tp2_sp.json", "grad head", 0, "not a clean factor|not a scaling"},
+       "scales one device never would; the TP-sharded weights' compute copies show it first, bit for bit (the "
+       "compute_copy row, issue 41)",
+       "fp8_tp2_sp.json", "compute_copy every gathered copy", 0, "quantized otherwise than one device"},
       // fp8's delayed scaling (issue 48, core/fp8_delayed.h)
       {"fp8_delayed_amax_local", "parallel/pmodel.cpp, fp8-delayed amax history at the step's end",
        "each rank pushes the amaxes of its own pieces onto the history, never reduced over the ranks holding "

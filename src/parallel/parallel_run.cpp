@@ -517,6 +517,8 @@ template <class T> const std::vector<mesh::TensorLayout>& ParallelRun<T>::grad_l
   return impl_->grad_layouts;
 }
 
+template <class T> const ParallelModel<T>& ParallelRun<T>::model() const { return *impl_->model; }
+
 template <class T> TrainingRefs<T> ParallelRun<T>::training_refs() {
   Impl& I = *impl_;
   TrainingRefs<T> refs{&I.sc.model, &I.specs, &I.layouts, {}, I.opt.get(), &I.model->expert_bias, &I.opt_layouts};

@@ -52,6 +52,8 @@ template <class T> struct RankStepRecord {
   int64_t activation_bytes = 0;
 };
 
+template <class T> class ParallelModel;  // parallel/pmodel.h
+
 template <class T> class ParallelRun {
  public:
   // Collective over `world` (every rank constructs it). Throws ConfigError naming the
@@ -74,6 +76,8 @@ template <class T> class ParallelRun {
   // expert bias) as pointers into the run, for checkpoints (ckpt/training_state.h:
   // ParallelRunState saves and loads it).
   TrainingRefs<T> training_refs();
+  // The rank's model (parallel/pmodel.h): the verdict's compute_copy row reads the step's gathered copies.
+  const ParallelModel<T>& model() const;
 
  private:
   struct Impl;

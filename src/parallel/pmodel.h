@@ -108,6 +108,11 @@ template <class T> class ParallelModel {
   // again over tp under sequence parallel): what a pipeline transfer moves, times dim.
   int64_t stream_rows() const { return tp_.sp && tp_.size > 1 ? cp_.chunk(cfg_.seq) / tp_.size : cp_.chunk(cfg_.seq); }
   bool held(size_t p) const { return held_[p] != 0; }  // this rank's stage holds parameter p
+  // The compute copy of parameter q this rank gathered in the current step (its model-parallel-local
+  // tensor as the forward and the backward read it: rounded to its plan entry's format, an fp8 weight
+  // quantized), or null where it gathered none; held until the next zero_grads(). The verdict's
+  // compute_copy row reads it after the step (harness/verdict/compute_copy.h).
+  const Tensor<T>* compute_copy(size_t q) const { return is_gathered_[q] ? &gathered_[q] : nullptr; }
 
   const TpContext& tp() const { return tp_; }
   const EpContext& ep() const { return ep_; }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "harness/verdict/compute_copy.h"
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict_detail.h"
 #include "model/params.h"
@@ -20,7 +21,7 @@ using verdict_wire::Section;
 using verdict_wire::UpdateSums;
 
 const Counts kCounts{/*micro_losses=*/3, /*groups=*/6, /*moe_layers=*/2, /*tokens=*/10, /*state_entries=*/4,
-                     /*tensors=*/7, /*param_groups=*/2, /*taken_width=*/6};
+                     /*tensors=*/7, /*param_groups=*/2, /*taken_width=*/6, /*copies=*/3};
 
 TEST(VerdictWire, SectionsFollowEachOtherInOrderWithTheirItemsWidths) {
   const Layout w(kCounts);
@@ -34,6 +35,7 @@ TEST(VerdictWire, SectionsFollowEachOtherInOrderWithTheirItemsWidths) {
       {Section::state, 4 * 2},
       {Section::tensors, 7 * 2},
       {Section::updates, 2 * (UpdateSums::kWidth + 6)},
+      {Section::copies, 3 * compute_copy::CopyLocal::kWidth},  // issue 41: the compute_copy row
   };
   size_t at = 0;
   for (const auto& [s, n] : sizes) {

@@ -196,7 +196,7 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   if (!keyed_) {
     state_keys_ = verdict_state::entry_keys(st, par_.mesh(), world_.world_rank()), keyed_ = true;
     wire_ = verdict_wire::Layout({b.micro_losses.size(), groups_.size(), L, n, state_keys_.names.size(),
-                                  idx_.size(), n_fam_, verdict_taken::kWidth});
+                                  idx_.size(), n_fam_, verdict_taken::kWidth, copies_ ? idx_.size() : 0});
   }
   std::vector<double> mine;
   local_part(b, p, mine);
@@ -218,6 +218,8 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   wire_.expect(mine, Section::updates);
   add_update_sums(p, taken, mine);
+  wire_.expect(mine, Section::copies);  // the compute copies (harness/verdict/compute_copy.h)
+  if (copies_) copies_->append(par_, *before_base_, before_local_, idx_, mine);
   wire_.expect_whole(mine, 1);
   return mine;
 }

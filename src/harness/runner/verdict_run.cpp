@@ -35,6 +35,9 @@ template <class T> void Runner<T>::build_groups() {
   n_fam_ = group_family_.size();
   if (scales_loss(sc_.model.precision()))  // fp16: the scale of every step and its skip, exactly
     scale_row_ = rows_.size(), rows_.push_back(vd::make_row("loss_scale", "and skipped steps", 0));
+  if (sc_.model.precision().store != Low::none)  // the compute copies, bit for bit (harness/verdict/compute_copy.h)
+    copy_row_ = rows_.size(), rows_.push_back(vd::make_row("compute_copy", "every gathered copy", 0)),
+    copies_.emplace(par_, sc_);
   rows_.push_back(vd::make_row("replicas", "every tensor", 0));  // bit for bit (verdict_detail.h)
   for (size_t p = 0; p < specs.size(); ++p) {
     idx_.push_back(mesh::global_indices(mesh, par_.layouts()[p], specs[p].shape, world_.world_rank()));
@@ -167,6 +170,12 @@ void Runner<T>::fold(int64_t t, const StepRecord<T>& b, const std::vector<double
   add_reduction_allowance(all, fam_sq);
   StepLine line = scalars(t, b, all, fam_sq);
   fold_groups(t, all);
+  if (copies_) {
+    std::vector<const double*> parts;
+    for (int r = 0; r < world_.size(); ++r) parts.push_back(wire_.of(all, r, Section::copies));
+    const Precision policy = sc_.model.precision();
+    vd::update_row(rows_[copy_row_], t, compute_copy::outcome(parts, copies_->params(), policy, sc_.model.dtype));
+  }
   fold_routes(t, all, line);
   rep.step_lines.push_back(line);
 }
@@ -318,6 +327,7 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
                                   opt && opt->has_second_moment() ? &opt->second_moment().tensors : nullptr);
     if (carry_pending_) verdict_carry::load(moments_, par_.specs(), opt_.carry_dir), carry_pending_ = false;
   }
+  if (copies_) copies_->before_step(par_);  // fp8-delayed: the scales the step quantizes with
   RankStepRecord<T> p;
   {
     const trace::Scope tracing(traced ? &traced->layout : nullptr);

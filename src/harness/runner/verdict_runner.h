@@ -15,6 +15,7 @@
 #include "harness/runner/comm_clock.h"
 #include "harness/runner/shared_baseline.h"
 #include "harness/runner/trace_run.h"
+#include "harness/runner/verdict_copies.h"
 #include "harness/runner/verdict_run.h"
 #include "harness/runner/verdict_taken.h"
 #include "harness/verdict/bounds.h"
@@ -149,6 +150,10 @@ template <class T> class Runner {
   static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
   int64_t trace_at_ = -1;
   trace_verdict::Result traced_;
+  // the compute copies against the one-device copy, bit for bit (harness/verdict/compute_copy.h): under a
+  // policy with a compute copy only; its row
+  std::optional<verdict_copies::CopyCheck<T>> copies_;
+  size_t copy_row_ = SIZE_MAX;
 };
 
 }  // namespace parity::verdict_runner

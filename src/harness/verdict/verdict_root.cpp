@@ -33,6 +33,8 @@ bool near(double x, double c) { return std::fabs(x - c) <= 2e-3 * std::fabs(c); 
 int data_flow_rank(const std::string& quantity, const std::string& subject) {
   if (quantity == "inputs") return -2;  // parity compare: the data itself (everything downstream follows)
   if (quantity == "shards") return -1;  // parity compare: a shard not where its placement puts it (dump_shards.h)
+  // the compute copies a step gathered (compute_copy.h): made before the forward reads them
+  if (quantity == "compute_copy") return -1;
   if (quantity == "loss") return 0;
   if (quantity == "loss_scale") return 5;  // fp16: the step's scale, and its skip before any gradient row
   if (quantity == "grad") return 10 + family_rank(subject);
@@ -251,9 +253,11 @@ RootCause find_root(const VerdictReport& r) {
   // A wrong grad norm is read by its parts per family (the row's detail), not its total.
   // So is a replica that drifted apart: no scale, the groups and ranks that differ; and the
   // inputs: the sequences a split dropped or took twice, named by index (dump_split.h); and a
-  // clip_coef that differs between the ranks (each clipped by its own norm, dump_split.h).
+  // clip_coef that differs between the ranks (each clipped by its own norm, dump_split.h); and a
+  // compute copy that is not the one-device copy: the parameters, the element, what it holds
+  // against what the policy requires (compute_copy.h: a precision fault of the plan or the gather).
   const bool by_detail = (rr.quantity == "grad_norm" || rr.quantity == "replicas" || rr.quantity == "inputs" ||
-                          rr.quantity == "shards" || rr.quantity == "clip_coef") &&
+                          rr.quantity == "shards" || rr.quantity == "clip_coef" || rr.quantity == "compute_copy") &&
                          !rr.detail.empty();
   root.factor = by_detail ? rr.detail : factor_meaning(rr.scale_ratio, r.degrees);
   if (rr.quantity != "grad_norm")
@@ -303,6 +307,8 @@ static std::string enters_after(const VerdictReport& r, const Row& row) {
     return "";
   }
   const std::string of = row.worst.name.empty() ? "" : " of " + row.worst.name;
+  if (row.quantity == "compute_copy")  // made before the forward reads it: its effect may be under every bound
+    return "at the gather" + of + ", where its compute copy is made (before the forward)";
   std::string op;
   if (row.quantity == "grad_norm")
     op = "in the grad norm (each gradient's squares, summed over the world), the gradients it reads within their "

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "harness/verdict/compute_copy.h"
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict_detail.h"
 #include "harness/verdict/verdict_flow.h"
@@ -22,6 +23,7 @@ const char* section_name(Section s) {
     case Section::state: return "state";
     case Section::tensors: return "tensors";
     case Section::updates: return "updates";
+    case Section::copies: return "copies";
   }
   return "?";
 }
@@ -38,6 +40,7 @@ Layout::Layout(const Counts& c) : counts_(c) {
       c.state_entries * verdict_state::kWidth,
       c.tensors * verdict_flow::kTensorWidth,
       c.param_groups * (UpdateSums::kWidth + c.taken_width),
+      c.copies * compute_copy::CopyLocal::kWidth,
   };
   for (size_t s = 0; s < kSectionCount; ++s) at_[s] = stride_, size_[s] = sizes[s], stride_ += sizes[s];
 }

@@ -29,8 +29,10 @@ enum class Section : size_t {
   state,           // per optimizer-state entry: key and bits digests (verdict_state.h, the replicas row)
   tensors,         // per parameter: its gradient's normwise sums (verdict_flow.h, the first wrong tensor)
   updates,         // per param group: UpdateSums, then the taken gradient's sums (verdict_taken.h)
+  copies,          // per parameter: its gathered compute copy against the one-device copy (compute_copy.h);
+                   // empty under a policy without a compute copy (fp32, fp64)
 };
-inline constexpr size_t kSectionCount = 9;
+inline constexpr size_t kSectionCount = 10;
 const char* section_name(Section s);
 
 // Section::scalars, by position.
@@ -47,6 +49,7 @@ struct Counts {
   size_t tensors = 0;        // parameters
   size_t param_groups = 0;   // family groups (one UpdateSums each)
   size_t taken_width = 0;    // per param group, after its UpdateSums: the taken gradient's sums
+  size_t copies = 0;         // parameters whose compute copy is compared (0: no compute_copy row)
 };
 
 // Where each section of one rank's part starts and how many doubles it holds.
