@@ -130,12 +130,11 @@ void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, s
 // Per param group, over the elements this rank counts: the UpdateSums of (after - before) against
 // the baseline's (after - before), then the taken gradient's sums, appended to out (Section::updates).
 template <class T>
-void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken,
-                                std::vector<double>& out) {
+void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const family_sums::StepSums& sums,
+                                const std::vector<double>& taken, std::vector<double>& out) {
   std::vector<verdict_wire::UpdateSums> u(n_fam_);
   const auto& ref_after = base_->params();
   family_sums::GroupSquares mag(n_fam_);  // the baseline's update, per family (is_far's floor; StepSums)
-  const family_sums::StepSums& sums = *sums_;  // this step's (local_part formed it: sums_of)
   for (size_t g = 0; g < n_fam_; ++g) mag.add_tensor(g, sums.update_sq[g], sums.n[g]);
   for (size_t q = 0; q < idx_.size() && q < p.params.size() && q < before_local_.size(); ++q) {
     if (!counted_[q] || p.params[q].data.size() != idx_[q].size() || before_local_[q].data.size() != idx_[q].size())
@@ -217,7 +216,7 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   wire_.expect(mine, Section::tensors);
   verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
   wire_.expect(mine, Section::updates);
-  add_update_sums(p, taken, mine);
+  add_update_sums(p, sums_of(b), taken, mine);
   wire_.expect(mine, Section::copies);  // the compute copies (harness/verdict/compute_copy.h)
   if (copies_) copies_->append(par_, *before_base_, before_local_, idx_, mine);
   wire_.expect_whole(mine, 1);

@@ -140,7 +140,8 @@ template <class T> class Runner {
   verdict_taken::Moments moments_;  // this rank's first moments before the step (verdict_taken.h)
   bool carry_pending_ = false;      // phase 2 of a resume check: load phase 1's carry at the first step
   // taken: per param group, the sums of the gradient the optimizer took (verdict_taken::append_sums)
-  void add_update_sums(const RankStepRecord<T>& p, const std::vector<double>& taken, std::vector<double>& out);
+  void add_update_sums(const RankStepRecord<T>& p, const family_sums::StepSums& sums, const std::vector<double>& taken,
+                       std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the
   // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
   // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
