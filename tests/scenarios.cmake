@@ -523,7 +523,7 @@ endforeach()
 add_test(NAME fp8.delayed_zoo_separation
          COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision fp8-delayed -j 2
                  -- --backend sim fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored
-                 tp_reduce_in_bf16)
+                 tp_reduce_in_bf16 fp8_weight_cache_not_refreshed fp8_partial_sum_quantized)
 set_tests_properties(fp8.delayed_zoo_separation PROPERTIES
   PASS_REGULAR_EXPRESSION "zoo verdict: PASS:.*\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\n" LABELS "verdict;zoo;fp8"
   TIMEOUT 300)
@@ -534,7 +534,8 @@ set_tests_properties(fp8.delayed_zoo_separation PROPERTIES
 add_test(NAME fp8.current_zoo_separation
          COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision fp8 -j 2
                  -- --backend sim qk_norm_not_summed_tp cp_kv_grad_local alltoallv_counts_off_by_one
-                 rope_local_positions_cp rope_contiguous_positions_balanced_cp qk_norm_after_rope)
+                 rope_local_positions_cp rope_contiguous_positions_balanced_cp qk_norm_after_rope
+                 fp8_weight_cache_not_refreshed fp8_partial_sum_quantized)
 set_tests_properties(fp8.current_zoo_separation PROPERTIES
   PASS_REGULAR_EXPRESSION "zoo verdict: PASS:.*\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\n" LABELS "verdict;zoo;fp8"
   TIMEOUT 300)

@@ -101,14 +101,33 @@ add_test(NAME zoo.fp8_history_not_restored_caught
          COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json --inject fp8_history_not_restored 2>&1; echo exit=$?")
 set_tests_properties(zoo.fp8_history_not_restored_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
   "\nroot: grad head at step 4[^\n]*\n.*resume check verdict: FAIL.*exit=1\n")
-# and fp8's bugs under fp8-delayed through `parity zoo`: its three caught and named, current scaling's
+# fp8's two bug classes of issue 48 item 4, each caught and named under fp8 (registry scenario fp8_tp2_sp):
+# the step's E4M3 weight copies (the cache the gather forms once per step, parallel/pmodel.cpp zero_grads)
+# not refreshed after the optimizer step, named by the compute_copy row at step 1 (the copies differ from
+# one device's, exact); and the row-parallel outputs' partial sums quantized before the TP reduction, named
+# at grad head at step 0 (the loss moves within its floor) with the trace at layer 0 attn_out, forward.
+add_test(NAME zoo.fp8_weight_cache_not_refreshed_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_tp2_sp.json --steps 2 --backend sim --inject fp8_weight_cache_not_refreshed 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_weight_cache_not_refreshed_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: compute_copy every gathered copy at step 1[^\n]*quantized otherwise than one device[^\n]*\n.*verdict: FAIL.*exit=1\n")
+add_test(NAME zoo.fp8_partial_sum_quantized_caught
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/fp8_tp2_sp.json --steps 1 --backend sim --inject fp8_partial_sum_quantized 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_partial_sum_quantized_caught PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "\nroot: grad head at step 0[^\n]*enters at layer 0 attn_out, forward[^\n]*\n.*verdict: FAIL.*exit=1\n")
+# Outside the fp8 policies both are no-ops (one device's numbers, the verdict's PASS): bf16 on a TP layout.
+add_test(NAME zoo.fp8_cache_and_partial_sum_inert_under_bf16
+         COMMAND sh -c "$<TARGET_FILE:parity> run ${PROJECT_SOURCE_DIR}/scenarios/tp2_sp.json --precision bf16 --steps 2 --backend sim --inject fp8_weight_cache_not_refreshed,fp8_partial_sum_quantized 2>&1; echo exit=$?")
+set_tests_properties(zoo.fp8_cache_and_partial_sum_inert_under_bf16 PROPERTIES LABELS zoo PASS_REGULAR_EXPRESSION
+  "verdict: PASS[^\n]*\n.*exit=0\n")
+# and fp8's bugs under fp8-delayed through `parity zoo`: its three and item 4's two caught and named, current scaling's
 # (whose per-use reductions delayed scaling does not make) cannot act. (Not the whole zoo: under fp8 and
 # fp8-delayed some bugs of other classes are named by another row, docs/precision.md.)
 add_test(NAME zoo.fp8_delayed_bugs_caught_and_named
          COMMAND $<TARGET_FILE:parity> zoo --precision fp8-delayed --scenarios ${PROJECT_SOURCE_DIR}/scenarios
-                 fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored fp8_amax_per_lane)
+                 fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored fp8_amax_per_lane
+                 fp8_weight_cache_not_refreshed fp8_partial_sum_quantized)
 set_tests_properties(zoo.fp8_delayed_bugs_caught_and_named PROPERTIES LABELS zoo
-  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 4 bugs, 3 caught with their root named, 0 escaped")
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 6 bugs, 5 caught with their root named, 0 escaped")
 # The same bug over a scenario set (parity zoo --set: the shape table's expectation, src/cli/zoo_shape.cpp):
 # named by the compute_copy row there too (the table kept the factor of its old root until the review of
 # issue 41's row: MISNAMED).

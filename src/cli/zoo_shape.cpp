@@ -83,6 +83,10 @@ const Need fp16 = need([](const Scenario& s) { return s.model.store == Low::fp16
 const Need fp8 = need([](const Scenario& s) { return s.model.fp8 && !s.model.fp8_delayed; },
                       "the fp8 policy with current scaling (its amax reductions where a row or weight is split)",
                       [](const Scenario& s) { return precision_name(s.model.precision()); });
+const Need fp8_any = need([](const Scenario& s) { return s.model.fp8; }, "an fp8 policy (fp8 or fp8-delayed)",
+                          [](const Scenario& s) { return precision_name(s.model.precision()); });
+const Need steps2 = need([](const Scenario& s) { return s.steps >= 2; }, "steps >= 2 (a step after an update)",
+                         [](const Scenario& s) { return num(s.steps); });
 const Need fp8_delayed = need([](const Scenario& s) { return s.model.fp8 && s.model.fp8_delayed; },
                               "the fp8-delayed policy (its amax histories)",
                               [](const Scenario& s) { return precision_name(s.model.precision()); });
@@ -177,6 +181,8 @@ const std::vector<Entry>& entries() {
       {"fp8_delayed_amax_local", {fp8_delayed, tp2}, "", "", false, true},
       {"fp8_history_per_microbatch", {fp8_delayed, mb2}, "", "", false, true},
       {"fp8_history_not_restored", {fp8_delayed, resume}, "", "", true, true},
+      {"fp8_weight_cache_not_refreshed", {fp8_any, steps2}, "", "", false, true},
+      {"fp8_partial_sum_quantized", {fp8_any, tp2}, "", "", false, true},
   };
   return all;
 }

@@ -252,6 +252,21 @@ const std::vector<Injection>& injections() {
        "the amax histories and scales not restored from the checkpoint: the resumed run quantizes its first "
        "step with scale 1 and forgets the history",
        "resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json", "grad head", 4, "not a clean factor|not a scaling"},
+      // fp8's weight cache (issue 48, item 4: parallel/pmodel.cpp zero_grads)
+      {"fp8_weight_cache_not_refreshed", "parallel/pmodel.cpp, fp8 weight cache at the step's start",
+       "each linear's E4M3 copy (quantized once per step at its first use, kept for every micro-batch's forward "
+       "and backward: TransformerEngine's cached FP8 weight and transpose) not refreshed after the optimizer "
+       "step: from step 1 the layout computes with the previous step's quantized weights",
+       "fp8_tp2_sp.json", "compute_copy every gathered copy", 1, ""},
+      // fp8 on a partial sum (issue 48, item 4: parallel/pmodel.cpp, row-parallel outputs)
+      {"fp8_partial_sum_quantized", "parallel/pmodel.cpp, row-parallel output before the TP reduction",
+       "wo's and the dense MLP's w2's output, each TP lane's partial sum, quantized to E4M3 with the lane's own "
+       "scale before the reduce-scatter (the TP reduction compressed to fp8): a scale applied to a partial sum "
+       "before its reduction, where one device never quantizes a linear's output",
+       // the loss moves within its floor (4.9e-05 against 6.1e-05 at step 0): the first failing row in the data
+       // flow is the backward's first gradient, grad head (13x), read as bf16 rounding (a misreading, as
+       // combine_weights_twice_ep's); the trace names layer 0 attn_out, forward
+       "fp8_tp2_sp.json", "grad head", 0, "not a|rounded to bf16"},
   };
   return all;
 }

@@ -1,6 +1,7 @@
 #include "parallel/pmodel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <type_traits>
 
@@ -102,6 +103,22 @@ template <class T> struct ParallelModel<T>::Impl {
   const Tensor<T>& w(size_t q) const {
     if (!m.is_gathered_[q]) throw Error("ParallelModel: " + m.params[q].spec().name + " read before its gather");
     return m.gathered_[q];
+  }
+  // The zoo's fp8_partial_sum_quantized: under fp8 with tp > 1, a row-parallel linear's output (wo's, the
+  // dense MLP's w2's), this lane's partial sum, quantized to E4M3 before the TP reduction (the reduce-scatter
+  // compressed to fp8), each row with the lane's own current scale from its partial's amax. One device
+  // never quantizes a linear's output; a no-op without the bug.
+  void partial_sum_quantized(T* x, int64_t rows, int64_t k) const {
+    static const bool on = injected("fp8_partial_sum_quantized");
+    if (!on || !fp8_on() || m.tp_.size < 2) return;
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = x + r * k;
+      float amax = 0;
+      for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(static_cast<float>(row[j])));
+      const float s = fp8_scale(Fp8::e4m3, amax), inv = 1.0f / s;
+      for (int64_t j = 0; j < k; ++j)
+        row[j] = static_cast<T>(round_fp8(Fp8::e4m3, static_cast<float>(row[j]) * s) * inv);
+    }
   }
   T* g(size_t q) const { return m.mp_grads[q].ptr(); }
   // A parameter the model may not have (kNoParam: a norm's bias under RMSNorm): null then.
@@ -270,6 +287,7 @@ void ParallelModel<T>::Impl::attention_forward_block(const LayerParams& P, Buffe
   auto o = zeros<T>(n * D);
   fp8_rows(Fp8::e4m3, L.att.data(), n, Dl, true);  // fp8: wo's input, a row split over the lanes' heads
   matmul_forward(L.att.data(), w(P.wo).ptr(), o.data(), n, Dl, D);
+  partial_sum_quantized(o.data(), n, D);  // the zoo's fp8_partial_sum_quantized
   const Buffer<T> o_res = to_res(std::move(o), D);  // the row-parallel partial sums, reduced
   rec(Site::attn_out, l, Dir::fwd, o_res, D);
   add_into(h, o_res);
@@ -358,6 +376,7 @@ void ParallelModel<T>::Impl::ffn_forward_block(int64_t l, const LayerParams& P, 
     const Fp8SiteScope site(l, "mlp");  // fp8-delayed: the MLP's slots
     ffn_forward(L.bn_full.data(), n, D, local_dim(P.w1, 1), w(P.w1).ptr(), w(P.w3).ptr(),
                 w(P.w2).ptr(), part.data(), L.mlp);
+    partial_sum_quantized(part.data(), n, D);  // the zoo's fp8_partial_sum_quantized
     f = to_res(std::move(part), D);
   }
   rec(trace::Site::ffn_out, l, trace::Dir::fwd, f, D);
@@ -470,7 +489,14 @@ ParallelModel<T>::ParallelModel(const Scenario& s, const mesh::Mesh& m, comm::Co
 
 template <class T> void ParallelModel<T>::zero_grads() {
   for (auto& t : mp_grads) zero_values(t.ptr(), t.numel());
-  for (size_t q = 0; q < gathered_.size(); ++q) gathered_[q] = Tensor<T>(), is_gathered_[q] = 0;
+  // The gathered copies are the step's weight cache: an fp8 weight is quantized once per step, at its
+  // first use (gather), and its E4M3 copy serves every micro-batch's forward and backward; dropping them
+  // here is the refresh after the optimizer step. The zoo's fp8_weight_cache_not_refreshed keeps the fp8
+  // weights' copies: from step 1 they are the E4M3 copies of the previous step's weights (TransformerEngine's
+  // cached FP8 weight and transpose not refreshed after the update).
+  static const bool stale = injected("fp8_weight_cache_not_refreshed");
+  for (size_t q = 0; q < gathered_.size(); ++q)
+    if (!(stale && fp8_weight_[q].on && is_gathered_[q])) gathered_[q] = Tensor<T>(), is_gathered_[q] = 0;
 }
 
 template <class T> PMicroResult ParallelModel<T>::forward_backward(PMicro<T>& u) {
