@@ -31,6 +31,9 @@
 // bf16-reduced gradients explain, and the clean run's norm_rel is 98.5% (dense_mlp 4.09e-3 of
 // 4.15e-3), 98.0% (shared_experts 5.91e-3 of 6.03e-3) and 98.7% (head 4.68e-3 of 4.74e-3) of it;
 // there the row must fail by one of the two measures. Every other row holds at half the bound.
+// Their loss and param floors are checked against the fixed values instead (the loss u / 64, u
+// the storage's unit roundoff, 2^-11 under fp16 and 2^-8 else; parameters 1024 fp32 ulps, 2^-14),
+// widened as the table by sqrt(256 / elements): a floor loosened in the code fails here.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +115,11 @@ void calibrate(const std::string& precision) {
       // a param row also allows the update the gradients taken explain (tolerance.h with_explained)
       const double cap = (k.quantity == "grad_norm" ? grad_cap : cap_of(*row)) + row->value("explained", 0.0);
       EXPECT_LE(bound, cap * (1 + 1e-9)) << k.quantity << " " << k.subject << ": looser than docs/verdict.md's table";
+    } else if (k.quantity == "loss" || k.quantity == "param") {  // the twin's floors (tolerance.cpp noise_floor)
+      const double u = precision == "fp16" ? 0x1p-11 : 0x1p-8, n = (*row)["compared"].get<double>();
+      const double floor = (k.quantity == "loss" ? u / 64 : 0x1p-14) * (n > 0 && n < 256 ? std::sqrt(256 / n) : 1.0);
+      EXPECT_LE((*row)["floor"].get<double>(), floor * (1 + 1e-9))
+          << k.quantity << " " << k.subject << ": a floor looser than docs/precision.md's (u / 64, 1024 fp32 u)";
     }
     auto with = [&](double e, const std::string& name) {
       char f[160];
