@@ -67,6 +67,14 @@ add_test(NAME ci.calibrate_slice_reduce_bf16
 set_tests_properties(ci.calibrate_slice_reduce_bf16 PROPERTIES
   PASS_REGULAR_EXPRESSION "bf16-reduce-bf16 +4 +0 .*calibrate: 4 runs [^\n]*: no false alarm"
   LABELS "ci;verdict" TIMEOUT 120)
+# And the fp16 / fp8 policies (issue 48): three draws each, one of them per precision on the property generator's
+# layouts or the shipped ones (a layout fp8 refuses is counted as refused, not run).
+add_test(NAME ci.calibrate_slice_fp16_fp8
+         COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity>
+                 --draw $<TARGET_FILE:property_draw> -n 3 --seed 7 --max-steps 4 -j 2 --precision fp16,fp8,fp8-delayed)
+set_tests_properties(ci.calibrate_slice_fp16_fp8 PROPERTIES
+  PASS_REGULAR_EXPRESSION "fp16 +3 +0 .*\nfp8 +3 +0 .*\nfp8-delayed +3 +0 .*calibrate: 9 runs [^\n]*: no false alarm"
+  LABELS "ci;verdict" TIMEOUT 120)
 # The zoo's separation (issue 41): every bug's root row over its bound ("smallest" of
 # ci/calibrate --zoo, "by family" and "exact" rows aside): at least 10x in fp32 and bf16 (bf16 was
 # 7.4x until the param rows held the gradient the optimizer took: clip_skips_experts, docs/zoo.md).
