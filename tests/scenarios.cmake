@@ -29,7 +29,9 @@ set(PARITY_SCENARIO_FP8_DELAYED_SAMPLE fsdp2_tp2_mb2 fsdp4_tp2_ep2_etp2 cp2_tp2 
 # Every other layout runs in one of the three (issue 48: "ctest runs each shipped layout in one of them at
 # least"), by rotation in file order: fp16, fp8, fp8-delayed. A layout that fp8 refuses (model.kv_heads not a
 # multiple of layout.tp, in either phase of a resume: mesh/layout_config.cpp, exit 2) takes fp16 instead; a file
-# whose own dtype is one of them already runs in it (NAME).
+# whose own dtype is one of them already runs in it (NAME). These run on the simulated world (every rank a
+# thread; the same verdict bit for bit, ci/sim_vs_gloo): the precision is what they check, and on gloo the
+# 149 runs cost 325 s serial.
 set(PARITY_SCENARIO_LOW_ROTATION fp16 fp8 fp8-delayed)
 set(PARITY_SCENARIO_LOW_INDEX 0)
 set(PARITY_SCENARIO_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
@@ -82,6 +84,7 @@ foreach(file ${PARITY_SCENARIO_FILES})
     endif()
   endif()
   set(low "")
+  set(low_backend ${backend})
   if(NOT dtype MATCHES "^(fp16|fp8)" AND NOT name IN_LIST PARITY_SCENARIO_FP16_SAMPLE
      AND NOT name IN_LIST PARITY_SCENARIO_FP8_SAMPLE AND NOT name IN_LIST PARITY_SCENARIO_FP8_DELAYED_SAMPLE)
     math(EXPR i "${PARITY_SCENARIO_LOW_INDEX} % 3")
@@ -100,20 +103,25 @@ foreach(file ${PARITY_SCENARIO_FILES})
     if(NOT split EQUAL 0)
       set(low fp16)
     endif()
+    set(low_backend sim)
+  endif()
+  set(low_args)
+  if(low_backend STREQUAL "sim")
+    set(low_args --backend sim)
   endif()
   if(name IN_LIST PARITY_SCENARIO_FP16_SAMPLE OR low STREQUAL "fp16")
-    add_test(NAME ${name}.fp16 COMMAND parity run ${file} --precision fp16)
-    set_tests_properties(${name}.fp16 PROPERTIES LABELS "scenario;w${world};${backend};fp16")
+    add_test(NAME ${name}.fp16 COMMAND parity run ${file} --precision fp16 ${low_args})
+    set_tests_properties(${name}.fp16 PROPERTIES LABELS "scenario;w${world};${low_backend};fp16")
     list(APPEND tests ${name}.fp16)
   endif()
   if(name IN_LIST PARITY_SCENARIO_FP8_SAMPLE OR low STREQUAL "fp8")
-    add_test(NAME ${name}.fp8 COMMAND parity run ${file} --precision fp8)
-    set_tests_properties(${name}.fp8 PROPERTIES LABELS "scenario;w${world};${backend};fp8")
+    add_test(NAME ${name}.fp8 COMMAND parity run ${file} --precision fp8 ${low_args})
+    set_tests_properties(${name}.fp8 PROPERTIES LABELS "scenario;w${world};${low_backend};fp8")
     list(APPEND tests ${name}.fp8)
   endif()
   if(name IN_LIST PARITY_SCENARIO_FP8_DELAYED_SAMPLE OR low STREQUAL "fp8-delayed")
-    add_test(NAME ${name}.fp8-delayed COMMAND parity run ${file} --precision fp8-delayed)
-    set_tests_properties(${name}.fp8-delayed PROPERTIES LABELS "scenario;w${world};${backend};fp8")
+    add_test(NAME ${name}.fp8-delayed COMMAND parity run ${file} --precision fp8-delayed ${low_args})
+    set_tests_properties(${name}.fp8-delayed PROPERTIES LABELS "scenario;w${world};${low_backend};fp8")
     list(APPEND tests ${name}.fp8-delayed)
   endif()
   if(name IN_LIST PARITY_SCENARIO_MPI_SAMPLE)
@@ -590,6 +598,12 @@ foreach(name tp8_ep2_etp2_dim32 pp2_tp2_ep4_dim2 fsdp5_ep5_dim2 cp2_ep2_dim2 tp3
              dp2_tp2_ep2_etp2_dim8)
   fp8_current_pass(${name} "${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_${name}.json")
 endforeach()
+# Open (issue 48, fourteenth round): the three false alarms of ci/calibrate seed 52001 (3000 draws per policy,
+# --backend sim): fp8 cal16142 and cal17392, fp8-delayed cal20037, kept as harness/cases/fp8_*_twin_miss.json and
+# not registered (they fail). Each is the twins missing a flip the layout took: cal16142 (grad layernorm 1.5x at
+# step 4) fails at PARITY_TWIN_STREAM 0..4 and passes at 5, 6; with eight fp8 twins it fails at stream 0 only of
+# 0..5. cal17392 (6 rows at step 4, the loss 10x its other steps' error) fails at streams 0, 1, passes 2..8, and
+# with eight twins passes 0..5. cal20037 (fp8-delayed, grad router at step 11) fails at stream 0, passes 1..5.
 
 # A vocab of 24 over tp 7 leaves the last lane no columns of the head: its trace record divided
 # by its zero width (pmodel.cpp rec), a SIGFPE wherever the compiler hoisted the division above
