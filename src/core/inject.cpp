@@ -249,8 +249,8 @@ const std::vector<Injection>& injections() {
        "micro-batches of a step quantize with scales from the earlier ones' amaxes",
        "fp8_delayed_tp2_sp_mb2.json", "grad router|grad attention|grad head", 0, "not a clean factor|not a scaling"},
       {"fp8_history_not_restored", "ckpt/training_state.cpp, resume",
-       "the amax histories and scales not restored from the checkpoint: the resumed run quantizes its first "
-       "step with scale 1 and forgets the history",
+       "the amax histories and scales not restored from the checkpoint: the resumed run starts with empty "
+       "histories, so its first step quantizes nothing (a fresh slot is recorded, not quantized)",
        "resume_fp8_delayed_tp2_sp_to_fsdp4_ep2.json", "grad head", 4, "not a clean factor|not a scaling"},
       // fp8's weight cache (issue 48, item 4: parallel/pmodel.cpp zero_grads)
       {"fp8_weight_cache_not_refreshed", "parallel/pmodel.cpp, fp8 weight cache at the step's start",
