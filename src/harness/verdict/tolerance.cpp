@@ -128,14 +128,16 @@ Tolerance tolerance_for(const Precision& p, Quantity q) {
   return tolerance_for(p.compute, q);
 }
 
-// fp8 current scaling (issue 48f, its only change here; fp8-delayed keeps 2: its zoo separation test fell
-// under 10x with 4): two pairs of twins where flips are few, each pair's E5M2 moves
+// fp8 current scaling (issue 48f, its only change here; fp8-delayed keeps 2: with 4 its zoo's tp_reduce_in_bf16
+// falls to 9.7x, under the 10x goal): four pairs of twins where flips are few, each pair's E5M2 moves
 // opposite (core/precision.h jitter_pair_up). With one pair and no element part in the E5M2 jitter,
 // ci/calibrate --precision fp8 seed 48411 had 1 false alarm in 1000 (cal 619: one pair missed a flip at 3 of 7
-// twin streams, two pairs at none) and cal 3335 of seed 48321 failed at 1 of 6 streams; with two pairs both
-// pass every stream tried and the fp8 zoo's separations stay (smallest 11.6x, adam_step_not_restored 820x to
-// 385x).
-constexpr int64_t kFp8TwinsWhereFlipsAreFew = 4;
+// twin streams, two pairs at none) and cal 3335 of seed 48321 failed at 1 of 6 streams. With two pairs seed 52001
+// had 2 in 3000 (a flip the layout took and no twin did: harness/cases/fp8_current_*_twin_miss.json); with four
+// pairs seed 55001 had 0 in 3000, the fsdp4 case passes at every stream 0..8 and the w8 one at 1..8, and the
+// fp8 zoo's smallest separation stays 11.6x. The cost: twice the twins' work in fp8 runs of few values (the
+// shipped fp8_tp2_sp's time to verdict about 0.45 -> 0.8 s on the loaded 2-core VM).
+constexpr int64_t kFp8TwinsWhereFlipsAreFew = 8;
 
 int64_t twin_count(const Precision& p, double step_values) {
   if (p.store == Low::fp16 && step_values <= kFewestTwinValues) return kTwinsWhereFlipsAreFewest;
