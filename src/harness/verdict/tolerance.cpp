@@ -128,9 +128,8 @@ Tolerance tolerance_for(const Precision& p, Quantity q) {
   return tolerance_for(p.compute, q);
 }
 
-// fp8 current scaling (issue 48f, its only change here; fp8-delayed keeps 2: with 4 its zoo's tp_reduce_in_bf16
-// falls to 9.7x, under the 10x goal): four pairs of twins where flips are few, each pair's E5M2 moves
-// opposite (core/precision.h jitter_pair_up). With one pair and no element part in the E5M2 jitter,
+// fp8 current scaling (issue 48f, its only change here): four pairs of twins where flips are few, each pair's E5M2
+// moves opposite (core/precision.h jitter_pair_up). With one pair and no element part in the E5M2 jitter,
 // ci/calibrate --precision fp8 seed 48411 had 1 false alarm in 1000 (cal 619: one pair missed a flip at 3 of 7
 // twin streams, two pairs at none) and cal 3335 of seed 48321 failed at 1 of 6 streams. With two pairs seed 52001
 // had 2 in 3000 (a flip the layout took and no twin did: harness/cases/fp8_current_*_twin_miss.json); with four
@@ -138,10 +137,18 @@ Tolerance tolerance_for(const Precision& p, Quantity q) {
 // fp8 zoo's smallest separation stays 11.6x. The cost: twice the twins' work in fp8 runs of few values (the
 // shipped fp8_tp2_sp's time to verdict about 0.45 -> 0.8 s on the loaded 2-core VM).
 constexpr int64_t kFp8TwinsWhereFlipsAreFew = 8;
+// fp8 delayed scaling (sixteenth round): two pairs where flips are few. With one pair ci/calibrate seed 52001's
+// cal20037 (tp 2, dim 16, adamw; harness/cases/fp8_delayed_tp2_twin_miss.json) failed at twin stream 0: grad router
+// at step 11, 1.66e-2 against 4.3e-3, one flip in an expert's input the layout took and neither twin did; with two
+// pairs the router's bound is 1.7e-1 (a third twin took such a flip) and the case passes at every stream 0..8. The
+// price: the fp8-delayed zoo's tp_reduce_in_bf16 (a bf16 rounding of TP partial sums, inside the noise of a policy
+// whose flips move elements by E4M3's 6-12%) falls from 12.1x to 9.7x, documented (ci/calibrate ZOO_DOCUMENTED).
+constexpr int64_t kFp8DelayedTwinsWhereFlipsAreFew = 4;
 
 int64_t twin_count(const Precision& p, double step_values) {
   if (p.store == Low::fp16 && step_values <= kFewestTwinValues) return kTwinsWhereFlipsAreFewest;
   if (p.fp8 && !p.fp8_delayed && step_values <= kFewTwinValues) return kFp8TwinsWhereFlipsAreFew;
+  if (p.fp8 && step_values <= kFewTwinValues) return kFp8DelayedTwinsWhereFlipsAreFew;
   return p.store != Low::none && step_values <= kFewTwinValues ? kTwinsWhereFlipsAreFew : 1;
 }
 
