@@ -616,7 +616,7 @@ fp8_current_pass(delayed_tp2_twin_miss
 # 4.80e-3; fails at twin stream 0 of 0..5, at 0..2 with one pair) and
 # fp8_delayed_pp2_1f1b_cp2_tp2_sp_ep2_far_head.json (cal03461: grad head at step 9, normwise 6.2e-4 within its
 # 9.2e-4 but 13.9% of its elements far against 5%; fails at every stream with one pair or two, passes at six other
-# data seeds: the far count grows much faster than the error it counts, docs/precision.md).
+# data seeds: a flip upstream spreading over a column of the head's gradient that no twin took, docs/precision.md).
 
 # A vocab of 24 over tp 7 leaves the last lane no columns of the head: its trace record divided
 # by its zero width (pmodel.cpp rec), a SIGFPE wherever the compiler hoisted the division above
