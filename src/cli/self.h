@@ -19,7 +19,11 @@ bool is_parity_subcommand(const std::string& name);
 RankStart rank_start();
 // [self_exe(), args...]
 std::vector<std::string> self_command(const std::vector<std::string>& args);
-// Starts this binary with `args`, stdout and stderr to the file `log`; returns its pid.
+// The environment `env` (null-terminated) for a job of spawn_self: as it is, plus glibc's heap
+// settings (GLIBC_TUNABLES, unless env sets it) that make a job's page faults fewer (self.cpp).
+std::vector<char*> job_environment(char** env);
+// Starts this binary with `args`, stdout and stderr to the file `log`, environment
+// job_environment(environ); returns its pid.
 // Throws IoError naming `what` when it cannot start.
 pid_t spawn_self(const std::vector<std::string>& args, const std::string& log, const std::string& what);
 // -n, --backend, --timeout, --log-dir on `sub`; finish_launch_options converts after parsing.

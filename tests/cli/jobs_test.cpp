@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/jobs.h"
+#include "cli/self.h"
 
 extern char** environ;
 
@@ -139,6 +140,29 @@ TEST(InOrder, ShowsEachOnceTheOnesBeforeItAreDone) {
   rows.done(1);
   EXPECT_EQ(shown, (std::vector<size_t>{0, 1, 2, 3}));
   EXPECT_EQ(rows.shown(), 4u);
+}
+
+// A job's environment (spawn_self): the caller's, plus glibc's heap settings unless the caller
+// set GLIBC_TUNABLES itself, which then passes unchanged and alone.
+TEST(JobEnvironment, AddsTheHeapSettingsUnlessTheUserSetThem) {
+  auto strings = [](const std::vector<char*>& env) {
+    EXPECT_FALSE(env.empty());
+    EXPECT_EQ(env.back(), nullptr);
+    std::vector<std::string> out;
+    for (char* e : env)
+      if (e != nullptr) out.emplace_back(e);
+    return out;
+  };
+  char path[] = "PATH=/bin", home[] = "HOME=/root", mine[] = "GLIBC_TUNABLES=glibc.malloc.arena_max=1";
+  char* plain[] = {path, home, nullptr};
+  const auto added = strings(job_environment(plain));
+  ASSERT_EQ(added.size(), 3u);
+  EXPECT_EQ(added[0], "PATH=/bin");
+  EXPECT_EQ(added[1], "HOME=/root");
+  EXPECT_EQ(added[2], "GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.top_pad=4194304");
+  char* with_own[] = {path, mine, home, nullptr};
+  EXPECT_EQ(strings(job_environment(with_own)),
+            (std::vector<std::string>{"PATH=/bin", "GLIBC_TUNABLES=glibc.malloc.arena_max=1", "HOME=/root"}));
 }
 
 }  // namespace
