@@ -32,7 +32,14 @@ Command add_rank_command(CLI::App& app) {
               "scenario and the rank's job: verdict, golden curves or comm bench). `parity launch -n W -- parity rank\n"
               "DIR/request.json` replays a run kept with --log-dir DIR");
   sub->add_option("request", *file, "The run request (DIR/request.json of a run with --log-dir DIR)")->required();
-  return {sub, [file]() { return run_rank([file] { return read_request(*file); }, *file); }};
+  return {sub, [file]() {
+            return run_rank(
+                [file] {
+                  const RunRequest* inherited = inherited_request(*file);  // a fork-started rank's
+                  return inherited != nullptr ? *inherited : read_request(*file);
+                },
+                *file);
+          }};
 }
 
 }  // namespace parity::cli

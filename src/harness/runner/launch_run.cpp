@@ -88,7 +88,23 @@ bool fork_started(const proc::LaunchOptions& lo, Device device) {
   return how != "exec" && lo.nnodes == 1 && lo.backend == comm::Backend::gloo && device == Device::cpu;
 }
 
+// The request this launcher's fork-started ranks read (inherited_request), while it launches.
+const RunRequest* g_inherited = nullptr;
+const std::string* g_inherited_path = nullptr;
+struct Inherited {
+  Inherited(const RunRequest* r, const std::string& path) {
+    if (r != nullptr) g_inherited = r, g_inherited_path = &path;
+  }
+  ~Inherited() { g_inherited = nullptr, g_inherited_path = nullptr; }
+  Inherited(const Inherited&) = delete;
+  Inherited& operator=(const Inherited&) = delete;
+};
+
 }  // namespace
+
+const RunRequest* inherited_request(const std::string& path) {
+  return g_inherited != nullptr && *g_inherited_path == path ? g_inherited : nullptr;
+}
 
 int launch(const RunRequest& r, const RankStart& how, const std::function<void()>& checks) {
   const bool verdict = r.job == RankJob::verdict;
@@ -116,9 +132,11 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                                std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
   const bool sim = lo.backend == comm::Backend::sim;
   if (sim) check_sim_request(r);
-  // A simulated world's ranks read this very request: validated once here, its proof shared by every
-  // rank thread (a rank process validates what it reads, run_request.cpp).
-  if (sim && r.scenario && !req.valid) req.valid = validate_scenario(*r.scenario);
+  const bool by_fork = !sim && how.in_process && fork_started(lo, device);
+  // A simulated world's ranks and fork-started ones read this very request (inherited_request):
+  // validated once here, its proof shared by every rank (an exec'd rank validates what it reads,
+  // run_request.cpp).
+  if ((sim || by_fork) && r.scenario && !req.valid) req.valid = validate_scenario(*r.scenario);
   if (checks) checks();
   // One baseline per host (harness/runner/shared_baseline.h): trained here while the ranks run,
   // read by every rank from a shared file; none trains its own copy.
@@ -132,7 +150,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   }
   const RequestFile file(req, r.log_dir);
   if (baseline) lo.after_start = [&baseline] { baseline->start(); };
-  const bool by_fork = how.in_process && fork_started(lo, device);
+  const Inherited inherited(by_fork ? &req : nullptr, file.path());
   if (by_fork) lo.in_process = how.in_process;
   std::vector<std::string> command = how.self;
   command.insert(command.end(), {"rank", file.path()});

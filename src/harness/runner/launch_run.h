@@ -27,6 +27,12 @@ struct RankStart {
 // verdict" line.
 int launch(const RunRequest& r, const RankStart& how, const std::function<void()>& checks = {});
 
+// In a rank forked by launch (proc/launch.h LaunchOptions::in_process): the launcher's request
+// when `path` is the file it wrote it to, in the memory the fork copied, so that the rank need not
+// parse and validate it again (a seventh of an 8-rank run's rank-side CPU at one step); nullptr
+// anywhere else (an exec'd rank, `parity rank FILE` by hand), which reads the file.
+const RunRequest* inherited_request(const std::string& path);
+
 // The request as a file for its ranks: keep_dir empty: $TMPDIR/parity-run-<pid>-<n>.json,
 // removed by the destructor (and, after a kill -9, by a later launcher); else
 // keep_dir/request.json, kept.
