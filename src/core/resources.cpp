@@ -83,6 +83,8 @@ void name_out_of_memory() { std::set_new_handler(on_failed_new); }
 bool keep_freed_memory() {
   // 32 MiB is the largest mmap threshold glibc takes (HEAP_MAX_SIZE / 2 on 64-bit); setting it
   // also stops glibc's dynamic threshold, which let the trim threshold fall back to 256 KiB.
+  // The heap's huge pages and top pad, which mallopt cannot set, come with a job's environment
+  // (cli/self.cpp job_environment).
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
   return mmap_ok && trim_ok;

@@ -132,7 +132,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
                                std::string(r.scenario->layout.backend == comm::Backend::nccl ? " (backend nccl)" : ""));
   const bool sim = lo.backend == comm::Backend::sim;
   if (sim) check_sim_request(r);
-  const bool by_fork = !sim && how.in_process && fork_started(lo, device);
+  const bool by_fork = how.in_process && fork_started(lo, device);  // never sim: fork_started wants gloo
   // A simulated world's ranks and fork-started ones read this very request (inherited_request):
   // validated once here, its proof shared by every rank (an exec'd rank validates what it reads,
   // run_request.cpp).
