@@ -90,11 +90,19 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
               graded("param", "attention", 1.00002, 1.3e-3, 1e-3, 0.01, 0.05)};
   RootCause root = find_root(rep);
   EXPECT_EQ(root.factor.rfind("at rounding level: 1.9x the bound at most", 0), 0u) << root.factor;
+  EXPECT_TRUE(root.rounding);  // what makes the verdict measure it again (verdict_run.cpp measure_again)
   rep.rows[1].norm_rel = 5e-3;  // a same-step row 5x over: not rounding
   EXPECT_EQ(find_root(rep).factor.rfind("1: not a scaling", 0), 0u) << find_root(rep).factor;
+  EXPECT_FALSE(find_root(rep).rounding);
   rep.rows.resize(1);
   rep.rows[0].far = 0.25;  // 5x the far bound
   EXPECT_EQ(find_root(rep).factor.rfind("1: not a scaling", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].far = 0.84;  // most elements far: a rounding to bf16 moves 3/4 ...
+  EXPECT_FALSE(find_root(rep).rounding) << find_root(rep).factor;
+  rep.rows[0].far_bound = 3.6;  // ... unless the twins had as many far (an fp8 router of 64 elements, cal01011,
+  rep.rows[0].worst.ref = 1e-3, rep.rows[0].worst.got = 1.2e-3;  // whose worst element moved 20%: no bf16 rounding)
+  EXPECT_EQ(find_root(rep).factor.rfind("at rounding level: 1.9x", 0), 0u) << find_root(rep).factor;
+  rep.rows[0].far_bound = 0.05, rep.rows[0].worst = {};
   rep.rows[0].far = 0.063, rep.rows[0].norm_rel = 3.9 * 2.4e-4;  // just under kRoundingLevel
   EXPECT_EQ(find_root(rep).factor.rfind("at rounding level: 3.9x", 0), 0u) << find_root(rep).factor;
   rep.rows[0].scale_ratio = 2.0;  // a clean factor is never rounding

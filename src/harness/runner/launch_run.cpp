@@ -111,6 +111,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   RunRequest req = r;  // what the ranks read: r and what this launcher adds (run_request.h)
   if (verdict) {
     if (fault_from_env()) req.fault = knob("PARITY_FAULT");  // a malformed one is refused here
+    (void)measure_again_enabled();  // and a PARITY_MEASURE_AGAIN that is not 0 or 1
   }
   if (r.scenario) req.inject = injected_names();  // an unknown PARITY_INJECT / --inject name likewise
   const int64_t world = r.world();

@@ -124,7 +124,8 @@ Scenario twin_scenario(const Scenario& s) {
 }
 
 template <class T> TwinRun<T>::TwinRun(const Scenario& s) {
-  const int64_t n = twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
+  const int64_t n = std::max<int64_t>(s.twin_sets, 1) *
+                    twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
   for (int64_t i = 0; i < n; ++i) {
     streams_.push_back(twin_stream() + static_cast<uint64_t>(i));
     runs_.push_back(std::make_unique<BaselineRun<T>>(twin_scenario(s)));

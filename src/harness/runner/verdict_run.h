@@ -34,6 +34,10 @@ struct VerdictOptions {
   std::string carry_dir;
 };
 
+// PARITY_MEASURE_AGAIN (docs/verdict.md "Measured again"): whether a verdict failing at rounding level is
+// measured again with twice the twins (1, the default) or not (0); anything else is a ConfigError.
+bool measure_again_enabled();
+
 // Collective over `world` (every rank calls it). Throws ConfigError when the layout cannot
 // run the model, CommError when a rank fails.
 template <class T>

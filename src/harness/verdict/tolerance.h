@@ -91,6 +91,10 @@ inline constexpr int64_t kTwinsWhereFlipsAreFew = 2;
 inline constexpr double kFewestTwinValues = 256;
 inline constexpr int64_t kTwinsWhereFlipsAreFewest = 8;
 int64_t twin_count(const Precision& p, double step_values);
+// Measured again (docs/verdict.md "Measured again"): a verdict failing at rounding level (kRoundingLevel, no
+// clean factor) is judged once more by this many disjoint sets of twin_count() twins, the first set among them:
+// the verdict of the larger ensemble, paid for only by such failures. PARITY_MEASURE_AGAIN=0 turns it off.
+inline constexpr int64_t kTwinSetsAgain = 2;
 struct Bound {
   double value = 0;
   bool from_twin = false;  // false: the floor decided

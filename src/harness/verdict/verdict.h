@@ -135,6 +135,9 @@ struct VerdictReport {
   int64_t first_step = 0;  // the first step compared (> 0 when the layout resumed)
   std::string fault;  // the injected fault, "" when none
   std::string checkpoint;  // what the run did with checkpoints ("" when nothing)
+  // A failure at rounding level measured again with twice the twins (docs/verdict.md "Measured again"):
+  // the first measurement's twins and root line; "" when the verdict was measured once
+  std::string remeasured;
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
   LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)

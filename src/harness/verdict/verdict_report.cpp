@@ -110,6 +110,7 @@ std::string format_verdict(const VerdictReport& r) {
                     "\n";
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
+  if (!r.remeasured.empty()) out += "measured again: " + r.remeasured + "\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s %9s\n", "step", "loss", "loss - ref", "micro rel",
                 "grad_norm rel", "clip_coef", "routing", "near-tie");
@@ -192,6 +193,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"optim", r.optim},
           {"verdict_mode", r.mode},
           {"fault", r.fault},
+          {"remeasured", r.remeasured},
           {"passed", r.passed()},
           {"root", root_json(r, find_root(r))},
           {"step_table", steps},

@@ -151,7 +151,8 @@ static double over_bound(const Row& row) {
 }
 
 // A failing row no more than kRoundingLevel over its bound (tolerance.h), in its normwise error
-// and in its far elements (fewer than half of them far: a rounding to bf16 moves 3/4), its
+// and in its far elements (fewer than half of them far: a rounding to bf16 moves 3/4; or no more
+// than the twins' own far fraction allows: an fp8 row whose twins have most elements far too), its
 // scale within 1% of 1: "1.3", the larger of its two ratios; "" when it is not at rounding
 // level (an exact row, most elements far, a clear factor, a larger error, or a row that failed
 // by something else than its ratios: a family's part of the grad norm, an element count).
@@ -162,7 +163,7 @@ static std::string rounding_level(const Row& row) {
   if (!(row.tol > 0) || row.bound_from == "exact" || !std::isfinite(row.norm_rel)) return "";
   if (!std::isnan(row.scale_ratio) && std::fabs(row.scale_ratio - 1) > 1e-2) return "";
   const double x = over_bound(row);
-  if (!(row.far < 0.5)) return "";
+  if (!(row.far < 0.5) && !(row.far <= row.far_bound)) return "";
   if (!(x >= 1 && x <= kRoundingLevel)) return "";  // under 1: it failed by something else
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", x);
@@ -276,7 +277,8 @@ RootCause find_root(const VerdictReport& r) {
       if (worst.empty()) break;
       if (std::stod(x) > std::stod(worst)) worst = x;
     }
-    if (!worst.empty())
+    root.rounding = !worst.empty();
+    if (root.rounding)
       root.factor = "at rounding level: " + worst + "x the bound at most (error and far elements), no clean factor: "
                     "rounding a little over what the twin measured, or a bug as small as rounding (run another "
                     "data_seed: a bug fails again; docs/verdict.md)";
@@ -289,6 +291,7 @@ RootCause find_root(const VerdictReport& r) {
     if (!rr.worst.index.empty()) at += "]";
     char v[96];
     std::snprintf(v, sizeof v, "%g where the baseline has %g", rr.worst.got, rr.worst.ref);
+    root.rounding = false;
     root.factor = "non-finite: the layout's first non-finite quantity" +
                   (at.empty() ? "" : " (" + at + " = " + v + ")") + "; the baseline is finite";
   }

@@ -50,6 +50,9 @@ struct RootCause {
   std::string factor;    // "2 (= tp): summed where it should be averaged, or counted twice"
   std::vector<size_t> same_step;     // other rows failing first at the root's step
   std::vector<size_t> consequences;  // rows failing only from a later step
+  // The factor reads "at rounding level": every row failing at the root's step within kRoundingLevel
+  // of its bound, no clean factor (the verdict then measures the rounding again, docs/verdict.md)
+  bool rounding = false;
 };
 
 // Position of a row's quantity in the data flow (lower: earlier).
