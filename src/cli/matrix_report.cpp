@@ -87,8 +87,17 @@ ReportSummary summarize_report(const nlohmann::json& rep) {
       if (r.contains("norm_rel") && r["norm_rel"].is_number() && tol > 0)
         s.worst_over_tol = std::max(s.worst_over_tol, r["norm_rel"].get<double>() / tol);
     }
+  // A failure at rounding level judged again by twice the twins (docs/verdict.md "Measured again"): said beside
+  // the root, or alone where the second verdict passed
+  const auto again = rep.find("remeasured");
+  const std::string measured = again != rep.end() && again->is_string() && !again->get<std::string>().empty()
+                                   ? "measured again (the first twins failed it at rounding level)"
+                                   : "";
   const auto root = rep.find("root");
-  if (root == rep.end() || !root->is_object()) return s;
+  if (root == rep.end() || !root->is_object()) {
+    s.root = measured;
+    return s;
+  }
   const auto& x = *root;
   const std::string factor = x.value("factor", "");  // the name, not the explanation
   const double scale = x.contains("scale_ratio") && x["scale_ratio"].is_number() ? x["scale_ratio"].get<double>() : NAN;
@@ -101,6 +110,7 @@ ReportSummary summarize_report(const nlohmann::json& rep) {
   const size_t later = x.contains("consequences") ? x["consequences"].size() : 0;
   if (more > 0) s.root += " + " + std::to_string(more) + " more at that step";
   if (later > 0) s.root += ", " + std::to_string(later) + " consequences";
+  if (!measured.empty()) s.root += "; " + measured;
   return s;
 }
 

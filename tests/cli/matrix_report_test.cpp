@@ -107,6 +107,20 @@ TEST(MatrixReport, SummaryNamesTheRootNotTheRows) {
   EXPECT_NE(md.find("![fsdp](plots/fsdp.png)"), std::string::npos) << md;
 }
 
+// A run measured again (docs/verdict.md "Measured again") says so in the root column, passed or failed.
+TEST(MatrixReport, ARunMeasuredAgainSaysSo) {
+  MatrixEntry passed = entry("tp2", 2, 0);
+  passed.report = {{"rows", nlohmann::json::array()}, {"root", nullptr}, {"remeasured", "the first measurement ..."}};
+  EXPECT_EQ(summarize_report(passed.report).root, "measured again (the first twins failed it at rounding level)");
+  passed.report["remeasured"] = "";
+  EXPECT_EQ(summarize_report(passed.report).root, "");
+  MatrixEntry failed = failed_fsdp4();
+  failed.report["remeasured"] = "the first measurement ...";
+  const std::string root = summarize_report(failed.report).root;
+  EXPECT_EQ(root.rfind("root grad head x0.25 at step 0", 0), 0u) << root;
+  EXPECT_NE(root.find("; measured again (the first twins"), std::string::npos) << root;
+}
+
 // --summary-links none, for a CI step summary ($GITHUB_STEP_SUMMARY), where neither the logs
 // nor the plots are: the verdict first, the same rows and paths, no link and no image.
 TEST(MatrixReport, StepSummaryOpensWithTheVerdictAndHasNoLinks) {
