@@ -603,7 +603,7 @@ endforeach()
 # --backend sim): fp8 cal16142 and cal17392, fp8-delayed cal20037, kept as harness/cases/fp8_*_twin_miss.json.
 # Each is the twins missing a flip the layout took. With four pairs of fp8 twins (fifteenth round, tolerance.cpp
 # kFp8TwinsWhereFlipsAreFew 4 -> 8) cal17392 passes at PARITY_TWIN_STREAM 0..8 (it failed at 0 and 1): registered.
-# Still open, not registered (it fails at stream 0): cal16142 (fp8, grad layernorm 1.3x at step 4; passes 1..8).
+# cal16142 (fp8, grad layernorm 1.3x at step 4 at stream 0; passes 1..8): measured again, below (eighteenth round).
 # cal20037 (fp8-delayed, grad router at step 11, 3.9x at stream 0 with one pair) passes at streams 0..8 with two
 # pairs of delayed twins (sixteenth round, tolerance.cpp kFp8DelayedTwinsWhereFlipsAreFew 2 -> 4): registered.
 fp8_current_pass(fsdp4_tp2_ep2_etp2_twin_miss
@@ -646,13 +646,14 @@ add_test(NAME verdict.measure_again_knob_is_checked
 --backend sim 2>&1; echo exit=$?")
 set_tests_properties(verdict.measure_again_knob_is_checked PROPERTIES PASS_REGULAR_EXPRESSION
   "PARITY_MEASURE_AGAIN: must be 0 or 1, got 'yes'.*exit=2\n" LABELS "verdict;multiprocess" TIMEOUT 60)
-# Open, not registered (sixteenth round, ci/calibrate --precision fp8-delayed -n 3000 --seed 59001 -- --backend sim,
-# two pairs of delayed twins: 2 false alarms), each run with --precision fp8-delayed --backend sim:
+# Sixteenth round, ci/calibrate --precision fp8-delayed -n 3000 --seed 59001 -- --backend sim, two pairs of delayed
+# twins: 2 false alarms, each run with --precision fp8-delayed --backend sim:
 # harness/cases/fp8_delayed_ds_w8_tp2_ep4_twin_miss.json (cal01011: grad router at step 17, 5.34e-3 against
-# 4.80e-3; fails at twin stream 0 of 0..5, at 0..2 with one pair) and
-# fp8_delayed_pp2_1f1b_cp2_tp2_sp_ep2_far_head.json (cal03461: grad head at step 9, normwise 6.2e-4 within its
-# 9.2e-4 but 13.9% of its elements far against 5%; fails at every stream with one pair or two, passes at six other
-# data seeds: a flip upstream spreading over a column of the head's gradient that no twin took, docs/precision.md).
+# 4.80e-3; fails at twin stream 0 of 0..5, at 0..2 with one pair; measured again since the eighteenth round, above)
+# and, open and not registered, fp8_delayed_pp2_1f1b_cp2_tp2_sp_ep2_far_head.json (cal03461: grad head at step 9,
+# normwise 6.2e-4 within its 9.2e-4 but 13.9% of its elements far against 5%; fails at every stream with one pair
+# or two, and measured again with four; passes at six other data seeds: a flip upstream spreading over a column of
+# the head's gradient that no twin took, docs/precision.md).
 
 # A vocab of 24 over tp 7 leaves the last lane no columns of the head: its trace record divided
 # by its zero width (pmodel.cpp rec), a SIGFPE wherever the compiler hoisted the division above
