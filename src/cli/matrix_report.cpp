@@ -90,7 +90,8 @@ ReportSummary summarize_report(const nlohmann::json& rep) {
   // A failure at rounding level judged again by twice the twins (docs/verdict.md "Measured again"): said beside
   // the root, or alone where the second verdict passed
   const auto again = rep.find("remeasured");
-  const std::string measured = again != rep.end() && again->is_string() && !again->get<std::string>().empty()
+  const std::string measured = again != rep.end() && again->is_string() &&
+                                       again->get<std::string>().rfind("the first measurement", 0) == 0
                                    ? "measured again (the first twins failed it at rounding level)"
                                    : "";
   const auto root = rep.find("root");

@@ -96,6 +96,19 @@ TEST(Memory, RefusalsSayWhatAndHowMuch) {
   EXPECT_EQ(bytes_str(1.5 * GiB), "1.5 GiB");
 }
 
+// A verdict measured again (docs/verdict.md "Measured again") trains a baseline and its twins in every rank: a
+// small run fits; one that would not is told with the count, and never started.
+TEST(Memory, AMeasurementAgainThatCannotFitSaysSo) {
+  Scenario s;
+  s.layout.world = 2, s.layout.dp_shard = 2;
+  EXPECT_EQ(measured_again_memory(s, 16), "");
+  s.model.dim = 1 << 16;
+  s.model.heads = 2;
+  const std::string why = measured_again_memory(s, 2);
+  EXPECT_EQ(why.rfind("it would need at least ", 0), 0u) << why;
+  EXPECT_NE(why.find("(2 ranks, each with its own baseline and 2 twins of "), std::string::npos) << why;
+}
+
 // The per-host cap (proc/launch.h kMaxRanksPerHost): a ConfigError at the layout's JSON path,
 // prefixed by the scenario file; over --nnodes hosts the share per host counts.
 TEST(Memory, WorldAboveThePerHostCapNamesItsJsonPath) {

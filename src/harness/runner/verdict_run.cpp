@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <span>
 
 #include "ckpt/training_state.h"
@@ -22,6 +23,7 @@
 #include "harness/runner/twin.h"
 #include "harness/runner/verdict_carry.h"
 #include "harness/runner/verdict_runner.h"
+#include "harness/scenario/memory.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/tolerance.h"
 #include "harness/verdict/verdict_root.h"
@@ -426,12 +428,6 @@ template <class T> void compare_steps(Runner<T>& run, const Scenario& s, const V
   }
 }
 
-// Measured again (docs/verdict.md "Measured again"): a verdict that fails at rounding level (verdict_root.h
-// RootCause::rounding: every row failing at the root's step within kRoundingLevel of its bound, no clean
-// factor) is measured once more with kTwinSetsAgain disjoint sets of twins, the first set among them. The
-// noise is each value's largest over the twins, so the second verdict is the verdict of that larger ensemble:
-// a pass under the first set passes under it too, and only a failure pays for it. Rank 0's rows decide for
-// every rank (one collective). Returns the first measurement's root line, "" when nothing is measured again.
 }  // namespace
 
 bool measure_again_enabled() {
@@ -444,25 +440,36 @@ bool measure_again_enabled() {
 
 namespace {
 
-std::string measure_again(comm::Communicator& world, const Scenario& s, VerdictReport first, std::vector<Row> rows,
-                          bool enabled) {
+// Measured again (docs/verdict.md "Measured again"): a verdict that fails at rounding level (verdict_root.h
+// RootCause::rounding: every row failing at the root's step within kRoundingLevel of its bound, no clean
+// factor) is measured once more with kTwinSetsAgain disjoint sets of twins, the first set among them. The
+// noise is each value's largest over the twins, so the second verdict is the verdict of that larger ensemble:
+// a pass under the first set passes under it too, and only a failure pays for it. Rank 0's rows decide for
+// every rank (one collective); one that would not fit in memory is not (each rank trains its own baseline and twins:
+// the host's shared one is the first set's), and the report says so. Returns whether to measure again, and what
+// the report says ("the first measurement ...", or "not measured again ..."; rank 0's, "" elsewhere).
+std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scenario& s, VerdictReport first,
+                                           std::vector<Row> rows, bool enabled) {
   double again = 0;
   std::string why;
   if (world.rank() == 0 && s.twin_sets < kTwinSetsAgain && first.compared() && enabled) {
     first.rows = std::move(rows);
     const RootCause root = find_root(first);
     if (!first.passed() && root.rounding) {
-      again = 1;
       const int64_t n = twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
-      why = root_line(first, root);
-      if (!why.empty() && why.back() == '\n') why.pop_back();
-      why = "the first measurement (" + std::to_string(n) + (n == 1 ? " twin" : " twins") + ") failed at rounding " +
-            "level, " + why + "; this verdict is the one of " + std::to_string(n * kTwinSetsAgain) + " twins";
+      std::string line = root_line(first, root);
+      if (!line.empty() && line.back() == '\n') line.pop_back();
+      const std::string memory = measured_again_memory(s, n * kTwinSetsAgain);
+      again = memory.empty() ? 1 : 0;
+      why = again > 0 ? "the first measurement (" + std::to_string(n) + (n == 1 ? " twin" : " twins") +
+                            ") failed at rounding level, " + line + "; this verdict is the one of " +
+                            std::to_string(n * kTwinSetsAgain) + " twins"
+                      : "not measured again (a failure at rounding level): " + memory;
     }
   }
   std::vector<double> v{again};
   world.allreduce(std::span<double>(v), comm::ReduceOp::max);
-  return v[0] > 0 ? (why.empty() ? "yes" : why) : "";
+  return {v[0] > 0, why};
 }
 
 }  // namespace
@@ -487,7 +494,9 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   compare_steps(*run, s, o, rep);
   Scenario again_s = s;  // the Runner holds its scenario by reference: alive as long as the last Runner
   VerdictOptions again_o = o;
-  if (std::string why = measure_again(world, s, rep, run->rows(), again_enabled); !why.empty()) {
+  auto [measure, why] = measure_again(world, s, rep, run->rows(), again_enabled);
+  if (!measure) rep.remeasured = why;  // "" or why it was not
+  if (measure) {
     const Timings first = run->time();
     const std::string saved = rep.checkpoint;
     run.reset();  // its memory back before the second runner takes as much

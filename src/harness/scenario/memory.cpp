@@ -116,6 +116,17 @@ void require_memory(const Scenario& s, const LayoutConfig& layout, const std::st
                          (gpu ? " on its visible GPUs" : ""));
 }
 
+std::string measured_again_memory(const Scenario& s, int64_t twins) {
+  const MemoryEstimate est = estimate_memory(s.model, s.optim, s.layout, BaselinePlace::in_every_rank);
+  const bool gpu = s.layout.device == Device::cuda;
+  const int64_t have = gpu ? cuda_memory_bytes() : host_memory_bytes();
+  const double need = est.run_bytes + static_cast<double>(est.processes * twins) * est.process_bytes;
+  if (have <= 0 || need <= static_cast<double>(have)) return "";
+  return "it would need at least " + bytes_str(need) + " of " + (gpu ? "GPU memory" : "memory") + " (" +
+         std::to_string(est.processes) + " ranks, each with its own baseline and " + std::to_string(twins) +
+         " twins of " + bytes_str(est.process_bytes) + "), this machine has " + bytes_str(static_cast<double>(have));
+}
+
 void require_ranks_per_host(const Scenario& s, int nnodes, const std::string& what) {
   const int64_t cap = proc::kMaxRanksPerHost, hosts = std::max(nnodes, 1);
   for (const auto& [path, layout] : {std::pair{"$.layout.world", &s.layout},

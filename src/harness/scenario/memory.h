@@ -54,6 +54,11 @@ void check_plausible_size(const ModelConfig& model, const OptimConfig& optim);
 // use (baseline_place(): PARITY_SHARED_BASELINE).
 void require_memory(const Scenario& s, const LayoutConfig& layout, const std::string& what);
 
+// A verdict measured again (docs/verdict.md "Measured again") trains, in every rank, its own baseline and `twins`
+// rounding twins beside its share of the layout: "" when that fits this machine (or its memory is unknown), else
+// "it would need at least X of memory (...), this machine has Y".
+std::string measured_again_memory(const Scenario& s, int64_t twins);
+
 // ConfigError (exit 2) "<what>: $.layout.world: ..." when the layout puts more ranks on one host
 // (world / nnodes, rounded up) than the per-host cap (proc/launch.h kMaxRanksPerHost); the same
 // for a resume check's $.resume.layout.world. Checked before anything starts (once: exit 1,

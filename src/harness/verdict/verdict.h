@@ -136,7 +136,8 @@ struct VerdictReport {
   std::string fault;  // the injected fault, "" when none
   std::string checkpoint;  // what the run did with checkpoints ("" when nothing)
   // A failure at rounding level measured again with twice the twins (docs/verdict.md "Measured again"):
-  // the first measurement's twins and root line; "" when the verdict was measured once
+  // "the first measurement (N twins) failed at rounding level, root: ...", or "not measured again ...: it would
+  // need ..." where it would not fit in memory; "" when the verdict was measured once
   std::string remeasured;
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest

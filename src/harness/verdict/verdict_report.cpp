@@ -110,7 +110,8 @@ std::string format_verdict(const VerdictReport& r) {
                     "\n";
   if (!r.fault.empty()) out += "injected (PARITY_FAULT / --inject): " + r.fault + "\n";
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
-  if (!r.remeasured.empty()) out += "measured again: " + r.remeasured + "\n";
+  if (!r.remeasured.empty())
+    out += (r.remeasured.rfind("not measured", 0) == 0 ? "" : "measured again: ") + r.remeasured + "\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s %9s\n", "step", "loss", "loss - ref", "micro rel",
                 "grad_norm rel", "clip_coef", "routing", "near-tie");
