@@ -452,7 +452,8 @@ std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scen
                                            std::vector<Row> rows, bool enabled) {
   double again = 0;
   std::string why;
-  if (world.rank() == 0 && s.twin_sets < kTwinSetsAgain && first.compared() && enabled) {
+  if (world.rank() == 0 && s.twin_sets < kTwinSetsAgain && measured_again_under(s.model.precision()) &&
+      first.compared() && enabled) {
     first.rows = std::move(rows);
     const RootCause root = find_root(first);
     if (!first.passed() && root.rounding) {
