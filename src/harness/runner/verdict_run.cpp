@@ -448,13 +448,16 @@ namespace {
 // every rank (one collective); one that would not fit in memory is not (each rank trains its own baseline and twins:
 // the host's shared one is the first set's), and the report says so. Returns whether to measure again, and what
 // the report says ("the first measurement ...", or "not measured again ..."; rank 0's, "" elsewhere).
-std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scenario& s, VerdictReport first,
-                                           std::vector<Row> rows, bool enabled) {
+std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scenario& s, const VerdictReport& rep,
+                                           const std::vector<Row>& rows, bool enabled) {
+  // what every rank knows alike: no collective (and no copy) where nothing could be measured again
+  if (!enabled || s.twin_sets >= kTwinSetsAgain || !measured_again_under(s.model.precision()) || !rep.compared())
+    return {false, ""};
   double again = 0;
   std::string why;
-  if (world.rank() == 0 && s.twin_sets < kTwinSetsAgain && measured_again_under(s.model.precision()) &&
-      first.compared() && enabled) {
-    first.rows = std::move(rows);
+  if (world.rank() == 0) {
+    VerdictReport first = rep;
+    first.rows = rows;
     const RootCause root = find_root(first);
     if (!first.passed() && root.rounding) {
       const int64_t n = twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
