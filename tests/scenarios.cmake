@@ -553,14 +553,14 @@ endforeach()
 # fp8-delayed's zoo separations (its three bugs' root rows over their bounds, and tp_reduce_in_bf16's): at
 # least 10x since a tensor without history is not quantized (1.54x and 1.35x when its first step
 # quantized with scale 1) and since the twin's E5M2 jitter is 4 ulps of the row and 1024 of the element
-# (tp_reduce_in_bf16 6.91x at 2048 of the element; issue 48e). Since the sixteenth round's two pairs of delayed twins
-# tp_reduce_in_bf16 is 9.7x: its documented goal is 8x (ci/calibrate ZOO_LOWER_GOAL), the others' 10x ("zoo: PASS").
+# (tp_reduce_in_bf16 6.91x at 2048 of the element; issue 48e). The sixteenth round's two pairs of delayed twins took
+# tp_reduce_in_bf16 to 9.7x; one pair, measured again (nineteenth round, tolerance.cpp), 12.1x: every bug >= 10x.
 add_test(NAME fp8.delayed_zoo_separation
          COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision fp8-delayed -j 2
                  -- --backend sim fp8_delayed_amax_local fp8_history_per_microbatch fp8_history_not_restored
                  tp_reduce_in_bf16 fp8_weight_cache_not_refreshed fp8_partial_sum_quantized)
 set_tests_properties(fp8.delayed_zoo_separation PROPERTIES
-  PASS_REGULAR_EXPRESSION "zoo verdict: PASS:.*\nsmallest +([89](\\.[0-9]*)?|[1-9][0-9]+(\\.[0-9]*)?)\nzoo: PASS" LABELS "verdict;zoo;fp8"
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS:.*\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\nzoo: PASS" LABELS "verdict;zoo;fp8"
   TIMEOUT 300)
 # Issue 48e, fp8 (current scaling)'s twin at the E5M2 points (docs/precision.md "fp8"): 4 fp32 ulps of the
 # row's amax and 256 of the element. At 2048 ulps of the element (before) the zoo's smallest separation was
@@ -604,19 +604,17 @@ endforeach()
 # Each is the twins missing a flip the layout took. With four pairs of fp8 twins (fifteenth round, tolerance.cpp
 # kFp8TwinsWhereFlipsAreFew 4 -> 8) cal17392 passes at PARITY_TWIN_STREAM 0..8 (it failed at 0 and 1): registered.
 # cal16142 (fp8, grad layernorm 1.3x at step 4 at stream 0; passes 1..8): measured again, below (eighteenth round).
-# cal20037 (fp8-delayed, grad router at step 11, 3.9x at stream 0 with one pair) passes at streams 0..8 with two
-# pairs of delayed twins (sixteenth round, tolerance.cpp kFp8DelayedTwinsWhereFlipsAreFew 2 -> 4): registered.
+# cal20037 (fp8-delayed, grad router at step 11, 3.9x at stream 0 with one pair) passed at streams 0..8 with two
+# pairs of delayed twins (sixteenth round); since the nineteenth it is measured again (below), and passes at 1..8.
 fp8_current_pass(fsdp4_tp2_ep2_etp2_twin_miss
   "${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_current_fsdp4_tp2_ep2_etp2_twin_miss.json --precision fp8")
-add_test(NAME fp8.delayed_tp2_twin_miss_pass
-         COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_delayed_tp2_twin_miss.json \
---precision fp8-delayed --backend sim 2>&1; echo exit=$?")
-set_tests_properties(fp8.delayed_tp2_twin_miss_pass PROPERTIES PASS_REGULAR_EXPRESSION "verdict: PASS[^\n]*\n.*exit=0\n"
-  LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
 # Eighteenth round, measured again (docs/verdict.md "Measured again"): a failure at rounding level is judged once
-# more by twice the twins. cal16142 (fp8, grad layernorm 1.3x at step 4 with 8 twins) and cal01011 (fp8-delayed,
-# grad router 1.1x at step 17 with 4) each pass with 16 and 8; with PARITY_MEASURE_AGAIN=0 they fail as before.
-foreach(case fp8_current_w8_tp4_ep2_etp2_twin_miss:fp8 fp8_delayed_ds_w8_tp2_ep4_twin_miss:fp8-delayed)
+# more by more twins (tolerance.h twin_sets_again: fp8 8 -> 16, fp8-delayed 2 -> 8 since the nineteenth round).
+# cal16142 (fp8, grad layernorm 1.3x at step 4 with 8 twins), cal01011 (fp8-delayed, grad router 1.1x at step 17)
+# and cal20037 (fp8-delayed, grad router 3.8x at step 11 with 2, the grad norm failed by the router's part) each
+# pass measured again; with PARITY_MEASURE_AGAIN=0 they fail at rounding level.
+foreach(case fp8_current_w8_tp4_ep2_etp2_twin_miss:fp8 fp8_delayed_ds_w8_tp2_ep4_twin_miss:fp8-delayed
+             fp8_delayed_tp2_twin_miss:fp8-delayed)
   string(REPLACE ":" ";" pair "${case}")
   list(GET pair 0 name)
   list(GET pair 1 policy)
@@ -624,7 +622,7 @@ foreach(case fp8_current_w8_tp4_ep2_etp2_twin_miss:fp8 fp8_delayed_ds_w8_tp2_ep4
            COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${name}.json \
 --precision ${policy} --backend sim 2>&1; echo exit=$?")
   set_tests_properties(verdict.measured_again_${name} PROPERTIES PASS_REGULAR_EXPRESSION
-    "\nmeasured again: the first measurement \\([48] twins\\) failed at rounding level, [^\n]*this verdict is the one of (8|16) twins\n.*verdict: PASS[^\n]*\n.*exit=0\n"
+    "\nmeasured again: the first measurement \\([28] twins\\) failed at rounding level, [^\n]*this verdict is the one of (8|16) twins\n.*verdict: PASS[^\n]*\n.*exit=0\n"
     LABELS "verdict;multiprocess;fp8" TIMEOUT 180)
   add_test(NAME verdict.measured_once_${name}
            COMMAND sh -c "PARITY_MEASURE_AGAIN=0 $<TARGET_FILE:parity> run \
@@ -633,6 +631,15 @@ ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${name}.json --precision ${policy} --b
     "root: [^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n" FAIL_REGULAR_EXPRESSION "measured again"
     LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
 endforeach()
+# cal01011 at twin stream 1: the head's gradient 58% far against the pair's 29% (an E4M3 flip spreads over most of a
+# family): at rounding level under fp8 (verdict_root.cpp rounding_level), measured again, a pass.
+add_test(NAME verdict.measured_again_fp8_delayed_ds_w8_stream1
+         COMMAND sh -c "PARITY_TWIN_STREAM=1 $<TARGET_FILE:parity> run \
+${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/fp8_delayed_ds_w8_tp2_ep4_twin_miss.json --precision fp8-delayed \
+--backend sim 2>&1; echo exit=$?")
+set_tests_properties(verdict.measured_again_fp8_delayed_ds_w8_stream1 PROPERTIES PASS_REGULAR_EXPRESSION
+  "\nmeasured again: the first measurement \\(2 twins\\)[^\n]*\n.*verdict: PASS[^\n]*\n.*exit=0\n"
+  LABELS "verdict;multiprocess;fp8" TIMEOUT 180)
 # A bug as small as rounding is measured again and still fails: rank 1's attention gradients x 1.0008 (fp8, the
 # row 2.3x its bound); the same fault in fp32 is not measured again (fp8 policies only: tolerance.h); and the knob
 # takes 0 or 1 only.

@@ -34,8 +34,9 @@ struct Scenario {
   // baseline's parameters and expert bias, so every step's error is one step's rounding;
   // true (`"verdict": "trajectory"`, `parity run --trajectory`): both run free.
   bool trajectory = false;
-  // How many disjoint sets of twin_count() rounding twins measure the noise (harness/runner/twin.h): 1, or 2
-  // when a failure at rounding level is measured again (docs/verdict.md "Measured again"). Not a file key.
+  // How many disjoint sets of twin_count() rounding twins measure the noise (harness/runner/twin.h): 1, or
+  // twin_sets_again() (tolerance.h) when a failure at rounding level is measured again (docs/verdict.md
+  // "Measured again"). Not a file key.
   int64_t twin_sets = 1;
 };
 

@@ -113,6 +113,40 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
   EXPECT_EQ(find_root(rep).factor.find("rounding level"), std::string::npos) << find_root(rep).factor;
 }
 
+// Nineteenth round: a grad norm failed by a family's part alone (its total within its bound) leaves the level to
+// that family's own row (fp8-delayed cal20037); under an fp8 policy a row with most elements far is at rounding
+// level up to kRoundingLevel times the twins' far fraction (cal01011 at twin stream 1: 58% against a bound of 29%),
+// elsewhere up to that fraction itself.
+TEST(VerdictRoot, AGradNormFailedByAFamilyAndAnFp8FlipsFarElementsAreRounding) {
+  auto graded = [](const std::string& q, const std::string& sub, double scale, double err, double tol, double far,
+                   double far_bound) {
+    Row r = row(q, sub, 11, scale);
+    r.norm_rel = err, r.tol = tol, r.far = far, r.far_bound = far_bound, r.bound_from = "twin";
+    return r;
+  };
+  VerdictReport rep;
+  rep.precision = "fp8-delayed";
+  rep.degrees = named_factors({{"tp", 2}, {"world", 2}}, 1);
+  Row norm = graded("grad_norm", "", 0.999999, 8.7e-7, 0.14, 0, 0);
+  norm.detail = "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
+  rep.rows = {norm, graded("grad", "router", 1.006, 1.66e-2, 4.3e-3, 0.2, 0.3)};
+  RootCause root = find_root(rep);
+  EXPECT_EQ(rep.rows[root.row].subject, "router");
+  EXPECT_EQ(root.factor.rfind("at rounding level: 3.9x the bound at most", 0), 0u) << root.factor;
+  rep.rows[0].norm_rel = 1.0;  // the total itself 7x over its bound: not a family's echo
+  EXPECT_FALSE(find_root(rep).rounding) << find_root(rep).factor;
+  rep.rows[0].norm_rel = 8.7e-7, rep.rows[0].detail = "replicas differ";  // failed by something else
+  EXPECT_FALSE(find_root(rep).rounding) << find_root(rep).factor;
+  rep.rows[0].detail = norm.detail;
+  rep.rows[1].norm_rel = 1.1 * 4.3e-3, rep.rows[1].far = 0.58, rep.rows[1].far_bound = 0.293;
+  rep.rows[1].worst.ref = 1e-3, rep.rows[1].worst.got = 1.2e-3;  // an element moved 20%: no bf16 rounding
+  EXPECT_EQ(find_root(rep).factor.rfind("at rounding level: 2.0x", 0), 0u) << find_root(rep).factor;
+  rep.precision = "bf16";  // outside fp8 most elements far beyond the twins' fraction is no rounding level
+  EXPECT_FALSE(find_root(rep).rounding) << find_root(rep).factor;
+  rep.precision = "fp8", rep.rows[1].far = 0.6, rep.rows[1].far_bound = 0.1;  // 6x the twins' far: not rounding
+  EXPECT_FALSE(find_root(rep).rounding) << find_root(rep).factor;
+}
+
 // Issue 41: the first failing row in data-flow order names the root unless it fails by less than
 // kTwinFactor (10) times its bound and another row fails at the same step by more: then the row
 // furthest over its bound does (not a parameter row: those follow from the step's gradients).

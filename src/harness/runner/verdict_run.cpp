@@ -442,7 +442,7 @@ namespace {
 
 // Measured again (docs/verdict.md "Measured again"): a verdict that fails at rounding level (verdict_root.h
 // RootCause::rounding: every row failing at the root's step within kRoundingLevel of its bound, no clean
-// factor) is measured once more with kTwinSetsAgain disjoint sets of twins, the first set among them. The
+// factor) is measured once more with twin_sets_again() disjoint sets of twins, the first set among them. The
 // noise is each value's largest over the twins, so the second verdict is the verdict of that larger ensemble:
 // a pass under the first set passes under it too, and only a failure pays for it. Rank 0's rows decide for
 // every rank (one collective); one that would not fit in memory is not (each rank trains its own baseline and twins:
@@ -451,7 +451,8 @@ namespace {
 std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scenario& s, const VerdictReport& rep,
                                            const std::vector<Row>& rows, bool enabled) {
   // what every rank knows alike: no collective (and no copy) where nothing could be measured again
-  if (!enabled || s.twin_sets >= kTwinSetsAgain || !measured_again_under(s.model.precision()) || !rep.compared())
+  const int64_t sets = twin_sets_again(s.model.precision());
+  if (!enabled || s.twin_sets > 1 || sets <= 1 || !rep.compared())
     return {false, ""};
   double again = 0;
   std::string why;
@@ -463,11 +464,11 @@ std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scen
       const int64_t n = twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
       std::string line = root_line(first, root);
       if (!line.empty() && line.back() == '\n') line.pop_back();
-      const std::string memory = measured_again_memory(s, n * kTwinSetsAgain);
+      const std::string memory = measured_again_memory(s, n * sets);
       again = memory.empty() ? 1 : 0;
       why = again > 0 ? "the first measurement (" + std::to_string(n) + (n == 1 ? " twin" : " twins") +
                             ") failed at rounding level, " + line + "; this verdict is the one of " +
-                            std::to_string(n * kTwinSetsAgain) + " twins"
+                            std::to_string(n * sets) + " twins"
                       : "not measured again (a failure at rounding level): " + memory;
     }
   }
@@ -504,7 +505,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     const Timings first = run->time();
     const std::string saved = rep.checkpoint;
     run.reset();  // its memory back before the second runner takes as much
-    again_s.twin_sets = kTwinSetsAgain;
+    again_s.twin_sets = twin_sets_again(s.model.precision());
     again_o.baseline_file.clear();  // a baseline of its own: the host's shared one has the first set of twins
     again_o.save_at = -1, again_o.ckpt_dir.clear();  // saved already: the layout computes the same again
     rep = head;
