@@ -314,11 +314,6 @@ void validate_layout(const LayoutConfig& l, const ModelConfig& m, const std::str
   require_config(m.kv() % l.tp == 0 || l.tp % m.kv() == 0, p + "tp",
           "must divide model.kv_heads (" + s(m.kv()) + ": KV heads split over the lanes) or be a multiple of it "
           "(each KV head replicated over tp / kv_heads lanes), got " + s(l.tp));
-  // fp8: a KV head replicated over lanes holds only its query heads' part of dk, dv, whose rows the
-  // fp8 policy quantizes whole (core/fp8.h); the layout would quantize partial sums: refused
-  require_config(!m.fp8 || m.kv() % l.tp == 0, p + "tp",
-          "must divide model.kv_heads (" + s(m.kv()) + ") under precision fp8 (a KV head replicated over lanes "
-          "would quantize partial gradients), got " + s(l.tp));
   if (l.sp) {
     require_config(l.tp > 1, p + "sp", "sequence parallel requires layout.tp > 1");
     require_config(m.seq % l.tp == 0, p + "sp",

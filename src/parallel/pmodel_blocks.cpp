@@ -125,12 +125,13 @@ void ParallelModel<T>::Impl::attention_backward_block(const LayerParams& P, Buff
   }
   if (rope_first()) dq = rope(Hl).undo(dq), dk = rope(Gl).undo(dk);
   auto da = zeros<T>(n * D);
+  if (kc.shared && fp8_on()) dk = kv_summed(dk, kc), dv = kv_summed(dv, kc);  // whole rows to quantize
   fp8_rows(Fp8::e5m2, dq.data(), n, Dl, true);  // fp8: the projections' output gradients, rows split by heads
   fp8_rows(Fp8::e5m2, dk.data(), n, Dkl, true);
   fp8_rows(Fp8::e5m2, dv.data(), n, Dkl, true);
   matmul_backward(L.a_full.data(), w(P.wq).ptr(), dq.data(), da.data(), g(P.wq), n, D, Dl);
-  kv_project_backward(L.a_full, P.wk, kc, dk, da);
-  kv_project_backward(L.a_full, P.wv, kc, dv, da);
+  if (kv_backward_here(kc)) kv_project_backward(L.a_full, P.wk, kc, dk, da);
+  if (kv_backward_here(kc)) kv_project_backward(L.a_full, P.wv, kc, dv, da);
   Buffer<T> da_res = to_res(std::move(da), D);
   rec(Site::ln1, l, Dir::bwd, da_res, D);
   norm_backward(c.norm, L.h_in.data(), w(P.ln1_w).ptr(), L.m1.data(), L.r1.data(), da_res.data(), n_res, D,

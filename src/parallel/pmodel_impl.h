@@ -163,6 +163,26 @@ template <class T> struct ParallelModel<T>::Impl {
     matmul_backward(a.data(), cols.data(), dy.data(), da.data(), gw.data(), n, D, kc.cols);
     pmodel_detail::add_cols(g(q), gw, D, Wd, kc.c0, kc.cols);
   }
+  // fp8 (core/fp8.h): a replicated head's dk or dv summed over the lanes sharing it, so that the policy
+  // quantizes the whole rows one device quantizes, not this lane's query heads' part: placed at its head's
+  // columns of a zero (n, kv_heads·Dh) tensor and summed over the tp group (the other lanes add exact 0s).
+  // Every sharing lane then holds the same gradient; the first of them alone takes the projections'
+  // backward (kv_backward_here), so the sums over tp of da and of wk's and wv's gradients
+  // (param_plan.cpp) count it once.
+  Buffer<T> kv_summed(const Buffer<T>& x, const KvCols& kc) const {
+    const int64_t K = c.kv_dim();
+    auto whole = zeros<T>(n * K);
+    for (int64_t row = 0; row < n; ++row)
+      copy_values(whole.data() + row * K + kc.c0, x.data() + row * kc.cols, kc.cols);
+    tp_allreduce(m.tp_, whole);
+    auto out = zeros<T>(n * kc.cols);
+    for (int64_t row = 0; row < n; ++row)
+      copy_values(out.data() + row * kc.cols, whole.data() + row * K + kc.c0, kc.cols);
+    return out;
+  }
+  bool kv_backward_here(const KvCols& kc) const {
+    return !kc.shared || !fp8_on() || m.tp_.rank % (m.tp_.size / c.kv()) == 0;
+  }
   // A key / value record: this lane's columns of the (., kv_heads·Dh) tensor.
   void rec_kv(trace::Site s, int64_t l, trace::Dir d, const Buffer<T>& x, const LayerParams& P,
               const KvCols& kc) const {
