@@ -165,7 +165,7 @@ std::vector<Case> make_cases(const std::vector<const Injection*>& bugs, const Zo
         throw ConfigError("--scenarios", file + ": missing (run from the project root or name the scenario directory)");
       // fp16's scaler bugs under --precision of a policy without a scaler, fp8's without fp8, a 16-bit
       // compute copy's bug under fp32 / fp64: cannot act
-      // (not run, passes); so does any bug whose scenario the policy refuses (fp8: a KV head replicated over tp)
+      // (not run, passes); so does any bug whose scenario the policy refuses
       std::string cannot;
       if (!o.precision.empty()) {
         Scenario s = load_scenario(file);
