@@ -60,7 +60,10 @@ template <class T> void Runner<T>::build_groups() {
 // This step's bound of every row (harness/verdict/bounds.h): kTwinFactor x the twin's largest
 // noise up to this step, never below the floor.
 template <class T> void Runner<T>::set_bounds(const std::vector<double>& noise) {
-  if (!envelope_) envelope_.emplace(sc_.model.precision(), group_family_, group_elements_, !sc_.trajectory);
+  if (!envelope_) {
+    envelope_.emplace(sc_.model.precision(), group_family_, group_elements_, !sc_.trajectory);
+    envelope_->seed(seed_);
+  }
   const StepBounds& sb = envelope_->step(noise);
   bounds_.assign(rows_.size(), Bound{});
   bounds_[0] = sb.loss;
@@ -477,6 +480,20 @@ std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scen
   return {v[0] > 0, why};
 }
 
+// The noise of the twins over every step of the run, each value's largest (a measured-again verdict under the
+// step-local mode, docs/verdict.md "Measured again"): each step's twins start from the baseline's parameters,
+// so what they measure does not depend on the layout, and every step is one sample of one step's rounding.
+template <class T> std::vector<double> whole_run_noise(const Scenario& s, int slot) {
+  auto src = make_baseline_source<T>(s, slot, "");
+  std::vector<double> most;
+  for (int64_t t = 0; t < s.steps; ++t) {
+    const std::vector<double>& n = src->step(t)->noise;
+    if (most.size() < n.size()) most.resize(n.size(), std::numeric_limits<double>::quiet_NaN());
+    for (size_t i = 0; i < n.size(); ++i) most[i] = std::fmax(most[i], n[i]);  // NaN: unmeasured
+  }
+  return most;
+}
+
 }  // namespace
 
 template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicator& world, const VerdictOptions& o) {
@@ -512,6 +529,8 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     rep.remeasured = std::move(why);
     t0 = Clock::now();
     run = std::make_unique<Runner<T>>(again_s, world, again_o);
+    if (!s.trajectory && o.resume_dir.empty())  // every step's bound from the twins' whole run
+      run->seed_noise(whole_run_noise<T>(again_s, verdict_runner::local_slot(world.rank())));
     Timings& tm = run->time();
     tm.startup = first.startup, tm.rendezvous = first.rendezvous, tm.setup = first.setup + seconds_since(t0);
     compare_steps(*run, again_s, again_o, rep);

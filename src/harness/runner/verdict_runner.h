@@ -57,6 +57,8 @@ template <class T> class Runner {
     return time_;
   }
   std::vector<Row>& rows() { return rows_; }
+  // Noise every step's bound takes at least (verdict_run.cpp measure_again: the twins' whole run).
+  void seed_noise(std::vector<double> noise) { seed_ = std::move(noise); }
   // issue 45: step t runs traced, on the baseline and the layout (trace_run.h); its result
   void trace_at(int64_t t) { trace_at_ = t; }
   const trace_verdict::Result& traced() const { return traced_; }
@@ -119,6 +121,7 @@ template <class T> class Runner {
   std::vector<Family> group_family_;        // per grad group (and its param group): the family
   std::vector<double> group_elements_;      // per grad group: the family's global element count
   std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
+  std::vector<double> seed_;                // folded into envelope_ before the first step (seed_noise)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)

@@ -28,6 +28,11 @@ BoundEnvelope::BoundEnvelope(const Precision& p, std::vector<Family> families, s
       elements_(std::move(elements)),
       envelope_(kNoiseWidth, 0.0) {}
 
+void BoundEnvelope::seed(const std::vector<double>& noise) {
+  for (size_t i = 0; i < kNoiseWidth && i < noise.size(); ++i)
+    if (!std::isnan(noise[i])) envelope_[i] = std::max(envelope_[i], noise[i]);
+}
+
 const StepBounds& BoundEnvelope::step(const std::vector<double>& noise) {
   for (size_t i = 0; i < kNoiseWidth; ++i)
     envelope_[i] = std::max(envelope_[i], i < noise.size() ? noise[i] : std::numeric_limits<double>::quiet_NaN());
