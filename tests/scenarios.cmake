@@ -634,24 +634,23 @@ set_tests_properties(verdict.measured_again_fp8_delayed_ds_w8_stream1 PROPERTIES
 # round), so it is as small as this run's rounding; a fault over kRoundingLevel (x 1.002, 4.9x) is never measured
 # again and fails. The same fault in fp32 is not measured again (fp8 policies only: tolerance.h); and the knob
 # takes 0 or 1 only.
-add_test(NAME verdict.measured_again_bug_still_fails
-         COMMAND sh -c "PARITY_FAULT=scale_grad:attention:1.0008@1 $<TARGET_FILE:parity> run \
-${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 1 --precision fp8 2>&1; echo exit=$?")
-set_tests_properties(verdict.measured_again_bug_still_fails PROPERTIES PASS_REGULAR_EXPRESSION
-  "\nmeasured again: the first measurement \\(8 twins\\) failed at rounding level, [^\n]*16 twins\n.*\nFAIL +grad +attention .*verdict: FAIL[^\n]*\n.*exit=1\n"
-  LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
-add_test(NAME verdict.over_rounding_level_not_measured_again
-         COMMAND sh -c "PARITY_FAULT=scale_grad:attention:1.002@1 $<TARGET_FILE:parity> run \
-${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 2 --precision fp8 2>&1; echo exit=$?")
-set_tests_properties(verdict.over_rounding_level_not_measured_again PROPERTIES PASS_REGULAR_EXPRESSION
-  "\nFAIL +grad +attention .*verdict: FAIL[^\n]*\n.*exit=1\n" FAIL_REGULAR_EXPRESSION "measured again"
-  LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
-add_test(NAME verdict.measured_once_outside_fp8
-         COMMAND sh -c "PARITY_FAULT=scale_grad:attention:1.003@1 $<TARGET_FILE:parity> run \
-${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 2 --precision fp32 2>&1; echo exit=$?")
-set_tests_properties(verdict.measured_once_outside_fp8 PROPERTIES PASS_REGULAR_EXPRESSION
-  "root: [^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n" FAIL_REGULAR_EXPRESSION "measured again"
-  LABELS "verdict;multiprocess" TIMEOUT 120)
+# verdict.NAME: rank 1's attention gradients x FACTOR on fsdp2_tp2 for STEPS steps under PRECISION print PASS_RE, and
+# FAIL_RE ("" for none) nowhere.
+function(attention_fault name factor steps precision labels pass_re fail_re)
+  add_test(NAME verdict.${name}
+           COMMAND sh -c "PARITY_FAULT=scale_grad:attention:${factor}@1 $<TARGET_FILE:parity> run \
+${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps ${steps} --precision ${precision} 2>&1; echo exit=$?")
+  set_tests_properties(verdict.${name} PROPERTIES PASS_REGULAR_EXPRESSION "${pass_re}" LABELS "${labels}" TIMEOUT 120)
+  if(fail_re)
+    set_tests_properties(verdict.${name} PROPERTIES FAIL_REGULAR_EXPRESSION "${fail_re}")
+  endif()
+endfunction()
+attention_fault(measured_again_bug_still_fails 1.0008 1 fp8 "verdict;multiprocess;fp8"
+  "\nmeasured again: the first measurement \\(8 twins\\) failed at rounding level, [^\n]*16 twins\n.*\nFAIL +grad +attention .*verdict: FAIL[^\n]*\n.*exit=1\n" "")
+attention_fault(over_rounding_level_not_measured_again 1.002 2 fp8 "verdict;multiprocess;fp8"
+  "\nFAIL +grad +attention .*verdict: FAIL[^\n]*\n.*exit=1\n" "measured again")
+attention_fault(measured_once_outside_fp8 1.003 2 fp32 "verdict;multiprocess"
+  "root: [^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n" "measured again")
 add_test(NAME verdict.measure_again_knob_is_checked
          COMMAND sh -c "PARITY_MEASURE_AGAIN=yes $<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/tp2.json --steps 1 \
 --backend sim 2>&1; echo exit=$?")

@@ -22,6 +22,14 @@ Row row(const std::string& q, const std::string& subject, int64_t step, double s
   return r;
 }
 
+// A failing row with its measures: normwise error and bound, far fraction and far bound.
+Row graded(const std::string& q, const std::string& sub, int64_t step, double scale, double err, double tol,
+           double far, double far_bound, const std::string& from) {
+  Row r = row(q, sub, step, scale);
+  r.norm_rel = err, r.tol = tol, r.far = far, r.far_bound = far_bound, r.bound_from = from;
+  return r;
+}
+
 TEST(VerdictRoot, EarliestStepThenDataFlowOrder) {
   VerdictReport rep;
   rep.degrees = named_factors({{"tp", 2}, {"ep", 2}, {"etp", 1}, {"dp", 4}, {"world", 8}}, 1);
@@ -78,16 +86,10 @@ TEST(VerdictRoot, NamesCleanFactorsByTheLayoutsDegrees) {
 // says "at rounding level" with the largest ratio, not "a different computation". Over
 // kRoundingLevel (4) in either measure, most elements far, or a clean factor: it does not.
 TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
-  auto graded = [](const std::string& q, const std::string& sub, double scale, double err, double tol, double far,
-                   double far_bound) {
-    Row r = row(q, sub, 3, scale);
-    r.norm_rel = err, r.tol = tol, r.far = far, r.far_bound = far_bound, r.bound_from = "floor";
-    return r;
-  };
   VerdictReport rep;
   rep.degrees = named_factors({{"dp", 2}, {"world", 2}}, 1);
-  rep.rows = {graded("grad", "attention", 0.99999, 4.6e-4, 2.4e-4, 0.063, 0.05),
-              graded("param", "attention", 1.00002, 1.3e-3, 1e-3, 0.01, 0.05)};
+  rep.rows = {graded("grad", "attention", 3, 0.99999, 4.6e-4, 2.4e-4, 0.063, 0.05, "floor"),
+              graded("param", "attention", 3, 1.00002, 1.3e-3, 1e-3, 0.01, 0.05, "floor")};
   RootCause root = find_root(rep);
   EXPECT_EQ(root.factor.rfind("at rounding level: 1.9x the bound at most", 0), 0u) << root.factor;
   EXPECT_TRUE(root.rounding);  // what makes the verdict measure it again (verdict_run.cpp measure_again)
@@ -118,18 +120,12 @@ TEST(VerdictRoot, RoundingLevelIsToldFromABug) {
 // level up to kRoundingLevel times the twins' far fraction (cal01011 at twin stream 1: 58% against a bound of 29%),
 // elsewhere up to that fraction itself.
 TEST(VerdictRoot, AGradNormFailedByAFamilyAndAnFp8FlipsFarElementsAreRounding) {
-  auto graded = [](const std::string& q, const std::string& sub, double scale, double err, double tol, double far,
-                   double far_bound) {
-    Row r = row(q, sub, 11, scale);
-    r.norm_rel = err, r.tol = tol, r.far = far, r.far_bound = far_bound, r.bound_from = "twin";
-    return r;
-  };
   VerdictReport rep;
   rep.precision = "fp8-delayed";
   rep.degrees = named_factors({{"tp", 2}, {"world", 2}}, 1);
-  Row norm = graded("grad_norm", "", 0.999999, 8.7e-7, 0.14, 0, 0);
+  Row norm = graded("grad_norm", "", 11, 0.999999, 8.7e-7, 0.14, 0, 0, "twin");
   norm.detail = "squared norm by family, layout / baseline: every family matches (the total is added wrong)";
-  rep.rows = {norm, graded("grad", "router", 1.006, 1.66e-2, 4.3e-3, 0.2, 0.3)};
+  rep.rows = {norm, graded("grad", "router", 11, 1.006, 1.66e-2, 4.3e-3, 0.2, 0.3, "twin")};
   RootCause root = find_root(rep);
   EXPECT_EQ(rep.rows[root.row].subject, "router");
   EXPECT_EQ(root.factor.rfind("at rounding level: 3.9x the bound at most", 0), 0u) << root.factor;
