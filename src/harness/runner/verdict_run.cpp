@@ -483,14 +483,18 @@ std::pair<bool, std::string> measure_again(comm::Communicator& world, const Scen
 // The noise of the twins over every step of the run, each value's largest (a measured-again verdict under the
 // step-local mode, docs/verdict.md "Measured again"): each step's twins start from the baseline's parameters,
 // so what they measure does not depend on the layout, and every step is one sample of one step's rounding.
-template <class T> std::vector<double> whole_run_noise(const Scenario& s, int slot) {
-  auto src = make_baseline_source<T>(s, slot, "");
-  std::vector<double> most;
-  for (int64_t t = 0; t < s.steps; ++t) {
-    const std::vector<double>& n = src->step(t)->noise;
-    if (most.size() < n.size()) most.resize(n.size(), std::numeric_limits<double>::quiet_NaN());
-    for (size_t i = 0; i < n.size(); ++i) most[i] = std::fmax(most[i], n[i]);  // NaN: unmeasured
+// Rank 0 trains the baseline and its twins once, before the second runner takes its memory; one allreduce
+// gives every rank the same values (the others add exact zeros; NaN: unmeasured).
+template <class T> std::vector<double> whole_run_noise(comm::Communicator& world, const Scenario& s) {
+  std::vector<double> most(kNoiseWidth, world.rank() == 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+  if (world.rank() == 0) {
+    auto src = make_baseline_source<T>(s, 0, "");
+    for (int64_t t = 0; t < s.steps; ++t) {
+      const std::vector<double>& n = src->step(t)->noise;
+      for (size_t i = 0; i < n.size() && i < most.size(); ++i) most[i] = std::fmax(most[i], n[i]);
+    }
   }
+  world.allreduce(std::span<double>(most), comm::ReduceOp::sum);
   return most;
 }
 
@@ -528,9 +532,10 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
     rep = head;
     rep.remeasured = std::move(why);
     t0 = Clock::now();
+    std::vector<double> seed;
+    if (!s.trajectory && o.resume_dir.empty()) seed = whole_run_noise<T>(world, again_s);  // every step's bound
     run = std::make_unique<Runner<T>>(again_s, world, again_o);
-    if (!s.trajectory && o.resume_dir.empty())  // every step's bound from the twins' whole run
-      run->seed_noise(whole_run_noise<T>(again_s, verdict_runner::local_slot(world.rank())));
+    run->seed_noise(std::move(seed));
     Timings& tm = run->time();
     tm.startup = first.startup, tm.rendezvous = first.rendezvous, tm.setup = first.setup + seconds_since(t0);
     compare_steps(*run, again_s, again_o, rep);
