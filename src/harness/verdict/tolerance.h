@@ -101,7 +101,6 @@ int64_t twin_count(const Precision& p, double step_values);
 // at 3.2x to 11.6x their first bound (a flip one of the new twins took), so faults at twice the first bound passed
 // (Calibration.*Fp16 failed); bf16, fp16, fp32 and fp64 had no false alarm in 3000 drawn runs each to answer.
 int64_t twin_sets_again(const Precision& p);
-inline bool measured_again_under(const Precision& p) { return twin_sets_again(p) > 1; }
 struct Bound {
   double value = 0;
   bool from_twin = false;  // false: the floor decided
