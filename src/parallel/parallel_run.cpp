@@ -118,13 +118,14 @@ template <class T> struct ParallelRun<T>::Impl {
   }
   void report_tokens(RankStepRecord<T>& out, const PMicroResult& r, int64_t g0);
   void reduce_grads(std::vector<Tensor<T>>& out);
-  // Under a policy that reduces gradients in 16 bits: reduce_grads run on the absolute values of
-  // this rank's gradients, nothing rounded: per reduced element, the sum of the |partials| it is
-  // made of (RankStepRecord::grad_magnitude). The gradients are left as they were.
-  std::vector<Tensor<T>> reduction_magnitude();
-  bool magnitude_pass = false;  // reduce_grads rounds nothing (reduction_magnitude)
+  // Under a policy that reduces gradients in 16 bits: reduce_grads run again, nothing rounded, on
+  // the absolute values of this rank's gradients (absolute: per reduced element, the sum of the
+  // |partials| it is made of, RankStepRecord::grad_magnitude) or on the values themselves (the
+  // reductions' exact result, RankStepRecord::grads_exact). The gradients are left as they were.
+  std::vector<Tensor<T>> reduction_unrounded(bool absolute);
+  bool unrounded_pass = false;  // reduce_grads rounds nothing (reduction_unrounded)
   void round_entry(Low low, T* x, int64_t n) const {
-    if (!magnitude_pass) round_to(low, x, n);
+    if (!unrounded_pass) round_to(low, x, n);
   }
   // reduce_grads' steps, in order (each entry's reductions, param_plan.h)
   Partners partners_before_dp();
@@ -197,14 +198,14 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
   sync_pairs(out, partners);
 }
 
-template <class T> std::vector<Tensor<T>> ParallelRun<T>::Impl::reduction_magnitude() {
+template <class T> std::vector<Tensor<T>> ParallelRun<T>::Impl::reduction_unrounded(bool absolute) {
   std::vector<Tensor<T>> kept = model->mp_grads;
   for (auto& g : model->mp_grads)
-    for (T& x : g.data) x = std::abs(x);
-  magnitude_pass = true;
+    for (T& x : g.data) x = absolute ? std::abs(x) : x;
+  unrounded_pass = true;
   std::vector<Tensor<T>> mag;
   reduce_grads(mag);
-  magnitude_pass = false;
+  unrounded_pass = false;
   model->mp_grads = std::move(kept);
   return mag;
 }
@@ -451,7 +452,8 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
     out.ce += parts[mb], out.aux += parts[mb + 1], out.loss += parts[mb] + parts[mb + 1];
   }
   for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
-  if (c.reduce != Low::none) out.grad_magnitude = I.reduction_magnitude();
+  if (c.reduce != Low::none) out.grad_magnitude = I.reduction_unrounded(true);
+  if (c.reduce != Low::none && !I.sc.trajectory) out.grads_exact = I.reduction_unrounded(false);
   bool own_inf = false;  // the bug zoo's fp16_found_inf_local: this rank's gradients before any reduction
   for (size_t p = 0; p < I.model->mp_grads.size() && injected("fp16_found_inf_local"); ++p)
     own_inf = own_inf || any_non_finite(I.model->mp_grads[p].ptr(), I.model->mp_grads[p].numel());
@@ -479,9 +481,17 @@ void ParallelRun<T>::Impl::norm_and_counts(RankStepRecord<T>& out, std::vector<i
   const std::vector<int64_t> local_counts = counts;
   double local_sq = 0;  // this rank's part (the plan's norm_summed false: a bug)
   for (size_t f = 0; f < kFamilyCount; ++f) local_sq += sqv[f];
+  // the exact reductions' parts, counted as the norm counts (the verdict names a family's factor with them)
+  const bool exact = !out.grads_exact.empty();
+  std::vector<double> ex(exact ? kFamilyCount : 0, 0.0);
+  for (size_t p = 0; exact && p < specs.size(); ++p)
+    if (counts_in_norm(p))
+      ex[static_cast<size_t>(specs[p].family)] += sum_of_squares(out.grads_exact[p].ptr(), out.grads_exact[p].numel());
   for (int64_t n : counts) sqv.push_back(static_cast<double>(n));
+  sqv.insert(sqv.end(), ex.begin(), ex.end());
   world.allreduce(std::span<double>(sqv), comm::ReduceOp::sum);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(sqv[i + kFamilyCount]);
+  out.norm_sq_by_family_exact.assign(sqv.end() - static_cast<std::ptrdiff_t>(ex.size()), sqv.end());
   if (injected("tokens_per_expert_local")) counts = local_counts;  // bug zoo (core/inject.h)
   out.norm_sq_by_family.assign(sqv.begin(), sqv.begin() + static_cast<std::ptrdiff_t>(kFamilyCount));
   double sq = 0;

@@ -30,6 +30,7 @@ template <class T> struct RankStepRecord {
   double loss_scale = 1;
   bool skipped = false;
   std::vector<double> norm_sq_by_family;  // (kFamilyCount, Family order): grad_norm^2's parts, global
+  std::vector<double> norm_sq_by_family_exact;  // the same of grads_exact (below), where the step has them
   // Per parameter, registry order: this rank's local tensor under layouts()[p] (grads: under
   // grad_layouts()[p], a shard under zero2), i.e. the elements mesh::global_indices() names.
   // grads: reduced, accumulated, before clipping.
@@ -39,6 +40,10 @@ template <class T> struct RankStepRecord {
   // reductions run again on absolute values, nothing rounded), what bounds the policy's roundings
   // (harness/verdict/tolerance.h kReduceRounding). Empty under any other policy.
   std::vector<Tensor<T>> grad_magnitude;
+  // And, under the step-local verdict, the same reductions' exact result (nothing rounded, laid out as
+  // grads): what the grad rows compare with the baseline's gradient before its rounding, while the
+  // roundings themselves are held to kReduceRounding x grad_magnitude element by element (issue 41).
+  std::vector<Tensor<T>> grads_exact;
   // Per MoE layer: global counts (identical on every rank) and the bias after its update.
   std::vector<std::vector<int64_t>> tokens_per_expert;
   std::vector<Buffer<T>> expert_bias;

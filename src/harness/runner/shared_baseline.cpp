@@ -84,7 +84,9 @@ struct Geometry {
     for (const auto& sp : specs) params += numel(sp.shape);
     L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
     M = s.model.microbatches;
+    exact = s.model.reduce != Low::none && !s.trajectory;
   }
+  bool exact = false;  // the gradients before the policy's 16-bit rounding too (StepRecord::grads_exact)
   // a step's scalars: loss, ce, aux, grad_norm, clip_coef, fp16's loss_scale and skipped, the logits' peak and
   // gradient rms
   static constexpr size_t kScalars = 9;
@@ -95,7 +97,7 @@ struct Geometry {
   // parameter's sums of squares, then per group the update's squares, the elements, the taken gradient's
   size_t sums() const { return 8 * (2 + 3 * specs.size() + 3 * groups); }
   size_t block_bytes() const {
-    return 8 * (kScalars + static_cast<size_t>(M)) + 2 * tensors() + bias() +
+    return 8 * (kScalars + static_cast<size_t>(M)) + (exact ? 3 : 2) * tensors() + bias() +
            8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth + sums();
   }
 };
@@ -317,7 +319,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     wait_for(t);  // the parameters after step t - 1
     cur_ = decode_once<T>(file_, t - 1, false, [&] {
              const unsigned char* at = block(t - 1) + 8 * (Geometry::kScalars + static_cast<size_t>(g_.M)) +
-                                       g_.tensors();
+                                       (g_.exact ? 2 : 1) * g_.tensors();  // past the step's gradients
              return DecodedStep<T>{nullptr, read_state(at)};
            }).state;
     release(t);
@@ -392,6 +394,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     grads.specs = g_.specs;
     grads.tensors = get_tensors<T>(at, g_.specs);
     r->grads = std::move(grads);
+    if (g_.exact) r->grads_exact = ParamSet<T>{g_.specs, get_tensors<T>(at, g_.specs)};
     auto st = read_state(at);
     const auto L = static_cast<size_t>(g_.L);
     r->tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.E)));
@@ -458,6 +461,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       put(at, sc, Geometry::kScalars);
       put(at, r.micro_losses.data(), r.micro_losses.size());
       put_tensors(at, r.grads->tensors);
+      if (g.exact) put_tensors(at, r.grads_exact->tensors);
       put_tensors(at, j.after);
       put_bias(at, j.bias_after, g);
       for (const auto& v : r.tokens_per_expert) put(at, v.data(), v.size());

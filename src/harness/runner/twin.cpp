@@ -58,6 +58,11 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, double& model
   std::vector<double> out(kNoiseWidth, 0.0);
   out[kNoiseLoss] = rel(r.loss, base.loss);
   out[kNoiseGradNorm] = rel(r.grad_norm, base.grad_norm);
+  // under the step-local verdict of a policy that reduces in 16 bits, the gradients before that
+  // rounding, as the grad rows compare them (parallel/parallel_run.h RankStepRecord::grads_exact)
+  const bool exact = r.grads_exact && base.grads_exact;
+  const auto& rg = exact ? r.grads_exact->tensors : r.grads->tensors;
+  const auto& bg = exact ? base.grads_exact->tensors : base.grads->tensors;
   const auto& specs = r.grads->specs;
   std::vector<Normwise> g(kFamilyCount), p(kFamilyCount), u(kFamilyCount);
   const auto& params = run.model().params.tensors;
@@ -68,7 +73,7 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, double& model
     for (size_t j = 0; j < params[i].data.size(); ++j) {
       mine[i].push_back(static_cast<double>(params[i].data[j]) - static_cast<double>(before[i].data[j]));
       ref[i].push_back(static_cast<double>(base_params[i].data[j]) - static_cast<double>(base_before[i].data[j]));
-      const double gr = static_cast<double>(base.grads->tensors[i].data[j]),
+      const double gr = static_cast<double>(bg[i].data[j]),
                    pr = static_cast<double>(base_params[i].data[j]);
       gsq[f] += gr * gr, psq[f] += pr * pr, usq[f] += ref[i][j] * ref[i][j], cnt[f] += 1;
     }
@@ -81,7 +86,7 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, double& model
   const double all_rms = all_n > 0 ? std::sqrt(std::max(model_sq_peak, all_sq) / all_n) : 0.0;
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto f = static_cast<size_t>(specs[i].family);
-    g[f].add(r.grads->tensors[i].ptr(), base.grads->tensors[i].ptr(), r.grads->tensors[i].data.size(),
+    g[f].add(rg[i].ptr(), bg[i].ptr(), rg[i].data.size(),
              gradient_magnitude(rms(gsq, f), all_rms));
     p[f].add(params[i].ptr(), base_params[i].ptr(), params[i].data.size(), rms(psq, f));
     u[f].add(mine[i].data(), ref[i].data(), mine[i].size(), rms(usq, f));

@@ -19,7 +19,7 @@ namespace parity::verdict_runner {
 template <class T>
 void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                             const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
-                            const std::vector<Tensor<T>>& mag) {
+                            const std::vector<Tensor<T>>& mag, const std::vector<Tensor<T>>* exact) {
   std::vector<int64_t> pos(n_fam_, 0);  // tensor index inside its group
   // is_far's magnitude floor: the root mean square of the baseline's whole family (a tensor
   // that is all but zero next to its family, a gradient that vanishes, has no far elements);
@@ -43,10 +43,27 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     const T* r = ref[p].ptr();
     const T* x = got[p].ptr();
     const double rms = floors.floor(g, offset == 0);
-    const T* a = p < mag.size() && mag[p].data.size() == idx.size() ? mag[p].ptr() : nullptr;
-    for (size_t i = 0; i < idx.size(); ++i)
+    const bool has_a = p < mag.size() && mag[p].data.size() == idx.size();
+    const bool has_e = exact && p < exact->size() && (*exact)[p].data.size() == idx.size();
+    if (exact && !(has_a && has_e))
+      throw Error("verdict: the exact reductions of " + par_.specs()[p].name + " are missing");
+    const T* a = has_a ? mag[p].ptr() : nullptr;
+    const T* e = has_e ? (*exact)[p].ptr() : nullptr;
+    for (size_t i = 0; i < idx.size() && !has_e; ++i)
       s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms,
             a ? kReduceRounding * static_cast<double>(a[i]) : 0.0);
+    // Step-local under bf16-reduce-bf16: the reductions' exact result against the baseline's gradient
+    // before its rounding (ref), as bf16's rows compare them, where the rank's rounded value is within
+    // what the policy's roundings may move it (kReduceRounding x its partials' magnitude: exact bounds,
+    // no sample); a rounding past that is a bug, and the rounded value is compared instead. The norm of
+    // the allowances still goes to the grad norm, taken from the rounded gradients (allow2).
+    for (size_t i = 0; i < idx.size() && has_e; ++i) {
+      const double held = static_cast<double>(x[i]), ex = static_cast<double>(e[i]);
+      const double allow = kReduceRounding * static_cast<double>(a[i]);
+      const double v = std::abs(held - ex) <= allow ? ex : held;
+      s.add(tensor_id, idx[i], v, static_cast<double>(r[idx[i]]), counted != 0, rms, 0.0, &held);
+      if (counted) s.allow2 += allow * allow;
+    }
   }
 }
 
@@ -54,6 +71,12 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
 // same on every rank) against the baseline's, as "router x4.000" (of the squared norm).
 template <class T> std::vector<double> Runner<T>::family_norm_sq(const StepRecord<T>& b) {
   return family_sums::per_family(b.grads->specs, sums_of(b).grad_sq);
+}
+// The same of the baseline's gradients before the policy's 16-bit rounding (StepRecord::grads_exact).
+template <class T> std::vector<double> Runner<T>::family_norm_sq_exact(const StepRecord<T>& b) {
+  std::vector<double> sq;
+  for (const Tensor<T>& t : b.grads_exact->tensors) sq.push_back(sum_of_squares(t.ptr(), t.numel()));
+  return family_sums::per_family(b.grads_exact->specs, sq);
 }
 
 // Step b's baseline sums over the whole model (family_sums.h): the source's where it formed them
@@ -86,12 +109,17 @@ void Runner<T>::local_part(const StepRecord<T>& b, const RankStepRecord<T>& p, s
   wire_.expect(out, Section::family_norm_sq);
   for (size_t f = 0; f < kFamilyCount; ++f)
     out.push_back(f < p.norm_sq_by_family.size() ? p.norm_sq_by_family[f] : std::numeric_limits<double>::quiet_NaN());
+  for (size_t f = 0; f < kFamilyCount; ++f)  // NaN where the grad rows compare the rounded gradients
+    out.push_back(f < p.norm_sq_by_family_exact.size() ? p.norm_sq_by_family_exact[f]
+                                                       : std::numeric_limits<double>::quiet_NaN());
   wire_.expect(out, Section::micro_losses);
   for (size_t m = 0; m < b.micro_losses.size(); ++m)
     out.push_back(m < p.micro_losses.size() ? p.micro_losses[m] : std::numeric_limits<double>::quiet_NaN());
   std::vector<vd::LocalSums> acc(groups_.size());
   const family_sums::StepSums& sums = sums_of(b);
-  add_tensors(acc, 0, p.grads, b.grads->tensors, sums.grad_sq, p.grad_magnitude);
+  const bool exact = exact_grads(b, p);
+  add_tensors(acc, 0, p.grads, exact ? b.grads_exact->tensors : b.grads->tensors, sums.grad_sq, p.grad_magnitude,
+              exact ? &p.grads_exact : nullptr);
   add_tensors(acc, n_fam_, p.params, base_->params(), sums.param_sq);
   const ModelConfig& c = sc_.model;
   const auto L = static_cast<size_t>(c.moe_layers());
@@ -214,7 +242,9 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
                                   *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b));
   wire_.expect(mine, Section::tensors);
-  verdict_flow::append_tensor_sums(p.grads, b.grads->tensors, gidx_, gcounted_, mine);  // the first wrong tensor
+  const bool exact = exact_grads(b, p);  // the first wrong tensor, as the grad rows compare
+  verdict_flow::append_tensor_sums(exact ? p.grads_exact : p.grads, exact ? b.grads_exact->tensors : b.grads->tensors,
+                                   gidx_, gcounted_, mine);
   wire_.expect(mine, Section::updates);
   add_update_sums(p, sums_of(b), taken, mine);
   wire_.expect(mine, Section::copies);  // the compute copies (harness/verdict/compute_copy.h)

@@ -88,10 +88,15 @@ template <class T> void Runner<T>::apply_fault(RankStepRecord<T>& p) const {
     return;
   }
   const auto& specs = par_.specs();
-  auto& ts = opt_.fault->target == Fault::Target::grad ? p.grads : p.params;
-  for (size_t i = 0; i < specs.size() && i < ts.size(); ++i)
-    if (specs[i].family == opt_.fault->family)
-      for (T& x : ts[i].data) x = static_cast<T>(static_cast<double>(x) * opt_.fault->factor);
+  const bool grad = opt_.fault->target == Fault::Target::grad || opt_.fault->target == Fault::Target::rounded_grad;
+  auto& ts = grad ? p.grads : p.params;
+  const auto scale = [&](std::vector<Tensor<T>>& xs) {
+    for (size_t i = 0; i < specs.size() && i < xs.size(); ++i)
+      if (specs[i].family == opt_.fault->family)
+        for (T& x : xs[i].data) x = static_cast<T>(static_cast<double>(x) * opt_.fault->factor);
+  };
+  scale(ts);
+  if (opt_.fault->target == Fault::Target::grad) scale(p.grads_exact);  // a fault before the reductions
 }
 
 
@@ -105,10 +110,16 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
                            double whole = std::numeric_limits<double>::quiet_NaN()) {
     vd::consider_scalar(o, got, ref, r, name, tol, whole);
   };
-  const std::vector<Bound> grad_bounds(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
-  const double* got_sq = wire_.of(all, 0, Section::family_norm_sq);  // the same on every rank
+  // which family moves the norm: by the exact reductions' parts where the grad rows compare those (the
+  // rounded gradients' parts, within their rows' bounds with the reductions' allowance, elsewhere)
+  const bool exact = b.grads_exact && !std::isnan(wire_.of(all, 0, Section::family_norm_sq)[kFamilyCount]);
+  const std::vector<double> base_sq = exact ? family_norm_sq_exact(b) : fam_sq;
+  const std::vector<Bound> grad_bounds =
+      exact ? std::vector<Bound>(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_))
+            : reduced_bounds_;
+  const double* got_sq = wire_.of(all, 0, Section::family_norm_sq) + (exact ? kFamilyCount : 0);  // every rank's
   // the grad norm's and the clip coefficient's bounds beside what the families' own gradients move them by
-  const double explained = vd::norm_explained_by_families(fam_sq, got_sq, group_family_, grad_bounds);
+  const double explained = vd::norm_explained_by_families(base_sq, got_sq, group_family_, grad_bounds);
   const Bound nb = with_explained(bounds_[1], explained), cb = with_explained(bounds_[2], explained);
   const double lt = bounds_[0].value, nt = nb.value;
   for (int r = 0; r < world_.size(); ++r) {
@@ -129,13 +140,13 @@ StepLine Runner<T>::scalars(int64_t t, const StepRecord<T>& b, const std::vector
     if (r == 0) line.clip_coef = x[verdict_wire::kClipCoef];
   }
   line.grad_norm_rel = norm.norm_rel;
-  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(fam_sq, got_sq, group_family_, grad_bounds))
+  if (norm.verdict == RowVerdict::ok && vd::family_norm_off(base_sq, got_sq, group_family_, grad_bounds))
     norm.verdict = RowVerdict::fail;
   loss.bound = bounds_[0], norm.bound = nb, clip.bound = cb;
   vd::update_row(rows_[0], t, loss);
   vd::update_row(rows_[1], t, norm);
   if (rows_[1].verdict == RowVerdict::fail && rows_[1].step == t && rows_[1].detail.empty())
-    rows_[1].detail = vd::norm_by_family(fam_sq, got_sq, group_family_, grad_bounds, bounds_[1].value);
+    rows_[1].detail = vd::norm_by_family(base_sq, got_sq, group_family_, grad_bounds, bounds_[1].value);
   vd::update_row(rows_[2], t, clip);
   if (scale_row_ < rows_.size()) vd::update_row(rows_[scale_row_], t, scale_outcome(b, all));
   return line;
@@ -244,7 +255,7 @@ template <class T> void Runner<T>::fold_groups(int64_t t, const std::vector<doub
       // bf16 reduction's result, every element of it rounded by the policy (cp2_tp2: 35% far, 2 of 500)
       const auto& k = upd[g - n_fam_];
       const double far_bound = sc_.model.reduce == Low::none ? groups_[g - n_fam_].far_bound : 1.0;
-      vd::check_taken(o, k[3], k[4], bounds_[3 + g - n_fam_].value + bounds_[1].value, k[5], k[6], far_bound);
+      vd::check_taken(o, k[3], k[4], reduced_bounds_[g - n_fam_].value + bounds_[1].value, k[5], k[6], far_bound);
     }
     vd::update_row(rows_[3 + g], t, o);
     replica_pairs += o.replica_pairs;
@@ -278,6 +289,7 @@ template <class T> void Runner<T>::fold_routes(int64_t t, const std::vector<doub
 
 template <class T>
 void Runner<T>::add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq) {
+  reduced_bounds_.assign(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
   if (sc_.model.reduce == Low::none) return;  // nothing reduced in 16 bits: every allowance is 0
   double allow2 = 0, ref2 = 0;
   for (size_t g = 0; g < n_fam_; ++g) {
@@ -287,7 +299,9 @@ void Runner<T>::add_reduction_allowance(const std::vector<double>& all, const st
     const double f2 = fam_sq[static_cast<size_t>(group_family_[g])];
     allow2 += a2, ref2 += f2;
     // relative to the family's norm, absolute where it is zero (as the row's error is)
-    bounds_[3 + g] = with_reduction(bounds_[3 + g], f2 > 0 ? std::sqrt(a2 / f2) : std::sqrt(a2));
+    reduced_bounds_[g] = with_reduction(bounds_[3 + g], f2 > 0 ? std::sqrt(a2 / f2) : std::sqrt(a2));
+    if (!sc_.trajectory) continue;  // the grad row compares exact reductions (verdict_part.cpp add_tensors)
+    bounds_[3 + g] = reduced_bounds_[g];
     groups_[g].tol.norm_rel = bounds_[3 + g].value;
   }
   // the grad norm moves by at most the norm of what its elements may move (and the clip coefficient with it)

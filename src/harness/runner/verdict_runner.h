@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/rank_env.h"
+#include "core/error.h"
 #include "harness/runner/baseline.h"
 #include "harness/runner/comm_clock.h"
 #include "harness/runner/shared_baseline.h"
@@ -69,7 +70,15 @@ template <class T> class Runner {
   // reduction's roundings (RankStepRecord::grad_magnitude), or empty
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                    const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
-                   const std::vector<Tensor<T>>& mag = {});
+                   const std::vector<Tensor<T>>& mag = {}, const std::vector<Tensor<T>>* exact = nullptr);
+  // Whether the grad rows compare the reductions' exact results (step-local under a policy reducing in
+  // 16 bits: RankStepRecord::grads_exact); throws when the mode asks for them and a record lacks them.
+  bool exact_grads(const StepRecord<T>& b, const RankStepRecord<T>& p) const {
+    if (sc_.model.reduce == Low::none || sc_.trajectory) return false;
+    if (!b.grads_exact || p.grads_exact.size() != p.grads.size())
+      throw Error("verdict: step " + std::to_string(b.step) + " lacks the reductions' exact gradients");
+    return true;
+  }
   // Each grad row's bound and the grad norm's, with what the policy's 16-bit reductions may move
   // (tolerance.h with_reduction), from every rank's allowances in `all`.
   void add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq);
@@ -91,6 +100,7 @@ template <class T> class Runner {
                    const std::vector<double>& fam_sq);
   vd::Outcome scale_outcome(const StepRecord<T>& b, const std::vector<double>& all) const;
   std::vector<double> family_norm_sq(const StepRecord<T>& b);
+  std::vector<double> family_norm_sq_exact(const StepRecord<T>& b);  // b.grads_exact's
   void apply_fault(RankStepRecord<T>& p) const;
   void set_bounds(const std::vector<double>& noise);
   // the trajectory's drift of the parameters before the step (tolerance.h trace_bound)
@@ -123,6 +133,10 @@ template <class T> class Runner {
   std::optional<BoundEnvelope> envelope_;   // the twin's largest noise so far, per row (harness/verdict/bounds.h)
   std::vector<double> seed_;                // folded into envelope_ before the first step (seed_noise)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
+  // per grad group: its bound with what the policy's 16-bit reductions may move (tolerance.h with_reduction),
+  // which the grad norm and the gradient the optimizer took are held to; the grad rows' own under the
+  // trajectory (step-local, they compare the reductions' exact results: add_tensors)
+  std::vector<Bound> reduced_bounds_;
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
   double far_model_sq_peak_ = 0;  // the same for is_far's magnitude of this rank's gradients (verdict_part.cpp)

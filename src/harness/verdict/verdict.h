@@ -42,8 +42,11 @@ namespace parity {
 // replica's bits and nothing else (the replicas row, docs/verdict.md).
 // scale_loss:all:F and scale_grad_norm:all:F scale the reported loss (every micro-batch's too)
 // or the grad norm (tests/verdict/calibration.py plants faults just above and below bounds).
+// scale_rounded_grad:FAMILY:F scales the reduced gradients alone, not the reductions' exact result
+// beside them (bf16-reduce-bf16's step-local grad rows, docs/verdict.md): a change the policy's
+// roundings cannot make must fail, one within them passes. Elsewhere it is scale_grad.
 struct Fault {
-  enum class Target { grad, param, loss, grad_norm };
+  enum class Target { grad, param, loss, grad_norm, rounded_grad };
   Target target = Target::grad;
   Family family = Family::router;
   double factor = 1;

@@ -94,7 +94,8 @@ std::string optim_desc(const OptimConfig& o) {
 
 std::string fault_desc(const std::optional<Fault>& f) {
   if (!f) return "";
-  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:"};
+  static const char* const kWhat[] = {"scale_grad:", "scale_param:", "scale_loss:", "scale_grad_norm:",
+                                      "scale_rounded_grad:"};
   const bool scalar = f->target == Fault::Target::loss || f->target == Fault::Target::grad_norm;
   return std::string(kWhat[static_cast<int>(f->target)]) + (scalar ? "all" : std::string(family_name(f->family))) +
          ":" + std::to_string(f->factor) +

@@ -16,7 +16,8 @@ using verdict_detail::fmt;
 
 Fault parse_fault(std::string_view spec) {
   const std::string rule =
-      "expected scale_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: embedding, attention, layernorm, "
+      "expected scale_grad:FAMILY:FACTOR, scale_rounded_grad:FAMILY:FACTOR or scale_param:FAMILY:FACTOR (FAMILY: "
+      "embedding, attention, layernorm, "
       "router, routed_experts, shared_experts, dense_mlp, head), scale_loss:all:FACTOR or "
       "scale_grad_norm:all:FACTOR (FACTOR a finite number, nan or inf), with @RANK to apply it on one world rank, "
       "got \"" +
@@ -29,6 +30,7 @@ Fault parse_fault(std::string_view spec) {
   else if (what == "scale_param") f.target = Fault::Target::param;
   else if (what == "scale_loss") f.target = Fault::Target::loss;
   else if (what == "scale_grad_norm") f.target = Fault::Target::grad_norm;
+  else if (what == "scale_rounded_grad") f.target = Fault::Target::rounded_grad;
   else throw ConfigError("PARITY_FAULT", rule);
   const bool scalar = f.target == Fault::Target::loss || f.target == Fault::Target::grad_norm;
   bool found = scalar && fam == "all";
@@ -96,9 +98,9 @@ uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
 }  // namespace
 
 void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms,
-                    double allow) {
+                    double allow, const double* held) {
   key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
-  bits = mix(bits, bits_of(g));
+  bits = mix(bits, bits_of(held ? *held : g));
   const double d = g - r;
   if (counted)
     once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms, allow),

@@ -32,7 +32,7 @@ Layout::Layout(const Counts& c) : counts_(c) {
   namespace vd = verdict_detail;
   const std::array<size_t, kSectionCount> sizes = {
       kScalarCount,
-      kFamilyCount,
+      2 * kFamilyCount,
       c.micro_losses,
       c.groups * vd::LocalSums::kWidth,
       c.moe_layers * vd::RouteLocal::kWidth,

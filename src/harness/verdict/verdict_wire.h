@@ -21,7 +21,7 @@ namespace parity::verdict_wire {
 // The sections of one rank's part, in the order they are written.
 enum class Section : size_t {
   scalars,         // loss, grad_norm, clip_coef, loss_scale, skipped (kScalarCount)
-  family_norm_sq,  // the squared gradient norm per Family (kFamilyCount)
+  family_norm_sq,  // the squared gradient norm per Family (kFamilyCount), then that of the exact reductions'
   micro_losses,    // one per micro-batch
   groups,          // per compared group (grad, param, tokens_per_expert, expert_bias): LocalSums
   routes,          // per MoE layer: RouteLocal (this rank's routing against the baseline's)
