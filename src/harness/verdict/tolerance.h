@@ -66,7 +66,10 @@ inline bool is_far(double x, double ref, double rms, double allow = 0) {
 // of the property generator's layouts failed, every one of them with tp or cp, issue 41). Held per
 // element (is_far's allow) and normwise (with_reduction: the norm of 4u x A over the family's
 // norm). A wrong reduction moves an element by a whole partial or more, 1/(4u) = 64 times this
-// unless its partials cancel 64-fold.
+// unless its partials cancel 64-fold. Under the step-local verdict (twentieth round) the grad rows
+// take no allowance: they compare the reductions' exact results, and hold each rounded element to
+// 4u x A of its exact reduction (harness/runner/verdict_part.cpp add_tensors); the grad norm and the
+// gradient the optimizer took keep it (harness/runner/verdict_run.cpp add_reduction_allowance).
 inline constexpr double kReduceRounding = 4 * 0x1p-8;
 double far_bound(double twin_fraction);
 // The rounding twins (harness/runner/twin.h) a run measures its noise with: under a 16-bit storage
