@@ -13,9 +13,9 @@
 //     is allowed analytically beside the twin's bound (tolerance.h with_reduction), and what
 //     a rounded gradient does to Adam's update by the param row's explained update
 //     (tolerance.h with_explained). Under the step-local verdict its gradient noise is measured
-//     before that rounding, as the grad rows compare then (StepRecord::grads_exact). Until the fifth round three twins rounded partial sums
-//     over sequences here; with those two allowances they only loosened the bounds (issue 41,
-//     docs/precision.md).
+//     before that rounding, as the grad rows compare then (StepRecord::grads_exact). Until the
+//     fifth round three twins rounded partial sums over sequences here; with those two
+//     allowances they only loosened the bounds (issue 41, docs/precision.md).
 // Per step, the twin's distance to the baseline, in the verdict's own measure for each row,
 // is the rounding noise of that very run; a row's bound is a factor times it
 // (harness/verdict/tolerance.h measured_bound). Nothing of a layout enters it.
