@@ -134,8 +134,8 @@ template <class T> class Runner {
   std::vector<double> seed_;                // folded into envelope_ before the first step (seed_noise)
   std::vector<Bound> bounds_;               // per row: this step's bound (routing rows: unused)
   // per grad group: its bound with what the policy's 16-bit reductions may move (tolerance.h with_reduction),
-  // which the grad norm and the gradient the optimizer took are held to; the grad rows' own under the
-  // trajectory (step-local, they compare the reductions' exact results: add_tensors)
+  // which the grad norm and the gradient the optimizer took are held to (the grad rows compare the
+  // reductions' exact results: add_tensors)
   std::vector<Bound> reduced_bounds_;
   double route_tie_ = 0;                    // this step's absolute near-tie gap
   double model_sq_peak_ = 0;  // the baseline's largest squared gradient norm so far (tolerance.h kDeadGradient)
