@@ -27,7 +27,7 @@ TEST(VerdictWire, SectionsFollowEachOtherInOrderWithTheirItemsWidths) {
   const Layout w(kCounts);
   const std::vector<std::pair<Section, size_t>> sizes = {
       {Section::scalars, 5},  // loss, grad_norm, clip_coef, and fp16's loss_scale and skipped
-      {Section::family_norm_sq, kFamilyCount},
+      {Section::family_norm_sq, 2 * kFamilyCount},  // the rounded gradients' parts, then the exact reductions'
       {Section::micro_losses, 3},
       {Section::groups, 6 * verdict_detail::LocalSums::kWidth},
       {Section::routes, 2 * verdict_detail::RouteLocal::kWidth},
