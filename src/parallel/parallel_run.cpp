@@ -201,7 +201,8 @@ template <class T> void ParallelRun<T>::Impl::reduce_grads(std::vector<Tensor<T>
 template <class T> std::vector<Tensor<T>> ParallelRun<T>::Impl::reduction_unrounded(bool absolute) {
   std::vector<Tensor<T>> kept = model->mp_grads;
   for (auto& g : model->mp_grads)
-    for (T& x : g.data) x = absolute ? std::abs(x) : x;
+    for (T& x : g.data)
+      if (absolute) x = std::abs(x);
   unrounded_pass = true;
   std::vector<Tensor<T>> mag;
   reduce_grads(mag);
@@ -453,7 +454,7 @@ template <class T> RankStepRecord<T> ParallelRun<T>::step(int64_t t, const Route
   }
   for (auto& [p, g] : early) I.model->mp_grads[p] = std::move(g);
   if (c.reduce != Low::none) out.grad_magnitude = I.reduction_unrounded(true);
-  if (c.reduce != Low::none && !I.sc.trajectory) out.grads_exact = I.reduction_unrounded(false);
+  if (c.reduce != Low::none) out.grads_exact = I.reduction_unrounded(false);
   bool own_inf = false;  // the bug zoo's fp16_found_inf_local: this rank's gradients before any reduction
   for (size_t p = 0; p < I.model->mp_grads.size() && injected("fp16_found_inf_local"); ++p)
     own_inf = own_inf || any_non_finite(I.model->mp_grads[p].ptr(), I.model->mp_grads[p].numel());

@@ -40,9 +40,10 @@ template <class T> struct RankStepRecord {
   // reductions run again on absolute values, nothing rounded), what bounds the policy's roundings
   // (harness/verdict/tolerance.h kReduceRounding). Empty under any other policy.
   std::vector<Tensor<T>> grad_magnitude;
-  // And, under the step-local verdict, the same reductions' exact result (nothing rounded, laid out as
-  // grads): what the grad rows compare with the baseline's gradient before its rounding, while the
-  // roundings themselves are held to kReduceRounding x grad_magnitude element by element (issue 41).
+  // And the same reductions' exact result (nothing rounded, laid out as grads): what the grad rows
+  // compare with the baseline's gradient before its rounding, while the roundings themselves are held
+  // to kReduceRounding x grad_magnitude element by element (issue 41; the step-local verdict alone runs
+  // such a policy).
   std::vector<Tensor<T>> grads_exact;
   // Per MoE layer: global counts (identical on every rank) and the bias after its update.
   std::vector<std::vector<int64_t>> tokens_per_expert;

@@ -155,25 +155,34 @@ TEST(VerdictGroups, PackedSumsRoundTripThroughDoubles) {
   EXPECT_EQ(u.sum_ref, 1.25);
 }
 
-// Under a 16-bit reduction policy an element may move by what its reduction's roundings allow
-// (tolerance.h kReduceRounding x the sum of its |partials|): within it, not far; beyond it, far; the
-// counted elements' squared allowances travel with the sums and add over ranks.
-TEST(VerdictGroups, AReductionsAllowanceWidensFarAndTravelsWithTheSums) {
+// Under a 16-bit reduction policy the grad rows compare each reduction's exact result and count what
+// the roundings may move (kReduceRounding x the sum of its |partials|) into allow2, which the grad norm's
+// bound takes (verdict_part.cpp add_tensors): the counted elements' allowances travel with the sums
+// and add over ranks. The replicas row reads the bits a rank holds (`held`), not the compared value:
+// two ranks holding the same exact reduction but different rounded bits are replicas apart.
+TEST(VerdictGroups, AReductionsAllowanceTravelsWithTheSumsAndTheHeldBitsKeyTheReplicas) {
   const double ref = 1.0, moved = 1.0 + 0x1p-7;  // one bf16 ulp: far by kFarRel alone
-  EXPECT_TRUE(is_far(moved, ref, 0.0));
-  EXPECT_FALSE(is_far(moved, ref, 0.0, kReduceRounding * 1.0));  // partials of |sum| 1: 4u = 2^-6 > 2^-7
-  EXPECT_TRUE(is_far(1.1, ref, 0.0, kReduceRounding * 1.0));      // a 10% error is a bug's
   std::vector<vd::LocalSums> parts(2);
-  parts[0].add(0, 0, moved, ref, true, 0.0, 0.5);
-  parts[0].add(0, 1, moved, ref, false, 0.0, 7.0);  // another rank's copy: not counted
-  parts[1].add(0, 2, 1.1, ref, true, 0.0, kReduceRounding);
+  parts[0].add(0, 0, moved, ref, true, 0.0);
+  parts[0].allow2 += 0.25;
+  parts[1].add(0, 2, 1.1, ref, true, 0.0);
+  parts[1].allow2 += kReduceRounding * kReduceRounding;
   std::vector<double> buf;
   parts[1].pack(buf);
   ASSERT_EQ(buf.size(), vd::LocalSums::kWidth);
   EXPECT_EQ(vd::LocalSums::unpack(buf.data()).allow2, kReduceRounding * kReduceRounding);
   const vd::GroupStep g = vd::combine(parts);
   EXPECT_EQ(g.allow2, 0.25 + kReduceRounding * kReduceRounding);
-  EXPECT_EQ(g.far, 1.0);  // the 10% element only
+  EXPECT_EQ(g.far, 2.0);
+  const double held_a = 1.0, held_b = 1.0 + 0x1p-7;
+  std::vector<vd::LocalSums> same(2), apart(2);
+  same[0].add(1, 0, 1.0, 1.0, true, 0.0, &held_a);
+  same[1].add(1, 0, 1.0, 1.0, false, 0.0, &held_a);
+  apart[0].add(1, 0, 1.0, 1.0, true, 0.0, &held_a);
+  apart[1].add(1, 0, 1.0, 1.0, false, 0.0, &held_b);  // the same compared value, other bits held
+  EXPECT_LT(vd::combine(same).replica_a, 0);
+  EXPECT_EQ(vd::combine(apart).replica_a, 0);
+  EXPECT_EQ(vd::combine(apart).replica_b, 1);
 }
 
 // The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount

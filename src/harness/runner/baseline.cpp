@@ -90,10 +90,10 @@ template <class T> StepRecord<T> BaselineRun<T>::step(int64_t t, KeepGrads keep)
   }
   rec.logit_grad_rms = std::sqrt(logit_grad_sq / static_cast<double>(c.batch * S));
   model_.fp8.end_step(nullptr);  // fp8-delayed: the amax histories pushed once per step (a no-op otherwise)
-  // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype. Under
-  // the step-local verdict the sum before its rounding is kept too: the grad rows compare a
-  // layout's exact reductions with it (parallel/parallel_run.h RankStepRecord::grads_exact).
-  if (c.reduce != Low::none && !sc_.trajectory && keep == KeepGrads::yes) rec.grads_exact = model_.grads;
+  // The policy's gradient reduction on one device: a sum of one term, rounded to its dtype. The sum
+  // before its rounding is kept too: the grad rows compare a layout's exact reductions with it
+  // (parallel/parallel_run.h RankStepRecord::grads_exact).
+  if (c.reduce != Low::none && keep == KeepGrads::yes) rec.grads_exact = model_.grads;
   for (auto& g : model_.grads.tensors) round_to(c.reduce, g.ptr(), g.numel());
   if (scales_loss(c.precision())) {  // unscaled before the norm and the clipping; a skip records zeros
     rec.skipped = unscale_grads(model_.grads.tensors, scaler_.scale);

@@ -40,7 +40,7 @@ template <class T> struct StepRecord {
   std::vector<double> fp8_scales;
   std::vector<int64_t> inputs, targets;  // (B, S)
   std::optional<ParamSet<T>> grads;      // accumulated, unscaled, before clipping (when asked for)
-  // under a policy that reduces in 16 bits and the step-local verdict: grads before the policy's rounding
+  // under a policy that reduces in 16 bits: grads before the policy's rounding
   std::optional<ParamSet<T>> grads_exact;
   std::vector<std::vector<int64_t>> tokens_per_expert;  // per MoE layer: (E), whole step
   std::vector<std::vector<int64_t>> chosen;             // per MoE layer: (B*S, K)

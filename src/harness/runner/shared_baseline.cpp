@@ -84,7 +84,7 @@ struct Geometry {
     for (const auto& sp : specs) params += numel(sp.shape);
     L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
     M = s.model.microbatches;
-    exact = s.model.reduce != Low::none && !s.trajectory;
+    exact = s.model.reduce != Low::none;
   }
   bool exact = false;  // the gradients before the policy's 16-bit rounding too (StepRecord::grads_exact)
   // a step's scalars: loss, ce, aux, grad_norm, clip_coef, fp16's loss_scale and skipped, the logits' peak and

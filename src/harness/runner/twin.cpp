@@ -58,8 +58,8 @@ std::vector<double> noise_of(BaselineRun<T>& run, uint64_t stream, double& model
   std::vector<double> out(kNoiseWidth, 0.0);
   out[kNoiseLoss] = rel(r.loss, base.loss);
   out[kNoiseGradNorm] = rel(r.grad_norm, base.grad_norm);
-  // under the step-local verdict of a policy that reduces in 16 bits, the gradients before that
-  // rounding, as the grad rows compare them (parallel/parallel_run.h RankStepRecord::grads_exact)
+  // under a policy that reduces in 16 bits, the gradients before that rounding, as the grad rows
+  // compare them (parallel/parallel_run.h RankStepRecord::grads_exact)
   const bool exact = r.grads_exact && base.grads_exact;
   const auto& rg = exact ? r.grads_exact->tensors : r.grads->tensors;
   const auto& bg = exact ? base.grads_exact->tensors : base.grads->tensors;

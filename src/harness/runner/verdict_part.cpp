@@ -50,9 +50,8 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
     const T* a = has_a ? mag[p].ptr() : nullptr;
     const T* e = has_e ? (*exact)[p].ptr() : nullptr;
     for (size_t i = 0; i < idx.size() && !has_e; ++i)
-      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms,
-            a ? kReduceRounding * static_cast<double>(a[i]) : 0.0);
-    // Step-local under bf16-reduce-bf16: the reductions' exact result against the baseline's gradient
+      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
+    // Under bf16-reduce-bf16: the reductions' exact result against the baseline's gradient
     // before its rounding (ref), as bf16's rows compare them, where the rank's rounded value is within
     // what the policy's roundings may move it (kReduceRounding x its partials' magnitude: exact bounds,
     // no sample); a rounding past that is a bug, and the rounded value is compared instead. The norm of
@@ -61,7 +60,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
       const double held = static_cast<double>(x[i]), ex = static_cast<double>(e[i]);
       const double allow = kReduceRounding * static_cast<double>(a[i]);
       const double v = std::abs(held - ex) <= allow ? ex : held;
-      s.add(tensor_id, idx[i], v, static_cast<double>(r[idx[i]]), counted != 0, rms, 0.0, &held);
+      s.add(tensor_id, idx[i], v, static_cast<double>(r[idx[i]]), counted != 0, rms, &held);
       if (counted) s.allow2 += allow * allow;
     }
   }

@@ -71,10 +71,10 @@ template <class T> class Runner {
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                    const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
                    const std::vector<Tensor<T>>& mag = {}, const std::vector<Tensor<T>>* exact = nullptr);
-  // Whether the grad rows compare the reductions' exact results (step-local under a policy reducing in
-  // 16 bits: RankStepRecord::grads_exact); throws when the mode asks for them and a record lacks them.
+  // Whether the grad rows compare the reductions' exact results (under a policy reducing in 16 bits:
+  // RankStepRecord::grads_exact); throws when the policy asks for them and a record lacks them.
   bool exact_grads(const StepRecord<T>& b, const RankStepRecord<T>& p) const {
-    if (sc_.model.reduce == Low::none || sc_.trajectory) return false;
+    if (sc_.model.reduce == Low::none) return false;
     if (!b.grads_exact || p.grads_exact.size() != p.grads.size())
       throw Error("verdict: step " + std::to_string(b.step) + " lacks the reductions' exact gradients");
     return true;

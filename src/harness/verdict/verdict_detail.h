@@ -78,12 +78,11 @@ struct LocalSums {
   uint64_t key = kDigestSeed, bits = kDigestSeed;
   static constexpr uint64_t kDigestSeed = 0x243f6a8885a308d3ull;
   static constexpr size_t kWidth = 19;
-  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor); allow:
-  // what the policy's 16-bit reductions may move the element by (is_far's allow); held: the value the
-  // rank holds, whose bits the replicas row compares, where it is not the compared g (the grad rows
-  // under bf16-reduce-bf16 compare the reductions' exact result: verdict_part.cpp add_tensors)
+  // rms: the root mean square of the baseline's whole tensor (is_far's magnitude floor); held: the
+  // value the rank holds, whose bits the replicas row compares, where it is not the compared g (the
+  // grad rows under bf16-reduce-bf16 compare the reductions' exact result: verdict_part.cpp add_tensors)
   void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0,
-           double allow = 0, const double* held = nullptr);
+           const double* held = nullptr);
   void pack(std::vector<double>& out) const;
   static LocalSums unpack(const double* in);
 };

@@ -98,13 +98,13 @@ uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
 }  // namespace
 
 void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms,
-                    double allow, const double* held) {
+                    const double* held) {
   key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
   bits = mix(bits, bits_of(held ? *held : g));
   const double d = g - r;
   if (counted)
-    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms, allow),
-        sum_got += g, sum_ref += r, allow2 += allow * allow;
+    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms),
+        sum_got += g, sum_ref += r;
   all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
   double err = std::abs(d);
   if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
