@@ -499,9 +499,9 @@ add_test(NAME verdict.bf16_reduce_zoo_separation
          COMMAND ${PROJECT_SOURCE_DIR}/ci/calibrate --parity $<TARGET_FILE:parity> --zoo --precision bf16-reduce-bf16
                  -j 2 -- --backend sim gather_backward_drops_peers combine_weights_twice_ep qk_norm_after_rope
                  qk_norm_not_summed_tp norm_counts_replicas alltoallv_counts_off_by_one grad_accum_in_bf16
-                 cross_entropy_in_bf16)
+                 cross_entropy_in_bf16 ckpt_v_from_m_buffer)
 set_tests_properties(verdict.bf16_reduce_zoo_separation PROPERTIES
-  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 8 bugs, 8 caught.*\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\nzoo: PASS"
+  PASS_REGULAR_EXPRESSION "zoo verdict: PASS: 9 bugs, 9 caught.*\nsmallest +([1-9][0-9]+(\\.[0-9]*)?)\nzoo: PASS"
   LABELS "verdict;zoo;sim" TIMEOUT 300)
 # The trajectory verdict under bf16-reduce-bf16 is refused (exit 2): it has no bound for what the policy's
 # reductions do to Adam's update, and the shipped fsdp2 failed 7 of its 24 rows at step 0 (twentieth round).
