@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "ckpt/checkpoint.h"
+#include "core/precision.h"
 #include "harness/runner/verdict_taken.h"
 #include "mesh/layout_config.h"
 #include "mesh/mesh.h"
@@ -159,6 +160,96 @@ TEST(ExplainedUpdate, MomentsChangedBetweenStepsAreNotExplained) {
   c.explained(mc, mesh, o, g1, r1);
   for (double& x : c.m.data) x *= 1.001;
   EXPECT_EQ(c.explained(mc, mesh, o, g2, g2), 0.0);
+}
+
+
+// Under a 16-bit reduction (verdict_taken.h Held) the gradient the optimizer took is held to the one
+// the rank holds times its clip coefficient: in fp32, every element within its bound (T's roundings of
+// the optimizer's arithmetic, Adam with L2 weight decay, three steps) where the optimizer's own step
+// took it; a first moment rounded to bf16 after the step (the zoo's optim_state_in_bf16), or a gradient
+// the optimizer took unclipped, puts most elements past it.
+struct HeldParam {
+  static constexpr size_t kN = 256;
+  std::vector<ParamSpec> specs{{"w", Shape{kN}, Family::head}};
+  Tensor<float> m{Shape{kN}}, v{Shape{kN}};
+  Tensor<int64_t> count{Shape{}, std::vector<int64_t>{0}};
+  ckpt::ShardedState st;
+  std::vector<Tensor<float>> w0{Tensor<float>(Shape{kN})}, g{Tensor<float>(Shape{kN})};
+  std::vector<std::vector<int64_t>> idx{std::vector<int64_t>(kN)};
+  HeldParam() {
+    st.add("optim.m.w", Shape{kN}, mesh::replicated(mesh::View::dense), m);
+    st.add("optim.v.w", Shape{kN}, mesh::replicated(mesh::View::dense), v);
+    st.add("optim.step", Shape{}, mesh::replicated(mesh::View::dense), count);
+    for (size_t i = 0; i < kN; ++i) {  // magnitudes from 1e-9 to 1e-1, both signs; held in reverse order
+      const double s = (i % 3 == 0 ? -1.0 : 1.0) * std::pow(10.0, -9.0 + 8.0 * static_cast<double>(i % 17) / 16);
+      w0[0].data[i] = static_cast<float>(0.5 - static_cast<double>(i) / kN);
+      g[0].data[kN - 1 - i] = static_cast<float>(s * (1 + 0.37 * static_cast<double>(i % 5)));
+      idx[0][kN - 1 - i] = static_cast<int64_t>(i);
+    }
+  }
+  // one step: the optimizer takes the held gradient (times coef where `clipped`), then `after` acts on
+  // its moments; returns append_sums' sums (diff2, ref2, dot, far, count, bound2, ...)
+  template <class After>
+  std::vector<double> step(verdict_taken::Moments& mo, const mesh::Mesh& mesh, const OptimConfig& o, double coef,
+                           bool clipped, After after) {
+    const std::vector<Tensor<float>> adam_v{v};
+    verdict_taken::before_step<float>(mo, st, specs, mesh, 0, &adam_v);
+    const auto c = step_constants<float>(o, count.data[0] + 1);
+    for (size_t k = 0; k < kN; ++k) {
+      const auto i = static_cast<size_t>(idx[0][k]);
+      float w = w0[0].data[i], gi = g[0].data[k];
+      if (clipped) gi = gi * static_cast<float>(coef);
+      c.apply(w, gi, m.data[i], &v.data[i]);
+    }
+    ++count.data[0];
+    after(m);
+    std::vector<Tensor<float>> base{Tensor<float>(Shape{kN})};  // the baseline's gradient: not read here
+    const verdict_taken::Held<float> held{&g, &idx, coef};
+    std::vector<double> out;
+    verdict_taken::append_sums<float>(mo, st, specs, o, coef, base, w0, w0, {0}, 1, out, nullptr, &held);
+    return out;
+  }
+};
+
+TEST(TakenAgainstHeld, TheOptimizersOwnStepIsWithinItsBound) {
+  const mesh::Mesh mesh{LayoutConfig{}};
+  OptimConfig o = adam(1e-8);
+  o.weight_decay = 0.01;  // L2: the moment takes wd w beside the gradient
+  HeldParam a;
+  verdict_taken::Moments mo;
+  for (int t = 0; t < 3; ++t) {
+    const auto s = a.step(mo, mesh, o, 0.7, true, [](Tensor<float>&) {});
+    EXPECT_EQ(s.at(3), 0.0) << "step " << t;
+    EXPECT_EQ(s.at(4), static_cast<double>(HeldParam::kN));
+    EXPECT_LE(std::sqrt(s.at(0)), std::sqrt(s.at(5)));
+    EXPECT_GT(s.at(1), 0.0);
+  }
+}
+
+TEST(TakenAgainstHeld, AMomentRoundedToBf16OrAGradientLeftUnclippedIsPastIt) {
+  const mesh::Mesh mesh{LayoutConfig{}};
+  const OptimConfig o = adam(1e-8);
+  HeldParam a;
+  verdict_taken::Moments ma;
+  const auto bf16 = [](Tensor<float>& m) { round_to(Low::bf16, m.ptr(), m.numel()); };
+  const auto s = a.step(ma, mesh, o, 0.7, true, bf16);
+  EXPECT_GT(s.at(3), 0.5 * HeldParam::kN);
+  EXPECT_GT(std::sqrt(s.at(0)), 100 * std::sqrt(s.at(5)));
+  HeldParam b;
+  verdict_taken::Moments mb;
+  const auto u = b.step(mb, mesh, o, 0.7, false, [](Tensor<float>&) {});
+  EXPECT_EQ(u.at(3), static_cast<double>(HeldParam::kN));
+}
+
+// Held::taken lays the rank's gradient out by global index: NaN where it holds none.
+TEST(TakenAgainstHeld, HeldIsReadByGlobalIndex) {
+  const std::vector<Tensor<float>> g{Tensor<float>(Shape{2}, std::vector<float>{3.0f, 5.0f})};
+  const std::vector<std::vector<int64_t>> idx{{3, 1}};
+  const verdict_taken::Held<float> h{&g, &idx, 0.5};
+  const std::vector<double> x = h.taken(0, 4);
+  EXPECT_TRUE(std::isnan(x[0]) && std::isnan(x[2]));
+  EXPECT_EQ(x[3], 1.5);
+  EXPECT_EQ(x[1], 2.5);
 }
 
 }  // namespace

@@ -186,8 +186,8 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const family_sums::S
 
 // The world's update ratio per param group (NaN where the baseline did not move).
 template <class T>
-std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<double>& all) const {
-  std::vector<std::array<double, 9>> out(n_fam_);
+std::vector<std::array<double, 10>> Runner<T>::update_ratios(const std::vector<double>& all) const {
+  std::vector<std::array<double, 10>> out(n_fam_);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   for (size_t g = 0; g < n_fam_; ++g) {
     verdict_wire::UpdateSums u;
@@ -202,11 +202,14 @@ std::vector<std::array<double, 9>> Runner<T>::update_ratios(const std::vector<do
     }
     const NormSums& s = u.update;
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
-    // what reading the gradient back from the moment may round, taken off its error
-    const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - read);
-    const double rel = k.ref2 > 0 ? err / std::sqrt(k.ref2) : err;
+    // what reading the gradient back from the moment may round, taken off its error; against the
+    // gradient held (a 16-bit reduction's policy), that is the bound itself (the tenth)
+    const bool held = sc_.model.reduce != Low::none;
+    const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - (held ? 0.0 : read));
+    const double ref = std::sqrt(k.ref2), rel = k.ref2 > 0 ? err / ref : err;
     out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, u.far, u.count, taken ? rel : nan,
-              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount, std::sqrt(kexpl), kexfar};
+              k.ref2 > 0 ? k.scale_ratio() : nan, kfar, kcount, std::sqrt(kexpl), kexfar,
+              held ? (k.ref2 > 0 ? read / ref : read) : nan};
   }
   return out;
 }
@@ -237,9 +240,12 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   std::vector<double> taken;  // the gradient the optimizer took, per param group (verdict_taken.h)
   if (b.skipped)  // fp16: the baseline skipped the step, no optimizer step took a gradient (the moments stay)
     taken.assign(verdict_taken::kWidth * n_fam_, 0.0);
-  else
+  else {  // under a 16-bit reduction: against the gradient this rank holds (verdict_taken.h Held)
+    const verdict_taken::Held<T> held{&p.grads, &gidx_, p.clip_coef};
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
-                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b));
+                                  *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b),
+                                  sc_.model.reduce != Low::none ? &held : nullptr);
+  }
   wire_.expect(mine, Section::tensors);
   const bool exact = exact_grads(b, p);  // the first wrong tensor, as the grad rows compare
   verdict_flow::append_tensor_sums(exact ? p.grads_exact : p.grads, exact ? b.grads_exact->tensors : b.grads->tensors,

@@ -254,8 +254,12 @@ template <class T> void Runner<T>::fold_groups(int64_t t, const std::vector<doub
       // its far elements where reductions keep fp32: under bf16-reduce-bf16 the gradient taken is a
       // bf16 reduction's result, every element of it rounded by the policy (cp2_tp2: 35% far, 2 of 500)
       const auto& k = upd[g - n_fam_];
-      const double far_bound = sc_.model.reduce == Low::none ? groups_[g - n_fam_].far_bound : 1.0;
-      vd::check_taken(o, k[3], k[4], reduced_bounds_[g - n_fam_].value + bounds_[1].value, k[5], k[6], far_bound);
+      // there it is held to the gradient the rank holds instead, each element within T's roundings of the
+      // optimizer's arithmetic (verdict_taken.h Held): none may be past it
+      const bool held = sc_.model.reduce != Low::none;
+      const double far_bound = held ? 0.0 : groups_[g - n_fam_].far_bound;
+      vd::check_taken(o, k[3], k[4], held ? k[9] : reduced_bounds_[g - n_fam_].value + bounds_[1].value, k[5], k[6],
+                      far_bound);
     }
     vd::update_row(rows_[3 + g], t, o);
     replica_pairs += o.replica_pairs;

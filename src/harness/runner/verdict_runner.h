@@ -163,7 +163,7 @@ template <class T> class Runner {
   // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
   // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
   // elements that update makes far
-  std::vector<std::array<double, 9>> update_ratios(const std::vector<double>& all) const;
+  std::vector<std::array<double, 10>> update_ratios(const std::vector<double>& all) const;
   // per param group in Section::updates: UpdateSums, then the taken gradient's sums
   static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
   int64_t trace_at_ = -1;

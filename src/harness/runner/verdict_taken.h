@@ -130,13 +130,39 @@ Replayed<T> explained_update(const StepConstants<T>& c, T w0, double m0, double 
 // a param row allows beside its bound (docs/verdict.md "Bounds"); the eighth: how many elements
 // that update alone makes far (tolerance.h is_far, against the baseline's update and its rms),
 // which its far bound allows.
+// Under a policy that reduces gradients in 16 bits (bf16-reduce-bf16), `held` replaces the first six's
+// reference: the gradient this rank holds (RankStepRecord::grads, its reductions' rounded result, laid
+// out by `idx`) times the clip coefficient it took, in T as apply_update forms it. Against the baseline's,
+// the taken gradient differs by the policy's rounding of every partial sum, and a moment rounded to bf16
+// (the zoo's optim_state_in_bf16) hid in that allowance (1.34x, at step 1); against what the rank holds it
+// differs by T's roundings of the optimizer's own arithmetic alone (the fifth sum, each element's bound),
+// while the grad rows hold what the rank holds to the exact reductions and those to the baseline.
+template <class T> struct Held {
+  const std::vector<Tensor<T>>* grads = nullptr;
+  const std::vector<std::vector<int64_t>>* idx = nullptr;
+  double clip_coef = 1;
+  // parameter p's held gradient times the coefficient, by global index (NaN: not held here)
+  std::vector<double> taken(size_t p, size_t numel) const {
+    std::vector<double> out(numel, std::numeric_limits<double>::quiet_NaN());
+    if (p >= grads->size() || p >= idx->size() || (*grads)[p].data.size() != (*idx)[p].size()) return out;
+    const T coef = static_cast<T>(clip_coef);
+    for (size_t i = 0; i < (*idx)[p].size(); ++i) {
+      T g = (*grads)[p].data[i];
+      if (clip_coef != 1.0) g = g * coef;
+      const auto j = static_cast<size_t>((*idx)[p][i]);
+      if (j < numel) out[j] = static_cast<double>(g);
+    }
+    return out;
+  }
+};
+
 inline constexpr size_t kWidth = 8;
 template <class T>
 void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<ParamSpec>& specs,
                  const OptimConfig& o, double clip_ref, const std::vector<Tensor<T>>& base_grads,
                  const std::vector<Tensor<T>>& base_before, const std::vector<Tensor<T>>& base_after,
                  const std::vector<size_t>& group_of_param, size_t groups, std::vector<double>& out,
-                 const family_sums::StepSums* pre = nullptr) {
+                 const family_sums::StepSums* pre = nullptr, const Held<T>* held = nullptr) {
   const std::vector<const Tensor<T>*> m = first_moments<T>(st, specs);
   for (auto* w : {&mo.m_after, &mo.v_after, &mo.m_tol, &mo.v_tol, &mo.shadow_m, &mo.shadow_v})
     w->resize(specs.size());
@@ -177,13 +203,24 @@ void append_sums(Moments& mo, const ckpt::ShardedState& st, const std::vector<Pa
     // the baseline's moments (replayed), the layout's expected, their tolerances
     std::array<std::vector<double>, 6> next;
     for (auto& x : next) x.resize(mo.idx[p].size());
+    const std::vector<double> mine = held ? held->taken(p, base_grads[p].data.size()) : std::vector<double>{};
     for (size_t i = 0; i < mo.idx[p].size(); ++i) {
       const auto j = static_cast<size_t>(mo.idx[p][i]);
       const double mt = static_cast<double>(m[p]->data[i]), m0 = zero ? 0.0 : mo.before[p][i];
       const double d = (mt - keep * m0) / take, r = ref(p, j);
       const double e = 4 * u * (std::abs(mt) + keep * std::abs(m0)) / take;  // reading d back
-      acc[0] += (d - r) * (d - r), acc[1] += r * r, acc[2] += d * r;
-      acc[3] += std::abs(d - r) > e && is_far(d, r, rms), acc[4] += 1, acc[5] += e * e;
+      if (held && !std::isnan(mine[j])) {  // against what this rank holds: T's roundings of held x coef, + wd w
+        const double h = mine[j], dw0 = std::abs(wd * static_cast<double>(base_before[p].ptr()[j]));
+        const double rh = h + wd * static_cast<double>(base_before[p].ptr()[j]);
+        const double tol = e + 4 * u * (2 * std::abs(h) + 3 * dw0);
+        acc[0] += (d - rh) * (d - rh), acc[1] += rh * rh, acc[2] += d * rh;
+        acc[3] += std::abs(d - rh) > tol, acc[4] += 1, acc[5] += tol * tol;
+      } else if (held) {  // a moment stepped where this rank holds no gradient: none it took is explained
+        acc[3] += 1, acc[4] += 1;
+      } else {
+        acc[0] += (d - r) * (d - r), acc[1] += r * r, acc[2] += d * r;
+        acc[3] += std::abs(d - r) > e && is_far(d, r, rms), acc[4] += 1, acc[5] += e * e;
+      }
       // the update their difference explains (explained_update), the gradients without the weight
       // decay the optimizer adds itself; then this step's moments, the layout's and the baseline's
       const T w0 = base_before[p].ptr()[j];
