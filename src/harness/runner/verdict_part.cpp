@@ -241,7 +241,7 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
   if (b.skipped)  // fp16: the baseline skipped the step, no optimizer step took a gradient (the moments stay)
     taken.assign(verdict_taken::kWidth * n_fam_, 0.0);
   else {  // under a 16-bit reduction: against the gradient this rank holds (verdict_taken.h Held)
-    const verdict_taken::Held<T> held{&p.grads, &gidx_, p.clip_coef};
+    const verdict_taken::Held<T> held{held_grads_.empty() ? &p.grads : &held_grads_, &gidx_, p.clip_coef};
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
                                   *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b),
                                   sc_.model.reduce != Low::none ? &held : nullptr);

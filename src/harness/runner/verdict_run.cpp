@@ -362,6 +362,11 @@ template <class T> void Runner<T>::step(int64_t t, VerdictReport& rep) {
   }
   time_.parallel += seconds_since(t0);
   t0 = Clock::now();
+  // the gradient the optimizer took, as the rank holds it before a harness fault scales what it reports
+  // (verdict_taken.h Held: the fault moves the rows it aims at, not the optimizer's consistency with it)
+  const bool grad_fault = opt_.fault && opt_.fault->target != Fault::Target::param &&
+                          opt_.fault->target != Fault::Target::loss && opt_.fault->target != Fault::Target::grad_norm;
+  held_grads_ = grad_fault ? p.grads : std::vector<Tensor<T>>{};
   apply_fault(p);
   const std::vector<double> mine = part(b, p);
   time_.compare += seconds_since(t0);

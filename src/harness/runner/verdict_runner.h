@@ -146,6 +146,7 @@ template <class T> class Runner {
   // ratio of a param row is taken on the update, after - before, where a 2x gradient under
   // SGD shows as 2 (on the parameters themselves it is 1.000...).
   std::vector<Tensor<T>> before_local_;
+  std::vector<Tensor<T>> held_grads_;  // under a harness grad fault: the rank's gradients before it (else empty)
   std::shared_ptr<const std::vector<Tensor<T>>> before_base_;  // shared with the baseline where it can be
   // this step's baseline sums over the whole model (family_sums.h): the shared baseline's, or formed here
   std::shared_ptr<const family_sums::StepSums> sums_;

@@ -157,9 +157,15 @@ int64_t twin_count(const Precision& p, double step_values) {
   return p.store != Low::none && step_values <= kFewTwinValues ? kTwinsWhereFlipsAreFew : 1;
 }
 
+// bf16 storage (bf16, bf16-reduce-bf16): a failure at rounding level measured again by two sets. ci/calibrate
+// seed 66001's cal02552 (w4_tp2_ep4, dim 16, 64 tokens: two twins) failed in both policies at twin streams 0-2 and
+// 7-9 of 0..11: grad routed_experts at step 0, 5.1e-4 against 3.2e-4, one router score a bf16 ulp apart (0.163 and
+// 0.162) moving one token's share of an expert's gradient, a flip neither twin took.
+constexpr int64_t kBf16TwinSetsAgain = 2;
+
 int64_t twin_sets_again(const Precision& p) {
-  if (!p.fp8) return 1;
-  return p.fp8_delayed ? kFp8DelayedTwinSetsAgain : 2;
+  if (p.fp8) return p.fp8_delayed ? kFp8DelayedTwinSetsAgain : 2;
+  return p.store == Low::bf16 ? kBf16TwinSetsAgain : 1;
 }
 
 double far_bound(double twin_fraction) {
