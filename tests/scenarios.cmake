@@ -632,41 +632,35 @@ fp8_current_pass(fsdp4_tp2_ep2_etp2_twin_miss
 # pass measured again; so does cal03461 (fp8-delayed, grad head at step 9: 13.9% far against 5%) since the second
 # look takes the twins' whole run (their step 12 moved 10.7% of the head's gradient far); with
 # PARITY_MEASURE_AGAIN=0 they fail at rounding level.
+# verdict.measured_again_NAME passes measured again (FIRST twins, then AGAIN: regex parts) and
+# verdict.measured_once_NAME fails at rounding level with PARITY_MEASURE_AGAIN=0: CASE under POLICY, sim.
+function(measured_again_pair name case policy first again labels)
+  add_test(NAME verdict.measured_again_${name}
+           COMMAND sh -c "$<TARGET_FILE:parity> run ${case} --precision ${policy} --backend sim 2>&1; echo exit=$?")
+  set_tests_properties(verdict.measured_again_${name} PROPERTIES PASS_REGULAR_EXPRESSION
+    "\nmeasured again: the first measurement \\(${first} twins\\) failed at rounding level, [^\n]*this verdict is the one of ${again} twins\n.*verdict: PASS[^\n]*\n.*exit=0\n"
+    LABELS "${labels}" TIMEOUT 180)
+  add_test(NAME verdict.measured_once_${name}
+           COMMAND sh -c "PARITY_MEASURE_AGAIN=0 $<TARGET_FILE:parity> run ${case} --precision ${policy} --backend sim 2>&1; echo exit=$?")
+  set_tests_properties(verdict.measured_once_${name} PROPERTIES PASS_REGULAR_EXPRESSION
+    "root: [^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n" FAIL_REGULAR_EXPRESSION "measured again"
+    LABELS "${labels}" TIMEOUT 120)
+endfunction()
 foreach(case fp8_current_w8_tp4_ep2_etp2_twin_miss:fp8 fp8_delayed_ds_w8_tp2_ep4_twin_miss:fp8-delayed
              fp8_delayed_tp2_twin_miss:fp8-delayed fp8_delayed_pp2_1f1b_cp2_tp2_sp_ep2_far_head:fp8-delayed)
   string(REPLACE ":" ";" pair "${case}")
   list(GET pair 0 name)
   list(GET pair 1 policy)
-  add_test(NAME verdict.measured_again_${name}
-           COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${name}.json \
---precision ${policy} --backend sim 2>&1; echo exit=$?")
-  set_tests_properties(verdict.measured_again_${name} PROPERTIES PASS_REGULAR_EXPRESSION
-    "\nmeasured again: the first measurement \\([28] twins\\) failed at rounding level, [^\n]*this verdict is the one of (8|16) twins\n.*verdict: PASS[^\n]*\n.*exit=0\n"
-    LABELS "verdict;multiprocess;fp8" TIMEOUT 180)
-  add_test(NAME verdict.measured_once_${name}
-           COMMAND sh -c "PARITY_MEASURE_AGAIN=0 $<TARGET_FILE:parity> run \
-${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${name}.json --precision ${policy} --backend sim 2>&1; echo exit=$?")
-  set_tests_properties(verdict.measured_once_${name} PROPERTIES PASS_REGULAR_EXPRESSION
-    "root: [^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n" FAIL_REGULAR_EXPRESSION "measured again"
-    LABELS "verdict;multiprocess;fp8" TIMEOUT 120)
+  measured_again_pair(${name} ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/${name}.json ${policy} "[28]" "(8|16)"
+                      "verdict;multiprocess;fp8")
 endforeach()
 # Twenty-first round, bf16 storage measured again too (tolerance.cpp kBf16TwinSetsAgain): ci/calibrate seed 66001's
 # cal02552 (w4_tp2_ep4, dim 16, adamw) failed under bf16 and bf16-reduce-bf16 at twin streams 0-2 and 7-9 of 0..11,
 # grad routed_experts at step 0 1.6x-2.4x its bound: one router score a bf16 ulp apart moved one token's share of an
 # expert's gradient, a flip neither twin took. Measured again by four twins it passes at each of those streams.
 foreach(policy bf16 bf16-reduce-bf16)
-  add_test(NAME verdict.measured_again_bf16_router_flip_${policy}
-           COMMAND sh -c "$<TARGET_FILE:parity> run ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_w4_tp2_ep4_router_flip.json \
---precision ${policy} --backend sim 2>&1; echo exit=$?")
-  set_tests_properties(verdict.measured_again_bf16_router_flip_${policy} PROPERTIES PASS_REGULAR_EXPRESSION
-    "\nmeasured again: the first measurement \\(2 twins\\) failed at rounding level, [^\n]*this verdict is the one of 4 twins\n.*verdict: PASS[^\n]*\n.*exit=0\n"
-    LABELS "verdict;sim" TIMEOUT 120)
-  add_test(NAME verdict.measured_once_bf16_router_flip_${policy}
-           COMMAND sh -c "PARITY_MEASURE_AGAIN=0 $<TARGET_FILE:parity> run \
-${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_w4_tp2_ep4_router_flip.json --precision ${policy} --backend sim 2>&1; echo exit=$?")
-  set_tests_properties(verdict.measured_once_bf16_router_flip_${policy} PROPERTIES PASS_REGULAR_EXPRESSION
-    "root: grad routed_experts at step 0[^\n]*at rounding level: [^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n"
-    FAIL_REGULAR_EXPRESSION "measured again" LABELS "verdict;sim" TIMEOUT 120)
+  measured_again_pair(bf16_router_flip_${policy} ${CMAKE_CURRENT_SOURCE_DIR}/harness/cases/bf16_w4_tp2_ep4_router_flip.json
+                      ${policy} 2 4 "verdict;sim")
 endforeach()
 # cal01011 at twin stream 1: the head's gradient 58% far against the pair's 29% (an E4M3 flip spreads over most of a
 # family): at rounding level under fp8 (verdict_root.cpp rounding_level), measured again, a pass.
