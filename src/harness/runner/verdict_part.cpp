@@ -204,7 +204,7 @@ std::vector<std::array<double, 10>> Runner<T>::update_ratios(const std::vector<d
     const bool taken = k.ref2 > 0 || k.diff2 > 0;
     // what reading the gradient back from the moment may round, taken off its error; against the
     // gradient held (a 16-bit reduction's policy), that is the bound itself (the tenth)
-    const bool held = sc_.model.reduce != Low::none;
+    const bool held = reduces_in_16_bits();
     const double read = std::sqrt(kread), err = std::max(0.0, std::sqrt(k.diff2) - (held ? 0.0 : read));
     const double ref = std::sqrt(k.ref2), rel = k.ref2 > 0 ? err / ref : err;
     out[g] = {s.ref2 > 0 ? s.scale_ratio() : nan, u.far, u.count, taken ? rel : nan,
@@ -244,7 +244,7 @@ template <class T> std::vector<double> Runner<T>::part(const StepRecord<T>& b, c
     const verdict_taken::Held<T> held{held_grads_.empty() ? &p.grads : &held_grads_, &gidx_, p.clip_coef};
     verdict_taken::append_sums<T>(moments_, st, par_.specs(), sc_.optim, b.clip_coef, b.grads->tensors,
                                   *before_base_, base_->params(), group_of_param_, n_fam_, taken, &sums_of(b),
-                                  sc_.model.reduce != Low::none ? &held : nullptr);
+                                  reduces_in_16_bits() ? &held : nullptr);
   }
   wire_.expect(mine, Section::tensors);
   const bool exact = exact_grads(b, p);  // the first wrong tensor, as the grad rows compare

@@ -256,7 +256,7 @@ template <class T> void Runner<T>::fold_groups(int64_t t, const std::vector<doub
       const auto& k = upd[g - n_fam_];
       // there it is held to the gradient the rank holds instead, each element within T's roundings of the
       // optimizer's arithmetic (verdict_taken.h Held): none may be past it
-      const bool held = sc_.model.reduce != Low::none;
+      const bool held = reduces_in_16_bits();
       const double far_bound = held ? 0.0 : groups_[g - n_fam_].far_bound;
       vd::check_taken(o, k[3], k[4], held ? k[9] : reduced_bounds_[g - n_fam_].value + bounds_[1].value, k[5], k[6],
                       far_bound);
@@ -294,7 +294,7 @@ template <class T> void Runner<T>::fold_routes(int64_t t, const std::vector<doub
 template <class T>
 void Runner<T>::add_reduction_allowance(const std::vector<double>& all, const std::vector<double>& fam_sq) {
   reduced_bounds_.assign(bounds_.begin() + 3, bounds_.begin() + 3 + static_cast<std::ptrdiff_t>(n_fam_));
-  if (sc_.model.reduce == Low::none) return;  // nothing reduced in 16 bits: every allowance is 0
+  if (!reduces_in_16_bits()) return;  // every allowance is 0
   double allow2 = 0, ref2 = 0;
   for (size_t g = 0; g < n_fam_; ++g) {
     double a2 = 0;

@@ -71,10 +71,13 @@ template <class T> class Runner {
   void add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, const std::vector<Tensor<T>>& got,
                    const std::vector<Tensor<T>>& ref, const std::vector<double>& ref_sq,
                    const std::vector<Tensor<T>>& mag = {}, const std::vector<Tensor<T>>* exact = nullptr);
-  // Whether the grad rows compare the reductions' exact results (under a policy reducing in 16 bits:
-  // RankStepRecord::grads_exact); throws when the policy asks for them and a record lacks them.
+  // A policy that reduces gradients in 16 bits (bf16-reduce-bf16): the grad rows compare the reductions'
+  // exact results, and the taken gradient is held to the one the rank holds (verdict_taken.h Held).
+  bool reduces_in_16_bits() const { return sc_.model.reduce != Low::none; }
+  // Whether the grad rows compare the reductions' exact results (RankStepRecord::grads_exact); throws when
+  // the policy asks for them and a record lacks them.
   bool exact_grads(const StepRecord<T>& b, const RankStepRecord<T>& p) const {
-    if (sc_.model.reduce == Low::none) return false;
+    if (!reduces_in_16_bits()) return false;
     if (!b.grads_exact || p.grads_exact.size() != p.grads.size())
       throw Error("verdict: step " + std::to_string(b.step) + " lacks the reductions' exact gradients");
     return true;
@@ -161,9 +164,9 @@ template <class T> class Runner {
   void add_update_sums(const RankStepRecord<T>& p, const family_sums::StepSums& sums, const std::vector<double>& taken,
                        std::vector<double>& out);
   // per param group: the update's scale ratio, its far elements, its counted elements, and the
-  // taken gradient's normwise error (less what reading it back rounds), scale ratio (NaN: nothing taken to
-  // compare), far and counted elements, the update its difference explains (verdict_taken.h), absolute, and the
-  // elements that update makes far
+  // taken gradient's normwise error (less what reading it back rounds, except against the gradient held), scale
+  // ratio (NaN: nothing taken to compare), far and counted elements, the update its difference explains
+  // (verdict_taken.h), absolute, the elements that update makes far, and the held measure's bound (NaN: not held)
   std::vector<std::array<double, 10>> update_ratios(const std::vector<double>& all) const;
   // per param group in Section::updates: UpdateSums, then the taken gradient's sums
   static constexpr size_t kUpdateWidth = verdict_wire::UpdateSums::kWidth + verdict_taken::kWidth;
