@@ -721,3 +721,37 @@ add_test(NAME verdict.tp7_vocab24_traced
 --backend sim --precision fp32 --trace 2>&1; echo exit=$?")
 set_tests_properties(verdict.tp7_vocab24_traced PROPERTIES
   PASS_REGULAR_EXPRESSION "no traced tensor over its bound\n.*verdict: PASS[^\n]*\n.*exit=0\n")
+
+# Floors first (harness/runner/floors_first.h, docs/verdict.md "Floors first"): an fp64 run within its floors passes
+# without its rounding twin (the report says so; every row's twin 0: the host's baseline trained none), and
+# one that fails them is measured again with its twin, under the launcher's shared baseline (its second one trained
+# by a rank), under the simulated world and with a baseline in every rank; no second file is left in TMPDIR.
+set(floors_dir ${CMAKE_CURRENT_BINARY_DIR}/floors_first)
+add_test(NAME verdict.floors_first_pass_without_twin
+         COMMAND sh -c "rm -rf ${floors_dir}/pass && mkdir -p ${floors_dir}/pass && TMPDIR=${floors_dir}/pass $<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 3 --report ${floors_dir}/pass.json 2>&1; echo exit=$?; cat ${floors_dir}/pass.json; echo; echo left: $(ls ${floors_dir}/pass)")
+set_tests_properties(verdict.floors_first_pass_without_twin PROPERTIES PASS_REGULAR_EXPRESSION
+  "\ntwin: not run: every row is within its floor[^\n]*\n.*verdict: PASS[^\n]*\n.*exit=0\n.*\"twin\": 0\\.0,.*\nleft:\n"
+  FAIL_REGULAR_EXPRESSION "\"twin\": [0-9.]*[1-9]|measured again" LABELS "verdict;multiprocess" TIMEOUT 120)
+add_test(NAME verdict.floors_first_off_measures_twin
+         COMMAND sh -c "PARITY_FLOORS_FIRST=0 $<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 3 --report ${floors_dir}/off.json 2>&1; echo exit=$?; cat ${floors_dir}/off.json")
+set_tests_properties(verdict.floors_first_off_measures_twin PROPERTIES PASS_REGULAR_EXPRESSION
+  "verdict: PASS[^\n]*\n.*exit=0\n.*\"twin\": [0-9.]*[1-9]" FAIL_REGULAR_EXPRESSION "twin: not run|measured again"
+  LABELS "verdict;multiprocess" TIMEOUT 120)
+add_test(NAME verdict.floors_first_bad_knob
+         COMMAND sh -c "PARITY_FLOORS_FIRST=yes $<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 1 2>&1; echo exit=$?")
+set_tests_properties(verdict.floors_first_bad_knob PROPERTIES PASS_REGULAR_EXPRESSION
+  "PARITY_FLOORS_FIRST[^\n]*must be 0 or 1, got 'yes'.*exit=2\n" LABELS "verdict;cli" TIMEOUT 60)
+foreach(how shared:gloo sim:sim own:gloo)
+  string(REPLACE ":" ";" pair "${how}")
+  list(GET pair 0 name)
+  list(GET pair 1 backend)
+  set(env "TMPDIR=${floors_dir}/${name}")
+  if(name STREQUAL "own")
+    set(env "${env} PARITY_SHARED_BASELINE=0")
+  endif()
+  add_test(NAME verdict.floors_first_fault_measured_with_twin_${name}
+           COMMAND sh -c "rm -rf ${floors_dir}/${name} && mkdir -p ${floors_dir}/${name} && ${env} PARITY_FAULT=scale_grad:attention:1.001 $<TARGET_FILE:parity> run ${PARITY_SCENARIO_DIR}/fsdp2_tp2.json --steps 3 --backend ${backend} --report ${floors_dir}/${name}.json 2>&1; echo exit=$?; cat ${floors_dir}/${name}.json; echo; echo left: $(ls ${floors_dir}/${name})")
+  set_tests_properties(verdict.floors_first_fault_measured_with_twin_${name} PROPERTIES PASS_REGULAR_EXPRESSION
+    "\ntwin: run after the floors alone failed it \\(floors first\\): this verdict is the one with its twin\n.*FAIL +grad +attention[^\n]*\n.*verdict: FAIL[^\n]*\n.*exit=1\n.*\"twin\": [0-9.]*[1-9].*\nleft:\n"
+    FAIL_REGULAR_EXPRESSION "twin: not run" LABELS "verdict;multiprocess" TIMEOUT 180)
+endforeach()

@@ -15,6 +15,8 @@ const std::vector<Knob>& knobs() {
       {"PARITY_TWIN_STREAM", "0", "which of the rounding twin's pseudo-random sequences (measuring its luck)"},
       {"PARITY_MEASURE_AGAIN", "1",
        "0: a failure at rounding level is not measured again with twice the twins (docs/verdict.md)"},
+      {"PARITY_FLOORS_FIRST", "1",
+       "0: fp64 and fp32 runs measure their rounding twin even when every row is within its floor (docs/verdict.md)"},
       {"PARITY_TWIN_JITTER", "the built-in ulps", "the rounding twin's input jitter in ulps of fp32 (measuring)"},
       {"PARITY_FP8_GRAD_JITTER", "the built-in ulps", "the twin's jitter at fp8's E5M2 gradient points (measuring)"},
       {"PARITY_FP8_ROW_JITTER", "the built-in ulps", "the twin's jitter at E5M2 points in ulps of the row's amax"},

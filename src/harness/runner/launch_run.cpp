@@ -21,6 +21,7 @@
 #include "core/knobs.h"
 #include "core/text.h"
 #include "harness/runner/rank_main.h"
+#include "harness/runner/floors_first.h"
 #include "harness/runner/shared_baseline.h"
 #include "harness/runner/sim_launch.h"
 #include "harness/runner/verdict_run.h"
@@ -112,6 +113,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   if (verdict) {
     if (fault_from_env()) req.fault = knob("PARITY_FAULT");  // a malformed one is refused here
     (void)measure_again_enabled();  // and a PARITY_MEASURE_AGAIN that is not 0 or 1
+    (void)floors_first_enabled();   // or a PARITY_FLOORS_FIRST
   }
   if (r.scenario) req.inject = injected_names();  // an unknown PARITY_INJECT / --inject name likewise
   const int64_t world = r.world();
@@ -146,7 +148,9 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   // A simulated world always shares it: its ranks are threads of this process.
   if (verdict && (sim || baseline_place() == BaselinePlace::once_per_host)) {
     use_device(device);
-    baseline.emplace(*r.scenario, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
+    Scenario first = *r.scenario;
+    first.twin_sets = first_twin_sets(first);  // the ranks' first measurement's (floors_first.h)
+    baseline.emplace(first, shared_baseline_path(), lo.nproc, r.first_block);  // this host's ranks
     req.baseline_file = baseline->path();
   }
   const RequestFile file(req, r.log_dir);

@@ -549,6 +549,12 @@ std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int s
   return std::make_unique<LocalBaseline<T>>(s);
 }
 
+int shared_baseline_readers(const std::string& path) {
+  const std::shared_ptr<FileMap> m = map_once(path);
+  const auto* h = m ? reinterpret_cast<const Header*>(m->base) : nullptr;
+  return h != nullptr && std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 ? static_cast<int>(h->consumers) : 0;
+}
+
 BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int consumers, int64_t first)
     : path_(std::move(path)) {
   if (consumers < 1 || consumers > kMaxConsumers)

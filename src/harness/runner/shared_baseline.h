@@ -58,6 +58,9 @@ template <class T> class BaselineSource {
 template <class T>
 std::unique_ptr<BaselineSource<T>> make_baseline_source(const Scenario& s, int slot, const std::string& path);
 
+// How many ranks read the shared baseline file at `path` (its header's), 0 when it is not one.
+int shared_baseline_readers(const std::string& path);
+
 // Trains the baseline of `s` for s.steps steps into `path`, in a thread, for `consumers`
 // ranks whose first needed block is step `first` (a resumed phase: the step before its
 // first); it keeps a ring of a few step blocks and runs at most that far ahead of the

@@ -129,7 +129,7 @@ Scenario twin_scenario(const Scenario& s) {
 }
 
 template <class T> TwinRun<T>::TwinRun(const Scenario& s) {
-  const int64_t n = std::max<int64_t>(s.twin_sets, 1) *
+  const int64_t n = std::max<int64_t>(s.twin_sets, 0) *
                     twin_count(s.model.precision(), static_cast<double>(s.model.batch * s.model.seq * s.model.dim));
   for (int64_t i = 0; i < n; ++i) {
     streams_.push_back(twin_stream() + static_cast<uint64_t>(i));
@@ -163,6 +163,7 @@ template <class T> std::vector<double> TwinRun<T>::step(int64_t t, const StepRec
                                                         const std::vector<Tensor<T>>& base_params,
                                                         const std::vector<Buffer<T>>& base_bias) {
   std::vector<double> out;
+  if (runs_.empty()) return std::vector<double>(kNoiseWidth, std::numeric_limits<double>::quiet_NaN());
   for (size_t k = 0; k < runs_.size(); ++k) {
     const std::vector<double> one =
         noise_of(*runs_[k], streams_[k], model_sq_peak_[k], t, base, base_before, base_params, base_bias);

@@ -44,6 +44,7 @@ Scenario twin_scenario(const Scenario& s);
 // step's noise is each value's largest over them: one twin is one sample of which values flip,
 // and where flips are few (a small model under a 16-bit policy) one sample may see none of
 // those a layout shows (issue 41: 2 of 10 sequences missed a flip that 8 saw, 5x more noise).
+// Scenario::twin_sets 0 (floors first, tolerance.h): no twin; every step's noise unmeasured (NaN: the floors decide).
 template <class T> class TwinRun {
  public:
   explicit TwinRun(const Scenario& s);

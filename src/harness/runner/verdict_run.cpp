@@ -20,6 +20,7 @@
 #include "core/inject.h"
 #include "core/knobs.h"
 #include "core/text.h"
+#include "harness/runner/floors_first.h"
 #include "harness/runner/twin.h"
 #include "harness/runner/verdict_carry.h"
 #include "harness/runner/verdict_runner.h"
@@ -536,40 +537,61 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   rep.optim = vd::optim_desc(s.optim);
   rep.mode = s.trajectory ? "trajectory" : "step-local";
   const VerdictReport head = rep;
+  // Floors first (floors_first.h): the first measurement without a twin where the floors alone can pass it.
+  Scenario first_s = s;  // a Runner holds its scenario by reference: each alive as long as the last Runner
+  first_s.twin_sets = first_twin_sets(s);
   auto t0 = Clock::now();
-  auto run = std::make_unique<Runner<T>>(s, world, o);
+  auto run = std::make_unique<Runner<T>>(first_s, world, o);
   run->time().startup = o.startup_s, run->time().rendezvous = o.rendezvous_s, run->time().setup = seconds_since(t0);
-  compare_steps(*run, s, o, rep);
-  Scenario again_s = s;  // the Runner holds its scenario by reference: alive as long as the last Runner
-  VerdictOptions again_o = o;
-  auto [measure, why] = measure_again(world, s, rep, run->rows(), again_enabled);
-  if (!measure) rep.remeasured = why;  // "" or why it was not
-  if (measure) {
+  compare_steps(*run, first_s, o, rep);
+  // A second measurement of the same layout (its checkpoint saved by the first): `sc` with `opt`, into rep.
+  const auto measure_second = [&](const Scenario& sc, const VerdictOptions& opt, std::string why,
+                                  std::vector<double> seed) {
     const Timings first = run->time();
     const std::string saved = rep.checkpoint;
     run.reset();  // its memory back before the second runner takes as much
-    again_s.twin_sets = twin_sets_again(s.model.precision());
-    again_o.baseline_file.clear();  // a baseline of its own: the host's shared one has the first set of twins
-    again_o.save_at = -1, again_o.ckpt_dir.clear();  // saved already: the layout computes the same again
     rep = head;
     rep.remeasured = std::move(why);
     t0 = Clock::now();
-    std::vector<double> seed;
-    if (!s.trajectory && o.resume_dir.empty()) seed = whole_run_noise<T>(world, again_s);  // every step's bound
-    run = std::make_unique<Runner<T>>(again_s, world, again_o);
+    run = std::make_unique<Runner<T>>(sc, world, opt);
     run->seed_noise(std::move(seed));
     Timings& tm = run->time();
     tm.startup = first.startup, tm.rendezvous = first.rendezvous, tm.setup = first.setup + seconds_since(t0);
-    compare_steps(*run, again_s, again_o, rep);
+    compare_steps(*run, sc, opt, rep);
     tm.baseline += first.baseline, tm.parallel += first.parallel, tm.compare += first.compare;
     tm.compare_comm += first.compare_comm;
     rep.checkpoint = saved;
+  };
+  VerdictOptions second_o = o;
+  second_o.save_at = -1, second_o.ckpt_dir.clear();  // saved already: the layout computes the same again
+  std::unique_ptr<BaselineProducer> second_baseline;  // the host's, where this rank trains it: outlives `run`
+  if (first_s.twin_sets == 0) {
+    auto [failed, why] = floors_failed(world, rep, run->rows());
+    if (failed) {
+      second_baseline = share_second(world, s, o.resume_dir.empty() ? o.baseline_file : "",
+                                     verdict_runner::local_slot(world.rank()), second_o.baseline_file);
+      measure_second(s, second_o, "", {});
+      rep.twin = std::move(why);
+    } else {
+      rep.twin = "not run: every row is within its floor, which a twin's measure could only widen (floors first; "
+                 "PARITY_FLOORS_FIRST=0 runs it)";
+    }
   }
-  const Scenario& fs = again_s;
-  if (const int64_t tt = step_to_trace(world, run->rows(), again_o.trace); tt >= 0) {
-    VerdictOptions trace_o = again_o;  // a baseline of its own: the host's shared one has recycled its steps' blocks
-    trace_o.baseline_file.clear(), trace_o.save_at = -1, trace_o.ckpt_dir.clear();
-    Runner<T> again(fs, world, trace_o);  // the first failing step again, traced (harness/runner/trace_run.h)
+  Scenario again_s = s;
+  auto [measure, why] = measure_again(world, s, rep, run->rows(), again_enabled);
+  if (!measure && rep.remeasured.empty()) rep.remeasured = why;  // "" or why it was not
+  if (measure) {
+    again_s.twin_sets = twin_sets_again(s.model.precision());
+    VerdictOptions again_o = second_o;
+    again_o.baseline_file.clear();  // a baseline of its own: the host's shared one has the first set of twins
+    std::vector<double> seed;
+    if (!s.trajectory && o.resume_dir.empty()) seed = whole_run_noise<T>(world, again_s);  // every step's bound
+    measure_second(again_s, again_o, std::move(why), std::move(seed));
+  }
+  if (const int64_t tt = step_to_trace(world, run->rows(), o.trace); tt >= 0) {
+    VerdictOptions trace_o = second_o;  // a baseline of its own: the host's shared one has recycled its steps' blocks
+    trace_o.baseline_file.clear();
+    Runner<T> again(again_s, world, trace_o);  // the first failing step again, traced (harness/runner/trace_run.h)
     again.trace_at(std::max(tt, rep.first_step));
     VerdictReport scratch;
     for (int64_t t = o.resume_dir.empty() ? 0 : again.resume(o.resume_dir); t <= std::max(tt, rep.first_step); ++t)

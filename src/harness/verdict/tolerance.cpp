@@ -168,6 +168,10 @@ int64_t twin_sets_again(const Precision& p) {
   return p.store == Low::bf16 ? kBf16TwinSetsAgain : 1;
 }
 
+bool floors_first(const Precision& p) {
+  return p.store == Low::none && p.reduce == Low::none && !p.fp8 && !p.fp8_delayed;
+}
+
 double far_bound(double twin_fraction) {
   return std::isnan(twin_fraction) ? kFarFloor : std::max(kFarFloor, kTwinFactor * twin_fraction);
 }

@@ -105,6 +105,13 @@ int64_t twin_count(const Precision& p, double step_values);
 // took), so faults at twice the first bound passed (Calibration.*Fp16 failed); fp16, fp32 and fp64 had no false
 // alarm in 3000 drawn runs each to answer.
 int64_t twin_sets_again(const Precision& p);
+// Floors first (docs/verdict.md "Floors first"): a row's bound is the larger of its floor and the twin's
+// measure (measured_bound), so a run whose every row is within its floor passes whatever its twin would measure.
+// Where the twin's noise sits far below the floors (fp64 and fp32 without 16-bit or 8-bit roundings: ~1e-15 against
+// floors of 1e-13 .. 1e-10, ~1e-7 against 2e-6 .. 1e-3) the run is judged first without a twin, by the floors,
+// and only a run that fails them runs again with its twin: the same verdict as the twin's run, and a passing run
+// without the twin's work (about a third of a W = 8 run's CPU, issue 43).
+bool floors_first(const Precision& p);
 struct Bound {
   double value = 0;
   bool from_twin = false;  // false: the floor decided

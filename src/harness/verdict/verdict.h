@@ -142,6 +142,9 @@ struct VerdictReport {
   // "the first measurement (N twins) failed at rounding level, root: ...", or "not measured again ...: it would
   // need ..." where it would not fit in memory; "" when the verdict was measured once
   std::string remeasured;
+  // Floors first (docs/verdict.md): "" when the rounding twin measured the bounds, else what the report says of
+  // its absence (every row within its floor: the twin could only have widened a bound)
+  std::string twin;
   std::vector<StepLine> step_lines;
   std::vector<Row> rows;  // failing rows first, then near-ties, then the rest
   LayoutDegrees degrees;  // for naming a wrong factor (verdict_root.h)

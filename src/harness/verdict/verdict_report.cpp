@@ -113,6 +113,7 @@ std::string format_verdict(const VerdictReport& r) {
   if (!r.checkpoint.empty()) out += "checkpoint: " + r.checkpoint + "\n";
   if (!r.remeasured.empty())
     out += (r.remeasured.rfind("not measured", 0) == 0 ? "" : "measured again: ") + r.remeasured + "\n";
+  if (!r.twin.empty()) out += "twin: " + r.twin + "\n";
   char buf[256];
   std::snprintf(buf, sizeof buf, "%5s %16s %11s %10s %13s %10s %9s %9s\n", "step", "loss", "loss - ref", "micro rel",
                 "grad_norm rel", "clip_coef", "routing", "near-tie");
@@ -196,6 +197,7 @@ nlohmann::json verdict_json(const VerdictReport& r) {
           {"verdict_mode", r.mode},
           {"fault", r.fault},
           {"remeasured", r.remeasured},
+          {"twin", r.twin},
           {"passed", r.passed()},
           {"root", root_json(r, find_root(r))},
           {"step_table", steps},
