@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -433,8 +434,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Every step of s trained and compared under `run`, into rep (resumed and saved as o says).
-template <class T> void compare_steps(Runner<T>& run, const Scenario& s, const VerdictOptions& o, VerdictReport& rep) {
+// Every step of s trained and compared under `run`, into rep (resumed and saved as o says); after a step, once any
+// checkpoint is saved, `enough` (every rank alike) may end it early.
+template <class T>
+void compare_steps(Runner<T>& run, const Scenario& s, const VerdictOptions& o, VerdictReport& rep,
+                   const std::function<bool()>& enough = {}) {
   if (!o.resume_dir.empty()) {
     rep.first_step = run.resume(o.resume_dir);
     rep.checkpoint = "resumed from " + o.resume_dir + " at step " + std::to_string(rep.first_step) +
@@ -451,6 +455,7 @@ template <class T> void compare_steps(Runner<T>& run, const Scenario& s, const V
     }
     if (t >= s.steps) break;
     run.step(t, rep);
+    if (enough && (o.save_at < 0 || o.save_at <= t) && t + 1 < s.steps && enough()) break;
   }
 }
 
@@ -543,7 +548,9 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   auto t0 = Clock::now();
   auto run = std::make_unique<Runner<T>>(first_s, world, o);
   run->time().startup = o.startup_s, run->time().rendezvous = o.rendezvous_s, run->time().setup = seconds_since(t0);
-  compare_steps(*run, first_s, o, rep);
+  // a first measurement without a twin ends at the first step that fails its floors: the second decides
+  const auto floors_fail = [&] { return floors_failed(world, rep, run->rows()).first; };
+  compare_steps(*run, first_s, o, rep, first_s.twin_sets == 0 ? std::function<bool()>(floors_fail) : nullptr);
   // A second measurement of the same layout (its checkpoint saved by the first): `sc` with `opt`, into rep.
   const auto measure_second = [&](const Scenario& sc, const VerdictOptions& opt, std::string why,
                                   std::vector<double> seed) {
