@@ -1,5 +1,8 @@
 #include "core/knobs.h"
 
+#include "core/error.h"
+#include "core/text.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
@@ -57,6 +60,14 @@ const char* knob(std::string_view name) {
   if (std::none_of(t.begin(), t.end(), [&](const Knob& k) { return k.name == name; }))
     throw std::logic_error("knob " + std::string(name) + " is not in core/knobs.cpp's table");
   return std::getenv(std::string(name).c_str());
+}
+
+bool knob_on(std::string_view name) {
+  const char* v = knob(name);
+  const std::string x = v != nullptr ? v : "";
+  if (x != "" && x != "0" && x != "1")
+    throw ConfigError(std::string(name), "must be 0 or 1, got '" + printable(x, 64) + "'");
+  return x != "0";
 }
 
 std::string knobs_text() {

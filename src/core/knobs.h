@@ -23,6 +23,9 @@ const std::vector<Knob>& knobs();
 // knobs(): a name outside the table throws std::logic_error, so no setting escapes it.
 const char* knob(std::string_view name);
 
+// A setting that is on unless it is 0: true unset or "1", false "0"; anything else a ConfigError naming it.
+bool knob_on(std::string_view name);
+
 // The table as `parity help env` prints it: a header line, then one line per setting.
 std::string knobs_text();
 

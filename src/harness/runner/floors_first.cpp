@@ -8,13 +8,7 @@
 
 namespace parity {
 
-bool floors_first_enabled() {
-  const char* v = knob("PARITY_FLOORS_FIRST");
-  const std::string x = v != nullptr ? v : "";
-  if (x != "" && x != "0" && x != "1")
-    throw ConfigError("PARITY_FLOORS_FIRST", "must be 0 or 1, got '" + printable(x, 64) + "'");
-  return x != "0";
-}
+bool floors_first_enabled() { return knob_on("PARITY_FLOORS_FIRST"); }
 
 int64_t first_twin_sets(const Scenario& s) {
   return s.twin_sets == 1 && floors_first(s.model.precision()) && floors_first_enabled() ? 0 : s.twin_sets;

@@ -461,13 +461,7 @@ void compare_steps(Runner<T>& run, const Scenario& s, const VerdictOptions& o, V
 
 }  // namespace
 
-bool measure_again_enabled() {
-  const char* v = knob("PARITY_MEASURE_AGAIN");
-  const std::string x = v != nullptr ? v : "";
-  if (x != "" && x != "0" && x != "1")
-    throw ConfigError("PARITY_MEASURE_AGAIN", "must be 0 or 1, got '" + printable(x, 64) + "'");
-  return x != "0";
-}
+bool measure_again_enabled() { return knob_on("PARITY_MEASURE_AGAIN"); }
 
 namespace {
 
