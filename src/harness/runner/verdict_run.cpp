@@ -565,7 +565,8 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   };
   VerdictOptions second_o = o;
   second_o.save_at = -1, second_o.ckpt_dir.clear();  // saved already: the layout computes the same again
-  std::unique_ptr<BaselineProducer> second_baseline;  // the host's, where this rank trains it: outlives `run`
+  std::unique_ptr<BaselineProducer> second_baseline;  // the host's, where this rank trains it (every step read by
+                                                      // the time it goes, at the return)
   if (first_s.twin_sets == 0) {
     auto [failed, why] = floors_failed(world, rep, run->rows());
     if (failed) {
@@ -580,7 +581,7 @@ template <class T> VerdictReport run_verdict(const Scenario& s, comm::Communicat
   }
   Scenario again_s = s;
   auto [measure, why] = measure_again(world, s, rep, run->rows(), again_enabled);
-  if (!measure && rep.remeasured.empty()) rep.remeasured = why;  // "" or why it was not
+  if (!measure) rep.remeasured = why;  // "" or why it was not
   if (measure) {
     again_s.twin_sets = twin_sets_again(s.model.precision());
     VerdictOptions again_o = second_o;
