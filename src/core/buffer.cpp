@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -125,7 +126,51 @@ void* allocate(std::size_t bytes) {
   return ::operator new(bytes);
 }
 
+namespace {
+// The lent ranges (lend): few (one per shared baseline file a process maps), read on every deallocation
+// without a lock; written under one.
+constexpr int kLendSlots = 16;
+std::atomic<std::uintptr_t> g_lent_lo[kLendSlots], g_lent_hi[kLendSlots];
+std::atomic<int> g_lent_count{0};
+std::mutex g_lend_mu;
+}  // namespace
+
+void lend(const void* base, std::size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_lend_mu);
+  const auto lo = reinterpret_cast<std::uintptr_t>(base);
+  for (int i = 0; i < kLendSlots; ++i)
+    if (g_lent_lo[i].load() == 0) {
+      g_lent_hi[i].store(lo + bytes);
+      g_lent_lo[i].store(lo);
+      g_lent_count.fetch_add(1);
+      return;
+    }
+  throw Error("buffer: more than " + std::to_string(kLendSlots) + " ranges lent at once");
+}
+
+void unlend(const void* base) noexcept {
+  std::lock_guard<std::mutex> lock(g_lend_mu);
+  const auto lo = reinterpret_cast<std::uintptr_t>(base);
+  for (int i = 0; i < kLendSlots; ++i)
+    if (g_lent_lo[i].load() == lo) {
+      g_lent_lo[i].store(0);
+      g_lent_count.fetch_sub(1);
+      return;
+    }
+}
+
+bool lent(const void* p) noexcept {
+  if (g_lent_count.load(std::memory_order_acquire) == 0) return false;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  for (int i = 0; i < kLendSlots; ++i) {
+    const std::uintptr_t lo = g_lent_lo[i].load(std::memory_order_acquire);
+    if (lo != 0 && a >= lo && a < g_lent_hi[i].load(std::memory_order_acquire)) return true;
+  }
+  return false;
+}
+
 void deallocate(void* p, std::size_t bytes) noexcept {
+  if (lent(p)) return;  // borrow(): the lender's memory
 #if PARITY_HAVE_CUDA
   Pool& pl = pool();
   if (pl.used) {

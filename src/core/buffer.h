@@ -30,17 +30,37 @@ struct ZeroFill {
 // inline, the compiler hoists it and the loop becomes a memset, or nothing.
 inline thread_local ZeroFill tl_zero_fill;
 inline ZeroFill& zero_fill() { return tl_zero_fill; }
+// borrow(): the next allocation of exactly `bytes` is `at` itself, and its elements are left as they are
+struct Borrow {
+  void* at = nullptr;
+  std::size_t bytes = 0;
+  bool handed = false;  // `at` was handed out: the vector's value-initialization leaves it alone
+};
+inline thread_local Borrow tl_borrow;
+// Memory lent to buffers (a read-only file mapping): deallocate() never frees a pointer inside a lent range.
+void lend(const void* base, std::size_t bytes);
+void unlend(const void* base) noexcept;
+bool lent(const void* p) noexcept;
 }  // namespace buffer_detail
 
 template <class T> struct DeviceAllocator {
   using value_type = T;
   DeviceAllocator() noexcept = default;
   template <class U> DeviceAllocator(const DeviceAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(buffer_detail::allocate(n * sizeof(T))); }
+  T* allocate(std::size_t n) {
+    buffer_detail::Borrow& b = buffer_detail::tl_borrow;
+    if (b.at != nullptr && b.bytes == n * sizeof(T)) {
+      T* p = static_cast<T*>(b.at);
+      b.at = nullptr, b.handed = true;
+      return p;
+    }
+    return static_cast<T*>(buffer_detail::allocate(n * sizeof(T)));
+  }
   void deallocate(T* p, std::size_t n) noexcept { buffer_detail::deallocate(p, n * sizeof(T)); }
   template <class U, class... A> void construct(U* p, A&&... args) {
     if constexpr (sizeof...(A) == 0) {
-      if (buffer_detail::zero_fill().done) return;  // already zero, on the device
+      if (buffer_detail::zero_fill().done) return;     // already zero, on the device
+      if (buffer_detail::tl_borrow.handed) return;     // borrowed: its values are the lender's
     }
     ::new (static_cast<void*>(p)) U(std::forward<A>(args)...);
   }
@@ -61,6 +81,20 @@ template <class T> Buffer<T> zeros(int64_t n) {
 }
 
 // Element-wise equality with a plain vector (found by ADL through the allocator).
+// A buffer over `n` elements at `at`, which stay where they are (no copy, no allocation): memory inside a range
+// lent with buffer_detail::lend, which the caller keeps mapped and unchanged while the buffer lives, and never
+// writes through it. Freeing it leaves the memory alone; copying it copies as any buffer. (The shared baseline's
+// records, read in place: harness/runner/shared_baseline.cpp.)
+template <class T> Buffer<T> borrow(const T* at, int64_t n) {
+  auto& b = buffer_detail::tl_borrow;
+  b = {const_cast<T*>(at), static_cast<std::size_t>(n) * sizeof(T), false};
+  struct Reset {
+    buffer_detail::Borrow& b;
+    ~Reset() { b = {}; }
+  } reset{b};
+  return Buffer<T>(static_cast<std::size_t>(n));
+}
+
 template <class T> bool operator==(const Buffer<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }

@@ -37,6 +37,32 @@ TEST(Buffer, ConvertsAndComparesWithVectors) {
   EXPECT_EQ(t.data[2], 3.f);
 }
 
+// borrow(): a buffer over memory inside a lent range reads it in place, its value-initialization leaves the
+// values alone, freeing it frees nothing (the lender's memory: operator delete on it would abort), a copy of it
+// is a buffer of its own, and the next allocation is an ordinary one again.
+TEST(Buffer, BorrowedBuffersReadTheLendersMemoryInPlace) {
+  use_device(Device::cpu);
+  std::vector<double> lender{1.0, 2.0, 3.0, 4.0, 5.0, 6.0};
+  buffer_detail::lend(lender.data(), lender.size() * sizeof(double));
+  EXPECT_TRUE(buffer_detail::lent(lender.data() + 5));
+  EXPECT_FALSE(buffer_detail::lent(lender.data() + 6));
+  Buffer<double> copy;
+  {
+    Buffer<double> b = borrow<double>(lender.data() + 2, 3);
+    EXPECT_EQ(b.data(), lender.data() + 2);
+    EXPECT_EQ(to_vector(b), (std::vector<double>{3.0, 4.0, 5.0}));
+    copy = b;
+    Buffer<double> next(3);  // allocated after: fresh memory, value-initialized
+    EXPECT_NE(next.data(), lender.data() + 2);
+    EXPECT_EQ(to_vector(next), (std::vector<double>{0.0, 0.0, 0.0}));
+  }
+  EXPECT_NE(copy.data(), lender.data() + 2);
+  copy[0] = 9.0;
+  EXPECT_EQ(lender[2], 3.0);
+  buffer_detail::unlend(lender.data());
+  EXPECT_FALSE(buffer_detail::lent(lender.data() + 1));
+}
+
 TEST(Buffer, CudaBuffersComeFromTheManagedPoolAndAreReused) {
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no GPU: " << why;

@@ -6,14 +6,17 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "core/buffer.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/family_sums.h"
 #include "harness/verdict/verdict_detail.h"
@@ -67,12 +70,11 @@ TEST(SharedBaselineFile, AStepReleasedIsNotReadAgain) {
   EXPECT_NO_THROW((void)reader->step(2));
 }
 
-// The producer keeps a ring of two step blocks (issue 43): a rank reads each block as soon as it
-// is published and releases it, so two are enough for the producer to run a step ahead, and the
-// file's pages (and every rank's mapping of them) are reused from the third step on instead of
-// first touched in each of eight blocks (the W = 8 dim64 run: ~4% less CPU). A run of ten steps
-// needs a file no larger than a run of two.
-TEST(SharedBaselineFile, TenStepsNeedAFileNoLargerThanTwo) {
+// The producer keeps a ring of four step blocks (issue 43): a rank holds two while it compares a step (it reads
+// them in place), so four let the producer run two steps ahead, and the file's pages (and every rank's mapping
+// of them) are reused from the fifth step on instead of first touched in each of ten blocks. A run of ten steps
+// needs a file no larger than a run of four.
+TEST(SharedBaselineFile, TenStepsNeedAFileNoLargerThanFour) {
   Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
   auto file_bytes = [&](int64_t steps) {
     s.steps = steps;
@@ -82,9 +84,35 @@ TEST(SharedBaselineFile, TenStepsNeedAFileNoLargerThanTwo) {
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     return static_cast<int64_t>(f.tellg());
   };
-  const int64_t two = file_bytes(2), one = file_bytes(1);
-  EXPECT_GT(two, one);  // a step block each
-  EXPECT_EQ(file_bytes(10), two);
+  const int64_t four = file_bytes(4), three = file_bytes(3);
+  EXPECT_GT(four, three);  // a step block each
+  EXPECT_EQ(file_bytes(10), four);
+}
+
+// On the CPU a rank reads a step's gradients and parameters in place, in the file (no copy, no fresh memory per
+// rank: issue 43), so the block must stay the step's while any handle of the record reads it: a record held
+// while the next three steps are read keeps its block from the producer (which would otherwise write step 4
+// into it), bit for bit the record a rank's own baseline gives; let go, the producer goes on.
+TEST(SharedBaselineFile, ARecordHeldKeepsItsBlockFromTheProducer) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
+  s.steps = 8;
+  const std::string path = ::testing::TempDir() + "parity-shared-pin-" + std::to_string(::getpid());
+  BaselineProducer producer(s, path, 1, 0);
+  producer.start();
+  auto shared = make_baseline_source<double>(s, 0, path);
+  auto own = make_baseline_source<double>(s, 0, "");
+  ASSERT_TRUE(shared->shared());
+  std::shared_ptr<const StepRecord<double>> held = shared->step(0);
+  const auto want = own->step(0);
+  ASSERT_FALSE(held->grads->tensors.empty());
+  EXPECT_TRUE(buffer_detail::lent(held->grads->tensors[0].ptr()));  // read in place
+  EXPECT_TRUE(buffer_detail::lent(shared->params()[0].ptr()));
+  for (int64_t t = 1; t < 4; ++t) (void)shared->step(t);  // the ring's other three blocks
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // time for a producer that ignored the pin
+  for (size_t p = 0; p < want->grads->tensors.size(); ++p)
+    EXPECT_EQ(to_vector(held->grads->tensors[p].data), to_vector(want->grads->tensors[p].data)) << "tensor " << p;
+  held.reset();
+  for (int64_t t = 4; t < s.steps; ++t) EXPECT_EQ(shared->step(t)->step, t);
 }
 
 // The producer forms each step's sums over the whole model once per host and writes them into the

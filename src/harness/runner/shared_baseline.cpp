@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <map>
+#include <set>
 #include <functional>
 #include <bit>
 #include <climits>
@@ -27,6 +28,8 @@
 
 #include "proc/launch.h"
 #include "comm/sim/sim_world.h"
+#include "core/buffer.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/exit_codes.h"
 #include "core/knobs.h"
@@ -51,11 +54,11 @@ constexpr int kMaxConsumers = comm::kMaxSimRanks;  // ranks that can share a fil
 static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
 constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
 constexpr int64_t kNotStarted = -2, kFailed = -1;
-// Step blocks kept: the producer runs at most this far ahead of the slowest rank. A rank reads a block
-// as soon as it is published and releases it, so two let the producer run a step ahead; each block
-// more is fresh pages of the file in the producer and in every rank's mapping for a run's first
-// steps (eight cost the W = 8 dim64 run ~4% more CPU than two: docs/bench.md, issue 43).
-constexpr int64_t kRing = 2;
+// Step blocks kept: the producer runs at most this far ahead of the slowest rank. On the CPU a rank reads a
+// step's tensors in place and holds two blocks while it compares step t (the parameters after t - 1 and
+// step t's), so four let the producer run two steps ahead, as two did when each rank copied its block out
+// (that copy was a third of each rank's fresh memory: docs/bench.md, issue 43).
+constexpr int64_t kRing = 4;
 
 struct Header {
   char magic[8];
@@ -136,13 +139,15 @@ template <class T> void put_tensors(unsigned char*& at, const std::vector<Tensor
   for (const auto& t : ts) total += t.numel();
   at += pad8(static_cast<size_t>(total) * sizeof(T));
 }
-template <class T> std::vector<Tensor<T>> get_tensors(const unsigned char*& at, const std::vector<ParamSpec>& specs) {
+// view: the tensors read the mapping in place (borrow), else copies.
+template <class T>
+std::vector<Tensor<T>> get_tensors(const unsigned char*& at, const std::vector<ParamSpec>& specs, bool view) {
   std::vector<Tensor<T>> out;
   const auto* p = reinterpret_cast<const T*>(at);
   int64_t total = 0;
   for (const auto& sp : specs) {
     const int64_t k = numel(sp.shape);
-    out.emplace_back(sp.shape, Buffer<T>(p, p + k));
+    out.emplace_back(sp.shape, view ? borrow<T>(p, k) : Buffer<T>(p, p + k));
     p += k, total += k;
   }
   at += pad8(static_cast<size_t>(total) * sizeof(T));
@@ -253,10 +258,13 @@ struct FileMap {
   unsigned char* base = nullptr;
   size_t bytes = 0;
   ino_t ino = 0;  // the file's, when it was mapped
-  FileMap(unsigned char* b, size_t n, ino_t i) : base(b), bytes(n), ino(i) {}
+  FileMap(unsigned char* b, size_t n, ino_t i) : base(b), bytes(n), ino(i) { buffer_detail::lend(b, n); }
   FileMap(const FileMap&) = delete;
   FileMap& operator=(const FileMap&) = delete;
-  ~FileMap() { ::munmap(base, bytes); }
+  ~FileMap() {
+    buffer_detail::unlend(base);
+    ::munmap(base, bytes);
+  }
 };
 
 // One mapping of a shared baseline file per process, while some reader holds it: the threads of
@@ -289,10 +297,36 @@ std::shared_ptr<FileMap> map_once(const std::string& path) {
   return map;
 }
 
+// Which step blocks a reader's records and states still read in place (SharedBaseline's views): the
+// reader's `next` in the header is the first of them (or the first step it has not read), so the
+// producer reuses none while some handle reads it. Shared with every pinned handle: it outlives the
+// reader if a handle does.
+struct ReaderPins {
+  std::shared_ptr<FileMap> map;
+  int slot = 0;
+  std::mutex mu;
+  std::multiset<int64_t> held;
+  int64_t read = 0;                // the steps before it were read
+  int64_t posted = INT64_MIN;      // what `next` says (it only grows)
+  void post_locked() {
+    const int64_t next = held.empty() ? read : std::min(*held.begin(), read);
+    if (next <= posted) return;
+    posted = next;
+    auto* h = reinterpret_cast<Header*>(map->base);
+    std::atomic_ref<int64_t>(h->next[slot]).store(next, std::memory_order_release);
+  }
+  void unpin(int64_t t) {
+    std::lock_guard<std::mutex> lk(mu);
+    held.erase(held.find(t));
+    post_locked();
+  }
+};
+
 template <class T> class SharedBaseline final : public BaselineSource<T> {
  public:
   SharedBaseline(const Scenario& s, std::shared_ptr<FileMap> map, int slot, std::string file)
       : g_(s, sizeof(T)), map_(std::move(map)), base_(map_->base), slot_(slot), file_(std::move(file)) {
+    pins_->map = map_, pins_->slot = slot;
     wait_for(0);
     cur_ = decode_once<T>(file_, -1, false, [&] {
              const unsigned char* at = base_ + kHeader;
@@ -304,9 +338,10 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     not_released(t);
     wait_for(t + 1);
     const DecodedStep<T> d = decode_once<T>(file_, t, true, [&] { return decode_step(t); });
-    cur_ = d.state;
+    cur_ = pinned(d.state, t);
+    std::shared_ptr<const StepRecord<T>> rec = pinned(d.rec, t);
     release(t + 1);
-    return d.rec;
+    return rec;
   }
   const std::vector<Tensor<T>>& params() override { return cur_->params; }
   const std::vector<Buffer<T>>& expert_bias() override { return cur_->bias; }
@@ -322,6 +357,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
                                        (g_.exact ? 2 : 1) * g_.tensors();  // past the step's gradients
              return DecodedStep<T>{nullptr, read_state(at)};
            }).state;
+    cur_ = pinned(cur_, t - 1);
     release(t);
   }
   bool shared() const override { return true; }
@@ -350,11 +386,35 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   const unsigned char* block(int64_t t) const {
     return base_ + kHeader + g_.init_bytes() + static_cast<size_t>(t % kRing) * g_.block_bytes();
   }
-  // This rank no longer needs the blocks before step `next`: the producer may reuse them.
+  // This rank has read the steps before `next`: the producer may reuse their blocks once no handle
+  // of this rank pins them (pinned).
   void release(int64_t next) {
-    auto* h = reinterpret_cast<Header*>(const_cast<unsigned char*>(base_));
-    std::atomic_ref<int64_t>(h->next[slot_]).store(next, std::memory_order_release);
     released_ = std::max(released_, next);
+    std::lock_guard<std::mutex> lk(pins_->mu);
+    pins_->read = std::max(pins_->read, next);
+    pins_->post_locked();
+  }
+  // On the CPU a step's tensors read the file in place (borrow: no copy, no fresh memory in each rank): the
+  // handle pins step t's block until it is let go. On cuda they are copies (managed memory the kernels use).
+  template <class X> std::shared_ptr<const X> pinned(std::shared_ptr<const X> x, int64_t t) {
+    if (!views_ || !x || t < 0) return x;
+    {
+      std::lock_guard<std::mutex> lk(pins_->mu);
+      pins_->held.insert(t);
+    }
+    return std::shared_ptr<const X>(x.get(), [x, pins = pins_, t](const X*) mutable {
+      x.reset();
+      pins->unpin(t);
+      pins.reset();  // now, not with the control block (a weak_ptr may keep that)
+    });
+  }
+  // A decoded object that may read the mapping in place holds it, until the object goes (decode_once's weak_ptr
+  // keeps the control block, and so the deleter, for longer).
+  template <class X> std::shared_ptr<X> holding_map(X* x) const {
+    return std::shared_ptr<X>(x, [m = map_](X* p) mutable {
+      delete p;
+      m.reset();
+    });
   }
   // A step's block released is the producer's to reuse: the ring's slot may already hold step t +
   // kRing, and reading it would hand this rank another step's record without a word (issue 45's
@@ -372,16 +432,18 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   int slot_;
   std::string file_;
   std::shared_ptr<const BaselineState<T>> cur_;
+  const bool views_ = !on_cuda();
+  std::shared_ptr<ReaderPins> pins_ = std::make_shared<ReaderPins>();
 
   std::shared_ptr<const BaselineState<T>> read_state(const unsigned char*& at) const {
-    auto st = std::make_shared<BaselineState<T>>();
-    st->params = get_tensors<T>(at, g_.specs);
+    std::shared_ptr<BaselineState<T>> st = holding_map(new BaselineState<T>());
+    st->params = get_tensors<T>(at, g_.specs, views_);
     st->bias = get_bias<T>(at, g_);
     return st;
   }
   DecodedStep<T> decode_step(int64_t t) const {
     const unsigned char* at = block(t);
-    auto r = std::make_shared<StepRecord<T>>();
+    std::shared_ptr<StepRecord<T>> r = holding_map(new StepRecord<T>());
     r->step = t;
     double sc[Geometry::kScalars];
     get(at, sc, Geometry::kScalars);
@@ -392,9 +454,9 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
     get(at, r->micro_losses.data(), r->micro_losses.size());
     ParamSet<T> grads;
     grads.specs = g_.specs;
-    grads.tensors = get_tensors<T>(at, g_.specs);
+    grads.tensors = get_tensors<T>(at, g_.specs, views_);
     r->grads = std::move(grads);
-    if (g_.exact) r->grads_exact = ParamSet<T>{g_.specs, get_tensors<T>(at, g_.specs)};
+    if (g_.exact) r->grads_exact = ParamSet<T>{g_.specs, get_tensors<T>(at, g_.specs, views_)};
     auto st = read_state(at);
     const auto L = static_cast<size_t>(g_.L);
     r->tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(g_.E)));

@@ -4,7 +4,9 @@
 // baseline_file); no rank trains a copy. A rank whose request names none (under an external
 // launcher) or a file that is gone (a request replayed by hand) trains its own, as before.
 // The comparison stays rank-local and the verdict is the same: the records are the same bits
-// BaselineRun produces.
+// BaselineRun produces. On the CPU a rank's records and baseline parameters read the file in place
+// (core/buffer.h borrow: no copy, no fresh memory per rank); each handle pins its step's block, which
+// the producer reuses only once no handle reads it. On cuda they are copies into managed memory.
 //
 // File: a header page (magic, the baseline key, the step size, steps ready, each reader's
 // next step, an error message), then the parameters before step 0, then a ring of step
@@ -40,7 +42,8 @@ template <class T> class BaselineSource {
  public:
   virtual ~BaselineSource() = default;
   // Step t's record, gradients included; t must follow the previous call (or skip_to). Shared,
-  // read-only: the ranks of a simulated world reading one file share one copy per step.
+  // read-only: the ranks of a simulated world reading one file share one copy per step. A handle held
+  // holds the shared file's ring back: let it go within a few steps (the ring keeps four blocks).
   virtual std::shared_ptr<const StepRecord<T>> step(int64_t t) = 0;
   // The parameters and expert biases after the last step() (before step 0 at first).
   virtual const std::vector<Tensor<T>>& params() = 0;
