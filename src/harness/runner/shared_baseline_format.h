@@ -1,0 +1,177 @@
+// The host's shared baseline file, as its producer (shared_baseline.cpp) writes it and its readers
+// (shared_baseline_read.cpp) read it: the header page, the sizes of one scenario's records, and the
+// helpers that put and get them. Internal to harness/runner.
+#pragma once
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <bit>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/sim/sim_world.h"
+#include "core/buffer.h"
+#include "harness/runner/baseline.h"
+#include "harness/scenario/scenario.h"
+#include "harness/verdict/family_sums.h"
+#include "harness/verdict/verdict_detail.h"
+#include "model/params.h"
+#include "proc/launch.h"
+
+namespace parity::shared_file {
+
+constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '3'};  // 2: error_code, 3: the step's sums
+// ranks that can share a file: one host's, or a simulated world's
+inline constexpr int kMaxConsumers = comm::kMaxSimRanks;
+static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
+constexpr size_t kHeader = 8192 + 8 * kMaxConsumers, kKeyBytes = 256, kErrorBytes = 2048;
+constexpr int64_t kNotStarted = -2, kFailed = -1;
+// Step blocks kept: the producer runs at most this far ahead of the slowest rank. On the CPU a rank reads a
+// step's tensors in place and holds two blocks while it compares step t (the parameters after t - 1 and
+// step t's), so four let the producer run two steps ahead, as two did when each rank copied its block out
+// (that copy was a third of each rank's fresh memory: docs/bench.md, issue 43).
+constexpr int64_t kRing = 4;
+
+struct Header {
+  char magic[8];
+  int64_t elem, init_bytes, block_bytes, steps;
+  alignas(8) int64_t ready;  // steps published (kNotStarted before the first parameters, kFailed on error)
+  int64_t consumers;                 // ranks reading: each says which step it reads next
+  int64_t next[kMaxConsumers];       // per rank: the first step whose block it still needs
+  char key[kKeyBytes];
+  char error[kErrorBytes];
+  int64_t error_code;  // the failure's exit code (core/exit_codes.h): out of memory is 3, not "parity broken"
+};
+static_assert(sizeof(Header) <= kHeader);
+
+inline size_t pad8(size_t n) { return (n + 7) / 8 * 8; }
+
+// The sizes of one scenario's records (every array padded to 8 bytes).
+struct Geometry {
+  std::vector<ParamSpec> specs;
+  int64_t params = 0, L = 0, E = 0, n = 0, K = 0, M = 0;
+  size_t elem = 0;
+  std::vector<size_t> group_of;  // per parameter: its family group in the verdict (verdict_layout)
+  size_t groups = 0;
+  explicit Geometry(const Scenario& s, size_t elem_bytes) : specs(param_specs(s.model)), elem(elem_bytes) {
+    verdict_detail::VerdictLayout v = verdict_detail::verdict_layout(specs, s.model);
+    group_of = std::move(v.group_of), groups = v.families.size();
+    for (const auto& sp : specs) params += numel(sp.shape);
+    L = s.model.moe_layers(), E = s.model.experts, n = s.model.batch * s.model.seq, K = s.model.top_k;
+    M = s.model.microbatches;
+    exact = s.model.reduce != Low::none;
+  }
+  bool exact = false;  // the gradients before the policy's 16-bit rounding too (StepRecord::grads_exact)
+  // a step's scalars: loss, ce, aux, grad_norm, clip_coef, fp16's loss_scale and skipped, the logits' peak and
+  // gradient rms
+  static constexpr size_t kScalars = 9;
+  size_t tensors() const { return pad8(static_cast<size_t>(params) * elem); }
+  size_t bias() const { return pad8(static_cast<size_t>(L * E) * elem); }
+  size_t init_bytes() const { return tensors() + bias(); }
+  // the step's sums (family_sums.h StepSums): clip, wd, then per parameter its group, gradient's and
+  // parameter's sums of squares, then per group the update's squares, the elements, the taken gradient's
+  size_t sums() const { return 8 * (2 + 3 * specs.size() + 3 * groups); }
+  size_t block_bytes() const {
+    return 8 * (kScalars + static_cast<size_t>(M)) + (exact ? 3 : 2) * tensors() + bias() +
+           8 * static_cast<size_t>(L * E + L * n * K + L * n * E) + 8 * kNoiseWidth + sums();
+  }
+};
+
+inline std::atomic_ref<int64_t> ready_of(Header* h) { return std::atomic_ref<int64_t>(h->ready); }
+
+// Readers sleep on the low half of `ready` (a futex on the shared mapping: processes and the
+// threads of a simulated world alike) instead of polling it: W pollers every 20-200 us starved
+// the producer once W reached the hundreds (--backend sim). The producer wakes them at every
+// store; a 50 ms timeout keeps a lost wake-up harmless.
+static_assert(std::endian::native == std::endian::little, "the futex word is the low half of Header::ready");
+inline uint32_t* ready_word(Header* h) { return reinterpret_cast<uint32_t*>(&h->ready); }
+inline void publish(Header* h, int64_t v) {
+  ready_of(h).store(v, std::memory_order_release);
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+inline void wait_change(Header* h, int64_t seen) {
+  timespec ts{0, 50'000'000};
+  ::syscall(SYS_futex, ready_word(h), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
+}
+
+template <class T> void put(unsigned char*& at, const T* src, size_t count) {
+  std::memcpy(at, src, count * sizeof(T));
+  at += pad8(count * sizeof(T));
+}
+template <class T> void get(const unsigned char*& at, T* dst, size_t count) {
+  std::memcpy(dst, at, count * sizeof(T));
+  at += pad8(count * sizeof(T));
+}
+
+template <class T> void put_tensors(unsigned char*& at, const std::vector<Tensor<T>>& ts) {
+  unsigned char* p = at;
+  for (const auto& t : ts)
+    std::memcpy(p, t.ptr(), static_cast<size_t>(t.numel()) * sizeof(T)), p += t.numel() * sizeof(T);
+  int64_t total = 0;
+  for (const auto& t : ts) total += t.numel();
+  at += pad8(static_cast<size_t>(total) * sizeof(T));
+}
+// view: the tensors read the mapping in place (borrow), else copies.
+template <class T>
+std::vector<Tensor<T>> get_tensors(const unsigned char*& at, const std::vector<ParamSpec>& specs, bool view) {
+  std::vector<Tensor<T>> out;
+  const auto* p = reinterpret_cast<const T*>(at);
+  int64_t total = 0;
+  for (const auto& sp : specs) {
+    const int64_t k = numel(sp.shape);
+    out.emplace_back(sp.shape, view ? borrow<T>(p, k) : Buffer<T>(p, p + k));
+    p += k, total += k;
+  }
+  at += pad8(static_cast<size_t>(total) * sizeof(T));
+  return out;
+}
+
+template <class T> void put_bias(unsigned char*& at, const std::vector<Buffer<T>>& bias, const Geometry& g) {
+  unsigned char* p = at;
+  for (const auto& b : bias) std::memcpy(p, b.data(), b.size() * sizeof(T)), p += b.size() * sizeof(T);
+  at += g.bias();
+}
+template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, const Geometry& g) {
+  std::vector<Buffer<T>> out;
+  const auto* p = reinterpret_cast<const T*>(at);
+  for (int64_t l = 0; l < g.L; ++l) out.emplace_back(p + l * g.E, p + (l + 1) * g.E);
+  at += g.bias();
+  return out;
+}
+
+// A step's sums (family_sums.h StepSums): Geometry::sums() bytes, every number as a double.
+inline void put_sums(unsigned char*& at, const family_sums::StepSums& s, const Geometry& g) {
+  std::vector<double> v{s.clip, s.wd};
+  const size_t P = g.specs.size();
+  for (size_t p = 0; p < P; ++p) v.push_back(p < s.group_of.size() ? static_cast<double>(s.group_of[p]) : 1e18);
+  for (const auto* x : {&s.grad_sq, &s.param_sq})
+    for (size_t p = 0; p < P; ++p) v.push_back(p < x->size() ? (*x)[p] : 0.0);
+  for (const auto* x : {&s.update_sq, &s.n, &s.taken_sq})
+    for (size_t k = 0; k < g.groups; ++k) v.push_back(k < x->size() ? (*x)[k] : 0.0);
+  put(at, v.data(), v.size());
+}
+inline std::shared_ptr<const family_sums::StepSums> get_sums(const unsigned char*& at, const Geometry& g) {
+  const size_t P = g.specs.size(), G = g.groups;
+  std::vector<double> v(2 + 3 * P + 3 * G);
+  get(at, v.data(), v.size());
+  auto s = std::make_shared<family_sums::StepSums>();
+  const double* x = v.data();
+  s->clip = x[0], s->wd = x[1], x += 2;
+  for (size_t p = 0; p < P; ++p) s->group_of.push_back(static_cast<size_t>(x[p]));
+  x += P;
+  s->grad_sq.assign(x, x + P), x += P;
+  s->param_sq.assign(x, x + P), x += P;
+  s->update_sq.assign(x, x + G), x += G;
+  s->n.assign(x, x + G), x += G;
+  s->taken_sq.assign(x, x + G);
+  return s;
+}
+
+}  // namespace parity::shared_file
