@@ -84,7 +84,7 @@ template <class T> Buffer<T> zeros(int64_t n) {
 // A buffer over `n` elements at `at`, which stay where they are (no copy, no allocation): memory inside a range
 // lent with buffer_detail::lend, which the caller keeps mapped and unchanged while the buffer lives, and never
 // writes through it. Freeing it leaves the memory alone; copying it copies as any buffer. (The shared baseline's
-// records, read in place: harness/runner/shared_baseline.cpp.)
+// records, read in place: harness/runner/shared_baseline_read.cpp.)
 template <class T> Buffer<T> borrow(const T* at, int64_t n) {
   auto& b = buffer_detail::tl_borrow;
   b = {const_cast<T*>(at), static_cast<std::size_t>(n) * sizeof(T), false};

@@ -15,7 +15,6 @@
 #include <memory>
 #include <optional>
 #include <map>
-#include <set>
 #include <functional>
 #include <bit>
 #include <climits>

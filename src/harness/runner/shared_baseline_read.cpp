@@ -91,7 +91,14 @@ struct FileMap {
   unsigned char* base = nullptr;
   size_t bytes = 0;
   ino_t ino = 0;  // the file's, when it was mapped
-  FileMap(unsigned char* b, size_t n, ino_t i) : base(b), bytes(n), ino(i) { buffer_detail::lend(b, n); }
+  FileMap(unsigned char* b, size_t n, ino_t i) : base(b), bytes(n), ino(i) {
+    try {
+      buffer_detail::lend(b, n);
+    } catch (...) {  // no destructor runs for a constructor that throws: the mapping goes here
+      ::munmap(b, n);
+      throw;
+    }
+  }
   FileMap(const FileMap&) = delete;
   FileMap& operator=(const FileMap&) = delete;
   ~FileMap() {
