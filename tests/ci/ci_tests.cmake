@@ -106,3 +106,9 @@ add_test(NAME ci.calibrate_counts_a_failure
 set_tests_properties(ci.calibrate_counts_a_failure PROPERTIES
   PASS_REGULAR_EXPRESSION "FALSE ALARM \\(fp64, [^\n]*\n[^\n]*root: grad router at step 0[^\n]*\n +replay: [^\n]*parity run [^\n]*--precision fp64\n.*fp64 +2 +2 .*2 false alarms.*exit=1\n"
   LABELS "ci;verdict" TIMEOUT 120)
+
+# every mutation of ci/mutate still applies (its sed changes its file): a refactor that moves the code a mutation
+# aims at fails here, not in the next mutation run (the twenty-third round's split left one pointing at a file
+# that no longer held its line)
+add_test(NAME ci.mutations_apply COMMAND bash ${PROJECT_SOURCE_DIR}/ci/mutate --check)
+set_tests_properties(ci.mutations_apply PROPERTIES LABELS "unit" PASS_REGULAR_EXPRESSION "all [0-9]+ mutations apply")

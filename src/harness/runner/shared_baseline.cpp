@@ -118,6 +118,8 @@ template <class T> void produce(const Scenario& s, unsigned char* base, const st
       std::optional<StepRecord<T>> r;
       try {
         r.emplace(run.step(t, KeepGrads::yes));
+        // once per host, not on every rank: a reader rethrows it as DivergedError (exit 4) at step t
+        require_finite_baseline(*r, run.model().params.specs, run.model().params.tensors);
       } catch (...) {  // a diverged step t: step t - 1 is published first, as when the two took turns
         finish(job);
         if (t > 0) write(job);

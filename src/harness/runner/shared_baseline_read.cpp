@@ -36,6 +36,7 @@ template <class T> class LocalBaseline final : public BaselineSource<T> {
     const std::vector<Tensor<T>> before = run_.model().params.tensors;
     if (!run_.scenario().trajectory) twin_.start_from(before, run_.model().expert_bias);  // step-local
     StepRecord<T> r = run_.step(t, KeepGrads::yes);
+    require_finite_baseline(r, run_.model().params.specs, run_.model().params.tensors);  // exit 4, every rank alike
     r.noise = twin_.step(t, r, before, run_.model().params.tensors, run_.model().expert_bias);
     return std::make_shared<const StepRecord<T>>(std::move(r));
   }
@@ -210,6 +211,7 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
       const int64_t r = ready_of(h).load(std::memory_order_acquire);
       if (r >= n && r != kNotStarted) return;
       if (r == kFailed) {
+        if (h->error_code == exit_code::diverged) throw DivergedError(h->error);  // the producer's check, as is
         const std::string what = std::string("the shared baseline failed: ") + h->error;
         if (h->error_code == exit_code::infrastructure) throw IoError(what);
         throw Error(what);
