@@ -185,6 +185,38 @@ TEST(VerdictGroups, AReductionsAllowanceTravelsWithTheSumsAndTheHeldBitsKeyTheRe
   EXPECT_EQ(vd::combine(apart).replica_b, 1);
 }
 
+// A tensor's digests at once (LocalSums::add_digests, the path add_tensors takes): the key is its index set's
+// (index_key), the bits are its values' in order, in eight lanes. Two ranks holding the same values at the same
+// indices agree; one bit of any element (in a full group of eight or in the tail), two elements swapped across
+// lanes or within one, or another index set, tell them apart.
+TEST(VerdictGroups, ATensorsDigestsTellEveryBitPlaceAndIndexApart) {
+  std::vector<double> x(21);
+  std::vector<int64_t> idx(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25 * static_cast<double>(i) - 1.0, idx[i] = 3 * static_cast<int64_t>(i);
+  auto digests = [](const std::vector<double>& v, const std::vector<int64_t>& ix) {
+    vd::LocalSums s;
+    s.add_digests(vd::index_key(4, ix.data(), ix.size()), v.size(), [&v](size_t i) { return v[i]; });
+    return std::pair{s.key, s.bits};
+  };
+  const auto base = digests(x, idx);
+  EXPECT_EQ(digests(x, idx), base);
+  for (size_t at : {size_t{0}, size_t{7}, size_t{8}, size_t{15}, size_t{16}, size_t{20}}) {
+    std::vector<double> y = x;
+    y[at] = std::nextafter(y[at], 10.0);
+    EXPECT_EQ(digests(y, idx).first, base.first) << at;
+    EXPECT_NE(digests(y, idx).second, base.second) << "one ulp at " << at;
+  }
+  for (auto [a, b] : {std::pair{1, 2}, std::pair{1, 9}, std::pair{17, 18}}) {
+    std::vector<double> y = x;
+    std::swap(y[static_cast<size_t>(a)], y[static_cast<size_t>(b)]);
+    EXPECT_NE(digests(y, idx).second, base.second) << a << " and " << b << " swapped";
+  }
+  std::vector<int64_t> other = idx;
+  other.back() += 1;
+  EXPECT_NE(digests(x, other).first, base.first);
+  EXPECT_NE(vd::index_key(5, idx.data(), idx.size()), vd::index_key(4, idx.data(), idx.size()));  // another tensor
+}
+
 // The second measure (tolerance.h is_far): every element moved by a bf16 rounding's amount
 // (2^-9 relative) stays within a loose normwise bound but fails on its far elements, once
 // there are enough of them; the same moves on a handful of elements say nothing.

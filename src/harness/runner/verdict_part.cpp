@@ -49,8 +49,9 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
       throw Error("verdict: the exact reductions of " + par_.specs()[p].name + " are missing");
     const T* a = has_a ? mag[p].ptr() : nullptr;
     const T* e = has_e ? (*exact)[p].ptr() : nullptr;
+    s.add_digests(offset == 0 ? gikey_[p] : ikey_[p], idx.size(), [x](size_t i) { return static_cast<double>(x[i]); });
     for (size_t i = 0; i < idx.size() && !has_e; ++i)
-      s.add(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
+      s.add_element(tensor_id, idx[i], static_cast<double>(x[i]), static_cast<double>(r[idx[i]]), counted != 0, rms);
     // Under bf16-reduce-bf16: the reductions' exact result against the baseline's gradient
     // before its rounding (ref), as bf16's rows compare them, where the rank's rounded value is within
     // what the policy's roundings may move it (kReduceRounding x its partials' magnitude: exact bounds,
@@ -60,7 +61,7 @@ void Runner<T>::add_tensors(std::vector<vd::LocalSums>& acc, size_t offset, cons
       const double held = static_cast<double>(x[i]), ex = static_cast<double>(e[i]);
       const double allow = kReduceRounding * static_cast<double>(a[i]);
       const double v = std::abs(held - ex) <= allow ? ex : held;
-      s.add(tensor_id, idx[i], v, static_cast<double>(r[idx[i]]), counted != 0, rms, &held);
+      s.add_element(tensor_id, idx[i], v, static_cast<double>(r[idx[i]]), counted != 0, rms);  // digests: held
       if (counted) s.allow2 += allow * allow;
     }
   }

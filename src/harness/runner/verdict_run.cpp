@@ -57,6 +57,12 @@ template <class T> void Runner<T>::build_groups() {
     groups_[g].copies = std::max(groups_[g].copies, parity::copies_of(mesh, par_.grad_layouts()[p]));
     groups_[n_fam_ + g].copies = std::max(groups_[n_fam_ + g].copies, parity::copies_of(mesh, par_.layouts()[p]));
   }
+  std::vector<int64_t> pos(n_fam_, 0);  // a tensor's place in its group (add_tensors' tensor_id)
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const int64_t id = pos[group_of_param_[p]]++;
+    ikey_.push_back(vd::index_key(id, idx_[p].data(), idx_[p].size()));
+    gikey_.push_back(vd::index_key(id, gidx_[p].data(), gidx_[p].size()));
+  }
 }
 
 // This step's bound of every row (harness/verdict/bounds.h): kTwinFactor x the twin's largest

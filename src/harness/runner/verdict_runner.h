@@ -129,6 +129,7 @@ template <class T> class Runner {
   std::vector<char> counted_;               // per parameter: counted_copy on this rank
   std::vector<std::vector<int64_t>> gidx_;  // the same for the reduced gradients (grad_layouts: zero2 shards them)
   std::vector<char> gcounted_;
+  std::vector<uint64_t> ikey_, gikey_;      // per parameter: the index_key of idx_ and gidx_ (verdict_detail.h)
   std::vector<Row> rows_;                   // loss, grad_norm, clip_coef, groups..., routing per layer
   size_t scale_row_ = SIZE_MAX;             // fp16: the loss scale and skipped steps' row (exact)
   std::vector<Family> group_family_;        // per grad group (and its param group): the family

@@ -2,8 +2,10 @@
 // group, flattened into doubles so one allgather per step carries every group, and the
 // combination of all ranks' parts in rank order (so every rank gets the same bits).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -32,6 +34,28 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
   return z ^ (z >> 31);
 }
 inline double digest_as_double(uint64_t h) { return static_cast<double>(h >> 12); }
+// A digest of n words, word(i) for i in [0, n): word i is mixed into lane i % 8, the lanes into h at the end, so
+// the eight chains run side by side (a single chain of mix() waits on each multiply: ~15 cycles a word).
+template <class F> uint64_t digest_words(uint64_t h, size_t n, F&& word) {
+  uint64_t l[8];
+  for (uint64_t k = 0; k < 8; ++k) l[k] = mix(h, k);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (size_t k = 0; k < 8; ++k) l[k] = mix(l[k], word(i + k));
+  for (; i < n; ++i) l[i % 8] = mix(l[i % 8], word(i));
+  for (uint64_t k = 0; k < 8; ++k) h = mix(h, l[k]);
+  return h;
+}
+inline uint64_t bits_of(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+// The digest of a tensor's global flat indices on this rank (LocalSums::key): `tensor_id` its place in its group.
+inline uint64_t index_key(int64_t tensor_id, const int64_t* idx, size_t n) {
+  return digest_words(mix(0x452821e638d01377ull, static_cast<uint64_t>(tensor_id)), n,
+                      [idx](size_t i) { return static_cast<uint64_t>(idx[i]); });
+}
 
 // A compared group: one row of the table (a family's gradients, its parameters, the
 // tokens_per_expert counts, the expert biases), made of named tensors.
@@ -83,6 +107,26 @@ struct LocalSums {
   // grad rows under bf16-reduce-bf16 compare the reductions' exact result: verdict_part.cpp add_tensors)
   void add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms = 0,
            const double* held = nullptr);
+  // A tensor's n elements at once, as n add()s but for the digests: the key takes the tensor's index_key, the
+  // bits the digest of held(i)'s bits (the rank's value, a double); each add_element(g, r, ...) then does the
+  // sums of one element, in order (the same bits as add()'s).
+  template <class H> void add_digests(uint64_t tensor_key, size_t n, H&& held) {
+    key = mix(key, tensor_key);
+    bits = mix(bits, digest_words(kDigestSeed, n, [&held](size_t i) { return bits_of(held(i)); }));
+  }
+  void add_element(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms) {
+    const double d = g - r;
+    if (counted)
+      once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms),
+          sum_got += g, sum_ref += r;
+    all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
+    double err = std::abs(d);
+    if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
+    if (err > max_err) {
+      max_err = err, tensor = static_cast<double>(tensor_id), flat = static_cast<double>(flat_index);
+      got = g, ref = r;
+    }
+  }
   void pack(std::vector<double>& out) const;
   static LocalSums unpack(const double* in);
 };

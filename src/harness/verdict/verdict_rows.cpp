@@ -88,30 +88,14 @@ bool VerdictReport::passed() const {
 namespace verdict_detail {
 
 namespace {
-uint64_t bits_of(double x) {
-  uint64_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
 double as_double(uint64_t h) { return digest_as_double(h); }
 uint64_t as_digest(double x) { return static_cast<uint64_t>(x) << 12; }
 }  // namespace
 
 void LocalSums::add(int64_t tensor_id, int64_t flat_index, double g, double r, bool counted, double rms,
                     const double* held) {
-  key = mix(mix(key, static_cast<uint64_t>(tensor_id)), static_cast<uint64_t>(flat_index));
-  bits = mix(bits, bits_of(held ? *held : g));
-  const double d = g - r;
-  if (counted)
-    once.diff2 += d * d, once.ref2 += r * r, once.dot += g * r, counted_n += 1, far += is_far(g, r, rms),
-        sum_got += g, sum_ref += r;
-  all.diff2 += d * d, all.ref2 += r * r, all.dot += g * r;
-  double err = std::abs(d);
-  if (!std::isfinite(err)) err = std::numeric_limits<double>::infinity();
-  if (err > max_err) {
-    max_err = err, tensor = static_cast<double>(tensor_id), flat = static_cast<double>(flat_index);
-    got = g, ref = r;
-  }
+  add_digests(index_key(tensor_id, &flat_index, 1), 1, [&](size_t) { return held ? *held : g; });
+  add_element(tensor_id, flat_index, g, r, counted, rms);
 }
 
 void LocalSums::pack(std::vector<double>& out) const {

@@ -41,14 +41,13 @@ inline void append_digests(const ckpt::ShardedState& st, const Keys& k, std::vec
   size_t i = 0;
   for (const ckpt::StateEntry& e : st.entries()) {
     if (!is_optimizer(e)) continue;
-    uint64_t h = 0xa4093822299f31d0ull;
     const auto* bytes = static_cast<const unsigned char*>(e.data());
     const int64_t n = numel(e.local_shape()) * dtype_size(e.dtype);
-    for (int64_t b = 0; b + 8 <= n; b += 8) {
+    uint64_t h = verdict_detail::digest_words(0xa4093822299f31d0ull, static_cast<size_t>(n / 8), [bytes](size_t w8) {
       uint64_t w;
-      std::memcpy(&w, bytes + b, sizeof w);
-      h = verdict_detail::mix(h, w);
-    }
+      std::memcpy(&w, bytes + 8 * w8, sizeof w);
+      return w;
+    });
     for (int64_t b = n - n % 8; b < n; ++b) h = verdict_detail::mix(h, bytes[b]);
     out.insert(out.end(), {i < k.keys.size() ? k.keys[i] : 0.0, verdict_detail::digest_as_double(h)});
     ++i;
