@@ -192,7 +192,8 @@ TEST(VerdictGroups, AReductionsAllowanceTravelsWithTheSumsAndTheHeldBitsKeyTheRe
 TEST(VerdictGroups, ATensorsDigestsTellEveryBitPlaceAndIndexApart) {
   std::vector<double> x(21);
   std::vector<int64_t> idx(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25 * static_cast<double>(i) - 1.0, idx[i] = 3 * static_cast<int64_t>(i);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = 0.25 * static_cast<double>(i) - 1.0, idx[i] = 3 * static_cast<int64_t>(i);
   auto digests = [](const std::vector<double>& v, const std::vector<int64_t>& ix) {
     vd::LocalSums s;
     s.add_digests(vd::index_key(4, ix.data(), ix.size()), v.size(), [&v](size_t i) { return v[i]; });
