@@ -1,5 +1,7 @@
 #include "core/buffer.h"
 
+#include "core/resources.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -123,7 +125,9 @@ void* allocate(std::size_t bytes) {
     return block;
   }
 #endif
-  return ::operator new(bytes);
+  void* out = ::operator new(bytes);
+  if (bytes >= (std::size_t{64} << 10)) advise_heap_huge_pages();  // the heap grew: onto huge pages
+  return out;
 }
 
 namespace {

@@ -47,6 +47,9 @@ const std::vector<Knob>& knobs() {
        "throw@R:N or stall@R:N: rank R of a simulated world fails at collective N; late@R:MS: it ends MS ms late"},
       {"PARITY_SIM_ORDER", "rank",
        "a simulated world's summation order: rank (gloo's) or ring (NCCL's ring: by offset; docs/comm.md)"},
+      // memory
+      {"PARITY_HUGE_PAGES", "1",
+       "0: the heap is not advised onto transparent huge pages, and a launcher's threads keep arenas of their own"},
       // checkpoints (test hooks and the save lock)
       {"PARITY_CKPT_CRASH", "unset: none", "RANK:POINT: that rank exits at that point of a save (test hook)"},
       {"PARITY_CKPT_NO_EXCHANGE", "unset", "set: a save skips its exchange step (test hook)"},

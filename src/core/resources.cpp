@@ -1,15 +1,22 @@
 #include "core/resources.h"
 
+#include "core/knobs.h"
+
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 namespace parity {
 
@@ -80,14 +87,43 @@ void on_failed_new() {
 
 void name_out_of_memory() { std::set_new_handler(on_failed_new); }
 
+namespace {
+constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+constexpr int kTopPad = 32 << 20;
+std::atomic<std::uintptr_t> heap_advised{0};  // the heap's end advised onto huge pages so far; 0: not advised
+
+bool huge_pages_on() {
+  const char* v = knob("PARITY_HUGE_PAGES");
+  return v == nullptr || std::string_view(v) != "0";
+}
+}  // namespace
+
+void advise_heap_huge_pages() {
+  std::uintptr_t from = heap_advised.load(std::memory_order_relaxed);
+  if (from == 0) return;
+  const auto top = reinterpret_cast<std::uintptr_t>(sbrk(0));  // glibc's cached break: no system call
+  if (top <= from || !heap_advised.compare_exchange_strong(from, top, std::memory_order_relaxed)) return;
+  const std::uintptr_t at = (from + kHugePage - 1) & ~(kHugePage - 1);
+  if (top > at) (void)madvise(reinterpret_cast<void*>(at), top - at, MADV_HUGEPAGE);  // where THP is "never": no-op
+}
+
 bool keep_freed_memory() {
   // 32 MiB is the largest mmap threshold glibc takes (HEAP_MAX_SIZE / 2 on 64-bit); setting it
   // also stops glibc's dynamic threshold, which let the trim threshold fall back to 256 KiB.
-  // The heap's huge pages and top pad, which mallopt cannot set, come with a job's environment
-  // (cli/self.cpp job_environment).
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-  return mmap_ok && trim_ok;
+  if (!huge_pages_on()) return mmap_ok && trim_ok;
+  // The heap grows 32 MiB at a time (address space: a page is resident once touched), its first growth now,
+  // advised onto huge pages before the tensors are written into it; later growths by advise_heap_huge_pages.
+  const bool pad_ok = mallopt(M_TOP_PAD, kTopPad) == 1;
+  heap_advised.store(reinterpret_cast<std::uintptr_t>(sbrk(0)), std::memory_order_relaxed);
+  std::free(std::malloc(kHugePage));
+  advise_heap_huge_pages();
+  return mmap_ok && trim_ok && pad_ok;
+}
+
+void share_one_heap() {
+  if (huge_pages_on()) (void)mallopt(M_ARENA_MAX, 1);
 }
 
 int64_t oom_kill_count() {

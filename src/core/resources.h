@@ -39,7 +39,22 @@ int64_t oom_kill_count();
 // and faulted in one by one: half the CPU of a dim 64 run at world 1 (docs/bench.md). The
 // resident size stays at its peak instead of falling between steps. Called once by main;
 // fork-started ranks inherit it. False when glibc refused a setting.
+// It also puts the heap on transparent huge pages where the kernel allows them (THP "madvise" or
+// "always"; PARITY_HUGE_PAGES=0 leaves it as glibc has it): the heap grows 32 MiB at a time and
+// every growth is advised MADV_HUGEPAGE (advise_heap_huge_pages). On the 2-core VM this project is
+// built on a fresh 4 KiB page costs about 15 us and a 2 MiB one about 0.13 ms (docs/bench.md):
+// the W = 8 dim64 run's page faults 49K -> ~15K, its CPU -25%. No value computed changes.
 bool keep_freed_memory();
+
+// Advises the heap's growth since the last call onto huge pages (after keep_freed_memory; the CPU
+// allocator, core/buffer.cpp, calls it after each large block). Cheap: glibc's cached break.
+void advise_heap_huge_pages();
+
+// One malloc arena for every thread of this process (mallopt M_ARENA_MAX), so a launcher's
+// baseline and twin threads allocate from the heap that is on huge pages, not from arenas of
+// their own (unless PARITY_HUGE_PAGES=0). Before the threads start; not for a simulated world,
+// whose W rank threads would share one arena's lock.
+void share_one_heap();
 
 // "; the kernel's OOM killer killed N process(es) during the run (out of memory: /proc/vmstat
 // oom_kill went from A to B)" when the count rose since `before`; "" otherwise.

@@ -145,6 +145,7 @@ int launch(const RunRequest& r, const RankStart& how, const std::function<void()
   // read by every rank from a shared file; none trains its own copy.
   // PARITY_SHARED_BASELINE=0: every rank trains its own (the old way; for comparisons).
   std::optional<BaselineProducer> baseline;
+  if (!sim) share_one_heap();  // the baseline's threads on the heap's huge pages (core/resources.h)
   // A simulated world always shares it: its ranks are threads of this process.
   if (verdict && (sim || baseline_place() == BaselinePlace::once_per_host)) {
     use_device(device);
