@@ -92,6 +92,8 @@ constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
 constexpr int kTopPad = 32 << 20;
 std::atomic<std::uintptr_t> heap_advised{0};  // the heap's end advised onto huge pages so far; 0: not advised
 
+// not knob_on: main calls keep_freed_memory before any error can be reported, so a value other
+// than 0 or 1 is read as on rather than ending the process (core/resources.h)
 bool huge_pages_on() {
   const char* v = knob("PARITY_HUGE_PAGES");
   return v == nullptr || std::string_view(v) != "0";

@@ -43,7 +43,8 @@ int64_t oom_kill_count();
 // "always"; PARITY_HUGE_PAGES=0 leaves it as glibc has it): the heap grows 32 MiB at a time and
 // every growth is advised MADV_HUGEPAGE (advise_heap_huge_pages). On the 2-core VM this project is
 // built on a fresh 4 KiB page costs about 15 us and a 2 MiB one about 0.13 ms (docs/bench.md):
-// the W = 8 dim64 run's page faults 49K -> ~15K, its CPU -25%. No value computed changes.
+// the W = 8 dim64 run's page faults 49K -> 19-22K, its time to verdict -14%. No value computed
+// changes. Read before the command line is (no error can be reported yet): any value but 0 is on.
 bool keep_freed_memory();
 
 // Advises the heap's growth since the last call onto huge pages (after keep_freed_memory; the CPU
