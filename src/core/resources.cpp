@@ -119,7 +119,11 @@ bool keep_freed_memory() {
   // advised onto huge pages before the tensors are written into it; later growths by advise_heap_huge_pages.
   const bool pad_ok = mallopt(M_TOP_PAD, kTopPad) == 1;
   heap_advised.store(reinterpret_cast<std::uintptr_t>(sbrk(0)), std::memory_order_relaxed);
-  std::free(std::malloc(kHugePage));
+  // through a volatile pointer: the compiler drops a free(malloc(n)) pair, and then the heap did not grow here:
+  // its first 32 MiB were advised only at a forked rank's first large tensor, after the small allocations before
+  // it had put 4 KiB pages into them (~2200 page faults of 4 KiB per rank at W = 8 dim64, issue 43)
+  void* volatile first = std::malloc(kHugePage);
+  std::free(first);
   advise_heap_huge_pages();
   return mmap_ok && trim_ok && pad_ok;
 }
