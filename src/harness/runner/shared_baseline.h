@@ -87,6 +87,7 @@ class BaselineProducer {
   std::function<void()> work_;  // the training, until start() hands it to the thread
   void* map_ = nullptr;          // the file's mapping, unmapped once the thread has ended
   size_t map_bytes_ = 0;
+  int fd_ = -1;  // the file: the records are written through it (pwrite), the header through the mapping
 };
 
 }  // namespace parity
