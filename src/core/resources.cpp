@@ -128,6 +128,26 @@ bool keep_freed_memory() {
   return mmap_ok && trim_ok && pad_ok;
 }
 
+void fresh_heap_top_after_fork() {
+  if (!huge_pages_on() || heap_advised.load(std::memory_order_relaxed) == 0) return;
+  // glibc: the main arena's top chunk is the heap's free end, its size mallinfo2's keepcost, and only its
+  // header (two words: the size in the second) means anything. Checked before anything is dropped: the
+  // chunk's header is mapped (mincore) and holds that size; where glibc's heap is not one contiguous break
+  // (the break could not grow and the top went to a mapping) it does not, and nothing is done.
+  const auto top = reinterpret_cast<std::uintptr_t>(sbrk(0));
+  const std::size_t keep = mallinfo2().keepcost;
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (keep < 4 * page || keep > top) return;
+  const std::uintptr_t chunk = top - keep, size_at = chunk + sizeof(std::size_t);
+  unsigned char resident = 0;
+  if (chunk % (2 * sizeof(std::size_t)) != 0 ||
+      mincore(reinterpret_cast<void*>(size_at & ~(page - 1)), page, &resident) != 0)
+    return;
+  if ((*reinterpret_cast<const std::size_t*>(size_at) & ~std::size_t{7}) != keep) return;
+  const std::uintptr_t at = (chunk + 2 * sizeof(std::size_t) + page - 1) & ~(page - 1);
+  if (top > at) (void)madvise(reinterpret_cast<void*>(at), top - at, MADV_DONTNEED);
+}
+
 void share_one_heap() {
   if (huge_pages_on()) (void)mallopt(M_ARENA_MAX, 1);
 }

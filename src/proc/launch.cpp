@@ -159,6 +159,7 @@ int status_code(int status) {
   environ = envp.data();
   const std::string name = "parity-rank" + std::to_string(rank);
   prctl(PR_SET_NAME, name.c_str());
+  fresh_heap_top_after_fork();  // the rank's tensors on pages of its own, not the launcher's (core/resources.h)
   int rc = 1;
   try {
     rc = o.in_process(argv_s);
