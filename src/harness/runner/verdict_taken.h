@@ -55,13 +55,16 @@ std::vector<const Tensor<T>*> first_moments(const ckpt::ShardedState& st, const 
                                             const char* which = "m") {
   std::vector<const Tensor<T>*> out(specs.size(), nullptr);
   if (layouts) layouts->assign(specs.size(), mesh::TensorLayout{});
-  for (size_t p = 0; p < specs.size(); ++p)
+  const std::string prefix = std::string("optim.") + which + ".";
+  for (size_t p = 0; p < specs.size(); ++p) {
+    const std::string want = prefix + specs[p].name;  // once, not per entry compared (twice a step, every rank)
     for (const ckpt::StateEntry& e : st.entries())
-      if (e.name == std::string("optim.") + which + "." + specs[p].name)
+      if (e.name == want)
         if (auto* t = std::get_if<Tensor<T>*>(&e.local)) {
           out[p] = *t;
           if (layouts) (*layouts)[p] = e.layout;
         }
+  }
   return out;
 }
 
