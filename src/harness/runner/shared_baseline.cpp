@@ -72,18 +72,6 @@ template <class T> void finish(TwinJob<T>& job) {
   if (job.error) std::rethrow_exception(job.error);
 }
 
-// Writes n bytes at the file's offset `at`. Through the file, not the mapping: a store into a page of the mapping
-// that no one has touched yet is a page fault per 4 KiB page (ext4: page_mkwrite), and the producer wrote ~1600 of
-// them per step block; pwrite fills the page cache with no fault, and the readers' mappings see the same pages.
-void write_at(int fd, const unsigned char* p, size_t n, size_t at) {
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw IoError("shared baseline: cannot write its file: " + describe_errno(w < 0 ? errno : EIO));
-    p += w, n -= static_cast<size_t>(w), at += static_cast<size_t>(w);
-  }
-}
-
 template <class T> void produce(const Scenario& s, unsigned char* base, int fd, const std::atomic<bool>& stop) {
   auto* h = reinterpret_cast<Header*>(base);
   const Geometry g(s, sizeof(T));
@@ -91,12 +79,10 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
   try {
     BaselineRun<T> run(s);
     TwinRun<T> twin(s);  // beside the baseline, once per host
-    // a record is formed here and written in one piece (write_at): the block's buffer is reused step by step
-    std::vector<unsigned char> staged(std::max(g.init_bytes(), g.block_bytes()));
-    unsigned char* at = staged.data();
+    FileAt at{fd, kHeader};  // through the file, not the mapping (shared_baseline_format.h FileAt)
     put_tensors(at, run.model().params.tensors);
     put_bias(at, run.model().expert_bias, g);
-    write_at(fd, staged.data(), g.init_bytes(), kHeader);
+    at.flush();
     publish(h, 0);
     // writes the twin's finished step into its block and publishes it
     auto write = [&](TwinJob<T>& j) {
@@ -110,7 +96,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
         if (t - slowest < kRing) break;
         ::usleep(spins < 100 ? 20 : 200);
       }
-      at = staged.data();
+      at.seek(kHeader + g.init_bytes() + static_cast<size_t>(t % kRing) * g.block_bytes());
       const double sc[Geometry::kScalars] = {r.loss,      r.ce,         r.aux, r.grad_norm,
                                              r.clip_coef, r.loss_scale, r.skipped ? 1.0 : 0.0, r.logit_peak,
                                              r.logit_grad_rms};
@@ -125,8 +111,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
       put(at, r.noise.data(), kNoiseWidth);
       put_sums(at, *r.sums, g);
-      write_at(fd, staged.data(), g.block_bytes(),
-               kHeader + g.init_bytes() + static_cast<size_t>(t % kRing) * g.block_bytes());
+      at.flush();
       publish(h, t + 1);
     };
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {

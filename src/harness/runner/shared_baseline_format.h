@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <bit>
 #include <climits>
 #include <cstdint>
@@ -18,6 +19,8 @@
 
 #include "comm/sim/sim_world.h"
 #include "core/buffer.h"
+#include "core/error.h"
+#include "core/resources.h"
 #include "harness/runner/baseline.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/family_sums.h"
@@ -101,22 +104,66 @@ inline void wait_change(Header* h, int64_t seen) {
   ::syscall(SYS_futex, ready_word(h), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
 }
 
-template <class T> void put(unsigned char*& at, const T* src, size_t count) {
-  std::memcpy(at, src, count * sizeof(T));
-  at += pad8(count * sizeof(T));
+// Writes n bytes at the file's offset `at`; IoError when it cannot.
+inline void write_at(int fd, const void* src, size_t n, size_t at) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw IoError("shared baseline: cannot write its file: " + describe_errno(w < 0 ? errno : EIO));
+    p += w, n -= static_cast<size_t>(w), at += static_cast<size_t>(w);
+  }
+}
+
+// Where the producer writes next. Its records go through the file (pwrite), not stores into its mapping, whose
+// every first store into a page was a page fault (ext4 page_mkwrite: ~1600 per dim64 step block, issue 43); the
+// readers' mappings see the same page-cache pages. Small pieces are gathered into one write of up to kChunk
+// (a write per tensor was 2-5% slower at dim64); a piece that large goes as it is. flush() before publishing.
+class FileAt {
+ public:
+  static constexpr size_t kChunk = size_t{4} << 20;
+  FileAt(int fd, size_t off) : fd_(fd), off_(off) {}
+  void seek(size_t off) { flush(), off_ = off; }
+  void write(const void* src, size_t n) {
+    if (buf_.size() + n > kChunk) flush();
+    if (n >= kChunk) {
+      write_at(fd_, src, n, off_), off_ += n;
+      return;
+    }
+    const auto* p = static_cast<const unsigned char*>(src);
+    buf_.insert(buf_.end(), p, p + n);
+  }
+  void skip(size_t n) {  // padding: the file's reserved zeros where nothing is gathered
+    if (buf_.empty())
+      off_ += n;
+    else
+      buf_.resize(buf_.size() + n, 0);
+  }
+  void flush() {
+    if (buf_.empty()) return;
+    write_at(fd_, buf_.data(), buf_.size(), off_);
+    off_ += buf_.size(), buf_.clear();
+  }
+
+ private:
+  int fd_;
+  size_t off_;                        // the file's offset of buf_'s first byte
+  std::vector<unsigned char> buf_{};  // gathered, not yet written
+};
+
+template <class T> void put(FileAt& at, const T* src, size_t count) {
+  at.write(src, count * sizeof(T));
+  at.skip(pad8(count * sizeof(T)) - count * sizeof(T));
 }
 template <class T> void get(const unsigned char*& at, T* dst, size_t count) {
   std::memcpy(dst, at, count * sizeof(T));
   at += pad8(count * sizeof(T));
 }
 
-template <class T> void put_tensors(unsigned char*& at, const std::vector<Tensor<T>>& ts) {
-  unsigned char* p = at;
-  for (const auto& t : ts)
-    std::memcpy(p, t.ptr(), static_cast<size_t>(t.numel()) * sizeof(T)), p += t.numel() * sizeof(T);
-  int64_t total = 0;
-  for (const auto& t : ts) total += t.numel();
-  at += pad8(static_cast<size_t>(total) * sizeof(T));
+template <class T> void put_tensors(FileAt& at, const std::vector<Tensor<T>>& ts) {
+  size_t n = 0;
+  for (const auto& t : ts) at.write(t.ptr(), static_cast<size_t>(t.numel()) * sizeof(T)), n += t.numel() * sizeof(T);
+  at.skip(pad8(n) - n);
 }
 // view: the tensors read the mapping in place (borrow), else copies.
 template <class T>
@@ -133,10 +180,10 @@ std::vector<Tensor<T>> get_tensors(const unsigned char*& at, const std::vector<P
   return out;
 }
 
-template <class T> void put_bias(unsigned char*& at, const std::vector<Buffer<T>>& bias, const Geometry& g) {
-  unsigned char* p = at;
-  for (const auto& b : bias) std::memcpy(p, b.data(), b.size() * sizeof(T)), p += b.size() * sizeof(T);
-  at += g.bias();
+template <class T> void put_bias(FileAt& at, const std::vector<Buffer<T>>& bias, const Geometry& g) {
+  size_t n = 0;
+  for (const auto& b : bias) at.write(b.data(), b.size() * sizeof(T)), n += b.size() * sizeof(T);
+  at.skip(g.bias() - n);
 }
 template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, const Geometry& g) {
   std::vector<Buffer<T>> out;
@@ -147,7 +194,7 @@ template <class T> std::vector<Buffer<T>> get_bias(const unsigned char*& at, con
 }
 
 // A step's sums (family_sums.h StepSums): Geometry::sums() bytes, every number as a double.
-inline void put_sums(unsigned char*& at, const family_sums::StepSums& s, const Geometry& g) {
+inline void put_sums(FileAt& at, const family_sums::StepSums& s, const Geometry& g) {
   std::vector<double> v{s.clip, s.wd};
   const size_t P = g.specs.size();
   for (size_t p = 0; p < P; ++p) v.push_back(p < s.group_of.size() ? static_cast<double>(s.group_of[p]) : 1e18);
