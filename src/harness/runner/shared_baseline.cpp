@@ -56,10 +56,15 @@ namespace shared_file {
 // the two take turns no more, so the ranks get step t after about one baseline step instead of
 // a baseline step and a twin step. Each computes what it did in turn, in its own precision
 // scope and jitter sequence (both per thread and set per step): the same bits.
+// The parameters and expert bias before and after the step, shared: the parameters after step t are those before
+// t + 1, one copy for both (a copy of the whole model a step less in the launcher).
+template <class T> using Snapshot = std::shared_ptr<const std::vector<Tensor<T>>>;
+template <class T> using BiasSnapshot = std::shared_ptr<const std::vector<Buffer<T>>>;
+template <class X> std::shared_ptr<const X> snapshot(const X& x) { return std::make_shared<const X>(x); }
 template <class T> struct TwinJob {
   StepRecord<T> record;
-  std::vector<Tensor<T>> before, after;
-  std::vector<Buffer<T>> bias_before, bias_after;
+  Snapshot<T> before, after;
+  BiasSnapshot<T> bias_before, bias_after;
   std::thread thread;
   std::exception_ptr error;
   bool running = false;
@@ -104,8 +109,8 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
       put(at, r.micro_losses.data(), r.micro_losses.size());
       put_tensors(at, r.grads->tensors);
       if (g.exact) put_tensors(at, r.grads_exact->tensors);
-      put_tensors(at, j.after);
-      put_bias(at, j.bias_after, g);
+      put_tensors(at, *j.after);
+      put_bias(at, *j.bias_after, g);
       for (const auto& v : r.tokens_per_expert) put(at, v.data(), v.size());
       for (const auto& v : r.chosen) put(at, v.data(), v.size());
       for (const auto& v : r.select_scores) put(at, v.data(), v.size());
@@ -115,8 +120,9 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
       publish(h, t + 1);
     };
     for (int64_t t = 0; t < s.steps && !stop.load(); ++t) {
-      std::vector<Tensor<T>> before = run.model().params.tensors;
-      std::vector<Buffer<T>> bias_before = run.model().expert_bias;
+      // the parameters before step t: those after t - 1, already copied for its twin and its record
+      Snapshot<T> before = t > 0 && job.after ? job.after : snapshot(run.model().params.tensors);
+      BiasSnapshot<T> bias_before = t > 0 && job.bias_after ? job.bias_after : snapshot(run.model().expert_bias);
       std::optional<StepRecord<T>> r;
       try {
         r.emplace(run.step(t, KeepGrads::yes));
@@ -130,14 +136,14 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
       finish(job);  // the twin's step t - 1
       if (t > 0) write(job);
       job.record = std::move(*r), job.before = std::move(before), job.bias_before = std::move(bias_before);
-      job.after = run.model().params.tensors, job.bias_after = run.model().expert_bias;
+      job.after = snapshot(run.model().params.tensors), job.bias_after = snapshot(run.model().expert_bias);
       auto measure = [&s, &g, &twin, &job] {
         try {
-          if (!s.trajectory) twin.start_from(job.before, job.bias_before);  // step-local
-          job.record.noise = twin.step(job.record.step, job.record, job.before, job.after, job.bias_after);
+          if (!s.trajectory) twin.start_from(*job.before, *job.bias_before);  // step-local
+          job.record.noise = twin.step(job.record.step, job.record, *job.before, *job.after, *job.bias_after);
           // the sums every rank's verdict reads, once per host (family_sums.h), beside the baseline's next step
           job.record.sums = std::make_shared<const family_sums::StepSums>(
-              family_sums::step_sums(job.record.grads->tensors, job.before, job.after, job.record.clip_coef,
+              family_sums::step_sums(job.record.grads->tensors, *job.before, *job.after, job.record.clip_coef,
                                      family_sums::moment_decay(s.optim), g.group_of, g.groups));
         } catch (...) {
           job.error = std::current_exception();
