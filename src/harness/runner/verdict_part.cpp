@@ -171,12 +171,16 @@ void Runner<T>::add_update_sums(const RankStepRecord<T>& p, const family_sums::S
     const T *x1 = p.params[q].ptr(), *x0 = before_local_[q].ptr();
     const T *r1 = ref_after[q].ptr(), *r0 = (*before_base_)[q].ptr();
     const double rms = mag.rms(g);
-    for (size_t i = 0; i < idx_[q].size(); ++i) {
-      const auto j = idx_[q][i];
+    // summed in a local (the same order, the same bits): u[g] in memory is a chain through every element
+    verdict_wire::UpdateSums loc = u[g];
+    const int64_t* j_of = idx_[q].data();
+    for (size_t i = 0, n = idx_[q].size(); i < n; ++i) {
+      const auto j = j_of[i];
       const double x = static_cast<double>(x1[i]) - static_cast<double>(x0[i]);
       const double r = static_cast<double>(r1[j]) - static_cast<double>(r0[j]);
-      u[g].add(x, r, rms);
+      loc.add(x, r, rms);
     }
+    u[g] = loc;
   }
   for (size_t g = 0; g < n_fam_; ++g) {
     u[g].pack(out);

@@ -58,11 +58,6 @@ void Layout::expect_whole(const std::vector<double>& parts, int world) const {
                            " rank parts of " + std::to_string(stride_));
 }
 
-void UpdateSums::add(double x, double r, double rms) {
-  update.diff2 += (x - r) * (x - r), update.ref2 += r * r, update.dot += x * r;
-  far += is_far(x, r, rms), count += 1;
-}
-
 void UpdateSums::add(const UpdateSums& o) {
   update.add(o.update);
   far += o.far, count += o.count;

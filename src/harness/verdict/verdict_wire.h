@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "harness/verdict/compare.h"
+#include "harness/verdict/tolerance.h"
 
 namespace parity::verdict_wire {
 
@@ -86,7 +87,10 @@ struct UpdateSums {
   double far = 0, count = 0;
   static constexpr size_t kWidth = 5;
   // x: the layout's update of one element, r: the baseline's; rms: is_far's magnitude floor
-  void add(double x, double r, double rms);
+  void add(double x, double r, double rms) {  // inline: once per element of every update, every step
+    update.diff2 += (x - r) * (x - r), update.ref2 += r * r, update.dot += x * r;
+    far += is_far(x, r, rms), count += 1;
+  }
   void add(const UpdateSums& o);  // another rank's part
   void pack(std::vector<double>& out) const;
   static UpdateSums unpack(const double* in);
