@@ -181,12 +181,53 @@ void fit_batch(Scenario& s) {
   s.model.batch = b;
 }
 
+// The missing pairs as flags over dense ids, and a count of the distinct ones a trial takes: build()'s inner loop
+// looked each pair up in a std::set and inserted it into another, most of `parity cover`'s time (the coverage
+// tests took 1-2 minutes each in the ctest). Made once per proposal round, read by every candidate of it.
+class MissingFlags {
+ public:
+  MissingFlags(const std::set<Pair>& missing, const std::set<OptionPair>& omissing)
+      : n_opt_(all_options().size()) {
+    for (const OptionInfo& o : all_options()) n_val_ = std::max(n_val_, o.values.size());
+    pair_.assign(n_opt_ * n_val_ * static_cast<size_t>(kModeCount), 0);
+    opair_.assign(n_opt_ * n_val_ * n_opt_ * n_val_, 0);
+    for (const Pair& q : missing) pair_[id(q)] = 1;
+    for (const OptionPair& q : omissing) opair_[id(q)] = 1;
+    seen_pair_.assign(pair_.size(), 0), seen_opair_.assign(opair_.size(), 0);
+  }
+  // A trial: count each missing pair it takes once, however often it is offered.
+  void begin() { ++stamp_, taken_ = 0; }
+  void offer(const Pair& q) { take(pair_, seen_pair_, id(q)); }
+  void offer(const OptionPair& q) { take(opair_, seen_opair_, id(q)); }
+  size_t taken() const { return taken_; }
+
+ private:
+  size_t id(const Pair& q) const {
+    return (static_cast<size_t>(q.option) * n_val_ + static_cast<size_t>(q.value)) * kModeCount +
+           static_cast<size_t>(q.mode);
+  }
+  size_t id(const OptionPair& q) const {
+    return ((static_cast<size_t>(q.a) * n_val_ + static_cast<size_t>(q.va)) * n_opt_ + static_cast<size_t>(q.b)) *
+               n_val_ +
+           static_cast<size_t>(q.vb);
+  }
+  void take(const std::vector<char>& missing, std::vector<uint32_t>& seen, size_t i) {
+    if (missing[i] && seen[i] != stamp_) seen[i] = stamp_, ++taken_;
+  }
+  size_t n_opt_, n_val_ = 1;
+  std::vector<char> pair_, opair_;
+  std::vector<uint32_t> seen_pair_, seen_opair_;
+  uint32_t stamp_ = 0;
+  size_t taken_ = 0;
+};
+
 // The candidate with one layout (or a resume check from layouts[0] to layouts[1]), each
 // option at the choice that covers the most missing pairs; gain read back from the result.
 // target: an option pair whose two values the candidate must take (when no candidate gains
 // by choosing one option at a time, a pair whose two settings differ from the template).
-Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<Pair>& missing,
-                const std::set<OptionPair>& omissing, const OptionPair* target = nullptr) {
+Candidate build(const std::vector<const TensorLayout*>& layouts, MissingFlags& flags,
+                const OptionPair* target = nullptr) {
+  const std::vector<OptionInfo>& options = all_options();
   Candidate c;
   Scenario& s = c.scenario;
   s = cover_template();
@@ -198,10 +239,10 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
   // Two passes: the first chooses each option against the options chosen before it, the
   // second chooses each again against all the others (a pair whose first option comes
   // early in the list is only seen then).
-  c.chosen.assign(all_options().size(), 0);
+  c.chosen.assign(options.size(), 0);
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t oi = 0; oi < all_options().size(); ++oi) {
-      const OptionInfo& info = all_options()[oi];
+    for (size_t oi = 0; oi < options.size(); ++oi) {
+      const OptionInfo& info = options[oi];
       const std::vector<Choice>& opts = choices(info.option);
       int best = c.chosen[oi];
       size_t best_gain = 0;
@@ -209,8 +250,8 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
       for (size_t k = 0; k < opts.size(); ++k) {
         Scenario t = s;
         opts[k].apply(t);
-        for (size_t later = oi + 1; pass == 1 && later < all_options().size(); ++later)  // keep the others' choices
-          choices(all_options()[later].option)[static_cast<size_t>(c.chosen[later])].apply(t);
+        for (size_t later = oi + 1; pass == 1 && later < options.size(); ++later)  // keep the others' choices
+          choices(options[later].option)[static_cast<size_t>(c.chosen[later])].apply(t);
         // a target's own settings may be inert for now: the repair below makes them act
         const bool targeted = target != nullptr && (info.option == target->a || info.option == target->b);
         if (k > 0 && !targeted && inert(t)) continue;
@@ -219,25 +260,21 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
         if (target != nullptr && (info.option == target->a || info.option == target->b) &&
             option_value(info.option, t, *tl[0]) != (info.option == target->a ? target->va : target->vb))
           continue;
-        std::set<Pair> got;
-        std::set<OptionPair> ogot;
+        flags.begin();  // the missing pairs this choice takes, each counted once
         for (size_t li = 0; li < layouts.size(); ++li) {
           const LayoutConfig& lc = *tl[li];
           const int v = option_value(info.option, t, lc);
           if (v < 0) continue;
-          for (Mode m : layouts[li]->modes)
-            if (missing.count({info.option, v, m})) got.insert({info.option, v, m});
-          for (size_t other = 0; other < all_options().size(); ++other) {
+          for (Mode m : layouts[li]->modes) flags.offer(Pair{info.option, v, m});
+          for (size_t other = 0; other < options.size(); ++other) {
             if (other == oi || (pass == 0 && other > oi)) continue;
-            const Option o2 = all_options()[other].option;
+            const Option o2 = options[other].option;
             const int w = option_value(o2, t, lc);
             if (w < 0) continue;
-            const OptionPair q = other < oi ? OptionPair{o2, w, info.option, v} : OptionPair{info.option, v, o2, w};
-            if (omissing.count(q)) ogot.insert(q);
+            flags.offer(other < oi ? OptionPair{o2, w, info.option, v} : OptionPair{info.option, v, o2, w});
           }
         }
-        if (!have || got.size() + ogot.size() > best_gain)
-          best = static_cast<int>(k), best_gain = got.size() + ogot.size(), have = true;
+        if (!have || flags.taken() > best_gain) best = static_cast<int>(k), best_gain = flags.taken(), have = true;
       }
       c.chosen[oi] = best;
       opts[static_cast<size_t>(best)].apply(s);
@@ -252,8 +289,8 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
   {
     Scenario fresh = cover_template();
     fresh.layout = s.layout, fresh.resume = s.resume, fresh.steps = s.steps;
-    for (size_t oi = 0; oi < all_options().size(); ++oi)
-      choices(all_options()[oi].option)[static_cast<size_t>(c.chosen[oi])].apply(fresh);
+    for (size_t oi = 0; oi < options.size(); ++oi)
+      choices(options[oi].option)[static_cast<size_t>(c.chosen[oi])].apply(fresh);
     s = fresh;
   }
   // a target of top_k 1 with route_norm gives the router a gradient only through the aux loss
@@ -264,10 +301,11 @@ Candidate build(const std::vector<const TensorLayout*>& layouts, const std::set<
   }
   for (int k : c.chosen) c.changes += k != 0;
   fit_batch(s);
-  const std::vector<Pair> covered = covered_pairs(s);
-  for (const Pair& p : covered) c.gain += missing.count(p);
-  for (const OptionPair& p : covered_option_pairs(s)) c.gain += omissing.count(p);
-  c.pairs = covered.size();
+  flags.begin();  // the missing pairs the result covers, each once
+  visit_covered_pairs(s, [&flags](const Pair& p) { flags.offer(p); });
+  visit_covered_option_pairs(s, [&flags](const OptionPair& p) { flags.offer(p); });
+  c.gain = flags.taken();
+  c.pairs = covered_pairs(s).size();
   for (const TensorLayout* l : layouts) c.cost += l->config.world;
   return c;
 }
@@ -409,8 +447,9 @@ Proposals propose(const std::vector<Scenario>& shipped) {
                     [](const OptionPair& p) { return p.a == Option::resume || p.b == Option::resume; });
     std::optional<Candidate> best;
     const OptionPair* target = nullptr;
+    MissingFlags flags(missing, omissing);
     auto consider = [&](const std::vector<const TensorLayout*>& ls) {
-      Candidate c = build(ls, missing, omissing, target);
+      Candidate c = build(ls, flags, target);
       if (c.gain == 0 || inert(c.scenario) || (best && !better(c, *best))) return;
       try {
         validate_scenario(c.scenario);

@@ -126,7 +126,7 @@ const OptionInfo& option_info(Option o) { return all_options()[static_cast<size_
 
 int option_value(Option o, const Scenario& s, const LayoutConfig& l) {
   const ModelConfig& m = s.model;
-  if (option_info(o).moe && m.moe_layers() == 0) return -1;
+  if (m.moe_layers() == 0 && option_info(o).moe) return -1;
   auto flag = [](bool on) { return on ? 0 : -1; };
   switch (o) {
     case Option::shared: return m.shared_experts > 0 ? 1 : 0;
@@ -190,16 +190,20 @@ std::vector<LayoutConfig> compared_layouts(const Scenario& s) {
   return out;
 }
 
-std::vector<Pair> covered_pairs(const Scenario& s) {
-  std::vector<Pair> out;
+void visit_covered_pairs(const Scenario& s, const std::function<void(const Pair&)>& f) {
   for (const LayoutConfig& l : compared_layouts(s)) {
     const std::vector<Mode> modes = modes_of(l);
     for (const OptionInfo& info : all_options()) {
       const int v = option_value(info.option, s, l);
       if (v < 0) continue;
-      for (Mode m : modes) out.push_back({info.option, v, m});
+      for (Mode m : modes) f({info.option, v, m});
     }
   }
+}
+
+std::vector<Pair> covered_pairs(const Scenario& s) {
+  std::vector<Pair> out;
+  visit_covered_pairs(s, [&out](const Pair& p) { out.push_back(p); });
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -236,16 +240,20 @@ std::vector<OptionPair> all_option_pairs() {
   return out;
 }
 
-std::vector<OptionPair> covered_option_pairs(const Scenario& s) {
-  std::vector<OptionPair> out;
+void visit_covered_option_pairs(const Scenario& s, const std::function<void(const OptionPair&)>& f) {
+  const std::vector<OptionInfo>& options = all_options();
   for (const LayoutConfig& l : compared_layouts(s)) {
     std::vector<int> v;
-    for (const OptionInfo& info : all_options()) v.push_back(option_value(info.option, s, l));
+    for (const OptionInfo& info : options) v.push_back(option_value(info.option, s, l));
     for (size_t i = 0; i < v.size(); ++i)
       for (size_t j = i + 1; j < v.size(); ++j)
-        if (v[i] >= 0 && v[j] >= 0)
-          out.push_back({all_options()[i].option, v[i], all_options()[j].option, v[j]});
+        if (v[i] >= 0 && v[j] >= 0) f({options[i].option, v[i], options[j].option, v[j]});
   }
+}
+
+std::vector<OptionPair> covered_option_pairs(const Scenario& s) {
+  std::vector<OptionPair> out;
+  visit_covered_option_pairs(s, [&out](const OptionPair& p) { out.push_back(p); });
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

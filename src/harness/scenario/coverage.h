@@ -8,6 +8,7 @@
 // pair can occur: since etp is any degree that tiles the world and layout.order exists, no
 // folding mode excludes an option value (docs/coverage.md, "What can co-occur").
 #pragma once
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,8 +89,10 @@ std::vector<Pair> all_pairs();
 // resume check's layout (always world >= 2).
 std::vector<LayoutConfig> compared_layouts(const Scenario& s);
 // The pairs a scenario covers: over its compared layouts, each value its options take there
-// with each mode of that layout. Sorted, unique.
+// with each mode of that layout. Sorted, unique. visit_covered_pairs: each offered to f as found, a pair that two
+// layouts cover twice (what `parity cover`'s generator counts against its missing pairs, cover_gen.cpp).
 std::vector<Pair> covered_pairs(const Scenario& s);
+void visit_covered_pairs(const Scenario& s, const std::function<void(const Pair&)>& f);
 
 // Option x option: two options' values taken by the same run ("shared=off x aux=on"). A bug
 // that needs two settings together (an optimizer setting that only matters with a routing
@@ -107,8 +110,10 @@ std::string option_pair_name(const OptionPair& p);  // "shared=off x aux=on"
 // shared_hidden%tp=uneven needs a shared expert (docs/coverage.md, "What can co-occur").
 bool possible(const OptionPair& p);
 std::vector<OptionPair> all_option_pairs();  // the possible ones, in option, value order
-// The option pairs a scenario covers: per compared layout, every two options' values there.
+// The option pairs a scenario covers: per compared layout, every two options' values there. Sorted, unique; or each
+// offered to f as found.
 std::vector<OptionPair> covered_option_pairs(const Scenario& s);
+void visit_covered_option_pairs(const Scenario& s, const std::function<void(const OptionPair&)>& f);
 
 struct CoverageReport {
   std::vector<Pair> pairs;               // all_pairs()
