@@ -21,7 +21,7 @@ TraceDumped write_trace_step(const std::string& dir, const Scenario& s, const St
   const std::vector<std::vector<double>> full = trace_full(keys, base, c);
   std::vector<double> noise;
   if (bounds)
-    noise = trace_sums(keys, base, baseline_trace<T>(s, r.step, before, bias, routes, r.fp8_scales, true), c);
+    noise = trace_sums(keys, full, baseline_trace<T>(s, r.step, before, bias, routes, r.fp8_scales, true), c);
   char name[64];
   std::snprintf(name, sizeof name, "trace_%06lld.safetensors", static_cast<long long>(r.step));
   SafetensorsWriter w;

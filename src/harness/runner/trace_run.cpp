@@ -97,15 +97,15 @@ std::vector<std::vector<double>> trace_full(const std::vector<trace::Key>& keys,
     if (it == keys.end()) continue;
     auto& f = full[static_cast<size_t>(it - keys.begin())];
     if (f.empty()) f.assign(static_cast<size_t>(shape.elements(e.key.site)), 0.0);
-    for (size_t i = 0; i < e.data.size(); ++i)
-      f[static_cast<size_t>(trace::global_index(e, static_cast<int64_t>(i), c.seq))] = e.data[i];
+    trace::for_each_global_index(e, c.seq, [&](int64_t i, int64_t j) {
+      f[static_cast<size_t>(j)] = e.data[static_cast<size_t>(i)];
+    });
   }
   return full;
 }
 
-std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const std::vector<std::vector<double>>& full,
                                const trace::Recorder& mine, const ModelConfig& c) {
-  const std::vector<std::vector<double>> full = trace_full(keys, base, c);
   const auto key_index = [&](const trace::Key& k) {
     return static_cast<size_t>(std::find(keys.begin(), keys.end(), k) - keys.begin());
   };
@@ -113,11 +113,10 @@ std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace:
   for (const trace::Entry& e : mine.entries) {
     const size_t k = key_index(e.key);
     if (k == keys.size() || full[k].empty()) continue;
-    for (size_t i = 0; i < e.data.size(); ++i) {
-      const int64_t j = trace::global_index(e, static_cast<int64_t>(i), c.seq);
-      if (j < 0 || static_cast<size_t>(j) >= full[k].size()) continue;  // a placement off the tensor: not counted
-      sums[k].add(e.data[i], full[k][static_cast<size_t>(j)], j);
-    }
+    trace::for_each_global_index(e, c.seq, [&](int64_t i, int64_t j) {
+      if (j < 0 || static_cast<size_t>(j) >= full[k].size()) return;  // a placement off the tensor: not counted
+      sums[k].add(e.data[static_cast<size_t>(i)], full[k][static_cast<size_t>(j)], j);
+    });
   }
   std::vector<double> out;
   for (const auto& s : sums) s.pack(out);
@@ -268,10 +267,11 @@ trace_verdict::Result trace_fold(const Scenario& s, comm::Communicator& world, c
                                  const trace::Recorder& mine, double param_bound) {
   const ModelConfig& c = s.model;
   const std::vector<trace::Key> keys = trace_keys(c);
-  const std::vector<double> own = trace_sums(keys, base, mine, c);
+  const std::vector<std::vector<double>> full = trace_full(keys, base, c);  // once for both sums below
+  const std::vector<double> own = trace_sums(keys, full, mine, c);
   std::vector<double> all(own.size() * static_cast<size_t>(world.size()));
   world.allgather(std::span<const double>(own), std::span<double>(all));
-  const std::vector<double> noise = trace_sums(keys, base, twin, c);  // the twin's distance, per key
+  const std::vector<double> noise = trace_sums(keys, full, twin, c);  // the twin's distance, per key
   const trace_verdict::StepShape shape = step_shape(c);
   std::vector<double> bounds;
   for (size_t k = 0; k < keys.size(); ++k) {

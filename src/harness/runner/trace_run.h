@@ -51,8 +51,9 @@ using trace_verdict::step_shape, trace_verdict::trace_keys;
 std::vector<std::vector<double>> trace_full(const std::vector<trace::Key>& keys, const trace::Recorder& base,
                                             const ModelConfig& c);
 
-// This rank's sums (trace_verdict::Sums, packed) of `mine` against `base`, per key of `keys`.
-std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const trace::Recorder& base,
+// This rank's sums (trace_verdict::Sums, packed) of `mine` against the one-device record's full tensors (trace_full,
+// formed once for every record held to them), per key of `keys`.
+std::vector<double> trace_sums(const std::vector<trace::Key>& keys, const std::vector<std::vector<double>>& full,
                                const trace::Recorder& mine, const ModelConfig& c);
 
 // Collective over `world`: every rank's sums, folded, the bounds from the twin's noise per key.
