@@ -4,9 +4,12 @@
 // `ulimit -v`), and every reader gets the same records.
 #include "harness/runner/shared_baseline.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -17,6 +20,9 @@
 #include <gtest/gtest.h>
 
 #include "core/buffer.h"
+#include "core/error.h"
+#include "core/exit_codes.h"
+#include "harness/runner/shared_baseline_format.h"
 #include "harness/scenario/scenario.h"
 #include "harness/verdict/family_sums.h"
 #include "harness/verdict/verdict_detail.h"
@@ -113,6 +119,36 @@ TEST(SharedBaselineFile, ARecordHeldKeepsItsBlockFromTheProducer) {
     EXPECT_EQ(to_vector(held->grads->tensors[p].data), to_vector(want->grads->tensors[p].data)) << "tensor " << p;
   held.reset();
   for (int64_t t = 4; t < s.steps; ++t) EXPECT_EQ(shared->step(t)->step, t);
+}
+
+// A baseline that diverges at step t leaves the steps published before it readable: a rank still short of them
+// reads them, and meets the divergence at step t, where every rank meets it. Issue 26's diverge_baseline said "rank
+// 1 exited during the collective" in about 1 run of 8: rank 1 met the failure at a step the producer had published,
+// exited with 4 and said nothing (rank 0 says it), while rank 0 waited for it in the step's exchange.
+TEST(SharedBaselineFile, StepsPublishedBeforeADivergenceStayReadable) {
+  Scenario s = load_scenario(std::string(PARITY_SOURCE_DIR) + "/scenarios/fsdp4.json");
+  s.steps = 4, s.optim.lr = 1e100;
+  const std::string path = ::testing::TempDir() + "parity-shared-diverge-" + std::to_string(::getpid());
+  BaselineProducer producer(s, path, 1, 0);
+  producer.start();
+  // the producer's failure published before any step is read (what the slow rank met)
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* m = ::mmap(nullptr, shared_file::kHeader, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* h = static_cast<shared_file::Header*>(m);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (shared_file::ready_of(h).load() != shared_file::kFailed && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(shared_file::ready_of(h).load(), shared_file::kFailed) << "the baseline did not diverge";
+  ASSERT_EQ(h->error_code, exit_code::diverged) << h->error;
+  const int64_t readable = h->readable;
+  ::munmap(m, shared_file::kHeader);
+  ASSERT_GE(readable, 1) << "diverged before step 0 was published: nothing to read";
+  auto reader = make_baseline_source<double>(s, 0, path);  // the initial parameters
+  for (int64_t t = 0; t < readable; ++t) EXPECT_TRUE(std::isfinite(reader->step(t)->loss)) << "step " << t;
+  EXPECT_THROW((void)reader->step(readable), DivergedError);
 }
 
 // The producer forms each step's sums over the whole model once per host and writes them into the

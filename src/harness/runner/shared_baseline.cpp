@@ -167,6 +167,7 @@ template <class T> void produce(const Scenario& s, unsigned char* base, int fd, 
     if (job.running) job.thread.join();
     std::strncpy(h->error, e.what(), kErrorBytes - 1);
     h->error_code = exit_code::of(e);
+    h->readable = ready_of(h).load(std::memory_order_relaxed);  // before kFailed: published with it
     publish(h, kFailed);
   }
 }
@@ -218,7 +219,7 @@ BaselineProducer::BaselineProducer(const Scenario& s, std::string path, int cons
   h->block_bytes = static_cast<int64_t>(g.block_bytes());
   h->steps = s.steps;
   h->consumers = consumers;
-  h->error_code = 0;
+  h->error_code = 0, h->readable = kNotStarted;
   for (int c = 0; c < consumers; ++c) h->next[c] = std::max<int64_t>(first, 0);
   const std::string key = baseline_key(s);
   std::strncpy(h->key, key.c_str(), kKeyBytes - 1);

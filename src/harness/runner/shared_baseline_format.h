@@ -23,6 +23,7 @@
 #include "core/resources.h"
 #include "harness/runner/baseline.h"
 #include "harness/scenario/scenario.h"
+#include "harness/verdict/bounds.h"
 #include "harness/verdict/family_sums.h"
 #include "harness/verdict/verdict_detail.h"
 #include "model/params.h"
@@ -30,7 +31,8 @@
 
 namespace parity::shared_file {
 
-constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '3'};  // 2: error_code, 3: the step's sums
+// 2: error_code, 3: the step's sums, 4: readable (what a failure leaves to read)
+constexpr char kMagic[8] = {'P', 'A', 'R', 'B', 'A', 'S', 'E', '4'};
 // ranks that can share a file: one host's, or a simulated world's
 inline constexpr int kMaxConsumers = comm::kMaxSimRanks;
 static_assert(kMaxConsumers >= proc::kMaxRanksPerHost);
@@ -51,6 +53,11 @@ struct Header {
   char key[kKeyBytes];
   char error[kErrorBytes];
   int64_t error_code;  // the failure's exit code (core/exit_codes.h): out of memory is 3, not "parity broken"
+  // On failure: the steps published before it (ready's last value; kNotStarted: not the first parameters). A rank
+  // still reads those: a baseline that diverged at step t reached a rank still at step t - 2 as the divergence, and
+  // that rank left the world while rank 0, the one to say so, waited for it in a collective (issue 26's
+  // diverge_baseline: 1 run in 8 said "rank 1 exited during the collective" and not that the baseline diverged).
+  int64_t readable;
 };
 static_assert(sizeof(Header) <= kHeader);
 

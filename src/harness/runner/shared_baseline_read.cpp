@@ -204,12 +204,14 @@ template <class T> class SharedBaseline final : public BaselineSource<T> {
   bool shared() const override { return true; }
 
  private:
-  // Until `n` steps are published (0: the initial parameters); the producer's error, if any.
+  // Until `n` steps are published (0: the initial parameters); the producer's error, if any, once a step it did
+  // not publish is asked for (those it published before failing stay readable: Header::readable).
   void wait_for(int64_t n) const {
     auto* h = reinterpret_cast<Header*>(const_cast<unsigned char*>(base_));
     for (unsigned spins = 0;; ++spins) {
       const int64_t r = ready_of(h).load(std::memory_order_acquire);
       if (r >= n && r != kNotStarted) return;
+      if (r == kFailed && h->readable >= n && h->readable != kNotStarted) return;
       if (r == kFailed) {
         if (h->error_code == exit_code::diverged) throw DivergedError(h->error);  // the producer's check, as is
         const std::string what = std::string("the shared baseline failed: ") + h->error;
