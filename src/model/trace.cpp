@@ -67,10 +67,4 @@ void global_token(const Entry& e, int64_t r, int64_t S, int64_t& g, int64_t& s) 
     if (row >= k.row && row < k.row + k.rows) s = k.pos + (row - k.row);
 }
 
-int64_t global_index(const Entry& e, int64_t i, int64_t S) {
-  int64_t g = 0, s = 0;
-  global_token(e, i / e.cols, S, g, s);
-  return (g * S + s) * e.full_cols + e.col0 + i % e.cols;
-}
-
 }  // namespace parity::trace

@@ -3,7 +3,7 @@
 // the one-device model (model.cpp) and by every layout's model (parallel/pmodel.cpp) through the
 // same calls, one per point: trace::record(Site::ln1, layer, Dir::fwd, ...). A layout's record is
 // its shard; where the shard sits in the full tensor is its Placement (this rank's coordinates)
-// and the record's own rows and columns (global_index): the canonical mapping the verdict's
+// and the record's own rows and columns (for_each_global_index): the canonical mapping the verdict's
 // trace compares with (harness/runner/trace_run.h).
 //
 // Off (no Recorder active on this thread: every step but the traced one) a record is one load of
@@ -84,13 +84,12 @@ struct Entry {
   int64_t row0 = 0;                                       // Rows::routed: the first flat row of the chunk
 };
 
-// The canonical mapping: local element i of e -> its flat index in the full (B·S, full_cols)
-// tensor of the step (sequence-major, then position, then column), S the model's sequence.
-int64_t global_index(const Entry& e, int64_t i, int64_t S);
 // The global sequence and position of row r of e (token = g·S + s).
 void global_token(const Entry& e, int64_t r, int64_t S, int64_t& g, int64_t& s);
-// f(i, global_index(e, i, S)) for every local element i of e in order, one global_token per row (not per element:
-// a 1024-rank simulated world's traced step spent more in those divisions than in comparing).
+// The canonical mapping: f(i, j) for every local element i of e in order, j its flat index in the full (B·S,
+// full_cols) tensor of the step (sequence-major, then position, then column), S the model's sequence. One
+// global_token per row, not per element: a 1024-rank simulated world's traced step spent more in those divisions
+// than in comparing.
 template <class F> void for_each_global_index(const Entry& e, int64_t S, F&& f) {
   const auto n = static_cast<int64_t>(e.data.size());
   for (int64_t r = 0; e.cols > 0 && r * e.cols < n; ++r) {

@@ -1,5 +1,5 @@
 // The traced step (issue 45, docs/verdict.md "The trace") through the binary: for each layout degree
-// the canonical mapping places (model/trace.h global_index), a one-element change planted in one
+// the canonical mapping places (model/trace.h for_each_global_index), a one-element change planted in one
 // rank's traced shard (PARITY_TRACE_PLANT: SITE:LAYER:DIR:RANK:RECORD:INDEX, +1 on local element
 // INDEX of that rank's RECORD-th record of the key) must be named with its tensor, micro-batch,
 // rank and global element, and nothing before it in the data flow. The expected element is worked

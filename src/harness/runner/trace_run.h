@@ -4,7 +4,7 @@
 // enters. The layout's step records its shards while it runs (a trace::Scope around
 // ParallelRun::step); the baseline's records come from a one-device model given the baseline's
 // parameters and expert biases before the step; each rank sums its shards against the baseline's
-// full tensors through the canonical mapping (trace::global_index), one allgather carries the
+// full tensors through the canonical mapping (trace::for_each_global_index), one allgather carries the
 // sums, and harness/verdict/trace_verdict.h names the first over its bound.
 #pragma once
 #include <cstdint>
